@@ -1,0 +1,72 @@
+"""rankdyn: token dynamics of masked self-attention with LayerNorm, in JAX.
+
+Implements and extends Wu, Ajorlou, Wang, Jegelka, Jadbabaie, "On the Role of Attention Masks
+and LayerNorm in Transformers" (NeurIPS 2024). This module is the table of contents.
+"""
+
+from ._build import make_layer as make_layer
+from ._graph import GraphInfo as GraphInfo, distances as distances, graph_info as graph_info
+from ._init import X0_NAMES as X0_NAMES, initial_tokens as initial_tokens
+from ._layer import (
+    PLACEMENTS as PLACEMENTS,
+    AttentionWeights as AttentionWeights,
+    LayerAux as LayerAux,
+    MLPWeights as MLPWeights,
+    SelfAttentionLayer as SelfAttentionLayer,
+    masked_softmax as masked_softmax,
+)
+from ._masks import (
+    MASK_NAMES as MASK_NAMES,
+    causal_mask as causal_mask,
+    complete_mask as complete_mask,
+    dilated_mask as dilated_mask,
+    global_local_mask as global_local_mask,
+    make_mask as make_mask,
+    mask_from_adjacency as mask_from_adjacency,
+    random_mask as random_mask,
+    window_mask as window_mask,
+)
+from ._metrics import (
+    METRIC_NAMES as METRIC_NAMES,
+    collapse_metrics as collapse_metrics,
+    cosine_matrix as cosine_matrix,
+    effective_rank as effective_rank,
+    mean_abs_cosine as mean_abs_cosine,
+    min_cosine as min_cosine,
+    mu as mu,
+    mu_normalized as mu_normalized,
+    mu_relative as mu_relative,
+    numerical_rank as numerical_rank,
+    row_norms as row_norms,
+    singular_values as singular_values,
+    stable_rank as stable_rank,
+)
+from ._norms import (
+    LN_NAMES as LN_NAMES,
+    AbstractNorm as AbstractNorm,
+    LayerNorm as LayerNorm,
+    RMSNorm as RMSNorm,
+    SphereNorm as SphereNorm,
+    make_norm as make_norm,
+)
+from ._rates import (
+    corollary1_rate as corollary1_rate,
+    fit_rate as fit_rate,
+    theorem1_rate as theorem1_rate,
+    theorem2_rate as theorem2_rate,
+)
+from ._simulate import Trajectory as Trajectory, simulate as simulate
+from ._weights import (
+    QK_NAMES as QK_NAMES,
+    VALUE_NAMES as VALUE_NAMES,
+    bert_uniform as bert_uniform,
+    bidiagonal as bidiagonal,
+    gaussian as gaussian,
+    jordan_block as jordan_block,
+    orthogonal as orthogonal,
+    query_key_matrices as query_key_matrices,
+    spectral_normalized as spectral_normalized,
+    value_matrix as value_matrix,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,286 @@
+r"""One layer of masked self-attention with normalisation (SPEC §1.3-1.5, eqs. 1-3).
+
+The paper's layer (single head, no skip, no MLP) with post-LN is
+
+$$X^{(t+1)} = \mathrm{LN}\big(A^{(t)} X^{(t)} W_V^{(t)}\big),\qquad
+A^{(t)} = \mathrm{softmax}_{\mathcal G}\big(X^{(t)} W_Q (X^{(t)} W_K)^\top / \sqrt{d_{QK}}\big),$$
+
+eq. (3); ``placement="none"`` gives eq. (2) and ``placement="pre"`` gives
+$X^{(t+1)} = A^{(t)} \mathrm{LN}(X^{(t)}) W_V^{(t)}$ (§4.2). Multi-head attention with an output
+projection, a skip connection and an MLP block are opt-in switches for the Fig. 2/6 ablations.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jax import lax
+from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
+
+from ._masks import mask_from_adjacency
+from ._norms import AbstractNorm, SphereNorm
+
+__all__ = ["SelfAttentionLayer", "AttentionWeights", "MLPWeights", "LayerAux", "PLACEMENTS", "masked_softmax"]
+
+PLACEMENTS = ("none", "post", "pre")
+_PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
+
+
+def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[Array, "n n"]) -> Float[Array, "... n n"]:
+    r"""Row-wise softmax restricted to the mask graph, eq. (1).
+
+    $A_{ij} = e^{R_{ij}} / \sum_{k \in \mathcal N_i} e^{R_{ik}}$ on edges and 0 elsewhere. Masked
+    scores use the dtype's finite minimum (not ``-inf``) and the result is zeroed off the mask,
+    so no NaN can appear even for rows with extreme scores.
+    """
+    neg = jnp.finfo(scores.dtype).min
+    a = jax.nn.softmax(jnp.where(mask, scores, neg), axis=-1)
+    return jnp.where(mask, a, 0.0)
+
+
+class MLPWeights(eqx.Module):
+    """Weights of a two-layer GELU MLP ``x -> gelu(x W1 + b1) W2 + b2`` (optional leading layer axis)."""
+
+    w1: Float[Array, "*layers d f"]
+    b1: Float[Array, "*layers f"]
+    w2: Float[Array, "*layers f d"]
+    b2: Float[Array, "*layers d"]
+
+    def __call__(self, x, precision):
+        h = jax.nn.gelu(jnp.matmul(x, self.w1, precision=precision) + self.b1)
+        return jnp.matmul(h, self.w2, precision=precision) + self.b2
+
+
+class AttentionWeights(eqx.Module):
+    """The trainable arrays of a layer: per head ``w_q, w_k (heads, d, dk)``, ``w_v (heads, d, dv)``,
+    optional ``w_o (heads * dv, d)`` and `MLPWeights`; all with an optional leading layer axis."""
+
+    w_q: Float[Array, "*layers heads d dk"]
+    w_k: Float[Array, "*layers heads d dk"]
+    w_v: Float[Array, "*layers heads d dv"]
+    w_o: Float[Array, "*layers hdv d"] | None = None
+    mlp: MLPWeights | None = None
+
+    def at(self, t) -> "AttentionWeights":
+        """The weights of depth ``t`` of a per-layer stack."""
+        return jax.tree.map(lambda w: w[t], self)
+
+
+class LayerAux(eqx.Module):
+    """Per-layer diagnostics returned next to the new tokens.
+
+    Attributes:
+        eps_min: the smallest attention weight over mask edges (and heads): Theorem 1's epsilon.
+        degenerate: True if a normalisation met a zero row in this layer.
+    """
+
+    eps_min: Float[Array, ""]
+    degenerate: Bool[Array, ""]
+
+
+class SelfAttentionLayer(eqx.Module):
+    r"""Masked self-attention layer with normalisation; maps one ``(n, d)`` token matrix.
+
+    Weights are stored with a head axis, and optionally a leading layer axis for weights that
+    differ per layer (``num_layers`` is then that length, else ``None`` for shared weights).
+    Temperatures and weights are arrays, so sweeping them (``jax.vmap`` or new values) never
+    recompiles; only ``placement``, head count, switches and precision are static.
+
+    Arguments:
+        mask: boolean ``(n, n)``, ``M[i, j]`` = token i may attend to token j (diagonal True).
+        w_q, w_k: ``(d, d_qk)``, ``(heads, d, d_qk)`` or ``(layers, heads, d, d_qk)``.
+        w_v: ``(d, d_v)``, ``(heads, d, d_v)`` or ``(layers, heads, d, d_v)``. With one head and
+            no ``w_o`` it must be square.
+        dqk: the temperature $d_{QK}$ in $\sqrt{d_{QK}}$ (default: the key width). Must be > 0.
+        norm: an `AbstractNorm`; default the paper's `SphereNorm`.
+        placement: ``"none"`` (eq. 2), ``"post"`` (eq. 3) or ``"pre"``.
+        w_o: optional output projection ``(heads * d_v, d)`` (or with a leading layer axis).
+        mlp: optional `MLPWeights` (shapes with the same leading layer axis as the other weights).
+        skip: residual connections ``X + SA(X)`` (and ``+ MLP``); post-LN normalises after the skip.
+        dropout: dropout rate on attention weights and block outputs (needs a key when > 0).
+        attention_from_normalized: pre-LN only: compute $A$ from $\mathrm{LN}(X)$ (default) or $X$.
+        fixed_attention: optional ``(n, n)`` row-stochastic matrix used instead of softmax scores
+            (e.g. uniform causal attention of the paper's constructions).
+        precision: matmul precision, ``"highest"`` by default (GPU float32 otherwise uses TF32).
+
+    Raises:
+        ValueError: on inconsistent shapes, a bad mask, an unknown placement or a dqk <= 0.
+    """
+
+    weights: AttentionWeights
+    dqk: Float[Array, ""]
+    mask: Bool[Array, "n n"]
+    norm: AbstractNorm
+    fixed_attention: Float[Array, "n n"] | None
+    placement: str = eqx.field(static=True)
+    skip: bool = eqx.field(static=True)
+    dropout: float = eqx.field(static=True)
+    attention_from_normalized: bool = eqx.field(static=True)
+    num_layers: int | None = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        mask: ArrayLike,
+        w_q: ArrayLike,
+        w_k: ArrayLike,
+        w_v: ArrayLike,
+        *,
+        dqk: ArrayLike | None = None,
+        norm: AbstractNorm | None = None,
+        placement: Literal["none", "post", "pre"] = "post",
+        w_o: ArrayLike | None = None,
+        mlp: MLPWeights | None = None,
+        skip: bool = False,
+        dropout: float = 0.0,
+        attention_from_normalized: bool = True,
+        fixed_attention: ArrayLike | None = None,
+        precision: Literal["highest", "high", "default"] = "highest",
+    ):
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
+        if precision not in _PRECISIONS:
+            raise ValueError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout rate must be in [0, 1), got {dropout}.")
+        if isinstance(mask, jax.core.Tracer):
+            self.mask = mask
+        else:
+            self.mask = jnp.asarray(mask_from_adjacency(mask))
+        w_q, w_k, w_v = (jnp.asarray(w) for w in (w_q, w_k, w_v))
+        # Lift (d, k) -> (1, d, k): one head. A 4-D weight carries a leading layer axis.
+        if w_q.ndim == 2:
+            w_q, w_k, w_v = w_q[None], w_k[None], w_v[None]
+        if not (w_q.ndim == w_k.ndim == w_v.ndim) or w_q.ndim not in (3, 4):
+            raise ValueError(
+                "w_q, w_k, w_v must all be (d, k), (heads, d, k) or (layers, heads, d, k); got shapes "
+                f"{w_q.shape}, {w_k.shape}, {w_v.shape}."
+            )
+        self.num_layers = int(w_q.shape[0]) if w_q.ndim == 4 else None
+        if w_q.shape != w_k.shape:
+            raise ValueError(f"w_q and w_k must have the same shape, got {w_q.shape} and {w_k.shape}.")
+        if w_v.shape[:-1] != w_q.shape[:-1]:
+            raise ValueError(
+                f"w_v {w_v.shape} must agree with w_q {w_q.shape} in layers, heads and input width d."
+            )
+        heads, d, dk, dv = w_q.shape[-3], w_q.shape[-2], w_q.shape[-1], w_v.shape[-1]
+        n = self.mask.shape[0]
+        if w_o is None:
+            if heads != 1 or dv != d:
+                raise ValueError(
+                    f"without an output projection w_o the layer needs one head and a square w_v "
+                    f"(d x d = {d} x {d}); got {heads} heads and w_v of width {dv}. Pass w_o."
+                )
+        else:
+            w_o = jnp.asarray(w_o)
+            want = ((self.num_layers,) if self.num_layers else ()) + (heads * dv, d)
+            if w_o.shape != want:
+                raise ValueError(f"w_o must have shape {want} (heads * d_v, d), got {w_o.shape}.")
+        if mlp is not None and mlp.w1.shape[-2] != d:
+            raise ValueError(f"mlp.w1 must map from d = {d}, got shape {mlp.w1.shape}.")
+        if fixed_attention is not None:
+            fixed_attention = jnp.asarray(fixed_attention)
+            if fixed_attention.shape != (n, n):
+                raise ValueError(f"fixed_attention must be ({n}, {n}), got {fixed_attention.shape}.")
+        dqk = jnp.asarray(float(dk) if dqk is None else dqk)
+        if dqk.ndim != 0:
+            raise ValueError(f"dqk must be a scalar (vmap the layer to sweep it), got shape {dqk.shape}.")
+        if not isinstance(dqk, jax.core.Tracer) and not float(dqk) > 0:
+            raise ValueError(f"the temperature dqk must be > 0, got {float(dqk)}.")
+        self.weights = AttentionWeights(w_q, w_k, w_v, w_o, mlp)
+        self.dqk = dqk
+        self.norm = SphereNorm() if norm is None else norm
+        self.fixed_attention = fixed_attention
+        self.placement = placement
+        self.skip = skip
+        self.dropout = float(dropout)
+        self.attention_from_normalized = attention_from_normalized
+        self.precision = precision
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def num_tokens(self) -> int:
+        return self.mask.shape[-1]
+
+    @property
+    def dim(self) -> int:
+        return self.weights.w_q.shape[-2]
+
+    @property
+    def num_heads(self) -> int:
+        return self.weights.w_q.shape[-3]
+
+    def weights_at(self, t) -> AttentionWeights:
+        """The weights of depth ``t`` (the shared weights when there is no layer axis)."""
+        return self.weights if self.num_layers is None else self.weights.at(t)
+
+    # ------------------------------------------------------------------ maths
+    def attention(self, x: Float[Array, "n d"], t=0) -> Float[Array, "heads n n"]:
+        """Masked attention matrices $A^{(t)}$ for tokens ``x`` (eq. 1), one per head."""
+        return self._attention(x, self.weights_at(t))
+
+    def _attention(self, x, w: AttentionWeights):
+        if self.fixed_attention is not None:
+            return self.fixed_attention[None].astype(x.dtype)
+        prec = _PRECISIONS[self.precision]
+        q = jnp.einsum("nd,hdk->hnk", x, w.w_q, precision=prec)
+        k = jnp.einsum("nd,hdk->hnk", x, w.w_k, precision=prec)
+        scores = jnp.einsum("hnk,hmk->hnm", q, k, precision=prec) / jnp.sqrt(self.dqk).astype(x.dtype)
+        return masked_softmax(scores, self.mask)
+
+    def __call__(
+        self, x: Float[Array, "n d"], t=0, *, key: PRNGKeyArray | None = None
+    ) -> tuple[Float[Array, "n d"], LayerAux]:
+        """Apply the layer of depth ``t`` to one token matrix.
+
+        Returns:
+            ``(x_next, aux)`` with `LayerAux` diagnostics (Theorem 1's epsilon, zero rows).
+        """
+        if self.dropout > 0 and key is None:
+            raise ValueError("this layer has dropout > 0: pass `key=` (simulate does it given a key).")
+        w = self.weights_at(t)
+        prec = _PRECISIONS[self.precision]
+        keys = jr.split(key, 3) if key is not None else (None, None, None)
+        degenerate = jnp.array(False)
+
+        x_in = x
+        if self.placement == "pre":
+            x_in, bad = self.norm(x)
+            degenerate = degenerate | jnp.any(bad)
+        x_att = x_in if self.attention_from_normalized else x
+        a = self._attention(x_att, w)
+        eps_min = jnp.min(jnp.where(self.mask, a, jnp.inf))
+        a = self._drop(a, keys[0])
+        # A X W_V for every head; heads are concatenated and projected by W_O if present.
+        heads = jnp.einsum("hnm,md->hnd", a, x_in, precision=prec)
+        heads = jnp.einsum("hnd,hde->hne", heads, w.w_v, precision=prec)
+        if w.w_o is None:
+            sa = heads[0]
+        else:
+            sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x.shape[0], -1), w.w_o, precision=prec)
+        sa = self._drop(sa, keys[1])
+        y = x + sa if self.skip else sa
+        if self.placement == "post":
+            y, bad = self.norm(y)
+            degenerate = degenerate | jnp.any(bad)
+        if w.mlp is not None:
+            h = y
+            if self.placement == "pre":
+                h, bad = self.norm(y)
+                degenerate = degenerate | jnp.any(bad)
+            m = self._drop(w.mlp(h, prec), keys[2])
+            y = y + m if self.skip else m
+            if self.placement == "post":
+                y, bad = self.norm(y)
+                degenerate = degenerate | jnp.any(bad)
+        return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
+
+    def _drop(self, v, key):
+        if self.dropout == 0.0 or key is None:
+            return v
+        keep = jr.bernoulli(key, 1.0 - self.dropout, v.shape)
+        return jnp.where(keep, v / (1.0 - self.dropout), 0.0)

@@ -1,0 +1,1 @@
+"""Subcommands of the ``rankdyn`` CLI, one module each (see `rankdyn.cli`)."""

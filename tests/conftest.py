@@ -1,0 +1,22 @@
+"""Test configuration: float64, strict dtype and rank promotion, and a `getkey` fixture.
+
+Library code never touches JAX's global config; tests choose float64 here (SPEC §7: mu falls
+below 1e-300 without LN, which float32 cannot represent).
+"""
+
+import itertools
+
+import jax
+import jax.random as jr
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture
+def getkey():
+    """Call ``getkey()`` for a fresh, deterministic PRNG key."""
+    counter = itertools.count()
+    return lambda: jr.PRNGKey(next(counter))
