@@ -11,7 +11,7 @@ thousands of trajectories run as one compiled program.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
