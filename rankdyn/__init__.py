@@ -70,3 +70,24 @@ from ._weights import (
 )
 
 __version__ = "0.1.0"
+
+# Closed-form constructions and stability (issue 4)
+from ._constructions import (
+    all_closed_form_equilibria as all_closed_form_equilibria,
+    example_2d as example_2d,
+    lemma13_condition as lemma13_condition,
+    lemma13_sample as lemma13_sample,
+    rank_k_equilibrium as rank_k_equilibrium,
+    uniform_causal_layer as uniform_causal_layer,
+)
+from ._stability import (
+    StabilityReport as StabilityReport,
+    block_eigvals as block_eigvals,
+    classify_moduli as classify_moduli,
+    cluster_means as cluster_means,
+    layer_jacobian as layer_jacobian,
+    leading_eigenvalues as leading_eigenvalues,
+    stability as stability,
+    tangent_basis as tangent_basis,
+    tangent_jacobian as tangent_jacobian,
+)
