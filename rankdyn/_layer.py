@@ -12,8 +12,6 @@ projection, a skip connection and an MLP block are opt-in switches for the Fig. 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -30,7 +28,7 @@ PLACEMENTS = ("none", "post", "pre")
 _PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
 
 
-def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[Array, "n n"]) -> Float[Array, "... n n"]:
+def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[ArrayLike, "n n"]) -> Float[Array, "... n n"]:
     r"""Row-wise softmax restricted to the mask graph, eq. (1).
 
     $A_{ij} = e^{R_{ij}} / \sum_{k \in \mathcal N_i} e^{R_{ik}}$ on edges and 0 elsewhere. Masked
@@ -51,8 +49,8 @@ class MLPWeights(eqx.Module):
     b2: Float[Array, "*layers d"]
 
     def __call__(self, x, precision):
-        h = jax.nn.gelu(jnp.matmul(x, self.w1, precision=precision) + self.b1)
-        return jnp.matmul(h, self.w2, precision=precision) + self.b2
+        h = jax.nn.gelu(jnp.matmul(x, self.w1, precision=precision) + self.b1[None, :])
+        return jnp.matmul(h, self.w2, precision=precision) + self.b2[None, :]
 
 
 class AttentionWeights(eqx.Module):
@@ -132,14 +130,14 @@ class SelfAttentionLayer(eqx.Module):
         *,
         dqk: ArrayLike | None = None,
         norm: AbstractNorm | None = None,
-        placement: Literal["none", "post", "pre"] = "post",
+        placement: str = "post",
         w_o: ArrayLike | None = None,
         mlp: MLPWeights | None = None,
         skip: bool = False,
         dropout: float = 0.0,
         attention_from_normalized: bool = True,
         fixed_attention: ArrayLike | None = None,
-        precision: Literal["highest", "high", "default"] = "highest",
+        precision: str = "highest",
     ):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")

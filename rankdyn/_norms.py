@@ -81,7 +81,7 @@ class RMSNorm(AbstractNorm):
         rms = jnp.sqrt(jnp.mean(x**2, axis=-1) + self.eps)
         y, bad = _safe_scale(x, rms, 1.0)
         bad = bad | _degenerate_rows(jnp.linalg.norm(x, axis=-1) / jnp.sqrt(d))
-        return (y if self.gain is None else y * self.gain), bad
+        return (y if self.gain is None else y * self.gain[None, :]), bad
 
 
 class LayerNorm(AbstractNorm):
@@ -108,9 +108,9 @@ class LayerNorm(AbstractNorm):
             jnp.linalg.norm(xc, axis=-1) <= 16 * jnp.finfo(x.dtype).eps * jnp.linalg.norm(x, axis=-1)
         )
         if self.gain is not None:
-            y = y * self.gain
+            y = y * self.gain[None, :]
         if self.bias is not None:
-            y = y + self.bias
+            y = y + self.bias[None, :]
         return y, bad
 
 

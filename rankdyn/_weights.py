@@ -44,7 +44,7 @@ def orthogonal(key: PRNGKeyArray, d: int, dtype=None) -> Float[Array, "d d"]:
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
-def gaussian(key: PRNGKeyArray, shape, std: ArrayLike = None, dtype=None) -> Float[Array, "..."]:
+def gaussian(key: PRNGKeyArray, shape, std: ArrayLike | None = None, dtype=None) -> Float[Array, "..."]:
     """I.i.d. Gaussian entries with standard deviation ``std`` (default ``1/sqrt(shape[0])``)."""
     shape = tuple(shape)
     std = 1.0 / jnp.sqrt(shape[0]) if std is None else std

@@ -1,0 +1,163 @@
+"""Oracles for the layer map: attention, normalisations, invariances (SPEC §1, issue 'rankdyn core')."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from helpers import small_layer, sphere_tokens
+
+import rankdyn as rd
+
+
+@pytest.mark.parametrize("mask", ["causal", "window", "random"])
+def test_attention_rows_sum_to_one_and_vanish_off_mask(getkey, mask):
+    layer = small_layer(getkey(), n=7, d=5, mask=mask, qk="gaussian", qk_std=3.0)
+    a = layer.attention(sphere_tokens(getkey(), 7, 5))
+    m = np.asarray(layer.mask)
+    np.testing.assert_allclose(np.asarray(a).sum(-1), 1.0, atol=1e-14)
+    assert np.all(np.asarray(a)[:, ~m] == 0.0)
+    assert np.all(np.asarray(a)[:, m] > 0.0)
+
+
+def test_masked_softmax_extreme_scores_no_nan():
+    mask = rd.causal_mask(3)
+    scores = jnp.array([[1e308, -1e308, 0.0], [-1e308, 1e308, 5.0], [0.0, 0.0, 0.0]])
+    a = np.asarray(rd.masked_softmax(scores, mask))
+    assert np.all(np.isfinite(a))
+    np.testing.assert_allclose(a.sum(-1), 1.0)
+
+
+def test_layer_matches_paper_equation_3(getkey):
+    """X+ = D A X W_V with A = softmax_G(X Wq (X Wk)^T / sqrt(dqk)), D = 1/row norms (eq. 3)."""
+    n, d = 5, 4
+    layer = small_layer(getkey(), n=n, d=d, mask="window", value="gaussian", qk="gaussian", dqk=2.5)
+    x = np.asarray(sphere_tokens(getkey(), n, d))
+    w = layer.weights
+    wq, wk, wv = (np.asarray(a)[0] for a in (w.w_q, w.w_k, w.w_v))
+    r = (x @ wq) @ (x @ wk).T / np.sqrt(2.5)
+    r = np.where(np.asarray(layer.mask), r, -np.inf)
+    a = np.exp(r - r.max(1, keepdims=True))
+    a /= a.sum(1, keepdims=True)
+    y = a @ x @ wv
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(layer(jnp.asarray(x))[0]), y, atol=1e-13)
+
+
+def test_pre_ln_matches_definition(getkey):
+    """Pre-LN: X+ = A LN(X) W_V with A computed from LN(X) (default)."""
+    n, d = 4, 4
+    layer = small_layer(getkey(), n=n, d=d, mask="complete", norm="pre", value="gaussian")
+    x = 3.0 * rd.initial_tokens(getkey(), "gaussian", n, d)
+    xn = x / jnp.linalg.norm(x, axis=1, keepdims=True)
+    want = layer.attention(xn)[0] @ xn @ layer.weights.w_v[0]
+    np.testing.assert_allclose(np.asarray(layer(x)[0]), np.asarray(want), atol=1e-13)
+
+
+def test_post_ln_rows_have_unit_norm_and_radius(getkey):
+    layer = small_layer(getkey(), n=6, d=6, value="gaussian")
+    y, aux = layer(rd.initial_tokens(getkey(), "gaussian", 6, 6))
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(y), axis=1), 1.0, atol=1e-14)
+    assert not bool(aux.degenerate)
+    layer8 = rd.make_layer(getkey(), n=6, d=6, ln=rd.SphereNorm(np.sqrt(8.0)))
+    y8, _ = layer8(rd.initial_tokens(getkey(), "gaussian", 6, 6))
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(y8), axis=1), np.sqrt(8.0), atol=1e-13)
+
+
+def test_rms_and_layernorm_variants(getkey):
+    x = rd.initial_tokens(getkey(), "gaussian", 5, 7) * 4.0 + 1.0
+    y, bad = rd.RMSNorm()(x)
+    np.testing.assert_allclose(np.sqrt(np.mean(np.asarray(y) ** 2, axis=1)), 1.0, atol=1e-13)
+    y, bad = rd.LayerNorm(eps=0.0)(x)
+    np.testing.assert_allclose(np.asarray(y).mean(1), 0.0, atol=1e-13)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(y), axis=1), np.sqrt(7.0), atol=1e-12)
+    assert not np.any(np.asarray(bad))
+
+
+def test_zero_row_is_reported_not_nan():
+    """2-D example with x2 = -x1 and uniform causal attention: token 2's average is exactly 0."""
+    layer = rd.SelfAttentionLayer(rd.causal_mask(2), jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.eye(2))
+    x = jnp.array([[0.6, 0.8], [-0.6, -0.8]])
+    y, aux = layer(x)
+    assert bool(aux.degenerate)
+    assert np.all(np.isfinite(np.asarray(y)))
+    traj = rd.simulate(layer, jnp.stack([x, jnp.array([[1.0, 0.0], [0.0, 1.0]])]), 5)
+    assert np.asarray(traj.degenerate).tolist() == [True, False]
+    assert np.asarray(traj.nonfinite).tolist() == [False, False]
+    lnx, bad = rd.LayerNorm()(jnp.ones((2, 3)))
+    assert np.all(np.asarray(bad)) and np.all(np.isfinite(np.asarray(lnx)))
+
+
+def test_ln_dynamics_invariant_to_value_scale(getkey):
+    """LN(A X (c W_V)) = LN(A X W_V) for c > 0 (SPEC §1.6): the scale of W_V is irrelevant."""
+    key = getkey()
+    layer = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian")
+    scaled = eqx.tree_at(lambda l: l.weights.w_v, layer, 7.5 * layer.weights.w_v)
+    x0 = sphere_tokens(getkey(), 5, 5, batch=4)
+    a = rd.simulate(layer, x0, 20, save_states=True).states
+    b = rd.simulate(scaled, x0, 20, save_states=True).states
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-12)
+    # ... and without LN the scale matters (the test can tell the two apart).
+    nl = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian", norm="none")
+    nl2 = eqx.tree_at(lambda l: l.weights.w_v, nl, 7.5 * nl.weights.w_v)
+    assert not np.allclose(rd.simulate(nl, x0, 3).metrics["mu"], rd.simulate(nl2, x0, 3).metrics["mu"])
+
+
+def test_complete_mask_is_permutation_equivariant(getkey):
+    layer = small_layer(getkey(), n=6, d=4, mask="complete", value="gaussian", qk="gaussian")
+    x = sphere_tokens(getkey(), 6, 4)
+    perm = np.asarray(jr.permutation(getkey(), 6))
+    np.testing.assert_allclose(np.asarray(layer(x[perm])[0]), np.asarray(layer(x)[0])[perm], atol=1e-13)
+    # The causal mask is not: token 0 sees only itself.
+    causal = eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(rd.causal_mask(6)))
+    assert not np.allclose(np.asarray(causal(x[perm])[0]), np.asarray(causal(x)[0])[perm])
+
+
+def test_causal_jacobian_is_block_lower_triangular(getkey):
+    n, d = 5, 3
+    layer = small_layer(getkey(), n=n, d=d, mask="causal", value="gaussian", qk="gaussian")
+    x = sphere_tokens(getkey(), n, d)
+    jac = np.asarray(jax.jacfwd(lambda z: layer(z)[0])(x))  # (n, d, n, d): d out_i / d x_j
+    blocks = np.abs(jac).max(axis=(1, 3))
+    assert np.all(blocks[np.triu_indices(n, 1)] == 0.0)
+    assert np.all(blocks[np.tril_indices(n)] > 0.0)
+
+
+def test_multihead_skip_mlp_dropout_layer_runs(getkey):
+    layer = rd.make_layer(getkey(), n=8, d=16, mask="window", heads=4, output_projection=True, skip=True,
+                          mlp=True, dropout=0.1, ln="layernorm", num_layers=3)
+    assert layer.num_heads == 4 and layer.num_layers == 3
+    x = rd.initial_tokens(getkey(), "bert", 8, 16)
+    y1, _ = layer(x, 1, key=getkey())
+    y2, _ = layer(x, 1, key=getkey())
+    assert y1.shape == (8, 16) and not np.allclose(np.asarray(y1), np.asarray(y2))  # dropout is random
+    with pytest.raises(ValueError, match="key"):
+        layer(x, 0)
+
+
+def test_per_layer_weights_are_used_per_layer(getkey):
+    layer = rd.make_layer(getkey(), n=4, d=4, value="gaussian", num_layers=3)
+    x = sphere_tokens(getkey(), 4, 4)
+    outs = [np.asarray(layer(x, t)[0]) for t in range(3)]
+    assert not np.allclose(outs[0], outs[1]) and not np.allclose(outs[1], outs[2])
+    single = rd.SelfAttentionLayer(layer.mask, layer.weights.w_q[1][0], layer.weights.w_k[1][0],
+                                   layer.weights.w_v[1][0], dqk=layer.dqk)
+    np.testing.assert_allclose(np.asarray(single(x)[0]), outs[1], atol=1e-14)
+
+
+def test_bad_layer_inputs_raise(getkey):
+    d = 4
+    wq = jnp.zeros((d, 2))
+    with pytest.raises(ValueError, match="dqk must be > 0"):
+        rd.SelfAttentionLayer(rd.causal_mask(3), wq, wq, jnp.eye(d), dqk=0.0)
+    with pytest.raises(ValueError, match="square w_v"):
+        rd.SelfAttentionLayer(rd.causal_mask(3), wq, wq, jnp.zeros((d, 3)))
+    with pytest.raises(ValueError, match="self-loops"):
+        rd.SelfAttentionLayer(np.zeros((3, 3), bool), wq, wq, jnp.eye(d))
+    with pytest.raises(ValueError, match="placement"):
+        rd.SelfAttentionLayer(rd.causal_mask(3), wq, wq, jnp.eye(d), placement="middle")
+    with pytest.raises(ValueError, match="unknown value family"):
+        rd.make_layer(getkey(), n=3, d=4, value="unitary")
+    with pytest.raises(ValueError, match="Jordan block size"):
+        rd.make_layer(getkey(), n=3, d=4, value="jordan", jordan_k=5)
