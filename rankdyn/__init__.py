@@ -91,3 +91,14 @@ from ._stability import (
     tangent_basis as tangent_basis,
     tangent_jacobian as tangent_jacobian,
 )
+
+# Sweeps (issue 6): TOML grid -> resumable chunks -> xarray dataset (docs/sweep.md)
+from ._sweep import (
+    SweepConfig as SweepConfig,
+    SweepPlan as SweepPlan,
+    assemble_sweep as assemble_sweep,
+    load_sweep_config as load_sweep_config,
+    parse_sweep_config as parse_sweep_config,
+    run_sweep as run_sweep,
+    sweep_plan as sweep_plan,
+)

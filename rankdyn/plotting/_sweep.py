@@ -1,0 +1,171 @@
+"""Summary plots of a sweep dataset (`rankdyn.run_sweep`): mu curves, rate heat maps, final ranks.
+
+Every function takes the `xarray.Dataset` of a sweep and returns a matplotlib ``Figure``; none
+calls ``plt.show()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ._collapse import plot_metric_band
+
+__all__ = ["plot_sweep_mu", "plot_sweep_rate", "plot_sweep_rank", "sweep_axes"]
+
+
+def sweep_axes(ds) -> tuple[str, ...]:
+    """The grid axes of a sweep dataset, in config order (dims of ``mu_rate``)."""
+    return tuple(ds["mu_rate"].dims)
+
+
+def _label(ds, dim, value) -> str:
+    """``dim=value``; a mask also shows the radius r of its graph when that is one number."""
+    text = f"{dim}={value}"
+    if dim == "mask":
+        r = np.unique(ds["radius"].sel({dim: value}).values)
+        if r.size == 1 and np.isfinite(r[0]):
+            text += f" (r={int(r[0])})"
+    return text
+
+
+def _combos(ds, dims, limit):
+    values = [ds[d].values for d in dims]
+    combos = list(itertools.product(*values))
+    return combos[:limit], len(combos)
+
+
+def plot_sweep_mu(ds, *, hue: str | None = None, metric: str = "mu", max_panels: int = 24, loglog: bool = True):
+    """Small multiples of a per-layer metric (default mu, mean +- std band) against depth.
+
+    One panel per combination of the axes other than ``hue``; inside a panel one curve per value
+    of ``hue`` (default ``dqk`` if it is an axis, else the last axis). At most ``max_panels``
+    panels are drawn (the first ones in grid order; the title says how many were left out).
+
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    import matplotlib.pyplot as plt
+
+    axes = sweep_axes(ds)
+    if hue is None and axes:
+        hue = "dqk" if "dqk" in axes else axes[-1]
+    if hue is not None and hue not in axes:
+        raise ValueError(f"hue={hue!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
+    panel_dims = [a for a in axes if a != hue]
+    combos, total = _combos(ds, panel_dims, max_panels)
+    ncol = min(4, len(combos))
+    nrow = int(np.ceil(len(combos) / ncol))
+    fig, grid = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 2.9 * nrow), squeeze=False, sharey=True)
+    hues = ds[hue].values if hue is not None else [None]
+    colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(hues)))
+    for ax, combo in zip(grid.flat, combos):
+        sel = dict(zip(panel_dims, combo))
+        for h, c in zip(hues, colors):
+            s = dict(sel) if h is None else sel | {hue: h}
+            da = ds[metric].sel(s)
+            plot_metric_band(ds["layer"].values, da.sel(stat="mean").values, da.sel(stat="std").values, ax=ax,
+                             label=None if h is None else f"{hue}={h}", loglog=loglog, color=c)
+        if loglog:  # minor labels of a short log axis overlap
+            from matplotlib.ticker import NullFormatter
+
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(", ".join(_label(ds, k, v) for k, v in sel.items()) or metric, fontsize=8)
+        ax.set_xlabel("layer t", fontsize=8)
+    for ax in list(grid.flat)[len(combos):]:
+        ax.set_visible(False)
+    grid[0, 0].set_ylabel(f"{metric} (mean +- std)")
+    if hue is not None:
+        grid[0, 0].legend(fontsize=7)
+    extra = f" (first {len(combos)} of {total} panels)" if total > len(combos) else ""
+    fig.suptitle(f"{ds.attrs.get('name', 'sweep')}: {metric} against depth{extra}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels: int = 12):
+    """Heat maps of the fitted per-layer collapse factor (``mu_rate``) over axes ``x`` and ``y``.
+
+    One heat map per combination of the remaining axes (at most ``max_panels``). Values below 1
+    mean collapse (mu shrinks by that factor per layer); each cell is annotated.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Raises:
+        ValueError: if ``x`` or ``y`` is not an axis of the sweep, or they are equal.
+    """
+    import matplotlib.pyplot as plt
+
+    axes = sweep_axes(ds)
+    for a in (x, y):
+        if a not in axes:
+            raise ValueError(f"plot axis {a!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
+    if x == y:
+        raise ValueError(f"the two plot axes must differ, got {x!r} twice.")
+    rest = [a for a in axes if a not in (x, y)]
+    combos, total = _combos(ds, rest, max_panels)
+    ncol = min(3, len(combos))
+    nrow = int(np.ceil(len(combos) / ncol))
+    nx, ny = ds.sizes[x], ds.sizes[y]
+    fig, grid = plt.subplots(nrow, ncol, figsize=(1.2 + 0.9 * nx * ncol + 1.5 * ncol, 0.6 + 0.45 * ny * nrow + 0.8 * nrow),
+                             squeeze=False)
+    da_all = ds[variable]
+    finite = da_all.values[np.isfinite(da_all.values)]
+    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    for ax, combo in zip(grid.flat, combos):
+        sel = dict(zip(rest, combo))
+        img = da_all.sel(sel).transpose(y, x).values
+        im = ax.imshow(img, origin="lower", aspect="auto", cmap="magma", vmin=vmin, vmax=vmax)
+        for (i, j), v in np.ndenumerate(img):
+            ax.text(j, i, "nan" if not np.isfinite(v) else f"{v:.3f}", ha="center", va="center", fontsize=6,
+                    color="white" if np.isfinite(v) and v < (vmin + vmax) / 2 else "black")
+        ax.set_xticks(range(nx), [_label(ds, x, v).split("=", 1)[1] for v in ds[x].values], fontsize=7, rotation=30)
+        ax.set_yticks(range(ny), [_label(ds, y, v).split("=", 1)[1] for v in ds[y].values], fontsize=7)
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(", ".join(f"{k}={v}" for k, v in sel.items()) or variable, fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.05)
+    for ax in list(grid.flat)[len(combos):]:
+        ax.set_visible(False)
+    extra = f" (first {len(combos)} of {total})" if total > len(combos) else ""
+    fig.suptitle(f"fitted per-layer factor of mean mu (rankdyn.fit_rate){extra}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep_rank(ds, *, metric: str = "num_rank", ax=None):
+    """Distribution of a final-layer rank over the samples of every grid cell.
+
+    An image with one row per cell and one column per rank value; the colour is the fraction of
+    the cell's samples with that value (``final_<metric>``, NaN samples left out).
+
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    import matplotlib.pyplot as plt
+
+    name = f"final_{metric}"
+    if name not in ds:
+        raise ValueError(f"the dataset has no {name!r}; add {metric!r} to [observe] final.")
+    axes = sweep_axes(ds)
+    da = ds[name].transpose(*axes, "sample")
+    vals = da.values.reshape(-1, da.sizes["sample"])
+    finite = vals[np.isfinite(vals)]
+    top = int(np.nanmax(finite)) if finite.size else 1
+    bins = np.arange(0, top + 2) - 0.5
+    hist = np.stack([np.histogram(v[np.isfinite(v)], bins=bins)[0] / max(np.isfinite(v).sum(), 1) for v in vals])
+    labels = [", ".join(f"{k}={v}" for k, v in zip(axes, combo)) for combo in itertools.product(*(ds[a].values for a in axes))]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(2.5 + 0.12 * (top + 1) + 2.5, 1.0 + 0.18 * len(labels)))
+    else:
+        fig = ax.figure
+    im = ax.imshow(hist, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest",
+                   extent=(-0.5, top + 0.5, len(labels) - 0.5, -0.5))
+    ax.set_yticks(range(len(labels)), labels, fontsize=6)
+    ax.set_xlabel(f"{metric} at the last layer")
+    ax.set_title(f"final-layer {metric}: fraction of samples per cell", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.04, label="fraction of samples")
+    fig.tight_layout()
+    return fig
