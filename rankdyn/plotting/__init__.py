@@ -5,4 +5,17 @@ never call ``plt.show()``. Each topic has its own module.
 """
 
 from ._collapse import plot_metric_band as plot_metric_band
+from ._reproduce_theory import (
+    plot_counterexample_2d as plot_counterexample_2d,
+    plot_counterexample_2d_basins as plot_counterexample_2d_basins,
+    plot_equilibria_ranks as plot_equilibria_ranks,
+    plot_fraction_vs_horizon as plot_fraction_vs_horizon,
+    plot_positive_measure as plot_positive_measure,
+)
+from ._reproduce_sim import (
+    plot_band_panels as plot_band_panels,
+    plot_rate_vs_dqk as plot_rate_vs_dqk,
+    plot_rates_vs_bounds as plot_rates_vs_bounds,
+    save_figure as save_figure,
+)
 from ._sweep import plot_sweep_mu as plot_sweep_mu, plot_sweep_rank as plot_sweep_rank, plot_sweep_rate as plot_sweep_rate

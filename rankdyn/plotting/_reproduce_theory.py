@@ -1,0 +1,171 @@
+"""Figures of the theory targets of ``rankdyn reproduce``: the 2-D example (Fig. 1/5), the
+closed-form equilibria of every rank (Theorem 3) and the positive-measure checks (Lemma 13).
+
+Every function takes results as the experiment modules return them (NumPy arrays / dicts) and
+returns the matplotlib ``Figure``; with ``path=`` it also saves the figure and closes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_TOKEN_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive")
+
+
+def _finish(fig, path):
+    if path is not None:
+        import matplotlib.pyplot as plt
+
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+    return fig
+
+
+def _arc(ax, lo_deg, hi_deg, radius, **kw):
+    th = np.deg2rad(np.linspace(lo_deg, hi_deg, 200))
+    ax.plot(radius * np.cos(th), radius * np.sin(th), **kw)
+
+
+def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=None, path=None):
+    r"""Fig. 1 style: token paths without LN (left, in $\mathbb R^2$) and with LN (right, on $S^1$).
+
+    Arguments:
+        states_noln: ``(S, 2, 2)`` states of the no-LN run.
+        states_ln: ``(R, S, 2, 2)`` states of R runs with LN (the first is drawn solid, the
+            others dashed).
+        example: `rankdyn._constructions.example_2d` output (``A``, ``B``, ``theta_A``).
+        title_w: the w shown in the titles.
+        path: save the figure here (and close it).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4.8))
+    s = np.asarray(states_noln)
+    for i in range(s.shape[1]):
+        ax0.plot(s[:, i, 0], s[:, i, 1], "o-", ms=3, color=_TOKEN_COLORS[i], label=f"token {i + 1}")
+        ax0.plot(s[0, i, 0], s[0, i, 1], "s", ms=8, mfc="none", color=_TOKEN_COLORS[i])
+    ax0.plot(s[-1, :, 0], s[-1, :, 1], "k*", ms=10, label=f"t = {s.shape[0] - 1}")
+    _arc(ax0, 0, 360, 1.0, color="0.8", lw=1, zorder=0)
+    ax0.set_aspect("equal")
+    ax0.set_title(f"no LN (eq. 2), W_V/||W_V||_2{'' if title_w is None else f', w={title_w:g}'}: collapse")
+    ax0.legend(fontsize=8, loc="lower left")
+
+    _arc(ax1, 0, 360, 1.0, color="0.8", lw=1, zorder=0)
+    lo = float(example["theta_A"])
+    _arc(ax1, lo, 270.0, 1.12, color="tab:red", lw=4, alpha=0.5, label="predicted basin of B (token 1 at (0,1))")
+    a, b = np.asarray(example["A"]), np.asarray(example["B"])
+    ax1.plot(*a, "kx", ms=10)
+    ax1.annotate("A", a, xytext=(6, 6), textcoords="offset points")
+    ax1.plot(*b, "k*", ms=12)
+    ax1.annotate("B", b, xytext=(6, -12), textcoords="offset points")
+    sl = np.asarray(states_ln)
+    for r in range(sl.shape[0]):
+        ls = "-" if r == 0 else "--"
+        for i in range(sl.shape[2]):
+            p = sl[r, :, i]
+            ax1.plot(p[:, 0], p[:, 1], ls, marker=".", ms=3, lw=0.8, color=_TOKEN_COLORS[i],
+                     label=f"token {i + 1}" + (" (run 2, collapses)" if r else ""))
+            ax1.plot(p[0, 0], p[0, 1], "s", ms=8, mfc="none", color=_TOKEN_COLORS[i])
+    ax1.set_aspect("equal")
+    ax1.set_xlim(-1.3, 1.3)
+    ax1.set_ylim(-1.3, 1.3)
+    ax1.set_title(f"post-LN (eq. 3), joint dynamics, {sl.shape[1] - 1} steps: rank 2")
+    ax1.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | None = None, *, path=None):
+    r"""Basin of $B$ on the angle grid against the predicted arc, the joint-dynamics outcome map
+    and the non-collapse fraction against the horizon (Wilson 95% bars).
+
+    Arguments:
+        basins: ``{w: counterexample_2d.basin_of_b(...)}``.
+        joints: ``{w: counterexample_2d.joint_noncollapse(...)}``.
+        reference: ``{w: fraction}`` reference values at T = 20000 (SPEC §5.1), drawn as stars.
+        path: save the figure here (and close it).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    ax = axes[0]
+    for row, (w, bs) in enumerate(basins.items()):
+        ang, out = np.asarray(bs["angles"]), np.asarray(bs["outcome"])
+        ax.scatter(ang[out == 1], np.full((out == 1).sum(), row), s=2, color="tab:red",
+                   label="-> B (measured)" if row == 0 else None)
+        ax.scatter(ang[out == 0], np.full((out == 0).sum(), row), s=2, color="0.75",
+                   label="-> (0,1) (collapse)" if row == 0 else None)
+        if (out == -1).any():
+            ax.scatter(ang[out == -1], np.full((out == -1).sum(), row), s=6, color="k", marker="x",
+                       label="undecided" if row == 0 else None)
+        lo, hi = bs["predicted_arc"]
+        ax.plot([lo, hi], [row + 0.25, row + 0.25], color="k", lw=2,
+                label="predicted (theta_A, 270)" if row == 0 else None)
+    ax.set_yticks(range(len(basins)), [f"w={w:g}" for w in basins])
+    ax.set_ylim(-0.6, len(basins) - 0.4 + 0.5)
+    ax.set_xlim(0, 360)
+    ax.set_xlabel("initial angle of token 2 (deg), token 1 at (0,1)")
+    ax.set_title("basin of B: measured grid vs predicted arc")
+    ax.legend(fontsize=7, loc="upper left", markerscale=3)
+
+    ax = axes[1]
+    w0 = 2.0 if 2.0 in joints else next(iter(joints))
+    jt = joints[w0]
+    nonc = np.asarray(jt["noncollapse"][-1], dtype=float)
+    th1, th2 = np.asarray(jt["theta1"]), np.asarray(jt["theta2"])
+    ax.imshow(nonc.T, origin="lower", aspect="auto", cmap="Reds", vmin=0, vmax=1.5,
+              extent=(th1[0] - (th1[1] - th1[0]) / 2, th1[-1] + (th1[1] - th1[0]) / 2,
+                      th2[0] - (th2[1] - th2[0]) / 2, th2[-1] + (th2[1] - th2[0]) / 2))
+    ax.set_xlabel("theta1 (deg)")
+    ax.set_ylabel("theta2 (deg)")
+    ax.set_title(f"joint dynamics w={w0:g}, T={jt['horizons'][-1]}: red = rank 2 kept")
+
+    ax = axes[2]
+    for w, jt in joints.items():
+        plot_fraction_vs_horizon(jt["horizons"], jt["fraction"], jt["ci"], ax=ax, label=f"w={w:g}")
+        if reference and float(w) in reference:
+            ax.plot([20000], [reference[float(w)]], "*", ms=10, color=ax.lines[-1].get_color(),
+                    label=f"SPEC §5.1, w={w:g}")
+    ax.set_title("joint non-collapse fraction vs horizon")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def plot_fraction_vs_horizon(horizons, fraction, ci=None, *, ax=None, label=None, color=None):
+    """A fraction against the horizon T (log x axis) with confidence-interval error bars.
+
+    Arguments:
+        horizons: the T values.
+        fraction: the fractions at each T.
+        ci: ``[(lo, hi), ...]`` per T (e.g. Wilson 95%).
+
+    Returns:
+        The ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.5))
+    t = np.asarray(horizons, dtype=float)
+    f = np.asarray(fraction, dtype=float)
+    yerr = None
+    if ci is not None:
+        c = np.asarray(ci, dtype=float).reshape(-1, 2)
+        yerr = np.stack([np.maximum(f - c[:, 0], 0), np.maximum(c[:, 1] - f, 0)])
+    ax.errorbar(t, f, yerr=yerr, marker="o", capsize=3, label=label, color=color)
+    ax.set_xscale("log")
+    ax.set_xlabel("horizon T (steps)")
+    ax.set_ylabel("non-collapse fraction")
+    ax.set_ylim(bottom=0)
+    return ax
+
+
+def plot_equilibria_ranks(results, *, path=None):
+    """Placeholder (filled in below)."""
+    raise NotImplementedError
+
+
+def plot_positive_measure(results, *, path=None):
+    """Placeholder (filled in below)."""
+    raise NotImplementedError
