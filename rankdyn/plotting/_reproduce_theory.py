@@ -162,8 +162,35 @@ def plot_fraction_vs_horizon(horizons, fraction, ci=None, *, ax=None, label=None
 
 
 def plot_equilibria_ranks(results, *, path=None):
-    """Placeholder (filled in below)."""
-    raise NotImplementedError
+    r"""Stable rank against the rank $k$ with the App. F.2 bound, and the largest multiplier modulus.
+
+    Arguments:
+        results: list of `rankdyn.experiments.equilibria_ranks.analyse` dicts (one per (N, w)).
+        path: save the figure here (and close it).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
+    m = max(len(results), 1)
+    for j, r in enumerate(results):
+        off = (j - (m - 1) / 2) * 0.12
+        k = np.asarray(r["k"], dtype=float) + off
+        label = f"N=d={r['n']}, w={r['w']:g}"
+        (pts,) = ax0.plot(k, r["stable_rank"], "o", ms=3, alpha=0.6, label=label)
+        ax0.plot([r["n"] + off - 0.3, r["n"] + off + 0.3], [r["bound_full_rank"]] * 2, "-", lw=2,
+                 color=pts.get_color())
+        ax1.plot(k, r["spectral_radius"], "o", ms=3, alpha=0.6, color=pts.get_color(), label=label)
+    ax0.set_xlabel("rank k of the equilibrium")
+    ax0.set_ylabel("stable rank ||X||_F^2 / ||X||_2^2")
+    ax0.set_title("stable rank (bars: App. F.2 bound for k = N)")
+    ax0.legend(fontsize=7)
+    ax1.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax1.set_xlabel("rank k of the equilibrium")
+    ax1.set_ylabel("largest |multiplier| (tangent space)")
+    ax1.set_title("linear stability: > 1 means unstable (saddle)")
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    return _finish(fig, path)
 
 
 def plot_positive_measure(results, *, path=None):
