@@ -15,6 +15,7 @@ $$X_1 = \beta_1 X_1 W_V,\qquad X_{i+1} = \beta_{i+1}\big(X_i/\beta_i + X_{i+1} W
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -283,7 +284,12 @@ def lemma13_sample(
     if not isinstance(w, jax.core.Tracer) and not float(w) > 1.0:
         raise ValueError(f"Lemma 13 needs w > 1, got w={float(w)}.")
     dt = jnp.zeros((), dtype if dtype is not None else float).dtype
-    w = jnp.asarray(w, dt)
+    return _lemma13_sample(key, jnp.asarray(w, dt), d, batch, condition)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _lemma13_sample(key, w, d, batch, condition):
+    dt = w.dtype
     kv, kf, kg, ks = jr.split(key, 4)
     v = jr.uniform(kv, (batch,), dt, minval=-1.0, maxval=-1.0 / w)
     bound = w**2 - 1 if condition == "proof" else jnp.sqrt(w**2 - 1)

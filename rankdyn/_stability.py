@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -41,7 +42,7 @@ __all__ = [
 
 
 def _token_bases(x: Float[Array, "n d"]) -> Float[Array, "n d dm1"]:
-    """Per token an orthonormal ``(d, d-1)`` basis of the complement of ``x_i`` (Householder).
+    r"""Per token an orthonormal ``(d, d-1)`` basis of the complement of ``x_i`` (Householder).
 
     $H = I - 2 v v^\top / v^\top v$ with $v = u + \sigma e_1$, $u = x_i/\|x_i\|$,
     $\sigma = \mathrm{sign}(u_1)$ (never 0, so $\|v\|^2 = 2 + 2|u_1| \ge 2$): $H e_1 = -\sigma u$, so
@@ -75,6 +76,11 @@ def _layer_map(layer: SelfAttentionLayer, t):
 
 def layer_jacobian(layer: SelfAttentionLayer, x: Float[Array, "n d"], t=0) -> Float[Array, "nd nd"]:
     r"""The full Jacobian $DF(X) \in \mathbb R^{nd\times nd}$ of ``X -> layer(X, t)[0]`` (row-major vec)."""
+    return _jacobian(layer, x, t)
+
+
+@eqx.filter_jit
+def _jacobian(layer, x, t):
     n, d = x.shape
     with jax.default_matmul_precision("highest"):
         jac = jax.jacfwd(_layer_map(layer, t))(x)
@@ -115,9 +121,14 @@ def tangent_jacobian(
     Returns:
         ``(n*(d-1), n*(d-1))`` in the tangent space, or ``(n*d, n*d)`` in the full space.
     """
-    jac = layer_jacobian(layer, x, t)
     if not _use_tangent(layer, space):
-        return jac
+        return layer_jacobian(layer, x, t)
+    return _tangent_jacobian(layer, x, t)
+
+
+@eqx.filter_jit
+def _tangent_jacobian(layer, x, t):
+    jac = _jacobian(layer, x, t)
     b = tangent_basis(x)
     hi = jax.lax.Precision.HIGHEST
     return jnp.matmul(b.T, jnp.matmul(jac, b, precision=hi), precision=hi)
@@ -248,9 +259,14 @@ def stability(
     """
     x = jnp.asarray(x)
     jac = np.asarray(tangent_jacobian(layer, x, t, space=space), dtype=np.float64)
-    residual = float(jnp.linalg.norm(layer(x, t)[0] - x))
+    residual = float(_residual(layer, x, t))
     eigs = block_eigvals(jac, x.shape[0]) if jac.size else np.zeros(0, complex)
     return _report(eigs, residual, "tangent" if _use_tangent(layer, space) else "full", tol, cluster)
+
+
+@eqx.filter_jit
+def _residual(layer, x, t):
+    return jnp.linalg.norm(layer(x, t)[0] - x)
 
 
 def block_eigvals(jac: np.ndarray, num_tokens: int) -> np.ndarray:
