@@ -6,6 +6,8 @@ All samplers take an explicit ``key`` and return ``(n, d)``, or ``(batch, n, d)`
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -40,7 +42,7 @@ def _one(key, kind, n, d, dtype, common_weight):
 
 
 def initial_tokens(
-    key: PRNGKeyArray, kind: str, n: int, d: int, batch: int | None = None, *, dtype=None,
+    key: PRNGKeyArray, kind: str, n: int, d: int, batch: int | tuple[int, ...] | None = None, *, dtype=None,
     common_weight: float = 1.0,
 ) -> Float[Array, "*batch n d"]:
     """Sample initial tokens.
@@ -49,7 +51,7 @@ def initial_tokens(
         kind: ``gaussian`` (i.i.d. N(0, 1)), ``sphere`` (uniform on S^{d-1}), ``nonneg`` (uniform on
             the positive orthant of the sphere, so all cosines are >= 0), ``bert`` (centred
             LayerNorm of Gaussian embeddings sharing a common direction; token norm sqrt(d)).
-        batch: number of independent samples (leading axis), or None for a single ``(n, d)``.
+        batch: number of independent samples (or a tuple of batch axes), or None for one ``(n, d)``.
         common_weight: for ``bert``, the weight of the shared direction (cosines ~ w^2/(1+w^2)).
     """
     if kind not in X0_NAMES:
@@ -59,4 +61,7 @@ def initial_tokens(
     dtype = jnp.zeros((), dtype if dtype is not None else float).dtype
     if batch is None:
         return _one(key, kind, n, d, dtype, common_weight)
-    return jax.vmap(lambda k: _one(k, kind, n, d, dtype, common_weight))(jr.split(key, batch))
+    shape = (batch,) if isinstance(batch, int) else tuple(batch)
+    keys = jr.split(key, math.prod(shape))
+    xs = jax.vmap(lambda k: _one(k, kind, n, d, dtype, common_weight))(keys)
+    return xs.reshape(shape + (n, d))

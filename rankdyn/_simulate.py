@@ -23,6 +23,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from ._layer import SelfAttentionLayer
 from ._metrics import collapse_metrics
+from ._sharding import map_sharded, resolve_mesh
 
 __all__ = ["simulate", "Trajectory"]
 
@@ -68,7 +69,9 @@ class Trajectory(eqx.Module):
 
 
 def _observe_default(rank_tol):
-    return lambda x: collapse_metrics(x, rank_tol)
+    # A pytree (not a fresh lambda) so that a second call, or another rank_tol, reuses the
+    # compiled program: the function is static, rank_tol is a traced leaf.
+    return jax.tree_util.Partial(collapse_metrics, rank_tol=jnp.asarray(rank_tol))
 
 
 def _run_blocks(layer, observe, save_states, save_every, x, key, block0, num_blocks):
@@ -92,15 +95,46 @@ def _run_blocks(layer, observe, save_states, save_every, x, key, block0, num_blo
     return lax.scan(one_block, (x, jnp.array(False)), blocks)
 
 
+#: Trajectories per vmapped chunk are chosen so one chunk's token matrices take about this many
+#: bytes: a chunk's working set then stays in a core's cache across the ~10 passes of a layer,
+#: which measured 1.3x (CPU time) to 3x (wall, busy machine) faster than one batch of 4096.
+_CHUNK_BYTES = 2**21
+
+
+def _auto_chunk(num, n, d, itemsize, backend):
+    if backend != "cpu":
+        return num  # accelerators want the widest batch
+    return max(1, min(num, _CHUNK_BYTES // (n * d * itemsize)))
+
+
+def _map_batch(fn, xs, chunk):
+    """``vmap(fn)`` over the leading axis, run sequentially in chunks of ``chunk`` members."""
+    num = jax.tree.leaves(xs)[0].shape[0]
+    if chunk >= num:
+        return jax.vmap(fn)(xs)
+    return lax.map(fn, xs, batch_size=chunk)
+
+
 @eqx.filter_jit
-def _chunk(layer, observe, save_states, save_every, x, keys, block0, num_blocks):
-    run = lambda x1, k1: _run_blocks(layer, observe, save_states, save_every, x1, k1, block0, num_blocks)
-    flat_x = x.reshape((-1,) + x.shape[-2:])
-    if keys is None:
-        (xf, bad), saved = jax.vmap(lambda x1: run(x1, None))(flat_x)
+def _chunk(layer, observe, save_states, save_every, x, keys, block0, num_blocks, chunk, mesh):
+    def local(model, batched):
+        layer_, observe_, block0_ = model
+        run = lambda x1, k1: _run_blocks(layer_, observe_, save_states, save_every, x1, k1, block0_, num_blocks)
+        if len(batched) == 1:
+            (xf, bad), saved = _map_batch(lambda x1: run(x1[0], None), batched, chunk)
+        else:
+            (xf, bad), saved = _map_batch(lambda xk: run(*xk), batched, chunk)
+        finite = jax.vmap(lambda s: jnp.all(jnp.isfinite(s)))(xf)
+        return xf, bad, finite, saved
+
+    flat = (x.reshape((-1,) + x.shape[-2:]),)
+    if keys is not None:
+        flat = flat + (keys.reshape((-1,) + keys.shape[-1:]) if keys.ndim > 1 else keys[None],)
+    model = (layer, observe, block0)
+    if mesh is None:
+        xf, bad, finite, saved = local(model, flat)
     else:
-        (xf, bad), saved = jax.vmap(run)(flat_x, keys.reshape((-1,) + keys.shape[-1:]) if keys.ndim > 1 else keys[None])
-    finite = jax.vmap(lambda s: jnp.all(jnp.isfinite(s)))(xf)
+        xf, bad, finite, saved = map_sharded(local, mesh, model, flat)
     return xf.reshape(x.shape), bad.reshape(x.shape[:-2]), finite.reshape(x.shape[:-2]), saved
 
 
@@ -151,6 +185,8 @@ def simulate(
     rank_tol: float = 1e-6,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
+    chunk_size: int | None = None,
+    devices=None,
 ) -> Trajectory:
     r"""Iterate ``layer`` for ``num_layers`` layers from ``x0`` and record metrics.
 
@@ -163,11 +199,18 @@ def simulate(
         num_layers: depth T; must be a multiple of ``save_every``.
         save_every: record metrics (and states) every k layers (layer 0 is always recorded).
         save_states: also return the token matrices at the saved layers (memory grows with T).
-        observe: ``x -> dict of scalars`` computed at saved layers; default: every metric of
-            `rankdyn.collapse_metrics` (mu, cosines, singular values, ranks ...).
+        observe: ``x -> dict of arrays`` computed at saved layers; default: every metric of
+            `rankdyn.collapse_metrics` (mu, cosines, singular values, ranks ...). Pass the same
+            function object on repeated calls: a new lambda each time means a new compilation.
         rank_tol: relative tolerance of the numerical rank in the default metrics.
         key: PRNG key, required when the layer uses dropout (one stream per trajectory).
         progress: show a progress bar (the run is split into ~20 compiled chunks).
+        chunk_size: trajectories advanced together (vmapped) at a time; the batch is walked in
+            chunks of this size. Default: about 2 MiB of tokens per chunk on CPU (cache-sized),
+            the whole batch on accelerators. Results do not depend on it beyond rounding.
+        devices: split the batch over devices (`jax.sharding`, mesh axis ``"batch"``): None
+            (default) runs on the default device; ``"all"``, an int k (first k devices), a list
+            of devices or a `rankdyn.batch_mesh`. Any batch size works (padded internally).
 
     Returns:
         A `Trajectory`.
@@ -185,6 +228,14 @@ def simulate(
     if key is not None:
         keys = jr.split(key, math.prod(batch_shape)) if batch_shape else key
     num_blocks = num_layers // save_every
+    mesh = resolve_mesh(devices)
+    num = math.prod(batch_shape)
+    if chunk_size is None:
+        share = -(-num // (1 if mesh is None else mesh.devices.size))
+        backend = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
+        chunk_size = _auto_chunk(max(share, 1), layer.num_tokens, layer.dim, x0.dtype.itemsize, backend)
+    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}.")
 
     first = _observe_batch(observe, x0)
     x, bad = x0, jnp.zeros(batch_shape, bool)
@@ -199,7 +250,9 @@ def simulate(
     b = 0
     while b < num_blocks:
         nb = min(chunk, num_blocks - b)
-        x, bad_c, fin_c, saved = _chunk(layer, observe, save_states, save_every, x, keys, jnp.asarray(b), nb)
+        x, bad_c, fin_c, saved = _chunk(
+            layer, observe, save_states, save_every, x, keys, jnp.asarray(b), nb, int(chunk_size), mesh
+        )
         bad, finite = bad | bad_c, finite & fin_c
         pieces.append(saved)
         b += nb
