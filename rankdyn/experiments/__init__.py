@@ -108,7 +108,7 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
     for name in names:
         if bar is not None:
             bar.set_postfix_str(name)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             mod = importlib.import_module(TARGETS[name])
             res = _check_result(name, mod.run(out, quick=quick, seed=seed))
@@ -121,6 +121,7 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
                 "traceback": traceback.format_exc(),
             }
         res["runtime_s"] = time.perf_counter() - t0
+        res["cpu_s"] = time.process_time() - c0  # all threads; wall >> cpu/cores means a busy machine
         res["provenance"] = provenance()
         write_json(out / f"{name}.json", res)
         results[name] = res
@@ -200,7 +201,7 @@ def render_target(res: dict) -> str:
     if "traceback" in res:
         lines += ["```", res["traceback"].rstrip(), "```", ""]
     if "runtime_s" in res:
-        lines += [f"*Runtime: {res['runtime_s']:.1f} s.*", ""]
+        lines += [f"*Runtime: {res['runtime_s']:.1f} s wall, {res.get('cpu_s', float('nan')):.1f} s CPU.*", ""]
     return "\n".join(lines)
 
 
@@ -220,14 +221,15 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         f"Mode: {'**quick** (reduced sizes; see each target)' if quick else 'full'}; seed {seed}; "
         f"total runtime {runtime_s:.1f} s.",
         "",
-        "| target | verdict | runtime (s) | claim |",
-        "|---|---|---|---|",
+        "| target | verdict | wall (s) | CPU (s) | claim |",
+        "|---|---|---|---|---|",
     ]
     for name, res in results.items():
         claim = " ".join(str(res.get("claim", "")).split())
         if len(claim) > 140:
             claim = claim[:137] + "..."
-        lines.append(f"| [`{name}`](#{name}) | {res['verdict']} | {res.get('runtime_s', float('nan')):.1f} | {claim} |")
+        lines.append(f"| [`{name}`](#{name}) | {res['verdict']} | {res.get('runtime_s', float('nan')):.1f} | "
+                     f"{res.get('cpu_s', float('nan')):.1f} | {claim} |")
     counts = {v: sum(r["verdict"] == v for r in results.values()) for v in VERDICTS + ("error",)}
     lines += ["", "Verdicts: " + ", ".join(f"{k}: {v}" for k, v in counts.items() if v), ""]
     lines += ["Provenance:", "", "```json", json.dumps(prov, indent=1), "```", ""]

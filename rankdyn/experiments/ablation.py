@@ -1,0 +1,136 @@
+r"""Target ``ablation``: masks x LayerNorm x skip x MLP at BERT-like random init (paper Fig. 2 and 6).
+
+Five variants (SAN, SAN+skip, SAN+LN, SAN+skip+LN, full block with MLP) x four masks, depth
+128 (paper Fig. 6), with per-layer BERT-like random weights, 12 heads and $W_O$; the
+12-layer view (Fig. 2) is the first 12 layers of the same runs (with i.i.d. per-layer weights
+a 12-layer model has exactly the distribution of this prefix). The LN variants also run with
+dropout 0.1 (the HF default in train mode), the switch SPEC §6.7 found decisive.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import _common as C
+
+NAME = "ablation"
+CLAIM = (
+    "Paper Fig. 2 and Fig. 6 (random init): in pure self-attention networks mu -> 0 exponentially for every mask, "
+    "more local masks more slowly; adding LayerNorm keeps mu stable well above 0; skip connections alone make mu "
+    "unstable; the full transformer block keeps mu relatively stable. Holds at depth 12 and 128."
+)
+
+SHALLOW = 12
+
+
+def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
+    from ..plotting import plot_band_panels, save_figure
+
+    out = Path(out)
+    res = C.ablation_runs(quick, seed, size)
+    layers, runs, setting = res["layers"], res["runs"], res["setting"]
+    depth = setting["depth"]
+    shallow = min(SHALLOW, depth)
+    masks = C.PAPER_MASKS
+    dropouts = sorted({p for _, p in runs})
+
+    summary, figs = {}, []
+    for p in dropouts:
+        panels = {}
+        for (label, q), r in runs.items():
+            if q != p:
+                continue
+            ok_all = ~r["nonfinite"]
+            panels[label] = {}
+            for i, m in enumerate(masks):
+                b = C.band(r["metrics"]["mu"][i], ok_all[i])
+                panels[label][C.MASK_LABELS[m]] = b
+                summary[f"{label}|{m}|{p:g}"] = {
+                    "variant": label, "mask": m, "dropout": p,
+                    "mu_0": float(b["mean"][0]), f"mu_{shallow}": float(b["mean"][shallow]),
+                    f"mu_{depth}": float(b["mean"][depth]),
+                    f"ratio_{shallow}": float(b["mean"][shallow] / b["mean"][0]),
+                    f"ratio_{depth}": float(b["mean"][depth] / b["mean"][0]),
+                    "max_ratio": float(np.max(b["mean"]) / b["mean"][0]),
+                    "cv_last_quarter": float(np.mean(b["std"][-(depth // 4):] / np.maximum(b["mean"][-(depth // 4):], 1e-300))),
+                    "nonfinite": int(np.sum(r["nonfinite"][i])), "degenerate_ln": int(np.sum(r["degenerate"][i])),
+                }
+        for view in (depth, shallow):
+            fig = plot_band_panels(layers, panels, ncols=3, xmax=view,
+                                   suptitle=f"mu vs layer, depth {view}, dropout {p:g}, n={setting['n']}, d={setting['d']}, "
+                                            f"{setting['heads']} heads, {setting['batch']} samples")
+            figs.append(save_figure(fig, out / f"ablation_depth{view}_dropout{p:g}.png"))
+
+    def get(v, m, p, key):
+        return summary[f"{v}|{m}|{p:g}"][key]
+
+    rd, rs = f"ratio_{depth}", f"ratio_{shallow}"
+    c1 = all(get("SAN", m, 0.0, rd) < 1e-2 and get("SAN", m, 0.0, rs) < 0.5 for m in masks)
+    mu_s = {m: get("SAN", m, 0.0, f"mu_{shallow}") for m in masks}
+    c2 = bool(mu_s["complete"] < mu_s["window"] < mu_s["window-uni"] and mu_s["causal"] < mu_s["window-uni"])
+    c5 = all(get("SAN+skip", m, 0.0, rd) > 0.1 for m in masks)
+
+    def ln_checks(p):
+        c3 = all(get(v, m, p, rd) > 0.1 for v in ("SAN+LN", "SAN+skip+LN") for m in masks)
+        c4 = all(0.1 < get("full", m, p, rd) < 10 for m in masks)
+        return bool(c3), bool(c4)
+
+    c34 = {p: ln_checks(p) for p in dropouts}
+    checks = {
+        "c1_SAN_collapses_all_masks": bool(c1), f"c2_SAN_locality_ordering_layer_{shallow}": c2,
+        "c5_skip_only_no_collapse": bool(c5),
+        **{f"c3_LN_variants_no_collapse_dropout_{p:g}": c34[p][0] for p in dropouts},
+        **{f"c4_full_block_stable_dropout_{p:g}": c34[p][1] for p in dropouts},
+    }
+    no_drop = c1 and c2 and c5 and all(c34[0.0])
+    with_drop = c1 and c2 and c5 and any(all(c34[p]) for p in dropouts if p > 0)
+    verdict = "reproduced" if no_drop else ("partially" if with_drop or c1 else "not reproduced")
+
+    hdr = ("| variant | mask | dropout | mu layer 0 | mu layer %d | mu layer %d | mu %d / mu 0 | max mu / mu 0 |"
+           % (shallow, depth, depth))
+    rows = [hdr, "|" + "---|" * 8]
+    for v in summary.values():
+        rows.append(f"| {v['variant']} | {C.MASK_LABELS[v['mask']]} | {v['dropout']:g} | {v['mu_0']:.3g} | "
+                    f"{v[f'mu_{shallow}']:.3g} | {v[f'mu_{depth}']:.3g} | {v[rd]:.3g} | {v['max_ratio']:.3g} |")
+    failed_ln = {f"{v}|{m}": get(v, m, 0.0, rd) for v in ("SAN+LN", "SAN+skip+LN", "full") for m in masks
+                 if not get(v, m, 0.0, rd) > 0.1}
+    notes = (
+        "Random-init weights are U(+-1/sqrt(fan_in)) (std ~0.0208, BERT uses N(0, 0.02)); no biases, LN gain 1 and "
+        "bias 0, synthetic BERT-like inputs (no pretrained models or Wikipedia text offline). In the SAN the decay of "
+        "mu is largely norm shrinkage (each W_V W_O multiplies token norms by ~0.3): compare row norms in the JSON "
+        "of geometry. "
+    )
+    if failed_ln:
+        notes += (
+            "Without dropout, LN does not prevent collapse for: "
+            + ", ".join(f"{k} (mu_T/mu_0 = {v:.2g})" for k, v in failed_ln.items())
+            + ". This matches our earlier re-simulation (SPEC §6.7): with centred LN and no dropout the complete "
+              "mask collapses at random init; "
+        )
+        for p in dropouts:
+            if p > 0:
+                notes += f"with dropout {p:g} the LN checks are c3 = {c34[p][0]}, c4 = {c34[p][1]}. "
+        notes += ("The paper does not say whether its models ran in train mode; the 'stable level well above zero' "
+                  "may come from active dropout, real-text embeddings, or LN details it does not state.")
+    if not c2:
+        notes += f" SAN locality ordering at layer {shallow} failed: mu = {mu_s}."
+    if quick:
+        notes += (f" QUICK MODE: n={setting['n']}, d={setting['d']}, {setting['heads']} heads, {setting['batch']} "
+                  "samples (full: n=128, d=768, 12 heads).")
+    return {
+        "name": NAME, "claim": CLAIM,
+        "setting": {**setting, "shallow_view": shallow,
+                    "depth_12_model": f"first {shallow} layers of the depth-{depth} runs (same i.i.d. per-layer distribution)"},
+        "measured": {"checks": checks, "summary": summary, "masks": res["masks"]},
+        "verdict": verdict,
+        "criterion": (
+            f"c1: SAN mu_{depth}/mu_0 < 1e-2 and mu_{shallow}/mu_0 < 0.5 for all masks; c2: SAN at layer {shallow}: "
+            "mu(complete) < mu(window) < mu(uni window) and mu(causal) < mu(uni window); c5: SAN+skip mu_T/mu_0 > 0.1 "
+            "for all masks; c3: SAN+LN and SAN+skip+LN mu_T/mu_0 > 0.1 for all masks; c4: full block 0.1 < mu_T/mu_0 "
+            "< 10 for all masks. reproduced iff all hold without dropout; partially if they hold only with dropout "
+            "0.1, or if at least c1 holds; otherwise not reproduced."
+        ),
+        "figures": figs, "notes": notes, "markdown": "\n".join(rows),
+    }
