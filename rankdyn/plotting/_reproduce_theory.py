@@ -193,6 +193,45 @@ def plot_equilibria_ranks(results, *, path=None):
     return _finish(fig, path)
 
 
-def plot_positive_measure(results, *, path=None):
-    """Placeholder (filled in below)."""
-    raise NotImplementedError
+def plot_positive_measure(results: dict, *, path=None):
+    r"""Non-collapse fraction against the horizon (joint dynamics, Wilson 95% bars) and the
+    Lemma 13 frozen-token checks.
+
+    Arguments:
+        results: ``{"lemma": {(d, w): {condition: dict}}, "joint": {(n, d, w): {"random": ...,
+            "token1_at_e_d": ...}}, "spec_joint": {(n, d, w): fraction}}`` as built by
+            `rankdyn.experiments.positive_measure.run`.
+        path: save the figure here (and close it).
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(15, 4.3))
+    spec = results.get("spec_joint", {})
+    for key, res in results["joint"].items():
+        n, d, w = key
+        r = res["random"]
+        plot_fraction_vs_horizon(r["horizons"], r["fraction"], r["wilson95"], ax=ax0, label=f"N={n}, d={d}, w={w:g}")
+        if key in spec:
+            ax0.plot([20000], [spec[key]], "*", ms=9, color=ax0.lines[-1].get_color())
+        e = res["token1_at_e_d"]
+        plot_fraction_vs_horizon(e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=f"N={n}, d={d}, w={w:g}")
+    ax0.set_title("joint dynamics, uniform random inputs (stars: SPEC §5.6)")
+    ax0.legend(fontsize=7)
+    ax1.set_title("token 1 at e_d (exactly fixed), others random")
+    ax1.legend(fontsize=7)
+
+    labels, keep, over = [], [], []
+    for (d, w), res in results["lemma"].items():
+        for cond, r in res.items():
+            labels.append(f"d={d} w={w:g}\n{cond}")
+            keep.append(r["noncollapse"] / r["samples"])
+            over.append(r["invariance_violated_any_step"] / r["samples"])
+    x = np.arange(len(labels))
+    ax2.bar(x - 0.2, keep, width=0.4, label="keep rank 2 at T")
+    ax2.bar(x + 0.2, over, width=0.4, label="violate X_(2,d-1) <= -1/w at some step")
+    ax2.set_xticks(x, labels, fontsize=7)
+    ax2.set_ylim(0, 1.05)
+    ax2.set_title("Lemma 13 starts, token 1 at e_d (N = 2)")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    return _finish(fig, path)
