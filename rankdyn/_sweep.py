@@ -554,25 +554,25 @@ def _stack(trees):
 
 
 def _shard_samples(x0s):
-    """With several devices, place the sample axis of ``(cells, batch, n, d)`` across them.
+    """With several devices, split the sample axis of ``(cells, batch, n, d)`` across them.
 
-    Uses ``rankdyn._sharding`` (the performance issue's batch sharding) when that module
-    exists; otherwise a one-axis ``jax.sharding`` mesh over the samples. Results are the same
-    as on one device: samples are independent.
+    Uses the batch mesh of ``rankdyn._sharding`` (the performance issue's sharding) when that
+    module is present, else an equivalent one-axis ``jax.sharding`` mesh. Samples are
+    independent, so the results equal those of one device. Batches that the device count does
+    not divide stay on one device.
     """
     devices = jax.devices()
     if len(devices) < 2 or x0s.shape[1] % len(devices):
         return x0s
-    if importlib.util.find_spec("rankdyn._sharding") is not None:
-        from . import _sharding
-
-        shard = getattr(_sharding, "shard_batch", None)
-        if callable(shard):
-            return shard(x0s, axis=1)
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    mesh = Mesh(np.asarray(devices), ("batch",))
-    return jax.device_put(x0s, NamedSharding(mesh, PartitionSpec(None, "batch")))
+    if importlib.util.find_spec("rankdyn._sharding") is not None:
+        from ._sharding import BATCH_AXIS, batch_mesh
+
+        mesh, axis = batch_mesh(), BATCH_AXIS
+    else:
+        mesh, axis = Mesh(np.asarray(devices), ("batch",)), "batch"
+    return jax.device_put(x0s, NamedSharding(mesh, PartitionSpec(None, axis)))
 
 
 def _compute_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: int) -> dict[str, np.ndarray]:
@@ -589,6 +589,7 @@ def _compute_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: 
     m = len(cells)
     ok = np.asarray(finite)[:m]
     out = {"cells": np.asarray(cells, dtype=np.int64),
+           "num_devices": np.asarray(len(x0s.sharding.device_set), dtype=np.int64),
            "nonfinite": (~ok).sum(axis=1).astype(np.int64),
            "degenerate": np.asarray(bad)[:m].sum(axis=1).astype(np.int64)}
     for k, v in series.items():
@@ -784,7 +785,8 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
             ``(A...)``, the mask graph of each cell (SPEC §3).
     Cells with fewer layers (or samples) than the largest are padded with NaN.
     Attributes: ``config`` (TOML text), ``config_hash``, ``normalized_config`` (JSON),
-    ``provenance`` (JSON: versions, device, time), ``dtype``, ``name``, ``description``.
+    ``versions`` (JSON), ``provenance`` (JSON: device, time of the first run), ``devices_per_chunk``
+    (JSON: over how many devices each chunk's samples were sharded), ``dtype``, ``name``, ``description``.
     """
     import xarray as xr
 
@@ -800,11 +802,13 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     series = {k: np.full((ncell, len(layer_coord), 2), np.nan) for k in names}
     finals = {k: np.full((ncell, max_batch), np.nan) for k in cfg.final}
     counts = {k: np.zeros(ncell, np.int64) for k in ("nonfinite", "degenerate")}
+    devices_per_chunk = []
     for i in range(len(plan.chunks)):
         data = _load_chunk(_chunk_path(out, i), cfg)
         if data is None:
             raise ValueError(f"chunk {i} of the sweep in {str(out)!r} is missing; run with --resume to complete it.")
         cells = data["cells"]
+        devices_per_chunk.append(int(data["num_devices"]))
         for k in names:
             v = data[f"series/{k}"]
             series[k][cells, : v.shape[1]] = v
@@ -828,8 +832,8 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         graph["quasi_strongly_connected"][flat] = info.quasi_strongly_connected
         graph["num_centers"][flat] = info.num_centers
         mean_mu = series["mu"][flat, :, 0]
-        # Leave out the round-off floor: points below 1e4 machine epsilons of mu at layer 0.
-        floor = 1e4 * np.finfo(_dtype_of(cfg, out)).eps * (mean_mu[0] if np.isfinite(mean_mu[0]) else 0.0)
+        # Leave out the round-off floor: points below 100 machine epsilons of mu at layer 0.
+        floor = 1e2 * np.finfo(_dtype_of(cfg, out)).eps * (mean_mu[0] if np.isfinite(mean_mu[0]) else 0.0)
         rate[flat] = fit_rate(layer_coord, mean_mu, start=cfg.rate_start, stop=cfg.rate_stop, floor=floor)
 
     coords = {k: _coord(v) for k, v in cfg.axes.items()}
@@ -852,6 +856,7 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         "normalized_config": json.dumps(to_jsonable(cfg.normalized()), sort_keys=True),
         "dtype": manifest["dtype"],
         "provenance": json.dumps(manifest["provenance"], sort_keys=True),
+        "devices_per_chunk": json.dumps(devices_per_chunk),
         "versions": json.dumps(manifest["versions"], sort_keys=True),
         "per_layer_metrics": ",".join(names),
         "final_metrics": ",".join(cfg.final),

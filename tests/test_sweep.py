@@ -1,0 +1,177 @@
+"""`rankdyn sweep`: validation before compute, one compile per structural group, exact resume
+after SIGKILL, refusal to mix configs, and agreement with `rankdyn.simulate` (reference)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import equinox as eqx
+import jax.random as jr
+import numpy as np
+import pytest
+import xarray as xr
+
+import rankdyn as rd
+from rankdyn import _sweep
+from rankdyn.cli import main as cli_main
+
+TINY = """
+name = "tiny"
+[axes]
+dqk = [0.25, 1.0, 4.0, 16.0, 64.0]
+seed = [0, 1]
+[fixed]
+mask = "causal"
+n = 5
+d = 4
+layers = 6
+batch = 4
+save_every = 2
+[observe]
+per_layer = ["mu", "mu_normalized", "min_cos"]
+final = ["mu", "num_rank"]
+[run]
+chunk_trajectories = 8
+"""
+
+
+def _cfg(text=TINY, **replace):
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    return rd.load_sweep_config(text)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("seed = [0, 1]", "seed = [0, 1]\nfoo = [1, 2]"), "unknown axis 'foo'"),
+        (("seed = [0, 1]", "seed = []"), "[axes] seed: empty axis"),
+        (("dqk = [0.25,", "dqk = [0.0,"), "[axes] dqk = 0.0: must be > 0"),
+        (('mask = "causal"', 'mask = "window"\nwindow = 5'), "[fixed] window = 5 is not smaller than [fixed] n = 5"),
+        (("seed = [0, 1]", 'seed = [0, 1]\nmask = ["window", "diagonal"]'), "unknown value 'diagonal'"),
+        (('mask = "causal"', 'mask = "causal"\nvalue = "jordan"\njordan_k = 9'), "[fixed] jordan_k = 9"),
+        (("n = 5", "n = 5\nbatchsize = 3"), "unknown parameter 'batchsize' in [fixed]"),
+        (("n = 5", "n = [5, 6]"), "[fixed] n: a fixed parameter is one value"),
+        (('final = ["mu", "num_rank"]', 'final = ["rank"]'), "[observe] final: unknown metric 'rank'"),
+        (("layers = 6", "layers = 5"), "[fixed] layers = 5 is not a multiple of [fixed] save_every = 2"),
+    ],
+)
+def test_validation_names_key_and_value(edit, message):
+    with pytest.raises(ValueError) as err:
+        _cfg(**{edit[0]: edit[1]})
+    assert message in str(err.value)
+
+
+def test_window_axis_wider_than_n_and_jordan_larger_than_d():
+    with pytest.raises(ValueError, match=r"\[axes\] window = 7 is not smaller than \[axes\] n = 6"):
+        _cfg(**{"seed = [0, 1]": 'seed = [0, 1]\nwindow = [1, 7]\nn = [6, 8]', 'mask = "causal"': 'mask = "window"',
+                "n = 5\n": ""})
+    with pytest.raises(ValueError, match=r"\[axes\] jordan_k = 5: a Jordan block larger than \[fixed\] d = 4"):
+        _cfg(**{"seed = [0, 1]": "seed = [0, 1]\njordan_k = [2, 5]", 'mask = "causal"': 'value = "jordan"'})
+
+
+def test_cli_rejects_bad_config_before_compute(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TINY.replace("dqk = [0.25,", "dqk = [-1.0,"))
+    out = tmp_path / "out"
+    assert cli_main(["sweep", str(bad), "--out", str(out)]) == 2
+    assert "[axes] dqk = -1.0" in capsys.readouterr().err
+    assert not out.exists()  # nothing was created, let alone computed
+
+
+@pytest.mark.slow
+def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypatch):
+    cfg = _cfg()
+    plan = rd.sweep_plan(cfg)
+    assert len(plan.groups) == 1 and len(plan.chunks) == 5  # 10 cells, 2 per chunk
+    # The group's program may be traced once only, however many temperatures, seeds and chunks.
+    once = eqx.filter_jit(eqx.debug.assert_max_traces(_sweep._program_impl, max_traces=1))
+    monkeypatch.setattr(_sweep, "_jit_program", once)
+    ds = rd.run_sweep(cfg, tmp_path / "a", progress=False)
+    assert ds["mu"].dims == ("dqk", "seed", "layer", "stat")
+    assert list(ds["dqk"].values) == [0.25, 1.0, 4.0, 16.0, 64.0]
+    # The temperature reaches the dynamics: final mu differs between temperatures.
+    final_mu = ds["mu"].sel(stat="mean").isel(layer=-1).values
+    assert np.all(np.abs(np.diff(final_mu, axis=0)) > 1e-8)
+
+    # Reference: the same cell built eagerly and run by rankdyn.simulate.
+    for dqk, seed in ((4.0, 1), (0.25, 0)):
+        k_layer, k_x0, _ = jr.split(jr.PRNGKey(seed), 3)
+        layer = rd.make_layer(k_layer, n=5, d=4, mask="causal", dqk=dqk)
+        x0 = rd.initial_tokens(k_x0, "sphere", 5, 4, batch=4)
+        traj = rd.simulate(layer, x0, 6, save_every=2, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.min_cosine(x)})
+        ref = traj.summary()
+        cell = ds.sel(dqk=dqk, seed=seed)
+        for name in ("mu", "min_cos", "eps_min"):
+            np.testing.assert_allclose(cell[name].sel(stat="mean").values, ref[name]["mean"], rtol=1e-10, atol=1e-14)
+            np.testing.assert_allclose(cell[name].sel(stat="std").values, ref[name]["std"], rtol=1e-8, atol=1e-14)
+        np.testing.assert_allclose(cell["final_mu"].values, np.asarray(traj.metrics["mu"])[:, -1], rtol=1e-10)
+        assert float(cell["radius"]) == 1.0  # causal mask: token 0 is the center, r = 1
+
+    # Negative control: a shape-changing axis (d) needs a second program, and the counter sees it.
+    twice = eqx.filter_jit(eqx.debug.assert_max_traces(_sweep._program_impl, max_traces=1))
+    monkeypatch.setattr(_sweep, "_jit_program", twice)
+    with pytest.raises(RuntimeError):
+        rd.run_sweep(_cfg(**{"seed = [0, 1]": "d = [4, 6]", "d = 4\n": ""}), tmp_path / "b", progress=False)
+
+
+def _chunks(folder):
+    return sorted((folder / "chunks").glob("chunk_*.npz"))
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.replace("chunk_trajectories = 8", "chunk_trajectories = 4"))  # 10 chunks of 1 cell
+    cfg = rd.load_sweep_config(config)
+    assert len(rd.sweep_plan(cfg).chunks) == 10
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "rankdyn.cli", "sweep", str(config), "--out", str(out), "--x64", "--no-progress"]
+    # A pause after each chunk makes "after the first chunk, before the last" a wide window.
+    env = os.environ | {_sweep.PAUSE_ENV: "1.0"}
+    proc = subprocess.Popen(cmd + ["--no-plots"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not _chunks(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
+    done = {p.name: p.stat().st_mtime_ns for p in _chunks(out)}
+    assert 1 <= len(done) < 10 and not (out / "sweep.nc").exists()
+
+    # Resume on two (virtual CPU) devices: the samples are sharded, the numbers must not change.
+    two = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300, env=two)
+    assert res.returncode == 0, res.stderr
+    assert f"computed {10 - len(done)} chunk(s)" in res.stdout  # only the missing ones
+    assert all((out / "chunks" / name).stat().st_mtime_ns == t for name, t in done.items())
+    for png in ("mu_curves.png", "rate_heatmap.png", "final_rank.png"):
+        assert (out / png).stat().st_size > 0
+
+    full = rd.run_sweep(cfg, tmp_path / "full", progress=False)  # uninterrupted, same seeds (float64 here too)
+    resumed = xr.open_dataset(out / "sweep.nc", engine=_sweep.NETCDF_ENGINE).load()
+    diff = {k: float(np.nanmax(np.abs(resumed[k].values - full[k].values))) for k in ("mu", "eps_min", "final_mu")}
+    assert diff == {"mu": 0.0, "eps_min": 0.0, "final_mu": 0.0}, diff
+    xr.testing.assert_equal(resumed, full)  # exact equality of every value and coordinate
+    assert resumed.attrs["config"] == full.attrs["config"] == config.read_text()
+    assert resumed.attrs["config_hash"] == full.attrs["config_hash"]
+    per_chunk = json.loads(resumed.attrs["devices_per_chunk"])
+    assert per_chunk.count(1) == len(done) and per_chunk.count(2) == 10 - len(done)  # resumed chunks were sharded
+
+
+def test_changed_config_is_refused(tmp_path):
+    out = tmp_path / "out"
+    cfg = _cfg(**{"seed = [0, 1]": "seed = [0]", "dqk = [0.25, 1.0, 4.0, 16.0, 64.0]": "dqk = [1.0]"})
+    rd.run_sweep(cfg, out, progress=False)
+    changed = _cfg(**{"seed = [0, 1]": "seed = [0]", "dqk = [0.25, 1.0, 4.0, 16.0, 64.0]": "dqk = [2.0]"})
+    with pytest.raises(ValueError, match="holds a sweep with a different configuration"):
+        rd.run_sweep(changed, out, resume=True, progress=False)
+    with pytest.raises(ValueError, match="already holds this sweep; pass --resume"):
+        rd.run_sweep(cfg, out, progress=False)
+    # Same config, resumed when complete: nothing to compute, same dataset.
+    again = rd.run_sweep(cfg, out, resume=True, progress=False)
+    xr.testing.assert_equal(again, xr.open_dataset(out / "sweep.nc", engine=_sweep.NETCDF_ENGINE).load())
