@@ -30,8 +30,8 @@ class GraphInfo:
         quasi_strongly_connected: at least one center exists (Theorem 1's hypothesis).
         centers: indices (0-based) of the center nodes.
         radius: min over centers of the largest distance to any node; None without centers.
-        diameter: longest shortest path between mutually reachable pairs... if strongly
-            connected, else None (the diameter of a non-strongly-connected graph is infinite).
+        diameter: the longest shortest path if strongly connected, else None (some pair is
+            then unreachable and the diameter is infinite).
     """
 
     num_tokens: int
