@@ -102,3 +102,19 @@ from ._sweep import (
     run_sweep as run_sweep,
     sweep_plan as sweep_plan,
 )
+
+# Equilibrium search (issue 4): batched Gauss-Newton/LM + deflation, dedup modulo symmetries
+from ._equilibria import (
+    RESULTS as RESULTS,
+    EquilibriumClass as EquilibriumClass,
+    EquilibriumSolution as EquilibriumSolution,
+    deduplicate as deduplicate,
+    equilibrium_rank as equilibrium_rank,
+    equilibrium_residual as equilibrium_residual,
+    find_equilibria as find_equilibria,
+    symmetric_images as symmetric_images,
+    symmetry_group as symmetry_group,
+)
+
+# Performance at scale (issue 5): batch sharding over devices
+from ._sharding import batch_mesh as batch_mesh, shard_batch as shard_batch

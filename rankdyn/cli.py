@@ -12,7 +12,7 @@ import importlib
 import sys
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
-COMMANDS = ("simulate", "reproduce", "sweep")
+COMMANDS = ("simulate", "reproduce", "sweep", "equilibria")
 
 
 def build_parser() -> argparse.ArgumentParser:

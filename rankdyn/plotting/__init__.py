@@ -19,3 +19,4 @@ from ._reproduce_sim import (
     save_figure as save_figure,
 )
 from ._sweep import plot_sweep_mu as plot_sweep_mu, plot_sweep_rank as plot_sweep_rank, plot_sweep_rate as plot_sweep_rate
+from ._equilibria import plot_equilibria_moduli as plot_equilibria_moduli

@@ -1,0 +1,56 @@
+"""Figures for the equilibrium search (`rankdyn.find_equilibria`, ``rankdyn equilibria``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def plot_equilibria_moduli(
+    moduli: Sequence,
+    ranks: Sequence[int],
+    *,
+    closed_form: Sequence[bool] | None = None,
+    ax=None,
+    title: str | None = None,
+):
+    """Multiplier moduli |lambda| of each equilibrium, equilibria grouped by rank.
+
+    Arguments:
+        moduli: one list of eigenvalue moduli per equilibrium (tangent Jacobian).
+        ranks: the rank of each equilibrium.
+        closed_form: optional flags; equilibria matching a paper closed form are drawn as
+            filled dots, the others as open circles.
+        ax: a matplotlib axes (a new figure if None).
+        title: optional title.
+
+    Returns:
+        The axes. The dashed line is |lambda| = 1 (above: expanding directions).
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(5.0, 0.12 * len(ranks) + 3), 4))
+    ranks = np.asarray(ranks)
+    order = np.argsort(ranks, kind="stable")
+    cf = np.ones(len(ranks), bool) if closed_form is None else np.asarray(closed_form, bool)
+    colors = plt.cm.viridis(np.linspace(0, 0.9, max(1, ranks.max(initial=1))))
+    for pos, i in enumerate(order):
+        m = np.asarray(moduli[i], float)
+        c = colors[ranks[i] - 1]
+        ax.scatter(np.full(m.shape, pos), np.maximum(m, 1e-6), s=10, color=c if cf[i] else "none",
+                   edgecolors=c, linewidths=0.8)
+    # Rank group boundaries and labels.
+    for k in np.unique(ranks):
+        idx = np.nonzero(ranks[order] == k)[0]
+        ax.axvspan(idx[0] - 0.5, idx[-1] + 0.5, color=colors[k - 1], alpha=0.08, lw=0)
+        ax.text((idx[0] + idx[-1]) / 2, 1.02, f"rank {k}", transform=ax.get_xaxis_transform(), ha="center",
+                fontsize=8)
+    ax.axhline(1.0, color="k", ls="--", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("equilibrium (grouped by rank; open = not a closed form)")
+    ax.set_ylabel("|eigenvalue| of the tangent Jacobian")
+    ax.set_xlim(-1, len(ranks))
+    if title:
+        ax.set_title(title, fontsize=9, pad=14)
+    return ax

@@ -1,0 +1,178 @@
+"""Equilibrium search: residuals, closed forms, status codes, deflation, dedup, one trace.
+
+Oracles: the paper's closed-form equilibria (SPEC §5.2), the exact symmetry X -> -X of the
+map, and the structural fact that the causal bidiagonal dynamics has rank-k equilibria only
+through "chain" steps (so every rank-n equilibrium is a closed form).
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import rankdyn as rd
+from rankdyn._equilibria import _distance
+
+N = D = 4
+W = 5.0
+
+
+def _layer(w=W, n=N, d=D, placement="post"):
+    return rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w), placement=placement)
+
+
+def _starts(key, batch, n=N, d=D):
+    return rd.initial_tokens(key, "sphere", n, d, batch=batch)
+
+
+@pytest.fixture(scope="module")
+def found():
+    """One batched solve shared by several tests (one compile). Start 0 is NaN."""
+    layer = _layer()
+    x0 = _starts(jr.PRNGKey(3), 128).at[0].set(jnp.nan)
+    return layer, x0, rd.find_equilibria(layer, x0)
+
+
+def test_residuals_and_statuses(found):
+    layer, x0, sol = found
+    assert sol.x.shape == x0.shape and sol.residual.shape == (128,) and sol.steps.shape == (128,)
+    # The NaN start is reported as non-finite and did not poison the batch.
+    assert sol.status[0] == "nonfinite" and np.isnan(np.asarray(sol.residual)[0])
+    ok = np.asarray(sol.successful)
+    assert ok[1:].mean() > 0.9
+    res = np.asarray(sol.residual)[ok]
+    assert res.max() < 1e-10
+    # The reported residual is the true one, recomputed independently.
+    for x, r in zip(np.asarray(sol.x)[ok][:5], res[:5]):
+        assert abs(float(rd.equilibrium_residual(layer, jnp.asarray(x))) - r) < 1e-13
+    # Post-LN equilibria lie on the spheres.
+    assert np.allclose(np.linalg.norm(np.asarray(sol.x)[ok], axis=-1), 1.0, atol=1e-12)
+    counts = sol.status_counts()
+    assert sum(counts.values()) == 128 and counts["successful"] == ok.sum() and counts["nonfinite"] == 1
+
+
+def test_found_equilibria_match_closed_forms(found):
+    layer, _, sol = found
+    ok = np.asarray(sol.successful)
+    group = rd.symmetry_group(layer)
+    assert group["sign"] and not group["all_permutations"] and len(group["permutations"]) == 1
+    classes = rd.deduplicate(np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], symmetries=group)
+    closed = [(k, np.asarray(x)) for k, x in rd.all_closed_form_equilibria(N, D, W)]
+    matched_ranks = set()
+    for c in classes:
+        dist = min(_distance(cx, c.x, group) for _, cx in closed)
+        rank = int(rd.equilibrium_rank(jnp.asarray(c.x)))
+        if dist < 5e-2:
+            k = [k for k, cx in closed if _distance(cx, c.x, group) < 5e-2][0]
+            assert rank == k  # the numerical rank agrees with the closed form's rank
+            matched_ranks.add(k)
+        # Structure (module docstring of _equilibria): rank-n equilibria are all closed forms.
+        if rank == N:
+            assert dist < 5e-2
+    assert 1 in matched_ranks  # the attractor all-tokens-at-(+-e_d) is always found
+    # Every class is a distinct equilibrium: representatives are far apart modulo symmetry.
+    for i, a in enumerate(classes):
+        for b in classes[i + 1 :]:
+            assert _distance(a.x, b.x, group) > 5e-2
+
+
+def test_rank_biased_search_reaches_full_rank_closed_form():
+    """target_rank=n: Adam with the rank penalty, then Newton; finds the rank-n closed forms."""
+    layer = _layer()
+    sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(11), 64), minimise_steps=200, target_rank=N)
+    ok = np.asarray(sol.successful)
+    ranks = np.asarray(sol.rank)[ok]
+    assert (ranks == N).any()
+    group = rd.symmetry_group(layer)
+    closed_full = [np.asarray(x) for k, x in rd.all_closed_form_equilibria(N, D, W) if k == N]
+    for x in np.asarray(sol.x)[ok][ranks == N]:
+        assert min(_distance(cx, x, group) for cx in closed_full) < 5e-2
+    assert np.asarray(sol.residual)[ok].max() < 1e-10
+
+
+def test_status_codes_and_bad_members():
+    layer = _layer()
+    x0 = _starts(jr.PRNGKey(5), 4).at[1].set(jnp.nan)
+    # Token 2 = -token 1: A X W_V has a zero row, so the LN is undefined (reported, never NaN).
+    x0 = x0.at[2, 1].set(-x0[2, 0])
+    sol = rd.find_equilibria(layer, x0, max_steps=0)
+    assert list(sol.status[1:3]) == ["nonfinite", "singular"]
+    sol = rd.find_equilibria(layer, x0, max_steps=2)
+    # Two Gauss-Newton steps cannot reach 1e-10 from a random start.
+    assert sol.status[0] == "max_steps_reached" and sol.status[1] == "nonfinite"
+    assert np.all(np.isfinite(np.asarray(sol.x)[[0, 2, 3]]))
+    with pytest.raises(Exception, match="did not converge"):
+        jax.block_until_ready(rd.find_equilibria(layer, x0, max_steps=2, throw=True).x)
+
+
+def test_deflation_finds_a_different_equilibrium(found):
+    layer, x0, first = found
+    ok = np.asarray(first.successful)
+    group = rd.symmetry_group(layer)
+    classes = rd.deduplicate(np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group)
+    known = np.concatenate([rd.symmetric_images(c.x, group) for c in classes])
+    # The 16 starts that, undeflated, went to already known equilibria (all of them did).
+    second = rd.find_equilibria(layer, x0[1:17], deflation=known, max_steps=200)
+    ok2 = np.asarray(second.successful)
+    assert ok2.sum() >= 1
+    assert np.asarray(second.residual)[ok2].max() < 1e-10
+    # Every deflated solve that converged found an equilibrium that is none of the known ones.
+    for x in np.asarray(second.x)[ok2]:
+        assert min(_distance(c.x, x, group) for c in classes) > 5e-2
+
+
+def test_dedup_merges_sign_and_permutation_copies(getkey):
+    x = np.asarray(_starts(getkey(), 3, n=5, d=3))
+    perm = np.array([2, 0, 4, 1, 3])
+    xs = np.stack([x[0], -x[0], x[0][perm], -x[0][perm] + 1e-4, x[1], x[2]])
+    res = np.array([1e-12, 2e-12, 3e-12, 1e-13, 1e-12, 1e-12])
+    complete = {"sign": True, "all_permutations": True, "permutations": []}
+    classes = rd.deduplicate(xs, res, symmetries=complete, tol=1e-3)
+    assert sorted(c.count for c in classes) == [1, 1, 4]
+    big = [c for c in classes if c.count == 4][0]
+    assert sorted(big.members.tolist()) == [0, 1, 2, 3] and big.residual == 1e-13
+    # Without symmetries (e.g. the causal mask without the sign) nothing merges.
+    none = {"sign": False, "all_permutations": False, "permutations": []}
+    assert len(rd.deduplicate(xs, res, symmetries=none, tol=1e-3)) == 6
+    # The complete-mask layer really is permutation- and sign-equivariant, and the group says so.
+    layer = rd.make_layer(getkey(), n=5, d=3, mask="complete", value="gaussian", qk="gaussian")
+    g = rd.symmetry_group(layer)
+    assert g["sign"] and g["all_permutations"]
+    assert not rd.symmetry_group(_layer())["all_permutations"]
+
+
+def test_unnormalised_map():
+    """placement='none': F(X) = A X W_V; with W_V = I every consensus X = 1 v^T is a fixed point."""
+    layer = rd.uniform_causal_layer(3, 3, jnp.eye(3), placement="none")
+    sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(2), 8, n=3, d=3))
+    ok = np.asarray(sol.successful)
+    assert ok.all()
+    x = np.asarray(sol.x)
+    assert np.allclose(x, x[:, :1, :], atol=1e-8)  # all tokens equal (rank-one consensus)
+
+
+def test_one_trace_for_several_value_matrices():
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def solve(layer, x0):
+        return rd.find_equilibria(layer, x0, max_steps=20)
+
+    x0 = _starts(jr.PRNGKey(0), 4, n=3, d=3)
+    for w in (3.0, 4.0, 6.0):
+        sol = solve(_layer(w, 3, 3), x0)
+        assert np.isfinite(np.asarray(sol.residual)).all()
+
+
+def test_bad_arguments():
+    layer = _layer()
+    with pytest.raises(ValueError, match="shape"):
+        rd.find_equilibria(layer, jnp.ones((2, 3, 3)))
+
+    with pytest.raises(ValueError, match="target_rank"):
+        rd.find_equilibria(layer, jnp.ones((2, N, D)), target_rank=N + 1, minimise_steps=5)
+    with pytest.raises(ValueError, match="minimise_steps"):
+        rd.find_equilibria(layer, jnp.ones((2, N, D)), target_rank=2)
+    with pytest.raises(ValueError, match="method"):
+        rd.find_equilibria(layer, jnp.ones((2, N, D)), method="newton")
