@@ -73,11 +73,17 @@ def _observe_nothing(x):
 
 
 def _observe_token2(x):
-    return {"x2": x[1]}
+    # Scalars only (Trajectory.metrics is typed as one scalar per saved layer).
+    return {"x21": x[1, 0], "x22": x[1, 1]}
 
 
 def _observe_joint(x):
-    return {"ratio": _sigma_ratio(x), "x2": x[1]}
+    return {"ratio": _sigma_ratio(x), "x21": x[1, 0], "x22": x[1, 1]}
+
+
+def _token2(metrics, idx):
+    """Token 2 at the saved-layer indices ``idx``: ``(..., len(idx), 2)``."""
+    return np.stack([np.asarray(metrics["x21"])[..., idx], np.asarray(metrics["x22"])[..., idx]], axis=-1)
 
 
 def _observe_ratio(x):
@@ -142,7 +148,7 @@ def basin_of_b(layer, ex: dict, step_deg: float, num_steps: int) -> dict:
     x1 = np.broadcast_to(np.array([0.0, 1.0]), x2.shape)
     x0 = jnp.asarray(np.stack([x1, x2], axis=-2))
     tr = simulate(layer, x0, num_steps, save_every=num_steps, observe=_observe_token2)
-    x2_end = np.asarray(tr.metrics["x2"][:, -1])
+    x2_end = _token2(tr.metrics, -1)
     d_b = np.linalg.norm(x2_end - np.asarray(ex["B"]), axis=-1)
     d_e = np.linalg.norm(x2_end - np.asarray(ex["e"]), axis=-1)
     outcome = np.where(d_b < 1e-8, 1, np.where(d_e < 1e-8, 0, -1))
@@ -192,7 +198,7 @@ def joint_noncollapse(layer, ex: dict, step_deg: float, horizons, save_every: in
     layers = np.asarray(tr.layers)
     idx = [int(np.flatnonzero(layers == h)[0]) for h in horizons]
     ratio = np.asarray(tr.metrics["ratio"])[..., idx]  # (n1, n2, H)
-    d_b = np.linalg.norm(np.asarray(tr.metrics["x2"])[..., idx, :] - np.asarray(ex["B"]), axis=-1)
+    d_b = np.linalg.norm(_token2(tr.metrics, idx) - np.asarray(ex["B"]), axis=-1)
     ok = ~np.asarray(tr.degenerate) & ~np.asarray(tr.nonfinite)
     nonc = (ratio > 1e-2) & ok[..., None]
     near_b = (d_b < 0.05) & ok[..., None]

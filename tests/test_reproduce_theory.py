@@ -1,0 +1,134 @@
+"""Tiny runs of the theory targets of ``rankdyn reproduce`` (counterexample-2d, equilibria-ranks,
+positive-measure): the result contract, and oracles from the paper's closed forms.
+"""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rankdyn as rd
+from rankdyn._io import to_jsonable
+from rankdyn.experiments import RESULT_KEYS, VERDICTS
+from rankdyn.experiments import counterexample_2d as ce
+from rankdyn.experiments import equilibria_ranks as er
+from rankdyn.experiments import positive_measure as pm
+
+
+def _check_contract(res, module, out):
+    assert set(RESULT_KEYS) <= set(res)
+    assert res["name"] == module.NAME
+    assert res["claim"] == module.CLAIM
+    assert res["verdict"] in VERDICTS
+    assert res["criterion"] and isinstance(res["notes"], str)
+    assert res["figures"]
+    for fig in res["figures"]:
+        assert (out / fig).stat().st_size > 1000
+    json.dumps(to_jsonable(res))  # everything is JSON-serialisable
+
+
+def test_counterexample_2d_tiny(tmp_path):
+    res = ce.run(tmp_path, quick=True, seed=0, tiny=True)
+    _check_contract(res, ce, tmp_path)
+    m = res["measured"]["w=2"]
+    step = res["setting"]["basin_step"]
+    # Oracle (SPEC §5.1): the basin of B is the single arc (theta_A, 270) with theta_A = 120 deg at w = 2.
+    assert m["basin_num_arcs"] == 1 and m["basin_undecided"] == 0
+    assert m["theta_A_deg"] == pytest.approx(120.0, abs=1e-12)
+    assert max(abs(e) for e in m["basin_boundary_error_deg"]) <= step / 2 + 1e-9
+    # Token 1's ratio grows by exactly w per step.
+    assert m["first_token_max_rel_increment_error"] < 1e-12
+    # Joint dynamics: a positive fraction keeps rank 2, far below the conditional basin's 150/360.
+    joint = res["measured"]["joint w=2"]
+    assert 0 < joint["noncollapse_fraction"][-1] < 150 / 360 / 2
+    assert res["verdict"] == "reproduced"
+
+
+def test_basin_points_on_both_sides_of_a():
+    """Starts just either side of A go to B (inside the arc) or to (0, 1) (outside)."""
+    with jax.enable_x64(True):
+        ex = rd._constructions.example_2d(3.0)
+        layer = rd._constructions.uniform_causal_layer(2, 2, ex["W_V"])
+        th = np.array([ex["theta_A"] - 0.01, ex["theta_A"] + 0.01, 269.99, 270.01])
+        x2 = ce._tokens(th)
+        x0 = jnp.asarray(np.stack([np.broadcast_to([0.0, 1.0], x2.shape), x2], axis=-2))
+        xf = np.asarray(rd.simulate(layer, x0, 600, save_states=True, save_every=600).states[:, -1, 1])
+    b, e = np.asarray(ex["B"]), np.array([0.0, 1.0])
+    np.testing.assert_allclose(xf[[1, 2]], np.stack([b, b]), atol=1e-10)
+    np.testing.assert_allclose(xf[[0, 3]], np.stack([e, e]), atol=1e-10)
+
+
+def test_equilibria_ranks_tiny(tmp_path):
+    res = er.run(tmp_path, quick=True, seed=0, tiny=True)
+    _check_contract(res, er, tmp_path)
+    m = res["measured"]["N=d=4, w=4"]
+    for k in range(1, 5):
+        e = m[f"k={k}"]
+        assert e["count"] == e["distinct"] == 2**k
+        assert e["max_residual"] < 1e-12
+        assert e["ranks"] == [k]
+    # App. F.2 bound for the full-rank ones: 4 / (4 - 3/16).
+    assert m["full_rank_bound"] == pytest.approx(4 / (4 - 3 / 16))
+    assert m["full_rank_stable_rank_max"] <= m["full_rank_bound"]
+    # SPEC §5.3 worked example: SRank 1.2042 for N = d = 5, w = 2.
+    assert res["measured"]["spec_worked_example_N5_w2"]["stable_rank"] == pytest.approx(1.2042, abs=5e-5)
+    assert res["verdict"] == "reproduced"
+
+
+def test_batched_stability_matches_stability():
+    """The vmapped multipliers of `analyse` equal `rankdyn._stability.stability` point by point."""
+    from rankdyn._constructions import uniform_causal_layer
+    from rankdyn._stability import stability
+
+    with jax.enable_x64(True):
+        r = er.analyse(3, 3, 3.0)
+        layer = uniform_causal_layer(3, 3, rd.bidiagonal(3, 3.0))
+        for j in (0, len(r["k"]) - 1, int(np.flatnonzero(r["k"] == 2)[0])):
+            rep = stability(layer, jnp.asarray(r["states"][j]), tol=1e-6)
+            assert rep.classification == r["classification"][j]
+            assert rep.spectral_radius == pytest.approx(r["spectral_radius"][j], rel=1e-9)
+            assert rep.unstable_dims == r["unstable_dims"][j]
+
+
+def test_positive_measure_tiny(tmp_path):
+    res = pm.run(tmp_path, quick=True, seed=0, tiny=True)
+    _check_contract(res, pm, tmp_path)
+    lem = next(v for k, v in res["measured"].items() if k.startswith("lemma13 d=3, w=2"))
+    # Lemma 13 at d = 3 (SPEC §5.4: no violations): every start keeps X_(2,d-1) <= -1/w and rank 2.
+    assert lem["paper"]["noncollapse"] == lem["paper"]["samples"]
+    assert lem["paper"]["invariance_violated_any_step"] == 0
+    assert lem["paper"]["token1_stayed_at_e_d"]
+    for k, v in res["measured"].items():
+        if k.startswith("joint"):
+            lo, hi = v["random_wilson95"][-1]
+            assert lo <= v["random_fraction"][-1] <= hi
+
+
+def test_lemma13_track_matches_states():
+    """The per-step running max equals the max over a saved trajectory (reference: simulate)."""
+    from rankdyn._constructions import lemma13_sample, uniform_causal_layer
+
+    with jax.enable_x64(True):
+        d, w, steps = 4, 3.0, 12
+        layer = uniform_causal_layer(2, d, rd.bidiagonal(d, w))
+        x0 = lemma13_sample(jax.random.PRNGKey(1), d, w, 16)
+        xf, first, mx = pm.lemma13_track(layer, x0, steps, d - 2)
+        st = np.asarray(rd.simulate(layer, x0, steps, save_states=True, observe=lambda x: {}).states)
+    np.testing.assert_allclose(np.asarray(xf), st[:, -1], atol=1e-14)
+    np.testing.assert_allclose(np.asarray(first), st[:, 1, 1, d - 2], atol=1e-14)
+    np.testing.assert_allclose(np.asarray(mx), st[:, 1:, 1, d - 2].max(axis=1), atol=1e-14)
+
+
+def test_wilson_interval():
+    z = 1.959963984540054
+    # Closed form at 0 successes: [0, z^2 / (n + z^2)].
+    assert pm.wilson_interval(0, 10) == (0.0, pytest.approx(z**2 / (10 + z**2)))
+    lo, hi = pm.wilson_interval(5, 10)
+    assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2365931, abs=1e-6)
+    assert pm.wilson_interval(10, 10)[1] == 1.0
+    with pytest.raises(ValueError):
+        pm.wilson_interval(11, 10)
+    assert math.isclose(sum(pm.wilson_interval(3, 400)) / 2, (3 / 400 + z**2 / 800) / (1 + z**2 / 400))
