@@ -658,11 +658,14 @@ def _prepare_dir(cfg: SweepConfig, out: Path, plan: SweepPlan, resume: bool) -> 
                 f"{str(out)!r} already holds this sweep; pass --resume (resume=True) to complete it, "
                 "or choose another --out."
             )
+        if not (out / "config.toml").exists():
+            _write_config_text(cfg, out)
         return
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != "chunks" or any(p.iterdir()) for p in out.iterdir()):
         raise ValueError(f"{str(out)!r} exists, is not empty and holds no sweep manifest; choose another --out.")
     (out / "chunks").mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / "config.toml", cfg.text or json.dumps(cfg.normalized(), indent=1))
+    # The manifest first: a sweep killed right after it resumes; one killed before it left an
+    # folder that is empty but for chunks/, which the check above accepts as new.
     write_json(manifest, {
         "config_hash": cfg.hash,
         "dtype": _dtype_name(),
@@ -673,6 +676,11 @@ def _prepare_dir(cfg: SweepConfig, out: Path, plan: SweepPlan, resume: bool) -> 
         "provenance": provenance(),
         "versions": _versions(),
     })
+    _write_config_text(cfg, out)
+
+
+def _write_config_text(cfg: SweepConfig, out: Path) -> None:
+    _atomic_write_text(out / "config.toml", cfg.text or json.dumps(cfg.normalized(), indent=1))
 
 
 def _versions() -> dict[str, str]:
