@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rankdyn as rd
 
@@ -49,3 +51,29 @@ def test_bad_masks_raise_actionable_errors():
         rd.mask_from_adjacency(bad)
     with pytest.raises(ValueError, match="unknown mask"):
         rd.make_mask("diagonal", 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 24), p=st.floats(0.0, 0.5), seed=st.integers(0, 10_000))
+def test_graph_invariants_on_random_masks(n, p, seed):
+    """Centers reach every node within the radius; r <= diameter <= 2r for undirected masks.
+
+    (For directed graphs diameter <= 2r can fail: a center may reach all in one hop while the
+    way back is long, so the inequality is checked on the symmetrised mask only.)"""
+    mask = rd.random_mask(n, p, seed)
+    g = rd.graph_info(mask)
+    dist = rd.distances(mask)
+    assert g.quasi_strongly_connected == bool(g.centers)
+    if g.centers:
+        assert min(dist[c].max() for c in g.centers) == g.radius
+        assert all(np.isfinite(dist[c]).all() for c in g.centers)
+    non_centers = set(range(n)) - set(g.centers)
+    assert all(not np.isfinite(dist[v]).all() for v in non_centers)
+    if g.strongly_connected:
+        assert g.radius <= g.diameter
+    sym = rd.graph_info(mask | mask.T)
+    if sym.strongly_connected:
+        assert sym.radius <= sym.diameter <= 2 * sym.radius
+    # Edge j -> i iff M[i, j]: every allowed attention is one hop.
+    i, j = np.nonzero(mask & ~np.eye(n, dtype=bool))
+    assert np.all(dist[j, i] == 1)
