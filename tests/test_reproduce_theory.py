@@ -30,6 +30,7 @@ def _check_contract(res, module, out):
     json.dumps(to_jsonable(res))  # everything is JSON-serialisable
 
 
+@pytest.mark.slow
 def test_counterexample_2d_tiny(tmp_path):
     res = ce.run(tmp_path, quick=True, seed=0, tiny=True)
     _check_contract(res, ce, tmp_path)
@@ -93,6 +94,7 @@ def test_batched_stability_matches_stability():
             assert rep.unstable_dims == r["unstable_dims"][j]
 
 
+@pytest.mark.slow
 def test_positive_measure_tiny(tmp_path):
     res = pm.run(tmp_path, quick=True, seed=0, tiny=True)
     _check_contract(res, pm, tmp_path)
