@@ -170,8 +170,25 @@ def san_layer(key, n: int, d: int, num_layers: int, *, norm: str = "none", dtype
     equality), BERT-uniform W_Q, W_K (A2), complete mask (replace it with `with_masks`)."""
     from .._build import make_layer
 
-    return make_layer(key, n=n, d=d, mask="complete", norm=norm, value="orthogonal", qk="bert",
-                      num_layers=num_layers, dtype=dtype)
+    # One compiled weight draw instead of dozens of eagerly dispatched (and compiled) ops.
+    return eqx.filter_jit(make_layer)(key, n=n, d=d, mask="complete", norm=norm, value="orthogonal", qk="bert",
+                                      num_layers=num_layers, dtype=dtype)
+
+
+def rebuild(layer, **changes):
+    """The same weights, mask and temperature with other switches (placement, norm, skip, MLP,
+    dropout): static fields cannot be changed with ``eqx.tree_at``, so the layer is rebuilt.
+    ``mlp=None`` drops the MLP block."""
+    from .._layer import SelfAttentionLayer
+
+    w = layer.weights
+    kw = {
+        "dqk": layer.dqk, "norm": layer.norm, "placement": layer.placement, "w_o": w.w_o, "mlp": w.mlp,
+        "skip": layer.skip, "dropout": layer.dropout, "attention_from_normalized": layer.attention_from_normalized,
+        "fixed_attention": layer.fixed_attention, "precision": layer.precision,
+    }
+    kw.update(changes)
+    return SelfAttentionLayer(layer.mask, w.w_q, w.w_k, w.w_v, **kw)
 
 
 def band(v: np.ndarray, ok: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -289,16 +306,19 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None) -> dict:
     key = jax.random.PRNGKey(seed)
     k_w, k_x, k_drop = jax.random.split(key, 3)
     x0 = initial_tokens(k_x, "bert", n, d, batch=batch, dtype=dtype)
+    from .._norms import make_norm
+
+    # Draw the weights once (with the MLP); every variant reuses them and differs only in its switches.
+    base = eqx.filter_jit(make_layer)(
+        k_w, n=n, d=d, mask="complete", norm="none", value="bert", qk="bert", num_layers=depth, heads=heads,
+        output_projection=True, mlp=True, dtype=dtype,
+    )
     names, stacks, keys = [], [], []
     for label, skip, ln, mlp in VARIANTS:
         # Dropout matters for the LN variants (SPEC §6.7); the others run without it only.
         for p in (sizes["dropouts"] if ln else (0.0,)):
-            # Same weight key for every variant: the variants differ only in their switches.
-            layer = make_layer(
-                k_w, n=n, d=d, mask="complete", norm="post" if ln else "none", ln="layernorm",
-                value="bert", qk="bert", num_layers=depth, heads=heads, output_projection=True,
-                skip=skip, mlp=mlp, dropout=p, dtype=dtype,
-            )
+            layer = rebuild(base, placement="post" if ln else "none", norm=make_norm("layernorm", d), skip=skip,
+                            mlp=base.weights.mlp if mlp else None, dropout=p)
             names.append((label, p))
             stacks.append(with_masks(layer, masks))
             keys.append(k_drop if p > 0 else None)

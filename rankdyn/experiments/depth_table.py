@@ -117,9 +117,12 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     figs = [save_figure(fig, out / "depth_table_mu.png")]
 
     why = (
-        f"All BERT-like inputs have nonnegative pairwise cosines here (smallest initial cosine {min_cos0:.3f}), so "
-        "Corollary 1 predicts collapse for the causal and uni-window masks too, just with a weaker bound (one center "
-        "instead of n); with sphere LN the theory applies exactly. Centred LN is not covered by the theorems: the "
+        (f"All BERT-like inputs have nonnegative pairwise cosines here (smallest initial cosine {min_cos0:.3f}), so "
+         "Corollary 1 predicts collapse for the causal and uni-window masks too, just with a weaker bound (one center "
+         "instead of n); with sphere LN the theory applies exactly. " if min_cos0 >= 0 else
+         f"Some initial cosines are negative (smallest {min_cos0:.3f}), so Corollary 1 does not cover the causal and "
+         "uni-window masks here. ")
+        + "Centred LN is not covered by the theorems: the "
         "centring is a singular projection, not an orthogonal map (SPEC §8.6). The uni window (radius n-1) needs "
         "about 2n layers before the first token's information has crossed the sequence (here 2n = %d vs depth %d), "
         "so its collapse shows only late or not at all; the complete and causal masks (radius 1) collapse fastest."

@@ -73,8 +73,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     results, panels_mu, panels_cos = {}, {}, {}
     layers = None
     stacks = []
+    post = C.san_layer(k_w, n, d, depth, norm="post", dtype=dtype)
     for placement in PLACEMENTS:
-        base = C.san_layer(k_w, n, d, depth, norm=placement, dtype=dtype)
+        base = C.rebuild(post, placement=placement)
         stacks.append(C.stack([eqx.tree_at(lambda l: l.mask, base, jnp.asarray(masks[m])) for m, _, _ in CASES]))
     # One compiled program for both placements (each vmapped over the cases).
     outs = C.simulate_many(stacks, x0, depth, save_every=every, x0_per_config=True)

@@ -100,8 +100,11 @@ def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None):
 
 def save_figure(fig, path) -> str:
     """Save ``fig`` as PNG (dpi 110), close it, and return the file name."""
+    from pathlib import Path
+
     import matplotlib.pyplot as plt
 
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(getattr(path, "name", path))

@@ -1,0 +1,120 @@
+r"""Target ``geometry``: token geometry along depth (paper Fig. 4) for the ablation models.
+
+Numerical rank (relative tolerance stated), $\sigma_{\min}$, mean pairwise $|\cos|$ (diagonal
+excluded) and stable rank $\|X\|_F^2/\|X\|_2^2$ of the token matrix at every layer, for the
+five ablation variants x four masks (no dropout: eval mode). It reuses the runs of
+``ablation`` when both targets run in one process (`_common.ablation_runs`).
+
+The paper's Fig. 4 uses pretrained BERT/GPT2/T5/ALBERT, which are out of reach offline; the
+closest synthetic analogue is the full transformer block at random init. The verdict therefore
+tests Fig. 4's statements on that model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import _common as C
+
+NAME = "geometry"
+CLAIM = (
+    "Paper Fig. 4 (pretrained models): along depth the token matrix keeps full rank and its smallest singular value "
+    "stays well above 0, while the mean absolute pairwise cosine rises (tokens concentrate in a narrow cone: "
+    "anisotropy), matching the full-rank but near-low-dimensional equilibria of Theorem 3."
+)
+
+METRICS = ("num_rank", "sigma_min", "mean_abs_cos", "stable_rank")
+TITLES = {"num_rank": "numerical rank", "sigma_min": "sigma_min", "mean_abs_cos": "mean |cos|",
+          "stable_rank": "stable rank"}
+
+
+def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
+    from ..plotting import plot_band_panels, save_figure
+
+    out = Path(out)
+    res = C.ablation_runs(quick, seed, size)
+    layers, runs, setting = res["layers"], res["runs"], res["setting"]
+    n, d, depth = setting["n"], setting["d"], setting["depth"]
+    full_rank = min(n, d)
+    masks = C.PAPER_MASKS
+    per, panels = {}, {}
+    for metric in METRICS:
+        for m in masks:
+            panels[f"{TITLES[metric]}: {C.MASK_LABELS[m]}"] = {}
+    for (label, p), r in runs.items():
+        if p != 0.0:
+            continue
+        for i, m in enumerate(masks):
+            ok = ~r["nonfinite"][i]
+            b = {k: C.band(r["metrics"][k][i], ok) for k in METRICS + ("sigma_max", "row_norm_mean")}
+            for metric in METRICS:
+                panels[f"{TITLES[metric]}: {C.MASK_LABELS[m]}"][label] = b[metric]
+            per[f"{label}|{m}"] = {
+                "variant": label, "mask": m,
+                "num_rank_min_over_depth": float(np.min(b["num_rank"]["mean"])),
+                "num_rank_T": float(b["num_rank"]["mean"][-1]),
+                "sigma_min_0": float(b["sigma_min"]["mean"][0]), "sigma_min_T": float(b["sigma_min"]["mean"][-1]),
+                "sigma_min_over_max_T": float(b["sigma_min"]["mean"][-1] / max(b["sigma_max"]["mean"][-1], 1e-300)),
+                "mean_abs_cos_0": float(b["mean_abs_cos"]["mean"][0]),
+                "mean_abs_cos_T": float(b["mean_abs_cos"]["mean"][-1]),
+                "stable_rank_0": float(b["stable_rank"]["mean"][0]), "stable_rank_T": float(b["stable_rank"]["mean"][-1]),
+                "row_norm_0": float(b["row_norm_mean"]["mean"][0]), "row_norm_T": float(b["row_norm_mean"]["mean"][-1]),
+            }
+
+    full = {m: per[f"full|{m}"] for m in masks}
+    g1 = {m: v["num_rank_min_over_depth"] >= full_rank for m, v in full.items()}
+    g2 = {m: v["sigma_min_T"] > 1e-3 * v["sigma_min_0"] for m, v in full.items()}
+    g3 = {m: v["mean_abs_cos_T"] > v["mean_abs_cos_0"] for m, v in full.items()}
+    checks = {"g1_full_rank_all_layers": all(g1.values()), "g2_sigma_min_well_above_0": all(g2.values()),
+              "g3_abs_cos_rises": all(g3.values())}
+    npass = sum(checks.values())
+    verdict = "reproduced" if npass == 3 else ("partially" if npass >= 1 else "not reproduced")
+
+    fig = plot_band_panels(layers, panels, ncols=len(masks), panel_size=(3.4, 2.6),
+                           suptitle=f"token geometry along depth, ablation models (no dropout), n={n}, d={d}")
+    figs = [save_figure(fig, out / "geometry.png")]
+
+    rows = ["| variant | mask | min rank over depth (of %d) | sigma_min 0 -> T | sigma_min/sigma_max T | mean abs cos 0 -> T | "
+            "stable rank 0 -> T |" % full_rank, "|" + "---|" * 7]
+    for v in per.values():
+        rows.append(f"| {v['variant']} | {C.MASK_LABELS[v['mask']]} | {v['num_rank_min_over_depth']:.3g} | "
+                    f"{v['sigma_min_0']:.3g} -> {v['sigma_min_T']:.3g} | {v['sigma_min_over_max_T']:.3g} | "
+                    f"{v['mean_abs_cos_0']:.3f} -> {v['mean_abs_cos_T']:.3f} | {v['stable_rank_0']:.3g} -> "
+                    f"{v['stable_rank_T']:.3g} |")
+    bad = [f"{k} ({', '.join(c for c, g in (('rank', g1), ('sigma_min', g2), ('|cos|', g3)) if not g[k])})"
+           for k in masks if not (g1[k] and g2[k] and g3[k])]
+    notes = (
+        "Synthetic stand-in for Fig. 4: random-init BERT-like blocks (the ablation models, no dropout) on synthetic "
+        "BERT-like inputs, since pretrained checkpoints and Wikipedia text are unavailable offline. Numerical rank "
+        f"counts singular values above {setting['rank_tol']:g} x sigma_max. The pure SAN and SAN+LN collapse to rank "
+        "one within a few layers (see the table), so the full-rank picture of Fig. 4 is a property of the full block, "
+        "and of the window masks, not of attention alone."
+    )
+    zero = [k for k, v in per.items() if v["row_norm_T"] == 0.0]
+    if zero:
+        notes += (" Tokens that shrank to exactly 0 in %s (row norm underflow, e.g. the pure SAN whose W_V W_O multiply "
+                  "norms by ~0.3 per layer) read rank 0 and stable rank 0: that is norm shrinkage, not a rank "
+                  "statement (models: %s)." % (setting["dtype"], ", ".join(zero)))
+    if bad:
+        notes += (" On the full block the Fig. 4 statements fail for: " + "; ".join(bad)
+                  + ". The complete and causal masks collapse at random init without dropout (see ablation), which a "
+                    "pretrained model need not do.")
+    if quick:
+        notes += f" QUICK MODE: n={n}, d={d}, {setting['heads']} heads, {setting['batch']} samples."
+    return {
+        "name": NAME, "claim": CLAIM,
+        "setting": {**setting, "dropout_used": 0.0, "full_rank": full_rank,
+                    "metrics": {"num_rank": f"#(s > {setting['rank_tol']:g} s_max)", "sigma_min": "smallest singular value",
+                                "mean_abs_cos": "mean |cos| over pairs i != j", "stable_rank": "||X||_F^2/||X||_2^2"}},
+        "measured": {"checks": checks, "full_block": full, "per_model": per},
+        "verdict": verdict,
+        "criterion": (
+            "on the full block (closest to a real transformer), for all four masks: g1 the mean numerical rank equals "
+            "min(n, d) at every layer; g2 sigma_min at the last layer > 1e-3 x its layer-0 value; g3 mean |cos| at the "
+            "last layer > layer 0. reproduced iff g1-g3 all hold; partially if at least one holds for all masks; "
+            "otherwise not reproduced."
+        ),
+        "figures": figs, "notes": notes, "markdown": "\n".join(rows),
+    }
