@@ -81,6 +81,11 @@ def test_cli_rejects_bad_config_before_compute(tmp_path, capsys):
     assert cli_main(["sweep", str(bad), "--out", str(out)]) == 2
     assert "[axes] dqk = -1.0" in capsys.readouterr().err
     assert not out.exists()  # nothing was created, let alone computed
+    good = tmp_path / "good.toml"
+    good.write_text(TINY)
+    assert cli_main(["sweep", str(good), "--out", str(out), "--plot-axes", "mask", "dqk"]) == 2
+    assert "--plot-axes 'mask' is not an axis of the sweep" in capsys.readouterr().err
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -54,7 +54,13 @@ def run(args) -> int:
     plan = sweep_plan(cfg)
     print(f"sweep {cfg.name!r}: {cfg.num_cells} cells {dict(zip(cfg.axes, cfg.shape))}, "
           f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}")
-    ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
+    try:
+        ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
+    except KeyboardInterrupt:  # finished chunks are on disk (atomic writes); the one in flight is lost
+        done = len(list((args.out / "chunks").glob("chunk_*.npz")))
+        print(f"\ninterrupted: {done} of {len(plan.chunks)} chunk(s) saved in {args.out / 'chunks'}; "
+              f"continue with: rankdyn sweep {args.config} --out {args.out} --resume")
+        return 130
     timing = json.loads((args.out / "timing.json").read_text())
     print(f"wrote {args.out / 'sweep.nc'}: {len(ds.data_vars)} variables; computed {timing['chunks_computed']} "
           f"chunk(s) in {timing['total_s']:.1f}s (compile {timing['compile_s']:.1f}s)")
