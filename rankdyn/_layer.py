@@ -12,6 +12,8 @@ projection, a skip connection and an MLP block are opt-in switches for the Fig. 
 
 from __future__ import annotations
 
+import itertools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -38,6 +40,15 @@ def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[ArrayLike, "n n"]
     neg = jnp.finfo(scores.dtype).min
     a = jax.nn.softmax(jnp.where(mask, scores, neg), axis=-1)
     return jnp.where(mask, a, 0.0)
+
+
+def _fold_qk(n: int, d: int, dk: int) -> bool:
+    r"""Whether folding $W_Q W_K^\top$ into one ``(d, d)`` matrix saves FLOPs per token matrix.
+
+    Separate projections cost $4 n d d_k + 2 n^2 d_k$, the folded form $2 n d^2 + 2 n^2 d$
+    (e.g. folded for n=32, d=d_k=64; not for BERT's d=768, d_k=64).
+    """
+    return 2 * n * d * d + 2 * n * n * d < 4 * n * d * dk + 2 * n * n * dk
 
 
 class MLPWeights(eqx.Module):
@@ -224,11 +235,34 @@ class SelfAttentionLayer(eqx.Module):
     def _attention(self, x, w: AttentionWeights):
         if self.fixed_attention is not None:
             return self.fixed_attention[None].astype(x.dtype)
+        return masked_softmax(self._scores(x, w), self.mask)
+
+    def _scores(self, x, w: AttentionWeights, *, with_values: bool = False):
+        r"""Scores $X W_Q (X W_K)^\top / \sqrt{d_{QK}}$ per head (and $X W_V$ if ``with_values``).
+
+        Where it needs fewer FLOPs (`_fold_qk`), $W_Q W_K^\top / \sqrt{d_{QK}}$ is folded into one
+        ``(d, d)`` matrix per head; it does not depend on the tokens, so under ``vmap`` it is
+        computed once per layer for the whole batch. The products with ``x`` are one GEMM
+        against the concatenated weights (wider matrices run closer to the machine's peak).
+        """
         prec = _PRECISIONS[self.precision]
-        q = jnp.einsum("nd,hdk->hnk", x, w.w_q, precision=prec)
-        k = jnp.einsum("nd,hdk->hnk", x, w.w_k, precision=prec)
-        scores = jnp.einsum("hnk,hmk->hnm", q, k, precision=prec) / jnp.sqrt(self.dqk).astype(x.dtype)
-        return masked_softmax(scores, self.mask)
+        d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
+        scale = (1.0 / jnp.sqrt(self.dqk)).astype(x.dtype)
+        fold = _fold_qk(x.shape[0], d, dk)
+        if fold:
+            right = [jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale]
+        else:
+            right = [w.w_q, w.w_k]
+        if with_values:
+            right.append(w.w_v)
+        proj = jnp.einsum("nd,hdk->hnk", x, jnp.concatenate(right, axis=-1), precision=prec)
+        cuts = list(itertools.accumulate(r.shape[-1] for r in right))[:-1]
+        parts = jnp.split(proj, cuts, axis=-1)
+        if fold:
+            scores = jnp.einsum("hne,me->hnm", parts[0], x, precision=prec)
+        else:
+            scores = jnp.einsum("hnk,hmk->hnm", parts[0], parts[1], precision=prec) * scale
+        return (scores, parts[-1]) if with_values else scores
 
     def __call__(
         self, x: Float[Array, "n d"], t=0, *, key: PRNGKeyArray | None = None
@@ -250,12 +284,22 @@ class SelfAttentionLayer(eqx.Module):
             x_in, bad = self.norm(x)
             degenerate = degenerate | jnp.any(bad)
         x_att = x_in if self.attention_from_normalized else x
-        a = self._attention(x_att, w)
+        xv = None
+        if self.fixed_attention is not None:
+            a = self._attention(x_att, w)
+        elif x_att is x_in:
+            # Same tokens on both sides: one wide GEMM gives the query/key side and X W_V.
+            scores, xv = self._scores(x_att, w, with_values=True)
+            a = masked_softmax(scores, self.mask)
+        else:
+            a = masked_softmax(self._scores(x_att, w), self.mask)
         eps_min = jnp.min(jnp.where(self.mask, a, jnp.inf))
         a = self._drop(a, keys[0])
         # A X W_V for every head; heads are concatenated and projected by W_O if present.
-        heads = jnp.einsum("hnm,md->hnd", a, x_in, precision=prec)
-        heads = jnp.einsum("hnd,hde->hne", heads, w.w_v, precision=prec)
+        # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
+        if xv is None:
+            xv = jnp.einsum("md,hde->hme", x_in, w.w_v, precision=prec)
+        heads = jnp.einsum("hnm,hme->hne", a, xv, precision=prec)
         if w.w_o is None:
             sa = heads[0]
         else:

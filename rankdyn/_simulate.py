@@ -68,6 +68,10 @@ class Trajectory(eqx.Module):
         return out
 
 
+def _strong(v):
+    return v.astype(v.dtype) if isinstance(v, jax.Array) and getattr(v, "weak_type", False) else v
+
+
 def _observe_default(rank_tol):
     # A pytree (not a fresh lambda) so that a second call, or another rank_tol, reuses the
     # compiled program: the function is static, rank_tol is a traced leaf.
@@ -220,6 +224,9 @@ def simulate(
             dropout layer without a key.
     """
     x0 = _validate(layer, x0, num_layers, save_every)
+    # A weakly typed leaf (e.g. dqk from a Python float) and a strong one of the same dtype are
+    # different programs to jit: make every array leaf strong so both reuse one compilation.
+    layer, x0 = jax.tree.map(_strong, (layer, x0))
     if layer.dropout > 0 and key is None:
         raise ValueError("the layer uses dropout: pass `key=` to simulate.")
     observe = _observe_default(rank_tol) if observe is None else observe
