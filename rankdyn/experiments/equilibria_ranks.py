@@ -107,12 +107,15 @@ def analyse(n: int, d: int, w: float, *, rank_tol: float = 1e-13, stab_tol: floa
     for j in range(len(eqs)):
         eig = block_eigvals(jac[j], n)
         eff = np.abs(cluster_means(eig, 1e-3))
-        c, u, nu = classify_moduli(eff, stab_tol)
-        neutral.append(nu)
+        c, u, _ = classify_moduli(eff, stab_tol)
+        # Neutral multipliers are counted with a looser 1e-2: the multiplier 1 is defective (a
+        # Jordan block of size up to d - 1) and rounding spreads it by ~eps^(1/(d-1)) (6e-3 at
+        # d = 8), more than cluster_means' radius can always merge.
+        neutral.append(int(np.sum(np.abs(np.abs(eig) - 1) <= 1e-2)))
         rho.append(float(eff.max()))
         cls.append(c)
         unstable.append(u)
-        contracting.append(int(np.sum(eff < 1 - stab_tol)))
+        contracting.append(int(np.sum(np.abs(eig) < 1 - 1e-2)))  # robust to the same fuzz
     per_k = {}
     for k in range(1, n + 1):
         sel = ks == k
@@ -219,6 +222,8 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         )
     n_total = sum(len(r["k"]) for r in results)
     n_contract = sum(int(np.sum(r["contracting_dims"] > 0)) for r in results)
+    smin = min(float(r["sigma_k_rel"][r["k"] == r["n"]].min()) for r in results)
+    n_fuzzy = sum(int(np.sum((r["classification"] == "unstable") & (r["spectral_radius"] < 1.01))) for r in results)
     n_neutral = sum(int(np.sum(r["neutral_dims"] > 0)) for r in results)
     no_contract = sorted({f"N={r['n']} w={r['w']:g} k={int(k)}" for r in results
                           for k, c in zip(r["k"], r["contracting_dims"]) if c == 0})
@@ -236,18 +241,19 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         stab_note
         + ("Every full-rank equilibrium has a multiplier of modulus > 1, i.e. they are saddles, as SPEC §5.6 found for "
            "N = d >= 3. " if full_unstable else "Not every full-rank equilibrium is unstable here (SPEC §5.6 found saddles). ")
-        + f"{n_neutral} of {n_total} equilibria have a multiplier of modulus 1 (non-hyperbolic first token(s) at "
-        f"+-e_d: algebraic convergence); {n_contract} of {n_total} have at least one contracting direction "
-        "(|multiplier| < 1), our reading of the paper's unquantified 'stable in certain directions'"
+        + f"{n_neutral} of {n_total} equilibria have a multiplier of modulus 1 within 1e-2 (non-hyperbolic "
+        "first token(s) at +-e_d: algebraic convergence; the multiplier 1 is defective, so rounding spreads it by "
+        f"~eps^(1/(d-1)), up to ~6e-3 at d = 8); {n_fuzzy} classified 'unstable' have a spectral radius below "
+        "1.01, i.e. within that numerical fuzz; " f"{n_contract} of {n_total} have at least one contracting direction "
+        "(|multiplier| < 0.99), our reading of the paper's unquantified 'stable in certain directions'"
         + (f" (those without one: {', '.join(no_contract)})" if no_contract else "")
         + ". "
         + rank2_note
         + "The stability columns are our analysis, not a paper claim, and do not enter the verdict. "
-        + f"The full-rank equilibria are numerically close to rank deficient: sigma_N/sigma_1 is as small as "
-        f"{min(float(r['sigma_k_rel'][r['k'] == r['n']].min()) for r in results):.2g} (it scales like w^-(N-1)), "
-        "so the rank is measured in float64 with a relative tolerance of 1e-13 (the next singular value is at "
-        "rounding level); in float32 these would read as lower rank. "
-        "The paper states the count 2^k and the stable-rank bound for the full-rank family; for k < N "
+        + f"The smallest sigma_N/sigma_1 of a full-rank equilibrium is {smin:.2g} (it scales like w^-(N-1)); the "
+        "rank is measured in float64 with a relative tolerance of 1e-13 (the next singular value is at rounding "
+        "level)" + ("; in float32 (eps ~ 1.2e-7) some would read as lower rank. " if smin < 1.2e-7 else ". ")
+        +         "The paper states the count 2^k and the stable-rank bound for the full-rank family; for k < N "
         "we check the analogous bound N / sum_i X_{i,d}^2 (from ||X||_2 >= ||X e_d||), which is ours. "
         "Theorem 3's item 1 was lost in the text extraction (SPEC §8.2); we test the reconstruction "
         "'rank-k equilibria for every k, 2^k each, N = d, w >= N'."
