@@ -363,6 +363,12 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
                 f"joint dynamics, w={w:g}: {100 * jt['fraction'][-1]:.2f}% keep rank 2 at T={jt['horizons'][-1]} "
                 "(SPEC's numbers are at T = 20000; convergence is algebraic, so the fraction depends on T)."
             )
+    flat = [w for w, jt in joints.items() if np.all(jt["counts"] == jt["counts"][0])]
+    if len(sz["horizons"]) > 1:
+        notes.append(
+            f"For {len(flat)} of {len(joints)} values of w the non-collapse count is the same at every horizon "
+            f"T in {list(sz['horizons'])}: the outcome is decided within the first 100 steps."
+        )
     notes.append(
         "The conditional basin (token 1 frozen at (0, 1)) is the arc (theta_A, 270 deg), about 150 deg for w=2, "
         "but in the joint dynamics token 1 moves first and only starts with theta1 close to 90 deg avoid collapse "
