@@ -99,16 +99,20 @@ def _run_blocks(layer, observe, save_states, save_every, x, key, block0, num_blo
     return lax.scan(one_block, (x, jnp.array(False)), blocks)
 
 
-#: Trajectories per vmapped chunk are chosen so one chunk's token matrices take about this many
-#: bytes: a chunk's working set then stays in a core's cache across the ~10 passes of a layer,
-#: which measured 1.3x (CPU time) to 3x (wall, busy machine) faster than one batch of 4096.
+#: On CPU, trajectories per vmapped chunk are chosen so that one chunk's token matrices take
+#: about this many bytes: a chunk's working set then stays in a core's cache across the ~10
+#: passes of a layer, which measured 1.3x (CPU time) to 3x (wall, busy machine) faster than one
+#: batch of 4096 (n=32, d=64). A chunk keeps at least _CHUNK_ROWS token rows so that the
+#: projections stay wide GEMMs (n=128, d=768: chunks below 32 trajectories were slower).
 _CHUNK_BYTES = 2**21
+_CHUNK_ROWS = 4096
 
 
 def _auto_chunk(num, n, d, itemsize, backend):
     if backend != "cpu":
         return num  # accelerators want the widest batch
-    return max(1, min(num, _CHUNK_BYTES // (n * d * itemsize)))
+    per_cache = _CHUNK_BYTES // (n * d * itemsize)
+    return max(1, min(num, max(per_cache, -(-_CHUNK_ROWS // n))))
 
 
 def _map_batch(fn, xs, chunk):
