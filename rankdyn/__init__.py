@@ -118,3 +118,16 @@ from ._equilibria import (
 
 # Performance at scale (issue 5): batch sharding over devices
 from ._sharding import batch_mesh as batch_mesh, shard_batch as shard_batch
+
+# Basins and counterexample value-matrix search (issue 4)
+from ._basins import (
+    basin_fractions as basin_fractions,
+    nearest_classifier as nearest_classifier,
+    rank_classifier as rank_classifier,
+    wilson_interval as wilson_interval,
+)
+from ._counterexample_search import (
+    OBJECTIVES as OBJECTIVES,
+    rank_objective as rank_objective,
+    search_value_matrix as search_value_matrix,
+)
