@@ -63,9 +63,9 @@ def _sizes(quick: bool, tiny: bool) -> dict:
                     joint_cases=((2, 2, 2.0), (3, 3, 2.0)), joint_batch=64, horizons=(100, 300), save_every=100)
     if quick:
         return dict(lemma_cases=((3, 2.0), (3, 4.0), (4, 3.0)), lemma_conditions=("paper",),
-                    lemma_batch=1000, lemma_steps=500,
+                    lemma_batch=500, lemma_steps=500,
                     joint_cases=((2, 2, 2.0), (3, 3, 2.0), (3, 3, 4.0), (4, 4, 4.0)), joint_batch=400,
-                    horizons=(100, 1000), save_every=100)
+                    horizons=(100, 500), save_every=100)
     return dict(lemma_cases=((3, 2.0), (3, 4.0), (4, 3.0)), lemma_conditions=("paper", "proof"),
                 lemma_batch=2000, lemma_steps=20000,
                 joint_cases=((2, 2, 2.0), (3, 3, 2.0), (3, 3, 4.0), (4, 4, 4.0), (4, 8, 4.0)), joint_batch=400,
