@@ -21,7 +21,6 @@ and a cheap ``observe``.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import jax
