@@ -54,7 +54,7 @@ def test_masks_collapse_tiny(tmp_path):
 def test_temperature_tiny(tmp_path):
     from rankdyn.experiments import temperature as T
 
-    res = T.run(tmp_path, quick=True, seed=0, size={"n": 8, "d": 8, "batch": 4, "depth": 8, "weight_layers": 8})
+    res = T.run(tmp_path, quick=True, seed=0, size={"n": 12, "d": 8, "batch": 4, "depth": 8, "weight_layers": 24})
     _check_contract(res, tmp_path, "temperature")
     early = res["measured"]["early_rate"]["complete"]
     assert len(early) == len(T.DQKS)

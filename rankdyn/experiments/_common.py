@@ -167,13 +167,19 @@ def simulate_stacked(stacked, x0, num_layers: int, *, observe=cheap_observe, key
                          x0_per_config=x0_per_config)[0]
 
 
+@functools.cache
+def _jit_make_layer(make_layer):
+    """``eqx.filter_jit(make_layer)``, created once so equal configurations reuse the compilation."""
+    return eqx.filter_jit(make_layer)
+
+
 def san_layer(key, n: int, d: int, num_layers: int, *, norm: str = "none", dtype=None):
     """The single-head SAN of the Theorem 1 targets: per-layer Haar-orthogonal W_V (A3 with
     equality), BERT-uniform W_Q, W_K (A2), complete mask (replace it with `with_masks`)."""
     from .._build import make_layer
 
     # One compiled weight draw instead of dozens of eagerly dispatched (and compiled) ops.
-    return eqx.filter_jit(make_layer)(key, n=n, d=d, mask="complete", norm=norm, value="orthogonal", qk="bert",
+    return _jit_make_layer(make_layer)(key, n=n, d=d, mask="complete", norm=norm, value="orthogonal", qk="bert",
                                       num_layers=num_layers, dtype=dtype)
 
 
@@ -311,7 +317,7 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None) -> dict:
     from .._norms import make_norm
 
     # Draw the weights once (with the MLP); every variant reuses them and differs only in its switches.
-    base = eqx.filter_jit(make_layer)(
+    base = _jit_make_layer(make_layer)(
         k_w, n=n, d=d, mask="complete", norm="none", value="bert", qk="bert", num_layers=depth, heads=heads,
         output_projection=True, mlp=True, dtype=dtype,
     )

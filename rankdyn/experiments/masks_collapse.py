@@ -140,7 +140,8 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "For the window masks the depth is far below the mixing time of a path graph (~n^2 layers), so the fitted "
         "rate is that of the pre-asymptotic regime (diffusive smoothing), close to 1. With orthogonal W_V the row "
         "norm shrinks only because averaging random directions shortens tokens (consensus vector ~ |mean of x0|); "
-        "mu(LN(X)) shows the directional collapse without any norm effect."
+        "mu(LN(X)) shows the directional collapse without any norm effect. A fit window starting at layer 0 marks "
+        "an upper estimate: mu reached the round-off floor within that many layers."
     )
     if not ordering:
         notes += f" The locality ordering failed over the first {EARLY} layers: average factors of mu(LN(X)) {ge}."
