@@ -181,6 +181,11 @@ def test_run_targets_writes_report(tmp_path, monkeypatch):
                   "**Notes.** a note", "| a | b |", "RuntimeError: boom", "(20 values)"):
         assert piece in rep, piece
     assert rep.index("## `fake`") < rep.index("## `broken`")
+    # A long listing folds into <details> but stays in the report.
+    long = {"name": "x", "claim": "c", "setting": {}, "verdict": "partially", "criterion": "k", "figures": [],
+            "notes": "", "measured": {f"k{i}": i for i in range(50)}}
+    text = ex.render_target(long)
+    assert "<details>" in text and "`k49`: 49" in text
 
 
 def test_resolve_targets_order_and_errors():

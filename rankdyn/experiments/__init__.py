@@ -191,8 +191,13 @@ def render_target(res: dict) -> str:
     md = res.get("markdown")
     if md:
         lines += [md.rstrip(), ""]
-    lines += ["**Measured:**", ""]
-    lines += _bullets(res.get("measured", {})) + [""]
+    measured = _bullets(res.get("measured", {}))
+    if len(measured) > 40:
+        # Long listings fold away (GitHub renders <details>); the target's tables stay visible above.
+        lines += ["<details><summary><b>Measured</b> (all numbers, also in the JSON)</summary>", ""]
+        lines += measured + ["", "</details>", ""]
+    else:
+        lines += ["**Measured:**", ""] + measured + [""]
     for fig in res.get("figures", []):
         lines += [f"![{res['name']}: {fig}]({fig})", ""]
     notes = res.get("notes")
