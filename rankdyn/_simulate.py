@@ -44,7 +44,7 @@ class Trajectory(eqx.Module):
     """
 
     layers: Int[Array, " s"]
-    metrics: dict[str, Float[Array, "*batch s"]]
+    metrics: dict[str, Float[Array, "..."]]
     states: Float[Array, "*batch s n d"] | None
     degenerate: Bool[Array, "*batch"]
     nonfinite: Bool[Array, "*batch"]
