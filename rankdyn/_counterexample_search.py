@@ -110,7 +110,7 @@ def search_value_matrix(
     num_layers: int = 50,
     batch: int = 64,
     steps: int = 100,
-    lr: float = 3e-2,
+    lr: float = 1e-2,
     objective: str = "sigma_2",
     qk: str = "zero",
     window: int = 1,

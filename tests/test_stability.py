@@ -169,3 +169,30 @@ def test_leading_eigenvalues_matrix_free(getkey):
     dense = np.sort(np.abs(np.linalg.eigvals(np.asarray(rd.tangent_jacobian(gen, xr)))))[::-1]
     full = np.abs(rd.leading_eigenvalues(gen, xr, k=3, iters=15))  # iters = dimension: exact
     np.testing.assert_allclose(full, dense[:3], rtol=1e-8)
+
+
+def test_stability_plots():
+    """The plots draw one marker per multiplier and one path per token (Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import rankdyn.plotting as rp
+
+    n = d = 3
+    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, 3.0))
+    reports = {}
+    for k, x in rd.all_closed_form_equilibria(n, d, 3.0):
+        reports.setdefault(k, []).append(rd.stability(layer, x))
+    ax = rp.plot_eigen_moduli(reports)
+    drawn = sum(len(c.get_offsets()) for c in ax.collections)
+    assert drawn == sum(len(r.moduli) for reps in reports.values() for r in reps)
+    ex = rd.example_2d(2.0)
+    states = rd.simulate(rd.uniform_causal_layer(2, 2, ex["W_V"]), ex["X_B"] + 0.1, 10, save_states=True).states
+    ax2 = rp.plot_circle_trajectories(states, points={"B": tuple(np.asarray(ex["B"]))})
+    assert len(ax2.lines) == 1 + 2 * 3 + 1  # circle, (path, start, end) per token, one point
+    res = {"fractions": {"1": 0.9, "2": 0.1}, "ci95": {"1": [0.85, 0.94], "2": [0.06, 0.15]}}
+    ax3 = rp.plot_basin_fractions(res)
+    assert len(ax3.patches) == 2
+    plt.close("all")
