@@ -97,6 +97,11 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         notes += (" Tokens that shrank to exactly 0 in %s (row norm underflow, e.g. the pure SAN whose W_V W_O multiply "
                   "norms by ~0.3 per layer) read rank 0 and stable rank 0: that is norm shrinkage, not a rank "
                   "statement (models: %s)." % (setting["dtype"], ", ".join(zero)))
+    ratio = {m: v["sigma_min_over_max_T"] for m, v in full.items()}
+    notes += (" The numerical rank depends on the tolerance: on the full block sigma_min/sigma_max at the last layer is "
+              + ", ".join(f"{C.MASK_LABELS[m]} {r:.2g}" for m, r in ratio.items())
+              + f" against the tolerance {setting['rank_tol']:g}, so float32 runs (tolerance 1e-4) can call a matrix "
+                "rank-deficient that float64 runs (1e-10) call full rank; sigma_min is the tolerance-free statement.")
     if bad:
         notes += (" On the full block the Fig. 4 statements fail for: " + "; ".join(bad)
                   + ". The complete and causal masks collapse at random init without dropout (see ablation), which a "
