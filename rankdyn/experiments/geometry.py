@@ -43,17 +43,26 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     for metric in METRICS:
         for m in masks:
             panels[f"{TITLES[metric]}: {C.MASK_LABELS[m]}"] = {}
+    # Below this row norm the squares in cosines and singular values underflow (e.g. the pure SAN in
+    # float32, whose norms shrink ~0.3x per layer): such layers carry no geometry and are masked.
+    norm_floor = float(np.sqrt(np.finfo(np.dtype(setting["dtype"])).tiny) * 1e3)
+    underflow = {}
     for (label, p), r in runs.items():
         if p != 0.0:
             continue
         for i, m in enumerate(masks):
             ok = ~r["nonfinite"][i]
             b = {k: C.band(r["metrics"][k][i], ok) for k in METRICS + ("sigma_max", "row_norm_mean")}
+            fine = np.all(r["metrics"]["row_norm_min"][i][ok] > norm_floor, axis=0)
+            if not fine.all():
+                underflow[f"{label}|{m}"] = int(layers[np.argmin(fine)])
+                for k in b:
+                    b[k] = {"mean": np.where(fine, b[k]["mean"], np.nan), "std": np.where(fine, b[k]["std"], np.nan)}
             for metric in METRICS:
                 panels[f"{TITLES[metric]}: {C.MASK_LABELS[m]}"][label] = b[metric]
             per[f"{label}|{m}"] = {
                 "variant": label, "mask": m,
-                "num_rank_min_over_depth": float(np.min(b["num_rank"]["mean"])),
+                "num_rank_min_over_depth": float(np.nanmin(b["num_rank"]["mean"])),
                 "num_rank_T": float(b["num_rank"]["mean"][-1]),
                 "sigma_min_0": float(b["sigma_min"]["mean"][0]), "sigma_min_T": float(b["sigma_min"]["mean"][-1]),
                 "sigma_min_over_max_T": float(b["sigma_min"]["mean"][-1] / max(b["sigma_max"]["mean"][-1], 1e-300)),
@@ -92,11 +101,12 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "one within a few layers (see the table), so the full-rank picture of Fig. 4 is a property of the full block, "
         "and of the window masks, not of attention alone."
     )
-    zero = [k for k, v in per.items() if v["row_norm_T"] == 0.0]
-    if zero:
-        notes += (" Tokens that shrank to exactly 0 in %s (row norm underflow, e.g. the pure SAN whose W_V W_O multiply "
-                  "norms by ~0.3 per layer) read rank 0 and stable rank 0: that is norm shrinkage, not a rank "
-                  "statement (models: %s)." % (setting["dtype"], ", ".join(zero)))
+    if underflow:
+        notes += (" Token norms fell below %.2g (where squares underflow in %s) in: %s (first such layer); those layers "
+                  "are left out (NaN) of the curves and the '_T' values, because rank and cosines of underflowing "
+                  "tokens are noise. This is norm shrinkage (the pure SAN's W_V W_O multiply norms by ~0.3 per layer), "
+                  "not a statement about rank." % (norm_floor, setting["dtype"],
+                                                   ", ".join(f"{k} ({t})" for k, t in underflow.items())))
     ratio = {m: v["sigma_min_over_max_T"] for m, v in full.items()}
     notes += (" The numerical rank depends on the tolerance: on the full block sigma_min/sigma_max at the last layer is "
               + ", ".join(f"{C.MASK_LABELS[m]} {r:.2g}" for m, r in ratio.items())
@@ -113,7 +123,8 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "setting": {**setting, "dropout_used": 0.0, "full_rank": full_rank,
                     "metrics": {"num_rank": f"#(s > {setting['rank_tol']:g} s_max)", "sigma_min": "smallest singular value",
                                 "mean_abs_cos": "mean |cos| over pairs i != j", "stable_rank": "||X||_F^2/||X||_2^2"}},
-        "measured": {"checks": checks, "full_block": full, "per_model": per},
+        "measured": {"checks": checks, "full_block": full, "per_model": per, "underflow_from_layer": underflow,
+                     "row_norm_floor": norm_floor},
         "verdict": verdict,
         "criterion": (
             "on the full block (closest to a real transformer), for all four masks: g1 the mean numerical rank equals "
