@@ -19,6 +19,7 @@ inputs); failing to find one is weak evidence for the conjecture, nothing more.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import equinox as eqx
@@ -99,6 +100,50 @@ def _mean_objective(layer, w_v, x0, num_layers, objective, log=False, upper=Fals
         tiny = jnp.finfo(vals.dtype).tiny
         vals = jnp.log(jnp.maximum(vals - floor, tiny))
     return jnp.mean(vals), vals
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _sphere_batch(key, size, n, d, dtype):
+    """``size`` token matrices with rows uniform on the unit sphere."""
+    g = jr.normal(key, (size, n, d), dtype)
+    return g / jnp.linalg.norm(g, axis=-1, keepdims=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _optimizer(lr: float):
+    # Cached so that the jitted step sees the same (static) optimizer and compiles once per lr.
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+
+
+@eqx.filter_jit
+def _step(layer, opt, w_v, state, x0, depth, objective, loss, upper):
+    """One Adam step on the negated objective (module level: compiled once per configuration)."""
+    if loss == "depth_log":
+        loss_fn = lambda w: -_depth_log_objective(layer, w, x0, depth, objective, upper)
+    else:
+        loss_fn = lambda w: -_mean_objective(layer, w, x0, depth, objective, loss == "final_log", upper)[0]
+    value, grad = jax.value_and_grad(loss_fn)(w_v)
+    grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
+    # Optax mixes Python floats with its int32 step count; allow that even when the caller
+    # runs JAX with strict dtype promotion (our tests do).
+    with jax.numpy_dtype_promotion("standard"):
+        updates, state = opt.update(grad, state, w_v)
+        w_v = optax.apply_updates(w_v, updates)
+    return w_v, state, -value
+
+
+@eqx.filter_jit
+def _evaluate(layer, w_v, x_eval, depth, objective, upper):
+    """Mean objective and the fractions with rank >= 2 / full rank (sigma > 1e-3 sigma_1).
+
+    ``x_eval`` is an argument (a tracer), not a closed-over constant: simulate only checks the
+    finiteness of concrete inputs.
+    """
+    mean, _ = _mean_objective(layer, w_v, x_eval, depth, objective, upper=upper)
+    final, bad = _final_states(layer, w_v, x_eval, depth, upper)
+    s = jax.vmap(singular_values)(final)
+    keep = lambda v: jnp.mean(((v > 1e-3 * s[:, 0]) & ~bad).astype(s.dtype))
+    return mean, keep(s[:, 1]), keep(s[:, -1])
 
 
 def search_value_matrix(
@@ -193,40 +238,13 @@ def search_value_matrix(
             raise ValueError(f"w_init must be (d, d) = ({d}, {d}), got {w_v0.shape}.")
     layer = SelfAttentionLayer(m, w_q, w_k, jnp.eye(d, dtype=dt), dqk=dqk)
 
-    def sample(k, size):
-        g = jr.normal(k, (size, n, d), dt)
-        return g / jnp.linalg.norm(g, axis=-1, keepdims=True)
-
-    x_eval = sample(k_eval, eval_batch)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+    x_eval = _sphere_batch(k_eval, eval_batch, n, d, dt)
+    opt = _optimizer(float(lr))
     with jax.numpy_dtype_promotion("standard"):
         state = opt.init(w_v0)
 
-    @eqx.filter_jit
-    def step(w_v, state, k, depth):
-        x0 = sample(k if resample else k_x, batch)
-        if loss == "depth_log":
-            loss_fn = lambda w: -_depth_log_objective(layer, w, x0, depth, objective, upper)
-        else:
-            loss_fn = lambda w: -_mean_objective(layer, w, x0, depth, objective, loss == "final_log", upper)[0]
-        value, grad = jax.value_and_grad(loss_fn)(w_v)
-        grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
-        # Optax mixes Python floats with its int32 step count; allow that even when the caller
-        # runs JAX with strict dtype promotion (our tests do).
-        with jax.numpy_dtype_promotion("standard"):
-            updates, state = opt.update(grad, state, w_v)
-            w_v = optax.apply_updates(w_v, updates)
-        return w_v, state, -value
-
-    @eqx.filter_jit
     def evaluate(w_v, x_eval, depth):
-        # x_eval is an argument (a tracer), not a closed-over constant: simulate only checks
-        # finiteness of concrete inputs.
-        mean, vals = _mean_objective(layer, w_v, x_eval, depth, objective, upper=upper)
-        final, bad = _final_states(layer, w_v, x_eval, depth, upper)
-        s = jax.vmap(singular_values)(final)
-        keep = lambda v: jnp.mean(((v > 1e-3 * s[:, 0]) & ~bad).astype(dt))
-        return mean, keep(s[:, 1]), keep(s[:, -1])
+        return _evaluate(layer, w_v, x_eval, depth, objective, upper)
 
     t0 = time.perf_counter()
     before, r2_before, full_before = evaluate(w_v0, x_eval, num_layers)
@@ -238,7 +256,8 @@ def search_value_matrix(
         # have non-collapsed tokens, hence a gradient (one compilation per stage).
         stage = min(i * stages // max(steps, 1), stages - 1)
         depth = max(1, -(-num_layers * (stage + 1) // stages))
-        w_v, state, val = step(w_v, state, jr.fold_in(k_x, i), depth)
+        x0 = _sphere_batch(jr.fold_in(k_x, i) if resample else k_x, batch, n, d, dt)
+        w_v, state, val = _step(layer, opt, w_v, state, x0, depth, objective, loss, upper)
         history.append(float(val))
     after, r2_after, full_after = evaluate(w_v, x_eval, num_layers)
     after_long, r2_after_long, full_after_long = evaluate(w_v, x_eval, eval_factor * num_layers)

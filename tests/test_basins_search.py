@@ -59,6 +59,7 @@ def test_rank_objective_values():
         rd.rank_objective(x, "nope")
 
 
+@pytest.mark.slow
 def test_search_value_matrix_tiny():
     """Runs end to end; the reported objective is invariant under W_V -> c W_V (post-LN), and
     with zero steps before == after."""
@@ -70,11 +71,11 @@ def test_search_value_matrix_tiny():
     assert r0["before"] == pytest.approx(r1["before"], rel=1e-12) and r0["before"] == r0["after"]
     # the 2-D example keeps rank 2 for ~6% of sphere inputs (SPEC §5.1: 5-10%)
     assert r0["frac_rank_ge2_before"][0] > 0.02 and r0["before"] > 0.005
-    r = rd.search_value_matrix(key, steps=4, loss="linear", **kw)
-    assert len(r["history"]) == 4 and np.all(np.isfinite(r["history"]))
+    r = rd.search_value_matrix(key, steps=3, loss="linear", stages=1, **kw)
+    assert len(r["history"]) == 3 and np.all(np.isfinite(r["history"]))
     assert abs(np.linalg.norm(np.asarray(r["w_v"])) - np.sqrt(2)) < 1e-12
     assert np.isfinite(r["after"]) and 0 <= r["frac_rank_ge2_after"][0] <= 1
-    ru = rd.search_value_matrix(key, steps=2, parametrization="upper", **kw)
+    ru = rd.search_value_matrix(key, steps=0, parametrization="upper", **kw)
     assert np.asarray(ru["w_v"])[1, 0] == 0.0
     with pytest.raises(ValueError, match="loss"):
         rd.search_value_matrix(key, steps=0, loss="bad", **kw)
