@@ -7,6 +7,10 @@ r"""Helpers shared by the simulation targets of ``rankdyn reproduce``.
 - `with_masks` / `simulate_masks`: one layer's weights with several masks, simulated as ONE
   vmapped program (the mask is an array field of the layer), so masks share the same weights
   and inputs (common random numbers) and the sweep compiles once.
+- `simulate_many`: several such stacks (differing in static switches) as ONE compiled program;
+  compile time, not run time, dominates the quick runs on CPU.
+- `san_layer` / `rebuild`: the Theorem 1-2 SAN (drawn by one jitted call) and the same weights
+  with other switches.
 - `mask_table`: graph facts (strong connectivity, centers, radius) of the masks used.
 - `log_fit`: a per-layer rate from $\log\mu$ above the round-off floor, with the window used.
 - `ablation_runs`: the Fig. 2/6 ablation models, run once per process and shared by the
