@@ -163,6 +163,7 @@ def test_2d_points_and_basin_arc():
         np.testing.assert_array_equal(to_e, ~in_arc)
 
 
+@pytest.mark.slow
 def test_lemma13_sampler_and_conclusion():
     """Samples satisfy Lemma 13 (with the proof's f <= w^2 - 1); for d = 3 token 2 stays at
     X_{2,d-1} <= -1/w at every step and converges towards the rank-2 point (SPEC §5.4)."""
