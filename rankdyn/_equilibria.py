@@ -36,8 +36,21 @@ the multiplicity above, $p$ must exceed the order of the root (default ``p = d +
 
 **Rank bias** (``target_rank=k``). In the Adam phase we add
 $\lambda\,\big(\sum_{j>k}\sigma_j^2 / \sum_j \sigma_j^2 + \mathrm{relu}(\log\tau - \log(\sigma_k/\sigma_1))\big)$,
-annealed linearly to 0 so that the final Newton phase solves the unbiased equations: it drives
-starts towards rank exactly ``k`` before polishing.
+annealed linearly to 0 so that the final Newton phase solves the unbiased equations. Measured
+at n = d = 6, w = 7 (512 random starts each): plain Gauss-Newton gives ranks 1-4 only (about
+90% rank 1); with ``target_rank=4`` and 300 Adam steps the ranks spread over 1-5 and a rank-4
+closed form appears; ``target_rank=6`` reaches rank 6.
+
+**Structure of the paper's system** (causal mask, uniform attention, $W_V = I + wS$). Writing
+$r_i = \|\sum_{j\le i} X_j W_V\|$, a fixed point satisfies $X_{i+1}(r_{i+1} I - W_V) = r_i X_i$.
+Either $r_{i+1} = 1$ (a "chain" step, $X_{i+1}(-wS) = r_i X_i$, which extends the support of the
+tokens by one coordinate) or $X_{i+1} = r_i X_i((r_{i+1} - 1)I - wS)^{-1}$ with $r_{i+1}$ a root
+of a polynomial norm condition (support not extended). The closed forms of SPEC §5.2 take
+$r = i$ (copies of $e_d$) for the first $c$ tokens and chain steps afterwards; every other
+interleaving of the two kinds of steps is an equilibrium too, so the equilibrium set is much
+larger than the closed forms (e.g. 100 distinct classes at n = d = 6, w = 7, of which only a
+handful are closed forms). Rank $n$ needs $n - 1$ chain steps, so every rank-$n$ equilibrium is
+a closed form.
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@
 import json
 
 import numpy as np
+import pytest
 
 import rankdyn as rd
 from rankdyn.cli import main
 
 
+@pytest.mark.slow  # ~17 s CPU: three compiled batches plus stability of every equilibrium
 def test_cli_equilibria_schema(tmp_path):
     out = tmp_path / "eq"
     rc = main(["equilibria", "--n", "3", "--d", "3", "--w", "4", "--starts", "64", "--chunk", "64",
