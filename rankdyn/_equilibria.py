@@ -252,8 +252,10 @@ def _solve_one(
         x_new = sol.value
         steps = sol.stats["num_steps"].astype(jnp.int32)
         lin_fail = (sol.result == optx.RESULTS.singular) | (sol.result == optx.RESULTS.breakdown)
-        # Newton may end anywhere; keep the better of the polished point and its input.
-        x_new = jnp.where(jnp.all(jnp.isfinite(x_new)), x_new, x)
+        # A Newton iterate that blew up is reported as non-finite; the member keeps its input.
+        newton_finite = jnp.all(jnp.isfinite(x_new))
+        nonfinite = nonfinite | ~newton_finite
+        x_new = jnp.where(newton_finite, x_new, x)
         x = _retract(x_new, on_sphere)
     else:
         steps = jnp.array(0, jnp.int32)
