@@ -332,13 +332,17 @@ def bench_config(name, cfg, args, peak):
 
 
 # ----------------------------------------------------------------------------- memory
-def memory_child(name: str, layers: int, quick: bool) -> None:
+def memory_child(name: str, layers: int, quick: bool, save_every: int = 1) -> None:
     """Run one configuration at a given depth and print its peak resident memory (VmHWM)."""
     cfg = dict(CONFIGS[name], **(QUICK[name] if quick else {}))
     cfg["layers"] = layers
     layer, x0 = build(cfg, seed=0)
-    tr = run_rankdyn(layer, x0, layers)
+    tr = rd.simulate(layer, x0, layers, observe=OBSERVE_MU, save_every=save_every)
+    jax.block_until_ready(tr.metrics)
     out_bytes = sum(np.asarray(v).nbytes for v in tr.metrics.values())
+    device_peak = None
+    if jax.default_backend() != "cpu":
+        device_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
     hwm = None
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -347,29 +351,33 @@ def memory_child(name: str, layers: int, quick: bool) -> None:
         import resource
 
         hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"layers": layers, "peak_rss_bytes": hwm, "output_bytes": out_bytes}))
+    print(json.dumps({"layers": layers, "save_every": save_every, "peak_rss_bytes": hwm, "output_bytes": out_bytes,
+                      "device_peak_bytes": device_peak}))
 
 
 def bench_memory(name, cfg, quick):
     out = {}
-    for layers in (cfg["layers"], 128):
-        cmd = [sys.executable, __file__, "--_memory-child", name, str(layers)] + (["--quick"] if quick else [])
+    sparse = max(1, cfg["layers"] // 100)
+    for layers, every in ((cfg["layers"], 1), (128, 1), (cfg["layers"], sparse)):
+        cmd = [sys.executable, __file__, "--_memory-child", name, str(layers), str(every)] + (["--quick"] if quick else [])
         with Clock() as c:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode:
             raise SystemExit(f"memory child failed:\n{proc.stderr[-3000:]}")
         rec = json.loads(proc.stdout.strip().splitlines()[-1])
         rec["wall_s"] = c.wall
-        out[str(layers)] = rec
-        print(f"   memory at {layers} layers: peak RSS {rec['peak_rss_bytes'] / 2**20:.0f} MiB "
+        out[str(layers) if every == 1 else f"{layers}_every_{every}"] = rec
+        print(f"   memory at {layers} layers (metrics every {every}): peak RSS {rec['peak_rss_bytes'] / 2**20:.0f} MiB "
               f"(saved metrics {rec['output_bytes'] / 2**20:.1f} MiB)", flush=True)
     deep, shallow = out[str(cfg["layers"])], out["128"]
     out["ratio"] = deep["peak_rss_bytes"] / shallow["peak_rss_bytes"]
     # Saved metrics grow with depth by construction (layers x batch x metrics); the rest must not.
     out["ratio_excluding_saved_metrics"] = (deep["peak_rss_bytes"] - deep["output_bytes"]) / (
         shallow["peak_rss_bytes"] - shallow["output_bytes"])
+    out["ratio_sparse_saves"] = out[f"{cfg['layers']}_every_{sparse}"]["peak_rss_bytes"] / shallow["peak_rss_bytes"]
+    out["sparse_every"] = sparse
     print(f"   peak memory ratio {out['ratio']:.3f} ({out['ratio_excluding_saved_metrics']:.3f} without the "
-          f"saved metrics themselves)", flush=True)
+          f"saved metrics themselves); with metrics every {sparse} layers {out['ratio_sparse_saves']:.3f}", flush=True)
     return out
 
 
@@ -426,7 +434,7 @@ def table(report) -> str:
     lines.append("")
     lines.append("Both implementations save mu (eq. 4) and eps_min (Theorem 1's epsilon) at every layer. "
                  "GFLOP/s count the model FLOPs (Q, K, V projections, QK^T, AV) for both; rankdyn executes fewer "
-                 "where it folds W_Q W_K^T (small: "
+                 "where it folds W_Q W_K^T (executed / model FLOPs: "
                  + ", ".join(f"{r['config']} {r['executed_flops_per_layer_traj'] / r['model_flops_per_layer_traj']:.2f}"
                              for r in report["configs"]) + " of the model FLOPs).")
     for r in report["configs"]:
@@ -442,7 +450,8 @@ def table(report) -> str:
                 f"Peak memory `{r['config']}`: {deep['peak_rss_bytes'] / 2**20:.0f} MiB at {r['layers']} layers vs "
                 f"{sh['peak_rss_bytes'] / 2**20:.0f} MiB at 128 layers (ratio {m['ratio']:.3f}; "
                 f"{m['ratio_excluding_saved_metrics']:.3f} without the saved metrics, "
-                f"{deep['output_bytes'] / 2**20:.1f} MiB vs {sh['output_bytes'] / 2**20:.2f} MiB).")
+                f"{deep['output_bytes'] / 2**20:.1f} MiB vs {sh['output_bytes'] / 2**20:.2f} MiB); saving every "
+                f"{m['sparse_every']} layers instead: ratio {m['ratio_sparse_saves']:.3f}.")
     return "\n".join(lines)
 
 
@@ -467,10 +476,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-all-metrics", action="store_true", help="skip the all-metrics timing of `small`")
     p.add_argument("--no-readme", action="store_true")
     p.add_argument("--readme", type=Path, default=HERE / "README.md")
-    p.add_argument("--_memory-child", nargs=2, metavar=("CONFIG", "LAYERS"), help=argparse.SUPPRESS)
+    p.add_argument("--_memory-child", nargs=3, metavar=("CONFIG", "LAYERS", "EVERY"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._memory_child:
-        memory_child(args._memory_child[0], int(args._memory_child[1]), args.quick)
+        memory_child(args._memory_child[0], int(args._memory_child[1]), args.quick, int(args._memory_child[2]))
         return 0
     names = [c for c in args.configs.split(",") if c]
     for c in names:
@@ -494,6 +503,8 @@ def main(argv=None) -> int:
         if name == "long" and not args.no_memory:
             res["memory"] = bench_memory(name, cfg, args.quick)
         report["configs"].append(res)
+        if args.json:  # after each config, so a run cut short (e.g. a timeout) keeps what it measured
+            write_json(args.json, report)
     report["loadavg_after"] = list(os.getloadavg())
     text = table(report)
     print("\n" + text)
