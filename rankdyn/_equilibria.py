@@ -146,15 +146,20 @@ def equilibrium_residual(layer: SelfAttentionLayer, x: Float[ArrayLike, "n d"], 
     return jnp.linalg.norm(layer(x, t)[0] - x)
 
 
-def equilibrium_rank(x: Float[ArrayLike, "n d"], rtol: float = 1e-8) -> Int[Array, ""]:
-    r"""Numerical rank: the number of singular values above ``rtol`` $\cdot\,\sigma_1$.
+def equilibrium_rank(x: Float[ArrayLike, "n d"], rtol: float = 1e-8, atol: float | None = None) -> Int[Array, ""]:
+    r"""Numerical rank: the number of singular values above $\max(\mathrm{rtol}\,\sigma_1, \mathrm{atol})$.
+
+    ``atol`` (default 100 machine epsilons) makes the zero equilibrium of the un-normalised map
+    rank 0 instead of "full rank at the 1e-30 scale"; sphere-valued tokens have $\sigma_1 \ge 1$.
 
     The default 1e-8 sits between the smallest genuine singular value of the paper's rank-6
     equilibria at $w = 7$ (about $2\cdot10^{-5}\sigma_1$) and the rounding-level ones of
     converged solves (below 1e-12).
     """
-    s = jnp.linalg.svd(jnp.asarray(x), compute_uv=False)
-    return jnp.sum(s > rtol * s[0]).astype(jnp.int32)
+    x = jnp.asarray(x)
+    s = jnp.linalg.svd(x, compute_uv=False)
+    floor = 100 * jnp.finfo(x.dtype).eps if atol is None else atol
+    return jnp.sum(s > jnp.maximum(rtol * s[0], floor)).astype(jnp.int32)
 
 
 def _retract(x, on_sphere: bool):

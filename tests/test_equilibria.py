@@ -151,6 +151,12 @@ def test_unnormalised_map():
     assert ok.all()
     x = np.asarray(sol.x)
     assert np.allclose(x, x[:, :1, :], atol=1e-8)  # all tokens equal (rank-one consensus)
+    assert (np.asarray(sol.rank) == 1).all()
+    # A contraction W_V = I / 2 has only the zero equilibrium, which has rank 0 (not "full").
+    half = rd.uniform_causal_layer(3, 3, 0.5 * jnp.eye(3), placement="none")
+    zero = rd.find_equilibria(half, _starts(jr.PRNGKey(2), 8, n=3, d=3))
+    assert np.asarray(zero.successful).all() and np.abs(np.asarray(zero.x)).max() < 1e-10
+    assert (np.asarray(zero.rank) == 0).all()
 
 
 def test_one_trace_for_several_value_matrices():

@@ -242,7 +242,9 @@ def run(args) -> int:
     stability_s = time.perf_counter() - t1
     records.sort(key=lambda e: (e["rank"], e["residual"]))
     kmax = min(args.n, args.d)
-    by_rank = {str(k): sum(e["rank"] == k for e in records) for k in range(1, kmax + 1)}
+    # Rank 0 (the zero equilibrium of the un-normalised map) is listed only when it occurs.
+    k0 = 0 if any(e["rank"] == 0 for e in records) else 1
+    by_rank = {str(k): sum(e["rank"] == k for e in records) for k in range(k0, kmax + 1)}
     status = dict.fromkeys(RESULTS._name_to_item, 0)
     for rs in round_stats:
         for key_, v in rs["status_counts"].items():
