@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
     g.add_argument("--target-starts", type=int, default=512, help="starts per rank-biased round")
     g.add_argument("--residual-tol", type=float, default=None, help="success threshold (default 1e-10 f64 / 1e-5 f32)")
     g.add_argument("--rank-tol", type=float, default=1e-8, help="relative singular value tolerance of the rank")
-    g.add_argument("--dedup-tol", type=float, default=5e-2, help="max-abs distance under which two equilibria are one")
+    g.add_argument("--dedup-tol", type=float, default=2e-2, help="max-abs distance under which two equilibria are one")
     # 1e-2, not 1e-6: the first token's equilibrium is a root of multiplicity d - 1, so a
     # rounding-level residual leaves it ~1e-3 away and its multiplier 1 reads as 1 - O(w * 1e-3).
     g.add_argument("--stability-tol", type=float, default=1e-2, help="tolerance on |lambda| - 1 (marginal band)")
