@@ -131,3 +131,6 @@ from ._counterexample_search import (
     rank_objective as rank_objective,
     search_value_matrix as search_value_matrix,
 )
+
+# The whole equilibrium pipeline as one call (behind `rankdyn equilibria`)
+from ._census import equilibrium_census as equilibrium_census

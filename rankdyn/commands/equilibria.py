@@ -1,17 +1,13 @@
 """``rankdyn equilibria``: batched search for equilibria of one layer map, with stability.
 
-Runs `rankdyn.find_equilibria` from random sphere starts (chunked, with a progress bar), then
-deflation rounds that deflate every equilibrium found so far (and its symmetric images) and
-restart from fresh random starts, then optional rank-biased rounds. Distinct equilibria (up to
-symmetry) are classified by rank and by the stability of their tangent Jacobian, and matched
-with the paper's closed forms (SPEC §5.2) when the model is the paper's construction.
-No closed form is ever used as a start. Writes ``equilibria.json`` and ``eigen_moduli.png``.
+A thin wrapper of `rankdyn.equilibrium_census` (search rounds, deduplication, rank, stability,
+closed-form matching when the model is the paper's construction, SPEC §5.2). Writes
+``equilibria.json`` and ``eigen_moduli.png``.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from .simulate import add_model_flags, check_model_args
@@ -81,44 +77,6 @@ def _target_ranks(spec: str, n: int, d: int) -> list[int]:
     return ks
 
 
-def _continue_failures(layer, sol, args, known):
-    """Continue the Newton phase (``max_steps - short_steps`` more steps) for the members that
-    stopped at the short budget; the others are kept. The subset is padded to a power of two
-    so that repeated chunks reuse a few compiled programs."""
-    import equinox as eqx
-    import jax
-    import numpy as np
-
-    from .._equilibria import find_equilibria
-
-    # Members that used the whole short budget were still iterating (Optimistix had not
-    # terminated), including "successful" ones whose residual is only just below tolerance.
-    running = (np.asarray(sol.steps) >= args.short_steps) & np.isin(sol.status, ["successful", "max_steps_reached"])
-    bad = np.nonzero(running)[0]
-    if bad.size == 0:
-        return sol
-    m = 1 << int(np.ceil(np.log2(bad.size)))
-    idx = np.concatenate([bad, np.resize(bad, m - bad.size)])
-    more = find_equilibria(layer, sol.x[idx], method=args.method, max_steps=args.max_steps - args.short_steps,
-                           residual_tol=args.residual_tol, deflation=known, rank_tol=args.rank_tol)
-    more = jax.tree.map(lambda a: np.asarray(a)[: bad.size], more)
-
-    # Keep a continuation only where it did not make the residual worse.
-    better = np.asarray(more.residual) <= np.asarray(sol.residual)[bad]
-    bad = bad[better]
-    more = jax.tree.map(lambda a: a[better], more)
-
-    def merge(a, b):
-        a = np.array(a, copy=True)
-        a[bad] = b
-        return a
-
-    merged = jax.tree.map(merge, sol, more)
-    steps = np.array(merged.steps, copy=True)
-    steps[bad] += np.asarray(sol.steps)[bad]  # continued members: both phases
-    return eqx.tree_at(lambda s: s.steps, merged, steps)
-
-
 def _is_paper_construction(args, layer) -> bool:
     import numpy as np
 
@@ -128,158 +86,39 @@ def _is_paper_construction(args, layer) -> bool:
 
 
 def run(args) -> int:
-    import jax
-    import jax.numpy as jnp
     import jax.random as jr
     import numpy as np
-    from tqdm.auto import tqdm
 
+    from .._census import equilibrium_census
     from .._constructions import all_closed_form_equilibria
-    from .._equilibria import (
-        RESULTS, _distance, deduplicate, equilibrium_rank, find_equilibria, symmetric_images, symmetry_group,
-    )
-    from .._init import initial_tokens
-    from .._io import CompileTimer, provenance, write_json
-    from .._stability import stability
+    from .._io import provenance, write_json
     from .simulate import layer_from_args
 
     _check(args)
     args.layers = None  # layer_from_args reads it for per-layer weights (rejected above)
-    targets = _target_ranks(args.target_ranks, args.n, args.d)
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
     layer = layer_from_args(args, k_layer)
-    group = symmetry_group(layer)
-    defl_starts = args.deflation_starts if args.deflation_starts is not None else max(1, args.starts // 4)
-    # One plan of rounds: (name, number of starts, deflate?, target rank).
-    plan = [("random", args.starts, False, None)]
-    plan += [(f"deflation-{r + 1}", defl_starts, True, None) for r in range(args.deflation_rounds)]
-    plan += [(f"target-rank-{k}", args.target_starts, False, k) for k in targets]
-    total_chunks = sum(-(-m // args.chunk) for _, m, _, _ in plan)
-
-    xs, res, rounds_of, codes = [], [], [], []
-    round_stats = []
-    classes = []
-    t0 = time.perf_counter()
-    bar = tqdm(total=total_chunks, desc="equilibria", disable=args.no_progress, unit="chunk")
-    with CompileTimer() as timer:
-        for r, (name, m, deflate, k) in enumerate(plan):
-            key = jr.fold_in(k_x0, r)
-            known = None
-            if deflate and classes:
-                known = np.concatenate([symmetric_images(c.x, group) for c in classes])
-            got = {"round": name, "starts": m, "deflated": 0 if known is None else len(known), "target_rank": k}
-            counts = dict.fromkeys(RESULTS._name_to_item, 0)
-            tr = time.perf_counter()
-            for c0 in range(0, m, args.chunk):
-                size = min(args.chunk, m - c0)
-                bar.set_postfix_str(f"{name} {c0 + size}/{m}")
-                x0 = initial_tokens(jr.fold_in(key, c0), "sphere", args.n, args.d, batch=size)
-                # Pad the last chunk to the chunk size so every chunk reuses one compiled program.
-                if size < args.chunk and m > args.chunk:
-                    x0 = jnp.concatenate([x0, x0[: args.chunk - size]], axis=0)
-                # Under vmap every member pays for the slowest one: solve with a short Newton
-                # budget first, then continue only the unconverged members (benchmarks/README.md).
-                short = args.max_steps if deflate or not args.short_steps else min(args.short_steps, args.max_steps)
-                sol = find_equilibria(
-                    layer, x0, method=args.method, max_steps=short, residual_tol=args.residual_tol,
-                    forward_steps=args.forward_steps,
-                    minimise_steps=args.minimise_steps if k is None else max(args.minimise_steps, 300),
-                    learning_rate=args.learning_rate, deflation=known, target_rank=k, rank_tol=args.rank_tol,
-                )
-                sol = jax.tree.map(lambda a: np.asarray(a)[:size], sol)
-                if short < args.max_steps:
-                    sol = _continue_failures(layer, sol, args, known)
-                for key_, v in sol.status_counts().items():
-                    counts[key_] += v
-                ok = np.asarray(sol.result._value) == RESULTS.successful._value
-                xs.append(sol.x[ok])
-                res.append(sol.residual[ok])
-                rounds_of.append(np.full(int(ok.sum()), r))
-                codes.append(np.asarray(sol.result._value))
-                bar.update(1)
-            before = len(classes)
-            allx, allr = np.concatenate(xs), np.concatenate(res)
-            classes = deduplicate(allx, allr, tol=args.dedup_tol, symmetries=group)
-            got.update(status_counts=counts, new_equilibria=len(classes) - before, seconds=time.perf_counter() - tr)
-            round_stats.append(got)
-    bar.close()
-    search_s = time.perf_counter() - t0
-    allrounds = np.concatenate(rounds_of)
-
     # Closed forms of SPEC §5.2 (only for the paper's construction), to match against.
     closed = []
     if _is_paper_construction(args, layer):
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(args.n, args.d, args.w)]
-    closed_hit = np.zeros(len(closed), bool)
-
-    t1 = time.perf_counter()
-    records = []
-    for c in tqdm(classes, desc="stability", disable=args.no_progress, unit="eq"):
-        x = jnp.asarray(c.x)
-        rank = int(equilibrium_rank(x, args.rank_tol))
-        rep = stability(layer, x, tol=args.stability_tol)
-        match = None
-        if closed:
-            dists = np.array([_distance(cx, c.x, group) for _, cx in closed])
-            j = int(np.argmin(dists))
-            match = bool(dists[j] <= args.dedup_tol)
-            if match:
-                closed_hit[dists <= args.dedup_tol] = True
-        records.append({
-            "rank": rank,
-            "residual": c.residual,
-            "spectral_radius": rep.spectral_radius,
-            "classification": rep.classification,
-            "unstable_dims": rep.unstable_dims,
-            "neutral_dims": rep.neutral_dims,
-            "count": c.count,
-            "first_round": plan[int(allrounds[c.members].min())][0] if c.count else None,
-            "closed_form_match": match,
-            "singular_values": np.linalg.svd(c.x, compute_uv=False),
-            "moduli": rep.moduli,
-            "tokens": c.x,
-        })
-    stability_s = time.perf_counter() - t1
-    records.sort(key=lambda e: (e["rank"], e["residual"]))
-    kmax = min(args.n, args.d)
-    # Rank 0 (the zero equilibrium of the un-normalised map) is listed only when it occurs.
-    k0 = 0 if any(e["rank"] == 0 for e in records) else 1
-    by_rank = {str(k): sum(e["rank"] == k for e in records) for k in range(k0, kmax + 1)}
-    status = dict.fromkeys(RESULTS._name_to_item, 0)
-    for rs in round_stats:
-        for key_, v in rs["status_counts"].items():
-            status[key_] += v
-    closed_summary = None
-    if closed:
-        closed_summary = {
-            "total": len(closed),
-            "note": "counts are modulo the symmetries used for deduplication (global sign flip)",
-            "found": int(closed_hit.sum()),
-            "by_rank": {str(k): {"total": sum(1 for kk, _ in closed if kk == k),
-                                 "found": int(sum(closed_hit[i] for i, (kk, _) in enumerate(closed) if kk == k))}
-                        for k in range(1, kmax + 1)},
-            "matched_equilibria_by_rank": {str(k): sum(e["rank"] == k and bool(e["closed_form_match"]) for e in records)
-                                           for k in range(1, kmax + 1)},
-        }
+    census = equilibrium_census(
+        layer, k_x0, starts=args.starts, chunk=args.chunk, method=args.method, max_steps=args.max_steps,
+        short_steps=args.short_steps, forward_steps=args.forward_steps, minimise_steps=args.minimise_steps,
+        learning_rate=args.learning_rate, deflation_rounds=args.deflation_rounds,
+        deflation_starts=args.deflation_starts, target_ranks=_target_ranks(args.target_ranks, args.n, args.d),
+        target_starts=args.target_starts, residual_tol=args.residual_tol, rank_tol=args.rank_tol,
+        dedup_tol=args.dedup_tol, stability_tol=args.stability_tol, closed_forms=closed,
+        progress=not args.no_progress,
+    )
     config = {k: v for k, v in vars(args).items() if k not in ("func",)}
     config["out"] = str(args.out)
-    result = {
-        "config": config,
-        "symmetries": {"sign": group["sign"], "all_permutations": group["all_permutations"],
-                       "permutations": [p.tolist() for p in group["permutations"]],
-                       "skipped": "continuous rotations commuting with W_V (only +-I for bidiagonal/generic W_V)"},
-        "equilibria": records,
-        "by_rank": by_rank,
-        "status_counts": status,
-        "rounds": round_stats,
-        "closed_forms": closed_summary,
-        "timing": {"search_s": search_s, "compile_s": timer.compile_s, "stability_s": stability_s},
-        "provenance": provenance(),
-    }
+    result = {"config": config, **census, "provenance": provenance()}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "equilibria.json", result)
-    _plot(records, args)
-    _print_summary(records, by_rank, status, closed_summary, result["timing"], args)
+    _plot(census["equilibria"], args)
+    _print_summary(census["equilibria"], census["by_rank"], census["status_counts"], census["closed_forms"],
+                   census["timing"], args)
     return 0
 
 
