@@ -189,8 +189,13 @@ def build(cfg, seed: int, dqk=None):
 OBSERVE_MU = jax.tree_util.Partial(lambda x: {"mu": rd.mu(x)})
 
 
+#: ``devices=`` for simulate (``--devices``); e.g. "all" with XLA_FLAGS=--xla_force_host_platform_device_count=2
+#: splits the batch over both CPU cores (each host-platform device runs on its own thread).
+DEVICES = None
+
+
 def run_rankdyn(layer, x0, num_layers, observe=OBSERVE_MU):
-    tr = rd.simulate(layer, x0, num_layers, observe=observe)
+    tr = rd.simulate(layer, x0, num_layers, observe=observe, devices=DEVICES)
     jax.block_until_ready(tr.metrics)
     return tr
 
@@ -274,10 +279,10 @@ def bench_config(name, cfg, args, peak):
 
     if name == "small" and not args.no_all_metrics:
         with CompileTimer() as cta:
-            tra = rd.simulate(layer, x0, cfg["layers"])
+            tra = rd.simulate(layer, x0, cfg["layers"], devices=DEVICES)
             jax.block_until_ready(tra.metrics)
         with Clock() as ca:
-            tra = rd.simulate(layer, x0, cfg["layers"])
+            tra = rd.simulate(layer, x0, cfg["layers"], devices=DEVICES)
             jax.block_until_ready(tra.metrics)
         res["rankdyn_all_metrics_first_call_s"] = cta.total_s
         res["rankdyn_all_metrics_s"], res["rankdyn_all_metrics_cpu_s"] = ca.wall, ca.cpu
@@ -476,11 +481,14 @@ def main(argv=None) -> int:
     p.add_argument("--no-all-metrics", action="store_true", help="skip the all-metrics timing of `small`")
     p.add_argument("--no-readme", action="store_true")
     p.add_argument("--readme", type=Path, default=HERE / "README.md")
+    p.add_argument("--devices", default=None, help="simulate(devices=...): 'all' or a count (default: one device)")
     p.add_argument("--_memory-child", nargs=3, metavar=("CONFIG", "LAYERS", "EVERY"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._memory_child:
         memory_child(args._memory_child[0], int(args._memory_child[1]), args.quick, int(args._memory_child[2]))
         return 0
+    global DEVICES
+    DEVICES = None if args.devices is None else ("all" if args.devices == "all" else int(args.devices))
     names = [c for c in args.configs.split(",") if c]
     for c in names:
         if c not in CONFIGS:
@@ -489,7 +497,8 @@ def main(argv=None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": device_name(), "backend": jax.default_backend(), "versions": versions(),
         "command": "python benchmarks/simulate_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "loadavg_before": list(os.getloadavg()), "quick": args.quick,
+        "loadavg_before": list(os.getloadavg()), "quick": args.quick, "simulate_devices": args.devices,
+        "num_jax_devices": len(jax.devices()),
     }
     print(report["device"], report["versions"], "load", report["loadavg_before"], flush=True)
     report["peak"] = matmul_peak(2048 if args.quick else 4096, repeats=3 if args.quick else 5)
