@@ -29,6 +29,7 @@ from ._masks import (
 from ._metrics import (
     METRIC_NAMES as METRIC_NAMES,
     collapse_metrics as collapse_metrics,
+    direction_metrics as direction_metrics,
     cosine_matrix as cosine_matrix,
     effective_rank as effective_rank,
     mean_abs_cosine as mean_abs_cosine,

@@ -28,6 +28,7 @@ __all__ = [
     "stable_rank",
     "effective_rank",
     "collapse_metrics",
+    "direction_metrics",
     "METRIC_NAMES",
 ]
 
@@ -105,9 +106,12 @@ def effective_rank(s: Float[Array, " k"]) -> Float[Array, ""]:
     return jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)))
 
 
-def collapse_metrics(x: Float[Array, "n d"], rank_tol: ArrayLike = 1e-6) -> dict[str, Float[Array, ""]]:
-    """Every metric of `METRIC_NAMES` for one token matrix, as a dict of scalars."""
-    s = singular_values(x)
+def direction_metrics(x: Float[Array, "n d"]) -> dict[str, Float[Array, ""]]:
+    """The SVD-free metrics of `METRIC_NAMES` (mu, its scale-free forms, row norms, cosines).
+
+    Cheap enough to record at every layer of large batches; batched SVDs dominate the cost of
+    `collapse_metrics` on CPUs.
+    """
     nrm = row_norms(x)
     return {
         "mu": mu(x),
@@ -117,6 +121,14 @@ def collapse_metrics(x: Float[Array, "n d"], rank_tol: ArrayLike = 1e-6) -> dict
         "row_norm_min": jnp.min(nrm),
         "min_cos": min_cosine(x),
         "mean_abs_cos": mean_abs_cosine(x),
+    }
+
+
+def collapse_metrics(x: Float[Array, "n d"], rank_tol: ArrayLike = 1e-6) -> dict[str, Float[Array, ""]]:
+    """Every metric of `METRIC_NAMES` for one token matrix, as a dict of scalars."""
+    s = singular_values(x)
+    return {
+        **direction_metrics(x),
         "sigma_max": s[0],
         "sigma_min": s[-1],
         "sigma_ratio": s[1] / jnp.where(s[0] > 0, s[0], 1.0) if s.shape[0] > 1 else jnp.zeros((), x.dtype),

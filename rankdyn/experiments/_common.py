@@ -28,7 +28,7 @@ import numpy as np
 
 from .._graph import graph_info
 from .._masks import make_mask
-from .._metrics import collapse_metrics, mean_abs_cosine, min_cosine, mu, mu_normalized, mu_relative, row_norms
+from .._metrics import collapse_metrics, direction_metrics
 from .._simulate import simulate
 
 #: Masks of the paper (Fig. 2, 3, 6): complete, causal, window +-1, uni-directional window.
@@ -55,16 +55,7 @@ def rel_floor(dtype) -> float:
 
 def cheap_observe(x):
     """SVD-free per-layer metrics: mu (eq. 4), mu/||X||_F, mu(LN(X)), row norms, cosines."""
-    nrm = row_norms(x)
-    return {
-        "mu": mu(x),
-        "mu_rel": mu_relative(x),
-        "mu_normalized": mu_normalized(x),
-        "row_norm_mean": jnp.mean(nrm),
-        "row_norm_min": jnp.min(nrm),
-        "min_cos": min_cosine(x),
-        "mean_abs_cos": mean_abs_cosine(x),
-    }
+    return direction_metrics(x)
 
 
 def full_observe(rank_tol):
