@@ -93,33 +93,6 @@ class Clock:
         return False
 
 
-class CompileCounter:
-    """Counts XLA backend compilations (``jax.monitoring``) while active."""
-
-    _active: list = []
-    _registered = False
-
-    def __enter__(self):
-        if not CompileCounter._registered:
-            jax.monitoring.register_event_duration_secs_listener(CompileCounter._listen)
-            CompileCounter._registered = True
-        self.count, self.seconds = 0, 0.0
-        CompileCounter._active.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        CompileCounter._active.remove(self)
-        return False
-
-    @staticmethod
-    def _listen(name, duration, **_):
-        if name.endswith("backend_compile_duration") or name.endswith("jaxpr_trace_duration"):
-            for c in CompileCounter._active:
-                c.seconds += duration
-                if name.endswith("backend_compile_duration"):
-                    c.count += 1
-
-
 def model_flops(cfg) -> float:
     """FLOPs of one layer for one trajectory: projections + QK^T + AV (see module docstring)."""
     n, d, k = cfg["n"], cfg["d"], cfg["dqk"]
@@ -250,11 +223,11 @@ def bench_config(name, cfg, args, peak):
     res["build_s"] = c.wall
 
     # rankdyn: first call (compile + run), then a timed warm call.
-    with CompileTimer() as ct, CompileCounter() as cc:
+    with CompileTimer() as ct:
         run_rankdyn(layer, x0, cfg["layers"])
     res["rankdyn_first_call_s"] = ct.total_s
     res["rankdyn_compile_s"] = ct.compile_s
-    res["rankdyn_compiles_first_call"] = cc.count
+    res["rankdyn_compiles_first_call"] = ct.compiles
     best = None
     for _ in range(args.repeats):
         with Clock() as c:
@@ -271,11 +244,11 @@ def bench_config(name, cfg, args, peak):
 
     # Second call: other temperature, other value matrices (other seed), other inputs.
     layer2, x02 = build(cfg, seed=1, dqk=0.5 * cfg["dqk"])
-    with CompileCounter() as cc2, Clock() as c2:
+    with CompileTimer() as cc2, Clock() as c2:
         run_rankdyn(layer2, x02, cfg["layers"])
-    res["rankdyn_compiles_second_call"] = cc2.count
+    res["rankdyn_compiles_second_call"] = cc2.compiles
     res["rankdyn_second_call_s"] = c2.wall
-    print(f"   second call (dqk/2, new W_V, new seed): {cc2.count} compilations, {c2.wall:.2f} s", flush=True)
+    print(f"   second call (dqk/2, new W_V, new seed): {cc2.compiles} compilations, {c2.wall:.2f} s", flush=True)
 
     if name == "small" and not args.no_all_metrics:
         with CompileTimer() as cta:

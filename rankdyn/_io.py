@@ -70,7 +70,8 @@ class CompileTimer:
     """Context manager measuring wall time and the part of it JAX spent tracing and compiling.
 
     Uses ``jax.monitoring`` duration events, so compile time is measured inside the real call
-    (same shapes, no separate warm-up run). ``run_s = total_s - compile_s``.
+    (same shapes, no separate warm-up run). ``run_s = total_s - compile_s``; ``compiles``
+    counts the XLA programs built (one ``backend_compile`` event each, eager helpers included).
     """
 
     _EVENTS = (
@@ -90,6 +91,7 @@ class CompileTimer:
             jax.monitoring.register_event_duration_secs_listener(CompileTimer._listen)
             CompileTimer._registered = True
         self.compile_s = 0.0
+        self.compiles = 0
         self._t0 = time.perf_counter()
         CompileTimer._active.append(self)
         return self
@@ -107,3 +109,4 @@ class CompileTimer:
         if name in CompileTimer._EVENTS:
             for timer in CompileTimer._active:
                 timer.compile_s += duration
+                timer.compiles += name.endswith("backend_compile_duration")

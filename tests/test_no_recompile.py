@@ -12,31 +12,7 @@ import jax.random as jr
 import numpy as np
 
 import rankdyn as rd
-
-
-class _Compiles:
-    """Counts XLA compilations while active."""
-
-    _active: list = []
-    _registered = False
-
-    def __enter__(self):
-        if not _Compiles._registered:
-            jax.monitoring.register_event_duration_secs_listener(_Compiles._listen)
-            _Compiles._registered = True
-        self.count = 0
-        _Compiles._active.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        _Compiles._active.remove(self)
-        return False
-
-    @staticmethod
-    def _listen(name, duration, **_):
-        if name.endswith("backend_compile_duration"):
-            for c in _Compiles._active:
-                c.count += 1
+from rankdyn._io import CompileTimer
 
 
 def _mu_only(x):
@@ -64,10 +40,10 @@ def test_second_call_with_new_values_compiles_nothing(getkey):
         layer = make(getkey())
         x0 = rd.initial_tokens(getkey(), "sphere", n, d, batch=3)
         first_kw = kwargs(getkey())
-        with _Compiles() as first:
+        with CompileTimer() as first:
             ref = rd.simulate(layer, x0, T, **first_kw)
             jax.block_until_ready(ref.metrics)
-        assert first.count >= 1, name  # the counter does see compilations
+        assert first.compiles >= 1, name  # the counter does see compilations
         # Other temperature, other W_V (new seed), other inputs, other dropout key, other rank_tol.
         other = rd.make_layer(getkey(), n=n, d=d, mask=np.asarray(layer.mask), num_layers=layer.num_layers,
                               dropout=layer.dropout, value="gaussian")
@@ -77,10 +53,10 @@ def test_second_call_with_new_values_compiles_nothing(getkey):
         kw = kwargs(getkey())
         if "observe" not in kw:
             kw["rank_tol"] = 1e-3
-        with _Compiles() as second:
+        with CompileTimer() as second:
             traj = rd.simulate(other, x1, T, **kw)
             jax.block_until_ready(traj.metrics)
-        assert second.count == 0, (name, second.count)
+        assert second.compiles == 0, (name, second.compiles)
         # ... and the second call did compute something different.
         assert not np.allclose(np.asarray(traj.metrics["mu"]), np.asarray(ref.metrics["mu"])), name
 
