@@ -32,7 +32,9 @@ __all__ = ["basin_fractions", "rank_classifier", "nearest_classifier", "wilson_i
 def wilson_interval(count: ArrayLike, total: int, z: float = 1.959963984540054) -> tuple[np.ndarray, np.ndarray]:
     r"""Wilson score interval for a binomial proportion (95% by default).
 
-    $\frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}$.
+    $\frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}$; unlike the
+    normal approximation it stays inside [0, 1] and is informative at 0 or n successes, where
+    its ends are exactly 0 and 1 (set exactly, not left to rounding). NaN for ``total <= 0``.
     """
     k = np.asarray(count, dtype=float)
     if total <= 0:
@@ -41,7 +43,9 @@ def wilson_interval(count: ArrayLike, total: int, z: float = 1.959963984540054) 
     denom = 1 + z**2 / total
     centre = (p + z**2 / (2 * total)) / denom
     half = z * np.sqrt(p * (1 - p) / total + z**2 / (4 * total**2)) / denom
-    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+    lo = np.where(k == 0, 0.0, np.clip(centre - half, 0.0, 1.0))
+    hi = np.where(k == total, 1.0, np.clip(centre + half, 0.0, 1.0))
+    return lo, hi
 
 
 def rank_classifier(tol: float = 1e-3) -> Callable[[Float[Array, "n d"]], Int[Array, ""]]:

@@ -26,6 +26,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
+from ._equilibria import equilibrium_residual
 from ._layer import SelfAttentionLayer
 
 __all__ = [
@@ -264,9 +265,8 @@ def stability(
     return _report(eigs, residual, "tangent" if _use_tangent(layer, space) else "full", tol, cluster)
 
 
-@eqx.filter_jit
-def _residual(layer, x, t):
-    return jnp.linalg.norm(layer(x, t)[0] - x)
+# ||F(x) - x||_F, compiled once per layer structure.
+_residual = eqx.filter_jit(equilibrium_residual)
 
 
 def block_eigvals(jac: np.ndarray, num_tokens: int) -> np.ndarray:

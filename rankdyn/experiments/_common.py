@@ -58,6 +58,17 @@ def cheap_observe(x):
     return direction_metrics(x)
 
 
+def sigma_ratio(x):
+    r"""$\sigma_2/\sigma_1$ of one token matrix: 0 at rank one (SPEC §5.6: rank >= 2 iff > 1e-2)."""
+    s = jnp.linalg.svd(x, compute_uv=False)
+    return s[1] / jnp.where(s[0] > 0, s[0], 1.0)
+
+
+def observe_sigma_ratio(x):
+    # Module level: simulate's jit cache is keyed on this function object.
+    return {"ratio": sigma_ratio(x)}
+
+
 def full_observe(rank_tol):
     """All of `rankdyn.collapse_metrics` (with SVD) at relative rank tolerance ``rank_tol``."""
     return lambda x: collapse_metrics(x, rank_tol)

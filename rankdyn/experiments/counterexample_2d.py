@@ -27,6 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._common import observe_sigma_ratio as _observe_ratio
+from ._common import sigma_ratio as _sigma_ratio
+
 NAME = "counterexample-2d"
 CLAIM = (
     "Theorem 3 / Fig. 1 and Fig. 5 (App. E): with N = d = 2, the causal mask, uniform attention and "
@@ -59,12 +62,6 @@ def _tokens(theta_deg) -> np.ndarray:
     return np.stack([np.cos(th), np.sin(th)], axis=-1)
 
 
-def _sigma_ratio(x):
-    """$\\sigma_2/\\sigma_1$ of one token matrix (0 for collapse, > 0 for rank >= 2)."""
-    s = jnp.linalg.svd(x, compute_uv=False)
-    return s[1] / jnp.where(s[0] > 0, s[0], 1.0)
-
-
 # Observers are module-level functions: `simulate` is jitted with ``observe`` as a static
 # argument, so reusing the same function object across w values reuses the compiled program.
 def _observe_token2(x):
@@ -79,10 +76,6 @@ def _observe_joint(x):
 def _token2(metrics, idx):
     """Token 2 at the saved-layer indices ``idx``: ``(..., len(idx), 2)``."""
     return np.stack([np.asarray(metrics["x21"])[..., idx], np.asarray(metrics["x22"])[..., idx]], axis=-1)
-
-
-def _observe_ratio(x):
-    return {"ratio": _sigma_ratio(x)}
 
 
 def _observe_noln(x):

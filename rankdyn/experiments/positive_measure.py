@@ -33,6 +33,9 @@ import jax.random as jr
 import numpy as np
 from jax import lax
 
+from .._basins import wilson_interval as _wilson
+from ._common import observe_sigma_ratio as _observe_ratio
+
 NAME = "positive-measure"
 CLAIM = (
     "Theorem 3 (item 2) and Lemma 13 (App. F.3): with the causal mask, uniform attention, post-LN and the "
@@ -70,17 +73,6 @@ def _sizes(quick: bool, tiny: bool) -> dict:
                 lemma_batch=2000, lemma_steps=20000,
                 joint_cases=((2, 2, 2.0), (3, 3, 2.0), (3, 3, 4.0), (4, 4, 4.0), (4, 8, 4.0)), joint_batch=400,
                 horizons=(100, 1000, 10000, 20000), save_every=100)
-
-
-def _sigma_ratio(x):
-    r"""$\sigma_2/\sigma_1$ of one token matrix: 0 at rank one (SPEC §5.6's rule: rank >= 2 iff > 1e-2)."""
-    s = jnp.linalg.svd(x, compute_uv=False)
-    return s[1] / jnp.where(s[0] > 0, s[0], 1.0)
-
-
-def _observe_ratio(x):
-    # Module level: simulate's jit cache is keyed on this function object.
-    return {"ratio": _sigma_ratio(x)}
 
 
 @eqx.filter_jit
@@ -355,10 +347,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    r"""Wilson score interval for a binomial proportion (95% for the default ``z``).
-
-    $\frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}$; unlike the
-    normal approximation it stays inside [0, 1] and is informative at 0 or n successes.
+    """Scalar form of `rankdyn.wilson_interval` for one count: ``(0, 1)`` for no trials.
 
     Raises:
         ValueError: if ``trials < 0`` or ``successes`` is not in ``[0, trials]``.
@@ -367,10 +356,5 @@ def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -
         raise ValueError(f"need 0 <= successes <= trials, got successes={successes}, trials={trials}.")
     if trials == 0:
         return (0.0, 1.0)
-    p = successes / trials
-    z2 = z * z
-    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
-    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials**2)) / (1 + z2 / trials)
-    lo = 0.0 if successes == 0 else max(0.0, centre - half)
-    hi = 1.0 if successes == trials else min(1.0, centre + half)
-    return (lo, hi)
+    lo, hi = _wilson(successes, trials, z)
+    return float(lo), float(hi)
