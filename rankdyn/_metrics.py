@@ -1,4 +1,4 @@
-r"""Rank-collapse measures of one token matrix ``X`` of shape ``(n, d)`` (SPEC §2).
+r"""Rank-collapse measures of one token matrix ``X`` of shape ``(n, d)`` (`docs/theory.md#metrics`).
 
 The paper's measure is eq. (4), $\mu(X) = \|X - \mathbf 1 \gamma_X\|_F$ with the mean token
 $\gamma_X = \mathbf 1^\top X / n$. It is not scale-invariant: without LN, $\mu \to 0$ can be
@@ -7,6 +7,12 @@ singular-value ratios) separate norm decay from directional collapse, as the rev
 
 All reductions use ``Precision.HIGHEST``: on GPUs float32 matmuls default to TF32, which would
 put a floor near 1e-3 on the very quantities measured here.
+
+`collapse_metrics` and `direction_metrics` are safe against under- and overflow: they work on
+$X / 2^e$ with $2^e$ the power of two nearest above $\max_{ij}|X_{ij}|$ (an exact scaling)
+and scale the absolute quantities back, so tokens of norm $10^{-20}$ in float32 (whose squares
+underflow) give the same scale-free metrics as tokens of norm 1. The singular values come from
+`rankdyn._spectral.singular_values`, which has a tested accuracy contract.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
+
+from ._spectral import _pow2_scale
+from ._spectral import singular_values as _accurate_singular_values
 
 __all__ = [
     "mu",
@@ -73,7 +82,7 @@ def cosine_matrix(x: Float[Array, "n d"]) -> Float[Array, "n n"]:
 
 
 def min_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
-    r"""$\phi = \min_{i,j} \cos(X_i, X_j)$ (SPEC §2.2; Corollary 1 needs $\phi^{(0)} \ge 0$)."""
+    r"""$\phi = \min_{i,j} \cos(X_i, X_j)$ (Corollary 1 needs $\phi^{(0)} \ge 0$; `docs/theory.md#metrics`)."""
     return jnp.min(cosine_matrix(x))
 
 
@@ -86,52 +95,85 @@ def mean_abs_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
 
 
 def singular_values(x: Float[Array, "n d"]) -> Float[Array, " k"]:
-    """All singular values, descending, ``k = min(n, d)``."""
+    """All singular values, descending, ``k = min(n, d)`` (`jnp.linalg.svd`: differentiable).
+
+    The metrics use `rankdyn._spectral.singular_values` (not differentiable, faster on batches
+    of small matrices, with a stated accuracy contract); this one stays for objectives that are
+    differentiated, such as the W_V search.
+    """
     return jnp.linalg.svd(x, compute_uv=False)
 
 
 def numerical_rank(s: Float[Array, " k"], tol: ArrayLike = 1e-6) -> Float[Array, ""]:
-    r"""Number of singular values above ``tol * sigma_max`` (relative tolerance, stated explicitly)."""
+    r"""Number of singular values above ``tol * sigma_max`` (relative tolerance); 0 for a zero matrix."""
     return jnp.sum(s > tol * s[0]).astype(s.dtype)
 
 
 def stable_rank(s: Float[Array, " k"]) -> Float[Array, ""]:
-    r"""$\mathrm{SRank}(X) = \|X\|_F^2 / \|X\|_2^2$ (App. F.2)."""
-    return jnp.sum(s**2) / jnp.where(s[0] > 0, s[0] ** 2, 1.0)
+    r"""$\mathrm{SRank}(X) = \|X\|_F^2 / \|X\|_2^2 = \sum_i (\sigma_i / \sigma_1)^2$ (App. F.2).
+
+    Computed from the ratios, so it is defined (in $[1, k]$) whenever $\sigma_1 > 0$, even when
+    $\sigma_1^2$ underflows; 0 for a zero matrix (rank 0).
+    """
+    r = s / jnp.where(s[0] > 0, s[0], 1.0)
+    return jnp.sum(r * r)
 
 
 def effective_rank(s: Float[Array, " k"]) -> Float[Array, ""]:
-    r"""Roy & Vetterli effective rank $\exp(H(p))$, $p_i = \sigma_i / \sum_j \sigma_j$."""
-    p = s / jnp.where(jnp.sum(s) > 0, jnp.sum(s), 1.0)
-    return jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)))
+    r"""Roy & Vetterli effective rank $\exp(H(p))$, $p_i = \sigma_i / \sum_j \sigma_j$; 0 for a zero matrix."""
+    total = jnp.sum(s)
+    p = s / jnp.where(total > 0, total, 1.0)
+    erank = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)))
+    # A zero matrix has rank 0 by every other measure here; exp(H) of no mass would say 1.
+    return jnp.where(total > 0, erank, jnp.zeros((), s.dtype))
+
+
+def _scaled(x):
+    """``(x / 2^e, 2^e)`` with ``max |x / 2^e|`` in [1/2, 1): exact, and no square under/overflows."""
+    scale = _pow2_scale(x)
+    return x / scale, scale
+
+
+def _direction(xs, scale):
+    nrm = row_norms(xs)
+    return {
+        "mu": mu(xs) * scale,
+        "mu_rel": mu_relative(xs),
+        "mu_normalized": mu_normalized(xs),
+        "row_norm_mean": jnp.mean(nrm) * scale,
+        "row_norm_min": jnp.min(nrm) * scale,
+        "min_cos": min_cosine(xs),
+        "mean_abs_cos": mean_abs_cosine(xs),
+    }
 
 
 def direction_metrics(x: Float[Array, "n d"]) -> dict[str, Float[Array, ""]]:
     """The SVD-free metrics of `METRIC_NAMES` (mu, its scale-free forms, row norms, cosines).
 
-    Cheap enough to record at every layer of large batches; batched SVDs dominate the cost of
-    `collapse_metrics` on CPUs.
+    Cheap enough to record at every layer of large batches. Computed on the exactly rescaled
+    ``x`` (see the module docstring), so tiny or huge tokens give defined, scale-free values.
     """
-    nrm = row_norms(x)
-    return {
-        "mu": mu(x),
-        "mu_rel": mu_relative(x),
-        "mu_normalized": mu_normalized(x),
-        "row_norm_mean": jnp.mean(nrm),
-        "row_norm_min": jnp.min(nrm),
-        "min_cos": min_cosine(x),
-        "mean_abs_cos": mean_abs_cosine(x),
-    }
+    return _direction(*_scaled(x))
 
 
 def collapse_metrics(x: Float[Array, "n d"], rank_tol: ArrayLike = 1e-6) -> dict[str, Float[Array, ""]]:
-    """Every metric of `METRIC_NAMES` for one token matrix, as a dict of scalars."""
-    s = singular_values(x)
+    r"""Every metric of `METRIC_NAMES` for one token matrix, as a dict of scalars.
+
+    The spectral ones come from all singular values $\sigma_1 \ge \dots \ge \sigma_k$ of $X$
+    (`rankdyn._spectral.singular_values`, error at most $8 k \epsilon \sigma_1$):
+    ``sigma_max`` $= \sigma_1$, ``sigma_min`` $= \sigma_k$, ``sigma_ratio`` $= \sigma_2/\sigma_1$,
+    ``stable_rank`` $= \sum_i \sigma_i^2/\sigma_1^2$, ``num_rank`` $= \#\{\sigma_i >$ ``rank_tol``
+    $\sigma_1\}$ and ``eff_rank`` (Roy-Vetterli). A zero matrix gives 0 for all of them; the
+    ratios are defined whenever $X \ne 0$, however small its entries.
+    """
+    xs, scale = _scaled(x)
+    s = _accurate_singular_values(xs)
+    ratio = s[1] / jnp.where(s[0] > 0, s[0], 1.0) if s.shape[0] > 1 else jnp.zeros((), x.dtype)
     return {
-        **direction_metrics(x),
-        "sigma_max": s[0],
-        "sigma_min": s[-1],
-        "sigma_ratio": s[1] / jnp.where(s[0] > 0, s[0], 1.0) if s.shape[0] > 1 else jnp.zeros((), x.dtype),
+        **_direction(xs, scale),
+        "sigma_max": s[0] * scale,
+        "sigma_min": s[-1] * scale,
+        "sigma_ratio": ratio,
         "stable_rank": stable_rank(s),
         "num_rank": numerical_rank(s, rank_tol),
         "eff_rank": effective_rank(s),
