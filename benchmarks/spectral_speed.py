@@ -4,7 +4,7 @@
 
 1. Per-matrix cost (float32, vmapped, jitted; best of several repeats, process CPU time and
    wall time) of ``jnp.linalg.svd(compute_uv=False)``, ``_spectral.singular_values`` with
-   ``method="lapack"`` (QR to the k x k triangle, then LAPACK SVD) and ``method="bisection"``
+   ``method="lapack"`` (exact power-of-two rescaling, then LAPACK SVD) and ``method="bisection"``
    (vectorised bidiagonalisation + bisection in jax.numpy), at 32x64 (batch 1024), 16x16
    (batch 1024) and 128x768 (batch 16; bisection skipped there: its compile grows with k).
 2. A whole ``rankdyn.simulate`` of the small configuration (n 32, d 64, 128 layers, 1024
