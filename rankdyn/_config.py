@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike
 
 from ._init import X0_NAMES
 from ._layer import PLACEMENTS
@@ -91,6 +92,7 @@ _REAL = ("dqk", "ln_radius", "w", "value_std", "qk_std", "mask_p", "attn_dropout
 _BOOL = ("output_projection", "skip", "mlp")
 _OPTIONAL = ("dqk", "ln_radius", "jordan_k", "value_std", "qk_std", "num_layers", "dtype")
 _CHOICES = {"placement": PLACEMENTS, "value": VALUE_NAMES, "qk": QK_NAMES, "x0": X0_NAMES}
+_WHAT = {"placement": "norm placement", "value": "value family", "qk": "query/key family", "x0": "initial condition"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -125,34 +127,36 @@ class ModelConfig:
         ValueError: naming the argument, what was expected, what was received, and the fix.
     """
 
-    n: int
-    d: int
-    mask: Any = "causal"
-    window: int = 1
-    dilation: int = 4
-    num_global: int = 1
-    mask_p: float = 0.1
-    mask_seed: int = 0
-    dqk: Any = None
+    # Annotations say what is accepted; the checks in `_check` (not the annotations) give the
+    # messages. Numbers may be traced arrays under jit (they are then not checked).
+    n: int | np.integer
+    d: int | np.integer
+    mask: str | ArrayLike = "causal"
+    window: int | np.integer = 1
+    dilation: int | np.integer = 4
+    num_global: int | np.integer = 1
+    mask_p: float | int = 0.1
+    mask_seed: int | np.integer = 0
+    dqk: ArrayLike | None = None
     placement: str = "post"
-    ln: Any = "sphere"
-    ln_radius: Any = None
+    ln: str | AbstractNorm = "sphere"
+    ln_radius: ArrayLike | None = None
     value: str = "orthogonal"
-    w: Any = 2.0
-    jordan_k: int | None = None
-    value_std: Any = None
+    w: ArrayLike = 2.0
+    jordan_k: int | np.integer | None = None
+    value_std: ArrayLike | None = None
     qk: str = "bert"
-    qk_std: Any = None
-    num_layers: int | None = None
-    heads: int = 1
-    output_projection: bool = False
-    skip: bool = False
-    mlp: bool = False
-    mlp_ratio: int = 4
-    attn_dropout: float = 0.0
-    hidden_dropout: float = 0.0
+    qk_std: ArrayLike | None = None
+    num_layers: int | np.integer | None = None
+    heads: int | np.integer = 1
+    output_projection: bool | np.bool_ = False
+    skip: bool | np.bool_ = False
+    mlp: bool | np.bool_ = False
+    mlp_ratio: int | np.integer = 4
+    attn_dropout: float | int = 0.0
+    hidden_dropout: float | int = 0.0
     x0: str = "sphere"
-    seed: int = 0
+    seed: int | np.integer = 0
     dtype: Any = None
 
     def __post_init__(self):
@@ -275,14 +279,15 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         real[f] = float(x)
     for f, allowed in _CHOICES.items():
         if v[f] not in allowed:
-            raise ValueError(f"unknown {name(f)} {v[f]!r}; expected one of {', '.join(allowed)}.")
+            raise ValueError(f"unknown {_WHAT[f]} {show(f, v[f])}; expected one of {', '.join(allowed)}.")
     if not (isinstance(v["ln"], AbstractNorm) or v["ln"] in LN_NAMES):
-        raise ValueError(f"unknown {name('ln')} {v['ln']!r}; expected one of {', '.join(LN_NAMES)} or an AbstractNorm.")
+        raise ValueError(f"unknown normalisation {show('ln', v['ln'])}; expected one of {', '.join(LN_NAMES)} "
+                         "or an AbstractNorm.")
     mask = v["mask"]
     mname = mask if isinstance(mask, str) else None  # comparisons below must not broadcast an array
     if isinstance(mask, str):
         if mask not in MASK_NAMES:
-            raise ValueError(f"unknown {name('mask')} {mask!r}; expected one of {', '.join(MASK_NAMES)}.")
+            raise ValueError(f"unknown mask {show('mask', mask)}; expected one of {', '.join(MASK_NAMES)}.")
     elif np.ndim(mask) != 2:
         raise ValueError(f"{name('mask')} must be a name ({', '.join(MASK_NAMES)}) or a boolean (n, n) array, "
                          f"got {type(mask).__name__} of shape {np.shape(mask)}.")
@@ -323,7 +328,7 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         raise ValueError(f"{show('window', w_)} is ignored by {show('mask', mask)}; drop it "
                          f"(only {', '.join(MASKS_WITH_WINDOW)} read a window).")
     elif mask in _WIDTH_MASKS and w_ >= n:
-        raise ValueError(f"{show('window', w_)} must be smaller than {show('n', n)} (mask {mask!r}): "
+        raise ValueError(f"{show('window', w_)} is not smaller than {show('n', n)} (mask {mask!r}): "
                          f"a window must be narrower than the sequence.")
     if v["dilation"] < 1:
         raise ValueError(f"{show('dilation', v['dilation'])}: the dilation must be >= 1.")
@@ -349,9 +354,11 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         if v["value"] != "jordan":
             raise ValueError(f"{show('jordan_k', k)} is ignored by {show('value', v['value'])}; drop it or use "
                              f"{show('value', 'jordan')}.")
-        if not 1 <= k <= d:
-            raise ValueError(f"{show('jordan_k', k)} must be in [1, d = {d}]: a Jordan block larger than "
-                             f"{show('d', d)} does not fit in W_V.")
+        if k < 1:
+            raise ValueError(f"{show('jordan_k', k)}: the Jordan block size must be in [1, d = {d}].")
+        if k > d:
+            raise ValueError(f"{show('jordan_k', k)}: a Jordan block larger than {show('d', d)} does not fit in W_V; "
+                             f"the Jordan block size must be in [1, d = {d}].")
     for f, used, users in (("ln_radius", isinstance(v["ln"], str) and v["ln"] == "sphere", "ln sphere"),
                            ("value_std", v["value"] in ("gaussian", "scaled"), "value gaussian or scaled"),
                            ("qk_std", v["qk"] == "gaussian", "qk gaussian")):

@@ -30,7 +30,7 @@ class MemoryEstimate(NamedTuple):
         return max(self.parts, key=self.parts.get)
 
 
-def format_bytes(b: float) -> str:
+def format_bytes(b: int | float) -> str:
     """``1.5 GiB``-style size."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if abs(b) < 1024 or unit == "PiB":

@@ -21,11 +21,11 @@ __all__ = ["HelpFormatter", "model_config", "check_positive", "check_nonnegative
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` with each flag's default; not for switches (off by default) or a None default,
-    whose help text says what happens without the flag."""
+    """``--help`` with each flag's default; not for switches (off by default) or a None or empty
+    default, whose help text says what happens without the flag."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is argparse.SUPPRESS or action.nargs == 0:
+        if action.default in (None, "", argparse.SUPPRESS) or action.nargs == 0:
             return action.help
         return super()._get_help_string(action)
 

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
         formatter_class=HelpFormatter,
     )
     p.add_argument("targets", nargs="*", metavar="TARGET", default=["all"],
-                   help="target names, or 'all' (default)")
+                   help="target names, or 'all'")
     p.add_argument("--out", type=Path, default=Path("out/reproduce"), help="output folder")
     p.add_argument("--quick", action="store_true",
                    help="reduced sizes: all targets in about 1 minute on a quiet 2-core CPU (see README)")

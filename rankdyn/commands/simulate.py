@@ -34,7 +34,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ln", choices=LN_NAMES, default="sphere", help="normalisation variant")
     g.add_argument("--value", choices=VALUE_NAMES, default="orthogonal", help="value matrix family")
     g.add_argument("--w", type=float, default=2.0, help="superdiagonal weight of bidiagonal/jordan W_V")
-    g.add_argument("--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default d)")
+    g.add_argument("--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default: d)")
     g.add_argument("--qk", choices=QK_NAMES, default="bert", help="query/key family (zero: uniform attention)")
     g.add_argument("--x0", choices=X0_NAMES, default="sphere", help="initial tokens")
     g.add_argument("--per-layer-weights", action="store_true", help="draw new weights for every layer")
@@ -42,11 +42,11 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--skip", action="store_true", help="residual connection X + SA(X)")
     g.add_argument("--mlp", action="store_true", help="add an MLP block")
     g.add_argument("--dropout", type=float, default=None, metavar="P",
-                   help="attention and hidden dropout rate in [0, 1) (default 0: off)")
+                   help="attention and hidden dropout rate in [0, 1) (default: 0, off)")
     g.add_argument("--attn-dropout", type=float, default=None, metavar="P",
-                   help="dropout on the attention probabilities (default 0)")
+                   help="dropout on the attention probabilities (default: 0)")
     g.add_argument("--hidden-dropout", type=float, default=None, metavar="P",
-                   help="dropout on the block outputs (default 0)")
+                   help="dropout on the block outputs (default: 0)")
     g.add_argument("--seed", type=int, default=0, help="PRNG seed for weights and inputs, in [0, 2**32 - 1]")
     g.add_argument("--x64", action="store_true", help="float64 end to end")
 
