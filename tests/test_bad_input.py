@@ -193,3 +193,23 @@ def test_defaults_pass_every_check(command, tmp_path):
         equilibria._check(args)
     assert not (tmp_path / "out").exists()  # the probe leaves nothing behind
     assert list(tmp_path.iterdir()) == []
+
+
+def test_memory_estimate_and_refusal():
+    """The generic estimate counts the arrays by hand-computable formulas; the refusal compares it
+    with the available memory and says the estimate, the largest part and the fix."""
+    from rankdyn._memory import MemoryEstimate, check_memory, equilibria_memory, simulate_memory
+
+    est = simulate_memory(n=2, d=3, batch=5, layers=4, itemsize=4, save_every=2, num_metrics=7, chunk=2)
+    assert est.parts["initial tokens and states"] == 2 * 5 * 2 * 3 * 4
+    assert est.parts["per-layer metrics"] == 5 * 3 * 7 * (4 + 8)  # saved layers 0, 2, 4; host float64 copy
+    assert est.parts["working set of one chunk"] == 2 * (3 * 2 * 2 + 8 * 2 * 3) * 4
+    assert est.parts["weights"] == 3 * 3 * 3 * 4 and est.total == sum(est.parts.values())
+    per_layer = simulate_memory(n=2, d=3, batch=5, layers=4, itemsize=4, weight_layers=4)
+    assert per_layer.parts["weights"] == 4 * est.parts["weights"]
+    assert equilibria_memory(n=2, d=3, chunk=10, itemsize=8).parts[
+        "Jacobians and their SVD (per chunk of starts)"] == 10 * 4 * 36 * 8
+    check_memory(MemoryEstimate({"a": 100}), fix="f", available=(100, "host RAM"))  # fits exactly
+    check_memory(MemoryEstimate({"a": 10**20}), fix="f", available=(None, "unknown"))  # unknown: no refusal
+    with pytest.raises(ValueError, match=r"needs about 200 B \(b: 150 B\), but only 100 B of host RAM .* Fix: f"):
+        check_memory(MemoryEstimate({"a": 50, "b": 150}), fix="f", available=(100, "host RAM"))

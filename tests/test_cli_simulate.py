@@ -84,7 +84,10 @@ def test_dropout_flags_become_the_configuration():
     assert (cfg().attn_dropout, cfg().hidden_dropout, cfg().has_dropout) == (0.0, 0.0, False)
     both = cfg("--dropout", "0.25")
     assert (both.attn_dropout, both.hidden_dropout, both.has_dropout) == (0.25, 0.25, True)
-    assert both.dropout_kwargs() == {"dropout": 0.25}  # today's layer: one rate (see SEPARATE_DROPOUT)
+    from rankdyn._config import SEPARATE_DROPOUT
+
+    want = {"attn_dropout": 0.25, "hidden_dropout": 0.25} if SEPARATE_DROPOUT else {"dropout": 0.25}
+    assert both.dropout_kwargs() == want
     split = cfg("--attn-dropout", "0.25", "--hidden-dropout", "0.25")
     assert (split.attn_dropout, split.hidden_dropout) == (0.25, 0.25)
     with pytest.raises(ValueError, match=r"--hidden-dropout 1.5: a dropout rate must be in \[0, 1\)"):
@@ -99,11 +102,11 @@ def test_cli_and_python_build_the_same_layer(getkey):
 
     argv = ["simulate", "--mask", "global", "--window", "2", "--n", "7", "--d", "6", "--heads", "2", "--value",
             "jordan", "--jordan-k", "3", "--w", "1.5", "--qk", "gaussian", "--per-layer-weights", "--layers", "3",
-            "--mlp", "--skip", "--norm", "pre", "--dqk", "2.5"]
+            "--skip", "--norm", "pre", "--dqk", "2.5"]
     key = jr.PRNGKey(7)
     a = layer_from_args(build_parser().parse_args(argv), key)
     b = rd.make_layer(key, n=7, d=6, mask="global", window=2, heads=2, output_projection=True, value="jordan",
-                      jordan_k=3, w=1.5, qk="gaussian", num_layers=3, mlp=True, skip=True, norm="pre", dqk=2.5)
+                      jordan_k=3, w=1.5, qk="gaussian", num_layers=3, skip=True, norm="pre", dqk=2.5)
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
     assert (a.placement, a.skip, a.num_layers, a.num_heads) == ("pre", True, 3, 2)
