@@ -90,7 +90,7 @@ def simulate_memory(*, n: int, d: int, batch: int, layers: int, itemsize: int, h
                     mlp_ratio: int = 0, output_projection: bool = False, save_states: bool = False) -> MemoryEstimate:
     """Generic estimate of a depth simulation of ``batch`` trajectories of ``(n, d)`` tokens.
 
-    Counts the initial tokens and the current states of the whole batch, the per-trajectory
+    Counts the initial tokens and the states of the whole batch (with their temporaries), the per-trajectory
     metrics at every saved layer (and their float64 copy on the host), the working set of one
     vmapped chunk (attention scores and probabilities per head, projections, the SVD of the
     metrics), the weights (one set, or ``weight_layers`` sets) and the mask.
@@ -100,7 +100,10 @@ def simulate_memory(*, n: int, d: int, batch: int, layers: int, itemsize: int, h
     dh = d // max(heads, 1)
     per_set = heads * d * dh * 3 + (d * d if output_projection else 0) + 2 * mlp_ratio * d * d
     parts = {
-        "initial tokens and states": 2 * batch * n * d * itemsize,
+        # 5 copies of the batch's tokens: measured peak RSS above the interpreter's baseline was
+        # 5.0x batch*n*d*itemsize in `rankdyn simulate` runs of (n, d, batch) = (64, 128, 8192) and
+        # (32, 64, 65536), float32 (sampling temporaries, x0, the scan's carry in and out, outputs).
+        "initial tokens and states": 5 * batch * n * d * itemsize,
         "per-layer metrics": batch * saved * num_metrics * (itemsize + 8),
         # scores, probabilities and their masked copy per head; ~8 token-sized temporaries
         # (projections, normalisation, the SVD's work arrays) per trajectory of the chunk.

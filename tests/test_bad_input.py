@@ -201,7 +201,7 @@ def test_memory_estimate_and_refusal():
     from rankdyn._memory import MemoryEstimate, check_memory, equilibria_memory, simulate_memory
 
     est = simulate_memory(n=2, d=3, batch=5, layers=4, itemsize=4, save_every=2, num_metrics=7, chunk=2)
-    assert est.parts["initial tokens and states"] == 2 * 5 * 2 * 3 * 4
+    assert est.parts["initial tokens and states"] == 5 * 5 * 2 * 3 * 4
     assert est.parts["per-layer metrics"] == 5 * 3 * 7 * (4 + 8)  # saved layers 0, 2, 4; host float64 copy
     assert est.parts["working set of one chunk"] == 2 * (3 * 2 * 2 + 8 * 2 * 3) * 4
     assert est.parts["weights"] == 3 * 3 * 3 * 4 and est.total == sum(est.parts.values())
