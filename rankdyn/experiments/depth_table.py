@@ -113,7 +113,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             md.append(f"| {C.MASK_LABELS[m]} | {graph[m]['strongly_connected']} | {graph[m]['radius']} | {cells} | "
                       f"{s['ratio_normalized_T_0']:.3g} |")
         md.append("")
-    fig = plot_band_panels(layers, panels, ncols=3, suptitle=f"{depth}-layer SAN, orthogonal W_V, n={n}, d={d}")
+    fig = plot_band_panels(layers, panels, ncols=3, dtype=dtype, suptitle=f"{depth}-layer SAN, orthogonal W_V, n={n}, d={d}")
     figs = [save_figure(fig, out / "depth_table_mu.png")]
 
     why = (
