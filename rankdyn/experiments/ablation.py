@@ -4,7 +4,7 @@ Five variants (SAN, SAN+skip, SAN+LN, SAN+skip+LN, full block with MLP) x four m
 128 (paper Fig. 6), with per-layer BERT-like random weights, 12 heads and $W_O$; the
 12-layer view (Fig. 2) is the first 12 layers of the same runs (with i.i.d. per-layer weights
 a 12-layer model has exactly the distribution of this prefix). The LN variants also run with
-dropout 0.1 (the HF default in train mode), the switch SPEC §6.7 found decisive.
+dropout 0.1 (the HF default in train mode), the switch our earlier re-simulation found decisive (docs/theory.md#experiments).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         notes += (
             "Without dropout, LN does not prevent collapse for: "
             + ", ".join(f"{k} (mu_T/mu_0 = {v:.2g})" for k, v in failed_ln.items())
-            + ". This matches our earlier re-simulation (SPEC §6.7): with centred LN and no dropout the complete "
+            + ". This matches our earlier re-simulation (docs/theory.md#experiments): with centred LN and no dropout the complete "
               "mask collapses at random init; "
         )
         for p in dropouts:

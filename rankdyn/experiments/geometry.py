@@ -83,7 +83,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     verdict = "reproduced" if npass == 3 else ("partially" if npass >= 1 else "not reproduced")
 
     fig = plot_band_panels(layers, panels, ncols=2, panel_size=(3.4, 2.6), sharey=False,
-                           ylabels={t: t for t in panels}, linear_y=(TITLES["num_rank"], TITLES["mean_abs_cos"]),
+                           ylabels={t: t for t in panels}, linear_y=(TITLES["num_rank"], TITLES["mean_abs_cos"], TITLES["stable_rank"]),
                            suptitle=f"token geometry along depth, full block (no dropout), n={n}, d={d}")
     figs = [save_figure(fig, out / "geometry.png")]
 

@@ -8,7 +8,7 @@ All masks share the same weights and inputs and run as one vmapped program.
 For each mask we fit the per-layer factor of $\mu$ and compare it with the bound
 $(1-\epsilon^r)^{1/r}$ evaluated with the measured $\epsilon$ (smallest attention weight on an
 edge over all layers and samples) and the computed radius $r$. Norm shrinkage and directional
-collapse are shown separately (SPEC §6.6): $\mu$, $\mu/\|X\|_F$, $\mu(\mathrm{LN}(X))$ and the
+collapse are shown separately (docs/theory.md#experiments): $\mu$, $\mu/\|X\|_F$, $\mu(\mathrm{LN}(X))$ and the
 mean row norm.
 """
 
