@@ -82,7 +82,7 @@ def test_equilibria_ranks_tiny(tmp_path):
 def test_batched_stability_matches_stability():
     """The vmapped multipliers of `analyse` equal `rankdyn._stability.stability` point by point."""
     from rankdyn._constructions import uniform_causal_layer
-    from rankdyn._stability import stability
+    from rankdyn.equilibria import stability
 
     with jax.enable_x64(True):
         r = er.analyse(3, 3, 3.0)

@@ -71,7 +71,7 @@ def analyse(n: int, d: int, w: float, *, rank_tol: float = 1e-13, stab_tol: floa
         per-rank ``count`` / ``distinct``.
     """
     from .._constructions import rank_k_equilibrium, uniform_causal_layer
-    from .._stability import block_eigvals, classify_moduli, cluster_means, tangent_jacobian
+    from ..equilibria._stability import block_eigvals, classify_moduli, cluster_means, tangent_jacobian
     from .._weights import bidiagonal
 
     # Every sign choice (s_0, s_{c+1..n}) of every valid rank, without deduplication: that

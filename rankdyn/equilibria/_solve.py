@@ -1,4 +1,4 @@
-r"""Batched search for equilibria (fixed points) of one layer map (SPEC §4.4, §5.2, §8).
+r"""`find_equilibria`: batched search for equilibria (fixed points) of one layer map on an Optimistix solver.
 
 A fixed point of the post-LN layer (eq. 3) solves
 
@@ -6,28 +6,27 @@ $$F(X) = \mathrm{LN}\big(A(X)\,X\,W_V\big) = X,\qquad X \in (\mathbb S^{d-1})^n,
 
 and for the un-normalised map (eq. 2, ``placement="none"``) $A(X) X W_V = X$ in
 $\mathbb R^{n\times d}$. Forward iteration only finds attractors; the paper's equilibria of
-rank $\ge 3$ are saddles (SPEC §5.6), so we solve the residual $R(X) = F(X) - X = 0$ directly:
+rank $\ge 3$ are saddles (`docs/theory.md#stability`), so we solve $R(X) = F(X) - X = 0$:
 
 1. optional forward iteration $X \leftarrow F(X)$ (``lax.scan``);
 2. optional Optax (Adam) minimisation of $\|R(X)\|_F^2$ (plus deflation and rank terms), kept on
    the spheres by renormalising rows after every step (a retraction);
-3. Gauss--Newton (default) or Levenberg--Marquardt polishing with Optimistix on the least
-   squares problem $\min_X \|R(X)\|^2$ over $\mathbb R^{n\times d}$.
+3. a Newton-type solve with an Optimistix solver object: by default Gauss--Newton with a
+   Lineax SVD (pseudo-inverse) linear solver on $\min_X \|R(X)\|^2$; any
+   ``optx.AbstractLeastSquaresSolver`` or ``optx.AbstractRootFinder`` can be passed instead.
 
 Step 3 needs no explicit sphere constraint: the output of post-LN lies on the spheres, so any
 zero of $R$ does too. The full-space Jacobian $DR = DF - I$ is singular exactly when the
-tangent Jacobian has a multiplier 1 (the normal block of $DF$ is 0, so that block of $DR$ is
-$-I$). Every equilibrium of the paper's construction has such multipliers (the first token is
-non-hyperbolic), so the linear solves use a pseudo-inverse (``lineax.SVD``) or damping (LM).
+tangent Jacobian has a multiplier 1; every equilibrium of the paper's construction has such
+multipliers (the first token is non-hyperbolic), hence the pseudo-inverse.
 
 **Accuracy.** For the bidiagonal $W_V = I + wS$ the first token's fixed point $\pm e_d$ is a
 root of multiplicity $d - 1$ of $R$ (in ratio coordinates $u_m = x_m / x_d$ the residual is
-$w(u_{m-1} - u_m u_{d-1})$, whose zero set near 0 is the curve $u_m = a^{d-m}$ with
-$R \sim w a^{d-1}$). A residual at rounding level therefore pins $X$ only to
-$\sim (\varepsilon / w)^{1/(d-1)}$ (about 1e-3 at $d = 6$ in float64), although the result is an
-exact equilibrium of a map whose $W_V$ is perturbed at rounding level (small backward error).
-Hence `deduplicate` and closed-form matching use a distance tolerance of 2e-2 while the
-residual tolerance is 1e-10.
+$w(u_{m-1} - u_m u_{d-1})$, zero set near 0 the curve $u_m = a^{d-m}$ with $R \sim w a^{d-1}$),
+so a residual at rounding level pins $X$ only to $\sim(\varepsilon / w)^{1/(d-1)}$ (about 1e-3
+at $d = 6$). A residual is not a distance: for acyclic masks `rankdyn.equilibria._tree`
+re-solves such results token by token (the first token exactly), and the census reports an
+error estimate next to the residual.
 
 **Deflation** (Farrell, Birkisson, Funke 2015). Given known solutions $X_j$, the deflated
 residual $M(X) R(X)$ with $M(X) = \prod_j (\|X - X_j\|_F^{-p} + \sigma)$ has the same zeros as
@@ -36,29 +35,10 @@ the multiplicity above, $p$ must exceed the order of the root (default ``p = d +
 
 **Rank bias** (``target_rank=k``). In the Adam phase we add
 $\lambda\,\big(\sum_{j>k}\sigma_j^2 / \sum_j \sigma_j^2 + \mathrm{relu}(\log\tau - \log(\sigma_k/\sigma_1))\big)$,
-annealed linearly to 0 so that the final Newton phase solves the unbiased equations. Measured
-at n = d = 6, w = 7 (512 random starts each): plain Gauss-Newton gives ranks 1-4 only (about
-90% rank 1); with ``target_rank=4`` and 300 Adam steps the ranks spread over 1-5 and a rank-4
-closed form appears; ``target_rank=6`` reaches rank 6.
-
-**Structure of the paper's system** (causal mask, uniform attention, $W_V = I + wS$). Writing
-$r_i = \|\sum_{j\le i} X_j W_V\|$, a fixed point satisfies $X_{i+1}(r_{i+1} I - W_V) = r_i X_i$.
-Either $r_{i+1} = 1$ (a "chain" step, $X_{i+1}(-wS) = r_i X_i$, which extends the support of the
-tokens by one coordinate) or $X_{i+1} = r_i X_i((r_{i+1} - 1)I - wS)^{-1}$ with $r_{i+1}$ a root
-of a polynomial norm condition (support not extended). The closed forms of SPEC §5.2 take
-$r = i$ (copies of $e_d$) for the first $c$ tokens and chain steps afterwards; every other
-interleaving of the two kinds of steps is an equilibrium too, so the equilibrium set is much
-larger than the closed forms (e.g. 100 distinct classes at n = d = 6, w = 7, of which only a
-handful are closed forms). Rank $n$ needs $n - 1$ chain steps, so every rank-$n$ equilibrium is
-a closed form.
+annealed linearly to 0 so that the final Newton phase solves the unbiased equations.
 """
 
 from __future__ import annotations
-
-import dataclasses
-import itertools
-import math
-from collections.abc import Sequence
 
 import equinox as eqx
 import jax
@@ -70,29 +50,48 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from ._layer import SelfAttentionLayer
+from .._layer import SelfAttentionLayer
 
 __all__ = [
     "RESULTS",
     "EquilibriumSolution",
-    "EquilibriumClass",
     "find_equilibria",
     "equilibrium_residual",
     "equilibrium_rank",
-    "deduplicate",
-    "symmetry_group",
-    "symmetric_images",
     "default_residual_tol",
+    "default_solver",
+    "status_names",
 ]
 
 
-class RESULTS(eqx.Enumeration):
-    """Status of one start of `find_equilibria`."""
+class RESULTS(optx.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
+    r"""Status of one start of `find_equilibria`: Optimistix's results plus two of ours.
 
-    successful = "the residual ||F(X) - X||_F is below the tolerance"
-    max_steps_reached = "the solver stopped (max steps or stagnation) with the residual above the tolerance"
-    nonfinite = "a NaN or inf appeared in the iterates (the member was frozen)"
-    singular = "a normalisation met a zero row (LN undefined) or the linear solve broke down"
+    ``successful`` means $\|F(X) - X\|_F \le$ ``residual_tol`` (not merely that the solver
+    stopped); the solver's own outcomes (``max_steps_reached``, ``singular``, ``nonfinite``, ...)
+    are promoted from ``optx.RESULTS``.
+    """
+
+    residual_above_tolerance = (
+        "The solver converged (its step criterion was met) at a point whose residual ||F(X) - X||_F is "
+        "above residual_tol: a local minimum of the residual, not an equilibrium. Try more starts."
+    )
+    degenerate_normalisation = (
+        "A normalisation met a zero row (LN is undefined there). Such a point is not an equilibrium."
+    )
+
+
+# Every status, in a fixed order (host-side reporting compares with each; no private internals).
+_STATUS = (
+    "successful", "max_steps_reached", "residual_above_tolerance", "nonfinite", "singular",
+    "degenerate_normalisation", "breakdown", "stagnation", "nonlinear_max_steps_reached",
+    "nonlinear_divergence", "nonfinite_input", "conlim",
+)
+
+
+def status_names() -> tuple[str, ...]:
+    """The names of the `RESULTS` members `EquilibriumSolution.status_counts` reports."""
+    return tuple(name for name in _STATUS if hasattr(RESULTS, name))
 
 
 class EquilibriumSolution(eqx.Module):
@@ -120,15 +119,14 @@ class EquilibriumSolution(eqx.Module):
     @property
     def status(self) -> np.ndarray:
         """The status name of every start (host-side array of str, batch shape)."""
-        by_value = {int(item._value): name for name, item in RESULTS._name_to_item.items()}
-        names = np.array([by_value[i] for i in range(len(by_value))])
-        return names[np.asarray(self.result._value)]
+        out = np.full(np.shape(self.residual), "unknown", dtype=object)
+        for name in status_names():
+            out[np.asarray(self.result == getattr(RESULTS, name))] = name
+        return out.astype(str)
 
     def status_counts(self) -> dict[str, int]:
         """How many starts ended with each status (host-side)."""
-        codes = np.asarray(self.result._value).ravel()
-        names = list(RESULTS._name_to_item)
-        return {name: int(np.sum(codes == RESULTS._name_to_item[name]._value)) for name in names}
+        return {name: int(np.sum(np.asarray(self.result == getattr(RESULTS, name)))) for name in status_names()}
 
 
 def default_residual_tol(dtype) -> float:
@@ -188,7 +186,7 @@ def _rank_penalty(x, k: int, tau: float):
 
 
 def _solve_one(
-    layer, x0, known, t, *, method, max_steps, rtol, atol, residual_tol, forward_steps, minimise_steps,
+    layer, x0, known, t, *, solver, max_steps, residual_tol, forward_steps, minimise_steps,
     learning_rate, deflation_power, deflation_shift, target_rank, rank_weight, rank_floor, rank_tol,
 ):
     on_sphere = layer.placement == "post"
@@ -248,15 +246,14 @@ def _solve_one(
             r = r * jnp.exp(_log_deflation(y, known, deflation_power, deflation_shift))
         return r
 
-    if method == "gn":
-        solver = optx.GaussNewton(rtol=rtol, atol=atol, linear_solver=lx.SVD())
-    else:
-        solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
+    promoted = RESULTS.successful
     if max_steps > 0:
-        sol = optx.least_squares(residual_fn, solver, x, max_steps=max_steps, throw=False)
+        # A root finder (e.g. optx.Newton) solves R = 0; a least-squares solver min ||R||^2.
+        solve = optx.root_find if isinstance(solver, optx.AbstractRootFinder) else optx.least_squares
+        sol = solve(residual_fn, solver, x, max_steps=max_steps, throw=False)
         x_new = sol.value
         steps = sol.stats["num_steps"].astype(jnp.int32)
-        lin_fail = (sol.result == optx.RESULTS.singular) | (sol.result == optx.RESULTS.breakdown)
+        promoted = RESULTS.promote(sol.result)
         # A Newton iterate that blew up is reported as non-finite; the member keeps its input.
         newton_finite = jnp.all(jnp.isfinite(x_new))
         nonfinite = nonfinite | ~newton_finite
@@ -264,20 +261,20 @@ def _solve_one(
         x = _retract(x_new, on_sphere)
     else:
         steps = jnp.array(0, jnp.int32)
-        lin_fail = jnp.array(False)
 
     y, aux = layer(x, t)
     residual = jnp.linalg.norm(y - x)
     finite = jnp.all(jnp.isfinite(x)) & jnp.isfinite(residual)
     nonfinite = nonfinite | bad_start | ~finite
     ok = residual <= residual_tol
+    # Precedence: non-finite, LN undefined, success by residual, then the solver's own reason
+    # (a solver that "converged" above the tolerance sat in a local minimum of ||R||).
+    stopped = RESULTS.where(promoted == RESULTS.successful, RESULTS.residual_above_tolerance, promoted)
     result = RESULTS.where(
         nonfinite,
         RESULTS.nonfinite,
         RESULTS.where(
-            aux.degenerate | (lin_fail & ~ok),
-            RESULTS.singular,
-            RESULTS.where(ok, RESULTS.successful, RESULTS.max_steps_reached),
+            aux.degenerate, RESULTS.degenerate_normalisation, RESULTS.where(ok, RESULTS.successful, stopped)
         ),
     )
     x = jnp.where(bad_start, x0, x)
@@ -290,6 +287,7 @@ def find_equilibria(
     layer: SelfAttentionLayer,
     x0s: Float[ArrayLike, "*batch n d"],
     *,
+    solver: optx.AbstractLeastSquaresSolver | optx.AbstractRootFinder | None = None,
     method: str = "gn",
     max_steps: int = 100,
     rtol: float = 1e-13,
@@ -306,7 +304,7 @@ def find_equilibria(
     rank_floor: float = 1e-4,
     rank_tol: float = 1e-8,
     t=0,
-    throw: bool = False,
+    throw: bool = True,
 ) -> EquilibriumSolution:
     r"""Solve $F(X) = X$ from many starts at once (one compiled program, vmapped over starts).
 
@@ -314,10 +312,15 @@ def find_equilibria(
         layer: a `SelfAttentionLayer` (placement ``"post"``: search on $(\mathbb S^{d-1})^n$;
             ``"none"``/``"pre"``: in $\mathbb R^{n\times d}$).
         x0s: starts ``(*batch, n, d)``; post-LN starts are normalised first.
+        solver: an Optimistix least-squares solver or root finder for the Newton phase
+            (default `default_solver` ``(method, rtol, atol)``). Equilibria come in degenerate
+            families, so choose a solver whose linear solves tolerate singular Jacobians
+            (``lx.SVD()``, ``lx.QR()`` for least squares, or damping).
         method: ``"gn"`` (Gauss--Newton with an SVD pseudo-inverse, default) or ``"lm"``
-            (Levenberg--Marquardt; measured to stall near the paper's degenerate equilibria).
+            (Levenberg--Marquardt; measured to stall near the paper's degenerate equilibria);
+            ignored when ``solver`` is given.
         max_steps: Newton/LM steps (0 skips that phase).
-        rtol, atol: Optimistix Cauchy termination tolerances.
+        rtol, atol: Optimistix Cauchy termination tolerances of the default solver.
         residual_tol: success threshold on $\|F(X) - X\|_F$ (default `default_residual_tol`).
         forward_steps: forward iterations before the solve.
         minimise_steps, learning_rate: Adam phase on $\|R\|^2$ (0 skips it).
@@ -328,7 +331,8 @@ def find_equilibria(
         rank_weight, rank_floor: weight $\lambda$ and floor $\tau$ of that bias.
         rank_tol: relative tolerance of the reported rank (`equilibrium_rank`).
         t: layer index (per-layer weights).
-        throw: raise if any start did not succeed (use ``False`` under ``vmap``/sweeps).
+        throw: raise if any start did not succeed (default). Batched censuses, the CLI and
+            code under ``vmap`` pass ``False`` and read the per-start `RESULTS`.
 
     Returns:
         An `EquilibriumSolution` with the batch axes of ``x0s``.
@@ -343,8 +347,13 @@ def find_equilibria(
         raise ValueError(f"x0s must have shape (*batch, {n}, {d}) for this layer, got {x0s.shape}.")
     if not jnp.issubdtype(x0s.dtype, jnp.floating):
         x0s = x0s.astype(float)
-    if method not in ("gn", "lm"):
-        raise ValueError(f"method must be 'gn' or 'lm', got {method!r}.")
+    if solver is None:
+        solver = default_solver(method, rtol, atol)
+    elif not isinstance(solver, (optx.AbstractLeastSquaresSolver, optx.AbstractRootFinder)):
+        raise ValueError(
+            "solver must be an optimistix least-squares solver or root finder (e.g. "
+            f"optx.GaussNewton(rtol, atol, linear_solver=lx.SVD())), got {type(solver).__name__}."
+        )
     if min(max_steps, forward_steps, minimise_steps) < 0:
         raise ValueError("max_steps, forward_steps and minimise_steps must be >= 0.")
     if target_rank is not None:
@@ -366,7 +375,7 @@ def find_equilibria(
     batch = x0s.shape[:-2]
     flat = x0s.reshape((-1, n, d))
     sol = _batched(
-        layer, flat, known, t, method=method, max_steps=int(max_steps), rtol=float(rtol), atol=float(atol),
+        layer, flat, known, t, solver, max_steps=int(max_steps),
         residual_tol=tol, forward_steps=int(forward_steps), minimise_steps=int(minimise_steps),
         learning_rate=float(learning_rate), deflation_power=power, deflation_shift=float(deflation_shift),
         target_rank=target_rank, rank_weight=float(rank_weight), rank_floor=float(rank_floor),
@@ -375,180 +384,30 @@ def find_equilibria(
     sol = jax.tree.map(lambda a: a.reshape(batch + a.shape[1:]), sol)
     if throw:
         failed = ~jnp.all(sol.result == RESULTS.successful)
-        x = eqx.error_if(sol.x, failed, "find_equilibria: some starts did not converge (pass throw=False).")
+        x = eqx.error_if(
+            sol.x, failed,
+            "find_equilibria: some starts did not reach residual_tol (more max_steps or starts may help); "
+            "pass throw=False to get the per-start status in `EquilibriumSolution.result` instead.",
+        )
         sol = eqx.tree_at(lambda s: s.x, sol, x)
     return sol
 
 
+def default_solver(method: str = "gn", rtol: float = 1e-13, atol: float = 1e-13):
+    """The Newton-phase solver: ``"gn"`` Gauss--Newton with ``lx.SVD()``, ``"lm"`` Levenberg--Marquardt.
+
+    Raises:
+        ValueError: for another ``method``.
+    """
+    if method == "gn":
+        return optx.GaussNewton(rtol=float(rtol), atol=float(atol), linear_solver=lx.SVD())
+    if method == "lm":
+        return optx.LevenbergMarquardt(rtol=float(rtol), atol=float(atol))
+    raise ValueError(f"method must be 'gn' or 'lm', got {method!r}; or pass an optimistix solver as solver=.")
+
+
 @eqx.filter_jit
-def _batched(layer, xs, known, t, **static):
-    return jax.vmap(lambda x: _solve_one(layer, x, known, t, **static))(xs)
+def _batched(layer, xs, known, t, solver, **static):
+    return jax.vmap(lambda x: _solve_one(layer, x, known, t, solver=solver, **static))(xs)
 
 
-# ----------------------------------------------------------------------------- symmetries
-
-
-def _perm_automorphisms(mask: np.ndarray, fixed_attention: np.ndarray | None, max_tokens: int) -> list:
-    n = mask.shape[0]
-    if n > max_tokens:
-        return [np.arange(n)]
-    out = []
-    for p in itertools.permutations(range(n)):
-        p = np.asarray(p)
-        if not np.array_equal(mask[np.ix_(p, p)], mask):
-            continue
-        if fixed_attention is not None and not np.allclose(fixed_attention[np.ix_(p, p)], fixed_attention):
-            continue
-        out.append(p)
-    return out
-
-
-def symmetry_group(layer: SelfAttentionLayer, *, max_tokens: int = 8, check: bool = True, key=None) -> dict:
-    r"""Discrete symmetries $g$ with $F(gX) = gF(X)$ that `deduplicate` quotients by.
-
-    - Global sign flip $X \mapsto -X$: scores are quadratic in $X$, so $A(-X) = A(X)$ and
-      $F(-X) = -F(X)$ whenever the normalisation and the blocks are odd (sphere/RMS LN, no
-      MLP bias-GELU). Verified numerically at a random point.
-    - Token permutations $P$ that are automorphisms of the mask ($M[p][:, p] = M$, and of a fixed
-      attention matrix): $F(PX) = PF(X)$ because the layer has no positional information. The
-      complete mask allows all permutations (handled by an assignment problem); other masks are
-      enumerated up to ``max_tokens`` tokens (the causal mask has only the identity).
-    - Skipped: orthogonal $Z$ with $Z W_V = W_V Z$ (and $Z W_Q W_K^\top Z^\top = W_Q W_K^\top$).
-      For the bidiagonal (one Jordan block) and generic $W_V$ these are only $\pm I$, already
-      covered by the sign flip; for $W_V \propto I$ or orthogonal $W_V$ they form continuous
-      groups, whose orbits show up as neutral multipliers in `rankdyn.stability`.
-
-    Returns:
-        ``{"sign": bool, "all_permutations": bool, "permutations": list of index arrays}``.
-    """
-    import jax.random as jr
-
-    mask = np.asarray(layer.mask)
-    n, d = layer.num_tokens, layer.dim
-    fixed = None if layer.fixed_attention is None else np.asarray(layer.fixed_attention)
-    key = jr.PRNGKey(0) if key is None else key
-    x = jr.normal(key, (n, d), dtype=layer.weights.w_v.dtype)
-    x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-    fx = np.asarray(layer(x)[0])
-    scale = 1e3 * float(jnp.finfo(x.dtype).eps) * max(1.0, float(np.max(np.abs(fx))))
-    sign = bool(np.max(np.abs(np.asarray(layer(-x)[0]) + fx)) <= scale) if check else True
-    complete = bool(mask.all()) and (fixed is None or np.allclose(fixed, fixed[0, 0]))
-    perms = [] if complete else _perm_automorphisms(mask, fixed, max_tokens)
-    if check:
-        test = [np.roll(np.arange(n), 1)] if complete and n > 1 else perms
-        good = all(np.max(np.abs(np.asarray(layer(x[p])[0]) - fx[p])) <= scale for p in test)
-        if not good:  # the layer breaks the mask's symmetry (e.g. per-token weights): drop it
-            complete, perms = False, [np.arange(n)]
-    return {"sign": sign, "all_permutations": complete, "permutations": perms}
-
-
-def symmetric_images(x: Float[ArrayLike, "n d"], group: dict) -> np.ndarray:
-    """All images ``g x`` of one equilibrium under `symmetry_group` (for deflation).
-
-    For the complete mask (all permutations) only the sign images are returned: deflating all
-    $n!$ copies is not practical there.
-    """
-    x = np.asarray(x)
-    perms = group["permutations"] if not group["all_permutations"] and group["permutations"] else [np.arange(x.shape[0])]
-    imgs = [x[p] for p in perms]
-    if group["sign"]:
-        imgs = imgs + [-y for y in imgs]
-    return np.stack(imgs)
-
-
-def _distance(x: np.ndarray, y: np.ndarray, group: dict) -> float:
-    """Max-abs distance between ``x`` and the closest image of ``y`` under the group."""
-    signs = (1.0, -1.0) if group["sign"] else (1.0,)
-    best = math.inf
-    for s in signs:
-        ys = s * y
-        if group["all_permutations"]:
-            from scipy.optimize import linear_sum_assignment
-
-            cost = np.max(np.abs(x[:, None, :] - ys[None, :, :]), axis=-1)
-            # min over permutations of the max-abs distance: bottleneck assignment; the
-            # sum-assignment on squared costs is exact whenever copies are close (what we test).
-            r, c = linear_sum_assignment(cost**2)
-            best = min(best, float(np.max(cost[r, c])))
-        else:
-            for p in group["permutations"] or [np.arange(x.shape[0])]:
-                best = min(best, float(np.max(np.abs(x - ys[p]))))
-    return best
-
-
-@dataclasses.dataclass(frozen=True)
-class EquilibriumClass:
-    """One distinct equilibrium (up to symmetry) found by `deduplicate`.
-
-    Attributes:
-        x: the representative (the member with the smallest residual), NumPy ``(n, d)``.
-        residual: its residual.
-        members: indices (into the inputs of `deduplicate`) of all starts in this class.
-    """
-
-    x: np.ndarray
-    residual: float
-    members: np.ndarray
-
-    @property
-    def count(self) -> int:
-        return int(len(self.members))
-
-
-def deduplicate(
-    xs: Float[ArrayLike, "m n d"],
-    residuals: Float[ArrayLike, " m"],
-    *,
-    tol: float = 2e-2,
-    symmetries: dict | None = None,
-    known: Sequence[np.ndarray] = (),
-) -> list[EquilibriumClass]:
-    r"""Group equilibria that coincide up to symmetry (max-abs distance below ``tol``).
-
-    Greedy clustering in order of increasing residual: each point joins the first class whose
-    representative is within ``tol`` of some image of it, else starts a new class.
-
-    Arguments:
-        xs: candidate equilibria (only pass the converged ones).
-        residuals: their residuals (the best one represents a class).
-        tol: max-abs distance, 2e-2 by default. Degenerate equilibria are pinned only to
-            about 1e-3..1e-2 by a rounding-level residual (module docstring). Measured at
-            n = d = 6, w = 7: copies of a closed form lie within 4.3e-3 of it, while two
-            distinct equilibria can be as close as 0.058 (ranks 3 and 4, differing in tokens 5-6).
-        symmetries: a `symmetry_group` dict; default: the identity only.
-        known: representatives of classes found earlier (e.g. a previous deflation round); a
-            point matching one of them gets class index ``< len(known)``. Those classes are
-            returned first, possibly with no members.
-
-    Returns:
-        A list of `EquilibriumClass`, known classes first, then new ones in order of discovery.
-    """
-    xs = np.asarray(xs)
-    res = np.asarray(residuals, dtype=float)
-    if xs.ndim != 3 or res.shape != xs.shape[:1]:
-        raise ValueError(f"xs must be (m, n, d) and residuals (m,), got {xs.shape} and {res.shape}.")
-    group = symmetries or {"sign": False, "all_permutations": False, "permutations": []}
-    reps = [np.asarray(k) for k in known]
-    rep_res = [math.inf] * len(reps)
-    members: list[list[int]] = [[] for _ in reps]
-    order = np.argsort(res, kind="stable")
-    for i in order:
-        x = xs[i]
-        found = -1
-        for c, r in enumerate(reps):
-            if _distance(r, x, group) <= tol:
-                found = c
-                break
-        if found < 0:
-            reps.append(x)
-            rep_res.append(float(res[i]))
-            members.append([int(i)])
-        else:
-            members[found].append(int(i))
-            if res[i] < rep_res[found] and found >= len(known):
-                rep_res[found] = float(res[i])
-    out = []
-    for c, r in enumerate(reps):
-        rr = rep_res[c] if np.isfinite(rep_res[c]) else float("nan")
-        out.append(EquilibriumClass(x=r, residual=rr, members=np.asarray(members[c], dtype=int)))
-    return out
