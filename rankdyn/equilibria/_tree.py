@@ -52,6 +52,11 @@ def _plain_first_token(layer: SelfAttentionLayer) -> bool:
     )
 
 
+def _value_matrix(layer: SelfAttentionLayer) -> np.ndarray:
+    """The single head's ``(d, d)`` value matrix (weights carry a heads axis)."""
+    return np.asarray(layer.weights.w_v).reshape(layer.dim, -1)
+
+
 def first_token_solutions(w_v: np.ndarray, *, tol: float = 1e-9) -> np.ndarray | None:
     r"""All unit $x$ with $x W_V = \lambda x$, $\lambda > 0$: $\pm$ the real left eigenvectors.
 
@@ -94,33 +99,41 @@ def _token_residual(layer, x, i, y, t):
     return layer(xp, t)[0][i] - y
 
 
-def _solve_tokens(layer, xs, i, y0s, known, t, max_steps, power):
-    """Solve token ``i`` of every prefix in ``xs`` from ``y0s`` with deflation of ``known``."""
+def _solve_tokens(layer, xs, i, y0s, known, free, t, max_steps, power):
+    """Solve token ``i`` of every prefix in ``xs`` from ``y0s`` with deflation of ``known``.
+
+    Coordinates where ``free`` is 0 are held at exactly 0 (the solve runs in the subspace).
+    """
     solver = optx.GaussNewton(rtol=1e-13, atol=1e-13, linear_solver=lx.SVD())
 
-    def one(x, y0, kn):
+    def one(x, y0, kn, fr):
         def fn(y, args):
+            y = y * fr
             y = y / jnp.linalg.norm(y)
             return _token_residual(layer, x, i, y, t) * jnp.exp(_log_deflation(y[None], kn[:, None], power, 1.0))
 
         sol = optx.least_squares(fn, solver, y0 / jnp.linalg.norm(y0), max_steps=max_steps, throw=False)
-        y = sol.value / jnp.linalg.norm(sol.value)
+        y = sol.value * fr
+        y = y / jnp.linalg.norm(y)
         ok = jnp.all(jnp.isfinite(y))
         y = jnp.where(ok, y, y0)
         return y, jnp.where(ok, jnp.linalg.norm(_token_residual(layer, x, i, y, t)), jnp.inf)
 
-    return jax.vmap(one)(xs, y0s, known)
+    return jax.vmap(one)(xs, y0s, known, free)
 
 
 _solve_tokens_jit = eqx.filter_jit(_solve_tokens)
 
 
 def _newton_correction(layer, x, i, t):
-    """Norm of the pseudo-inverse Newton correction of token ``i`` (first-order error estimate)."""
+    """Token ``i``'s pseudo-inverse Newton correction, residual and Jacobian singular values."""
     y = x[i]
     r = _token_residual(layer, x, i, y, t)
     jac = jax.jacfwd(lambda z: _token_residual(layer, x, i, z / jnp.linalg.norm(z), t))(y)
-    return jnp.linalg.norm(jnp.linalg.pinv(jac, rtol=1e-10) @ r)
+    s = jnp.linalg.svd(jac, compute_uv=False)
+    # The radial direction is always in the kernel (the residual is scale-invariant in z): the
+    # conditioning of the token is that of the other d - 1 singular values.
+    return jnp.linalg.norm(jnp.linalg.pinv(jac, rtol=1e-10) @ r), jnp.linalg.norm(r), s[0], s[-2]
 
 
 @eqx.filter_jit
@@ -130,18 +143,20 @@ def _corrections(layer, xs, t):
         return jax.vmap(lambda x: jax.vmap(lambda i: _newton_correction(layer, x, i, t))(jnp.arange(n)))(xs)
 
 
-def _chunked(layer, xs, i, y0s, known, t, max_steps, power, chunk):
+def _chunked(layer, xs, i, y0s, known, t, max_steps, power, chunk, free=None):
     """`_solve_tokens` over fixed-size chunks (padded), so every chunk reuses one program."""
     m = xs.shape[0]
+    free = np.ones_like(y0s) if free is None else free
     # Power-of-two batch sizes: a handful of compiled programs serve every level of the tree.
     chunk = min(chunk, 1 << int(np.ceil(np.log2(max(m, 1)))))
     ys, rs = [], []
     for c0 in range(0, m, chunk):
         sl = slice(c0, min(c0 + chunk, m))
         pad = chunk - (sl.stop - sl.start)
-        args = [np.concatenate([a[sl], np.repeat(a[sl][:1], pad, 0)]) if pad else a[sl] for a in (xs, y0s, known)]
-        xa, ya, ka = map(jnp.asarray, args)
-        y, r = _solve_tokens_jit(layer, xa, jnp.asarray(i), ya, ka, t, max_steps, power)
+        args = [np.concatenate([a[sl], np.repeat(a[sl][:1], pad, 0)]) if pad else a[sl]
+                for a in (xs, y0s, known, free)]
+        xa, ya, ka, fa = map(jnp.asarray, args)
+        y, r = _solve_tokens_jit(layer, xa, jnp.asarray(i), ya, ka, fa, t, max_steps, power)
         ys.append(np.asarray(y)[: sl.stop - sl.start])
         rs.append(np.asarray(r)[: sl.stop - sl.start])
     return np.concatenate(ys), np.concatenate(rs)
@@ -189,8 +204,7 @@ def tree_search(
     n, d = layer.num_tokens, layer.dim
     dt = np.asarray(layer.weights.w_v).dtype
     power = float(d + 1 if power is None else power)
-    first = first_token_solutions(np.asarray(layer.weights.w_v)[0] if layer.weights.w_v.ndim == 3
-                                  else np.asarray(layer.weights.w_v)) if _plain_first_token(layer) else None
+    first = first_token_solutions(_value_matrix(layer)) if _plain_first_token(layer) else None
     prefixes = np.zeros((1, n, d), dt)
     stats = []
     for i in range(n):
@@ -244,14 +258,16 @@ def tree_search(
 
 
 def polish_tokens(
-    layer: SelfAttentionLayer, xs: Float[Array, "m n d"], *, max_steps: int = 30, t=0
+    layer: SelfAttentionLayer, xs: Float[Array, "m n d"], *, max_steps: int = 30, snap_tol: float = 1e-6, t=0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Re-solve equilibria of an acyclic mask token by token; return ``(x, residual, error_estimate)``.
 
     The first token is replaced by the nearest exact solution (`first_token_solutions`) when the
-    layer allows it; each later token is polished by Gauss--Newton given the earlier ones. The
-    error estimate is the largest per-token pseudo-inverse Newton correction at the result (for
-    exact first tokens, 0), plus rounding.
+    layer allows it; each later token is polished by Gauss--Newton given the earlier ones, and
+    coordinates below ``snap_tol`` are tried at exactly 0 (kept if the residual is no worse).
+    The error estimate is the largest per-token pseudo-inverse Newton correction (0 for an
+    exact first token), or $\sqrt{\|r_i\| / \|J_i\|}$ where a token's Jacobian is singular
+    (a conservative bound for a double root), plus rounding.
     """
     if not is_acyclic(layer):
         raise ValueError("polish_tokens needs a lower-triangular (acyclic) mask.")
@@ -259,16 +275,28 @@ def polish_tokens(
     m, n, d = xs.shape
     if m == 0:
         return xs, np.zeros(0), np.zeros(0)
-    first = first_token_solutions(np.asarray(layer.weights.w_v)) if _plain_first_token(layer) else None
+    first = first_token_solutions(_value_matrix(layer)) if _plain_first_token(layer) else None
     exact_first = first is not None and len(first) > 0
     if exact_first:
         dist = np.max(np.abs(xs[:, None, 0] - first[None]), axis=-1)
         xs[:, 0] = first[np.argmin(dist, axis=1)]
     far = np.full((m, 1, d), 1e3)
+    chunk = max(1, 1 << int(np.ceil(np.log2(m))))
     for i in range(1 if exact_first else 0, n):
-        y, _ = _chunked(layer, xs, i, xs[:, i], far, t, max_steps, float(d + 1), max(1, 1 << int(np.ceil(np.log2(m)))))
-        xs[:, i] = y
-    corr = np.asarray(_corrections(layer, jnp.asarray(xs), t))
+        y, r = _chunked(layer, xs, i, xs[:, i], far, t, max_steps, float(d + 1), chunk)
+        # Degenerate tokens (a multiplier 1 in their own block, e.g. chain steps) keep ~1e-8
+        # garbage in coordinates whose exact value is 0: Newton cannot see them to first
+        # order. Snap tiny coordinates to 0, re-polish, and keep the snapped token when it is
+        # at least as good.
+        free = (np.abs(y) >= snap_tol).astype(float)
+        y2, r2 = _chunked(layer, xs, i, y * free, far, t, max_steps, float(d + 1), chunk, free)
+        better = (r2 <= np.maximum(r, 4 * np.finfo(float).eps))[:, None]
+        xs[:, i] = np.where(better, y2, y)
+    corr, res_tok, smax, smin = (np.array(a) for a in _corrections(layer, jnp.asarray(xs), t))
+    # At a degenerate token (smallest relevant singular value ~ 0) the Newton correction says
+    # nothing; a root of multiplicity >= 2 is pinned only to ~ sqrt(residual / ||J||).
+    degenerate = smin <= 1e-6 * smax
+    corr = np.where(degenerate, np.maximum(corr, np.sqrt(res_tok / np.maximum(smax, 1e-300))), corr)
     if exact_first:
         corr[:, 0] = 0.0
     fx = np.asarray(jax.vmap(lambda x: layer(x, t)[0])(jnp.asarray(xs)))
