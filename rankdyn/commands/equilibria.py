@@ -137,7 +137,10 @@ def run(args) -> int:
     args.layers = None  # layer_from_args reads it for per-layer weights (rejected above)
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
     layer = layer_from_args(args, k_layer)
-    how = census_method(layer, args.search)  # refuses a --search that does not apply, before compute
+    try:  # refuse a --search that does not apply, before compute
+        how = census_method(layer, args.search)
+    except ValueError as err:
+        raise ValueError(f"--search {args.search}: {err}") from None
     print(f"method: {how}" + {"exact": " (token-by-token polynomial roots: complete)",
                               "tree-search": " (token by token, multi-start + deflation; saturation reported)",
                               "joint-search": " (all tokens jointly, random starts + deflation)"}[how])

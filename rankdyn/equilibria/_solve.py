@@ -51,6 +51,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._layer import SelfAttentionLayer
+from ._deflation import _log_deflation, _rank_penalty, _retract
 
 __all__ = [
     "RESULTS",
@@ -158,31 +159,6 @@ def equilibrium_rank(x: Float[ArrayLike, "n d"], rtol: float = 1e-8, atol: float
     s = jnp.linalg.svd(x, compute_uv=False)
     floor = 100 * jnp.finfo(x.dtype).eps if atol is None else atol
     return jnp.sum(s > jnp.maximum(rtol * s[0], floor)).astype(jnp.int32)
-
-
-def _retract(x, on_sphere: bool):
-    if not on_sphere:
-        return x
-    nrm = jnp.linalg.norm(x, axis=-1, keepdims=True)
-    return x / jnp.where(nrm > 0, nrm, 1.0)
-
-
-def _log_deflation(x, known, power, shift):
-    """$\\log M(X) = \\sum_j \\log(\\|X - X_j\\|^{-p} + \\sigma)$, computed stably."""
-    if known is None:
-        return jnp.zeros((), x.dtype)
-    dist2 = jnp.sum((x[None] - known) ** 2, axis=(-2, -1))
-    # log(d^-p + s) = logaddexp(-p/2 log d^2, log s); the tiny floor keeps d = 0 finite.
-    tiny = jnp.finfo(x.dtype).tiny
-    return jnp.sum(jnp.logaddexp(-0.5 * power * jnp.log(dist2 + tiny), jnp.log(shift)))
-
-
-def _rank_penalty(x, k: int, tau: float):
-    s = jnp.linalg.svd(x, compute_uv=False)
-    s2 = s**2
-    tail = jnp.sum(s2[k:]) / jnp.sum(s2)
-    low = jax.nn.relu(jnp.log(tau) - jnp.log(s[k - 1] / s[0] + jnp.finfo(x.dtype).tiny))
-    return tail + low
 
 
 def _solve_one(

@@ -24,7 +24,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Complex, Float, Int
+from jaxtyping import Array, ArrayLike, Complex, Float, Int
 
 from .._layer import SelfAttentionLayer
 from ._linearise import _use_tangent, tangent_jacobian
@@ -218,7 +218,7 @@ def multipliers(
 
 def stability(
     layer: SelfAttentionLayer,
-    x: Float[Array, "*batch n d"],
+    x: Float[ArrayLike, "*batch n d"],
     *,
     t=0,
     tol: float = 1e-6,

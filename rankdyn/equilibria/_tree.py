@@ -31,7 +31,7 @@ import optimistix as optx
 from jaxtyping import Array, Float
 
 from .._layer import SelfAttentionLayer
-from ._solve import _log_deflation
+from ._deflation import _log_deflation
 
 __all__ = ["is_acyclic", "first_token_solutions", "tree_search", "polish_tokens"]
 
