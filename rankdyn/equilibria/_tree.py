@@ -28,7 +28,7 @@ import jax.random as jr
 import lineax as lx
 import numpy as np
 import optimistix as optx
-from jaxtyping import Array, Float
+from jaxtyping import ArrayLike, Float
 
 from .._layer import SelfAttentionLayer
 from ._deflation import _log_deflation
@@ -258,7 +258,7 @@ def tree_search(
 
 
 def polish_tokens(
-    layer: SelfAttentionLayer, xs: Float[Array, "m n d"], *, max_steps: int = 30, snap_tol: float = 1e-6, t=0
+    layer: SelfAttentionLayer, xs: Float[ArrayLike, "m n d"], *, max_steps: int = 30, snap_tol: float = 1e-6, t=0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Re-solve equilibria of an acyclic mask token by token; return ``(x, residual, error_estimate)``.
 
