@@ -26,6 +26,7 @@ import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
 from .._layer import SelfAttentionLayer
+from .._norms import SphereNorm
 from ._dedupe import deduplicate
 from ._exact import bidiagonal_parameter, exact_equilibria
 from ._joint import joint_search
@@ -45,7 +46,7 @@ def _exact_parameter(layer: SelfAttentionLayer) -> float | None:
     mask = np.asarray(layer.mask)
     n = mask.shape[0]
     plain = (
-        layer.placement == "post" and type(layer.norm).__name__ == "SphereNorm"
+        layer.placement == "post" and isinstance(layer.norm, SphereNorm)
         and float(getattr(layer.norm, "radius", 1.0)) == 1.0 and layer.num_heads == 1 and not layer.skip
         and w.mlp is None and w.w_o is None and layer.fixed_attention is None and layer.num_layers is None
         and np.array_equal(mask, np.tril(np.ones((n, n), bool)))

@@ -31,6 +31,7 @@ import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
 from .._layer import SelfAttentionLayer
+from .._norms import SphereNorm
 from ._deflation import _log_deflation
 
 __all__ = ["is_acyclic", "first_token_solutions", "tree_search", "polish_tokens"]
@@ -48,7 +49,7 @@ def _plain_first_token(layer: SelfAttentionLayer) -> bool:
     return (
         layer.placement == "post" and mask[0].sum() == 1 and layer.num_heads == 1 and not layer.skip
         and w.mlp is None and w.w_o is None and layer.fixed_attention is None
-        and layer.num_layers is None and type(layer.norm).__name__ == "SphereNorm"
+        and layer.num_layers is None and isinstance(layer.norm, SphereNorm) and float(layer.norm.radius) == 1.0
     )
 
 
