@@ -126,9 +126,20 @@ def equilibrium_census(
         key: PRNG key of the random starts (unused by the exact census).
         search: ``"auto"`` (default: the most complete applicable method), ``"exact"``,
             ``"tree-search"`` or ``"joint-search"`` (module docstring).
-        starts, chunk, method, solver, max_steps, short_steps, forward_steps, minimise_steps,
-            learning_rate, deflation_rounds, deflation_starts, target_ranks, target_starts:
-            the joint search (`rankdyn.equilibria._joint`; ``solver`` as in `find_equilibria`).
+        starts: random starts of the joint search's first round (`rankdyn.equilibria._joint`).
+        chunk: starts per compiled batch of the joint search.
+        method: ``"gn"`` or ``"lm"``, the joint search's default solver (as in `find_equilibria`).
+        solver: an Optimistix solver for the joint search instead (as in `find_equilibria`).
+        max_steps: Newton steps per start; ``short_steps``: a first budget, after which only
+            the starts still iterating continue (0 disables it).
+        short_steps: see ``max_steps``.
+        forward_steps: forward iterations before the solve.
+        minimise_steps: Adam steps on the squared residual before the solve.
+        learning_rate: the Adam learning rate.
+        deflation_rounds: joint-search rounds that deflate all classes found so far.
+        deflation_starts: starts per deflation round (default ``starts // 4``).
+        target_ranks: extra rank-biased rounds, one per rank.
+        target_starts: starts per rank-biased round.
         tree_starts: starts per partial equilibrium and round of the tree search.
         residual_tol, rank_tol: as in `find_equilibria`.
         dedup_tol: max-abs distance (modulo symmetries) under which two joint-search solutions
