@@ -1,4 +1,4 @@
-"""Build a layer from names, as the CLI and experiments do (SPEC §7 "Weight schedules").
+"""Build a layer from names, as the CLI and experiments do (docs/theory.md#the-model).
 
 `make_layer` is the one place that turns a configuration (mask name, value family, ...) into a
 `SelfAttentionLayer`; every array it draws comes from the explicit ``key``, so the same config
@@ -44,7 +44,9 @@ def make_layer(
     skip: bool = False,
     mlp: bool = False,
     mlp_ratio: int = 4,
-    dropout: float = 0.0,
+    attn_dropout: float = 0.0,
+    hidden_dropout: float = 0.0,
+    dropout: float | None = None,
     dtype=None,
 ) -> "SelfAttentionLayer":
     """A `SelfAttentionLayer` from named families.
@@ -63,11 +65,22 @@ def make_layer(
         heads: attention heads; with more than one, ``output_projection`` must be True and the head
             width is ``d // heads``.
         output_projection: add ``W_O`` (BERT-uniform).
-        skip, mlp, dropout: the practical-block switches of the Fig. 2/6 ablations.
+        skip, mlp: the practical-block switches of the Fig. 2/6 ablations.
+        attn_dropout: dropout on the attention probabilities (BERT's 0.1 in train mode).
+        hidden_dropout: dropout on the block outputs before the skip and the norm.
+        dropout: shorthand that sets both rates (as the CLI's ``--dropout``); do not combine it
+            with ``attn_dropout`` / ``hidden_dropout``.
 
     Raises:
         ValueError: for unknown names or inconsistent sizes.
     """
+    if dropout is not None:
+        if attn_dropout or hidden_dropout:
+            raise ValueError(
+                f"dropout={dropout} sets both rates; got also attn_dropout={attn_dropout}, "
+                f"hidden_dropout={hidden_dropout}. Pass either dropout or the two separate rates."
+            )
+        attn_dropout = hidden_dropout = dropout
     if norm not in PLACEMENTS:
         raise ValueError(f"unknown norm placement {norm!r}; expected one of {', '.join(PLACEMENTS)}.")
     if value not in VALUE_NAMES:
@@ -118,7 +131,7 @@ def make_layer(
         w_q, w_k, w_v, w_o, mw = jax.vmap(draw)(jr.split(key, num_layers))
     return SelfAttentionLayer(
         m, w_q, w_k, w_v, dqk=float(dh) if dqk is None else dqk, norm=normaliser, placement=norm,
-        w_o=w_o, mlp=mw, skip=skip, dropout=dropout,
+        w_o=w_o, mlp=mw, skip=skip, attn_dropout=attn_dropout, hidden_dropout=hidden_dropout,
     )
 
 
