@@ -58,7 +58,7 @@ def observe_zero_rows(x):
     live = (~z).astype(x.dtype)[:, None]
     count = jnp.maximum(jnp.sum(live), 1.0)
     mean = jnp.sum(live * x, axis=0) / count
-    dev = jnp.sqrt(jnp.sum(live * (x - mean) ** 2))
+    dev = jnp.sqrt(jnp.sum(live * (x - mean[None, :]) ** 2))
     fro = jnp.sqrt(jnp.sum(live * x**2))
     m = mu(x)
     total = jnp.linalg.norm(x)
