@@ -220,6 +220,14 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
                      "mechanism": mech, "mechanism_checks": V.checks_json(mech_checks),
                      "mechanism_established": bool(mech_holds)},
         "checks": V.checks_json(checks[best]),
+        "key_numbers": {
+            "eval mu_T/mu_0 complete": ratios["eval"]["complete"], "eval causal": ratios["eval"]["causal"],
+            "attn-dropout causal": ratios["attn-dropout"]["causal"],
+            "attn-dropout uni window": ratios["attn-dropout"]["window-uni"],
+            "attn-dropout zero rows at T, causal": att["causal"]["zero_rows_mean"][-1],
+            "live-token mu/||X|| at T, causal": att["causal"]["mu_rel_nonzero_T"],
+            "attn+hidden complete": ratios["attn+hidden-dropout"]["complete"],
+        },
         "verdict": verdict,
         "criterion": (
             f"per mode, four checks: complete and window mu_T/mu_0 < {DECREASE}; causal and uni window mu_T/mu_0 >= "

@@ -82,7 +82,7 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     Arguments:
         basins: ``{w: counterexample_2d.basin_of_b(...)}``.
         joints: ``{w: counterexample_2d.joint_noncollapse(...)}``.
-        reference: ``{w: fraction}`` reference values at T = 20000 (SPEC §5.1), drawn as stars.
+        reference: ``{w: fraction}`` reference values at T = 20000 (docs/theory.md#constructions), drawn as stars.
         path: save the figure here (and close it).
     """
     import matplotlib.pyplot as plt
@@ -125,7 +125,7 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
         plot_fraction_vs_horizon(jt["horizons"], jt["fraction"], jt["ci"], ax=ax, label=f"w={w:g}")
         if reference and float(w) in reference:
             ax.plot([20000], [reference[float(w)]], "*", ms=10, color=ax.lines[-1].get_color(),
-                    label=f"SPEC §5.1, w={w:g}")
+                    label=f"docs/theory.md#constructions, w={w:g}")
     ax.set_title("joint non-collapse fraction vs horizon")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -215,7 +215,7 @@ def plot_positive_measure(results: dict, *, path=None):
             ax0.plot([20000], [spec[key]], "*", ms=9, color=ax0.lines[-1].get_color())
         e = res["token1_at_e_d"]
         plot_fraction_vs_horizon(e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=f"N={n}, d={d}, w={w:g}")
-    ax0.set_title("joint dynamics, uniform random inputs (stars: SPEC §5.6)")
+    ax0.set_title("joint dynamics, uniform random inputs (stars: docs/theory.md#stability)")
     ax0.legend(fontsize=7)
     ax1.set_title("token 1 at e_d (exactly fixed), others random")
     ax1.legend(fontsize=7)
