@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import ArrayLike, PRNGKeyArray
 
-from ._layer import PLACEMENTS, MLPWeights, SelfAttentionLayer
+from ._layer import PLACEMENTS, MLPWeights, SelfAttentionLayer, _check_rate
 from ._masks import make_mask, mask_from_adjacency
 from ._norms import AbstractNorm, make_norm
 from ._weights import QK_NAMES, VALUE_NAMES, bert_uniform, query_key_matrices, value_matrix
@@ -75,6 +75,7 @@ def make_layer(
         ValueError: for unknown names or inconsistent sizes.
     """
     if dropout is not None:
+        dropout = _check_rate("dropout", dropout)
         if attn_dropout or hidden_dropout:
             raise ValueError(
                 f"dropout={dropout} sets both rates; got also attn_dropout={attn_dropout}, "
