@@ -197,8 +197,11 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         + f"under attention dropout token 0 ends at zero in {att['causal']['first_zero_T']:.0%} (causal) and "
         f"{att['window-uni']['first_zero_T']:.0%} (uni window) of the runs, zero rows reach "
         f"{att['causal']['zero_rows_mean'][-1]:.3g} (causal) and {att['window-uni']['zero_rows_mean'][-1]:.3g} (uni window) "
-        f"against p*T = {0.1 * depth:.3g}, the live tokens' mu/||X|| at T is {att['causal']['mu_rel_nonzero_T']:.2g} "
-        "(causal), and the strongly connected masks keep "
+        f"against p*T = {0.1 * depth:.3g}, the live (nonzero) tokens' mu/||X|| at T is "
+        f"{att['causal']['mu_rel_nonzero_T']:.2g} (causal: collapsed; mu stays up only through the zero rows) and "
+        f"{att['window-uni']['mu_rel_nonzero_T']:.2g} (uni window; eval mode {stats['eval']['window-uni']['mu_rel_nonzero_T']:.2g}: "
+        "with radius n-1 its live tokens have not collapsed within this depth, with or without dropout), and the "
+        "strongly connected masks keep "
         f"{max(mech[m]['zero_rows_T'] for m in ('complete', 'window')):.2g} zero rows. Hidden dropout zeroes single "
         "entries, not rows; it keeps every mask away from collapse."
     )

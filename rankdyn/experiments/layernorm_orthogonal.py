@@ -185,8 +185,6 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             "from nonnegative inputs) and each placement: mean mu at the last layer < 1e-2 x layer 0, a fitted "
             "per-layer rate < 1, and fitted rate <= the bound (Theorem 2: (1-n eps^(2r))^(1/(2r)); Corollary 1: "
             "(1-c eps^(2r))^(1/(2r)), c centers) with the measured eps. " + V.VERDICT_RULE
-        ), c centers) with the measured eps. reproduced iff all cases pass for post-LN "
-            "and pre-LN; partially if some pass; otherwise not reproduced."
         ),
         "figures": figs, "notes": notes, "markdown": "\n".join(rows),
     }
