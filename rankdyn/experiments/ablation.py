@@ -41,16 +41,20 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
     modes = [md for md in DROPOUT_MODES if any(q == md for _, q in runs)]
 
     summary, figs = {}, []
+    # One panel per variant; colour = mask, line style = dropout mode, so the modes are compared
+    # in one figure.
+    panels = {}
+    styles = ("-", "--", ":", "-.")
     for p in modes:
-        panels = {}
         for (label, q), r in runs.items():
             if q != p:
                 continue
             ok_all = ~r["nonfinite"]
-            panels[label] = {}
+            panels.setdefault(label, {})
             for i, m in enumerate(masks):
                 b = band(r["metrics"]["mu"][i], ok_all[i])
-                panels[label][MASK_LABELS[m]] = b
+                panels[label][f"{MASK_LABELS[m]}, {p}"] = b | {
+                    "color": f"C{i}", "linestyle": styles[modes.index(p) % len(styles)]}
                 summary[f"{label}|{m}|{p}"] = {
                     "variant": label, "mask": m, "mode": p,
                     "mu_0": float(b["mean"][0]), f"mu_{shallow}": float(b["mean"][shallow]),
@@ -61,11 +65,13 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
                     "cv_last_quarter": float(np.mean(b["std"][-(depth // 4):] / np.maximum(b["mean"][-(depth // 4):], 1e-300))),
                     "nonfinite": int(np.sum(r["nonfinite"][i])), "degenerate_ln": int(np.sum(r["degenerate"][i])),
                 }
-        for view in (depth, shallow):
-            fig = plot_band_panels(layers, panels, ncols=3, xmax=view,
-                                   suptitle=f"mu vs layer, depth {view}, {p}, n={setting['n']}, d={setting['d']}, "
-                                            f"{setting['heads']} heads, {setting['batch']} samples")
-            figs.append(save_figure(fig, out / f"ablation_depth{view}_{p.replace('+', '_')}.png"))
+    for view in (depth, shallow):
+        fig = plot_band_panels(layers, panels, ncols=len(panels), xmax=view, dtype=setting["dtype"],
+                               panel_size=(2.9, 2.8),
+                               suptitle=f"mu vs layer, first {view} layers, {' vs '.join(modes)}, "
+                                        f"n={setting['n']}, d={setting['d']}, {setting['heads']} heads, "
+                                        f"{setting['batch']} samples")
+        figs.append(save_figure(fig, out / f"ablation_depth{view}.png"))
 
     def get(v, m, p, key):
         return summary[f"{v}|{m}|{p}"][key]

@@ -186,7 +186,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             md.append(f"| {MASK_LABELS[m]} | {graph[m]['strongly_connected']} | {cells} | {s['zero_rows_mean'][-1]:.3g} |")
         md.append("")
     md += ["Zero-row mechanism (attention dropout 0.1):", "", V.checks_markdown(mech_checks), ""]
-    fig = plot_band_panels(layers, panels, ncols=3,
+    fig = plot_band_panels(layers, panels, ncols=3, dtype=dtype,
                            suptitle=f"{depth}-layer SAN + centred LN, orthogonal W_V, n={n}, d={d}: eval vs train mode")
     figs = [save_figure(fig, out / "depth_table_mu.png")]
 

@@ -120,7 +120,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "mu / ||X||_F": bands["mu_rel"],
         "mean row norm: norm shrinkage": bands["row_norm_mean"],
     }
-    fig = plot_band_panels(layers, panels, suptitle=f"SAN without LN, orthogonal W_V, n={n}, d={d}, {batch} samples")
+    fig = plot_band_panels(layers, panels, suptitle=f"SAN without LN, orthogonal W_V, n={n}, d={d}, {batch} samples",
+                           ylabels={t: t.split(":")[0] for t in panels}, sharey=False, dtype=dtype,
+                           floor_panels=list(panels)[:3])
     figs = [save_figure(fig, out / "masks_collapse_mu.png")]
     import matplotlib.pyplot as plt
 

@@ -120,7 +120,8 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     checks = V.checks_json(check_list)
     verdict = V.verdict(check_list)
 
-    fig = plot_band_panels(layers, curves, ncols=3, suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})")
+    fig = plot_band_panels(layers, curves, ncols=3, dtype=dtype,
+                           suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})")
     figs = [save_figure(fig, out / "temperature_mu.png")]
     import matplotlib.pyplot as plt
 
