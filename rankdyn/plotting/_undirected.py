@@ -30,7 +30,7 @@ def plot_undirected(best, paper=None, *, num_layers=None, ax=None, path=None):
     else:
         fig = ax.figure
     masks = list(best)
-    atts = sorted({a for m in masks for a in best[m]})
+    atts = list(dict.fromkeys(a for m in masks for a in best[m]))
     width = 0.8 / max(len(atts), 1)
     x = np.arange(len(masks))
     for j, a in enumerate(atts):
@@ -43,11 +43,11 @@ def plot_undirected(best, paper=None, *, num_layers=None, ax=None, path=None):
         for b, v in zip(bars, vals):
             ax.annotate(f"{v:.1e}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
     ax.set_yscale("log")
-    ax.set_ylim(FLOOR / 2, 1.0)
+    ax.set_ylim(FLOOR / 2, 1e4)  # headroom for the legend above the bars
     ax.set_xticks(x, [m + (" (control)" if m == "causal" else "") for m in masks])
     ax.set_ylabel(r"mean $\sigma_2$ of final tokens (held-out inputs)")
     ax.set_title("best sigma_2 reached by the W_V search" + (f" at depth {num_layers}" if num_layers else ""))
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", ncol=3)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=110)
