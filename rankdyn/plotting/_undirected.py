@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._style import floor_band, legend_outside
+
 #: Values below this are drawn at it (sigma_2 at the rounding floor is ~1e-17, exactly 0 when
 #: uniform complete attention makes all tokens equal).
 FLOOR = 1e-18
@@ -26,7 +28,7 @@ def plot_undirected(best, paper=None, *, num_layers=None, ax=None, path=None):
     import matplotlib.pyplot as plt
 
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, ax = plt.subplots(figsize=(8.5, 4), layout="constrained")
     else:
         fig = ax.figure
     masks = list(best)
@@ -43,12 +45,13 @@ def plot_undirected(best, paper=None, *, num_layers=None, ax=None, path=None):
         for b, v in zip(bars, vals):
             ax.annotate(f"{v:.1e}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
     ax.set_yscale("log")
-    ax.set_ylim(FLOOR / 2, 1e4)  # headroom for the legend above the bars
+    ax.set_ylim(FLOOR / 2, 1.0)
     ax.set_xticks(x, [m + (" (control)" if m == "causal" else "") for m in masks])
     ax.set_ylabel(r"mean $\sigma_2$ of final tokens (held-out inputs)")
     ax.set_title("best sigma_2 reached by the W_V search" + (f" at depth {num_layers}" if num_layers else ""))
-    ax.legend(fontsize=8, loc="upper center", ncol=3)
-    fig.tight_layout()
+    legend_outside(ax)
+    # sigma_2 of unit-norm tokens: below the float64 round-off floor the final tokens are rank one.
+    floor_band(ax, np.float64, scale=1.0)
     if path is not None:
         fig.savefig(path, dpi=110)
         plt.close(fig)
