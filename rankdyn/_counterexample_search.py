@@ -38,7 +38,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from ._layer import SelfAttentionLayer
 from ._masks import make_mask, mask_from_adjacency
-from ._metrics import effective_rank, mu, singular_values
+from ._metrics import effective_rank, singular_values
 from ._simulate import simulate
 from ._weights import query_key_matrices
 
@@ -72,10 +72,13 @@ def _normalised(w_v, upper=False):
     return jnp.sqrt(jnp.asarray(d, w_v.dtype)) * w_v / jnp.linalg.norm(w_v)
 
 
+def _no_metrics(x):
+    return {}  # only the final states are needed
+
+
 def _final_states(layer, w_v, x0, num_layers, upper=False):
     layer = eqx.tree_at(lambda l: l.weights.w_v, layer, _normalised(w_v, upper)[None])
-    traj = simulate(layer, x0, num_layers, save_every=max(num_layers, 1), save_states=True,
-                    observe=lambda x: {"mu": mu(x)})
+    traj = simulate(layer, x0, num_layers, save_every=max(num_layers, 1), save_states=True, observe=_no_metrics)
     return traj.states[:, -1], traj.degenerate | traj.nonfinite
 
 
@@ -176,21 +179,18 @@ def _evaluate(layer, w_v, x_eval, depth, objective, upper):
     """
     if w_v.ndim == 3:
         return jax.vmap(lambda w: _evaluate(layer, w, x_eval, depth, objective, upper))(w_v)
-    mean, _ = _mean_objective(layer, w_v, x_eval, depth, objective, upper=upper)
     final, bad = _final_states(layer, w_v, x_eval, depth, upper)
+    vals = jax.vmap(lambda x: rank_objective(x, objective))(final)
+    mean = jnp.mean(jnp.where(bad | ~jnp.isfinite(vals), 0.0, vals))  # as _mean_objective, one simulation
     s = jax.vmap(singular_values)(final)
     keep = lambda v: jnp.mean(((v > 1e-3 * s[:, 0]) & ~bad).astype(s.dtype))
     return mean, keep(s[:, 1]), keep(s[:, -1])
 
 
 def _depth_schedule(num_layers: int, stages: int | None) -> list[int]:
-    """Training depth per curriculum stage, ending at ``num_layers``.
-
-    ``None``: geometric, 2, 4, 8, ... then ``num_layers`` (from a collapsing start every input
-    is at the rounding floor by depth ~25, where no gradient is left; at depth 2-8 some inputs
-    still keep their rank, and a W_V found there is carried deeper). An int ``s``: ``s`` equal
-    steps ``ceil(T (j + 1) / s)``.
-    """
+    """Training depth per stage: ``None``: 2, 4, 8, ... then ``num_layers`` (from a collapsing
+    start every input is at the rounding floor by depth ~25, where no gradient is left; at depth
+    2-8 some still keep their rank); an int ``s``: ``s`` equal steps ``ceil(T (j + 1) / s)``."""
     if stages is None:
         depths, t = [], 2
         while t < num_layers:
@@ -200,7 +200,7 @@ def _depth_schedule(num_layers: int, stages: int | None) -> list[int]:
     return [max(1, -(-num_layers * (j + 1) // stages)) for j in range(stages)]
 
 
-def _initial_value_matrix(key, d, init_scale, dt):
+def _initial_value_matrix(key, d, init_scale, dt):  # I + init_scale * G / sqrt(d)
     return jnp.eye(d, dtype=dt) + init_scale * jr.normal(key, (d, d), dt) / jnp.sqrt(jnp.asarray(d, dt))
 
 
@@ -242,13 +242,9 @@ def search_value_matrix(
 
     Arguments:
         key: PRNG key (W_V inits, Q/K weights, input batches, selection and evaluation sets).
-        mask: a mask name of `rankdyn.make_mask` (``causal``, ``complete``, ``window`` ...) or a
-            boolean ``(n, n)`` array.
-        n, d: tokens and dimension.
-        num_layers: depth $T$ at which the objective is measured.
-        batch: random inputs (uniform on the spheres) per step.
-        steps: Adam steps per restart.
-        lr: learning rate.
+        mask: a `rankdyn.make_mask` name (``causal``, ``complete``, ``window`` ...) or a bool ``(n, n)`` array.
+        n, d: tokens and dimension; num_layers: depth $T$ at which the objective is measured.
+        batch, steps, lr: random sphere inputs per step, Adam steps per restart, learning rate.
         objective: ``"sigma_2"`` (default: rank > 1), ``"sigma_min"`` (full rank) or
             ``"eff_rank"`` (see `rank_objective`).
         qk: ``"zero"`` (uniform attention over the mask; note that with the complete mask this
@@ -258,8 +254,7 @@ def search_value_matrix(
         w_init: initial $W_V$ of restart 0 (default: random like the other restarts).
         init_scale: size of the random part of the initial $W_V$.
         eval_batch: size of the fixed held-out evaluation set.
-        eval_factor: the evaluation also runs to depth ``eval_factor * T`` to see whether the
-            rank persists beyond the trained horizon.
+        eval_factor: the evaluation also runs to depth ``eval_factor * T`` (does the rank persist?).
         resample: draw a fresh input batch each step (else one fixed batch).
         dqk: attention temperature (default: the key width).
         loss: the training value. ``"log_mean"`` (default): $\log$ of the batch mean of
