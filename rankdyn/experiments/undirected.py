@@ -98,7 +98,7 @@ def _returns(layer, x_star, key, sz: dict, size: int = 64, eps: float = 1e-2) ->
     from .. import simulate
 
     x_star = jnp.asarray(x_star, jnp.float64)
-    x0 = x_star + eps * jax.random.normal(key, (size,) + x_star.shape, jnp.float64)
+    x0 = x_star[None] + eps * jax.random.normal(key, (size,) + x_star.shape, jnp.float64)
     x0 = x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True)
     depth = sz["eval_factor"] * sz["num_layers"]
     tr = simulate(layer, x0, depth, save_every=depth, save_states=True, observe=_no_metrics)
