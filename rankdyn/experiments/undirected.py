@@ -235,7 +235,7 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
         ),
         "figures": ["undirected.png"],
         "notes": (
-            f"{finding}. " + "".join(d + ". " for d in details) + "Evidence, not proof: the search covers one size (N = d = {sz['n']}), "
+            f"{finding}. " + "".join(d + ". " for d in details) + f"Evidence, not proof: the search covers one size (N = d = {sz['n']}), "
             f"{sz['restarts']} restarts of {sz['steps']} Adam steps per setting, and one seed; the census starts "
             f"from {sz['census_starts']} random points per found W_V. BERT-style attention at d = 3 has scores of "
             "order 0.3, i.e. it is close to uniform. With uniform attention the complete mask maps every input to "
