@@ -43,6 +43,7 @@ TARGETS: dict[str, str] = {
     "positive-measure": "rankdyn.experiments.positive_measure",
     "ablation": "rankdyn.experiments.ablation",
     "geometry": "rankdyn.experiments.geometry",
+    "undirected": "rankdyn.experiments.undirected",
 }
 
 #: The verdicts a target may return (computed from its numbers, never hard-coded).
