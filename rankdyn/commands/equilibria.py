@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._devices import add_devices_flag
 from .simulate import add_model_flags, check_model_args
 
 
@@ -46,6 +47,8 @@ def add_parser(sub) -> None:
     g.add_argument("--stability-tol", type=float, default=1e-2, help="tolerance on |lambda| - 1 (marginal band)")
     g.add_argument("--out", type=Path, default=Path("out/equilibria"), help="output folder")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_devices_flag(p, "The search runs on the first device, whose batched LAPACK calls (SVD, least squares) "
+                     "already spread over every core of XLA's thread pool.")
     p.set_defaults(func=run)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._devices import add_devices_flag
+
 
 def add_parser(sub) -> None:
     from ..experiments import TARGETS
@@ -29,6 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--compile-cache", type=Path, default=None, metavar="DIR",
                    help="persistent JAX compilation cache: compile time dominates --quick runs, so a second run "
                         "with the same DIR is much faster")
+    add_devices_flag(p, "Targets run on the first device: their batches are small and compile time dominates.")
     p.set_defaults(func=run)
 
 
