@@ -1,7 +1,7 @@
 """``rankdyn equilibria``: batched search for equilibria of one layer map, with stability.
 
 A thin wrapper of `rankdyn.equilibrium_census` (search rounds, deduplication, rank, stability,
-closed-form matching when the model is the paper's construction, SPEC §5.2). Writes
+closed-form matching when the model is the paper's construction, docs/theory.md#constructions). Writes
 ``equilibria.json`` and ``eigen_moduli.png``.
 """
 
@@ -101,7 +101,7 @@ def run(args) -> int:
     args.layers = None  # layer_from_args reads it for per-layer weights (rejected above)
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
     layer = layer_from_args(args, k_layer)
-    # Closed forms of SPEC §5.2 (only for the paper's construction), to match against.
+    # Closed forms (docs/theory.md#constructions; only for the paper's construction), to match against.
     closed = []
     if _is_paper_construction(args, layer):
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(args.n, args.d, args.w)]
