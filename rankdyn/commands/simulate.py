@@ -142,11 +142,10 @@ def _plot(traj, summary, args) -> None:
 
     from ..plotting import plot_metric_band
 
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    plot_metric_band(traj.layers, summary["mu"]["mean"], summary["mu"]["std"], ax=ax, label="mu")
-    ax.set_ylabel("mu(X) (mean +- std)")
+    fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
+    plot_metric_band(traj.layers, summary["mu"]["mean"], summary["mu"]["std"], ax=ax, label="mu",
+                     ylabel="mu(X) (mean +- std)", dtype=traj.metrics["mu"].dtype)
     ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
-    fig.tight_layout()
     fig.savefig(args.out / "mu.png", dpi=120)
     plt.close(fig)
 
@@ -158,9 +157,23 @@ def _print_table(traj, summary, info, result) -> None:
     idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
     cols = ["mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min"]
     print(f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}")
+    # A layer whose mu/||X||_F is below the dtype's round-off floor has collapsed as far as this
+    # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
+    from ..plotting import round_off_floor
+
+    dtype = np.asarray(traj.metrics["mu"]).dtype
+    floor = round_off_floor(dtype)
+    rel = np.asarray(summary["mu_rel"]["mean"]) if "mu_rel" in summary else None
     print("layer " + " ".join(f"{c:>14}" for c in cols))
+    flagged = False
     for i in idx:
-        print(f"{layers[i]:5d} " + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols))
+        at_floor = rel is not None and rel[i] <= floor
+        flagged |= at_floor
+        print(f"{layers[i]:5d} " + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols)
+              + ("  * at floor" if at_floor else ""))
+    if flagged:
+        print(f"* mu/||X||_F <= {floor:.1e} = 10 eps({dtype.name}): round-off floor, collapsed as far as "
+              f"{dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}.")
     f, t = result["flags"], result["timing"]
     print(f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} of {f['batch']}; "
           f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s")
