@@ -1,4 +1,4 @@
-r"""Initial token matrices $X^{(0)}$ (SPEC §7 "Input generators").
+r"""Initial token matrices $X^{(0)}$ (`docs/theory.md#experiments`).
 
 All samplers take an explicit ``key`` and return ``(n, d)``, or ``(batch, n, d)`` when
 ``batch`` is given.
@@ -11,6 +11,7 @@ import math
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 __all__ = ["initial_tokens", "X0_NAMES"]
@@ -41,6 +42,19 @@ def _one(key, kind, n, d, dtype, common_weight):
     raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
 
 
+def _batch_shape(batch) -> tuple[int, ...]:
+    """``batch`` as a tuple of positive ints; an empty or negative batch has no statistics to report."""
+    shape = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+    if not all(
+        isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in shape
+    ):
+        raise ValueError(
+            f"batch must be a positive integer, a tuple of positive integers or None (one sample), got {batch!r}; "
+            "e.g. batch=256."
+        )
+    return tuple(int(b) for b in shape)
+
+
 def initial_tokens(
     key: PRNGKeyArray, kind: str, n: int, d: int, batch: int | tuple[int, ...] | None = None, *, dtype=None,
     common_weight: float = 1.0,
@@ -53,6 +67,10 @@ def initial_tokens(
             LayerNorm of Gaussian embeddings sharing a common direction; token norm sqrt(d)).
         batch: number of independent samples (or a tuple of batch axes), or None for one ``(n, d)``.
         common_weight: for ``bert``, the weight of the shared direction (cosines ~ w^2/(1+w^2)).
+
+    Raises:
+        ValueError: for an unknown ``kind``, ``n`` or ``d`` below 1, or a ``batch`` that is not a
+            positive integer (or a tuple of them).
     """
     if kind not in X0_NAMES:
         raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
@@ -61,7 +79,7 @@ def initial_tokens(
     dtype = jnp.zeros((), dtype if dtype is not None else float).dtype
     if batch is None:
         return _one(key, kind, n, d, dtype, common_weight)
-    shape = (batch,) if isinstance(batch, int) else tuple(batch)
+    shape = _batch_shape(batch)
     keys = jr.split(key, math.prod(shape))
     xs = jax.vmap(lambda k: _one(k, kind, n, d, dtype, common_weight))(keys)
     return xs.reshape(shape + (n, d))

@@ -13,30 +13,42 @@ from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES
 from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
+from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive, model_config
 from ._devices import add_devices_flag, sharding_devices
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
-    """Flags that define a model and its inputs (shared with other subcommands)."""
+    """Flags that define a model and its inputs (shared with other subcommands).
+
+    Their values become a `rankdyn._config.ModelConfig` (`check_model_args`), which holds every
+    rule; an error names the flag.
+    """
     g = p.add_argument_group("model")
     g.add_argument("--mask", choices=MASK_NAMES, default="causal", help="attention mask graph")
-    g.add_argument("--window", type=int, default=1, help="window half-width / look-back / dilated hops")
+    g.add_argument("--window", type=int, default=1,
+                   help="window half-width (window, global), look-back (window-uni) or dilated hops of 4 tokens "
+                        "(dilated); other masks refuse a value other than 1")
     g.add_argument("--n", type=int, default=32, help="number of tokens")
     g.add_argument("--d", type=int, default=64, help="token dimension")
-    g.add_argument("--dqk", type=float, default=None, help="temperature d_QK (default: key width)")
+    g.add_argument("--dqk", type=float, default=None, help="temperature d_QK, finite and > 0 (default: key width)")
     g.add_argument("--norm", choices=PLACEMENTS, default="post", help="normalisation placement")
     g.add_argument("--ln", choices=LN_NAMES, default="sphere", help="normalisation variant")
     g.add_argument("--value", choices=VALUE_NAMES, default="orthogonal", help="value matrix family")
     g.add_argument("--w", type=float, default=2.0, help="superdiagonal weight of bidiagonal/jordan W_V")
-    g.add_argument("--jordan-k", type=int, default=None, help="Jordan block size (default d)")
+    g.add_argument("--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default: d)")
     g.add_argument("--qk", choices=QK_NAMES, default="bert", help="query/key family (zero: uniform attention)")
     g.add_argument("--x0", choices=X0_NAMES, default="sphere", help="initial tokens")
     g.add_argument("--per-layer-weights", action="store_true", help="draw new weights for every layer")
     g.add_argument("--heads", type=int, default=1, help="attention heads (>1 adds W_O)")
     g.add_argument("--skip", action="store_true", help="residual connection X + SA(X)")
     g.add_argument("--mlp", action="store_true", help="add an MLP block")
-    g.add_argument("--dropout", type=float, default=0.0, help="dropout rate (0: off)")
-    g.add_argument("--seed", type=int, default=0, help="PRNG seed for weights and inputs")
+    g.add_argument("--dropout", type=float, default=None, metavar="P",
+                   help="attention and hidden dropout rate in [0, 1) (default: 0, off)")
+    g.add_argument("--attn-dropout", type=float, default=None, metavar="P",
+                   help="dropout on the attention probabilities (default: 0)")
+    g.add_argument("--hidden-dropout", type=float, default=None, metavar="P",
+                   help="dropout on the block outputs (default: 0)")
+    g.add_argument("--seed", type=int, default=0, help="PRNG seed for weights and inputs, in [0, 2**32 - 1]")
     g.add_argument("--x64", action="store_true", help="float64 end to end")
 
 
@@ -46,11 +58,12 @@ def add_parser(sub) -> None:
         help="simulate an ensemble and save per-layer metrics",
         description="Simulate a batch of trajectories of the masked attention + LN map and save "
         "per-layer metrics (metrics.json) and a log-log mu plot (mu.png).",
+        formatter_class=HelpFormatter,
     )
     add_model_flags(p)
     p.add_argument("--layers", type=int, default=128, help="depth T")
     p.add_argument("--batch", type=int, default=256, help="number of trajectories")
-    p.add_argument("--save-every", type=int, default=1, help="record metrics every k layers")
+    p.add_argument("--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)")
     p.add_argument("--rank-tol", type=float, default=1e-6, help="relative tolerance of the numerical rank")
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -58,34 +71,57 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def layer_from_args(args, key):
-    """Build the layer described by `add_model_flags` flags."""
-    from .._build import make_layer
+def layer_from_args(args, key, config=None):
+    """Build the layer described by `add_model_flags` flags (``config``: their `ModelConfig`)."""
+    from .._build import build_layer
 
-    return make_layer(
-        key, n=args.n, d=args.d, mask=args.mask, window=args.window, dqk=args.dqk, norm=args.norm,
-        ln=args.ln, value=args.value, w=args.w, jordan_k=args.jordan_k, qk=args.qk,
-        num_layers=args.layers if args.per_layer_weights else None, heads=args.heads,
-        output_projection=args.heads > 1, skip=args.skip, mlp=args.mlp, dropout=args.dropout,
+    return build_layer(key, check_model_args(args) if config is None else config)
+
+
+def check_model_args(args):
+    """The validated `ModelConfig` of the model flags; a bad value raises ValueError naming the flag."""
+    return model_config(args)
+
+
+def check_run_args(args, config) -> None:
+    """Every simulate flag, the memory estimate and the output folder, before any compute."""
+    check_nonnegative(args, "layers")
+    check_nonnegative(args, "batch", "save_every", minimum=1)
+    if args.layers % args.save_every:
+        raise ValueError(f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
+                         "choose a divisor of --layers.")
+    check_positive(args, "rank_tol")
+    _check_memory(args, config)
+    check_out_dir(args.out)
+
+
+#: The flags that shrink each part of `rankdyn._memory.simulate_memory`.
+_MEMORY_FIXES = {
+    "initial tokens and states": "lower --batch, --n or --d (or drop --x64).",
+    "per-layer metrics": "raise --save-every, or lower --layers or --batch.",
+    "working set of one chunk": "lower --n, --d or --heads.",
+    "weights": "drop --per-layer-weights, or lower --layers or --d.",
+    "mask": "lower --n.",
+}
+
+
+def _check_memory(args, config) -> None:
+    """Refuse a run that cannot fit, from the generic estimate of `rankdyn._memory`."""
+    import jax
+
+    from .._memory import check_memory, simulate_memory
+    from .._metrics import METRIC_NAMES
+    from .._simulate import _auto_chunk
+
+    item = 8 if args.x64 else 4
+    chunk = _auto_chunk(args.batch, args.n, args.d, item, jax.default_backend())
+    est = simulate_memory(
+        n=args.n, d=args.d, batch=args.batch, layers=args.layers, itemsize=item, heads=args.heads,
+        save_every=args.save_every, num_metrics=len(METRIC_NAMES) + 1, chunk=chunk, weight_layers=config.num_layers,
+        mlp_ratio=config.mlp_ratio if args.mlp else 0, output_projection=config.output_projection,
     )
-
-
-def check_model_args(args) -> None:
-    """Reject bad flag values before any compute, naming the flag."""
-    if args.n < 1 or args.d < 1:
-        raise ValueError(f"--n and --d must be positive, got --n {args.n} --d {args.d}.")
-    if args.dqk is not None and not args.dqk > 0:
-        raise ValueError(f"--dqk must be > 0, got {args.dqk}.")
-    if args.window < 0:
-        raise ValueError(f"--window must be >= 0, got {args.window}.")
-    if args.mask in ("window", "window-uni", "global") and args.window >= args.n:
-        raise ValueError(f"--window {args.window} must be smaller than --n {args.n}.")
-    if args.value == "jordan" and args.jordan_k is not None and not 1 <= args.jordan_k <= args.d:
-        raise ValueError(f"--jordan-k must be in [1, --d={args.d}], got {args.jordan_k}.")
-    if args.heads < 1 or args.d % args.heads:
-        raise ValueError(f"--heads must divide --d: --d {args.d} --heads {args.heads}.")
-    if not 0 <= args.dropout < 1:
-        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}.")
+    check_memory(est, fix=_MEMORY_FIXES[est.largest], what=f"--n {args.n} --d {args.d} --batch {args.batch} "
+                 f"--layers {args.layers}")
 
 
 def run(args) -> int:
@@ -98,23 +134,23 @@ def run(args) -> int:
     from .._io import CompileTimer, provenance, write_json
     from .._simulate import simulate
 
-    check_model_args(args)
-    if args.layers < 0 or args.batch < 1:
-        raise ValueError(f"--layers must be >= 0 and --batch >= 1, got {args.layers} and {args.batch}.")
+    config = check_model_args(args)
+    check_run_args(args, config)
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
-    layer = layer_from_args(args, k_layer)
+    layer = layer_from_args(args, k_layer, config)
     x0 = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
     info = graph_info(np.asarray(layer.mask))
 
     with CompileTimer() as timer:
         traj = simulate(layer, x0, args.layers, save_every=args.save_every, rank_tol=args.rank_tol,
-                        key=k_drop if args.dropout > 0 else None, progress=not args.no_progress,
+                        key=k_drop if config.has_dropout else None, progress=not args.no_progress,
                         devices=sharding_devices(args))
         jax.block_until_ready(traj.metrics)
 
     summary = traj.summary()
     result = {
-        "config": vars(args) | {"out": str(args.out), "func": None},
+        "config": vars(args) | {"out": str(args.out), "func": None, "attn_dropout": config.attn_dropout,
+                                "hidden_dropout": config.hidden_dropout},
         "graph": info.to_dict(),
         "layers": np.asarray(traj.layers),
         "metrics": summary,

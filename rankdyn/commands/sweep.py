@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._checks import HelpFormatter, check_out_dir
 from ._devices import add_devices_flag
 
 
@@ -18,6 +19,7 @@ def add_parser(sub) -> None:
         description="Run every cell of the grid in CONFIG.toml ([axes] x [fixed]), writing one chunk file per "
         "group of cells as it finishes (DIR/chunks), the labelled dataset DIR/sweep.nc and summary plots "
         "(mu_curves.png, rate_heatmap.png, final_rank.png). An interrupted sweep continues with --resume.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("config", type=Path, help="sweep description (TOML: [axes], [fixed], [observe], [run])")
     p.add_argument("--out", type=Path, required=True, help="output folder (new, or this sweep's with --resume)")
@@ -47,6 +49,7 @@ def run(args) -> int:
     from .._sweep import load_sweep_config, run_sweep, sweep_plan
 
     cfg = load_sweep_config(args.config)
+    check_out_dir(args.out)
     plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
     if args.plot_axes:  # reject before any compute
         for a in plot_axes:
