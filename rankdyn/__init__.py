@@ -121,6 +121,7 @@ from .equilibria import (
 
 # Performance at scale (issue 5): batch sharding over devices
 from ._sharding import batch_mesh as batch_mesh, shard_batch as shard_batch
+from ._devices import use_cpu_devices as use_cpu_devices
 
 # Basins and counterexample value-matrix search (issue 4)
 from ._basins import (

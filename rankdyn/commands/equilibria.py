@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
+from ._devices import add_devices_flag
 from .simulate import add_model_flags, check_model_args
 
 
@@ -57,6 +58,8 @@ def add_parser(sub) -> None:
                    help="tolerance on |lambda| - 1 (marginal band); default 1e-6, 1e-2 for the joint search")
     g.add_argument("--out", type=Path, default=Path("out/equilibria"), help="output folder")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_devices_flag(p, "The search runs on the first device, whose batched LAPACK calls (SVD, least squares) "
+                     "already spread over every core of XLA's thread pool.")
     p.set_defaults(func=run)
 
 
