@@ -1,4 +1,4 @@
-"""Oracles for the linearisation on the product of spheres (SPEC §5.1, §5.6)."""
+"""Oracles for the linearisation on the product of spheres (docs/theory.md#constructions, docs/theory.md#stability)."""
 
 import math
 
@@ -19,7 +19,7 @@ def _bert_layer(key, n, d, mask):
 
 
 def test_2d_multipliers_analytic():
-    r"""Multipliers of the 2-D example at {(0,1), B} and {(0,1), A} (SPEC §5.1).
+    r"""Multipliers of the 2-D example at {(0,1), B} and {(0,1), A} (docs/theory.md#constructions).
 
     Derivation. With uniform causal attention and post-LN the map is
     $x_1 \mapsto x_1W/\|x_1W\|$, $x_2 \mapsto (x_1 + x_2)W/\|(x_1+x_2)W\|$, so its Jacobian is
@@ -112,7 +112,7 @@ def test_unnormalised_map_full_space():
 
 
 def test_paper_equilibria_stability_n4():
-    r"""SPEC §5.6 (N = d = 4): rank 1 marginal; rank 3 and full rank unstable (saddles); rank 2
+    r"""docs/theory.md#stability (N = d = 4): rank 1 marginal; rank 3 and full rank unstable (saddles); rank 2
     has the multiplier $1 + c\,s_p\sqrt{1 - c^2/w^2}$ ($c = 3$, derived as in the 2-D test with
     $e W$ replaced by $c\,e_d$ and $a = -c/w$: $\langle\tau W,\tau\rangle = 1 - wab = 1 + cb$),
     so it is marginal for $s_p = -1$ at $w = 4$ (|.| = 0.984) and unstable at $w = 8$ (1.781).
