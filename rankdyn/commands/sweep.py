@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from ._checks import HelpFormatter, check_out_dir
+from ._devices import add_devices_flag
 
 
 def add_parser(sub) -> None:
@@ -29,6 +30,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="write the dataset only")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
+    add_devices_flag(p, "Each chunk's trajectories are split over the devices when their number divides the batch.")
     p.set_defaults(func=run)
 
 
