@@ -6,7 +6,7 @@ and LayerNorm in Transformers" (NeurIPS 2024). This module is the table of conte
 
 from ._build import make_layer as make_layer
 from ._graph import GraphInfo as GraphInfo, distances as distances, graph_info as graph_info
-from ._init import X0_NAMES as X0_NAMES, initial_tokens as initial_tokens
+from ._init import X0_NAMES as X0_NAMES, TokenSampler as TokenSampler, initial_tokens as initial_tokens
 from ._layer import (
     PLACEMENTS as PLACEMENTS,
     AttentionWeights as AttentionWeights,
@@ -57,6 +57,7 @@ from ._rates import (
     theorem2_rate as theorem2_rate,
 )
 from ._simulate import Trajectory as Trajectory, simulate as simulate
+from ._stats import Summary as Summary
 from ._weights import (
     QK_NAMES as QK_NAMES,
     VALUE_NAMES as VALUE_NAMES,

@@ -51,6 +51,12 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=int, default=256, help="number of trajectories")
     p.add_argument("--save-every", type=int, default=1, help="record metrics every k layers")
     p.add_argument("--rank-tol", type=float, default=1e-6, help="relative tolerance of the numerical rank")
+    p.add_argument("--metrics", default="all",
+                   help="comma-separated metrics to record, e.g. mu,eps_min (default: all; spectral ones cost an SVD)")
+    p.add_argument("--per-trajectory", action="store_true",
+                   help="also write every trajectory's metrics (per_trajectory.npz); memory grows with the batch")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="trajectories advanced together (default: cache-sized on CPU)")
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
@@ -86,47 +92,82 @@ def check_model_args(args) -> None:
         raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}.")
 
 
+def check_run_args(args):
+    """Reject bad run flags before compute; return the metric names and the memory estimate."""
+    from .._observe import parse_metrics
+    from .._scan import auto_chunk, available_bytes, estimate_bytes
+
+    if args.layers < 0 or args.batch < 1:
+        raise ValueError(f"--layers must be >= 0 and --batch >= 1, got {args.layers} and {args.batch}.")
+    if args.save_every < 1 or args.layers % args.save_every:
+        raise ValueError(f"--save-every must be a positive divisor of --layers {args.layers}, got {args.save_every}.")
+    if args.chunk is not None and args.chunk < 1:
+        raise ValueError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
+    names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
+    itemsize = 8 if args.x64 else 4
+    chunk = args.chunk or auto_chunk(args.batch, args.n, args.d, itemsize, "cpu")
+    est = estimate_bytes(num=args.batch, chunk=min(chunk, args.batch), n=args.n, d=args.d, heads=args.heads,
+                         itemsize=itemsize, num_saved=args.layers // args.save_every + 1, num_metrics=len(names),
+                         per_trajectory=args.per_trajectory, save_states=False)
+    avail = available_bytes()
+    if avail is not None and est > avail:
+        raise ValueError(
+            f"--batch {args.batch} --layers {args.layers}: estimated peak memory {est / 2**30:.2f} GiB exceeds the "
+            f"{avail / 2**30:.2f} GiB available; use a smaller --chunk, a larger --save-every, or drop --per-trajectory."
+        )
+    return names, est
+
+
 def run(args) -> int:
     import jax
     import jax.random as jr
     import numpy as np
 
     from .._graph import graph_info
-    from .._init import initial_tokens
+    from .._init import TokenSampler
     from .._io import CompileTimer, provenance, write_json
     from .._simulate import simulate
 
     check_model_args(args)
-    if args.layers < 0 or args.batch < 1:
-        raise ValueError(f"--layers must be >= 0 and --batch >= 1, got {args.layers} and {args.batch}.")
+    names, est = check_run_args(args)
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer)
-    x0 = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
+    x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
     info = graph_info(np.asarray(layer.mask))
 
     with CompileTimer() as timer:
         traj = simulate(layer, x0, args.layers, save_every=args.save_every, rank_tol=args.rank_tol,
+                        metrics=names, per_trajectory=args.per_trajectory, chunk_size=args.chunk,
                         key=k_drop if args.dropout > 0 else None, progress=not args.no_progress)
-        jax.block_until_ready(traj.metrics)
+        jax.block_until_ready(traj.summary)
 
-    summary = traj.summary()
+    summary = traj.summary.to_dict()
     result = {
         "config": vars(args) | {"out": str(args.out), "func": None},
         "graph": info.to_dict(),
         "layers": np.asarray(traj.layers),
         "metrics": summary,
+        "count": np.asarray(traj.summary.count).astype(int),
         "flags": {
-            "nonfinite": int(np.sum(np.asarray(traj.nonfinite))),
-            "degenerate_ln": int(np.sum(np.asarray(traj.degenerate))),
+            "nonfinite": int(traj.summary.nonfinite),
+            "degenerate_ln": int(traj.summary.degenerate),
             "batch": args.batch,
         },
+        "memory_estimate_bytes": est,
         "timing": {"compile_s": timer.compile_s, "run_s": timer.run_s},
         "provenance": provenance(),
     }
     result["config"].pop("func")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.per_trajectory:
+        arrays = {k: np.asarray(v) for k, v in traj.metrics.items()}
+        arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate),
+                   "layers": np.asarray(traj.layers)}
+        np.savez(args.out / "per_trajectory.npz", **arrays)
+        result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
-    _plot(traj, summary, args)
+    if summary:
+        _plot(traj, summary, args)
     _print_table(traj, summary, info, result)
     return 0
 
@@ -139,9 +180,10 @@ def _plot(traj, summary, args) -> None:
 
     from ..plotting import plot_metric_band
 
+    name = "mu" if "mu" in summary else next(iter(summary))
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    plot_metric_band(traj.layers, summary["mu"]["mean"], summary["mu"]["std"], ax=ax, label="mu")
-    ax.set_ylabel("mu(X) (mean +- std)")
+    plot_metric_band(traj.layers, summary[name]["mean"], summary[name]["std"], ax=ax, label=name)
+    ax.set_ylabel(f"{name} (mean +- std)")
     ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
     fig.tight_layout()
     fig.savefig(args.out / "mu.png", dpi=120)
@@ -153,7 +195,8 @@ def _print_table(traj, summary, info, result) -> None:
 
     layers = np.asarray(traj.layers)
     idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
-    cols = ["mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min"]
+    cols = [c for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min") if c in summary]
+    cols = cols or list(summary)[:6]
     print(f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}")
     print("layer " + " ".join(f"{c:>14}" for c in cols))
     for i in idx:

@@ -139,7 +139,8 @@ def simulate_many(stacks, x0, num_layers: int, *, observe=cheap_observe, keys=No
         outs = []
         for stacked, key, observe in zip(stacks, keys, observes):
             def one(layer, x, key=key, observe=observe):
-                tr = simulate(layer, x, num_layers, observe=observe, key=key, save_every=save_every)
+                tr = simulate(layer, x, num_layers, observe=observe, key=key, save_every=save_every,
+                              per_trajectory=True)
                 return tr.metrics, tr.nonfinite, tr.degenerate
 
             if x0_per_config:
