@@ -95,7 +95,7 @@ from ._stability import (
 )
 
 # Sweeps (issue 6): TOML grid -> resumable chunks -> xarray dataset (docs/sweep.md)
-from ._sweep import (
+from .sweep import (
     SweepConfig as SweepConfig,
     SweepPlan as SweepPlan,
     assemble_sweep as assemble_sweep,
