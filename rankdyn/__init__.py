@@ -4,6 +4,10 @@ Implements and extends Wu, Ajorlou, Wang, Jegelka, Jadbabaie, "On the Role of At
 and LayerNorm in Transformers" (NeurIPS 2024). This module is the table of contents.
 """
 
+from ._io import package_version as _package_version
+
+__version__ = _package_version("rankdyn")
+
 from ._build import make_layer as make_layer
 from ._graph import GraphInfo as GraphInfo, distances as distances, graph_info as graph_info
 from ._init import X0_NAMES as X0_NAMES, TokenSampler as TokenSampler, initial_tokens as initial_tokens
@@ -70,8 +74,6 @@ from ._weights import (
     spectral_normalized as spectral_normalized,
     value_matrix as value_matrix,
 )
-
-__version__ = "0.1.0"
 
 # Closed-form constructions and stability (issue 4)
 from ._constructions import (

@@ -36,14 +36,35 @@ def to_jsonable(obj):
     return obj
 
 
+#: Packages whose versions are stored with every result (the ones that change its numbers).
+_VERSIONED = ("rankdyn", "jax", "jaxlib", "equinox", "optimistix", "lineax", "optax", "numpy", "scipy")
+
+
+def package_version(name: str) -> str:
+    """The installed version of ``name`` from the package metadata ("unknown" if not installed).
+
+    Read from ``importlib.metadata`` so that no rankdyn module imports the package itself.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that determine a result's numbers."""
+    return {name: package_version(name) for name in _VERSIONED}
+
+
 def provenance() -> dict:
     """Versions, device and time: stored next to every result."""
     import jax
 
-    import rankdyn
-
     return {
-        "rankdyn": rankdyn.__version__,
+        "rankdyn": package_version("rankdyn"),
+        "versions": versions(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
