@@ -17,7 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .._io import CompileTimer, provenance, write_json
+from .._io import CompileTimer, package_version, provenance, versions, write_json
 from ._assemble import NETCDF_ENGINE, assemble_sweep
 from ._plan import SweepPlan, sweep_plan
 from ._program import compute_chunk
@@ -109,15 +109,7 @@ def _write_config_text(cfg: SweepConfig, out: Path) -> None:
 
 def _versions() -> dict[str, str]:
     """Versions of the packages that shape the numbers and the file."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for pkg in ("rankdyn", "jax", "jaxlib", "equinox", "numpy", "xarray", "netCDF4"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
+    return versions() | {name: package_version(name) for name in ("xarray", "netCDF4")}
 
 
 def _load_chunk(path: Path, cfg: SweepConfig) -> dict[str, np.ndarray] | None:
