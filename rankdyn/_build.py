@@ -1,4 +1,4 @@
-"""Build a layer from names, as the CLI and experiments do (SPEC §7 "Weight schedules").
+"""Build a layer from names, as the CLI and experiments do (`docs/theory.md#the-model`).
 
 `make_layer` is the one place that turns a configuration (mask name, value family, ...) into a
 `SelfAttentionLayer`; every array it draws comes from the explicit ``key``, so the same config
@@ -13,12 +13,13 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import ArrayLike, PRNGKeyArray
 
-from ._layer import PLACEMENTS, MLPWeights, SelfAttentionLayer
+from ._config import ModelConfig, Names
+from ._layer import MLPWeights, SelfAttentionLayer
 from ._masks import make_mask, mask_from_adjacency
 from ._norms import AbstractNorm, make_norm
-from ._weights import QK_NAMES, VALUE_NAMES, bert_uniform, query_key_matrices, value_matrix
+from ._weights import bert_uniform, query_key_matrices, value_matrix
 
-__all__ = ["make_layer"]
+__all__ = ["make_layer", "build_layer"]
 
 
 def make_layer(
@@ -49,10 +50,15 @@ def make_layer(
 ) -> "SelfAttentionLayer":
     """A `SelfAttentionLayer` from named families.
 
+    The arguments become a `rankdyn._config.ModelConfig` (every rule and its message lives
+    there), then `build_layer` draws the weights.
+
     Arguments:
         key: PRNG key for every random weight.
         n, d: number of tokens and features.
         mask: a name of `rankdyn.MASK_NAMES` (with ``window``) or a boolean ``(n, n)`` array.
+        window: half-width / look-back / dilated hops of the masks that read it (default 1; any
+            other value with ``complete``, ``causal``, ``random`` or an array is refused).
         dqk: temperature $d_{QK}$ (default: the key width, ``d // heads``).
         norm: placement ``none`` / ``post`` / ``pre``.
         ln: ``sphere`` (paper), ``rms``, ``layernorm`` or an `AbstractNorm`; ``ln_radius`` sets
@@ -66,31 +72,36 @@ def make_layer(
         skip, mlp, dropout: the practical-block switches of the Fig. 2/6 ablations.
 
     Raises:
-        ValueError: for unknown names or inconsistent sizes.
+        ValueError: for unknown names, inconsistent sizes, non-finite or out-of-range values and
+            parameters that the chosen mask or family ignores; the message names the argument.
     """
-    if norm not in PLACEMENTS:
-        raise ValueError(f"unknown norm placement {norm!r}; expected one of {', '.join(PLACEMENTS)}.")
-    if value not in VALUE_NAMES:
-        raise ValueError(f"unknown value family {value!r}; expected one of {', '.join(VALUE_NAMES)}.")
-    if qk not in QK_NAMES:
-        raise ValueError(f"unknown query/key family {qk!r}; expected one of {', '.join(QK_NAMES)}.")
-    if heads < 1 or d % heads:
-        raise ValueError(f"heads must divide d: d={d}, heads={heads}.")
-    if heads > 1 and not output_projection:
-        raise ValueError("several heads need an output projection: pass output_projection=True.")
-    if isinstance(mask, str):
-        if mask in ("window", "window-uni", "global") and window >= n:
-            raise ValueError(f"window={window} must be smaller than n={n}.")
-        m = make_mask(mask, n, window=window)
+    config = ModelConfig.from_mapping(
+        dict(n=n, d=d, mask=mask, window=window, dqk=dqk, placement=norm, ln=ln, ln_radius=ln_radius, value=value,
+             w=w, jordan_k=jordan_k, value_std=value_std, qk=qk, qk_std=qk_std, num_layers=num_layers, heads=heads,
+             output_projection=output_projection, skip=skip, mlp=mlp, mlp_ratio=mlp_ratio,
+             attn_dropout=dropout, hidden_dropout=dropout, dtype=dtype),
+        where=_ARGUMENTS,
+    )
+    return build_layer(key, config)
+
+
+#: make_layer's argument names where they differ from the configuration's fields.
+_ARGUMENTS = Names.arguments({"placement": "norm", "attn_dropout": "dropout", "hidden_dropout": "dropout"})
+
+
+def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
+    """The layer of a validated `ModelConfig`, its random weights drawn from ``key``."""
+    c = config
+    if isinstance(c.mask, str):
+        m = make_mask(c.mask, c.n, window=c.window, dilation=c.dilation, num_global=c.num_global, p=c.mask_p,
+                      seed=c.mask_seed)
     else:
-        m = mask_from_adjacency(mask)
-        if m.shape != (n, n):
-            raise ValueError(f"mask shape {m.shape} does not match n={n}.")
-    if dqk is not None and not isinstance(dqk, jax.core.Tracer) and not float(dqk) > 0:
-        raise ValueError(f"the temperature dqk must be > 0, got {dqk}.")
-    dt = jnp.zeros((), dtype if dtype is not None else float).dtype
+        m = mask_from_adjacency(c.mask)
+    dt = jnp.zeros((), c.dtype if c.dtype is not None else float).dtype
+    d, heads, value, qk = c.d, c.heads, c.value, c.qk
     dh = d // heads
-    normaliser = ln if isinstance(ln, AbstractNorm) else make_norm(ln, d, radius=ln_radius)
+    normaliser = c.ln if isinstance(c.ln, AbstractNorm) else make_norm(c.ln, d, radius=c.ln_radius)
+    w, jordan_k, value_std, qk_std, mlp_ratio = c.w, c.jordan_k, c.value_std, c.qk_std, c.mlp_ratio
 
     def draw(k):
         kq, kv, ko, km = jr.split(k, 4)
@@ -104,21 +115,21 @@ def make_layer(
             w_v = jnp.moveaxis(
                 value_matrix(kv, value, d, w=w, k=jordan_k, std=value_std, dtype=dt).reshape(d, heads, dh), 1, 0
             )
-        w_o = bert_uniform(ko, (d, d), dt) if output_projection else None
+        w_o = bert_uniform(ko, (d, d), dt) if c.output_projection else None
         mw = None
-        if mlp:
+        if c.mlp:
             k1, k2 = jr.split(km)
             f = mlp_ratio * d
             mw = MLPWeights(bert_uniform(k1, (d, f), dt), jnp.zeros(f, dt), bert_uniform(k2, (f, d), dt), jnp.zeros(d, dt))
         return w_q, w_k, w_v, w_o, mw
 
-    if num_layers is None:
+    if c.num_layers is None:
         w_q, w_k, w_v, w_o, mw = draw(key)
     else:
-        w_q, w_k, w_v, w_o, mw = jax.vmap(draw)(jr.split(key, num_layers))
+        w_q, w_k, w_v, w_o, mw = jax.vmap(draw)(jr.split(key, c.num_layers))
     return SelfAttentionLayer(
-        m, w_q, w_k, w_v, dqk=float(dh) if dqk is None else dqk, norm=normaliser, placement=norm,
-        w_o=w_o, mlp=mw, skip=skip, dropout=dropout,
+        m, w_q, w_k, w_v, dqk=float(dh) if c.dqk is None else c.dqk, norm=normaliser, placement=c.placement,
+        w_o=w_o, mlp=mw, skip=c.skip, **c.dropout_kwargs(),
     )
 
 

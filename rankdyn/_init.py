@@ -1,4 +1,4 @@
-r"""Initial token matrices $X^{(0)}$ (``docs/theory.md#experiments``).
+r"""Initial token matrices $X^{(0)}$ (`docs/theory.md#experiments`).
 
 All samplers take an explicit ``key`` and return ``(n, d)``, or ``(batch, n, d)`` when
 ``batch`` is given. Trajectory ``i`` of a batch is drawn from ``fold_in(key, i)``: its tokens do
@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 __all__ = ["initial_tokens", "TokenSampler", "X0_NAMES"]
@@ -44,15 +45,26 @@ def _one(key, kind, n, d, dtype, common_weight):
     raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
 
 
+def _batch_shape(batch) -> tuple[int, ...]:
+    """``batch`` as a tuple of positive ints; an empty or negative batch has no statistics to report."""
+    shape = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+    if not all(
+        isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in shape
+    ):
+        raise ValueError(
+            f"batch must be a positive integer, a tuple of positive integers or None (one sample), got {batch!r}; "
+            "e.g. batch=256."
+        )
+    return tuple(int(b) for b in shape)
+
+
 def _check(kind, n, d, batch):
     if kind not in X0_NAMES:
         raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
     if n < 1 or d < 1:
         raise ValueError(f"need n >= 1 tokens and d >= 1 features, got n={n}, d={d}.")
     if batch is not None:
-        shape = (batch,) if isinstance(batch, int) else tuple(batch)
-        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in shape):
-            raise ValueError(f"batch must be a positive integer (or a tuple of them), got {batch!r}.")
+        _batch_shape(batch)
 
 
 class TokenSampler(eqx.Module):
@@ -80,10 +92,10 @@ class TokenSampler(eqx.Module):
 
     def __init__(self, key, kind: str, n: int, d: int, batch: int, *, dtype=None, common_weight: float = 1.0):
         _check(kind, n, d, batch)
-        if not isinstance(batch, int):
+        if isinstance(batch, (tuple, list)):
             raise ValueError(f"a TokenSampler has one batch axis: pass an integer batch, got {batch!r}.")
         self.key = key
-        self.kind, self.num_tokens, self.dim, self.batch = kind, n, d, batch
+        self.kind, self.num_tokens, self.dim, self.batch = kind, n, d, int(batch)
         self.dtype = jnp.zeros((), dtype if dtype is not None else float).dtype
         self.common_weight = jnp.asarray(common_weight, self.dtype)
 
@@ -115,7 +127,7 @@ def initial_tokens(
     dtype = jnp.zeros((), dtype if dtype is not None else float).dtype
     if batch is None:
         return _one(key, kind, n, d, dtype, common_weight)
-    shape = (batch,) if isinstance(batch, int) else tuple(batch)
+    shape = _batch_shape(batch)
     xs = TokenSampler(key, kind, n, d, math.prod(shape), dtype=dtype, common_weight=common_weight).sample(
         jnp.arange(math.prod(shape))
     )

@@ -16,7 +16,6 @@ cells. Chunks can be split over devices with ``rankdyn._sharding``.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 
 import equinox as eqx
@@ -28,7 +27,7 @@ from jax import lax
 from ._sharding import map_sharded
 from ._stats import chunk_stats, merge_stacked, merge_stats
 
-__all__ = ["scan_depth", "run_batch", "auto_chunk", "estimate_bytes", "available_bytes"]
+__all__ = ["scan_depth", "run_batch", "auto_chunk", "estimate_parts"]
 
 
 def _finite(values: dict, x) -> jax.Array:
@@ -194,36 +193,22 @@ def auto_chunk(num: int, n: int, d: int, itemsize: int, backend: str) -> int:
     return max(1, min(num, max(per_cache, -(-_CHUNK_ROWS // n))))
 
 
-def estimate_bytes(*, num: int, chunk: int, n: int, d: int, heads: int, itemsize: int, num_saved: int,
-                   num_metrics: int, per_trajectory: bool, save_states: bool) -> int:
-    """A rough upper estimate of a run's peak memory in bytes (states of one chunk, outputs).
+def estimate_parts(*, num: int, chunk: int, n: int, d: int, heads: int, itemsize: int, num_saved: int,
+                   num_metrics: int, per_trajectory: bool, save_states: bool) -> dict[str, int]:
+    """A rough upper estimate of a run's peak memory in bytes, per part (for `rankdyn._memory`).
 
     One chunk's layer needs about ten token-sized buffers and three score-sized ones per head
     (scores, softmax, mask select); saved outputs are per layer and metric, times the batch
-    when per-trajectory values or states are kept (twice: the chunks and their concatenation).
+    when per-trajectory values or states are kept (twice: the chunks and their concatenation),
+    else five running statistics per layer and metric.
     """
     work = chunk * (10 * n * d + 3 * heads * n * n) * itemsize
     if per_trajectory or save_states:
-        per = num_metrics + (n * d if save_states else 0)
+        per = num_metrics + 1 + (n * d if save_states else 0)
         out = 2 * num * num_saved * per * itemsize
     else:
-        out = 2 * num_saved * num_metrics * 5 * itemsize
-    return int(work + out)
-
-
-def available_bytes() -> int | None:
-    """Memory this process may still use on the host (``MemAvailable``), or None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+        out = 2 * num_saved * (num_metrics + 1) * 5 * itemsize
+    return {"working set of one chunk": int(work), "per-layer metrics": int(out)}
 
 
 def run_batch(layer, x0, num: int, num_layers: int, *, observe: Callable, save_every: int, chunk: int,

@@ -21,7 +21,8 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 from ._init import TokenSampler
 from ._layer import SelfAttentionLayer
 from ._observe import MetricObserver, parse_metrics
-from ._scan import auto_chunk, available_bytes, estimate_bytes, run_batch
+from ._memory import MemoryEstimate, check_memory
+from ._scan import auto_chunk, estimate_parts, run_batch
 from ._sharding import resolve_mesh
 from ._stats import Summary, summarize
 
@@ -94,16 +95,6 @@ def _validate(layer, x0, num_layers, save_every):
             "draw weights for every layer or use shared weights."
         )
     return x0
-
-
-def check_memory(estimate: int, available: int | None) -> None:
-    """Refuse a run whose estimated peak memory exceeds what the machine has available."""
-    if available is not None and estimate > available:
-        raise ValueError(
-            f"this run needs an estimated {estimate / 2**30:.2f} GiB but only {available / 2**30:.2f} GiB are "
-            "available: use fewer trajectories per chunk (chunk_size), fewer saved layers (save_every), "
-            "or no per-trajectory values/states."
-        )
 
 
 def simulate(
@@ -187,9 +178,11 @@ def simulate(
     chunk_size = min(int(chunk_size), num)
     num_saved = num_layers // save_every + 1
     if jax.default_backend() == "cpu":
-        check_memory(estimate_bytes(num=num, chunk=chunk_size, n=n, d=d, heads=layer.num_heads, itemsize=itemsize,
-                                    num_saved=num_saved, num_metrics=len(names) + 1,
-                                    per_trajectory=per_trajectory, save_states=save_states), available_bytes())
+        parts = estimate_parts(num=num, chunk=chunk_size, n=n, d=d, heads=layer.num_heads, itemsize=itemsize,
+                               num_saved=num_saved, num_metrics=len(names), per_trajectory=per_trajectory,
+                               save_states=save_states)
+        check_memory(MemoryEstimate(parts), what="simulate", fix="use a smaller chunk_size, a larger save_every, "
+                     "or per_trajectory=False and save_states=False (then only statistics are kept).")
     flat = x0 if sampler else x0.reshape((num, n, d))
     stats, (nonfinite, degenerate), per = run_batch(
         layer, flat, num, num_layers, observe=observe, save_every=save_every, chunk=chunk_size,

@@ -2,10 +2,12 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
-from rankdyn.cli import main
+import rankdyn as rd
+from rankdyn.cli import COMMANDS, build_parser, main
 
 METRICS = ["mu", "mu_rel", "mu_normalized", "row_norm_mean", "min_cos", "mean_abs_cos", "sigma_min",
            "stable_rank", "num_rank", "eff_rank", "eps_min"]
@@ -43,20 +45,8 @@ def test_simulate_reports_degenerate_ln(tmp_path):
     assert data["flags"]["degenerate_ln"] == 0  # opposite tokens have probability zero
 
 
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--dqk", "0"], "--dqk must be > 0"),
-        (["--mask", "window", "--window", "40", "--n", "8"], "--window 40 must be smaller than --n 8"),
-        (["--value", "jordan", "--jordan-k", "9", "--d", "4"], "--jordan-k must be in"),
-        (["--heads", "3", "--d", "8"], "--heads must divide --d"),
-    ],
-)
-def test_simulate_bad_flags_give_clear_errors(tmp_path, capsys, argv, message):
-    rc = main(["simulate", "--layers", "2", "--batch", "2", "--out", str(tmp_path), *argv])
-    assert rc == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+# Bad flag values (--dqk 0, a window wider than n, --jordan-k > d, heads not dividing d, ...) are
+# rows of the table in tests/test_bad_input.py.
 
 
 def test_unknown_flag_value_is_rejected(capsys):
@@ -66,3 +56,61 @@ def test_unknown_flag_value_is_rejected(capsys):
     assert "invalid choice: 'diagonal'" in capsys.readouterr().err
 
 
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_defaults(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: " in text
+    if command in ("simulate", "equilibria"):
+        assert "--mask {" in text and "attention mask graph (default: causal)" in text
+        assert "(default: False)" not in text  # switches are off by default; no noise
+    if command == "simulate":
+        assert "depth T (default: 128)" in text and "number of trajectories (default: 256)" in text
+    if command == "reproduce":
+        assert "output folder (default: out/reproduce)" in text
+
+
+def test_dropout_flags_become_the_configuration():
+    """--dropout sets both rates; --attn-dropout/--hidden-dropout one each; messages name the flag."""
+    from rankdyn.commands._checks import model_config
+
+    def cfg(*argv):
+        return model_config(build_parser().parse_args(["simulate", *argv]))
+
+    assert (cfg().attn_dropout, cfg().hidden_dropout, cfg().has_dropout) == (0.0, 0.0, False)
+    both = cfg("--dropout", "0.25")
+    assert (both.attn_dropout, both.hidden_dropout, both.has_dropout) == (0.25, 0.25, True)
+    from rankdyn._config import SEPARATE_DROPOUT
+
+    want = {"attn_dropout": 0.25, "hidden_dropout": 0.25} if SEPARATE_DROPOUT else {"dropout": 0.25}
+    assert both.dropout_kwargs() == want
+    split = cfg("--attn-dropout", "0.25", "--hidden-dropout", "0.25")
+    assert (split.attn_dropout, split.hidden_dropout) == (0.25, 0.25)
+    with pytest.raises(ValueError, match=r"--hidden-dropout 1.5: a dropout rate must be in \[0, 1\)"):
+        cfg("--hidden-dropout", "1.5")
+
+
+def test_cli_and_python_build_the_same_layer(getkey):
+    """The flags and make_layer's arguments become one configuration: the same layer, weight for weight."""
+    import jax.random as jr
+
+    from rankdyn.commands.simulate import layer_from_args
+
+    argv = ["simulate", "--mask", "global", "--window", "2", "--n", "7", "--d", "6", "--heads", "2", "--value",
+            "jordan", "--jordan-k", "3", "--w", "1.5", "--qk", "gaussian", "--per-layer-weights", "--layers", "3",
+            "--skip", "--norm", "pre", "--dqk", "2.5"]
+    key = jr.PRNGKey(7)
+    a = layer_from_args(build_parser().parse_args(argv), key)
+    b = rd.make_layer(key, n=7, d=6, mask="global", window=2, heads=2, output_projection=True, value="jordan",
+                      jordan_k=3, w=1.5, qk="gaussian", num_layers=3, skip=True, norm="pre", dqk=2.5)
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
+    assert (a.placement, a.skip, a.num_layers, a.num_heads) == ("pre", True, 3, 2)
+    # The mask is the global-local one of width 2 (token 0 global), checked against its definition.
+    i, j = np.indices((7, 7))
+    want = (np.abs(i - j) <= 2) | (i == 0) | (j == 0)
+    np.testing.assert_array_equal(np.asarray(a.mask), want)

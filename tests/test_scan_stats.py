@@ -153,5 +153,5 @@ def test_cli_metrics_per_trajectory_and_memory_refusal(tmp_path, capsys):
     huge = [a if a != "5" else str(10**9) for a in base]
     assert cli_main(huge + ["--per-trajectory", "--out", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err
-    assert "exceeds the" in err and "--chunk" in err and "Traceback" not in err
+    assert "needs about" in err and "--per-trajectory" in err and "Traceback" not in err
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()

@@ -1,7 +1,7 @@
 """``rankdyn equilibria``: batched search for equilibria of one layer map, with stability.
 
 A thin wrapper of `rankdyn.equilibrium_census` (search rounds, deduplication, rank, stability,
-closed-form matching when the model is the paper's construction, SPEC §5.2). Writes
+closed-form matching when the model is the paper's construction, `docs/theory.md#constructions`). Writes
 ``equilibria.json`` and ``eigen_moduli.png``.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
 from .simulate import add_model_flags, check_model_args
 
 
@@ -20,6 +21,7 @@ def add_parser(sub) -> None:
         description="Batched search for fixed points F(X) = X of one layer (forward iteration, "
         "Adam on ||F(X)-X||^2, Gauss-Newton polishing, deflation), deduplicated up to symmetry, "
         "with rank, stability and closed-form matching. Writes equilibria.json and eigen_moduli.png.",
+        formatter_class=HelpFormatter,
     )
     add_model_flags(p)
     p.set_defaults(n=6, d=6, value="bidiagonal", w=7.0, qk="zero", mask="causal")
@@ -49,17 +51,38 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _check(args) -> None:
-    check_model_args(args)
+def _check(args):
+    """Every flag, the memory estimate and the output folder, before any compute; the model's
+    `ModelConfig` is returned."""
     if args.per_layer_weights:
         raise ValueError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
-    if args.dropout > 0:
-        raise ValueError("--dropout must be 0: a stochastic map has no fixed points.")
+    config = check_model_args(args)
+    if config.has_dropout:
+        raise ValueError("--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no "
+                         "fixed points.")
     if args.starts < 1 or args.chunk < 1:
         raise ValueError(f"--starts and --chunk must be >= 1, got {args.starts} and {args.chunk}.")
     if min(args.deflation_rounds, args.max_steps, args.short_steps, args.forward_steps, args.minimise_steps) < 0:
         raise ValueError("--deflation-rounds, --max-steps, --short-steps, --forward-steps and --minimise-steps "
                          "must be >= 0.")
+    check_nonnegative(args, "deflation_starts", "target_starts", minimum=1)
+    check_positive(args, "residual_tol", "rank_tol", "dedup_tol", "stability_tol", "learning_rate")
+    _check_memory(args)
+    check_out_dir(args.out)
+    return config
+
+
+def _check_memory(args) -> None:
+    from .._memory import available_memory, check_memory, equilibria_memory, format_bytes
+
+    item = 8 if args.x64 else 4
+    est = equilibria_memory(n=args.n, d=args.d, chunk=min(args.chunk, args.starts), itemsize=item)
+    avail = available_memory()
+    per_start = equilibria_memory(n=args.n, d=args.d, chunk=1, itemsize=item).total
+    fits = 0 if avail[0] is None else avail[0] // per_start
+    fix = (f"lower --chunk to {fits} or fewer (each start of a chunk needs {format_bytes(per_start)})." if fits
+           else "lower --n or --d: one start alone does not fit.")
+    check_memory(est, fix=fix, what=f"--n {args.n} --d {args.d} --chunk {args.chunk}", available=avail)
 
 
 def _target_ranks(spec: str, n: int, d: int) -> list[int]:
@@ -94,11 +117,10 @@ def run(args) -> int:
     from .._io import provenance, write_json
     from .simulate import layer_from_args
 
-    _check(args)
-    args.layers = None  # layer_from_args reads it for per-layer weights (rejected above)
+    config = _check(args)
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
-    layer = layer_from_args(args, k_layer)
-    # Closed forms of SPEC §5.2 (only for the paper's construction), to match against.
+    layer = layer_from_args(args, k_layer, config)
+    # Closed forms of the rank-k family (docs/theory.md#constructions; only for the paper's construction).
     closed = []
     if _is_paper_construction(args, layer):
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(args.n, args.d, args.w)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._checks import HelpFormatter, check_out_dir, check_seed_flag
+
 
 def add_parser(sub) -> None:
     from ..experiments import TARGETS
@@ -18,12 +20,14 @@ def add_parser(sub) -> None:
         description="Run reproduction targets and write DIR/<target>.json, PNG figures and DIR/report.md "
         "with the claim, setting, measurements and a computed verdict per target. Targets: "
         + ", ".join(TARGETS) + ".",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("targets", nargs="*", metavar="TARGET", default=["all"],
-                   help="target names, or 'all' (default)")
+                   help="target names, or 'all'")
     p.add_argument("--out", type=Path, default=Path("out/reproduce"), help="output folder")
-    p.add_argument("--quick", action="store_true", help="reduced sizes (all targets in < 5 min on 2 cores)")
-    p.add_argument("--seed", type=int, default=0, help="base PRNG seed")
+    p.add_argument("--quick", action="store_true",
+                   help="reduced sizes: all targets in about 1 minute on a quiet 2-core CPU (see README)")
+    p.add_argument("--seed", type=int, default=0, help="base PRNG seed, in [0, 2**32 - 1]")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--compile-cache", type=Path, default=None, metavar="DIR",
@@ -36,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments import resolve_targets, run_targets
 
     names = resolve_targets(args.targets)  # ValueError listing valid names -> clean CLI error
+    check_seed_flag(args.seed)
+    check_out_dir(args.out)
+    if args.compile_cache is not None:
+        check_out_dir(args.compile_cache, "--compile-cache")
     if args.compile_cache is not None:
         import jax
 

@@ -13,29 +13,41 @@ from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES
 from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
+from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive, model_config
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
-    """Flags that define a model and its inputs (shared with other subcommands)."""
+    """Flags that define a model and its inputs (shared with other subcommands).
+
+    Their values become a `rankdyn._config.ModelConfig` (`check_model_args`), which holds every
+    rule; an error names the flag.
+    """
     g = p.add_argument_group("model")
     g.add_argument("--mask", choices=MASK_NAMES, default="causal", help="attention mask graph")
-    g.add_argument("--window", type=int, default=1, help="window half-width / look-back / dilated hops")
+    g.add_argument("--window", type=int, default=1,
+                   help="window half-width (window, global), look-back (window-uni) or dilated hops of 4 tokens "
+                        "(dilated); other masks refuse a value other than 1")
     g.add_argument("--n", type=int, default=32, help="number of tokens")
     g.add_argument("--d", type=int, default=64, help="token dimension")
-    g.add_argument("--dqk", type=float, default=None, help="temperature d_QK (default: key width)")
+    g.add_argument("--dqk", type=float, default=None, help="temperature d_QK, finite and > 0 (default: key width)")
     g.add_argument("--norm", choices=PLACEMENTS, default="post", help="normalisation placement")
     g.add_argument("--ln", choices=LN_NAMES, default="sphere", help="normalisation variant")
     g.add_argument("--value", choices=VALUE_NAMES, default="orthogonal", help="value matrix family")
     g.add_argument("--w", type=float, default=2.0, help="superdiagonal weight of bidiagonal/jordan W_V")
-    g.add_argument("--jordan-k", type=int, default=None, help="Jordan block size (default d)")
+    g.add_argument("--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default: d)")
     g.add_argument("--qk", choices=QK_NAMES, default="bert", help="query/key family (zero: uniform attention)")
     g.add_argument("--x0", choices=X0_NAMES, default="sphere", help="initial tokens")
     g.add_argument("--per-layer-weights", action="store_true", help="draw new weights for every layer")
     g.add_argument("--heads", type=int, default=1, help="attention heads (>1 adds W_O)")
     g.add_argument("--skip", action="store_true", help="residual connection X + SA(X)")
     g.add_argument("--mlp", action="store_true", help="add an MLP block")
-    g.add_argument("--dropout", type=float, default=0.0, help="dropout rate (0: off)")
-    g.add_argument("--seed", type=int, default=0, help="PRNG seed for weights and inputs")
+    g.add_argument("--dropout", type=float, default=None, metavar="P",
+                   help="attention and hidden dropout rate in [0, 1) (default: 0, off)")
+    g.add_argument("--attn-dropout", type=float, default=None, metavar="P",
+                   help="dropout on the attention probabilities (default: 0)")
+    g.add_argument("--hidden-dropout", type=float, default=None, metavar="P",
+                   help="dropout on the block outputs (default: 0)")
+    g.add_argument("--seed", type=int, default=0, help="PRNG seed for weights and inputs, in [0, 2**32 - 1]")
     g.add_argument("--x64", action="store_true", help="float64 end to end")
 
 
@@ -45,11 +57,12 @@ def add_parser(sub) -> None:
         help="simulate an ensemble and save per-layer metrics",
         description="Simulate a batch of trajectories of the masked attention + LN map and save "
         "per-layer metrics (metrics.json) and a log-log mu plot (mu.png).",
+        formatter_class=HelpFormatter,
     )
     add_model_flags(p)
     p.add_argument("--layers", type=int, default=128, help="depth T")
     p.add_argument("--batch", type=int, default=256, help="number of trajectories")
-    p.add_argument("--save-every", type=int, default=1, help="record metrics every k layers")
+    p.add_argument("--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)")
     p.add_argument("--rank-tol", type=float, default=1e-6, help="relative tolerance of the numerical rank")
     p.add_argument("--metrics", default="all",
                    help="comma-separated metrics to record, e.g. mu,eps_min (default: all; spectral ones cost an SVD)")
@@ -62,60 +75,68 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def layer_from_args(args, key):
-    """Build the layer described by `add_model_flags` flags."""
-    from .._build import make_layer
+def layer_from_args(args, key, config=None):
+    """Build the layer described by `add_model_flags` flags (``config``: their `ModelConfig`)."""
+    from .._build import build_layer
 
-    return make_layer(
-        key, n=args.n, d=args.d, mask=args.mask, window=args.window, dqk=args.dqk, norm=args.norm,
-        ln=args.ln, value=args.value, w=args.w, jordan_k=args.jordan_k, qk=args.qk,
-        num_layers=args.layers if args.per_layer_weights else None, heads=args.heads,
-        output_projection=args.heads > 1, skip=args.skip, mlp=args.mlp, dropout=args.dropout,
-    )
+    return build_layer(key, check_model_args(args) if config is None else config)
 
 
-def check_model_args(args) -> None:
-    """Reject bad flag values before any compute, naming the flag."""
-    if args.n < 1 or args.d < 1:
-        raise ValueError(f"--n and --d must be positive, got --n {args.n} --d {args.d}.")
-    if args.dqk is not None and not args.dqk > 0:
-        raise ValueError(f"--dqk must be > 0, got {args.dqk}.")
-    if args.window < 0:
-        raise ValueError(f"--window must be >= 0, got {args.window}.")
-    if args.mask in ("window", "window-uni", "global") and args.window >= args.n:
-        raise ValueError(f"--window {args.window} must be smaller than --n {args.n}.")
-    if args.value == "jordan" and args.jordan_k is not None and not 1 <= args.jordan_k <= args.d:
-        raise ValueError(f"--jordan-k must be in [1, --d={args.d}], got {args.jordan_k}.")
-    if args.heads < 1 or args.d % args.heads:
-        raise ValueError(f"--heads must divide --d: --d {args.d} --heads {args.heads}.")
-    if not 0 <= args.dropout < 1:
-        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}.")
+def check_model_args(args):
+    """The validated `ModelConfig` of the model flags; a bad value raises ValueError naming the flag."""
+    return model_config(args)
 
 
-def check_run_args(args):
-    """Reject bad run flags before compute; return the metric names and the memory estimate."""
+def check_run_args(args, config):
+    """Every simulate flag, the memory estimate and the output folder, before any compute.
+
+    Returns:
+        ``(metric names, estimated peak bytes)``.
+    """
     from .._observe import parse_metrics
-    from .._scan import auto_chunk, available_bytes, estimate_bytes
 
-    if args.layers < 0 or args.batch < 1:
-        raise ValueError(f"--layers must be >= 0 and --batch >= 1, got {args.layers} and {args.batch}.")
-    if args.save_every < 1 or args.layers % args.save_every:
-        raise ValueError(f"--save-every must be a positive divisor of --layers {args.layers}, got {args.save_every}.")
-    if args.chunk is not None and args.chunk < 1:
-        raise ValueError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
-    itemsize = 8 if args.x64 else 4
-    chunk = args.chunk or auto_chunk(args.batch, args.n, args.d, itemsize, "cpu")
-    est = estimate_bytes(num=args.batch, chunk=min(chunk, args.batch), n=args.n, d=args.d, heads=args.heads,
-                         itemsize=itemsize, num_saved=args.layers // args.save_every + 1, num_metrics=len(names),
-                         per_trajectory=args.per_trajectory, save_states=False)
-    avail = available_bytes()
-    if avail is not None and est > avail:
-        raise ValueError(
-            f"--batch {args.batch} --layers {args.layers}: estimated peak memory {est / 2**30:.2f} GiB exceeds the "
-            f"{avail / 2**30:.2f} GiB available; use a smaller --chunk, a larger --save-every, or drop --per-trajectory."
-        )
+    if args.chunk is not None and args.chunk < 1:
+        raise ValueError(f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024.")
+    check_nonnegative(args, "layers")
+    check_nonnegative(args, "batch", "save_every", minimum=1)
+    if args.layers % args.save_every:
+        raise ValueError(f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
+                         "choose a divisor of --layers.")
+    check_positive(args, "rank_tol")
+    est = _check_memory(args, config, names)
+    if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
+        raise ValueError(f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
+                         "runs with different --seed values.")
+    check_out_dir(args.out)
     return names, est
+
+
+#: The flags that shrink each part of the depth scan's estimate (`rankdyn._scan.estimate_parts`).
+_MEMORY_FIXES = {
+    "working set of one chunk": "lower --n, --d or --heads, or use a smaller --chunk.",
+    "per-layer metrics": "raise --save-every, or drop --per-trajectory (without it only statistics are kept).",
+    "weights": "drop --per-layer-weights, or lower --layers or --d.",
+}
+
+
+def _check_memory(args, config, names) -> int:
+    """Refuse a run that cannot fit, from the depth scan's estimate (streamed or per trajectory)."""
+    import jax
+
+    from .._memory import MemoryEstimate, check_memory
+    from .._scan import auto_chunk, estimate_parts
+
+    item = 8 if args.x64 else 4
+    chunk = min(args.chunk or auto_chunk(args.batch, args.n, args.d, item, jax.default_backend()), args.batch)
+    parts = estimate_parts(num=args.batch, chunk=chunk, n=args.n, d=args.d, heads=args.heads, itemsize=item,
+                           num_saved=args.layers // args.save_every + 1, num_metrics=len(names),
+                           per_trajectory=args.per_trajectory, save_states=False)
+    weights = (config.num_layers or 1) * (4 + 2 * (config.mlp_ratio if args.mlp else 0)) * args.d * args.d * item
+    est = MemoryEstimate(parts | {"weights": int(weights)})
+    check_memory(est, fix=_MEMORY_FIXES[est.largest], what=f"--n {args.n} --d {args.d} --batch {args.batch} "
+                 f"--layers {args.layers}")
+    return est.total
 
 
 def run(args) -> int:
@@ -128,22 +149,24 @@ def run(args) -> int:
     from .._io import CompileTimer, provenance, write_json
     from .._simulate import simulate
 
-    check_model_args(args)
-    names, est = check_run_args(args)
+    config = check_model_args(args)
+    names, est = check_run_args(args, config)
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
-    layer = layer_from_args(args, k_layer)
+    layer = layer_from_args(args, k_layer, config)
+    # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).
     x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
     info = graph_info(np.asarray(layer.mask))
 
     with CompileTimer() as timer:
         traj = simulate(layer, x0, args.layers, save_every=args.save_every, rank_tol=args.rank_tol,
                         metrics=names, per_trajectory=args.per_trajectory, chunk_size=args.chunk,
-                        key=k_drop if args.dropout > 0 else None, progress=not args.no_progress)
+                        key=k_drop if config.has_dropout else None, progress=not args.no_progress)
         jax.block_until_ready(traj.summary)
 
     summary = traj.summary.to_dict()
     result = {
-        "config": vars(args) | {"out": str(args.out), "func": None},
+        "config": vars(args) | {"out": str(args.out), "func": None, "attn_dropout": config.attn_dropout,
+                                "hidden_dropout": config.hidden_dropout},
         "graph": info.to_dict(),
         "layers": np.asarray(traj.layers),
         "metrics": summary,
@@ -181,11 +204,10 @@ def _plot(traj, summary, args) -> None:
     from ..plotting import plot_metric_band
 
     name = "mu" if "mu" in summary else next(iter(summary))
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    plot_metric_band(traj.layers, summary[name]["mean"], summary[name]["std"], ax=ax, label=name)
-    ax.set_ylabel(f"{name} (mean +- std)")
+    fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
+    plot_metric_band(traj.layers, summary[name]["mean"], summary[name]["std"], ax=ax, label=name,
+                     ylabel=f"{name} (mean +- std)", dtype=traj.summary.mean[name].dtype)
     ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
-    fig.tight_layout()
     fig.savefig(args.out / "mu.png", dpi=120)
     plt.close(fig)
 
@@ -198,9 +220,23 @@ def _print_table(traj, summary, info, result) -> None:
     cols = [c for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min") if c in summary]
     cols = cols or list(summary)[:6]
     print(f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}")
+    # A layer whose mu/||X||_F is below the dtype's round-off floor has collapsed as far as this
+    # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
+    from ..plotting import round_off_floor
+
+    dtype = np.asarray(traj.metrics["mu"]).dtype
+    floor = round_off_floor(dtype)
+    rel = np.asarray(summary["mu_rel"]["mean"]) if "mu_rel" in summary else None
     print("layer " + " ".join(f"{c:>14}" for c in cols))
+    flagged = False
     for i in idx:
-        print(f"{layers[i]:5d} " + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols))
+        at_floor = rel is not None and rel[i] <= floor
+        flagged |= at_floor
+        print(f"{layers[i]:5d} " + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols)
+              + ("  * at floor" if at_floor else ""))
+    if flagged:
+        print(f"* mu/||X||_F <= {floor:.1e} = 10 eps({dtype.name}): round-off floor, collapsed as far as "
+              f"{dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}.")
     f, t = result["flags"], result["timing"]
     print(f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} of {f['batch']}; "
           f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._checks import HelpFormatter, check_out_dir
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -16,6 +18,7 @@ def add_parser(sub) -> None:
         description="Run every cell of the grid in CONFIG.toml ([axes] x [fixed]), writing one chunk file per "
         "group of cells as it finishes (DIR/chunks), the labelled dataset DIR/sweep.nc and summary plots "
         "(mu_curves.png, rate_heatmap.png, final_rank.png). An interrupted sweep continues with --resume.",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("config", type=Path, help="sweep description (TOML: [axes], [fixed], [observe], [run])")
     p.add_argument("--out", type=Path, required=True, help="output folder (new, or this sweep's with --resume)")
@@ -49,6 +52,7 @@ def run(args) -> int:
         raise ValueError(f"--max-cells must be a positive integer, got {args.max_cells}.")
     announce = lambda num: print(f"sweep {args.config}: {num} cells", flush=True)  # noqa: E731
     cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
+    check_out_dir(args.out)
     plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
     if args.plot_axes:  # reject before any compute
         for a in plot_axes:

@@ -4,7 +4,7 @@ Five variants (SAN, SAN+skip, SAN+LN, SAN+skip+LN, full block with MLP) x four m
 128 (paper Fig. 6), with per-layer BERT-like random weights, 12 heads and $W_O$; the
 12-layer view (Fig. 2) is the first 12 layers of the same runs (with i.i.d. per-layer weights
 a 12-layer model has exactly the distribution of this prefix). The LN variants also run with
-dropout 0.1 (the HF default in train mode), the switch SPEC §6.7 found decisive.
+dropout 0.1 (the HF default in train mode), the switch our earlier re-simulation found decisive (docs/theory.md#experiments).
 """
 
 from __future__ import annotations
@@ -37,16 +37,20 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     dropouts = sorted({p for _, p in runs})
 
     summary, figs = {}, []
+    # One panel per variant; colour = mask, line style = dropout, so with and without dropout are
+    # compared in one figure.
+    panels = {}
+    styles = ("-", "--", ":", "-.")
     for p in dropouts:
-        panels = {}
         for (label, q), r in runs.items():
             if q != p:
                 continue
             ok_all = ~r["nonfinite"]
-            panels[label] = {}
+            panels.setdefault(label, {})
             for i, m in enumerate(masks):
                 b = C.band(r["metrics"]["mu"][i], ok_all[i])
-                panels[label][C.MASK_LABELS[m]] = b
+                panels[label][f"{C.MASK_LABELS[m]}, dropout {p:g}"] = b | {
+                    "color": f"C{i}", "linestyle": styles[dropouts.index(p) % len(styles)]}
                 summary[f"{label}|{m}|{p:g}"] = {
                     "variant": label, "mask": m, "dropout": p,
                     "mu_0": float(b["mean"][0]), f"mu_{shallow}": float(b["mean"][shallow]),
@@ -57,11 +61,13 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
                     "cv_last_quarter": float(np.mean(b["std"][-(depth // 4):] / np.maximum(b["mean"][-(depth // 4):], 1e-300))),
                     "nonfinite": int(np.sum(r["nonfinite"][i])), "degenerate_ln": int(np.sum(r["degenerate"][i])),
                 }
-        for view in (depth, shallow):
-            fig = plot_band_panels(layers, panels, ncols=3, xmax=view,
-                                   suptitle=f"mu vs layer, depth {view}, dropout {p:g}, n={setting['n']}, d={setting['d']}, "
-                                            f"{setting['heads']} heads, {setting['batch']} samples")
-            figs.append(save_figure(fig, out / f"ablation_depth{view}_dropout{p:g}.png"))
+    for view in (depth, shallow):
+        fig = plot_band_panels(layers, panels, ncols=len(panels), xmax=view, dtype=setting["dtype"],
+                               panel_size=(2.9, 2.8),
+                               suptitle=f"mu vs layer, first {view} layers, dropout {' vs '.join(f'{p:g}' for p in dropouts)}, "
+                                        f"n={setting['n']}, d={setting['d']}, {setting['heads']} heads, "
+                                        f"{setting['batch']} samples")
+        figs.append(save_figure(fig, out / f"ablation_depth{view}.png"))
 
     def get(v, m, p, key):
         return summary[f"{v}|{m}|{p:g}"][key]
@@ -106,7 +112,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         notes += (
             "Without dropout, LN does not prevent collapse for: "
             + ", ".join(f"{k} (mu_T/mu_0 = {v:.2g})" for k, v in failed_ln.items())
-            + ". This matches our earlier re-simulation (SPEC §6.7): with centred LN and no dropout the complete "
+            + ". This matches our earlier re-simulation (docs/theory.md#experiments): with centred LN and no dropout the complete "
               "mask collapses at random init; "
         )
         for p in dropouts:

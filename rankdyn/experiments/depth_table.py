@@ -1,4 +1,4 @@
-r"""Target ``depth-table``: the 128-layer orthogonal-$W_V$ experiment the reviewers asked for (SPEC §6.6).
+r"""Target ``depth-table``: the 128-layer orthogonal-$W_V$ experiment the reviewers asked for (docs/theory.md#experiments).
 
 A 128-layer single-head SAN at BERT scale ($n = 128$, $d = 768$, key width and $d_{QK} = 64$,
 BERT-uniform $W_Q, W_K$, per-layer Haar-orthogonal $W_V$) with centred LayerNorm (token norm
@@ -20,7 +20,7 @@ from . import _common as C
 
 NAME = "depth-table"
 CLAIM = (
-    "Authors' rebuttal table (SPEC §6.6): in a 128-layer SAN+LN with exactly orthogonal W_V, the strongly connected "
+    "Authors' rebuttal table (docs/theory.md#experiments): in a 128-layer SAN+LN with exactly orthogonal W_V, the strongly connected "
     "masks (complete, window +-1) show collapse or a clear decrease of mu by layer 128, while the only "
     "quasi-strongly connected ones (causal, uni window) do not; consistent with Theorem 2 (strong connectivity) "
     "versus Corollary 1 (needs nonnegative initial cosines)."
@@ -113,7 +113,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             md.append(f"| {C.MASK_LABELS[m]} | {graph[m]['strongly_connected']} | {graph[m]['radius']} | {cells} | "
                       f"{s['ratio_normalized_T_0']:.3g} |")
         md.append("")
-    fig = plot_band_panels(layers, panels, ncols=3, suptitle=f"{depth}-layer SAN, orthogonal W_V, n={n}, d={d}")
+    fig = plot_band_panels(layers, panels, ncols=3, dtype=dtype, suptitle=f"{depth}-layer SAN, orthogonal W_V, n={n}, d={d}")
     figs = [save_figure(fig, out / "depth_table_mu.png")]
 
     why = (
@@ -123,7 +123,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
          f"Some initial cosines are negative (smallest {min_cos0:.3f}), so Corollary 1 does not cover the causal and "
          "uni-window masks here. ")
         + "Centred LN is not covered by the theorems: the "
-        "centring is a singular projection, not an orthogonal map (SPEC §8.6). The uni window (radius n-1) needs "
+        "centring is a singular projection, not an orthogonal map (docs/theory.md#ambiguities-and-choices). The uni window (radius n-1) needs "
         "about 2n layers before the first token's information has crossed the sequence (here 2n = %d vs depth %d), "
         "so its collapse shows only late or not at all; the complete and causal masks (radius 1) collapse fastest."
         % (2 * n, depth)

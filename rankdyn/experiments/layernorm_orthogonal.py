@@ -119,8 +119,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     pre_ok = all(ok for k, ok in ok_cases.items() if k.startswith("pre/"))
     verdict = "reproduced" if post_ok and pre_ok else ("partially" if any(ok_cases.values()) else "not reproduced")
 
-    fig = plot_band_panels(layers, {**panels_mu, **{k.replace("min cosine", "1 - min cosine"): v for k, v in panels_cos.items()}},
-                           ylabels=None, suptitle=f"sphere LN, orthogonal W_V, n={n}, d={d}, {batch} samples")
+    shown = {**panels_mu, **{k.replace("min cosine", "1 - min cosine"): v for k, v in panels_cos.items()}}
+    fig = plot_band_panels(layers, shown, ylabels={t: t.split(": ")[1] for t in shown}, sharey="row", dtype=dtype,
+                           suptitle=f"sphere LN, orthogonal W_V, n={n}, d={d}, {batch} samples")
     figs = [save_figure(fig, out / "layernorm_orthogonal_mu.png")]
     import matplotlib.pyplot as plt
 

@@ -8,7 +8,7 @@ All masks share the same weights and inputs and run as one vmapped program.
 For each mask we fit the per-layer factor of $\mu$ and compare it with the bound
 $(1-\epsilon^r)^{1/r}$ evaluated with the measured $\epsilon$ (smallest attention weight on an
 edge over all layers and samples) and the computed radius $r$. Norm shrinkage and directional
-collapse are shown separately (SPEC §6.6): $\mu$, $\mu/\|X\|_F$, $\mu(\mathrm{LN}(X))$ and the
+collapse are shown separately (docs/theory.md#experiments): $\mu$, $\mu/\|X\|_F$, $\mu(\mathrm{LN}(X))$ and the
 mean row norm.
 """
 
@@ -111,7 +111,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "mu / ||X||_F": bands["mu_rel"],
         "mean row norm: norm shrinkage": bands["row_norm_mean"],
     }
-    fig = plot_band_panels(layers, panels, suptitle=f"SAN without LN, orthogonal W_V, n={n}, d={d}, {batch} samples")
+    fig = plot_band_panels(layers, panels, suptitle=f"SAN without LN, orthogonal W_V, n={n}, d={d}, {batch} samples",
+                           ylabels={t: t.split(":")[0] for t in panels}, sharey=False, dtype=dtype,
+                           floor_panels=list(panels)[:3])
     figs = [save_figure(fig, out / "masks_collapse_mu.png")]
     import matplotlib.pyplot as plt
 

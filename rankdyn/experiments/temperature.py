@@ -113,7 +113,8 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     verdict = ("reproduced" if n_mono == len(masks) and global_larger
                else "partially" if n_mono >= 2 or global_larger else "not reproduced")
 
-    fig = plot_band_panels(layers, curves, ncols=3, suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})")
+    fig = plot_band_panels(layers, curves, ncols=3, dtype=dtype,
+                           suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})")
     figs = [save_figure(fig, out / "temperature_mu.png")]
     import matplotlib.pyplot as plt
 

@@ -1,10 +1,17 @@
 """Plots of rankdyn results. The only package that imports matplotlib.
 
 Functions take results (dicts / arrays as the API returns them) and an optional ``ax``; they
-never call ``plt.show()``. Each topic has its own module.
+never call ``plt.show()``. Each topic has its own module; the rules every figure follows
+(semi-log y for exponential decay, a y label on every panel, shared y limits for compared
+panels, legends outside the data, the round-off floor as a band) live in ``_style``.
 """
 
 from ._collapse import plot_metric_band as plot_metric_band
+from ._style import (
+    floor_band as floor_band,
+    legend_outside as legend_outside,
+    round_off_floor as round_off_floor,
+)
 from ._reproduce_theory import (
     plot_counterexample_2d as plot_counterexample_2d,
     plot_counterexample_2d_basins as plot_counterexample_2d_basins,

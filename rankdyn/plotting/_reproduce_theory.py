@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._style import legend_outside
+
 _TOKEN_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive")
 
 
@@ -16,7 +18,7 @@ def _finish(fig, path):
     if path is not None:
         import matplotlib.pyplot as plt
 
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(fig)
     return fig
 
@@ -39,7 +41,7 @@ def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=Non
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 4.8))
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
     s = np.asarray(states_noln)
     for i in range(s.shape[1]):
         ax0.plot(s[:, i, 0], s[:, i, 1], "o-", ms=3, color=_TOKEN_COLORS[i], label=f"token {i + 1}")
@@ -47,8 +49,10 @@ def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=Non
     ax0.plot(s[-1, :, 0], s[-1, :, 1], "k*", ms=10, label=f"t = {s.shape[0] - 1}")
     _arc(ax0, 0, 360, 1.0, color="0.8", lw=1, zorder=0)
     ax0.set_aspect("equal")
+    ax0.set_xlabel("x_1 (first coordinate)")
+    ax0.set_ylabel("x_2 (second coordinate)")
     ax0.set_title(f"no LN (eq. 2), W_V/||W_V||_2{'' if title_w is None else f', w={title_w:g}'}: collapse")
-    ax0.legend(fontsize=8, loc="lower left")
+    legend_outside(ax0)
 
     _arc(ax1, 0, 360, 1.0, color="0.8", lw=1, zorder=0)
     lo = float(example["theta_A"])
@@ -69,9 +73,10 @@ def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=Non
     ax1.set_aspect("equal")
     ax1.set_xlim(-1.3, 1.3)
     ax1.set_ylim(-1.3, 1.3)
+    ax1.set_xlabel("x_1 (first coordinate)")
+    ax1.set_ylabel("x_2 (second coordinate)")
     ax1.set_title(f"post-LN (eq. 3), joint dynamics, {sl.shape[1] - 1} steps: rank 2")
-    ax1.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    legend_outside(ax1)
     return _finish(fig, path)
 
 
@@ -82,12 +87,13 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     Arguments:
         basins: ``{w: counterexample_2d.basin_of_b(...)}``.
         joints: ``{w: counterexample_2d.joint_noncollapse(...)}``.
-        reference: ``{w: fraction}`` reference values at T = 20000 (SPEC §5.1), drawn as stars.
+        reference: ``{w: fraction}`` reference values at T = 20000 (our earlier re-simulation,
+            see docs/theory.md#experiments), drawn as stars.
         path: save the figure here (and close it).
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.3), layout="constrained")
     ax = axes[0]
     for row, (w, bs) in enumerate(basins.items()):
         ang, out = np.asarray(bs["angles"]), np.asarray(bs["outcome"])
@@ -105,8 +111,9 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     ax.set_ylim(-0.6, len(basins) - 0.4 + 0.5)
     ax.set_xlim(0, 360)
     ax.set_xlabel("initial angle of token 2 (deg), token 1 at (0,1)")
+    ax.set_ylabel("w (shear of W_V)")
     ax.set_title("basin of B: measured grid vs predicted arc")
-    ax.legend(fontsize=7, loc="upper left", markerscale=3)
+    legend_outside(ax)
 
     ax = axes[1]
     w0 = 2.0 if 2.0 in joints else next(iter(joints))
@@ -125,10 +132,9 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
         plot_fraction_vs_horizon(jt["horizons"], jt["fraction"], jt["ci"], ax=ax, label=f"w={w:g}")
         if reference and float(w) in reference:
             ax.plot([20000], [reference[float(w)]], "*", ms=10, color=ax.lines[-1].get_color(),
-                    label=f"SPEC §5.1, w={w:g}")
+                    label=f"earlier re-simulation, w={w:g}")
     ax.set_title("joint non-collapse fraction vs horizon")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    legend_outside(ax)
     return _finish(fig, path)
 
 
@@ -170,7 +176,7 @@ def plot_equilibria_ranks(results, *, path=None):
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
     m = max(len(results), 1)
     for j, r in enumerate(results):
         off = (j - (m - 1) / 2) * 0.12
@@ -183,13 +189,11 @@ def plot_equilibria_ranks(results, *, path=None):
     ax0.set_xlabel("rank k of the equilibrium")
     ax0.set_ylabel("stable rank ||X||_F^2 / ||X||_2^2")
     ax0.set_title("stable rank (bars: App. F.2 bound for k = N)")
-    ax0.legend(fontsize=7)
     ax1.axhline(1.0, color="k", lw=0.8, ls="--")
     ax1.set_xlabel("rank k of the equilibrium")
     ax1.set_ylabel("largest |multiplier| (tangent space)")
     ax1.set_title("linear stability: > 1 means unstable (saddle)")
-    ax1.legend(fontsize=7)
-    fig.tight_layout()
+    legend_outside(ax1)
     return _finish(fig, path)
 
 
@@ -205,7 +209,7 @@ def plot_positive_measure(results: dict, *, path=None):
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(15, 4.3))
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(17, 4.6), layout="constrained")
     spec = results.get("spec_joint", {})
     for key, res in results["joint"].items():
         n, d, w = key
@@ -215,10 +219,9 @@ def plot_positive_measure(results: dict, *, path=None):
             ax0.plot([20000], [spec[key]], "*", ms=9, color=ax0.lines[-1].get_color())
         e = res["token1_at_e_d"]
         plot_fraction_vs_horizon(e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=f"N={n}, d={d}, w={w:g}")
-    ax0.set_title("joint dynamics, uniform random inputs (stars: SPEC §5.6)")
-    ax0.legend(fontsize=7)
+    ax0.set_title("joint dynamics, uniform random inputs\n(stars: earlier re-simulation, T = 20000)", fontsize=9)
     ax1.set_title("token 1 at e_d (exactly fixed), others random")
-    ax1.legend(fontsize=7)
+    legend_outside(ax1)
 
     labels, keep, over = [], [], []
     for (d, w), res in results["lemma"].items():
@@ -231,7 +234,7 @@ def plot_positive_measure(results: dict, *, path=None):
     ax2.bar(x + 0.2, over, width=0.4, label="violate X_(2,d-1) <= -1/w at some step")
     ax2.set_xticks(x, labels, fontsize=7)
     ax2.set_ylim(0, 1.05)
+    ax2.set_ylabel("fraction of starts")
     ax2.set_title("Lemma 13 starts, token 1 at e_d (N = 2)")
-    ax2.legend(fontsize=7)
-    fig.tight_layout()
+    legend_outside(ax2)
     return _finish(fig, path)

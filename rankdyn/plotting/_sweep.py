@@ -11,6 +11,10 @@ import itertools
 import numpy as np
 
 from ._collapse import plot_metric_band
+from ._style import floor_band, legend_outside, panel_grid
+
+#: Per-layer metrics that go to 0 at collapse: they get the round-off band.
+_COLLAPSING = ("mu", "mu_rel", "mu_normalized")
 
 __all__ = ["plot_sweep_mu", "plot_sweep_rate", "plot_sweep_rank", "sweep_axes"]
 
@@ -36,8 +40,12 @@ def _combos(ds, dims, limit):
     return combos[:limit], len(combos)
 
 
-def plot_sweep_mu(ds, *, hue: str | None = None, metric: str = "mu", max_panels: int = 24, loglog: bool = True):
+def plot_sweep_mu(ds, *, hue: str | None = None, metric: str = "mu", max_panels: int = 24, loglog: bool = False):
     """Small multiples of a per-layer metric (default mu, mean +- std band) against depth.
+
+    Semi-log y (``loglog=True``: the paper's log-log), one y range for all panels, a y label on
+    every panel, one legend right of the grid. For the collapsing metrics (mu, mu_rel,
+    mu_normalized) the round-off floor of the sweep's dtype (``ds.attrs["dtype"]``) is shaded.
 
     One panel per combination of the axes other than ``hue``; inside a panel one curve per value
     of ``hue`` (default ``dqk`` if it is an axis, else the last axis). At most ``max_panels``
@@ -55,40 +63,44 @@ def plot_sweep_mu(ds, *, hue: str | None = None, metric: str = "mu", max_panels:
         raise ValueError(f"hue={hue!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
     panel_dims = [a for a in axes if a != hue]
     combos, total = _combos(ds, panel_dims, max_panels)
-    ncol = min(4, len(combos))
-    nrow = int(np.ceil(len(combos) / ncol))
-    fig, grid = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 2.9 * nrow), squeeze=False, sharey=True)
+    fig, grid = panel_grid(len(combos), 4, (3.4, 2.7), sharey=True)
     hues = ds[hue].values if hue is not None else [None]
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(hues)))
-    for ax, combo in zip(grid.flat, combos):
+    dtype = ds.attrs.get("dtype") if metric in _COLLAPSING else None
+    for ax, combo in zip(grid, combos):
         sel = dict(zip(panel_dims, combo))
         for h, c in zip(hues, colors):
             s = dict(sel) if h is None else sel | {hue: h}
             da = ds[metric].sel(s)
             plot_metric_band(ds["layer"].values, da.sel(stat="mean").values, da.sel(stat="std").values, ax=ax,
-                             label=None if h is None else f"{hue}={h}", loglog=loglog, color=c)
+                             label=None if h is None else f"{hue}={h:g}" if isinstance(h, float) else f"{hue}={h}",
+                             loglog=loglog, color=c)
         if loglog:  # minor labels of a short log axis overlap
             from matplotlib.ticker import NullFormatter
 
             ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(", ".join(_label(ds, k, v) for k, v in sel.items()) or metric, fontsize=8)
-        ax.set_xlabel("layer t", fontsize=8)
-    for ax in list(grid.flat)[len(combos):]:
-        ax.set_visible(False)
-    grid[0, 0].set_ylabel(f"{metric} (mean +- std)")
+        ax.set_ylabel(f"{metric} (mean +- std)", fontsize=8)
+        ax.yaxis.set_tick_params(labelleft=True)  # sharey hides inner tick labels; keep them readable
+    if dtype is not None:
+        for ax in grid:
+            finite = [ln.get_ydata()[np.isfinite(ln.get_ydata()) & (ln.get_ydata() > 0)] for ln in ax.get_lines()]
+            scale = max((float(f[0]) for f in finite if f.size), default=1.0)
+            floor_band(ax, dtype, scale)
     if hue is not None:
-        grid[0, 0].legend(fontsize=7)
+        legend_outside(fig)
     extra = f" (first {len(combos)} of {total} panels)" if total > len(combos) else ""
     fig.suptitle(f"{ds.attrs.get('name', 'sweep')}: {metric} against depth{extra}", fontsize=10)
-    fig.tight_layout()
     return fig
 
 
 def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels: int = 12):
-    """Heat maps of the fitted per-layer collapse factor (``mu_rate``) over axes ``x`` and ``y``.
+    r"""Heat maps of the decay per layer, $1 - \rho$ (``rho = mu_rate``), over axes ``x`` and ``y``.
 
-    One heat map per combination of the remaining axes (at most ``max_panels``). Values below 1
-    mean collapse (mu shrinks by that factor per layer); each cell is annotated.
+    One heat map per combination of the remaining axes (at most ``max_panels``), on a shared log
+    colour scale: factors $\rho$ near 1 (0.97 against 0.999) differ by decades in $1 - \rho$,
+    which a linear colour scale of $\rho$ hides. Each cell is annotated with $1 - \rho$; a cell
+    with $\rho \ge 1$ (no decay) or no fit is grey and says so.
 
     Returns:
         The matplotlib ``Figure``.
@@ -110,28 +122,33 @@ def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels
     nrow = int(np.ceil(len(combos) / ncol))
     nx, ny = ds.sizes[x], ds.sizes[y]
     fig, grid = plt.subplots(nrow, ncol, figsize=(1.2 + 0.9 * nx * ncol + 1.5 * ncol, 0.6 + 0.45 * ny * nrow + 0.8 * nrow),
-                             squeeze=False)
-    da_all = ds[variable]
-    finite = da_all.values[np.isfinite(da_all.values)]
-    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+                             squeeze=False, layout="constrained")
+    from matplotlib.colors import LogNorm
+
+    gap_all = 1.0 - ds[variable]
+    pos = gap_all.values[np.isfinite(gap_all.values) & (gap_all.values > 0)]
+    vmin, vmax = (float(pos.min()), float(pos.max())) if pos.size else (1e-3, 1.0)
+    norm = LogNorm(vmin=vmin, vmax=max(vmax, vmin * 10))
+    cmap = plt.get_cmap("magma_r").with_extremes(bad="0.85")
     for ax, combo in zip(grid.flat, combos):
         sel = dict(zip(rest, combo))
-        img = da_all.sel(sel).transpose(y, x).values
-        im = ax.imshow(img, origin="lower", aspect="auto", cmap="magma", vmin=vmin, vmax=vmax)
+        img = gap_all.sel(sel).transpose(y, x).values
+        im = ax.imshow(np.where(img > 0, img, np.nan), origin="lower", aspect="auto", cmap=cmap, norm=norm)
+        mid = np.sqrt(norm.vmin * norm.vmax)
         for (i, j), v in np.ndenumerate(img):
-            ax.text(j, i, "nan" if not np.isfinite(v) else f"{v:.3f}", ha="center", va="center", fontsize=6,
-                    color="white" if np.isfinite(v) and v < (vmin + vmax) / 2 else "black")
+            text = "no fit" if not np.isfinite(v) else "no decay" if v <= 0 else f"{v:.2g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=6,
+                    color="white" if np.isfinite(v) and v > mid else "black")
         ax.set_xticks(range(nx), [_label(ds, x, v).split("=", 1)[1] for v in ds[x].values], fontsize=7, rotation=30)
         ax.set_yticks(range(ny), [_label(ds, y, v).split("=", 1)[1] for v in ds[y].values], fontsize=7)
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.set_title(", ".join(f"{k}={v}" for k, v in sel.items()) or variable, fontsize=8)
-        fig.colorbar(im, ax=ax, fraction=0.05)
+        fig.colorbar(im, ax=ax, fraction=0.05, label="1 - per-layer factor")
     for ax in list(grid.flat)[len(combos):]:
-        ax.set_visible(False)
+        fig.delaxes(ax)
     extra = f" (first {len(combos)} of {total})" if total > len(combos) else ""
-    fig.suptitle(f"fitted per-layer factor of mean mu (rankdyn.fit_rate){extra}", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(f"decay per layer of mean mu, 1 - fitted factor (rankdyn.fit_rate){extra}", fontsize=10)
     return fig
 
 
@@ -158,14 +175,14 @@ def plot_sweep_rank(ds, *, metric: str = "num_rank", ax=None):
     hist = np.stack([np.histogram(v[np.isfinite(v)], bins=bins)[0] / max(np.isfinite(v).sum(), 1) for v in vals])
     labels = [", ".join(f"{k}={v}" for k, v in zip(axes, combo)) for combo in itertools.product(*(ds[a].values for a in axes))]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(2.5 + 0.12 * (top + 1) + 2.5, 1.0 + 0.18 * len(labels)))
+        fig, ax = plt.subplots(figsize=(2.5 + 0.12 * (top + 1) + 2.5, 1.0 + 0.18 * len(labels)), layout="constrained")
     else:
         fig = ax.figure
     im = ax.imshow(hist, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest",
                    extent=(-0.5, top + 0.5, len(labels) - 0.5, -0.5))
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.set_xlabel(f"{metric} at the last layer")
+    ax.set_ylabel("grid cell")
     ax.set_title(f"final-layer {metric}: fraction of samples per cell", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.04, label="fraction of samples")
-    fig.tight_layout()
     return fig

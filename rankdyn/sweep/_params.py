@@ -6,14 +6,13 @@ Every key of ``[axes]`` and ``[fixed]`` is a parameter of `SWEEP_PARAMS`; each c
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from .._build import make_layer
+from .._config import SEPARATE_DROPOUT
 from .._init import X0_NAMES
 from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES, make_mask
@@ -22,9 +21,9 @@ from .._weights import QK_NAMES, VALUE_NAMES
 
 __all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS"]
 
-#: True once make_layer takes separate attention and hidden dropout rates (another branch adds
-#: them); until then one rate covers both, and the sweep refuses unequal values.
-_SPLIT_DROPOUT = "attn_dropout" in inspect.signature(make_layer).parameters
+#: True once make_layer takes separate attention and hidden dropout rates; until then one rate
+#: covers both, and the sweep refuses unequal values.
+_SPLIT_DROPOUT = SEPARATE_DROPOUT
 
 # name -> (default, kind). kind: the Python type a value must have ("str", "int", "float",
 # "bool", "float?" / "int?" = number or absent).

@@ -1,0 +1,112 @@
+"""Checks shared by the CLI commands: every bad flag value is refused before any compute.
+
+Each check raises ValueError with a message that names the flag, what was received and the
+fix; `rankdyn.cli.main` prints it as ``rankdyn <command>: error: ...`` and exits with 2. The
+model's own rules live in `rankdyn._config.ModelConfig`: `model_config` only maps its field
+names to the flags that set them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from .._config import ModelConfig, Names, check_seed
+
+__all__ = ["HelpFormatter", "model_config", "check_positive", "check_nonnegative", "check_seed_flag",
+           "check_out_dir", "MODEL_FLAGS"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each flag's default; not for switches (off by default) or a None or empty
+    default, whose help text says what happens without the flag."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, "", argparse.SUPPRESS) or action.nargs == 0:
+            return action.help
+        return super()._get_help_string(action)
+
+
+#: `ModelConfig` field -> the flag that sets it, where the names differ.
+MODEL_FLAGS = {"placement": "--norm", "num_layers": "--layers", "output_projection": "--heads"}
+
+
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    """The `ModelConfig` of the model flags (`rankdyn.commands.simulate.add_model_flags`).
+
+    ``--dropout P`` sets the attention and the hidden dropout; ``--attn-dropout`` and
+    ``--hidden-dropout`` set one each (not together with ``--dropout``).
+    """
+    flags = dict(MODEL_FLAGS)
+    if args.dropout is not None:
+        if args.attn_dropout is not None or args.hidden_dropout is not None:
+            raise ValueError("--dropout sets both rates: give either --dropout or --attn-dropout/--hidden-dropout.")
+        attn = hidden = args.dropout
+        flags.update(attn_dropout="--dropout", hidden_dropout="--dropout")
+    else:
+        attn = 0.0 if args.attn_dropout is None else args.attn_dropout
+        hidden = 0.0 if args.hidden_dropout is None else args.hidden_dropout
+    values = dict(
+        n=args.n, d=args.d, mask=args.mask, window=args.window, dqk=args.dqk, placement=args.norm, ln=args.ln,
+        value=args.value, w=args.w, jordan_k=args.jordan_k, qk=args.qk, x0=args.x0, heads=args.heads,
+        output_projection=args.heads > 1, skip=args.skip, mlp=args.mlp, attn_dropout=attn, hidden_dropout=hidden,
+        seed=args.seed, num_layers=getattr(args, "layers", None) if args.per_layer_weights else None,
+    )
+    return ModelConfig.from_mapping(values, where=Names.flags(flags))
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_positive(args: argparse.Namespace, *dests: str) -> None:
+    """Each flag (an argparse ``dest``) is None or a finite number > 0 (tolerances, rates)."""
+    for dest in dests:
+        v = getattr(args, dest)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{_flag(dest)} {v}: expected a finite number > 0.")
+
+
+def check_nonnegative(args: argparse.Namespace, *dests: str, minimum: int = 0) -> None:
+    """Each integer flag is None or >= ``minimum`` (counts of layers, steps, starts)."""
+    for dest in dests:
+        v = getattr(args, dest)
+        if v is not None and v < minimum:
+            raise ValueError(f"{_flag(dest)} {v}: expected an integer >= {minimum}.")
+
+
+def check_seed_flag(seed: int, flag: str = "--seed") -> None:
+    """The seed rule of `ModelConfig`, for commands without a model (reproduce)."""
+    check_seed(seed, "seed", Names.flags({"seed": flag}))
+
+
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except OSError:  # e.g. a parent without search permission: treat as missing, probed below
+        return False
+
+
+def check_out_dir(path: Path, flag: str = "--out") -> None:
+    """``path`` is a folder that exists and is writable, or can be created: refuse otherwise.
+
+    Nothing is left behind: writability is probed by creating and removing a temporary folder
+    in the nearest existing ancestor (``os.access`` is not enough: root, read-only mounts).
+    """
+    p = Path(path)
+    if _exists(p) and not p.is_dir():
+        raise ValueError(f"{flag} {p} is an existing file, not a folder; give a folder path (it is created if "
+                         "missing).")
+    base = p.absolute()
+    while not _exists(base):
+        base = base.parent
+    if not base.is_dir():
+        raise ValueError(f"{flag} {p}: {base} is a file, so the folder cannot be created there; choose another path.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rankdyn-probe-", dir=base))
+    except OSError as err:
+        raise ValueError(f"{flag} {p}: cannot write in {base} ({err.strerror or err}); choose a writable folder."
+                         ) from None

@@ -1,0 +1,142 @@
+r"""The shared figure rules of rankdyn: one place for what every plot must obey.
+
+* **Exponential decay is drawn on semi-log y** (linear depth): a geometric rate
+  $\mu(X^{(t)}) \le C\rho^t$ (Theorems 1-2) is then a straight line whose slope is $\log\rho$. The
+  paper's log-log view stays available (``loglog=True``; layer 0 is then drawn at 0.5).
+* **Every panel has a y label**, and panels that are compared share their y limits.
+* **Legends sit outside the data** (to the right of the axes or of the whole figure).
+* **The round-off floor is a band.** A token matrix whose tokens agree to the last bit of the
+  dtype has $\mu(X)/\|X\|_F \approx \epsilon_{\text{mach}}$, not 0, so a float32 curve flattens
+  near $10^{-7}$ relative to its scale. Below `round_off_floor` a value is indistinguishable from
+  full collapse; the grey band marks that region so a plateau there does not read as "no collapse".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+#: Multiple of the machine epsilon below which a relative collapse metric is round-off.
+FLOOR_EPS_MULTIPLE = 10.0
+#: The x label of every against-depth plot.
+DEPTH_LABEL = "layer t"
+_BAND_COLOR = "0.85"
+
+
+def round_off_floor(dtype, scale: float = 1.0) -> float:
+    r"""Largest value of a collapse metric that round-off alone can produce in ``dtype``.
+
+    ``FLOOR_EPS_MULTIPLE`` $\cdot\,\epsilon_{\text{mach}}(\text{dtype}) \cdot$ ``scale``, where
+    ``scale`` is the size of the tokens (e.g. $\|X^{(0)}\|_F$ for $\mu$, 1 for $\mu/\|X\|_F$).
+
+    Arguments:
+        dtype: the dtype the run computed in (``"float32"``, ``np.float64``, ...).
+        scale: the scale the metric is measured against.
+
+    Returns:
+        The floor as a float (1.19e-6 for float32 at scale 1, 2.2e-15 for float64).
+
+    Raises:
+        ValueError: if ``dtype`` is not a floating dtype or ``scale`` is not finite and positive.
+    """
+    dt = np.dtype(dtype)
+    if not np.issubdtype(dt, np.floating):
+        raise ValueError(f"round_off_floor needs a floating dtype (float32/float64), got {dt}; pass the run's dtype.")
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"round_off_floor needs a finite scale > 0, got {scale}; pass e.g. the layer-0 value.")
+    return float(FLOOR_EPS_MULTIPLE * np.finfo(dt).eps * scale)
+
+
+def floor_band(ax, dtype, scale: float = 1.0, *, label: bool = True):
+    """Shade the y range below `round_off_floor` (``dtype``, ``scale``) on a log-y ``ax``.
+
+    Call it after the data are drawn and the y limits are final: the band fills from the bottom of
+    the axes up to the floor and leaves the limits as they are (a float64 floor far below the data
+    stays out of sight instead of stretching the axis). Returns the floor value.
+    """
+    top = round_off_floor(dtype, scale)
+    lo, hi = ax.get_ylim()
+    name = np.dtype(dtype).name
+    if top > lo:
+        ax.axhspan(min(lo, top) / 10, top, color=_BAND_COLOR, alpha=0.6, lw=0, zorder=0)
+        ax.axhline(top, color="0.55", lw=0.6, ls=":", zorder=0.5)
+        if label:  # labelled in place, not in the legend: every panel with a band says what it is
+            ax.text(0.98, top, f"{name} round-off floor", transform=ax.get_yaxis_transform(), ha="right",
+                    va="top", fontsize=6, color="0.35", zorder=0.6)
+    ax.set_ylim(lo, hi)
+    return top
+
+
+def depth_axis(ax, *, loglog: bool = False, log_y: bool = True) -> None:
+    """Scales and x label of a metric-against-depth panel: semi-log y, or log-log on request."""
+    if log_y:
+        ax.set_yscale("log")
+    if loglog:
+        ax.set_xscale("log")
+        ax.set_xlabel(DEPTH_LABEL + " (layer 0 drawn at 0.5)")
+    else:
+        ax.set_xlabel(DEPTH_LABEL)
+
+
+def legend_outside(target, handles=None, labels=None, *, title: str | None = None, fontsize: float = 7,
+                   below: bool = False):
+    """A legend outside the data: right of a single ``Axes`` (``below=True``: under it, clear of
+    rotated tick labels), or right of a whole ``Figure``.
+
+    For a figure the legend collects the unique labels of all its axes (panels that show the same
+    curves get one legend, not one each); the figure should use ``layout="constrained"`` so the
+    legend gets its own room. Returns the legend, or None when there is nothing to label.
+    """
+    from matplotlib.figure import Figure
+
+    if handles is None:
+        handles, labels = _unique_handles(target.axes if isinstance(target, Figure) else [target])
+    if not handles:
+        return None
+    if isinstance(target, Figure):
+        return target.legend(handles, labels, loc="outside right upper", fontsize=fontsize, title=title,
+                             title_fontsize=fontsize, frameon=False)
+    if below:
+        return target.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2,
+                             fontsize=fontsize, title=title, title_fontsize=fontsize, frameon=False)
+    return target.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                         fontsize=fontsize, title=title, title_fontsize=fontsize, frameon=False)
+
+
+def _unique_handles(axes: Iterable):
+    seen, handles, labels = set(), [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab and not lab.startswith("_") and lab not in seen:
+                seen.add(lab)
+                handles.append(h)
+                labels.append(lab)
+    return handles, labels
+
+
+def share_ylim(axes: Iterable) -> None:
+    """Give compared panels one y range (the union of their own), so heights can be read across."""
+    axes = [ax for ax in axes if ax.get_visible() and ax.has_data()]
+    if not axes:
+        return
+    lims = np.array([ax.get_ylim() for ax in axes])
+    lo, hi = float(lims.min()), float(lims.max())
+    for ax in axes:
+        ax.set_ylim(lo, hi)
+
+
+def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bool = False):
+    """A constrained-layout figure with exactly ``num_panels`` axes (no empty slot is left visible)."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    ncols = max(1, min(ncols, num_panels))
+    nrows = max(1, math.ceil(num_panels / ncols))
+    fig, grid = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.5),
+                             squeeze=False, sharey=sharey, layout="constrained")
+    axes = list(grid.flat)
+    for ax in axes[num_panels:]:
+        fig.delaxes(ax)
+    return fig, axes[:num_panels]
