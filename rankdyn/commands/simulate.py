@@ -224,7 +224,7 @@ def _print_table(traj, summary, info, result) -> None:
     # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
     from ..plotting import round_off_floor
 
-    dtype = np.asarray(traj.metrics["mu"]).dtype
+    dtype = np.asarray(traj.summary.count).dtype  # the run's float dtype
     floor = round_off_floor(dtype)
     rel = np.asarray(summary["mu_rel"]["mean"]) if "mu_rel" in summary else None
     print("layer " + " ".join(f"{c:>14}" for c in cols))
