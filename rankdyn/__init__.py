@@ -84,7 +84,7 @@ from ._constructions import (
     rank_k_equilibrium as rank_k_equilibrium,
     uniform_causal_layer as uniform_causal_layer,
 )
-from ._stability import (
+from .equilibria import (
     StabilityReport as StabilityReport,
     block_eigvals as block_eigvals,
     classify_moduli as classify_moduli,
@@ -108,7 +108,7 @@ from .sweep import (
 )
 
 # Equilibrium search (issue 4): batched Gauss-Newton/LM + deflation, dedup modulo symmetries
-from ._equilibria import (
+from .equilibria import (
     RESULTS as RESULTS,
     EquilibriumClass as EquilibriumClass,
     EquilibriumSolution as EquilibriumSolution,
@@ -122,6 +122,7 @@ from ._equilibria import (
 
 # Performance at scale (issue 5): batch sharding over devices
 from ._sharding import batch_mesh as batch_mesh, shard_batch as shard_batch
+from ._devices import use_cpu_devices as use_cpu_devices
 
 # Basins and counterexample value-matrix search (issue 4)
 from ._basins import (
@@ -137,4 +138,5 @@ from ._counterexample_search import (
 )
 
 # The whole equilibrium pipeline as one call (behind `rankdyn equilibria`)
-from ._census import equilibrium_census as equilibrium_census
+from .equilibria import equilibrium_census as equilibrium_census
+from .equilibria import exact_equilibria as exact_equilibria

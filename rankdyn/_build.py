@@ -45,7 +45,9 @@ def make_layer(
     skip: bool = False,
     mlp: bool = False,
     mlp_ratio: int = 4,
-    dropout: float = 0.0,
+    attn_dropout: float = 0.0,
+    hidden_dropout: float = 0.0,
+    dropout: float | None = None,
     dtype=None,
 ) -> "SelfAttentionLayer":
     """A `SelfAttentionLayer` from named families.
@@ -69,24 +71,38 @@ def make_layer(
         heads: attention heads; with more than one, ``output_projection`` must be True and the head
             width is ``d // heads``.
         output_projection: add ``W_O`` (BERT-uniform).
-        skip, mlp, dropout: the practical-block switches of the Fig. 2/6 ablations.
+        skip, mlp: the practical-block switches of the Fig. 2/6 ablations.
+        attn_dropout: dropout on the attention probabilities (BERT's 0.1 in train mode).
+        hidden_dropout: dropout on the block outputs before the skip and the norm.
+        dropout: shorthand that sets both rates (as the CLI's ``--dropout``); do not combine it
+            with ``attn_dropout`` / ``hidden_dropout``.
 
     Raises:
         ValueError: for unknown names, inconsistent sizes, non-finite or out-of-range values and
             parameters that the chosen mask or family ignores; the message names the argument.
     """
+    where = _ARGUMENTS
+    if dropout is not None:
+        if attn_dropout or hidden_dropout:
+            raise ValueError(
+                f"dropout={dropout} sets both rates; got also attn_dropout={attn_dropout}, "
+                f"hidden_dropout={hidden_dropout}. Pass either dropout or the two separate rates."
+            )
+        attn_dropout = hidden_dropout = dropout
+        where = _ARGUMENTS_SHORTHAND  # messages name the argument the user passed
     config = ModelConfig.from_mapping(
         dict(n=n, d=d, mask=mask, window=window, dqk=dqk, placement=norm, ln=ln, ln_radius=ln_radius, value=value,
              w=w, jordan_k=jordan_k, value_std=value_std, qk=qk, qk_std=qk_std, num_layers=num_layers, heads=heads,
              output_projection=output_projection, skip=skip, mlp=mlp, mlp_ratio=mlp_ratio,
-             attn_dropout=dropout, hidden_dropout=dropout, dtype=dtype),
-        where=_ARGUMENTS,
+             attn_dropout=attn_dropout, hidden_dropout=hidden_dropout, dtype=dtype),
+        where=where,
     )
     return build_layer(key, config)
 
 
 #: make_layer's argument names where they differ from the configuration's fields.
-_ARGUMENTS = Names.arguments({"placement": "norm", "attn_dropout": "dropout", "hidden_dropout": "dropout"})
+_ARGUMENTS = Names.arguments({"placement": "norm"})
+_ARGUMENTS_SHORTHAND = Names.arguments({"placement": "norm", "attn_dropout": "dropout", "hidden_dropout": "dropout"})
 
 
 def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":

@@ -46,10 +46,9 @@ MASKS_WITH_WINDOW = ("window", "window-uni", "dilated", "global")
 #: Masks for which ``window`` is a width that must stay below the number of tokens.
 _WIDTH_MASKS = ("window", "window-uni", "global")
 
-#: Until the layer takes separate attention and hidden dropout (branch `repro`), both rates must
-#: be equal and go to the layer's single ``dropout``. After that merge set this to True: it is
-#: the only change needed (the rule below and `ModelConfig.dropout_kwargs` both read it).
-SEPARATE_DROPOUT = False
+#: The layer takes separate attention and hidden dropout (`SelfAttentionLayer(attn_dropout=...,
+#: hidden_dropout=...)`); the rule below and `ModelConfig.dropout_kwargs` both read this switch.
+SEPARATE_DROPOUT = True
 
 
 class Names:

@@ -1,4 +1,4 @@
-r"""Closed-form counterexamples of the paper: the 2-D example and equilibria of every rank (SPEC §5).
+r"""Closed-form counterexamples of the paper: the 2-D example and equilibria of every rank (docs/theory.md#constructions).
 
 All constructions use the **causal mask**, $W_Q = W_K = 0$ (so $A_{ij} = 1/i$ for $j \le i$,
 constant in $t$), a constant $W_V$ and the paper's post-LN (rows onto the unit sphere):
@@ -46,7 +46,7 @@ def uniform_causal_layer(
     r"""The layer of the paper's constructions: causal mask, $W_Q = W_K = 0$, given $W_V$, sphere LN.
 
     Zero query/key weights make every score 0, so the masked softmax is uniform over the
-    allowed tokens: $A_{ij} = 1/i$ for $j \le i$ (1-indexed), SPEC §5.
+    allowed tokens: $A_{ij} = 1/i$ for $j \le i$ (1-indexed); see docs/theory.md#constructions.
 
     Arguments:
         n: number of tokens.
@@ -68,7 +68,7 @@ def uniform_causal_layer(
 
 
 def example_2d(w: float | int) -> dict:
-    r"""The 2-D illustrative example, $N = d = 2$ (SPEC §5.1, paper §4.3.1 and App. E).
+    r"""The 2-D illustrative example, $N = d = 2$ (docs/theory.md#constructions, paper §4.3.1 and App. E).
 
     $W_V = \begin{bmatrix}1 & w\\0 & 1\end{bmatrix}$. With token 1 at $(0, 1)$ the second token
     has exactly two fixed points with $X_{2,1} = -1/w$:
@@ -90,7 +90,7 @@ def example_2d(w: float | int) -> dict:
     """
     w = float(w)
     if not w > 1.0:
-        raise ValueError(f"the 2-D example needs w > 1 (WLOG, SPEC §5.1), got w={w}.")
+        raise ValueError(f"the 2-D example needs w > 1 (WLOG, docs/theory.md#constructions), got w={w}.")
     s = math.sqrt(1.0 - 1.0 / w**2)
     a = jnp.array([-1.0 / w, s])
     b = jnp.array([-1.0 / w, -s])
@@ -144,7 +144,7 @@ def rank_k_equilibrium(
     *,
     dtype=None,
 ) -> Float[Array, "n d"]:
-    r"""The closed-form rank-$k$ equilibrium for the full-bidiagonal $W_V = I + wS$ (SPEC §5.2).
+    r"""The closed-form rank-$k$ equilibrium for the full-bidiagonal $W_V = I + wS$ (docs/theory.md#constructions).
 
     With $c = n - k + 1$: tokens $1..c$ equal $s_0 e_d$ (so $\beta_c = 1/c$); token $p = c + 1$
     solves $X_p (I - W_V) = s_0 c\, e_d$ with $\beta_p = 1$,
@@ -211,7 +211,7 @@ def rank_k_equilibrium(
 
 
 def all_closed_form_equilibria(n: int, d: int, w: float | int, *, dtype=None) -> list[tuple[int, Float[Array, "n d"]]]:
-    r"""Every closed-form equilibrium of SPEC §5.2 for the full-bidiagonal $W_V$ at this ``w``.
+    r"""Every closed-form equilibrium of docs/theory.md#constructions for the full-bidiagonal $W_V$ at this ``w``.
 
     For each rank $k = 1..\min(n, d)$ that is valid at ``w`` (``k = 1`` always; ``k >= 2`` needs
     $w \ge c = n - k + 1$), all $2^k$ sign choices ($s_0$ and $s_{c+1..n}$), with duplicates
@@ -237,7 +237,7 @@ def all_closed_form_equilibria(n: int, d: int, w: float | int, *, dtype=None) ->
 
 
 def lemma13_condition(x2: Float[Array, " d"], w: ArrayLike, *, condition: str = "proof") -> Array:
-    r"""Whether a second token satisfies Lemma 13 (SPEC §5.4), for token 1 at $e_d$.
+    r"""Whether a second token satisfies Lemma 13 (docs/theory.md#constructions), for token 1 at $e_d$.
 
     Conditions: $X_{2,i} < 0$ for $i \le d-2$, $X_{2,d-1} \le -1/w$ and
     $f = \sum_{i\le d-2} X_{2,i}^2 / X_{2,d-1}^2 \le w^2 - 1$ (``condition="proof"``, what the
@@ -254,7 +254,7 @@ def lemma13_condition(x2: Float[Array, " d"], w: ArrayLike, *, condition: str = 
 def lemma13_sample(
     key: PRNGKeyArray, d: int, w: ArrayLike, batch: int, *, condition: str = "proof", dtype=None
 ) -> Float[Array, "batch 2 d"]:
-    r"""Inputs $(X_1, X_2)$ satisfying Lemma 13 (SPEC §5.4): $X_1 = e_d$, $X_2$ in the valid set.
+    r"""Inputs $(X_1, X_2)$ satisfying Lemma 13 (docs/theory.md#constructions): $X_1 = e_d$, $X_2$ in the valid set.
 
     The valid set (see `lemma13_condition`) has positive measure on $\mathbb S^{d-1}$; this
     sampler has a positive density on all of it (it is not the uniform distribution on the

@@ -1,4 +1,4 @@
-"""Graph quantities of a mask that enter the theorems (SPEC §3).
+"""Graph quantities of a mask that enter the theorems (docs/theory.md#masks-as-graphs).
 
 Edges follow the flow of information, ``j -> i`` whenever ``M[i, j]`` (token i attends to j).
 A *center* is a node from which every node is reachable; the graph is *quasi-strongly
@@ -63,7 +63,7 @@ def distances(mask) -> np.ndarray:
 
 
 def graph_info(mask) -> GraphInfo:
-    """Strong connectivity, centers, radius and diameter of a mask (SPEC §3).
+    """Strong connectivity, centers, radius and diameter of a mask (docs/theory.md#masks-as-graphs).
 
     Arguments:
         mask: boolean ``(n, n)`` with ``M[i, j]`` = token i attends to token j, diagonal True.

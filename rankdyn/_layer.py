@@ -1,4 +1,4 @@
-r"""One layer of masked self-attention with normalisation (SPEC §1.3-1.5, eqs. 1-3).
+r"""One layer of masked self-attention with normalisation (paper eqs. 1-3; docs/theory.md#the-model).
 
 The paper's layer (single head, no skip, no MLP) with post-LN is
 
@@ -8,6 +8,12 @@ A^{(t)} = \mathrm{softmax}_{\mathcal G}\big(X^{(t)} W_Q (X^{(t)} W_K)^\top / \sq
 eq. (3); ``placement="none"`` gives eq. (2) and ``placement="pre"`` gives
 $X^{(t+1)} = A^{(t)} \mathrm{LN}(X^{(t)}) W_V^{(t)}$ (§4.2). Multi-head attention with an output
 projection, a skip connection and an MLP block are opt-in switches for the Fig. 2/6 ablations.
+
+Dropout follows BERT in train mode: ``attn_dropout`` (``attention_probs_dropout_prob``) zeroes
+entries of $A$ after the softmax, ``hidden_dropout`` (``hidden_dropout_prob``) zeroes entries of
+the block outputs (attention output after $W_O$, MLP output) before the skip and the norm; kept
+entries are scaled by $1/(1-p)$. A token whose every attention weight is dropped gets a zero row,
+which LN keeps at zero (docs/theory.md#experiments).
 """
 
 from __future__ import annotations
@@ -127,14 +133,18 @@ class SelfAttentionLayer(eqx.Module):
         w_o: optional output projection ``(heads * d_v, d)`` (or with a leading layer axis).
         mlp: optional `MLPWeights` (shapes with the same leading layer axis as the other weights).
         skip: residual connections ``X + SA(X)`` (and ``+ MLP``); post-LN normalises after the skip.
-        dropout: dropout rate on attention weights and block outputs (needs a key when > 0).
+        attn_dropout: dropout rate on the attention probabilities $A$ (BERT's
+            ``attention_probs_dropout_prob``); in [0, 1), needs a key when > 0.
+        hidden_dropout: dropout rate on the block outputs (attention after $W_O$, MLP) before the
+            skip and the norm (BERT's ``hidden_dropout_prob``); in [0, 1), needs a key when > 0.
         attention_from_normalized: pre-LN only: compute $A$ from $\mathrm{LN}(X)$ (default) or $X$.
         fixed_attention: optional ``(n, n)`` row-stochastic matrix used instead of softmax scores
             (e.g. uniform causal attention of the paper's constructions).
         precision: matmul precision, ``"highest"`` by default (GPU float32 otherwise uses TF32).
 
     Raises:
-        ValueError: on inconsistent shapes, a bad mask, an unknown placement or a dqk <= 0.
+        ValueError: on inconsistent shapes, a bad mask, an unknown placement, a dqk <= 0 or a
+            dropout rate outside [0, 1).
     """
 
     weights: AttentionWeights
@@ -144,7 +154,8 @@ class SelfAttentionLayer(eqx.Module):
     fixed_attention: Float[Array, "n n"] | None
     placement: str = eqx.field(static=True)
     skip: bool = eqx.field(static=True)
-    dropout: float = eqx.field(static=True)
+    attn_dropout: float = eqx.field(static=True)
+    hidden_dropout: float = eqx.field(static=True)
     attention_from_normalized: bool = eqx.field(static=True)
     num_layers: int | None = eqx.field(static=True)
     precision: str = eqx.field(static=True)
@@ -162,7 +173,8 @@ class SelfAttentionLayer(eqx.Module):
         w_o: ArrayLike | None = None,
         mlp: MLPWeights | None = None,
         skip: bool = False,
-        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        hidden_dropout: float = 0.0,
         attention_from_normalized: bool = True,
         fixed_attention: ArrayLike | None = None,
         precision: str = "highest",
@@ -171,8 +183,8 @@ class SelfAttentionLayer(eqx.Module):
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
         if precision not in _PRECISIONS:
             raise ValueError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout rate must be in [0, 1), got {dropout}.")
+        attn_dropout = _check_rate("attn_dropout", attn_dropout)
+        hidden_dropout = _check_rate("hidden_dropout", hidden_dropout)
         if isinstance(mask, jax.core.Tracer):
             self.mask = mask
         else:
@@ -223,11 +235,22 @@ class SelfAttentionLayer(eqx.Module):
         self.fixed_attention = fixed_attention
         self.placement = placement
         self.skip = skip
-        self.dropout = float(dropout)
+        self.attn_dropout = attn_dropout
+        self.hidden_dropout = hidden_dropout
         self.attention_from_normalized = attention_from_normalized
         self.precision = precision
 
     # ------------------------------------------------------------------ structure
+    @property
+    def dropout(self) -> float:
+        """The larger of the two dropout rates: ``layer.dropout > 0`` means "needs a key"."""
+        return max(self.attn_dropout, self.hidden_dropout)
+
+    @property
+    def has_dropout(self) -> bool:
+        """True when either dropout is active (the layer is then random and needs a key)."""
+        return self.dropout > 0.0
+
     @property
     def num_tokens(self) -> int:
         return self.mask.shape[-1]
@@ -289,8 +312,11 @@ class SelfAttentionLayer(eqx.Module):
         Returns:
             ``(x_next, aux)`` with `LayerAux` diagnostics (Theorem 1's epsilon, zero rows).
         """
-        if self.dropout > 0 and key is None:
-            raise ValueError("this layer has dropout > 0: pass `key=` (simulate does it given a key).")
+        if self.has_dropout and key is None:
+            raise ValueError(
+                f"this layer has dropout (attn_dropout={self.attn_dropout}, hidden_dropout={self.hidden_dropout}): "
+                "pass `key=` (simulate does it given a key)."
+            )
         w = self.weights_at(t)
         prec = _PRECISIONS[self.precision]
         keys = jr.split(key, 3) if key is not None else (None, None, None)
@@ -311,7 +337,7 @@ class SelfAttentionLayer(eqx.Module):
         else:
             a = masked_softmax(self._scores(x_att, w), self.mask)
         eps_min = jnp.min(jnp.where(self.mask, a, jnp.inf))
-        a = self._drop(a, keys[0])
+        a = self._drop(a, keys[0], self.attn_dropout)
         # A X W_V for every head; heads are concatenated and projected by W_O if present.
         # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
         if xv is None:
@@ -321,7 +347,7 @@ class SelfAttentionLayer(eqx.Module):
             sa = heads[0]
         else:
             sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x.shape[0], -1), w.w_o, precision=prec)
-        sa = self._drop(sa, keys[1])
+        sa = self._drop(sa, keys[1], self.hidden_dropout)
         y = x + sa if self.skip else sa
         if self.placement == "post":
             y, bad = self.norm(y)
@@ -331,15 +357,28 @@ class SelfAttentionLayer(eqx.Module):
             if self.placement == "pre":
                 h, bad = self.norm(y)
                 degenerate = degenerate | jnp.any(bad)
-            m = self._drop(w.mlp(h, prec), keys[2])
+            m = self._drop(w.mlp(h, prec), keys[2], self.hidden_dropout)
             y = y + m if self.skip else m
             if self.placement == "post":
                 y, bad = self.norm(y)
                 degenerate = degenerate | jnp.any(bad)
         return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
 
-    def _drop(self, v, key):
-        if self.dropout == 0.0 or key is None:
+    @staticmethod
+    def _drop(v, key, rate: float):
+        """Inverted dropout: keep each entry with probability $1-p$ and scale it by $1/(1-p)$."""
+        if rate == 0.0 or key is None:
             return v
-        keep = jr.bernoulli(key, 1.0 - self.dropout, v.shape)
-        return jnp.where(keep, v / (1.0 - self.dropout), 0.0)
+        keep = jr.bernoulli(key, 1.0 - rate, v.shape)
+        return jnp.where(keep, v / (1.0 - rate), 0.0)
+
+
+def _check_rate(name: str, rate) -> float:
+    """A dropout rate as a Python float in [0, 1) (static: it decides whether keys are drawn)."""
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number in [0, 1), got {rate!r}.") from None
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"{name} must be in [0, 1) (e.g. 0.1 as in BERT), got {rate}.")
+    return rate

@@ -1,4 +1,4 @@
-"""Attention masks as directed graphs (SPEC §1.2, §3).
+"""Attention masks as directed graphs (docs/theory.md#the-model, docs/theory.md#masks-as-graphs).
 
 A mask is a boolean ``(n, n)`` matrix with ``M[i, j] = True`` iff token ``i`` may attend to
 token ``j``, i.e. iff the edge ``(j, i)`` (information flows ``j -> i``) is in the graph.

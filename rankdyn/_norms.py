@@ -1,6 +1,6 @@
 """Token normalisations: the paper's LN (rows onto the sphere), RMSNorm and centred LayerNorm.
 
-The paper's theory (SPEC §1.4) uses ``LN(X) = D X`` with ``D = diag(1 / ||X_{i,:}||_2)``: each
+The paper's theory (docs/theory.md#the-model) uses ``LN(X) = D X`` with ``D = diag(1 / ||X_{i,:}||_2)``: each
 token (row) is scaled onto the unit sphere. This is a *left* multiplication, which is why it
 cannot be merged into ``W_V`` (App. A) and why it changes the dynamics.
 
@@ -51,7 +51,7 @@ class AbstractNorm(eqx.Module):
 
 
 class SphereNorm(AbstractNorm):
-    r"""The paper's LayerNorm: each row scaled to norm ``radius`` (SPEC §1.4).
+    r"""The paper's LayerNorm: each row scaled to norm ``radius`` (docs/theory.md#the-model).
 
     $\mathrm{LN}(X) = D X$, $D_{ii} = R / \|X_{i,:}\|_2$; the paper uses $R = 1$. With
     $R = \sqrt d$ the token norm matches a real (RMS) LayerNorm.

@@ -1,10 +1,12 @@
-r"""Spread a batch of trajectories over several devices with ``jax.sharding`` (SPEC §7 "Scale").
+r"""Spread a batch of trajectories over several devices with ``jax.sharding``.
 
 Trajectories are independent, so the batch axis is split over a one-dimensional device mesh
 named ``"batch"`` and every device runs the same compiled program on its share: no
 communication, and results equal those of one device (the test compares them). On several
 hosts, ``jax.distributed.initialize()`` first makes ``jax.devices()`` list every host's
-devices; the same mesh then spans the cluster (see ``benchmarks/README.md``).
+devices; the same mesh then spans the cluster (``examples/multihost_simulate.py``, tested by
+``tests/test_multihost.py``). On CPU, create the devices with `rankdyn.use_cpu_devices`, not
+with XLA flags alone: see ``rankdyn/_devices.py`` for the deadlock that it avoids.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-r"""Weight families for value, query and key matrices (SPEC §1.6, §5.2, §7).
+r"""Weight families for value, query and key matrices (docs/theory.md#the-model, docs/theory.md#constructions, docs/theory.md#experiments).
 
 Every random family takes an explicit ``key`` and returns a fresh array, so a sweep over
 seeds is a ``jax.vmap`` over keys. The value families cover the theorems' hypotheses:
@@ -66,7 +66,7 @@ def spectral_normalized(w: Float[Array, "d d"]) -> Float[Array, "d d"]:
 def bidiagonal(d: int, w: ArrayLike, dtype=None) -> Float[Array, "d d"]:
     r"""The paper's $W_V = I_d + w \sum_{m=1}^{d-1} e_m e_{m+1}^\top$ (App. F.1, Step 2).
 
-    One matrix that carries equilibria of every rank $1..N$ when $w \ge N$ (SPEC §5.2).
+    One matrix that carries equilibria of every rank $1..N$ when $w \ge N$ (docs/theory.md#constructions).
     """
     return jordan_block(d, d, w, dtype=dtype)
 
@@ -75,7 +75,7 @@ def jordan_block(d: int, k: int, w: ArrayLike, dtype=None) -> Float[Array, "d d"
     r"""Identity plus one upper Jordan block of size ``k`` (superdiagonal ``w``) in the bottom-right.
 
     ``k = 1`` is $I$, ``k = 2`` is $I + w e_{d-1} e_d^\top$, ``k = d`` is `bidiagonal`
-    (SPEC §5.2). ``w`` may be a traced array, so a sweep over it compiles once.
+    (docs/theory.md#constructions). ``w`` may be a traced array, so a sweep over it compiles once.
 
     Raises:
         ValueError: if ``k`` is not in ``[1, d]``.

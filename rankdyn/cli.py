@@ -1,8 +1,9 @@
 """The ``rankdyn`` command line: thin wrappers that parse flags and call the public API.
 
 Each subcommand lives in ``rankdyn/commands/<name>.py`` and exposes ``add_parser(subparsers)``
-(which sets ``func``). This module only dispatches. ``--x64`` is applied here, before any
-array is created: library code never changes JAX's global configuration.
+(which sets ``func``). This module only dispatches. ``--devices`` (default: one CPU device per
+core, `rankdyn.use_cpu_devices`) and ``--x64`` are applied here, before any array is created:
+library code never changes JAX's global configuration.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "devices"):
+        from .commands._devices import apply_devices_flag
+
+        try:  # before any array exists: JAX reads the device count once, at initialisation
+            apply_devices_flag(args)
+        except ValueError as err:
+            print(f"rankdyn {args.command}: error: {err}", file=sys.stderr)
+            return 2
     if getattr(args, "x64", False):
         import jax
 

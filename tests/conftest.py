@@ -1,6 +1,6 @@
 """Test configuration: float64, strict dtype and rank promotion, and a `getkey` fixture.
 
-Library code never touches JAX's global config; tests choose float64 here (SPEC §7: mu falls
+Library code never touches JAX's global config; tests choose float64 here (docs/theory.md#experiments: mu falls
 below 1e-300 without LN, which float32 cannot represent).
 """
 

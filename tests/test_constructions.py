@@ -1,4 +1,4 @@
-"""Oracles for the paper's closed-form constructions (SPEC §5.1-5.4)."""
+"""Oracles for the paper's closed-form constructions (docs/theory.md#constructions)."""
 
 import math
 
@@ -16,7 +16,7 @@ def _residuals(layer, xs):
 
 
 def test_rank_k_closed_forms_are_equilibria_of_every_rank():
-    """SPEC §5.2: for w >= N every rank k = 1..N has 2^k distinct equilibria (N = d = 5, w = 5)."""
+    """docs/theory.md#constructions: for w >= N every rank k = 1..N has 2^k distinct equilibria (N = d = 5, w = 5)."""
     n = d = 5
     w = 5.5
     eqs = rd.all_closed_form_equilibria(n, d, w)
@@ -47,7 +47,7 @@ def test_valid_ranks_depend_on_w():
 
 
 def test_worked_example_and_closed_form_entries():
-    """SPEC §5.2 worked example, N = d = 5, w = 2, all s_i = -1 (the default signs)."""
+    """docs/theory.md#constructions worked example, N = d = 5, w = 2, all s_i = -1 (the default signs)."""
     x = np.asarray(rd.rank_k_equilibrium(5, 5, 5, 2.0))
     want = np.array(
         [
@@ -81,7 +81,7 @@ def test_rank_k_structure_and_d_larger_than_n():
 
 
 def test_stable_rank_bound_full_rank():
-    """App. F.2: 1 <= SRank(X*) <= N / (N - (N-1)/w^2); SPEC value 1.2042 for N = d = 5, w = 2."""
+    """App. F.2: 1 <= SRank(X*) <= N / (N - (N-1)/w^2); the closed-form value 1.2042 for N = d = 5, w = 2."""
     for n, w in [(5, 2.0), (5, 5.0), (7, 3.0)]:
         bound = n / (n - (n - 1) / w**2)
         for _, x in rd.all_closed_form_equilibria(n, n, w):
@@ -115,7 +115,7 @@ def test_value_errors():
 
 
 def test_uniform_causal_attention():
-    """W_Q = W_K = 0 gives A_ij = 1/i for j <= i (1-indexed), SPEC §5."""
+    """W_Q = W_K = 0 gives A_ij = 1/i for j <= i (1-indexed), docs/theory.md#constructions"""
     layer = rd.uniform_causal_layer(4, 3, jnp.eye(3))
     a = np.asarray(layer.attention(jnp.asarray(np.random.default_rng(0).normal(size=(4, 3))))[0])
     want = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
@@ -123,7 +123,7 @@ def test_uniform_causal_attention():
 
 
 def test_2d_first_token_ratio_grows_by_w():
-    """SPEC §5.1: X_{1,2}/X_{1,1} increases by exactly w per step, the sign of X_{1,1} is kept."""
+    """docs/theory.md#constructions: X_{1,2}/X_{1,1} increases by exactly w per step, the sign of X_{1,1} is kept."""
     w = 2.0
     ex = rd.example_2d(w)
     layer = rd.uniform_causal_layer(2, 2, ex["W_V"])
@@ -139,7 +139,7 @@ def test_2d_first_token_ratio_grows_by_w():
 
 def test_2d_points_and_basin_arc():
     """Token 1 frozen at (0, 1) (an exact fixed point): token 2 converges to B iff its angle lies in
-    the open arc (theta_A, 270 deg); checked on a 0.5-degree grid for w = 1.5, 2, 3 (SPEC §5.1)."""
+    the open arc (theta_A, 270 deg); checked on a 0.5-degree grid for w = 1.5, 2, 3 (docs/theory.md#constructions)."""
     for w in (1.5, 2.0, 3.0):
         ex = rd.example_2d(w)
         s = math.sqrt(1 - 1 / w**2)
@@ -166,7 +166,7 @@ def test_2d_points_and_basin_arc():
 @pytest.mark.slow
 def test_lemma13_sampler_and_conclusion():
     """Samples satisfy Lemma 13 (with the proof's f <= w^2 - 1); for d = 3 token 2 stays at
-    X_{2,d-1} <= -1/w at every step and converges towards the rank-2 point (SPEC §5.4)."""
+    X_{2,d-1} <= -1/w at every step and converges towards the rank-2 point (docs/theory.md#constructions)."""
     key = jax.random.PRNGKey(3)
     for d, w in [(3, 2.0), (5, 3.0)]:
         x0 = rd.lemma13_sample(key, d, w, 256)

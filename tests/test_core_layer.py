@@ -1,4 +1,4 @@
-"""Oracles for the layer map: attention, normalisations, invariances (SPEC §1, issue 'rankdyn core')."""
+"""Oracles for the layer map: attention, normalisations, invariances (docs/theory.md#the-model, issue 'rankdyn core')."""
 
 import equinox as eqx
 import jax
@@ -90,7 +90,7 @@ def test_zero_row_is_reported_not_nan():
 
 
 def test_ln_dynamics_invariant_to_value_scale(getkey):
-    """LN(A X (c W_V)) = LN(A X W_V) for c > 0 (SPEC §1.6): the scale of W_V is irrelevant."""
+    """LN(A X (c W_V)) = LN(A X W_V) for c > 0 (docs/theory.md#the-model): the scale of W_V is irrelevant."""
     key = getkey()
     layer = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian")
     scaled = eqx.tree_at(lambda l: l.weights.w_v, layer, 7.5 * layer.weights.w_v)

@@ -43,7 +43,7 @@ def test_metrics_pairwise_identity_and_spectra(getkey):
     x = rd.initial_tokens(getkey(), "gaussian", 7, 5)
     xn = np.asarray(x)
     pair = sum(np.sum((xn[i] - xn[j]) ** 2) for i in range(7) for j in range(7))
-    np.testing.assert_allclose(float(rd.mu(x)) ** 2, pair / (2 * 7), rtol=1e-12)  # mu^2 = sum_ij |x_i - x_j|^2 / (2n)
+    np.testing.assert_allclose(float(rd.mu(x)) ** 2, pair / (2 * 7), rtol=1e-12)  # docs/theory.md#metrics
     s = np.linalg.svd(xn, compute_uv=False)
     m = rd.collapse_metrics(x)
     np.testing.assert_allclose(float(m["sigma_min"]), s[-1], rtol=1e-12)

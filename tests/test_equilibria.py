@@ -1,8 +1,9 @@
 """Equilibrium search: residuals, closed forms, status codes, deflation, dedup, one trace.
 
-Oracles: the paper's closed-form equilibria (SPEC §5.2), the exact symmetry X -> -X of the
+Oracles: the paper's closed-form equilibria (App. F.1), the exact symmetry X -> -X of the
 map, and the structural fact that the causal bidiagonal dynamics has rank-k equilibria only
-through "chain" steps (so every rank-n equilibrium is a closed form).
+through "chain" steps (so every rank-n equilibrium is a closed form), the 2-D example's points
+A and B (App. E) for user-supplied Optimistix solvers.
 """
 
 import equinox as eqx
@@ -13,7 +14,10 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
-from rankdyn._equilibria import _distance
+import lineax as lx
+import optimistix as optx
+
+from rankdyn.equilibria._symmetry import group_distance as _distance
 
 N = D = 4
 W = 5.0
@@ -32,7 +36,7 @@ def found():
     """One batched solve shared by several tests (one compile). Start 0 is NaN."""
     layer = _layer()
     x0 = _starts(jr.PRNGKey(3), 128).at[0].set(jnp.nan)
-    return layer, x0, rd.find_equilibria(layer, x0)
+    return layer, x0, rd.find_equilibria(layer, x0, throw=False)
 
 
 def test_residuals_and_statuses(found):
@@ -68,7 +72,7 @@ def test_found_equilibria_match_closed_forms(found):
             k = [k for k, cx in closed if _distance(cx, c.x, group) < 2e-2][0]
             assert rank == k  # the numerical rank agrees with the closed form's rank
             matched_ranks.add(k)
-        # Structure (module docstring of _equilibria): rank-n equilibria are all closed forms.
+        # Structure (rankdyn.equilibria._exact): rank-n equilibria are all closed forms.
         if rank == N:
             assert dist < 2e-2
     assert 1 in matched_ranks  # the attractor all-tokens-at-(+-e_d) is always found
@@ -81,7 +85,7 @@ def test_found_equilibria_match_closed_forms(found):
 def test_rank_biased_search_reaches_full_rank_closed_form():
     """target_rank=n: Adam with the rank penalty, then Newton; finds the rank-n closed forms."""
     layer = _layer()
-    sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(11), 64), minimise_steps=200, target_rank=N)
+    sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(11), 64), minimise_steps=200, target_rank=N, throw=False)
     ok = np.asarray(sol.successful)
     ranks = np.asarray(sol.rank)[ok]
     assert (ranks == N).any()
@@ -97,14 +101,43 @@ def test_status_codes_and_bad_members():
     x0 = _starts(jr.PRNGKey(5), 4).at[1].set(jnp.nan)
     # Token 2 = -token 1: A X W_V has a zero row, so the LN is undefined (reported, never NaN).
     x0 = x0.at[2, 1].set(-x0[2, 0])
-    sol = rd.find_equilibria(layer, x0, max_steps=0)
-    assert list(sol.status[1:3]) == ["nonfinite", "singular"]
-    sol = rd.find_equilibria(layer, x0, max_steps=2)
-    # Two Gauss-Newton steps cannot reach 1e-10 from a random start.
-    assert sol.status[0] == "max_steps_reached" and sol.status[1] == "nonfinite"
+    sol = rd.find_equilibria(layer, x0, max_steps=0, throw=False)
+    assert list(sol.status[1:3]) == ["nonfinite", "degenerate_normalisation"]
+    sol = rd.find_equilibria(layer, x0, max_steps=2, throw=False)
+    # Two Gauss-Newton steps cannot reach 1e-10 from a random start (Optimistix's own status).
+    assert sol.status[0] == "nonlinear_max_steps_reached" and sol.status[1] == "nonfinite"
     assert np.all(np.isfinite(np.asarray(sol.x)[[0, 2, 3]]))
-    with pytest.raises(Exception, match="did not converge"):
-        jax.block_until_ready(rd.find_equilibria(layer, x0, max_steps=2, throw=True).x)
+    # throw=True is the default at the public boundary.
+    with pytest.raises(Exception, match="did not reach residual_tol"):
+        jax.block_until_ready(rd.find_equilibria(layer, x0, max_steps=2).x)
+    counts = sol.status_counts()
+    assert sum(counts.values()) == 4 and counts["nonfinite"] == 1
+
+
+def test_results_extend_optimistix():
+    assert issubclass(rd.RESULTS, optx.RESULTS)
+    assert rd.RESULTS.promote(optx.RESULTS.max_steps_reached) == rd.RESULTS.max_steps_reached
+    assert rd.RESULTS.promote(optx.RESULTS.successful) == rd.RESULTS.successful
+    assert set(rd.equilibria._solve.status_names()) >= {"successful", "residual_above_tolerance",
+                                                         "degenerate_normalisation", "singular"}
+
+
+def test_user_supplied_solvers_find_the_2d_example_points():
+    """Any optimistix least-squares solver or root finder; oracle: A, B = (-1/w, +-sqrt(1 - 1/w^2))."""
+    w = 2.0
+    layer = rd.uniform_causal_layer(2, 2, rd.bidiagonal(2, w))
+    c = np.sqrt(1 - 1 / w**2)
+    a, b = np.array([[0, 1], [-1 / w, c]]), np.array([[0, 1], [-1 / w, -c]])
+    x0 = jnp.asarray(np.stack([a, b]) + 1e-3 * np.array([[[0.3, 1], [0.5, -0.2]], [[-0.2, 1], [0.4, 0.3]]]))
+    for solver in (optx.Newton(rtol=1e-13, atol=1e-13, linear_solver=lx.SVD()),
+                   optx.Dogleg(rtol=1e-13, atol=1e-13, linear_solver=lx.SVD())):
+        sol = rd.find_equilibria(layer, x0, solver=solver, max_steps=200, throw=False)
+        assert np.asarray(sol.successful).all(), (type(solver).__name__, sol.status)
+        # Token 2 converges quadratically (simple root); token 1 (a double root) to ~1e-8.
+        np.testing.assert_allclose(np.asarray(sol.x)[:, 1], np.stack([a[1], b[1]]), atol=1e-6)
+    # A ValueError naming optimistix (a TypeCheckError first when jaxtyping checks types in tests).
+    with pytest.raises(Exception, match="optimistix"):
+        rd.find_equilibria(layer, x0, solver="newton")
 
 
 def test_deflation_finds_a_different_equilibrium(found):
@@ -114,7 +147,7 @@ def test_deflation_finds_a_different_equilibrium(found):
     classes = rd.deduplicate(np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group)
     known = np.concatenate([rd.symmetric_images(c.x, group) for c in classes])
     # The 16 starts that, undeflated, went to already known equilibria (all of them did).
-    second = rd.find_equilibria(layer, x0[1:17], deflation=known, max_steps=200)
+    second = rd.find_equilibria(layer, x0[1:17], deflation=known, max_steps=200, throw=False)
     ok2 = np.asarray(second.successful)
     assert ok2.sum() >= 1
     assert np.asarray(second.residual)[ok2].max() < 1e-10
@@ -146,7 +179,7 @@ def test_dedup_merges_sign_and_permutation_copies(getkey):
 def test_unnormalised_map():
     """placement='none': F(X) = A X W_V; with W_V = I every consensus X = 1 v^T is a fixed point."""
     layer = rd.uniform_causal_layer(3, 3, jnp.eye(3), placement="none")
-    sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(2), 8, n=3, d=3))
+    sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(2), 8, n=3, d=3), throw=False)
     ok = np.asarray(sol.successful)
     assert ok.all()
     x = np.asarray(sol.x)
@@ -154,7 +187,7 @@ def test_unnormalised_map():
     assert (np.asarray(sol.rank) == 1).all()
     # A contraction W_V = I / 2 has only the zero equilibrium, which has rank 0 (not "full").
     half = rd.uniform_causal_layer(3, 3, 0.5 * jnp.eye(3), placement="none")
-    zero = rd.find_equilibria(half, _starts(jr.PRNGKey(2), 8, n=3, d=3))
+    zero = rd.find_equilibria(half, _starts(jr.PRNGKey(2), 8, n=3, d=3), throw=False)
     assert np.asarray(zero.successful).all() and np.abs(np.asarray(zero.x)).max() < 1e-10
     assert (np.asarray(zero.rank) == 0).all()
 
@@ -163,7 +196,7 @@ def test_one_trace_for_several_value_matrices():
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
     def solve(layer, x0):
-        return rd.find_equilibria(layer, x0, max_steps=20)
+        return rd.find_equilibria(layer, x0, max_steps=20, throw=False)
 
     x0 = _starts(jr.PRNGKey(0), 4, n=3, d=3)
     for w in (3.0, 4.0, 6.0):

@@ -1,7 +1,8 @@
-"""Batch sharding over several devices equals one device (issue 'Performance at scale').
+"""Batch sharding over several devices equals one device, and never hangs.
 
-The CPU is split into 4 XLA devices with ``--xla_force_host_platform_device_count=4``, which
-must be set before JAX is imported: the comparison therefore runs in a subprocess.
+The CPU is split into several XLA devices (``--xla_force_host_platform_device_count`` or
+`rankdyn.use_cpu_devices`), which must happen before JAX initialises: those runs are
+subprocesses.
 """
 
 import json
@@ -9,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import pytest
@@ -65,7 +67,8 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_sharded_simulate_equals_single_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    # NPROC: XLA pool of 2 threads per device, as rankdyn.use_cpu_devices sets (which refuses 4 on 2 cores).
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu", NPROC="8")
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -93,3 +96,87 @@ def test_mesh_arguments_are_checked():
         resolve_mesh(bad)
     with pytest.raises(ValueError, match="chunk_size"):
         rd.simulate(rd.make_layer(jax.random.PRNGKey(0), n=3, d=3), jax.numpy.ones((2, 3, 3)), 1, chunk_size=0)
+
+
+def test_use_cpu_devices_checks_its_argument_and_a_running_jax():
+    from rankdyn._devices import available_cores, resolve_num_devices
+
+    cores = available_cores()
+    assert resolve_num_devices("all") == resolve_num_devices("ALL") == cores
+    assert resolve_num_devices(1) == resolve_num_devices("1") == 1
+    for bad in (0, -1, cores + 1, "two", True):
+        with pytest.raises(ValueError, match=r"--devices must be 'all' or an integer in \[1, "):
+            resolve_num_devices(bad, flag="--devices")
+    jax.numpy.zeros(1).block_until_ready()  # JAX is now initialised (with this process's devices)
+    have = len(jax.devices("cpu"))
+    assert rd.use_cpu_devices(have) == have  # same count: nothing to change, no error
+    if have < cores:
+        with pytest.raises(RuntimeError, match="already initialised with"):
+            rd.use_cpu_devices(have + 1)
+
+
+# Sharded SVD metrics on 2 devices, repeated: with jaxlib 0.10's one-thread-per-core pool this
+# deadlocked in most runs (benchmarks/README.md, "Several devices"); use_cpu_devices must not.
+HANG_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import rankdyn as rd
+    rd.use_cpu_devices(2)
+    import jax, jax.random as jr
+    layer = rd.make_layer(jr.PRNGKey(0), n=16, d=32, mask="causal", qk="bert")
+    x0 = rd.initial_tokens(jr.PRNGKey(1), "sphere", 16, 32, batch=256)
+    for rep in range(int(sys.argv[1])):
+        traj = rd.simulate(layer, x0, 16, devices="all")  # default metrics: a batched SVD per layer
+        jax.block_until_ready(traj)
+    print(len(jax.devices()), "devices ok")
+    """
+)
+
+
+def run_watched(cmd, env, *, stall_s=20.0, limit_s=240.0):
+    """Run ``cmd``; "hang" if its CPU time stops growing for ``stall_s`` (a deadlock sleeps,
+    a slow run on a busy machine does not), else its return code and output."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stat = f"/proc/{proc.pid}/stat"
+    last, since, start = None, time.monotonic(), time.monotonic()
+    try:
+        while proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                fields = open(stat).read().rsplit(")", 1)[1].split()
+                cpu = int(fields[11]) + int(fields[12])  # utime + stime (ticks)
+            except (OSError, IndexError):
+                continue
+            now = time.monotonic()
+            if cpu != last:
+                last, since = cpu, now
+            elif now - since > stall_s or now - start > limit_s:
+                return "hang" if now - since > stall_s else "timeout", ""
+        return proc.returncode, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the watchdog reads /proc")
+def test_sharded_default_metrics_never_hang():
+    from rankdyn._devices import available_cores
+
+    if available_cores() < 2:
+        pytest.skip("needs 2 cores")
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NPROC")} | {"JAX_PLATFORMS": "cpu"}
+    results = [run_watched([sys.executable, "-c", HANG_SCRIPT, "4"], env) for _ in range(2)]
+    assert all(rc == 0 and "2 devices ok" in out for rc, out in results), [r[0] for r in results]
+
+
+def test_cli_refuses_bad_devices_before_compute(capsys):
+    from rankdyn.cli import main
+
+    for cmd in (["simulate"], ["sweep", "no-such.toml", "--out", "x"], ["reproduce"], ["equilibria"]):
+        for bad in ("0", "-2", "100000", "many"):
+            assert main([*cmd, "--devices", bad]) == 2
+            err = capsys.readouterr().err
+            assert f"rankdyn {cmd[0]}: error: --devices must be 'all' or an integer in [1, " in err, err
+            assert "Traceback" not in err

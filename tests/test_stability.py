@@ -1,4 +1,4 @@
-"""Oracles for the linearisation on the product of spheres (SPEC §5.1, §5.6)."""
+"""Oracles for the linearisation on the product of spheres (docs/theory.md#constructions, docs/theory.md#stability)."""
 
 import math
 
@@ -19,7 +19,7 @@ def _bert_layer(key, n, d, mask):
 
 
 def test_2d_multipliers_analytic():
-    r"""Multipliers of the 2-D example at {(0,1), B} and {(0,1), A} (SPEC §5.1).
+    r"""Multipliers of the 2-D example at {(0,1), B} and {(0,1), A} (docs/theory.md#constructions).
 
     Derivation. With uniform causal attention and post-LN the map is
     $x_1 \mapsto x_1W/\|x_1W\|$, $x_2 \mapsto (x_1 + x_2)W/\|(x_1+x_2)W\|$, so its Jacobian is
@@ -112,7 +112,7 @@ def test_unnormalised_map_full_space():
 
 
 def test_paper_equilibria_stability_n4():
-    r"""SPEC §5.6 (N = d = 4): rank 1 marginal; rank 3 and full rank unstable (saddles); rank 2
+    r"""docs/theory.md#stability (N = d = 4): rank 1 marginal; rank 3 and full rank unstable (saddles); rank 2
     has the multiplier $1 + c\,s_p\sqrt{1 - c^2/w^2}$ ($c = 3$, derived as in the 2-D test with
     $e W$ replaced by $c\,e_d$ and $a = -c/w$: $\langle\tau W,\tau\rangle = 1 - wab = 1 + cb$),
     so it is marginal for $s_p = -1$ at $w = 4$ (|.| = 0.984) and unstable at $w = 8$ (1.781).
@@ -196,3 +196,37 @@ def test_stability_plots():
     ax3 = rp.plot_basin_fractions(res)
     assert len(ax3.patches) == 2
     plt.close("all")
+
+
+def test_multipliers_jit_vmap_equal_the_numpy_reference():
+    """`multipliers` (jit + vmap over points) equals the dense NumPy path point by point."""
+    import jax
+
+    from rankdyn.equilibria import multipliers
+    from rankdyn.equilibria._stability import token_blocks
+
+    n = d = 4
+    w = 5.0
+    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
+    xs = jnp.stack([x for _, x in rd.all_closed_form_equilibria(n, d, w)])
+    blocks = token_blocks(layer)
+    assert blocks == tuple((i,) for i in range(n))  # causal: one strongly connected block per token
+    mp = jax.jit(jax.vmap(lambda x: multipliers(layer, x, blocks=blocks)))(xs)
+    for j in range(xs.shape[0]):
+        jac = np.asarray(rd.tangent_jacobian(layer, xs[j]))
+        ref = np.sort_complex(np.linalg.eigvals(jac))
+        got = np.sort_complex(np.asarray(mp.eigenvalues[j]))
+        # Defective multipliers 1 (Jordan blocks) are spread by ~eps^(1/m) in both; compare moduli
+        # after the cluster averaging the classification uses.
+        eff_ref = np.abs(rd.cluster_means(ref, 1e-3))
+        cls, unstable, neutral = rd.classify_moduli(eff_ref, 1e-6)
+        assert ("stable", "marginal", "unstable")[int(mp.code[j])] == cls
+        assert int(mp.unstable_dims[j]) == unstable and int(mp.neutral_dims[j]) == neutral
+        assert abs(float(mp.spectral_radius[j]) - eff_ref.max()) < 1e-6
+        assert np.allclose(np.sort(np.abs(got)), np.sort(np.abs(ref)), atol=2e-3)
+    # The batched public call gives the same reports as one-by-one calls.
+    reps = rd.stability(layer, xs)
+    assert len(reps) == xs.shape[0]
+    for r, x in zip(reps[:3], xs[:3]):
+        one = rd.stability(layer, x)
+        assert r.classification == one.classification and abs(r.spectral_radius - one.spectral_radius) < 1e-12

@@ -148,7 +148,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     paused = [sys.executable, "-c", "import sys, time; from rankdyn.sweep import _store; "
               "_store._chunk_written = lambda i: time.sleep(1.0); from rankdyn.cli import main; "
               "sys.exit(main(sys.argv[1:]))"] + cmd[3:]
-    proc = subprocess.Popen(paused + ["--no-plots"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(paused + ["--no-plots", "--devices", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not _chunks(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -160,7 +160,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
 
     # Resume on two (virtual CPU) devices: the samples are sharded, the numbers must not change.
     two = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    res = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300, env=two)
+    res = subprocess.run(cmd + ["--resume", "--devices", "2"], capture_output=True, text=True, timeout=300, env=two)
     assert res.returncode == 0, res.stderr
     assert f"computed {10 - len(done)} chunk(s)" in res.stdout  # only the missing ones
     assert all((out / "chunks" / name).stat().st_mtime_ns == t for name, t in done.items())

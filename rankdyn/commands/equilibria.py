@@ -1,8 +1,9 @@
-"""``rankdyn equilibria``: batched search for equilibria of one layer map, with stability.
+"""``rankdyn equilibria``: the equilibria of one layer map, with rank and stability.
 
-A thin wrapper of `rankdyn.equilibrium_census` (search rounds, deduplication, rank, stability,
-closed-form matching when the model is the paper's construction, `docs/theory.md#constructions`). Writes
-``equilibria.json`` and ``eigen_moduli.png``.
+A thin wrapper of `rankdyn.equilibrium_census`: it picks the enumeration (exact for the paper's
+system, token-by-token tree search for other acyclic masks, joint search otherwise), prints
+which one, and matches closed forms when the model is the paper's construction (App. F.1, `docs/theory.md#constructions`).
+Writes ``equilibria.json`` and ``eigen_moduli.png``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
+from ._devices import add_devices_flag
 from .simulate import add_model_flags, check_model_args
 
 
@@ -18,14 +20,21 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "equilibria",
         help="find equilibria of every rank and classify their stability",
-        description="Batched search for fixed points F(X) = X of one layer (forward iteration, "
-        "Adam on ||F(X)-X||^2, Gauss-Newton polishing, deflation), deduplicated up to symmetry, "
-        "with rank, stability and closed-form matching. Writes equilibria.json and eigen_moduli.png.",
+        description="Fixed points F(X) = X of one layer: exact for the paper's system (causal, uniform "
+        "attention, bidiagonal W_V), token-by-token tree search for acyclic masks, joint batched search "
+        "(Gauss-Newton, deflation) otherwise; classes modulo symmetry with rank, stability and closed-form "
+        "matching. Writes equilibria.json and eigen_moduli.png.",
         formatter_class=HelpFormatter,
     )
     add_model_flags(p)
     p.set_defaults(n=6, d=6, value="bidiagonal", w=7.0, qk="zero", mask="causal")
     g = p.add_argument_group("search")
+    g.add_argument("--search", choices=("auto", "exact", "tree-search", "joint-search"), default="auto",
+                   help="enumeration: exact (paper's system), tree-search (acyclic masks), joint-search; "
+                        "auto picks the most complete one that applies")
+    g.add_argument("--tree-starts", type=int, default=256, help="tree search: starts per partial equilibrium and round")
+    g.add_argument("--joint-coverage", action="store_true",
+                   help="with the exact census, also run the joint search and report how many classes it finds")
     g.add_argument("--starts", type=int, default=4096, help="random sphere starts in the first round")
     g.add_argument("--chunk", type=int, default=1024, help="starts per compiled batch")
     g.add_argument("--method", choices=("gn", "lm"), default="gn", help="Gauss-Newton (SVD) or Levenberg-Marquardt")
@@ -43,11 +52,14 @@ def add_parser(sub) -> None:
     g.add_argument("--residual-tol", type=float, default=None, help="success threshold (default 1e-10 f64 / 1e-5 f32)")
     g.add_argument("--rank-tol", type=float, default=1e-8, help="relative singular value tolerance of the rank")
     g.add_argument("--dedup-tol", type=float, default=2e-2, help="max-abs distance under which two equilibria are one")
-    # 1e-2, not 1e-6: the first token's equilibrium is a root of multiplicity d - 1, so a
-    # rounding-level residual leaves it ~1e-3 away and its multiplier 1 reads as 1 - O(w * 1e-3).
-    g.add_argument("--stability-tol", type=float, default=1e-2, help="tolerance on |lambda| - 1 (marginal band)")
+    # Default 1e-6 for exact / token-polished points; 1e-2 for unpolished joint-search points, whose
+    # first token (a root of multiplicity d - 1) is only ~1e-3 accurate, so 1 reads as 1 - O(w 1e-3).
+    g.add_argument("--stability-tol", type=float, default=None,
+                   help="tolerance on |lambda| - 1 (marginal band); default 1e-6, 1e-2 for the joint search")
     g.add_argument("--out", type=Path, default=Path("out/equilibria"), help="output folder")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_devices_flag(p, "The search runs on the first device, whose batched LAPACK calls (SVD, least squares) "
+                     "already spread over every core of XLA's thread pool.")
     p.set_defaults(func=run)
 
 
@@ -65,7 +77,7 @@ def _check(args):
     if min(args.deflation_rounds, args.max_steps, args.short_steps, args.forward_steps, args.minimise_steps) < 0:
         raise ValueError("--deflation-rounds, --max-steps, --short-steps, --forward-steps and --minimise-steps "
                          "must be >= 0.")
-    check_nonnegative(args, "deflation_starts", "target_starts", minimum=1)
+    check_nonnegative(args, "deflation_starts", "target_starts", "tree_starts", minimum=1)
     check_positive(args, "residual_tol", "rank_tol", "dedup_tol", "stability_tol", "learning_rate")
     _check_memory(args)
     check_out_dir(args.out)
@@ -112,20 +124,29 @@ def run(args) -> int:
     import jax.random as jr
     import numpy as np
 
-    from .._census import equilibrium_census
     from .._constructions import all_closed_form_equilibria
+    from ..equilibria import equilibrium_census
+    from ..equilibria._census import census_method
     from .._io import provenance, write_json
     from .simulate import layer_from_args
 
     config = _check(args)
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
     layer = layer_from_args(args, k_layer, config)
-    # Closed forms of the rank-k family (docs/theory.md#constructions; only for the paper's construction).
+    try:  # refuse a --search that does not apply, before compute
+        how = census_method(layer, args.search)
+    except ValueError as err:
+        raise ValueError(f"--search {args.search}: {err}") from None
+    print(f"method: {how}" + {"exact": " (token-by-token polynomial roots: complete)",
+                              "tree-search": " (token by token, multi-start + deflation; saturation reported)",
+                              "joint-search": " (all tokens jointly, random starts + deflation)"}[how])
+    # Closed forms of the paper's App. F.1 (only for the paper's construction), to match against.
     closed = []
     if _is_paper_construction(args, layer):
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(args.n, args.d, args.w)]
     census = equilibrium_census(
-        layer, k_x0, starts=args.starts, chunk=args.chunk, method=args.method, max_steps=args.max_steps,
+        layer, k_x0, search=args.search, tree_starts=args.tree_starts, joint_coverage=args.joint_coverage,
+        starts=args.starts, chunk=args.chunk, method=args.method, max_steps=args.max_steps,
         short_steps=args.short_steps, forward_steps=args.forward_steps, minimise_steps=args.minimise_steps,
         learning_rate=args.learning_rate, deflation_rounds=args.deflation_rounds,
         deflation_starts=args.deflation_starts, target_ranks=_target_ranks(args.target_ranks, args.n, args.d),
@@ -139,8 +160,7 @@ def run(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "equilibria.json", result)
     _plot(census["equilibria"], args)
-    _print_summary(census["equilibria"], census["by_rank"], census["status_counts"], census["closed_forms"],
-                   census["timing"], args)
+    _print_summary(census, args)
     return 0
 
 
@@ -164,17 +184,37 @@ def _plot(records, args) -> None:
     plt.close(fig)
 
 
-def _print_summary(records, by_rank, status, closed, timing, args) -> None:
-    print(f"status over all starts: {status}")
-    print("rank  distinct  closed-form  stable  marginal  unstable  max residual")
-    for k, cnt in by_rank.items():
+def _print_summary(census, args) -> None:
+    records, closed = census["equilibria"], census["closed_forms"]
+    if census["status_counts"]:
+        print(f"status over all starts: {census['status_counts']}")
+    comp = census["completeness"]
+    if comp["kind"] == "exact":
+        print(f"completeness: exact ({comp['members']} equilibria = {len(records)} classes modulo sign)")
+    elif "per_token" in comp:
+        print("completeness: saturation, new solutions per round by token: "
+              + "; ".join(f"token {s['token']}: {[r['new_solutions'] for r in s['rounds']] or 'exact'}"
+                          for s in comp["per_token"]))
+    else:
+        print(f"completeness: saturation, new classes per round: {comp['new_classes_per_round']}")
+    print("counts are modulo symmetry (sign flip" + (", token permutations" if census["symmetries"]["all_permutations"]
+          or len(census["symmetries"]["permutations"]) > 1 else "") + ")")
+    print("rank  classes  closed-form  stable  marginal  unstable  max residual  max error est.")
+    for k, cnt in census["by_rank"].items():
         rs = [e for e in records if e["rank"] == int(k)]
         cf = sum(bool(e["closed_form_match"]) for e in rs)
-        cls = [sum(e["classification"] == c for e in rs) for c in ("stable", "marginal", "unstable")]
+        cls = [census["by_rank_and_class"][k][c] for c in ("stable", "marginal", "unstable")]
         mr = max((e["residual"] for e in rs), default=float("nan"))
-        print(f"{k:>4}  {cnt:>8}  {cf:>11}  {cls[0]:>6}  {cls[1]:>8}  {cls[2]:>8}  {mr:12.2e}")
+        me = max((e["error_estimate"] for e in rs), default=float("nan"))
+        print(f"{k:>4}  {cnt:>7}  {cf:>11}  {cls[0]:>6}  {cls[1]:>8}  {cls[2]:>8}  {mr:12.2e}  {me:14.2e}")
     if closed:
-        print(f"closed forms found: {closed['found']} / {closed['total']} "
+        print(f"closed forms found (classes): {closed['found']} / {closed['total']} "
               + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in closed["by_rank"].items()))
-    print(f"search {timing['search_s']:.1f}s (compile {timing['compile_s']:.1f}s), stability {timing['stability_s']:.1f}s; "
+    cov = census.get("coverage")
+    if cov:
+        print(f"joint-search coverage: {cov['found']} / {cov['exact_classes']} exact classes "
+              f"({100 * cov['fraction']:.0f}%) from {cov['starts']} starts in {cov['seconds']:.1f}s; by rank "
+              + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in cov["found_by_rank"].items()))
+    t = census["timing"]
+    print(f"search {t['search_s']:.1f}s (compile {t['compile_s']:.1f}s), stability {t['stability_s']:.1f}s; "
           f"wrote {args.out / 'equilibria.json'}")

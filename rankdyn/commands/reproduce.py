@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from ._checks import HelpFormatter, check_out_dir, check_seed_flag
+from ._devices import add_devices_flag
 
 
 def add_parser(sub) -> None:
@@ -33,6 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--compile-cache", type=Path, default=None, metavar="DIR",
                    help="persistent JAX compilation cache: compile time dominates --quick runs, so a second run "
                         "with the same DIR is much faster")
+    add_devices_flag(p, "Targets run on the first device: their batches are small and compile time dominates.")
     p.set_defaults(func=run)
 
 

@@ -14,6 +14,7 @@ from .._masks import MASK_NAMES
 from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive, model_config
+from ._devices import add_devices_flag, sharding_devices
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -72,6 +73,7 @@ def add_parser(sub) -> None:
                    help="trajectories advanced together (default: cache-sized on CPU)")
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_devices_flag(p, "The trajectories are split over the devices (same results as one device).")
     p.set_defaults(func=run)
 
 
@@ -160,7 +162,8 @@ def run(args) -> int:
     with CompileTimer() as timer:
         traj = simulate(layer, x0, args.layers, save_every=args.save_every, rank_tol=args.rank_tol,
                         metrics=names, per_trajectory=args.per_trajectory, chunk_size=args.chunk,
-                        key=k_drop if config.has_dropout else None, progress=not args.no_progress)
+                        key=k_drop if config.has_dropout else None, progress=not args.no_progress,
+                        devices=sharding_devices(args))
         jax.block_until_ready(traj.summary)
 
     summary = traj.summary.to_dict()

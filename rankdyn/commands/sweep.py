@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from ._checks import HelpFormatter, check_out_dir
+from ._devices import add_devices_flag
 
 
 def add_parser(sub) -> None:
@@ -31,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-cells", type=int, default=None,
                    help="allow grids with more cells than the default limit (100000)")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
+    add_devices_flag(p, "Each chunk's trajectories are split over the devices when their number divides the batch.")
     p.set_defaults(func=run)
 
 

@@ -1,4 +1,4 @@
-r"""Target ``counterexample-2d``: the paper's 2-D example (Fig. 1 and Fig. 5; SPEC §5.1).
+r"""Target ``counterexample-2d``: the paper's 2-D example (Fig. 1 and Fig. 5; docs/theory.md#constructions).
 
 $N = d = 2$, causal mask, uniform attention ($W_Q = W_K = 0$) and
 $W_V = \begin{bmatrix}1 & w\\0 & 1\end{bmatrix}$. With post-LN (eq. 3) the first token obeys
@@ -15,8 +15,7 @@ Measured here:
    $(\theta_1, \theta_2)$: the non-collapse fraction against the horizon $T$;
 4. the no-LN run from the same start: $\mu \to 0$.
 
-Everything runs in float64 (``jax.enable_x64`` inside the target) with `rankdyn.simulate`
-and a cheap ``observe``.
+Everything runs in float64 (``jax.enable_x64`` inside the target) with `rankdyn.simulate`.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._common import observe_sigma_ratio as _observe_ratio
-from ._common import sigma_ratio as _sigma_ratio
+from . import _verdict as V
+from ._observers import observe_sigma_ratio as _observe_ratio, sigma_ratio as _sigma_ratio
 
 NAME = "counterexample-2d"
 CLAIM = (
@@ -39,8 +38,9 @@ CLAIM = (
     "both tokens collapse to the same point."
 )
 
-#: SPEC §5.1 [ours]: joint-dynamics fraction of starts ending at B (5 degree grid, 20 000 steps).
-SPEC_JOINT_FRACTION = {1.5: 0.055, 2.0: 0.071, 5.0: 0.098}
+#: Our earlier measurement (docs/theory.md#ambiguities-and-choices): joint-dynamics fraction of starts
+#: ending at B (5 degree grid, 20 000 steps).
+REFERENCE_JOINT_FRACTION = {1.5: 0.055, 2.0: 0.071, 5.0: 0.098}
 
 
 def _sizes(quick: bool, tiny: bool) -> dict:
@@ -97,7 +97,7 @@ def first_token_ratio(layer, theta1_deg, num_steps: int) -> dict:
         (max over steps of $|\Delta r - w| / w$), ``sign_preserved`` and ``limit_error`` (the
         distance of token 1 to $(0, \operatorname{sign} X^{(0)}_{1,1})$ at the end) and
         ``algebraic_constant`` ($t\,w\,|X_{1,1}^{(t)}|$ at the end, which tends to 1: algebraic
-        $1/(wt)$ convergence, SPEC §5.1 [ours]).
+        $1/(wt)$ convergence, our earlier measurement, docs/theory.md#constructions).
     """
     from .._simulate import simulate
 
@@ -166,8 +166,8 @@ def basin_of_b(layer, ex: dict, step_deg: float, num_steps: int) -> dict:
 def joint_noncollapse(layer, ex: dict, step_deg: float, horizons, save_every: int) -> dict:
     r"""Joint dynamics from a grid of $(\theta_1, \theta_2)$, $\theta_1 \in (-90^\circ, 90^\circ)$.
 
-    Both tokens move (no "first token already converged" simplification, SPEC §8.4). A start
-    does not collapse at horizon $T$ if $\sigma_2/\sigma_1 > 10^{-2}$ there (SPEC §5.6's rule).
+    Both tokens move (no "first token already converged" simplification, docs/theory.md#ambiguities-and-choices). A start
+    does not collapse at horizon $T$ if $\sigma_2/\sigma_1 > 10^{-2}$ there (docs/theory.md#stability's rule).
     Starts with $\theta_2 = \theta_1 + 180^\circ$ average to zero at the first step (LN divides
     by 0); they are flagged degenerate and excluded from the fractions.
 
@@ -274,7 +274,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
             layer = uniform_causal_layer(2, 2, ex["W_V"])
             jt = joint_noncollapse(layer, ex, sz["joint_step"], sz["horizons"], sz["save_every"])
             joints[w] = jt
-            ref = SPEC_JOINT_FRACTION.get(float(w))
+            ref = REFERENCE_JOINT_FRACTION.get(float(w))
             measured[f"joint w={w:g}"] = {
                 "horizons": jt["horizons"],
                 "noncollapse_fraction": jt["fraction"],
@@ -298,7 +298,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         layer_ln = uniform_causal_layer(2, 2, ex["W_V"])
         tr_ln = simulate(layer_ln, jnp.stack([x_keep, x_fall]), sz["traj_steps"], save_states=True,
                          observe=_observe_ratio)
-        # No LN: the paper's matrix as printed, and rescaled to spectral norm 1 (A3, SPEC §8.10).
+        # No LN: the paper's matrix as printed, and rescaled to spectral norm 1 (A3, docs/theory.md#ambiguities-and-choices).
         noln = {}
         for label, wv in (("W_V", ex["W_V"]), ("W_V/||W_V||_2", spectral_normalized(ex["W_V"]))):
             layer_no = uniform_causal_layer(2, 2, wv, placement="none")
@@ -323,35 +323,26 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     plotting.plot_counterexample_2d(states_no, states_ln, ex, title_w=w0,
                                     path=out / "counterexample_2d_trajectories.png")
     figures.append("counterexample_2d_trajectories.png")
-    plotting.plot_counterexample_2d_basins(basins, joints, SPEC_JOINT_FRACTION, path=out / "counterexample_2d_basin.png")
+    plotting.plot_counterexample_2d_basins(basins, joints, REFERENCE_JOINT_FRACTION, path=out / "counterexample_2d_basin.png")
     figures.append("counterexample_2d_basin.png")
 
-    # Verdict: the paper's claims (ratio, basin, LN vs no-LN) decide; the joint-dynamics
-    # fraction is a positive-measure check in the full dynamics (SPEC §5.1 [ours]).
-    core = [v for k, v in checks.items() if not k.startswith("joint")]
-    joint_ok = [v for k, v in checks.items() if k.startswith("joint")]
-    if all(core) and all(joint_ok):
-        verdict = "reproduced"
-    elif any(core) or any(joint_ok):
-        verdict = "partially"
-    else:
-        verdict = "not reproduced"
-    measured["checks"] = checks
+    # Every check counts: the paper's claims and the joint-dynamics positive-measure check.
+    check_list = [V.check(k, v) for k, v in checks.items()]
 
     notes = []
     for w, jt in joints.items():
-        ref = SPEC_JOINT_FRACTION.get(float(w))
+        ref = REFERENCE_JOINT_FRACTION.get(float(w))
         if ref is not None and jt["horizons"][-1] == 20000:
             diff = jt["fraction"][-1] - ref
             notes.append(
                 f"joint dynamics, w={w:g}: {100 * jt['fraction'][-1]:.2f}% of {jt['num_valid']} grid starts keep "
-                f"rank 2 after 20000 steps (SPEC §5.1 [ours]: {100 * ref:.1f}%, difference {100 * diff:+.2f} points; "
+                f"rank 2 after 20000 steps (our earlier measurement: {100 * ref:.1f}%, difference {100 * diff:+.2f} points; "
                 f"our denominator excludes the {jt['num_degenerate']} singular starts theta2 = theta1 + 180)."
             )
         else:
             notes.append(
                 f"joint dynamics, w={w:g}: {100 * jt['fraction'][-1]:.2f}% keep rank 2 at T={jt['horizons'][-1]} "
-                "(SPEC's numbers are at T = 20000; convergence is algebraic, so the fraction may depend on T)."
+                "(the reference numbers are at T = 20000; convergence is algebraic, so the fraction may depend on T)."
             )
     flat = [w for w, jt in joints.items() if np.all(jt["counts"] == jt["counts"][0])]
     if len(sz["horizons"]) > 1:
@@ -365,10 +356,10 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         "but in the joint dynamics token 1 moves as well and only starts with theta1 close to 90 deg avoid collapse "
         "(smallest non-collapsing theta1 on the grid: "
         + min_th + "; "
-        "SPEC §5.1: about 25 deg for w=2, 15 deg for w=5; the paper's analysis assumes token 1 has already "
-        "converged, SPEC §8.4). Token 1 converges algebraically "
+        "docs/theory.md#constructions: about 25 deg for w=2, 15 deg for w=5; the paper's analysis assumes token 1 has already "
+        "converged, docs/theory.md#ambiguities-and-choices). Token 1 converges algebraically "
         "(t w x11 -> 1), not exponentially. The no-LN panel is drawn with W_V rescaled to spectral norm 1 (A3); "
-        "with the printed W_V the tokens also align (mu -> 0) while their norms grow linearly (SPEC §8.10)."
+        "with the printed W_V the tokens also align (mu -> 0) while their norms grow linearly (docs/theory.md#ambiguities-and-choices)."
     )
     setting = {
         "n": 2, "d": 2, "mask": "causal", "attention": "uniform (W_Q = W_K = 0)", "norm": "sphere, post-LN",
@@ -382,25 +373,26 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         e = measured[f"w={w:g}"]["basin_boundary_error_deg"]
         rows.append(f"| {w:g} | {bs['predicted_arc'][0]:.3f} | ({bs['measured_arc'][0]:.3f}, {bs['measured_arc'][1]:.3f}) | "
                     f"({bs['predicted_arc'][0]:.3f}, 270) | {max(abs(x) for x in e):.3f} |")
-    rows += ["", "| w | " + " | ".join(f"T={h}" for h in sz["horizons"]) + " | SPEC (T=20000) |",
+    rows += ["", "| w | " + " | ".join(f"T={h}" for h in sz["horizons"]) + " | reference (T=20000) |",
              "|---|" + "---|" * (len(sz["horizons"]) + 1)]
     for w, jt in joints.items():
         cells = [f"{100 * f:.2f}% [{100 * lo:.2f}, {100 * hi:.2f}]" for f, (lo, hi) in zip(jt["fraction"], jt["ci"])]
-        ref = SPEC_JOINT_FRACTION.get(float(w))
+        ref = REFERENCE_JOINT_FRACTION.get(float(w))
         rows.append(f"| {w:g} | " + " | ".join(cells) + f" | {'' if ref is None else f'{100 * ref:.1f}%'} |")
     return {
         "name": NAME,
         "claim": CLAIM,
         "setting": setting,
         "measured": measured,
-        "verdict": verdict,
+        "verdict": V.verdict(check_list),
+        "checks": V.checks_json(check_list),
         "criterion": (
             "reproduced iff (a) the first-token ratio grows by w per step (relative error < 1e-9) with the sign "
             "of x11 preserved; (b) for every w the measured basin of B (token 1 at (0,1)) is one arc whose two "
             "boundaries are within half a grid step of the predicted (theta_A, 270 deg), with every other start "
             "converging to (0,1); (c) without LN mu(T) < 1e-8 mu(0); and (d) in the joint dynamics the 95% "
             "Wilson lower bound of the non-collapse fraction at the largest T is > 0 (positive measure). "
-            "'partially' if some but not all of these hold."
+            + V.VERDICT_RULE
         ),
         "figures": figures,
         "notes": " ".join(notes),

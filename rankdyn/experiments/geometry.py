@@ -3,7 +3,7 @@ r"""Target ``geometry``: token geometry along depth (paper Fig. 4) for the ablat
 Numerical rank (relative tolerance stated), $\sigma_{\min}$, mean pairwise $|\cos|$ (diagonal
 excluded) and stable rank $\|X\|_F^2/\|X\|_2^2$ of the token matrix at every layer, for the
 five ablation variants x four masks (no dropout: eval mode). It reuses the runs of
-``ablation`` when both targets run in one process (`_common.ablation_runs`).
+``ablation`` when both targets run in one process (`_ablation_runs.ablation_runs`, memoised in the cache `run_targets` passes).
 
 The paper's Fig. 4 uses pretrained BERT/GPT2/T5/ALBERT, which are out of reach offline; the
 closest synthetic analogue is the full transformer block at random init. The verdict therefore
@@ -16,7 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _common as C
+from . import _verdict as V
+from ._ablation_runs import ablation_runs
+from ._masktable import MASK_LABELS, PAPER_MASKS
+from ._runs import band
 
 NAME = "geometry"
 CLAIM = (
@@ -30,15 +33,15 @@ TITLES = {"num_rank": "numerical rank", "sigma_min": "sigma_min", "mean_abs_cos"
           "stable_rank": "stable rank"}
 
 
-def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
+def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None) -> dict:
     from ..plotting import plot_band_panels, save_figure
 
     out = Path(out)
-    res = C.ablation_runs(quick, seed, size)
+    res = ablation_runs(quick, seed, size, cache=cache)
     layers, runs, setting = res["layers"], res["runs"], res["setting"]
     n, d, depth = setting["n"], setting["d"], setting["depth"]
     full_rank = min(n, d)
-    masks = C.PAPER_MASKS
+    masks = PAPER_MASKS
     per, panels = {}, {}
     # One labelled panel per metric for the full block (the model the claim is about), one curve per
     # mask; the other variants are in the table and the ablation figure.
@@ -48,11 +51,11 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     norm_floor = float(np.sqrt(np.finfo(np.dtype(setting["dtype"])).tiny) * 1e3)
     underflow = {}
     for (label, p), r in runs.items():
-        if p != 0.0:
+        if p != "eval":
             continue
         for i, m in enumerate(masks):
             ok = ~r["nonfinite"][i]
-            b = {k: C.band(r["metrics"][k][i], ok) for k in METRICS + ("sigma_max", "row_norm_mean")}
+            b = {k: band(r["metrics"][k][i], ok) for k in METRICS + ("sigma_max", "row_norm_mean")}
             fine = np.all(r["metrics"]["row_norm_min"][i][ok] > norm_floor, axis=0)
             if not fine.all():
                 underflow[f"{label}|{m}"] = int(layers[np.argmin(fine)])
@@ -60,7 +63,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
                     b[k] = {"mean": np.where(fine, b[k]["mean"], np.nan), "std": np.where(fine, b[k]["std"], np.nan)}
             for metric in METRICS:
                 if label == "full":
-                    panels[TITLES[metric]][C.MASK_LABELS[m]] = b[metric]
+                    panels[TITLES[metric]][MASK_LABELS[m]] = b[metric]
             per[f"{label}|{m}"] = {
                 "variant": label, "mask": m,
                 "num_rank_min_over_depth": float(np.nanmin(b["num_rank"]["mean"])),
@@ -77,10 +80,12 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     g1 = {m: v["num_rank_min_over_depth"] >= full_rank for m, v in full.items()}
     g2 = {m: v["sigma_min_T"] > 1e-3 * v["sigma_min_0"] for m, v in full.items()}
     g3 = {m: v["mean_abs_cos_T"] > v["mean_abs_cos_0"] for m, v in full.items()}
-    checks = {"g1_full_rank_all_layers": all(g1.values()), "g2_sigma_min_well_above_0": all(g2.values()),
-              "g3_abs_cos_rises": all(g3.values())}
-    npass = sum(checks.values())
-    verdict = "reproduced" if npass == 3 else ("partially" if npass >= 1 else "not reproduced")
+    fmt = lambda d: ", ".join(f"{MASK_LABELS[m]} {v}" for m, v in d.items())
+    check_list = [V.check("g1: full rank at every layer (full block)", all(g1.values()), fmt(g1)),
+                  V.check("g2: sigma_min at T > 1e-3 x layer 0 (full block)", all(g2.values()), fmt(g2)),
+                  V.check("g3: mean |cos| rises (full block)", all(g3.values()), fmt(g3))]
+    checks = V.checks_json(check_list)
+    verdict = V.verdict(check_list)
 
     fig = plot_band_panels(layers, panels, ncols=2, panel_size=(3.4, 2.6), sharey=False,
                            ylabels={t: t for t in panels}, linear_y=(TITLES["num_rank"], TITLES["mean_abs_cos"], TITLES["stable_rank"]),
@@ -90,7 +95,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     rows = ["| variant | mask | min rank over depth (of %d) | sigma_min 0 -> T | sigma_min/sigma_max T | mean abs cos 0 -> T | "
             "stable rank 0 -> T |" % full_rank, "|" + "---|" * 7]
     for v in per.values():
-        rows.append(f"| {v['variant']} | {C.MASK_LABELS[v['mask']]} | {v['num_rank_min_over_depth']:.3g} | "
+        rows.append(f"| {v['variant']} | {MASK_LABELS[v['mask']]} | {v['num_rank_min_over_depth']:.3g} | "
                     f"{v['sigma_min_0']:.3g} -> {v['sigma_min_T']:.3g} | {v['sigma_min_over_max_T']:.3g} | "
                     f"{v['mean_abs_cos_0']:.3f} -> {v['mean_abs_cos_T']:.3f} | {v['stable_rank_0']:.3g} -> "
                     f"{v['stable_rank_T']:.3g} |")
@@ -111,7 +116,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
                                                    ", ".join(f"{k} ({t})" for k, t in underflow.items())))
     ratio = {m: v["sigma_min_over_max_T"] for m, v in full.items()}
     notes += (" The numerical rank depends on the tolerance: on the full block sigma_min/sigma_max at the last layer is "
-              + ", ".join(f"{C.MASK_LABELS[m]} {r:.2g}" for m, r in ratio.items())
+              + ", ".join(f"{MASK_LABELS[m]} {r:.2g}" for m, r in ratio.items())
               + f" against the tolerance {setting['rank_tol']:g}, so float32 runs (tolerance 1e-4) can call a matrix "
                 "rank-deficient that float64 runs (1e-10) call full rank; sigma_min is the tolerance-free statement.")
     if bad:
@@ -125,14 +130,15 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "setting": {**setting, "dropout_used": 0.0, "full_rank": full_rank,
                     "metrics": {"num_rank": f"#(s > {setting['rank_tol']:g} s_max)", "sigma_min": "smallest singular value",
                                 "mean_abs_cos": "mean |cos| over pairs i != j", "stable_rank": "||X||_F^2/||X||_2^2"}},
-        "measured": {"checks": checks, "full_block": full, "per_model": per, "underflow_from_layer": underflow,
+        "checks": checks,
+        "key_numbers": {f"full block mean |cos| at T, {MASK_LABELS[m]}": full[m]["mean_abs_cos_T"] for m in masks},
+        "measured": {"full_block": full, "per_model": per, "underflow_from_layer": underflow,
                      "row_norm_floor": norm_floor},
         "verdict": verdict,
         "criterion": (
             "on the full block (closest to a real transformer), for all four masks: g1 the mean numerical rank equals "
             "min(n, d) at every layer; g2 sigma_min at the last layer > 1e-3 x its layer-0 value; g3 mean |cos| at the "
-            "last layer > layer 0. reproduced iff g1-g3 all hold; partially if at least one holds for all masks; "
-            "otherwise not reproduced."
+            "last layer > layer 0. " + V.VERDICT_RULE
         ),
         "figures": figs, "notes": notes, "markdown": "\n".join(rows),
     }

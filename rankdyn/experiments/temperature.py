@@ -17,7 +17,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _common as C
+from .._rates import fit_rate_window
+from ._dtype import float_dtype, rel_floor
+from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
+from ._runs import band, san_layer, simulate_stacked, stack
+from . import _verdict as V
 from . import masks_collapse as MC
 
 NAME = "temperature"
@@ -60,18 +64,18 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     out = Path(out)
     sz = dict(sizes(quick) if size is None else size)
     n, d, batch, depth = sz["n"], sz["d"], sz["batch"], sz["depth"]
-    dtype = C.float_dtype()
-    floor = C.rel_floor(dtype)
-    masks = C.masks_for(C.PAPER_MASKS, n)
+    dtype = float_dtype()
+    floor = rel_floor(dtype)
+    masks = masks_for(PAPER_MASKS, n)
     k_w, k_x = jax.random.split(jax.random.PRNGKey(seed))
-    layer = C.san_layer(k_w, n, d, max(sz["weight_layers"], depth), dtype=dtype)
+    layer = san_layer(k_w, n, d, max(sz["weight_layers"], depth), dtype=dtype)
     x0 = initial_tokens(k_x, "gaussian", n, d, batch=batch, dtype=dtype)
     # Configs ordered (mask, dqk): one stacked layer per pair, one compiled program.
     configs = [
         eqx.tree_at(lambda l: l.dqk, eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(m)), jnp.asarray(q, dtype))
         for m in masks.values() for q in DQKS
     ]
-    layers, met, nonfinite, _ = C.simulate_stacked(C.stack(configs), x0, depth)
+    layers, met, nonfinite, _ = simulate_stacked(stack(configs), x0, depth)
     nm, nq = len(masks), len(DQKS)
 
     def reshape(v):
@@ -85,14 +89,14 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             ok = ~bad[i, j]
             gm = np.exp(np.mean(np.log(np.maximum(mu_all[i, j][ok], 1e-300)), axis=0))
             gr = np.exp(np.mean(np.log(np.maximum(rel_all[i, j][ok], 1e-300)), axis=0))
-            e_r.append(C.log_fit(layers, gm, gr, floor, start=0, stop=EARLY, tail=False)[0])
-            l_r.append(C.log_fit(layers, gm, gr, floor, start=EARLY, stop=depth, tail=False)[0])
+            e_r.append(fit_rate_window(layers, gm, gr, floor, start=0, stop=EARLY, tail=False)[0])
+            l_r.append(fit_rate_window(layers, gm, gr, floor, start=EARLY, stop=depth, tail=False)[0])
             em.append(float(np.median(eps_all[i, j][ok][:, 0])))
         early[name], late[name], eps_med[name] = e_r, l_r, em
     idx = {q: int(np.argmin(np.abs(DQKS - q))) for q in PAPER_DQKS}
     for q in PAPER_DQKS:
         curves[f"d_QK = {q:g}"] = {
-            C.MASK_LABELS[m]: C.band(mu_all[i, idx[q]], ~bad[i, idx[q]]) for i, m in enumerate(masks)
+            MASK_LABELS[m]: band(mu_all[i, idx[q]], ~bad[i, idx[q]]) for i, m in enumerate(masks)
         }
 
     # Criteria: (1) early factor decreases with d_QK for every mask (Spearman <= -0.8);
@@ -109,9 +113,12 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     shallow = {m: float(np.nanmax(early[m]) - np.nanmin(early[m])) for m in masks}
     deep = {m: float(np.nanmax(late[m]) - np.nanmin(late[m])) if np.isfinite(late[m]).any() else float("nan")
             for m in masks}
-    n_mono = sum(monotone.values())
-    verdict = ("reproduced" if n_mono == len(masks) and global_larger
-               else "partially" if n_mono >= 2 or global_larger else "not reproduced")
+    check_list = [V.check(f"{MASK_LABELS[m]}: early factor decreases with d_QK (Spearman <= -0.8)", monotone[m],
+                          f"Spearman {rho[m]:.3g}") for m in masks]
+    check_list.append(V.check("temperature effect larger for complete than both windows", global_larger,
+                              ", ".join(f"{MASK_LABELS[m]} {e:.3g}" for m, e in eff.items())))
+    checks = V.checks_json(check_list)
+    verdict = V.verdict(check_list)
 
     fig = plot_band_panels(layers, curves, ncols=3, dtype=dtype,
                            suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})")
@@ -119,7 +126,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    plot_rate_vs_dqk(DQKS, {C.MASK_LABELS[m]: early[m] for m in masks}, ax=ax, marks=PAPER_DQKS)
+    plot_rate_vs_dqk(DQKS, {MASK_LABELS[m]: early[m] for m in masks}, ax=ax, marks=PAPER_DQKS)
     ax.set_title(f"early per-layer factor of mu (layers 0..{EARLY})", fontsize=9)
     fig.tight_layout()
     figs.append(save_figure(fig, out / "temperature_rate.png"))
@@ -127,7 +134,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     head = "| mask | " + " | ".join(f"d_QK={q:g}" for q in PAPER_DQKS) + " | Spearman(log d_QK, rate) | effect 1/64 - 64 |"
     rows = [head, "|" + "---|" * (len(PAPER_DQKS) + 3)]
     for m in masks:
-        rows.append(f"| {C.MASK_LABELS[m]} | " + " | ".join(f"{early[m][idx[q]]:.3g}" for q in PAPER_DQKS)
+        rows.append(f"| {MASK_LABELS[m]} | " + " | ".join(f"{early[m][idx[q]]:.3g}" for q in PAPER_DQKS)
                     + f" | {rho[m]:.2f} | {eff[m]:.3g} |")
     notes = (
         "Early rate = exp(slope) of log(geometric-mean mu) over layers 0..%d, points at the round-off floor "
@@ -140,7 +147,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     for m in (m for m, v in monotone.items() if not v):
         hi = [r for q, r in zip(DQKS, early[m]) if q >= 1]
         notes += (
-            f" {C.MASK_LABELS[m]}: not monotone (Spearman {rho[m]:.2f}); for d_QK >= 1 its early factor only ranges "
+            f" {MASK_LABELS[m]}: not monotone (Spearman {rho[m]:.2f}); for d_QK >= 1 its early factor only ranges "
             f"over [{np.nanmin(hi):.3g}, {np.nanmax(hi):.3g}] although the median layer-0 eps changes from "
             f"{eps_med[m][idx[1.0]]:.3g} (d_QK=1) to {eps_med[m][idx[64.0]]:.3g} (d_QK=64). eps enters only the upper "
             "bound of Theorem 1: sharper attention that sends many queries to the same few keys also merges tokens "
@@ -152,7 +159,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     return {
         "name": NAME, "claim": CLAIM,
         "setting": {
-            **sz, "seed": seed, "dtype": str(np.dtype(dtype)), "masks": list(C.PAPER_MASKS),
+            **sz, "seed": seed, "dtype": str(np.dtype(dtype)), "masks": list(PAPER_MASKS),
             "dqk_sweep": DQKS, "paper_dqks": PAPER_DQKS, "early_layers": [0, EARLY],
             "model": "masks-collapse SAN (no LN, per-layer Haar-orthogonal W_V, BERT-uniform W_Q/W_K), same weights "
                      "and inputs as masks-collapse at this seed",
@@ -164,11 +171,12 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             "spread_shallow": shallow, "spread_deep": deep,
         },
         "verdict": verdict,
+        "checks": checks,
+        "key_numbers": {f"effect factor(1/64) - factor(64), {MASK_LABELS[m]}": e for m, e in eff.items()},
         "criterion": (
-            f"reproduced iff for all four masks the early per-layer factor (layers 0..{EARLY}) decreases with d_QK "
-            "(Spearman rank correlation with log d_QK <= -0.8) and the effect factor(1/64) - factor(64) is larger "
-            "for the complete mask than for both windows; partially if at least two masks are monotone or the "
-            "complete-mask effect is the largest; otherwise not reproduced."
+            f"checks: for each of the four masks the early per-layer factor (layers 0..{EARLY}) decreases with d_QK "
+            "(Spearman rank correlation with log d_QK <= -0.8); the effect factor(1/64) - factor(64) is larger "
+            "for the complete mask than for both windows. " + V.VERDICT_RULE
         ),
         "figures": figs, "notes": notes, "markdown": "\n".join(rows),
     }

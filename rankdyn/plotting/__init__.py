@@ -28,3 +28,4 @@ from ._reproduce_sim import (
 from ._sweep import plot_sweep_mu as plot_sweep_mu, plot_sweep_rank as plot_sweep_rank, plot_sweep_rate as plot_sweep_rate
 from ._equilibria import plot_equilibria_moduli as plot_equilibria_moduli
 from ._stability import plot_basin_fractions as plot_basin_fractions, plot_circle_trajectories as plot_circle_trajectories, plot_eigen_moduli as plot_eigen_moduli
+from ._undirected import plot_undirected as plot_undirected

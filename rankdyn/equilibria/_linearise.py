@@ -1,22 +1,13 @@
-r"""Linear stability of fixed points of one layer map on the product of spheres (SPEC §4.4, §5.6).
+r"""Linearisation of one layer map: tangent bases, Jacobians, matrix-free leading multipliers.
 
 For the post-LN map $F(X) = \mathrm{LN}(A(X) X W_V)$ (eq. 3) the state space is
-$(\mathbb S^{d-1})^n$. At a fixed point $X^* = F(X^*)$ the multipliers are the eigenvalues of
-
-$$J_T = B^\top\, DF(X^*)\, B,\qquad B = \mathrm{blockdiag}(B_1,\dots,B_n),\quad
-B_i \in \mathbb R^{d\times(d-1)},\ B_i^\top B_i = I,\ B_i^\top X^*_i = 0,$$
-
-the Jacobian restricted to the tangent space (radial directions projected out; the output of
-post-LN is tangent to the spheres by construction). $|\lambda| < 1$ for all multipliers means
-linearly stable, one $|\lambda| > 1$ means unstable (a saddle or a source); $|\lambda| = 1$
-(non-hyperbolic) is "marginal", which all the paper's equilibria have because the first token
-converges only algebraically (SPEC §5.1). For the un-normalised map (``placement="none"``) and
-pre-LN (whose iterates are not on the spheres) the full space $\mathbb R^{n d}$ is used.
+$(\mathbb S^{d-1})^n$; at a fixed point the multipliers are the eigenvalues of
+$J_T = B^\top DF(X^*) B$ with $B$ an orthonormal basis of the tangent space
+(`docs/theory.md#stability`). Un-normalised and pre-LN maps use the full space.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Literal
 
 import equinox as eqx
@@ -26,20 +17,9 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from ._equilibria import equilibrium_residual
-from ._layer import SelfAttentionLayer
+from .._layer import SelfAttentionLayer
 
-__all__ = [
-    "tangent_basis",
-    "tangent_jacobian",
-    "layer_jacobian",
-    "StabilityReport",
-    "stability",
-    "leading_eigenvalues",
-    "classify_moduli",
-    "block_eigvals",
-    "cluster_means",
-]
+__all__ = ["tangent_basis", "tangent_jacobian", "layer_jacobian", "leading_eigenvalues"]
 
 
 def _token_bases(x: Float[Array, "n d"]) -> Float[Array, "n d dm1"]:
@@ -133,163 +113,6 @@ def _tangent_jacobian(layer, x, t):
     b = tangent_basis(x)
     hi = jax.lax.Precision.HIGHEST
     return jnp.matmul(b.T, jnp.matmul(jac, b, precision=hi), precision=hi)
-
-
-def classify_moduli(moduli, tol: float = 1e-6) -> tuple[str, int, int]:
-    """``(classification, unstable_dims, neutral_dims)`` from eigenvalue moduli.
-
-    ``unstable_dims`` = #{|lambda| > 1 + tol}, ``neutral_dims`` = #{| |lambda| - 1 | <= tol};
-    classification is ``"unstable"`` if any is unstable, else ``"marginal"`` if any is neutral,
-    else ``"stable"``.
-    """
-    moduli = np.asarray(moduli)
-    unstable = int(np.sum(moduli > 1 + tol))
-    neutral = int(np.sum(np.abs(moduli - 1) <= tol))
-    cls = "unstable" if unstable else ("marginal" if neutral else "stable")
-    return cls, unstable, neutral
-
-
-@dataclasses.dataclass(frozen=True)
-class StabilityReport:
-    """Linearisation of one layer map at a point (host-side NumPy arrays).
-
-    Attributes:
-        eigenvalues: complex multipliers, sorted by decreasing modulus.
-        moduli: their raw moduli (classification uses cluster-averaged ones, see `cluster_means`).
-        spectral_radius: the largest (cluster-averaged) modulus.
-        classification: ``"stable"`` (all |lambda| < 1 - tol), ``"unstable"`` (some |lambda| > 1 + tol) or ``"marginal"`` (none outside,
-            some within tol of 1).
-        unstable_dims: number of expanding directions, #{|lambda| > 1 + tol}.
-        neutral_dims: number of neutral directions, #{| |lambda| - 1 | <= tol} (non-hyperbolic
-            tokens and symmetry directions).
-        residual: $\\|F(x) - x\\|_F$ (the multipliers mean something only when this is small).
-        space: ``"tangent"`` or ``"full"``.
-        tol: the tolerance used.
-    """
-
-    eigenvalues: np.ndarray
-    moduli: np.ndarray
-    spectral_radius: float
-    classification: str
-    unstable_dims: int
-    neutral_dims: int
-    residual: float
-    space: str
-    tol: float
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (eigenvalues as ``[re, im]`` pairs)."""
-        return {
-            "eigenvalues": [[float(z.real), float(z.imag)] for z in self.eigenvalues],
-            "moduli": [float(m) for m in self.moduli],
-            "spectral_radius": self.spectral_radius,
-            "classification": self.classification,
-            "unstable_dims": self.unstable_dims,
-            "neutral_dims": self.neutral_dims,
-            "residual": self.residual,
-            "space": self.space,
-            "tol": self.tol,
-        }
-
-
-def cluster_means(eigs: np.ndarray, radius: float = 1e-3) -> np.ndarray:
-    """Replace each eigenvalue by the mean of its cluster (single linkage within ``radius``).
-
-    A Jordan block of size ``m`` perturbed by rounding ``eps`` has eigenvalues on a circle of
-    radius ``~eps ** (1/m)`` around the true value, but their mean is exact to ``O(eps)`` (the
-    trace). The paper's equilibria have defective multipliers 1 (``m`` up to ``d - 1``), so
-    classifying raw moduli with a tolerance of 1e-6 would call them unstable at d >= 4.
-    """
-    eigs = np.asarray(eigs)
-    k = eigs.shape[0]
-    if k == 0:
-        return eigs
-    near = np.abs(eigs[:, None] - eigs[None, :]) <= radius
-    from scipy.sparse.csgraph import connected_components
-
-    _, labels = connected_components(near, directed=False)
-    means = np.array([eigs[labels == c].mean() for c in range(labels.max() + 1)])
-    return means[labels]
-
-
-def _report(eigs, residual, space, tol, cluster) -> StabilityReport:
-    eigs = np.asarray(eigs)
-    mod = np.abs(eigs)
-    order = np.argsort(-mod, kind="stable")
-    eigs, mod = eigs[order], mod[order]
-    # Classify the cluster-averaged moduli (robust to defective multipliers, see cluster_means).
-    eff = np.abs(cluster_means(eigs, cluster)) if cluster > 0 else mod
-    cls, unstable, neutral = classify_moduli(eff, tol)
-    return StabilityReport(
-        eigenvalues=eigs,
-        moduli=mod,
-        spectral_radius=float(eff.max()) if mod.size else 0.0,
-        classification=cls,
-        unstable_dims=unstable,
-        neutral_dims=neutral,
-        residual=float(residual),
-        space=space,
-        tol=float(tol),
-    )
-
-
-def stability(
-    layer: SelfAttentionLayer,
-    x: Float[Array, "n d"],
-    *,
-    t=0,
-    tol: float = 1e-6,
-    space: Literal["auto", "tangent", "full"] = "auto",
-    cluster: float = 1e-3,
-) -> StabilityReport:
-    r"""Multipliers of ``layer`` at ``x`` by a dense Jacobian and a dense (NumPy, CPU) eigensolver.
-
-    Arguments:
-        layer: a `SelfAttentionLayer`.
-        x: a fixed point ``(n, d)`` (or near one: see ``residual``).
-        t: layer index.
-        tol: tolerance on $|\lambda| - 1$ for the classification.
-        space: see `tangent_jacobian`.
-        cluster: eigenvalues closer than this are averaged before classifying (defective
-            multipliers; see `cluster_means`); 0 classifies the raw moduli.
-
-    Returns:
-        A `StabilityReport`. Eigenvalues are computed per strongly connected block of the
-        token dependency pattern (`block_eigvals`), which is exact for the causal mask's block
-        triangular Jacobian.
-    """
-    x = jnp.asarray(x)
-    jac = np.asarray(tangent_jacobian(layer, x, t, space=space), dtype=np.float64)
-    residual = float(_residual(layer, x, t))
-    eigs = block_eigvals(jac, x.shape[0]) if jac.size else np.zeros(0, complex)
-    return _report(eigs, residual, "tangent" if _use_tangent(layer, space) else "full", tol, cluster)
-
-
-# ||F(x) - x||_F, compiled once per layer structure.
-_residual = eqx.filter_jit(equilibrium_residual)
-
-
-def block_eigvals(jac: np.ndarray, num_tokens: int) -> np.ndarray:
-    """Eigenvalues of a token-blocked matrix via its block-triangular (SCC) structure.
-
-    Token ``i``'s output depends on token ``j`` only if ``j`` is reachable from ``i`` in the
-    mask, so exact zero blocks appear (the causal Jacobian is block lower triangular). Up to a
-    permutation the matrix is block triangular over the strongly connected components of the
-    block pattern, and its spectrum is the union of the diagonal blocks' spectra. Computing those
-    separately matters here: the non-hyperbolic tokens at $e_d$ carry Jordan blocks of
-    eigenvalue 1 (size up to ``d - 1``) whose dense eigenvalues would be perturbed by
-    ``eps ** (1 / size)`` (~1e-3 for d = 6) through the coupling with other tokens.
-    """
-    from scipy.sparse.csgraph import connected_components
-
-    m = jac.shape[0] // num_tokens
-    blocks = np.abs(jac).reshape(num_tokens, m, num_tokens, m).max(axis=(1, 3))
-    ncomp, labels = connected_components(blocks > 0, directed=True, connection="strong")
-    out = []
-    for c in range(ncomp):
-        idx = np.concatenate([np.arange(i * m, (i + 1) * m) for i in np.nonzero(labels == c)[0]])
-        out.append(np.linalg.eigvals(jac[np.ix_(idx, idx)]))
-    return np.concatenate(out)
 
 
 def _jvp_operator(layer, x, t, tangent: bool):

@@ -1,0 +1,118 @@
+r"""Use every CPU core: one XLA host device per core, configured before JAX initialises.
+
+XLA:CPU gives a process one device by default; that device spreads a single GEMM over the
+cores, but the batched LAPACK calls of the spectral metrics (one ``gesdd`` per token matrix)
+and the many small operations of a layer mostly run on one core. Splitting the batch of
+trajectories over one device per core (`rankdyn.simulate(..., devices="all")`) uses them all.
+
+Why this module also sizes XLA's thread pool. In jaxlib 0.10.x a batched LAPACK custom call
+(``jnp.linalg.svd``, ``eigh``, ...) runs on a worker of XLA:CPU's intra-op thread pool, splits
+its batch into chunks, *schedules the chunks on that same pool* and blocks until they finish
+(``ParallelBatchMap`` in ``jaxlib/cpu/lapack_kernels.cc``). The pool is shared by all host
+devices and has one thread per core. When every device reaches its SVD at the same moment (an
+SPMD program does), every worker blocks waiting for chunks that no free worker is left to run:
+a deadlock with all threads asleep in a futex wait (see ``benchmarks/README.md``, "Several
+devices", for the reproducer and the native stacks). A pool with more threads than LAPACK
+calls that can block at once cannot deadlock this way, so `use_cpu_devices` makes the pool
+``2 * num_devices`` threads (XLA reads its size from the ``NPROC`` environment variable when
+the CPU client is created). Upstream removed the parallel path from open-source builds after
+0.11.0 (jax-ml/jax#36927).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+__all__ = ["available_cores", "resolve_num_devices", "use_cpu_devices"]
+
+#: XLA:CPU's intra-op pool gets this many threads per host device (see the module docstring).
+POOL_THREADS_PER_DEVICE = 2
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_num_devices(n: int | str = "all", *, flag: str = "n") -> int:
+    """``"all"`` -> the core count; an int in ``[1, cores]`` is returned as is.
+
+    Raises:
+        ValueError: for anything else, naming ``flag`` and the valid range.
+    """
+    cores = available_cores()
+    if isinstance(n, str):
+        if n.strip().lower() == "all":
+            return cores
+        try:
+            n = int(n)
+        except ValueError:
+            raise ValueError(f"{flag} must be 'all' or an integer in [1, {cores}], got {n!r}.") from None
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ValueError(f"{flag} must be 'all' or an integer in [1, {cores}], got {n!r}.")
+    if not 1 <= n <= cores:
+        raise ValueError(
+            f"{flag} must be 'all' or an integer in [1, {cores}] (this machine has {cores} core(s)), got {n}."
+        )
+    return n
+
+
+def _backends_initialized() -> bool:
+    # jax exposes no public predicate; this private one has existed since jax 0.4.
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
+def use_cpu_devices(n: int | str = "all") -> int:
+    """Split the CPU into ``n`` XLA host devices (default: one per core), hang-free.
+
+    Call it at the top of a script, **before** any JAX array is created or `jax.devices()` is
+    called; then pass ``devices="all"`` to `rankdyn.simulate` (or let `rankdyn.run_sweep` shard
+    by itself). It sets ``jax_num_cpu_devices`` and sizes XLA:CPU's intra-op thread pool to
+    ``2 * n`` threads through the ``NPROC`` environment variable (a larger ``NPROC`` already set
+    is kept): with one thread per device, batched LAPACK calls of several devices can deadlock
+    on jaxlib 0.10 (module docstring). Library code never calls this: it changes process-wide
+    configuration, which only the program's author (or the CLI's ``--devices``) may decide.
+
+    Arguments:
+        n: ``"all"`` (one device per available core) or an integer in ``[1, cores]``.
+
+    Returns:
+        The number of CPU devices configured.
+
+    Raises:
+        ValueError: if ``n`` is not ``"all"`` or in ``[1, cores]``.
+        RuntimeError: if JAX is already initialised with a different number of CPU devices
+            (move the call before the first JAX operation, or start a new process).
+    """
+    import jax
+
+    n = resolve_num_devices(n)
+    if _backends_initialized():
+        have = len(jax.devices("cpu"))
+        if have != n:
+            raise RuntimeError(
+                f"JAX is already initialised with {have} CPU device(s), so use_cpu_devices({n}) cannot take "
+                "effect; call rankdyn.use_cpu_devices() before any JAX operation (array creation, "
+                "jax.devices()), or start a new Python process."
+            )
+        if n > 1 and int(os.environ.get("NPROC", "0") or 0) < POOL_THREADS_PER_DEVICE * n:
+            warnings.warn(
+                f"JAX was initialised with {n} CPU devices before use_cpu_devices() could size XLA's thread "
+                "pool; sharded batched LAPACK calls (SVD metrics) may deadlock on jaxlib 0.10. Call "
+                "rankdyn.use_cpu_devices() before any JAX operation.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return n
+    pool = POOL_THREADS_PER_DEVICE * n
+    current = os.environ.get("NPROC", "")
+    if not (current.isdigit() and int(current) >= pool):
+        os.environ["NPROC"] = str(pool)  # read by XLA:CPU when the client is created
+    jax.config.update("jax_num_cpu_devices", n)
+    return n

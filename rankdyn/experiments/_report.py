@@ -1,0 +1,173 @@
+"""The reproduce report: a short ``report.md`` and the full listings ``report/<target>.md``.
+
+``report.md`` (at most `MAX_LINES` lines) holds the summary table, then per target one paragraph
+(the claim), its key numbers to 3 significant digits, its checks and its main figure. Each
+target's settings, tables, measured values, every figure and notes go to ``report/<target>.md``,
+linked from the summary. A figure file that does not exist is named as missing, never linked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["write_report", "render_target", "MAX_LINES"]
+
+#: The summary report stays readable: at most this many lines.
+MAX_LINES = 200
+
+
+def _fmt_value(v) -> str:
+    """Compact text for a JSON-able value (numbers to 3 significant digits, long lists shortened)."""
+    from .._io import to_jsonable
+
+    v = to_jsonable(v)
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list):
+        flat = all(x is None or isinstance(x, (int, float)) for x in v)
+        if flat and len(v) > 12:
+            head = ", ".join(_fmt_value(x) for x in v[:5])
+            tail = ", ".join(_fmt_value(x) for x in v[-3:])
+            return f"[{head}, ..., {tail}] ({len(v)} values)"
+        return "[" + ", ".join(_fmt_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_fmt_value(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def _bullets(d: dict, indent: int = 0) -> list[str]:
+    """Nested dict -> Markdown bullet list (two levels of nesting at most)."""
+    lines = []
+    pad = "  " * indent
+    for k, v in d.items():
+        if isinstance(v, dict) and v and indent < 2:
+            lines.append(f"{pad}- `{k}`:")
+            lines.extend(_bullets(v, indent + 1))
+        else:
+            lines.append(f"{pad}- `{k}`: {_fmt_value(v)}")
+    return lines
+
+
+def _figure(out: Path, fig: str, prefix: str, alt: str) -> str:
+    """An image link if the file exists under ``out``, else a plain 'missing' note."""
+    if (out / fig).is_file():
+        return f"![{alt}]({prefix}{fig})"
+    return f"*(figure {fig} was not written)*"
+
+
+def _checks_table(checks) -> list[str]:
+    rows = ["| check | result | detail |", "|---|---|---|"]
+    for c in checks:
+        detail = " ".join(str(c.get("detail", "")).split())
+        rows.append(f"| {c['name']} | {c['status']} | {detail} |")
+    return rows
+
+
+def render_target(res: dict, out: Path | None = None, prefix: str = "../") -> str:
+    """One target's full listing: claim, verdict and criterion, checks, setting, tables, measured,
+    every figure, notes (``report/<target>.md``; figure links relative to it)."""
+    out = Path(".") if out is None else Path(out)
+    lines = [f"# `{res['name']}`: **{res['verdict']}**", ""]
+    lines += [f"**Claim.** {res.get('claim', '')}", ""]
+    lines += [f"**Verdict: {res['verdict']}.** Criterion: {res.get('criterion', '')}", ""]
+    if res.get("checks"):
+        lines += _checks_table(res["checks"]) + [""]
+    lines += ["## Setting", ""] + _bullets(res.get("setting", {})) + [""]
+    if res.get("markdown"):
+        lines += ["## Tables", "", res["markdown"].rstrip(), ""]
+    lines += ["## Measured", ""] + _bullets(res.get("measured", {})) + [""]
+    for fig in res.get("figures", []):
+        lines += [_figure(out, fig, prefix, f"{res['name']}: {fig}"), ""]
+    if res.get("notes"):
+        lines += [f"**Notes.** {res['notes']}", ""]
+    if "traceback" in res:
+        lines += ["```", res["traceback"].rstrip(), "```", ""]
+    if "runtime_s" in res:
+        lines += [f"*Runtime: {res['runtime_s']:.1f} s wall, {res.get('cpu_s', float('nan')):.1f} s CPU.*", ""]
+    return "\n".join(lines)
+
+
+def _summary_section(res: dict, out: Path) -> list[str]:
+    """A target's part of the short report: paragraph, key numbers, checks, main figure."""
+    name = res["name"]
+    claim = " ".join(str(res.get("claim", "")).split())
+    lines = [f'<a id="{name}"></a>', "", f"## {name}: {res['verdict']}", "", claim, ""]
+    key = res.get("key_numbers") or {}
+    if key:
+        lines.append("Key numbers: " + "; ".join(f"{k} {_fmt_value(float(v)) if _is_num(v) else v}"
+                                                 for k, v in key.items()) + ".")
+        lines.append("")
+    checks = res.get("checks") or []
+    if checks:
+        lines.append("Checks: " + "; ".join(f"{c['name']}: {c['status']}" for c in checks) + ".")
+        lines.append("")
+    figs = res.get("figures") or []
+    if figs:
+        lines += [_figure(out, figs[0], "", f"{name}: main figure"), ""]
+    lines += [f"Full listing: [report/{name}.md](report/{name}.md).", ""]
+    return lines
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int) -> Path:
+    """Write ``out/report.md`` (summary, at most `MAX_LINES` lines) and ``out/report/<target>.md``.
+
+    Raises:
+        ValueError: if the summary would exceed `MAX_LINES` lines (a target's key numbers or
+            checks are too long for a summary; shorten them).
+    """
+    from .._io import provenance
+
+    out = Path(out)
+    (out / "report").mkdir(parents=True, exist_ok=True)
+    prov = provenance()
+    counts: dict[str, int] = {}
+    for r in results.values():
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    lines = [
+        "# rankdyn reproduce: report",
+        "",
+        "Wu, Ajorlou, Wang, Jegelka, Jadbabaie, *On the Role of Attention Masks and LayerNorm in Transformers*, "
+        "NeurIPS 2024. Each verdict is computed from the target's checks: reproduced = every check testable and "
+        "passed; partially = at least half of the testable checks pass, or a check could not fail here; otherwise "
+        "not reproduced. The model, theorems and settings are explained in rankdyn's docs/theory.md.",
+        "",
+        f"Mode: {'quick (reduced sizes)' if quick else 'full'}; seed {seed}; total {runtime_s:.1f} s; "
+        f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}. Verdicts: "
+        + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".",
+        "",
+        "| target | verdict | checks passed (testable / all) | wall (s) |",
+        "|---|---|---|---|",
+    ]
+    for name, res in results.items():
+        checks = res.get("checks") or []
+        testable = [c for c in checks if c["status"] != "not testable here"]
+        passed = sum(c["status"] == "pass" for c in testable)
+        cell = f"{passed} / {len(testable)} / {len(checks)}" if checks else "-"
+        lines.append(f"| [{name}](#{name}) | {res['verdict']} | {cell} | {res.get('runtime_s', float('nan')):.1f} |")
+    lines.append("")
+    for name, res in results.items():
+        lines += _summary_section(res, out)
+        (out / "report" / f"{name}.md").write_text(render_target(res, out))
+    if len(lines) > MAX_LINES:
+        raise ValueError(f"report.md would have {len(lines)} lines (limit {MAX_LINES}); shorten the targets' "
+                         "key numbers or checks.")
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    (out / "report" / "provenance.json").write_text(json.dumps(prov, indent=1))
+    return path
