@@ -168,7 +168,7 @@ DEVICES = None
 
 
 def run_rankdyn(layer, x0, num_layers, observe=OBSERVE_MU):
-    tr = rd.simulate(layer, x0, num_layers, observe=observe, devices=DEVICES)
+    tr = rd.simulate(layer, x0, num_layers, observe=observe, devices=DEVICES, per_trajectory=True)
     jax.block_until_ready(tr.metrics)
     return tr
 
@@ -252,10 +252,10 @@ def bench_config(name, cfg, args, peak):
 
     if name == "small" and not args.no_all_metrics:
         with CompileTimer() as cta:
-            tra = rd.simulate(layer, x0, cfg["layers"], devices=DEVICES)
+            tra = rd.simulate(layer, x0, cfg["layers"], devices=DEVICES, per_trajectory=True)
             jax.block_until_ready(tra.metrics)
         with Clock() as ca:
-            tra = rd.simulate(layer, x0, cfg["layers"], devices=DEVICES)
+            tra = rd.simulate(layer, x0, cfg["layers"], devices=DEVICES, per_trajectory=True)
             jax.block_until_ready(tra.metrics)
         res["rankdyn_all_metrics_first_call_s"] = cta.total_s
         res["rankdyn_all_metrics_s"], res["rankdyn_all_metrics_cpu_s"] = ca.wall, ca.cpu
@@ -315,7 +315,7 @@ def memory_child(name: str, layers: int, quick: bool, save_every: int = 1) -> No
     cfg = dict(CONFIGS[name], **(QUICK[name] if quick else {}))
     cfg["layers"] = layers
     layer, x0 = build(cfg, seed=0)
-    tr = rd.simulate(layer, x0, layers, observe=OBSERVE_MU, save_every=save_every)
+    tr = rd.simulate(layer, x0, layers, observe=OBSERVE_MU, save_every=save_every, per_trajectory=True)
     jax.block_until_ready(tr.metrics)
     out_bytes = sum(np.asarray(v).nbytes for v in tr.metrics.values())
     device_peak = None

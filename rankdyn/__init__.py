@@ -10,7 +10,7 @@ __version__ = _package_version("rankdyn")
 
 from ._build import make_layer as make_layer
 from ._graph import GraphInfo as GraphInfo, distances as distances, graph_info as graph_info
-from ._init import X0_NAMES as X0_NAMES, initial_tokens as initial_tokens
+from ._init import X0_NAMES as X0_NAMES, TokenSampler as TokenSampler, initial_tokens as initial_tokens
 from ._layer import (
     PLACEMENTS as PLACEMENTS,
     AttentionWeights as AttentionWeights,
@@ -61,6 +61,7 @@ from ._rates import (
     theorem2_rate as theorem2_rate,
 )
 from ._simulate import Trajectory as Trajectory, simulate as simulate
+from ._stats import Summary as Summary
 from ._weights import (
     QK_NAMES as QK_NAMES,
     VALUE_NAMES as VALUE_NAMES,
@@ -96,7 +97,7 @@ from .equilibria import (
 )
 
 # Sweeps (issue 6): TOML grid -> resumable chunks -> xarray dataset (docs/sweep.md)
-from ._sweep import (
+from .sweep import (
     SweepConfig as SweepConfig,
     SweepPlan as SweepPlan,
     assemble_sweep as assemble_sweep,

@@ -90,7 +90,8 @@ def _depth_log_objective(layer, w_v, x0, num_layers, objective, upper=False):
     rate is what W_V controls.
     """
     layer = eqx.tree_at(lambda l: l.weights.w_v, layer, _normalised(w_v, upper)[None])
-    traj = simulate(layer, x0, num_layers, observe=lambda x: {"phi": rank_objective(x, objective)})
+    traj = simulate(layer, x0, num_layers, observe=lambda x: {"phi": rank_objective(x, objective)},
+                    per_trajectory=True)
     phi = traj.metrics["phi"][:, 1:]
     floor = 1.0 if objective == "eff_rank" else 0.0
     tiny = jnp.finfo(phi.dtype).tiny

@@ -1,20 +1,23 @@
 r"""Initial token matrices $X^{(0)}$ (`docs/theory.md#experiments`).
 
 All samplers take an explicit ``key`` and return ``(n, d)``, or ``(batch, n, d)`` when
-``batch`` is given.
+``batch`` is given. Trajectory ``i`` of a batch is drawn from ``fold_in(key, i)``: its tokens do
+not depend on the batch size, and a chunk of trajectories can be drawn without the others
+(`TokenSampler`), so a run of millions of trajectories never holds the whole batch.
 """
 
 from __future__ import annotations
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-__all__ = ["initial_tokens", "X0_NAMES"]
+__all__ = ["initial_tokens", "TokenSampler", "X0_NAMES"]
 
 X0_NAMES = ("gaussian", "sphere", "nonneg", "bert")
 
@@ -55,6 +58,54 @@ def _batch_shape(batch) -> tuple[int, ...]:
     return tuple(int(b) for b in shape)
 
 
+def _check(kind, n, d, batch):
+    if kind not in X0_NAMES:
+        raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
+    if n < 1 or d < 1:
+        raise ValueError(f"need n >= 1 tokens and d >= 1 features, got n={n}, d={d}.")
+    if batch is not None:
+        _batch_shape(batch)
+
+
+class TokenSampler(eqx.Module):
+    """Initial tokens of ``batch`` trajectories, drawn a chunk at a time (never all at once).
+
+    ``TokenSampler(key, kind, n, d, batch).sample(jnp.arange(batch))`` equals
+    ``initial_tokens(key, kind, n, d, batch=batch)``; `rankdyn.simulate` accepts a sampler in
+    place of ``x0`` and draws each chunk inside the compiled program.
+
+    Attributes:
+        key: the PRNG key; trajectory ``i`` uses ``fold_in(key, i)``.
+        kind: one of `X0_NAMES` (see `initial_tokens`).
+        num_tokens, dim: n and d.
+        batch: number of trajectories.
+        common_weight: for ``bert``, the weight of the shared direction.
+    """
+
+    key: PRNGKeyArray
+    common_weight: Float[Array, ""]
+    kind: str = eqx.field(static=True)
+    num_tokens: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    batch: int = eqx.field(static=True)
+    dtype: jnp.dtype = eqx.field(static=True)
+
+    def __init__(self, key, kind: str, n: int, d: int, batch: int, *, dtype=None, common_weight: float = 1.0):
+        _check(kind, n, d, batch)
+        if isinstance(batch, (tuple, list)):
+            raise ValueError(f"a TokenSampler has one batch axis: pass an integer batch, got {batch!r}.")
+        self.key = key
+        self.kind, self.num_tokens, self.dim, self.batch = kind, n, d, int(batch)
+        self.dtype = jnp.zeros((), dtype if dtype is not None else float).dtype
+        self.common_weight = jnp.asarray(common_weight, self.dtype)
+
+    def sample(self, index: Int[Array, " c"]) -> Float[Array, "c n d"]:
+        """Tokens of the trajectories ``index`` (any indices; ``>= batch`` gives valid extra draws)."""
+        one = lambda i: _one(jr.fold_in(self.key, i), self.kind, self.num_tokens, self.dim, self.dtype,  # noqa: E731
+                             self.common_weight)
+        return jax.vmap(one)(index)
+
+
 def initial_tokens(
     key: PRNGKeyArray, kind: str, n: int, d: int, batch: int | tuple[int, ...] | None = None, *, dtype=None,
     common_weight: float = 1.0,
@@ -66,20 +117,18 @@ def initial_tokens(
             the positive orthant of the sphere, so all cosines are >= 0), ``bert`` (centred
             LayerNorm of Gaussian embeddings sharing a common direction; token norm sqrt(d)).
         batch: number of independent samples (or a tuple of batch axes), or None for one ``(n, d)``.
+            Sample ``i`` (row-major over the batch axes) is drawn from ``fold_in(key, i)``.
         common_weight: for ``bert``, the weight of the shared direction (cosines ~ w^2/(1+w^2)).
 
     Raises:
-        ValueError: for an unknown ``kind``, ``n`` or ``d`` below 1, or a ``batch`` that is not a
-            positive integer (or a tuple of them).
+        ValueError: for an unknown ``kind``, n or d below 1, or a batch that is not positive.
     """
-    if kind not in X0_NAMES:
-        raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
-    if n < 1 or d < 1:
-        raise ValueError(f"need n >= 1 tokens and d >= 1 features, got n={n}, d={d}.")
+    _check(kind, n, d, batch)
     dtype = jnp.zeros((), dtype if dtype is not None else float).dtype
     if batch is None:
         return _one(key, kind, n, d, dtype, common_weight)
     shape = _batch_shape(batch)
-    keys = jr.split(key, math.prod(shape))
-    xs = jax.vmap(lambda k: _one(k, kind, n, d, dtype, common_weight))(keys)
+    xs = TokenSampler(key, kind, n, d, math.prod(shape), dtype=dtype, common_weight=common_weight).sample(
+        jnp.arange(math.prod(shape))
+    )
     return xs.reshape(shape + (n, d))

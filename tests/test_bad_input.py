@@ -64,7 +64,8 @@ ROWS = {
                              ["--out", "cannot write in"]),
     # --- sizes that cannot fit in memory (far beyond any machine: the estimate refuses them)
     "huge n and d": ("simulate", ["--n", "65536", "--d", "65536"], ["--n 65536", "needs about", "Fix: lower"]),
-    "huge batch": ("simulate", ["--batch", str(10**10)], ["needs about", "Fix:", "--batch"]),
+    "huge batch": ("simulate", ["--batch", str(10**10), "--per-trajectory"], ["needs about", "Fix:", "--batch"]),
+    "batch beyond 32-bit indices": ("simulate", ["--batch", str(10**10)], ["--batch 10000000000", "2^31"]),
     "huge per-layer weights": ("simulate", ["--layers", str(10**9), "--per-layer-weights"],
                                ["weights", "Fix: drop --per-layer-weights"]),
     "equilibria Jacobians": ("equilibria", ["--n", "256", "--d", "256"], ["needs about", "Fix: lower --"]),

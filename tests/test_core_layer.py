@@ -82,7 +82,7 @@ def test_zero_row_is_reported_not_nan():
     y, aux = layer(x)
     assert bool(aux.degenerate)
     assert np.all(np.isfinite(np.asarray(y)))
-    traj = rd.simulate(layer, jnp.stack([x, jnp.array([[1.0, 0.0], [0.0, 1.0]])]), 5)
+    traj = rd.simulate(layer, jnp.stack([x, jnp.array([[1.0, 0.0], [0.0, 1.0]])]), 5, per_trajectory=True)
     assert np.asarray(traj.degenerate).tolist() == [True, False]
     assert np.asarray(traj.nonfinite).tolist() == [False, False]
     lnx, bad = rd.LayerNorm()(jnp.ones((2, 3)))
@@ -101,7 +101,7 @@ def test_ln_dynamics_invariant_to_value_scale(getkey):
     # ... and without LN the scale matters (the test can tell the two apart).
     nl = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian", norm="none")
     nl2 = eqx.tree_at(lambda l: l.weights.w_v, nl, 7.5 * nl.weights.w_v)
-    assert not np.allclose(rd.simulate(nl, x0, 3).metrics["mu"], rd.simulate(nl2, x0, 3).metrics["mu"])
+    assert not np.allclose(rd.simulate(nl, x0, 3).summary.mean["mu"], rd.simulate(nl2, x0, 3).summary.mean["mu"])
 
 
 def test_complete_mask_is_permutation_equivariant(getkey):

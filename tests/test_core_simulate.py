@@ -18,7 +18,7 @@ def test_scan_equals_python_loop_and_vmap_equals_per_sample(getkey):
     for b in range(3):
         ref = python_loop(layer, x0[b], 7)
         np.testing.assert_allclose(np.asarray(traj.states[b]), ref, atol=1e-13)
-        single = rd.simulate(layer, x0[b], 7)
+        single = rd.simulate(layer, x0[b], 7, per_trajectory=True)
         np.testing.assert_allclose(np.asarray(traj.metrics["mu"][b]), np.asarray(single.metrics["mu"]), atol=1e-13)
     mu_ref = [float(rd.mu(jnp.asarray(x))) for x in python_loop(layer, x0[1], 7)]
     np.testing.assert_allclose(np.asarray(traj.metrics["mu"][1]), mu_ref, rtol=1e-12)
@@ -81,9 +81,10 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
     for mask in PAPER_MASKS:
         layer = small_layer(key, n=n, d=d, mask=mask, norm="none", value="orthogonal", qk="gaussian")
         traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "mu_normalized": rd.mu_normalized(x),
-                                                            "row_norm_mean": jnp.mean(rd.row_norms(x))})
+                                                            "row_norm_mean": jnp.mean(rd.row_norms(x))},
+                           per_trajectory=True)
         info = rd.graph_info(np.asarray(layer.mask))
-        s = traj.summary()
+        s = traj.summary.to_dict()
         eps = float(np.min(np.asarray(traj.metrics["eps_min"])))
         bound = rd.theorem1_rate(eps, info.radius)
         for name in ("mu", "mu_normalized"):
@@ -110,7 +111,8 @@ def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
                         qk_std=2.0)
     x0 = sphere_tokens(getkey(), n, d, batch=8)
     assert np.all(np.asarray(jax.vmap(lambda x: rd.collapse_metrics(x)["num_rank"])(x0)) == n)  # condition (*)
-    traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.min_cosine(x)})
+    traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.min_cosine(x)},
+                       per_trajectory=True)
     mu = np.asarray(traj.metrics["mu"])
     t = np.asarray(traj.layers)
     assert np.all(mu[:, -1] < 1e-12 * mu[:, 0])
@@ -135,7 +137,7 @@ def test_temperature_and_values_sweep_compiles_once(getkey):
     # And a vmap over temperatures is one program whose members differ.
     dqks = jnp.array([0.01, 1.0, 100.0])
     stack = eqx.filter_vmap(lambda q: eqx.tree_at(lambda l: l.dqk, layer, q))(dqks)
-    traj = eqx.filter_vmap(lambda l: rd.simulate(l, x0, 6))(stack)
+    traj = eqx.filter_vmap(lambda l: rd.simulate(l, x0, 6, per_trajectory=True))(stack)
     assert traj.metrics["mu"].shape == (3, 2, 7)
     assert len({round(float(v), 8) for v in np.asarray(traj.metrics["mu"])[:, 0, -1]}) == 3
 

@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
     one = rd.simulate(layer, x0, 8, save_every=2, save_states=True)
     many = rd.simulate(layer, x0, 8, save_every=2, save_states=True, devices="all")
     mu_only = jax.tree_util.Partial(lambda x: {"mu": rd.mu(x)})
-    two = rd.simulate(layer, x0, 8, save_every=2, devices=2, chunk_size=2, observe=mu_only)
+    two = rd.simulate(layer, x0, 8, save_every=2, devices=2, chunk_size=2, observe=mu_only, per_trajectory=True)
     out["max_abs_diff"] = max(
         float(np.max(np.abs(np.asarray(one.metrics[k]) - np.asarray(many.metrics[k])))) for k in one.metrics
     )
@@ -48,8 +48,8 @@ SCRIPT = textwrap.dedent(
     # Dropout: the per-trajectory key streams must follow the trajectories onto their devices.
     drop = rd.make_layer(jr.PRNGKey(2), n=6, d=6, mask="window", qk="gaussian", dropout=0.2)
     xd = rd.initial_tokens(jr.PRNGKey(3), "sphere", 6, 6, batch=8)
-    d1 = rd.simulate(drop, xd, 5, key=jr.PRNGKey(4), observe=mu_only)
-    d4 = rd.simulate(drop, xd, 5, key=jr.PRNGKey(4), devices="all", observe=mu_only)
+    d1 = rd.simulate(drop, xd, 5, key=jr.PRNGKey(4), observe=mu_only, per_trajectory=True)
+    d4 = rd.simulate(drop, xd, 5, key=jr.PRNGKey(4), devices="all", observe=mu_only, per_trajectory=True)
     out["dropout_diff"] = float(np.max(np.abs(np.asarray(d1.metrics["mu"]) - np.asarray(d4.metrics["mu"]))))
     # shard_batch really splits the leading axis over the 4 devices.
     xs = shard_batch(jnp.zeros((8, 6, 6)), batch_mesh())
@@ -127,7 +127,7 @@ HANG_SCRIPT = textwrap.dedent(
     x0 = rd.initial_tokens(jr.PRNGKey(1), "sphere", 16, 32, batch=256)
     for rep in range(int(sys.argv[1])):
         traj = rd.simulate(layer, x0, 16, devices="all")  # default metrics: a batched SVD per layer
-        jax.block_until_ready(traj.metrics)
+        jax.block_until_ready(traj)
     print(len(jax.devices()), "devices ok")
     """
 )

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 import rankdyn as rd
-from rankdyn import _sweep
+from rankdyn.sweep import NETCDF_ENGINE, _program
 from rankdyn.cli import main as cli_main
 
 TINY = """
@@ -58,6 +58,12 @@ def _cfg(text=TINY, **replace):
         (("n = 5", "n = [5, 6]"), "[fixed] n: a fixed parameter is one value"),
         (('final = ["mu", "num_rank"]', 'final = ["rank"]'), "[observe] final: unknown metric 'rank'"),
         (("layers = 6", "layers = 5"), "[fixed] layers = 5 is not a multiple of [fixed] save_every = 2"),
+        (("[observe]\n", "[observe]\nrate_start = 6\n"), "[observe] rate_start = 6 is not below [fixed] layers = 6"),
+        (("[observe]\n", "[observe]\nrate_start = 2\nrate_stop = 2\n"), "rate_stop = 2 must be larger than"),
+        (('per_layer = ["mu", "mu_normalized", "min_cos"]', 'metrics = "mu,foo"'),
+         "[observe] metrics: unknown metric 'foo'; valid names: all, mu,"),
+        (("[observe]\n", '[observe]\nmetrics = "mu"\n'), "has both per_layer and metrics"),
+        (("n = 5", "n = 5\nattn_dropout = 1.0"), "[fixed] attn_dropout = 1.0: a dropout rate must be in [0, 1)"),
     ],
 )
 def test_validation_names_key_and_value(edit, message):
@@ -94,8 +100,8 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
     plan = rd.sweep_plan(cfg)
     assert len(plan.groups) == 1 and len(plan.chunks) == 5  # 10 cells, 2 per chunk
     # The group's program may be traced once only, however many temperatures, seeds and chunks.
-    once = eqx.filter_jit(eqx.debug.assert_max_traces(_sweep._program_impl, max_traces=1))
-    monkeypatch.setattr(_sweep, "_jit_program", once)
+    once = eqx.filter_jit(eqx.debug.assert_max_traces(_program._program_impl, max_traces=1))
+    monkeypatch.setattr(_program, "_jit_program", once)
     ds = rd.run_sweep(cfg, tmp_path / "a", progress=False)
     assert ds["mu"].dims == ("dqk", "seed", "layer", "stat")
     assert list(ds["dqk"].values) == [0.25, 1.0, 4.0, 16.0, 64.0]
@@ -108,8 +114,9 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
         k_layer, k_x0, _ = jr.split(jr.PRNGKey(seed), 3)
         layer = rd.make_layer(k_layer, n=5, d=4, mask="causal", dqk=dqk)
         x0 = rd.initial_tokens(k_x0, "sphere", 5, 4, batch=4)
-        traj = rd.simulate(layer, x0, 6, save_every=2, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.min_cosine(x)})
-        ref = traj.summary()
+        traj = rd.simulate(layer, x0, 6, save_every=2, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.min_cosine(x)},
+                           per_trajectory=True)
+        ref = traj.summary.to_dict()
         cell = ds.sel(dqk=dqk, seed=seed)
         for name in ("mu", "min_cos", "eps_min"):
             np.testing.assert_allclose(cell[name].sel(stat="mean").values, ref[name]["mean"], rtol=1e-10, atol=1e-14)
@@ -118,8 +125,8 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
         assert float(cell["radius"]) == 1.0  # causal mask: token 0 is the center, r = 1
 
     # Negative control: a shape-changing axis (d) needs a second program, and the counter sees it.
-    twice = eqx.filter_jit(eqx.debug.assert_max_traces(_sweep._program_impl, max_traces=1))
-    monkeypatch.setattr(_sweep, "_jit_program", twice)
+    twice = eqx.filter_jit(eqx.debug.assert_max_traces(_program._program_impl, max_traces=1))
+    monkeypatch.setattr(_program, "_jit_program", twice)
     with pytest.raises(RuntimeError):
         rd.run_sweep(_cfg(**{"seed = [0, 1]": "d = [4, 6]", "d = 4\n": ""}), tmp_path / "b", progress=False)
 
@@ -136,9 +143,12 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert len(rd.sweep_plan(cfg).chunks) == 10
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "rankdyn.cli", "sweep", str(config), "--out", str(out), "--x64", "--no-progress"]
-    # A pause after each chunk makes "after the first chunk, before the last" a wide window.
-    env = os.environ | {_sweep.PAUSE_ENV: "1.0"}
-    proc = subprocess.Popen(cmd + ["--no-plots", "--devices", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # A pause after each chunk (the store's hook, patched in the child) makes "after the first
+    # chunk, before the last" a wide window.
+    paused = [sys.executable, "-c", "import sys, time; from rankdyn.sweep import _store; "
+              "_store._chunk_written = lambda i: time.sleep(1.0); from rankdyn.cli import main; "
+              "sys.exit(main(sys.argv[1:]))"] + cmd[3:]
+    proc = subprocess.Popen(paused + ["--no-plots", "--devices", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not _chunks(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -158,7 +168,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
         assert (out / png).stat().st_size > 0
 
     full = rd.run_sweep(cfg, tmp_path / "full", progress=False)  # uninterrupted, same seeds (float64 here too)
-    resumed = xr.open_dataset(out / "sweep.nc", engine=_sweep.NETCDF_ENGINE).load()
+    resumed = xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE).load()
     diff = {k: float(np.nanmax(np.abs(resumed[k].values - full[k].values))) for k in ("mu", "eps_min", "final_mu")}
     assert diff == {"mu": 0.0, "eps_min": 0.0, "final_mu": 0.0}, diff
     xr.testing.assert_equal(resumed, full)  # exact equality of every value and coordinate
@@ -179,4 +189,25 @@ def test_changed_config_is_refused(tmp_path):
         rd.run_sweep(cfg, out, progress=False)
     # Same config, resumed when complete: nothing to compute, same dataset.
     again = rd.run_sweep(cfg, out, resume=True, progress=False)
-    xr.testing.assert_equal(again, xr.open_dataset(out / "sweep.nc", engine=_sweep.NETCDF_ENGINE).load())
+    xr.testing.assert_equal(again, xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE).load())
+    # A comment-only edit is the same sweep (same hash): resumed, and config.toml shows the new text.
+    commented = rd.load_sweep_config(cfg.text + "# a note\n")
+    assert commented.hash == cfg.hash
+    rd.run_sweep(commented, out, resume=True, progress=False)
+    assert (out / "config.toml").read_text() == cfg.text + "# a note\n"
+
+
+def test_cell_count_announced_and_large_grids_refused(tmp_path, capsys):
+    seen = []
+    with pytest.raises(ValueError, match=r"the grid has 10 cells \(dqk:5 x seed:2\), above the limit of 9; .*--max-cells 10"):
+        rd.load_sweep_config(TINY, max_cells=9, announce=seen.append)
+    assert seen == [10]
+    big = tmp_path / "big.toml"  # 10^8 cells: refused at once, before any per-cell check
+    big.write_text(TINY.replace("seed = [0, 1]", "seed = [" + ", ".join(map(str, range(10**4))) + "]\n"
+                                "mask_seed = [" + ", ".join(map(str, range(2 * 10**3))) + "]"))
+    t0 = time.monotonic()
+    assert cli_main(["sweep", str(big), "--out", str(tmp_path / "o")]) == 2
+    assert time.monotonic() - t0 < 10
+    io = capsys.readouterr()
+    assert "100000000 cells" in io.out and "--max-cells 100000000" in io.err
+    assert not (tmp_path / "o").exists()

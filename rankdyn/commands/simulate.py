@@ -65,6 +65,12 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=int, default=256, help="number of trajectories")
     p.add_argument("--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)")
     p.add_argument("--rank-tol", type=float, default=1e-6, help="relative tolerance of the numerical rank")
+    p.add_argument("--metrics", default="all",
+                   help="comma-separated metrics to record, e.g. mu,eps_min (default: all; spectral ones cost an SVD)")
+    p.add_argument("--per-trajectory", action="store_true",
+                   help="also write every trajectory's metrics (per_trajectory.npz); memory grows with the batch")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="trajectories advanced together (default: cache-sized on CPU)")
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_devices_flag(p, "The trajectories are split over the devices (same results as one device).")
@@ -83,45 +89,56 @@ def check_model_args(args):
     return model_config(args)
 
 
-def check_run_args(args, config) -> None:
-    """Every simulate flag, the memory estimate and the output folder, before any compute."""
+def check_run_args(args, config):
+    """Every simulate flag, the memory estimate and the output folder, before any compute.
+
+    Returns:
+        ``(metric names, estimated peak bytes)``.
+    """
+    from .._observe import parse_metrics
+
+    names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
+    if args.chunk is not None and args.chunk < 1:
+        raise ValueError(f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024.")
     check_nonnegative(args, "layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
     if args.layers % args.save_every:
         raise ValueError(f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
                          "choose a divisor of --layers.")
     check_positive(args, "rank_tol")
-    _check_memory(args, config)
+    est = _check_memory(args, config, names)
+    if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
+        raise ValueError(f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
+                         "runs with different --seed values.")
     check_out_dir(args.out)
+    return names, est
 
 
-#: The flags that shrink each part of `rankdyn._memory.simulate_memory`.
+#: The flags that shrink each part of the depth scan's estimate (`rankdyn._scan.estimate_parts`).
 _MEMORY_FIXES = {
-    "initial tokens and states": "lower --batch, --n or --d (or drop --x64).",
-    "per-layer metrics": "raise --save-every, or lower --layers or --batch.",
-    "working set of one chunk": "lower --n, --d or --heads.",
+    "working set of one chunk": "lower --n, --d or --heads, or use a smaller --chunk.",
+    "per-layer metrics": "raise --save-every, or drop --per-trajectory (without it only statistics are kept).",
     "weights": "drop --per-layer-weights, or lower --layers or --d.",
-    "mask": "lower --n.",
 }
 
 
-def _check_memory(args, config) -> None:
-    """Refuse a run that cannot fit, from the generic estimate of `rankdyn._memory`."""
+def _check_memory(args, config, names) -> int:
+    """Refuse a run that cannot fit, from the depth scan's estimate (streamed or per trajectory)."""
     import jax
 
-    from .._memory import check_memory, simulate_memory
-    from .._metrics import METRIC_NAMES
-    from .._simulate import _auto_chunk
+    from .._memory import MemoryEstimate, check_memory
+    from .._scan import auto_chunk, estimate_parts
 
     item = 8 if args.x64 else 4
-    chunk = _auto_chunk(args.batch, args.n, args.d, item, jax.default_backend())
-    est = simulate_memory(
-        n=args.n, d=args.d, batch=args.batch, layers=args.layers, itemsize=item, heads=args.heads,
-        save_every=args.save_every, num_metrics=len(METRIC_NAMES) + 1, chunk=chunk, weight_layers=config.num_layers,
-        mlp_ratio=config.mlp_ratio if args.mlp else 0, output_projection=config.output_projection,
-    )
+    chunk = min(args.chunk or auto_chunk(args.batch, args.n, args.d, item, jax.default_backend()), args.batch)
+    parts = estimate_parts(num=args.batch, chunk=chunk, n=args.n, d=args.d, heads=args.heads, itemsize=item,
+                           num_saved=args.layers // args.save_every + 1, num_metrics=len(names),
+                           per_trajectory=args.per_trajectory, save_states=False)
+    weights = (config.num_layers or 1) * (4 + 2 * (config.mlp_ratio if args.mlp else 0)) * args.d * args.d * item
+    est = MemoryEstimate(parts | {"weights": int(weights)})
     check_memory(est, fix=_MEMORY_FIXES[est.largest], what=f"--n {args.n} --d {args.d} --batch {args.batch} "
                  f"--layers {args.layers}")
+    return est.total
 
 
 def run(args) -> int:
@@ -130,42 +147,53 @@ def run(args) -> int:
     import numpy as np
 
     from .._graph import graph_info
-    from .._init import initial_tokens
+    from .._init import TokenSampler
     from .._io import CompileTimer, provenance, write_json
     from .._simulate import simulate
 
     config = check_model_args(args)
-    check_run_args(args, config)
+    names, est = check_run_args(args, config)
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
-    x0 = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
+    # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).
+    x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
     info = graph_info(np.asarray(layer.mask))
 
     with CompileTimer() as timer:
         traj = simulate(layer, x0, args.layers, save_every=args.save_every, rank_tol=args.rank_tol,
+                        metrics=names, per_trajectory=args.per_trajectory, chunk_size=args.chunk,
                         key=k_drop if config.has_dropout else None, progress=not args.no_progress,
                         devices=sharding_devices(args))
-        jax.block_until_ready(traj.metrics)
+        jax.block_until_ready(traj.summary)
 
-    summary = traj.summary()
+    summary = traj.summary.to_dict()
     result = {
         "config": vars(args) | {"out": str(args.out), "func": None, "attn_dropout": config.attn_dropout,
                                 "hidden_dropout": config.hidden_dropout},
         "graph": info.to_dict(),
         "layers": np.asarray(traj.layers),
         "metrics": summary,
+        "count": np.asarray(traj.summary.count).astype(int),
         "flags": {
-            "nonfinite": int(np.sum(np.asarray(traj.nonfinite))),
-            "degenerate_ln": int(np.sum(np.asarray(traj.degenerate))),
+            "nonfinite": int(traj.summary.nonfinite),
+            "degenerate_ln": int(traj.summary.degenerate),
             "batch": args.batch,
         },
+        "memory_estimate_bytes": est,
         "timing": {"compile_s": timer.compile_s, "run_s": timer.run_s},
         "provenance": provenance(),
     }
     result["config"].pop("func")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.per_trajectory:
+        arrays = {k: np.asarray(v) for k, v in traj.metrics.items()}
+        arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate),
+                   "layers": np.asarray(traj.layers)}
+        np.savez(args.out / "per_trajectory.npz", **arrays)
+        result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
-    _plot(traj, summary, args)
+    if summary:
+        _plot(traj, summary, args)
     _print_table(traj, summary, info, result)
     return 0
 
@@ -178,9 +206,10 @@ def _plot(traj, summary, args) -> None:
 
     from ..plotting import plot_metric_band
 
+    name = "mu" if "mu" in summary else next(iter(summary))
     fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
-    plot_metric_band(traj.layers, summary["mu"]["mean"], summary["mu"]["std"], ax=ax, label="mu",
-                     ylabel="mu(X) (mean +- std)", dtype=traj.metrics["mu"].dtype)
+    plot_metric_band(traj.layers, summary[name]["mean"], summary[name]["std"], ax=ax, label=name,
+                     ylabel=f"{name} (mean +- std)", dtype=traj.summary.mean[name].dtype)
     ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
     fig.savefig(args.out / "mu.png", dpi=120)
     plt.close(fig)
@@ -191,13 +220,14 @@ def _print_table(traj, summary, info, result) -> None:
 
     layers = np.asarray(traj.layers)
     idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
-    cols = ["mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min"]
+    cols = [c for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min") if c in summary]
+    cols = cols or list(summary)[:6]
     print(f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}")
     # A layer whose mu/||X||_F is below the dtype's round-off floor has collapsed as far as this
     # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
     from ..plotting import round_off_floor
 
-    dtype = np.asarray(traj.metrics["mu"]).dtype
+    dtype = np.asarray(traj.summary.count).dtype  # the run's float dtype
     floor = round_off_floor(dtype)
     rel = np.asarray(summary["mu_rel"]["mean"]) if "mu_rel" in summary else None
     print("layer " + " ".join(f"{c:>14}" for c in cols))

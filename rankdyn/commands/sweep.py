@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
                    "else the first two axes with several values)")
     p.add_argument("--no-plots", action="store_true", help="write the dataset only")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--max-cells", type=int, default=None,
+                   help="allow grids with more cells than the default limit (100000)")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
     add_devices_flag(p, "Each chunk's trajectories are split over the devices when their number divides the batch.")
     p.set_defaults(func=run)
@@ -46,9 +48,12 @@ def _default_plot_axes(cfg):
 def run(args) -> int:
     import json
 
-    from .._sweep import load_sweep_config, run_sweep, sweep_plan
+    from ..sweep import MAX_CELLS, load_sweep_config, run_sweep, sweep_plan
 
-    cfg = load_sweep_config(args.config)
+    if args.max_cells is not None and args.max_cells < 1:
+        raise ValueError(f"--max-cells must be a positive integer, got {args.max_cells}.")
+    announce = lambda num: print(f"sweep {args.config}: {num} cells", flush=True)  # noqa: E731
+    cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
     check_out_dir(args.out)
     plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
     if args.plot_axes:  # reject before any compute

@@ -72,7 +72,8 @@ def simulate_many(stacks, x0, num_layers: int, *, observe=cheap_observe, keys=No
         outs = []
         for item, key, obs in zip(stacks, keys, observes):
             def one(layer, x, key=key, obs=obs):
-                tr = simulate(layer, x, num_layers, observe=obs, key=key, save_every=save_every)
+                tr = simulate(layer, x, num_layers, observe=obs, key=key, save_every=save_every,
+                              per_trajectory=True)
                 return tr.metrics, tr.nonfinite, tr.degenerate
 
             x_axis = 0 if x0_per_config else None

@@ -137,7 +137,7 @@ def basin_of_b(layer, ex: dict, step_deg: float, num_steps: int) -> dict:
     x2 = _tokens(angles)
     x1 = np.broadcast_to(np.array([0.0, 1.0]), x2.shape)
     x0 = jnp.asarray(np.stack([x1, x2], axis=-2))
-    tr = simulate(layer, x0, num_steps, save_every=num_steps, observe=_observe_token2)
+    tr = simulate(layer, x0, num_steps, save_every=num_steps, observe=_observe_token2, per_trajectory=True)
     x2_end = _token2(tr.metrics, -1)
     d_b = np.linalg.norm(x2_end - np.asarray(ex["B"]), axis=-1)
     d_e = np.linalg.norm(x2_end - np.asarray(ex["e"]), axis=-1)
@@ -184,7 +184,7 @@ def joint_noncollapse(layer, ex: dict, step_deg: float, horizons, save_every: in
     t1, t2 = np.meshgrid(th1, th2, indexing="ij")
     x0 = jnp.asarray(np.stack([_tokens(t1), _tokens(t2)], axis=-2))
     horizons = [int(h) for h in horizons]
-    tr = simulate(layer, x0, max(horizons), save_every=save_every, observe=_observe_joint)
+    tr = simulate(layer, x0, max(horizons), save_every=save_every, observe=_observe_joint, per_trajectory=True)
     layers = np.asarray(tr.layers)
     idx = [int(np.flatnonzero(layers == h)[0]) for h in horizons]
     ratio = np.asarray(tr.metrics["ratio"])[..., idx]  # (n1, n2, H)

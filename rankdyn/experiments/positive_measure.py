@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jax import lax
 
 from .._basins import wilson_interval as _wilson
 from . import _verdict as V
@@ -76,9 +75,30 @@ def _sizes(quick: bool, tiny: bool) -> dict:
                 horizons=(100, 1000, 10000, 20000), save_every=100)
 
 
+def _token2_coord(coord):
+    return jax.tree_util.Partial(lambda x, c: {"v": x[1, c]}, c=coord)
+
+
+def _values(values, ok):
+    return values["v"]
+
+
 @eqx.filter_jit
+def _track_piece(layer, x, observe, block0, num_steps: int):
+    from .._scan import scan_depth
+
+    flags = jnp.zeros(x.shape[0], bool)
+    (xf, _, _), v = scan_depth(layer, observe, _values, x, flags, flags, ~flags, None, block0, num_steps, 1,
+                               eps=False)
+    return xf, v[0], jnp.max(v, axis=0)
+
+
+#: Layers per compiled piece of `lemma13_track`: bounds the (steps, batch) values held at once.
+_TRACK_PIECE = 1000
+
+
 def lemma13_track(layer, x0, num_steps: int, coord: int):
-    r"""Iterate ``layer`` ``num_steps`` times from each ``x0[b]`` (one ``lax.scan``, ``vmap`` over b)
+    r"""Iterate ``layer`` ``num_steps`` times from each ``x0[b]`` (the depth scan of `rankdyn._scan`)
     and track coordinate ``coord`` of token 2 at **every** step (not only at saved layers).
 
     Returns:
@@ -86,18 +106,15 @@ def lemma13_track(layer, x0, num_steps: int, coord: int):
         $\max_{1 \le t \le T} X^{(t)}_{2,c}$ per sample (Lemma 13's invariance is
         $X^{(t)}_{2,d-1} \le -1/w$ for all t).
     """
-
-    def one(x):
-        def step(carry, t):
-            x, mx = carry
-            y, _ = layer(x, t)
-            return (y, jnp.maximum(mx, y[1, coord])), None
-
-        x1, _ = layer(x, 0)
-        (xf, mx), _ = lax.scan(step, (x1, x1[1, coord]), jnp.arange(1, num_steps))
-        return xf, x1[1, coord], mx
-
-    return jax.vmap(one)(x0)
+    observe = _token2_coord(coord)
+    x, first, mx, t = x0, None, None, 0
+    while t < num_steps:
+        steps = min(_TRACK_PIECE, num_steps - t)
+        x, f, m = _track_piece(layer, x, observe, jnp.asarray(t), steps)
+        first = f if first is None else first
+        mx = m if mx is None else jnp.maximum(mx, m)
+        t += steps
+    return x, first, mx
 
 
 def lemma13_frozen(key, d: int, w: float, batch: int, num_steps: int, conditions=("paper", "proof")) -> dict:
@@ -176,7 +193,7 @@ def joint_fractions(key, n: int, d: int, w: float, batch: int, horizons, save_ev
     layer = uniform_causal_layer(n, d, bidiagonal(d, w))
     horizons = [int(h) for h in horizons]
     tr = simulate(layer, _joint_inputs(key, batch, n, d), max(horizons), save_every=save_every,
-                  observe=_observe_ratio)
+                  observe=_observe_ratio, per_trajectory=True)
     layers = np.asarray(tr.layers)
     idx = [int(np.flatnonzero(layers == h)[0]) for h in horizons]
     ratio = np.asarray(tr.metrics["ratio"])[:, idx]

@@ -1,0 +1,131 @@
+"""The sweep's labelled dataset (xarray), built from the chunk files of a run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .._graph import graph_info
+from .._io import to_jsonable
+from .._rates import fit_rate
+from ._params import cell_mask
+from ._plan import sweep_plan
+from ._schema import SweepConfig
+
+__all__ = ["assemble_sweep", "NETCDF_ENGINE"]
+
+#: xarray engine for ``sweep.nc``: the netCDF4 library (HDF5-based netCDF-4 files, readable by
+#: every netCDF tool). h5netcdf would write the same format but needs h5py, which we do not require.
+NETCDF_ENGINE = "netcdf4"
+
+def _coord(vals: tuple) -> np.ndarray:
+    if all(isinstance(v, bool) for v in vals):
+        return np.asarray([int(v) for v in vals], dtype=np.int64)  # netCDF has no boolean type
+    if all(isinstance(v, str) for v in vals):
+        return np.asarray(vals, dtype=object)
+    return np.asarray(vals)
+
+
+def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
+    """Build the labelled dataset from the chunk files in ``out/chunks`` (all must exist).
+
+    Variables (``A...`` = the sweep axes, in config order):
+        ``<metric>`` for every per-layer metric and ``eps_min``: dims ``(A..., layer, stat)``,
+            ``stat`` = (mean, std) over the finite trajectories of a cell.
+        ``final_<metric>``: dims ``(A..., sample)``, the last layer's value of every sample.
+        ``mu_rate``: ``(A...)``, `rankdyn.fit_rate` of the mean mu curve (per-layer factor).
+        ``nonfinite``, ``degenerate``: ``(A...)`` counts of such trajectories.
+        ``radius``, ``strongly_connected``, ``quasi_strongly_connected``, ``num_centers``:
+            ``(A...)``, the mask graph of each cell (``docs/theory.md#masks-as-graphs``).
+    Cells with fewer layers (or samples) than the largest are padded with NaN.
+    Attributes: ``config`` (TOML text), ``config_hash``, ``normalized_config`` (JSON),
+    ``versions`` (JSON), ``provenance`` (JSON: device, time of the first run), ``devices_per_chunk``
+    (JSON: over how many devices each chunk's samples were sharded), ``dtype``, ``name``, ``description``.
+    """
+    import xarray as xr
+
+    from ._store import _chunk_path, _load_chunk
+
+    out = Path(out)
+    plan = sweep_plan(cfg)
+    shape, dims = cfg.shape, tuple(cfg.axes)
+    ncell = cfg.num_cells
+    max_layers = max(g["layers"] for g, _ in plan.groups)
+    save_every = cfg.fixed["save_every"]
+    layer_coord = np.arange(0, max_layers + 1, save_every)
+    max_batch = max(g["batch"] for g, _ in plan.groups)
+    names = tuple(cfg.per_layer) + ("eps_min",)
+    series = {k: np.full((ncell, len(layer_coord), 2), np.nan) for k in names}
+    finals = {k: np.full((ncell, max_batch), np.nan) for k in cfg.final}
+    counts = {k: np.zeros(ncell, np.int64) for k in ("nonfinite", "degenerate")}
+    devices_per_chunk = []
+    for i in range(len(plan.chunks)):
+        data = _load_chunk(_chunk_path(out, i), cfg)
+        if data is None:
+            raise ValueError(f"chunk {i} of the sweep in {str(out)!r} is missing; run with --resume to complete it.")
+        cells = data["cells"]
+        devices_per_chunk.append(int(data["num_devices"]))
+        for k in names:
+            v = data[f"series/{k}"]
+            series[k][cells, : v.shape[1]] = v
+        for k in cfg.final:
+            v = data[f"final/{k}"]
+            finals[k][cells, : v.shape[1]] = v
+        for k in counts:
+            counts[k][cells] = data[k]
+    graph = {k: np.zeros(ncell, t) for k, t in (("radius", np.float64), ("strongly_connected", np.int8),
+                                                  ("quasi_strongly_connected", np.int8), ("num_centers", np.int64))}
+    rate = np.full(ncell, np.nan)
+    info_cache = {}
+    for flat, idx in enumerate(cfg.indices()):
+        p = cfg.cell(idx)
+        mk = (p["mask"], p["n"], p["window"], p["dilation"], p["num_global"], p["mask_p"], p["mask_seed"])
+        if mk not in info_cache:
+            info_cache[mk] = graph_info(cell_mask(p))
+        info = info_cache[mk]
+        graph["radius"][flat] = np.nan if info.radius is None else info.radius
+        graph["strongly_connected"][flat] = info.strongly_connected
+        graph["quasi_strongly_connected"][flat] = info.quasi_strongly_connected
+        graph["num_centers"][flat] = info.num_centers
+        mean_mu = series["mu"][flat, :, 0]
+        # Leave out the round-off floor: points below 100 machine epsilons of mu at layer 0.
+        floor = 1e2 * np.finfo(_dtype_of(cfg, out)).eps * (mean_mu[0] if np.isfinite(mean_mu[0]) else 0.0)
+        rate[flat] = fit_rate(layer_coord, mean_mu, start=cfg.rate_start, stop=cfg.rate_stop, floor=floor)
+
+    coords = {k: _coord(v) for k, v in cfg.axes.items()}
+    coords |= {"layer": layer_coord, "stat": np.asarray(["mean", "std"], dtype=object),
+               "sample": np.arange(max_batch)}
+    variables = {}
+    for k, v in series.items():
+        variables[k] = (dims + ("layer", "stat"), v.reshape(shape + v.shape[1:]))
+    for k, v in finals.items():
+        variables[f"final_{k}"] = (dims + ("sample",), v.reshape(shape + v.shape[1:]))
+    variables["mu_rate"] = (dims, rate.reshape(shape))
+    for k, v in (counts | graph).items():
+        variables[k] = (dims, v.reshape(shape))
+    manifest = json.loads((out / "manifest.json").read_text())
+    attrs = {
+        "name": cfg.name,
+        "description": cfg.description,
+        "config": cfg.text,
+        "config_hash": cfg.hash,
+        "normalized_config": json.dumps(to_jsonable(cfg.normalized()), sort_keys=True),
+        "dtype": manifest["dtype"],
+        "provenance": json.dumps(manifest["provenance"], sort_keys=True),
+        "devices_per_chunk": json.dumps(devices_per_chunk),
+        "versions": json.dumps(manifest["versions"], sort_keys=True),
+        "per_layer_metrics": ",".join(names),
+        "final_metrics": ",".join(cfg.final),
+        "stat_note": "mean and std over the trajectories of each cell finite at that layer (non-finite ones are counted in nonfinite)",
+    }
+    ds = xr.Dataset(variables, coords=coords, attrs=attrs)
+    ds["mu_rate"].attrs["long_name"] = "fitted per-layer collapse factor exp(slope of log mean mu)"
+    ds["radius"].attrs["long_name"] = "radius r of the mask graph (``docs/theory.md#masks-as-graphs``); NaN if not quasi-strongly connected"
+    return ds
+
+
+def _dtype_of(cfg: SweepConfig, out: Path):
+    return np.dtype(json.loads((out / "manifest.json").read_text())["dtype"])

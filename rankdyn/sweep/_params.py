@@ -1,0 +1,163 @@
+"""The sweep's parameters: names, defaults, types, allowed values and the checks of one value or cell.
+
+Every key of ``[axes]`` and ``[fixed]`` is a parameter of `SWEEP_PARAMS`; each check names the key
+(``[axes] n`` or ``[fixed] n``) so an error says where to fix the TOML file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .._config import SEPARATE_DROPOUT
+from .._init import X0_NAMES
+from .._layer import PLACEMENTS
+from .._masks import MASK_NAMES, make_mask
+from .._norms import LN_NAMES
+from .._weights import QK_NAMES, VALUE_NAMES
+
+__all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS"]
+
+#: True once make_layer takes separate attention and hidden dropout rates; until then one rate
+#: covers both, and the sweep refuses unequal values.
+_SPLIT_DROPOUT = SEPARATE_DROPOUT
+
+# name -> (default, kind). kind: the Python type a value must have ("str", "int", "float",
+# "bool", "float?" / "int?" = number or absent).
+SWEEP_PARAMS: dict[str, tuple[Any, str]] = {
+    # model (arguments of `rankdyn.make_layer`)
+    "mask": ("causal", "str"),
+    "window": (1, "int"),
+    "dilation": (4, "int"),
+    "num_global": (1, "int"),
+    "mask_p": (0.1, "float"),
+    "mask_seed": (0, "int"),
+    "n": (32, "int"),
+    "d": (64, "int"),
+    "dqk": (None, "float?"),
+    "norm": ("post", "str"),
+    "ln": ("sphere", "str"),
+    "ln_radius": (None, "float?"),
+    "value": ("orthogonal", "str"),
+    "w": (2.0, "float"),
+    "jordan_k": (None, "int?"),
+    "value_std": (None, "float?"),
+    "qk": ("bert", "str"),
+    "qk_std": (None, "float?"),
+    "heads": (1, "int"),
+    "per_layer_weights": (False, "bool"),
+    "skip": (False, "bool"),
+    "mlp": (False, "bool"),
+    # ensemble
+    "layers": (64, "int"),
+    "batch": (256, "int"),
+    "x0": ("sphere", "str"),
+    "seed": (0, "int"),
+    # dropout (rates on attention weights and on block outputs; 0: off)
+    "attn_dropout": (0.0, "float"),
+    "hidden_dropout": (0.0, "float"),
+    # recording
+    "save_every": (1, "int"),
+    "rank_tol": (1e-6, "float"),
+}
+
+#: Parameters that change shapes or the program's structure: cells that differ in one of these
+#: run in different compiled programs. Every other parameter is an array inside one program.
+STRUCTURAL = (
+    "n", "d", "layers", "batch", "norm", "ln", "heads", "per_layer_weights", "skip", "mlp",
+    "attn_dropout", "hidden_dropout", "save_every", "rank_tol",
+)
+
+_CHOICES = {
+    "mask": MASK_NAMES, "norm": PLACEMENTS, "ln": LN_NAMES, "value": VALUE_NAMES, "qk": QK_NAMES,
+    "x0": X0_NAMES,
+}
+_FIXED_ONLY = ("save_every", "rank_tol")  # a grid over these would change the layer coordinate
+
+#: Metrics recorded at every saved layer by default: no SVD (the expensive part on CPU).
+CHEAP_METRICS = ("mu", "mu_rel", "mu_normalized", "row_norm_mean", "row_norm_min", "min_cos", "mean_abs_cos")
+_OBSERVE_KEYS = ("per_layer", "metrics", "final", "rate_start", "rate_stop")
+_RUN_KEYS = ("chunk_trajectories",)
+_TOP_KEYS = ("name", "description", "axes", "fixed", "observe", "run")
+
+def _where(key: str, axes: Mapping) -> str:
+    return f"[axes] {key}" if key in axes else f"[fixed] {key}"
+
+
+def _check_type(key: str, value, kind: str, where: str):
+    """Coerce ``value`` to the parameter's type or raise naming the key and value."""
+    base = kind.rstrip("?")
+    if base == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected a string, got {value!r}.")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise ValueError(f"{where}: unknown value {value!r}; expected one of {', '.join(_CHOICES[key])}.")
+        return value
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true or false, got {value!r}.")
+        return value
+    if base == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: expected an integer, got {value!r}.")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: expected a finite number, got {value!r}.")
+    return value
+
+
+def _check_scalar(key: str, v, where: str) -> None:
+    """Range checks of one parameter value."""
+    positive = ("n", "d", "heads", "layers", "batch", "save_every", "dilation")
+    if key in positive and v < 1:
+        raise ValueError(f"{where}: must be a positive integer, got {v!r}.")
+    if key in ("window", "num_global", "seed", "mask_seed") and v < 0:
+        raise ValueError(f"{where}: must be >= 0, got {v!r}.")
+    if key in ("dqk", "ln_radius", "rank_tol", "value_std", "qk_std") and v is not None and not v > 0:
+        raise ValueError(f"{where}: must be > 0, got {v!r}.")
+    if key == "jordan_k" and v is not None and v < 1:
+        raise ValueError(f"{where}: a Jordan block needs size >= 1, got {v!r}.")
+    if key in ("attn_dropout", "hidden_dropout") and not 0 <= v < 1:
+        raise ValueError(f"{where}: a dropout rate must be in [0, 1), got {v!r}.")
+    if key == "mask_p" and not 0 <= v <= 1:
+        raise ValueError(f"{where}: an edge probability must be in [0, 1], got {v!r}.")
+
+
+def _check_cell(p: dict, axes: Mapping) -> None:
+    """Checks that involve several parameters of one grid cell (bad combinations)."""
+    n, d = p["n"], p["d"]
+    if p["mask"] in ("window", "window-uni", "global") and p["window"] >= n:
+        raise ValueError(
+            f"{_where('window', axes)} = {p['window']} is not smaller than {_where('n', axes)} = {n} "
+            f"(mask {p['mask']!r}): a window must be narrower than the sequence."
+        )
+    if p["mask"] == "global" and p["num_global"] > n:
+        raise ValueError(f"{_where('num_global', axes)} = {p['num_global']} exceeds n = {n}.")
+    if p["value"] == "jordan" and p["jordan_k"] is not None and p["jordan_k"] > d:
+        raise ValueError(
+            f"{_where('jordan_k', axes)} = {p['jordan_k']}: a Jordan block larger than "
+            f"{_where('d', axes)} = {d} does not fit in W_V."
+        )
+    if d % p["heads"]:
+        raise ValueError(f"{_where('heads', axes)} = {p['heads']} does not divide {_where('d', axes)} = {d}.")
+    if p["attn_dropout"] != p["hidden_dropout"] and not _SPLIT_DROPOUT:
+        raise ValueError(
+            f"{_where('attn_dropout', axes)} = {p['attn_dropout']} differs from {_where('hidden_dropout', axes)} = "
+            f"{p['hidden_dropout']}, but this version's make_layer has one dropout rate for both; give them equal values."
+        )
+    if p["layers"] % p["save_every"]:
+        raise ValueError(
+            f"{_where('layers', axes)} = {p['layers']} is not a multiple of [fixed] save_every = {p['save_every']}."
+        )
+
+
+def cell_mask(p: dict) -> np.ndarray:
+    """The boolean mask of one cell (NumPy; no JAX compute)."""
+    return make_mask(p["mask"], p["n"], window=p["window"], dilation=p["dilation"],
+                     num_global=p["num_global"], p=p["mask_p"], seed=p["mask_seed"])

@@ -1,0 +1,147 @@
+r"""The compiled program of one group of sweep cells, on the depth scan of `rankdyn._scan`.
+
+Each grid cell is an ensemble of ``batch`` trajectories $X^{(t+1)} = F_t(X^{(t)})$ (eqs. 2-3).
+The cells of a chunk have equal shapes: their layers are stacked along a leading axis and run
+by ONE compiled program, ``vmap`` over cells, the scan core over depth with the per-layer batch
+statistics streamed (`rankdyn._stats`), and the final metrics kept per sample.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from jax.sharding import NamedSharding, PartitionSpec
+
+from .._build import make_layer
+from .._init import initial_tokens
+from .._observe import MetricObserver
+from .._scan import scan_depth
+from .._sharding import BATCH_AXIS, batch_mesh
+from .._stats import chunk_stats
+from ._params import _SPLIT_DROPOUT, cell_mask
+from ._schema import SweepConfig
+
+__all__ = ["compute_chunk"]
+
+
+def _dropout_args(p: dict) -> dict:
+    if _SPLIT_DROPOUT:
+        return {"attn_dropout": p["attn_dropout"], "hidden_dropout": p["hidden_dropout"]}
+    return {"dropout": p["attn_dropout"]}  # equal rates (checked): today's single rate covers both
+
+
+@eqx.filter_jit
+def _build(key, dqk, w, ln_radius, value_std, qk_std, p_static: tuple):
+    """Layer (with a placeholder mask), x0 and dropout key of one cell, compiled: eager
+    construction would dispatch (and on first use compile) dozens of small ops per cell. Numbers
+    that vary between cells are traced arrays, so such cells share this compiled builder."""
+    p = dict(p_static)
+    k_layer, k_x0, k_drop = jr.split(key, 3)  # as `rankdyn simulate --seed`
+    layer = make_layer(
+        k_layer, n=p["n"], d=p["d"], mask="complete", dqk=dqk, norm=p["norm"], ln=p["ln"],
+        ln_radius=ln_radius, value=p["value"], w=w, jordan_k=p["jordan_k"], value_std=value_std,
+        qk=p["qk"], qk_std=qk_std, num_layers=p["layers"] if p["per_layer_weights"] else None,
+        heads=p["heads"], output_projection=p["heads"] > 1, skip=p["skip"], mlp=p["mlp"], **_dropout_args(p),
+    )
+    x0 = initial_tokens(k_x0, p["x0"], p["n"], p["d"], batch=p["batch"])
+    keys = jax.vmap(lambda i: jr.fold_in(k_drop, i))(jnp.arange(p["batch"]))  # as `rankdyn.simulate`
+    return layer, x0, keys
+
+
+_STATIC_BUILD = ("n", "d", "norm", "ln", "value", "jordan_k", "qk", "layers", "per_layer_weights",
+                 "heads", "skip", "mlp", "x0", "batch", "attn_dropout", "hidden_dropout")
+
+
+def _cell_inputs(p: dict):
+    """Layer, initial tokens and per-trajectory dropout keys of one cell."""
+    arr = lambda v: None if v is None else jnp.asarray(v, dtype=float)  # noqa: E731
+    layer, x0, keys = _build(
+        jr.PRNGKey(p["seed"]), arr(p["dqk"]), arr(p["w"]), arr(p["ln_radius"]), arr(p["value_std"]),
+        arr(p["qk_std"]), tuple((k, p[k]) for k in _STATIC_BUILD),
+    )
+    layer = eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(cell_mask(p)))
+    return layer, x0, keys
+
+
+def _gathered_stats(values, ok):
+    # The samples may be split over devices; gathering each layer's values (a few scalars per
+    # trajectory) before reducing keeps the summation order, hence the numbers, independent of
+    # the device count, so a sweep resumed on more devices equals an uninterrupted one exactly.
+    rep = NamedSharding(batch_mesh(), PartitionSpec())
+    values, ok = jax.lax.with_sharding_constraint((values, ok), rep)
+    return chunk_stats(values, ok)
+
+
+def _program_impl(layers, x0s, keys, num_layers: int, save_every: int, per_layer: tuple, final: tuple,
+                  rank_tol: float, sharded: bool = False):
+    r"""One chunk of a group: ``vmap`` over cells (stacked layers) of the depth scan.
+
+    For one cell: `rankdyn._scan.scan_depth` over blocks of ``save_every`` layers, streaming
+    the batch statistics of the ``per_layer`` metrics and of Theorem 1's $\epsilon$
+    (``eps_min``) at layers $0, k, \dots, T$; the ``final`` metrics of every sample's
+    $X^{(T)}$; whether a normalisation met a zero row; whether the trajectory became non-finite.
+    """
+    observe = MetricObserver(per_layer, rank_tol)
+    observe_final = MetricObserver(final, rank_tol)
+
+    def one_cell(layer, x0c, keys_c):
+        flags = jnp.zeros(x0c.shape[0], bool)
+        (xf, bad, nonfinite), stats = scan_depth(
+            layer, observe, _gathered_stats if sharded else chunk_stats, x0c, flags, flags, ~flags, keys_c if layer.dropout > 0 else None,
+            jnp.zeros((), int), num_layers // save_every, save_every, include_start=True,
+        )
+        return stats, jax.vmap(observe_final)(xf), bad, nonfinite
+
+    return eqx.filter_vmap(one_cell)(layers, x0s, keys)
+
+
+#: The jitted program; a module attribute so a test can wrap `_program_impl` with
+#: ``eqx.debug.assert_max_traces`` and prove that a group compiles once.
+_jit_program = eqx.filter_jit(_program_impl)
+
+
+def _stack(trees):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _shard_samples(x0s):
+    """With several devices, split the sample axis of ``(cells, batch, n, d)`` across them
+    (`rankdyn._sharding`'s batch mesh). Samples are independent, so results equal those of one
+    device. Batches that the device count does not divide stay on one device."""
+    devices = jax.devices()
+    if len(devices) < 2 or x0s.shape[1] % len(devices):
+        return x0s
+    return jax.device_put(x0s, NamedSharding(batch_mesh(), PartitionSpec(None, BATCH_AXIS)))
+
+
+def compute_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: int) -> dict[str, np.ndarray]:
+    """Run one chunk (padded to ``size`` cells) and return its per-cell NumPy arrays."""
+    shape = cfg.shape
+    params = [cfg.cell(tuple(int(i) for i in np.unravel_index(c, shape)) if shape else ()) for c in cells]
+    built = [_cell_inputs(p) for p in params]
+    built += [built[-1]] * (size - len(built))  # padding: same shapes, so no new compile
+    layers = _stack([b[0] for b in built])
+    x0s = _shard_samples(jnp.stack([b[1] for b in built]))
+    keys = jnp.stack([b[2] for b in built])
+    sharded = len(x0s.sharding.device_set) > 1
+    stats, finals, bad, nonfinite = _jit_program(
+        layers, x0s, keys, group["layers"], group["save_every"], cfg.per_layer, cfg.final, group["rank_tol"], sharded
+    )
+    m = len(cells)
+    count = np.asarray(stats.count, dtype=np.float64)[:m]  # (cells, saved layers)
+    out = {"cells": np.asarray(cells, dtype=np.int64),
+           "num_devices": np.asarray(len(x0s.sharding.device_set), dtype=np.int64),
+           "nonfinite": np.asarray(nonfinite)[:m].sum(axis=1).astype(np.int64),
+           "degenerate": np.asarray(bad)[:m].sum(axis=1).astype(np.int64)}
+    empty = count == 0  # every trajectory non-finite at that layer: NaN statistics
+    for k in stats.mean:
+        mean = np.asarray(stats.mean[k], dtype=np.float64)[:m]
+        std = np.sqrt(np.asarray(stats.m2[k], dtype=np.float64)[:m] / np.where(empty, 1.0, count))
+        out[f"series/{k}"] = np.stack([np.where(empty, np.nan, mean), np.where(empty, np.nan, std)], axis=-1)
+    for k, v in finals.items():
+        out[f"final/{k}"] = np.asarray(v, dtype=np.float64)[:m]
+    return out
