@@ -58,14 +58,14 @@ def make_layer(
     Arguments:
         key: PRNG key for every random weight.
         n, d: number of tokens and features.
-        mask: a name of `rankdyn.MASK_NAMES` (with ``window``) or a boolean ``(n, n)`` array.
+        mask: a name of `rankdyn.masks.MASK_NAMES` (with ``window``) or a boolean ``(n, n)`` array.
         window: half-width / look-back / dilated hops of the masks that read it (default 1; any
             other value with ``complete``, ``causal``, ``random`` or an array is refused).
         dqk: temperature $d_{QK}$ (default: the key width, ``d // heads``).
         norm: placement ``none`` / ``post`` / ``pre``.
         ln: ``sphere`` (paper), ``rms``, ``layernorm`` or an `AbstractNorm`; ``ln_radius`` sets
             the sphere radius (e.g. ``sqrt(d)``).
-        value: a family of `rankdyn.VALUE_NAMES` (``w``, ``jordan_k``, ``value_std`` parametrise it).
+        value: a family of `rankdyn.weights.VALUE_NAMES` (``w``, ``jordan_k``, ``value_std`` parametrise it).
         qk: ``bert``, ``gaussian`` (``qk_std``) or ``zero`` (uniform attention).
         num_layers: draw independent weights for each of this many layers (None: shared).
         heads: attention heads; with more than one, ``output_projection`` must be True and the head

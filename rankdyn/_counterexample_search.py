@@ -243,7 +243,7 @@ def search_value_matrix(
 
     Arguments:
         key: PRNG key (W_V inits, Q/K weights, input batches, selection and evaluation sets).
-        mask: a `rankdyn.make_mask` name (``causal``, ``complete``, ``window`` ...) or a bool ``(n, n)`` array.
+        mask: a `rankdyn.masks.make_mask` name (``causal``, ``complete``, ``window`` ...) or a bool ``(n, n)`` array.
         n, d: tokens and dimension; num_layers: depth $T$ at which the objective is measured.
         batch, steps, lr: random sphere inputs per step, Adam steps per restart, learning rate.
         objective: ``"sigma_2"`` (default: rank > 1), ``"sigma_min"`` (full rank) or

@@ -129,7 +129,7 @@ def simulate(
         per_trajectory: also return every trajectory's metrics (memory grows with the batch
             times the saved layers); by default only the batch statistics are kept.
         metrics: the metrics recorded by the default observer: None or ``"all"`` for every
-            name of `rankdyn.METRIC_NAMES` and ``eps_min``, or a subset (a list or a
+            name of `rankdyn.metrics.METRIC_NAMES` and ``eps_min``, or a subset (a list or a
             comma-separated string). Spectral metrics cost an SVD per trajectory and layer.
         observe: ``x -> dict of arrays`` computed at saved layers instead of the default
             metrics (``eps_min`` is always added). Pass the same function object on repeated
@@ -142,7 +142,7 @@ def simulate(
             not depend on it beyond rounding.
         devices: split each chunk over devices (`jax.sharding`, mesh axis ``"batch"``): None
             (default) runs on the default device; ``"all"``, an int k (first k devices), a list
-            of devices or a `rankdyn.batch_mesh`.
+            of devices or a `rankdyn.internal.batch_mesh`.
 
     Returns:
         A `Trajectory`.

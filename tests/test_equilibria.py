@@ -24,7 +24,7 @@ W = 5.0
 
 
 def _layer(w=W, n=N, d=D, placement="post"):
-    return rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w), placement=placement)
+    return rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w), placement=placement)
 
 
 def _starts(key, batch, n=N, d=D):
@@ -50,7 +50,7 @@ def test_residuals_and_statuses(found):
     assert res.max() < 1e-10
     # The reported residual is the true one, recomputed independently.
     for x, r in zip(np.asarray(sol.x)[ok][:5], res[:5]):
-        assert abs(float(rd.equilibrium_residual(layer, jnp.asarray(x))) - r) < 1e-13
+        assert abs(float(rd.equilibria.equilibrium_residual(layer, jnp.asarray(x))) - r) < 1e-13
     # Post-LN equilibria lie on the spheres.
     assert np.allclose(np.linalg.norm(np.asarray(sol.x)[ok], axis=-1), 1.0, atol=1e-12)
     counts = sol.status_counts()
@@ -60,14 +60,14 @@ def test_residuals_and_statuses(found):
 def test_found_equilibria_match_closed_forms(found):
     layer, _, sol = found
     ok = np.asarray(sol.successful)
-    group = rd.symmetry_group(layer)
+    group = rd.equilibria.symmetry_group(layer)
     assert group["sign"] and not group["all_permutations"] and len(group["permutations"]) == 1
-    classes = rd.deduplicate(np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], symmetries=group)
-    closed = [(k, np.asarray(x)) for k, x in rd.all_closed_form_equilibria(N, D, W)]
+    classes = rd.equilibria.deduplicate(np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], symmetries=group)
+    closed = [(k, np.asarray(x)) for k, x in rd.theory.all_closed_form_equilibria(N, D, W)]
     matched_ranks = set()
     for c in classes:
         dist = min(_distance(cx, c.x, group) for _, cx in closed)
-        rank = int(rd.equilibrium_rank(jnp.asarray(c.x)))
+        rank = int(rd.equilibria.equilibrium_rank(jnp.asarray(c.x)))
         if dist < 2e-2:
             k = [k for k, cx in closed if _distance(cx, c.x, group) < 2e-2][0]
             assert rank == k  # the numerical rank agrees with the closed form's rank
@@ -89,8 +89,8 @@ def test_rank_biased_search_reaches_full_rank_closed_form():
     ok = np.asarray(sol.successful)
     ranks = np.asarray(sol.rank)[ok]
     assert (ranks == N).any()
-    group = rd.symmetry_group(layer)
-    closed_full = [np.asarray(x) for k, x in rd.all_closed_form_equilibria(N, D, W) if k == N]
+    group = rd.equilibria.symmetry_group(layer)
+    closed_full = [np.asarray(x) for k, x in rd.theory.all_closed_form_equilibria(N, D, W) if k == N]
     for x in np.asarray(sol.x)[ok][ranks == N]:
         assert min(_distance(cx, x, group) for cx in closed_full) < 2e-2
     assert np.asarray(sol.residual)[ok].max() < 1e-10
@@ -125,7 +125,7 @@ def test_results_extend_optimistix():
 def test_user_supplied_solvers_find_the_2d_example_points():
     """Any optimistix least-squares solver or root finder; oracle: A, B = (-1/w, +-sqrt(1 - 1/w^2))."""
     w = 2.0
-    layer = rd.uniform_causal_layer(2, 2, rd.bidiagonal(2, w))
+    layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, w))
     c = np.sqrt(1 - 1 / w**2)
     a, b = np.array([[0, 1], [-1 / w, c]]), np.array([[0, 1], [-1 / w, -c]])
     x0 = jnp.asarray(np.stack([a, b]) + 1e-3 * np.array([[[0.3, 1], [0.5, -0.2]], [[-0.2, 1], [0.4, 0.3]]]))
@@ -143,9 +143,9 @@ def test_user_supplied_solvers_find_the_2d_example_points():
 def test_deflation_finds_a_different_equilibrium(found):
     layer, x0, first = found
     ok = np.asarray(first.successful)
-    group = rd.symmetry_group(layer)
-    classes = rd.deduplicate(np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group)
-    known = np.concatenate([rd.symmetric_images(c.x, group) for c in classes])
+    group = rd.equilibria.symmetry_group(layer)
+    classes = rd.equilibria.deduplicate(np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group)
+    known = np.concatenate([rd.equilibria.symmetric_images(c.x, group) for c in classes])
     # The 16 starts that, undeflated, went to already known equilibria (all of them did).
     second = rd.find_equilibria(layer, x0[1:17], deflation=known, max_steps=200, throw=False)
     ok2 = np.asarray(second.successful)
@@ -162,23 +162,23 @@ def test_dedup_merges_sign_and_permutation_copies(getkey):
     xs = np.stack([x[0], -x[0], x[0][perm], -x[0][perm] + 1e-4, x[1], x[2]])
     res = np.array([1e-12, 2e-12, 3e-12, 1e-13, 1e-12, 1e-12])
     complete = {"sign": True, "all_permutations": True, "permutations": []}
-    classes = rd.deduplicate(xs, res, symmetries=complete, tol=1e-3)
+    classes = rd.equilibria.deduplicate(xs, res, symmetries=complete, tol=1e-3)
     assert sorted(c.count for c in classes) == [1, 1, 4]
     big = [c for c in classes if c.count == 4][0]
     assert sorted(big.members.tolist()) == [0, 1, 2, 3] and big.residual == 1e-13
     # Without symmetries (e.g. the causal mask without the sign) nothing merges.
     none = {"sign": False, "all_permutations": False, "permutations": []}
-    assert len(rd.deduplicate(xs, res, symmetries=none, tol=1e-3)) == 6
+    assert len(rd.equilibria.deduplicate(xs, res, symmetries=none, tol=1e-3)) == 6
     # The complete-mask layer really is permutation- and sign-equivariant, and the group says so.
     layer = rd.make_layer(getkey(), n=5, d=3, mask="complete", value="gaussian", qk="gaussian")
-    g = rd.symmetry_group(layer)
+    g = rd.equilibria.symmetry_group(layer)
     assert g["sign"] and g["all_permutations"]
-    assert not rd.symmetry_group(_layer())["all_permutations"]
+    assert not rd.equilibria.symmetry_group(_layer())["all_permutations"]
 
 
 def test_unnormalised_map():
     """placement='none': F(X) = A X W_V; with W_V = I every consensus X = 1 v^T is a fixed point."""
-    layer = rd.uniform_causal_layer(3, 3, jnp.eye(3), placement="none")
+    layer = rd.theory.uniform_causal_layer(3, 3, jnp.eye(3), placement="none")
     sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(2), 8, n=3, d=3), throw=False)
     ok = np.asarray(sol.successful)
     assert ok.all()
@@ -186,7 +186,7 @@ def test_unnormalised_map():
     assert np.allclose(x, x[:, :1, :], atol=1e-8)  # all tokens equal (rank-one consensus)
     assert (np.asarray(sol.rank) == 1).all()
     # A contraction W_V = I / 2 has only the zero equilibrium, which has rank 0 (not "full").
-    half = rd.uniform_causal_layer(3, 3, 0.5 * jnp.eye(3), placement="none")
+    half = rd.theory.uniform_causal_layer(3, 3, 0.5 * jnp.eye(3), placement="none")
     zero = rd.find_equilibria(half, _starts(jr.PRNGKey(2), 8, n=3, d=3), throw=False)
     assert np.asarray(zero.successful).all() and np.abs(np.asarray(zero.x)).max() < 1e-10
     assert (np.asarray(zero.rank) == 0).all()
