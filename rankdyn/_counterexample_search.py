@@ -19,8 +19,8 @@ Positive control: with the causal mask and uniform attention the paper's bidiago
 search finds value matrices that do the same (``tests/test_basins_search.py``); the earlier
 mean-of-log objective did not (it favours slowing the collapse of every input, a near-rotation).
 
-Finding a high objective is evidence that such states exist (and are reached from random
-inputs); failing to find one is weak evidence for the conjecture, nothing more.
+A high objective is evidence that such states exist and are reached from random inputs;
+failing to find one is weak evidence for the conjecture, nothing more.
 """
 
 from __future__ import annotations
