@@ -321,8 +321,7 @@ def search_value_matrix(
             raise ValueError(f"w_init must be (d, d) = ({d}, {d}), got {w_v0.shape}.")
     layer = SelfAttentionLayer(m, w_q, w_k, jnp.eye(d, dtype=dt), dqk=dqk)
 
-    x_eval = _sphere_batch(k_eval, eval_batch, n, d, dt)
-    x_sel = _sphere_batch(k_sel, select_batch, n, d, dt)
+    x_eval, x_sel = _sphere_batch(k_eval, eval_batch, n, d, dt), _sphere_batch(k_sel, select_batch, n, d, dt)
     opt = _optimizer(float(lr))
     depths = _depth_schedule(min(num_layers, train_depth or num_layers), stages)
 
