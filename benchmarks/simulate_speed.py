@@ -151,7 +151,7 @@ def build(cfg, seed: int, dqk=None):
     """The layer and initial tokens of a configuration (float32)."""
     k1, k2 = jr.split(jr.PRNGKey(seed))
     layer = rd.make_layer(
-        k1, n=cfg["n"], d=cfg["d"], mask=cfg["mask"], dqk=dqk, norm="post", value="orthogonal", qk="bert",
+        k1, n=cfg["n"], d=cfg["d"], mask=cfg["mask"], dqk=dqk, placement="post", value="orthogonal", qk="bert",
         num_layers=cfg["layers"] if cfg["per_layer"] else None, dtype=jnp.float32,
     )
     x0 = rd.initial_tokens(k2, "sphere", cfg["n"], cfg["d"], batch=cfg["batch"], dtype=jnp.float32)

@@ -79,7 +79,7 @@ def v01_metrics(x, rank_tol):
 
 def whole_run(layers, batch, repeats):
     k1, k2 = jr.split(jr.PRNGKey(0))
-    layer = rd.make_layer(k1, n=32, d=64, mask="causal", norm="post", value="orthogonal", qk="bert",
+    layer = rd.make_layer(k1, n=32, d=64, mask="causal", placement="post", value="orthogonal", qk="bert",
                           dtype=jnp.float32)
     x0 = rd.initial_tokens(k2, "sphere", 32, 64, batch=batch, dtype=jnp.float32)
     observers = {

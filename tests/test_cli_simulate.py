@@ -106,7 +106,7 @@ def test_cli_and_python_build_the_same_layer(getkey):
     key = jr.PRNGKey(7)
     a = layer_from_args(build_parser().parse_args(argv), key)
     b = rd.make_layer(key, n=7, d=6, mask="global", window=2, heads=2, output_projection=True, value="jordan",
-                      jordan_k=3, w=1.5, qk="gaussian", num_layers=3, skip=True, norm="pre", dqk=2.5)
+                      jordan_k=3, w=1.5, qk="gaussian", num_layers=3, skip=True, placement="pre", dqk=2.5)
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
     assert (a.placement, a.skip, a.num_layers, a.num_heads) == ("pre", True, 3, 2)

@@ -48,7 +48,7 @@ def test_layer_matches_paper_equation_3(getkey):
 def test_pre_ln_matches_definition(getkey):
     """Pre-LN: X+ = A LN(X) W_V with A computed from LN(X) (default)."""
     n, d = 4, 4
-    layer = small_layer(getkey(), n=n, d=d, mask="complete", norm="pre", value="gaussian")
+    layer = small_layer(getkey(), n=n, d=d, mask="complete", placement="pre", value="gaussian")
     x = 3.0 * rd.initial_tokens(getkey(), "gaussian", n, d)
     xn = x / jnp.linalg.norm(x, axis=1, keepdims=True)
     want = layer.attention(xn)[0] @ xn @ layer.weights.w_v[0]
@@ -99,7 +99,7 @@ def test_ln_dynamics_invariant_to_value_scale(getkey):
     b = rd.simulate(scaled, x0, 20, save_states=True).states
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-12)
     # ... and without LN the scale matters (the test can tell the two apart).
-    nl = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian", norm="none")
+    nl = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian", placement="none")
     nl2 = eqx.tree_at(lambda l: l.weights.w_v, nl, 7.5 * nl.weights.w_v)
     assert not np.allclose(rd.simulate(nl, x0, 3).summary.mean["mu"], rd.simulate(nl2, x0, 3).summary.mean["mu"])
 

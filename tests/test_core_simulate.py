@@ -79,7 +79,7 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
     rates = {}
     key = getkey()
     for mask in PAPER_MASKS:
-        layer = small_layer(key, n=n, d=d, mask=mask, norm="none", value="orthogonal", qk="gaussian")
+        layer = small_layer(key, n=n, d=d, mask=mask, placement="none", value="orthogonal", qk="gaussian")
         traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "mu_normalized": rd.mu_normalized(x),
                                                             "row_norm_mean": jnp.mean(rd.metrics.row_norms(x))},
                            per_trajectory=True)
@@ -107,7 +107,7 @@ def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
     form; convergence may be even faster, since attention becomes uniform as tokens align).
     """
     n, d, T = 4, 6, 40
-    layer = small_layer(getkey(), n=n, d=d, mask="complete", norm="post", value="orthogonal", qk="gaussian",
+    layer = small_layer(getkey(), n=n, d=d, mask="complete", placement="post", value="orthogonal", qk="gaussian",
                         qk_std=2.0)
     x0 = sphere_tokens(getkey(), n, d, batch=8)
     assert np.all(np.asarray(jax.vmap(lambda x: rd.collapse_metrics(x)["num_rank"])(x0)) == n)  # condition (*)

@@ -37,7 +37,7 @@ def test_streamed_stats_equal_numpy_over_per_trajectory_values_for_any_chunking(
     # squares) overflows near 1e154: the trajectories started 1e100 times larger become
     # non-finite after a few layers, the others stay finite; both kinds meet in every chunking.
     n, d, T, B = 4, 3, 12, 11
-    layer = rd.make_layer(getkey(), n=n, d=d, mask="causal", norm="none", value="orthogonal", qk="gaussian")
+    layer = rd.make_layer(getkey(), n=n, d=d, mask="causal", placement="none", value="orthogonal", qk="gaussian")
     layer = eqx.tree_at(lambda l: l.weights.w_v, layer, 1e10 * layer.weights.w_v)
     scale = jnp.where(jnp.arange(B) % 3 == 1, 1e100, 1.0)[:, None, None]
     x0 = scale * rd.initial_tokens(getkey(), "sphere", n, d, batch=B)
