@@ -42,9 +42,13 @@ def test_basin_fractions_sampler_chunks_and_key():
     b = rd.theory.basin_fractions(layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False)
     assert a == b
     assert sum(a["counts"].values()) == 100
-    for c, f in a["fractions"].items():
-        lo, hi = a["ci95"][c]
-        assert 0 <= lo <= f <= hi <= 1
+    from scipy.stats import binomtest
+
+    for c, count in a["counts"].items():
+        # The interval is Wilson's: compare with scipy's independent implementation.
+        want = binomtest(int(count), 100).proportion_ci(confidence_level=0.95, method="wilson")
+        np.testing.assert_allclose(a["ci95"][c], (want.low, want.high), rtol=1e-6, atol=1e-9)
+        assert a["fractions"][c] == count / 100
     with pytest.raises(ValueError, match="batch"):
         rd.theory.basin_fractions(layer, sampler, 5, rd.theory.rank_classifier(), key=key)
 
