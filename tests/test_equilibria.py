@@ -215,3 +215,30 @@ def test_bad_arguments():
         rd.find_equilibria(layer, jnp.ones((2, N, D)), target_rank=2)
     with pytest.raises(ValueError, match="method"):
         rd.find_equilibria(layer, jnp.ones((2, N, D)), method="newton")
+
+
+def test_levenberg_marquardt_matches_scipy_lm():
+    """``method="lm"`` against scipy's MINPACK LM on a NumPy residual of the 2-D example.
+
+    Token 1 sits on a double root, which LM only approaches (~1e-4, and token 2 moves with it),
+    so the reference solves token 2's equation (a simple root near A or B) given the token 1
+    that LM returned: both solvers must then agree on token 2."""
+    from scipy.optimize import least_squares
+
+    w = 2.0
+    wv = np.array([[1.0, w], [0.0, 1.0]])
+    layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, w))
+
+    def residual_token2(x2, x1):
+        y = (x1 + x2) / 2 @ wv  # uniform causal attention: token 2 averages tokens 1 and 2
+        return y / np.linalg.norm(y) - x2
+
+    starts = np.array([[[0.01, 1.0], [-0.45, 0.8]], [[-0.01, 1.0], [-0.55, -0.9]]])
+    sol = rd.find_equilibria(layer, jnp.asarray(starts), method="lm", max_steps=300, throw=False)
+    got = np.asarray(sol.x)
+    for i, s in enumerate(starts):
+        ref = least_squares(residual_token2, s[1] / np.linalg.norm(s[1]), args=(got[i, 0],), method="lm",
+                            xtol=1e-15, ftol=1e-15)
+        assert np.linalg.norm(residual_token2(ref.x, got[i, 0])) < 1e-12
+        np.testing.assert_allclose(got[i, 1], ref.x, atol=1e-9)
+        np.testing.assert_allclose(got[i, 0], [0.0, 1.0], atol=1e-3)
