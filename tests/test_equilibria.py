@@ -242,3 +242,37 @@ def test_levenberg_marquardt_matches_scipy_lm():
         assert np.linalg.norm(residual_token2(ref.x, got[i, 0])) < 1e-12
         np.testing.assert_allclose(got[i, 1], ref.x, atol=1e-9)
         np.testing.assert_allclose(got[i, 0], [0.0, 1.0], atol=1e-3)
+
+
+def test_continuation_in_w_follows_the_closed_forms():
+    """Oracle: the closed-form family at every w (App. F.1). Continued from w = 5 to 6 in small
+    steps, every rank-n closed form (2^n of them, none merge) is found again at w = 6."""
+    n = d = 3
+    make = lambda w: rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
+    start = np.stack([x for k, x in rd.theory.all_closed_form_equilibria(n, d, 5.0) if k == n])
+    steps = rd.equilibria.continue_equilibria(make, np.linspace(5.0, 6.0, 5), start, max_steps=200)
+    assert [s["lost"] for s in steps] == [0] * 5
+    end = steps[-1]
+    want = np.stack([x for k, x in rd.theory.all_closed_form_equilibria(n, d, 6.0) if k == n])
+    group = rd.equilibria.symmetry_group(make(6.0))
+    # Every closed form at w = 6 has a continued branch within 1e-6 (token 1 is a double root).
+    for x in want:
+        assert min(_distance(x, y, group) for y in end["x"]) < 1e-6
+    assert end["kept"] == len(want) // 2  # classes modulo the sign flip X -> -X
+    with pytest.raises(ValueError, match="values"):
+        rd.equilibria.continue_equilibria(make, [], start)
+
+
+def test_continuation_in_temperature_keeps_fixed_points():
+    """Softmax attention (complete mask, BERT-style W_Q, W_K): equilibria followed in d_QK stay
+    fixed points of the map at each value (residual)."""
+    n = d = 3
+    base = rd.make_layer(jr.PRNGKey(3), n=n, d=d, mask="complete", value="orthogonal", qk="gaussian")
+    make = lambda dqk: eqx.tree_at(lambda l: l.dqk, base, jnp.asarray(dqk))
+    x0 = np.asarray(rd.find_equilibria(base, rd.initial_tokens(jr.PRNGKey(4), "sphere", n, d, batch=8),
+                                       max_steps=200, throw=False).x)
+    steps = rd.equilibria.continue_equilibria(make, [float(d), 3.2, 3.4], x0, max_steps=100)
+    for s in steps:
+        assert s["kept"] >= 1
+        for x in s["x"]:
+            assert float(rd.equilibria.equilibrium_residual(make(s["value"]), jnp.asarray(x))) < 1e-10
