@@ -88,7 +88,7 @@ def whole_run(layers, batch, repeats):
         "v0.1 default metrics": jax.tree_util.Partial(v01_metrics, rank_tol=jnp.asarray(1e-6)),
         "default metrics": None,
     }
-    run = lambda o: rd.simulate(layer, x0, layers, observe=o).metrics
+    run = lambda o: rd.simulate(layer, x0, layers, observe=o).summary
     times = {name: [float("inf"), float("inf")] for name in observers}
     for name, o in observers.items():  # compile every program first
         jax.block_until_ready(run(o))
