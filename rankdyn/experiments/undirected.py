@@ -63,7 +63,8 @@ def _sizes(quick: bool) -> dict:
 
 def _census(mask: str, r: dict, key, sz: dict) -> dict:
     """Equilibria of the layer map found by one search (its W_V, W_Q, W_K), with stability."""
-    from .. import equilibrium_census, make_mask
+    from .._masks import make_mask
+    from ..equilibria import equilibrium_census
     from .._layer import SelfAttentionLayer
 
     f64 = lambda a: jnp.asarray(a, jnp.float64)
@@ -95,7 +96,7 @@ def _returns(layer, x_star, key, sz: dict, size: int = 64, eps: float = 1e-2) ->
     """Fraction of starts perturbed by ``eps`` (then renormalised) that `rankdyn.simulate` brings
     back to within 1e-6 of ``x_star`` at the long evaluation depth: a check of the linear
     stability verdict by plain iteration."""
-    from .. import simulate
+    from .._simulate import simulate
 
     x_star = jnp.asarray(x_star, jnp.float64)
     x0 = x_star[None] + eps * jax.random.normal(key, (size,) + x_star.shape, jnp.float64)
@@ -147,7 +148,8 @@ def verdict(control_ok: bool, undirected_found: list[str]) -> tuple[str, str]:
 
 def run(out: Path, *, quick: bool, seed: int) -> dict:
     """Run the target; write ``undirected.png`` into ``out``; return the result dict."""
-    from .. import plotting, search_value_matrix
+    from .. import plotting
+    from .._counterexample_search import search_value_matrix
     from .._weights import bidiagonal
 
     out = Path(out)

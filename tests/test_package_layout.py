@@ -1,0 +1,52 @@
+"""The architecture's rules, checked: a small public namespace, no module importing the package
+itself (its top-level names), no library module over 400 lines."""
+
+import ast
+import pathlib
+
+import rankdyn
+
+PKG = pathlib.Path(rankdyn.__file__).parent
+MODULES = sorted(PKG.rglob("*.py"))
+
+
+def _package_of(path: pathlib.Path) -> list[str]:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    return parts if path.name == "__init__.py" and parts.pop() else parts[:-1]
+
+
+def test_top_level_namespace_is_small():
+    names = [n for n in dir(rankdyn) if not n.startswith("_")]
+    assert len(names) <= 40, names
+
+
+def test_no_module_imports_the_package_top_level():
+    """``from .. import simulate`` in rankdyn/experiments/x.py reaches through rankdyn/__init__.py:
+    a cycle, and a break whenever the namespace changes. Submodules (``from .. import plotting``)
+    are fine."""
+    bad = []
+    for path in MODULES:
+        if path == PKG / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                bad += [f"{path}: import {a.name}" for a in node.names if a.name == "rankdyn"]
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level == 0:
+                target = (node.module or "").split(".")
+            else:
+                pkg = _package_of(path)
+                target = pkg[: len(pkg) - node.level + 1] + ((node.module or "").split(".") if node.module else [])
+            if target == ["rankdyn"]:
+                for alias in node.names:
+                    is_module = (PKG / alias.name).is_dir() or (PKG / f"{alias.name}.py").exists()
+                    if not is_module:
+                        bad.append(f"{path.relative_to(PKG.parent)}:{node.lineno}: from rankdyn import {alias.name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_library_module_over_400_lines():
+    long = {str(p.relative_to(PKG.parent)): n for p in MODULES if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
