@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._config import SEPARATE_DROPOUT
+from .._config import SEPARATE_DROPOUT, ModelConfig, ignored_fields
 from .._init import X0_NAMES
 from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES, make_mask
@@ -129,28 +129,32 @@ def _check_scalar(key: str, v, where: str) -> None:
         raise ValueError(f"{where}: an edge probability must be in [0, 1], got {v!r}.")
 
 
+#: Sweep keys whose `rankdyn.ModelConfig` field has another name.
+_FIELD_KEYS = {"placement": "norm", "num_layers": "layers"}
+
+
+def cell_config(p: dict, axes: Mapping) -> ModelConfig:
+    """The cell's model as a validated `rankdyn.ModelConfig` (the rules `make_layer` and the CLI
+    use); a message names the ``[axes]`` or ``[fixed]`` key. Parameters the cell's mask or
+    families do not read (e.g. ``window`` under a complete mask on a window axis) are dropped."""
+    fields = dict(
+        mask=p["mask"], window=p["window"], dilation=p["dilation"], num_global=p["num_global"],
+        mask_p=p["mask_p"], mask_seed=p["mask_seed"], n=p["n"], d=p["d"], dqk=p["dqk"], placement=p["norm"],
+        ln=p["ln"], ln_radius=p["ln_radius"], value=p["value"], w=p["w"], jordan_k=p["jordan_k"],
+        value_std=p["value_std"], qk=p["qk"], qk_std=p["qk_std"],
+        num_layers=p["layers"] if p["per_layer_weights"] else None, heads=p["heads"],
+        output_projection=p["heads"] > 1, skip=p["skip"], mlp=p["mlp"], attn_dropout=p["attn_dropout"],
+        hidden_dropout=p["hidden_dropout"], x0=p["x0"], seed=p["seed"],
+    )
+    for name in ignored_fields(fields):
+        fields.pop(name)
+    return ModelConfig.from_mapping(fields, where=lambda f: _where(_FIELD_KEYS.get(f, f), axes))
+
+
 def _check_cell(p: dict, axes: Mapping) -> None:
-    """Checks that involve several parameters of one grid cell (bad combinations)."""
-    n, d = p["n"], p["d"]
-    if p["mask"] in ("window", "window-uni", "global") and p["window"] >= n:
-        raise ValueError(
-            f"{_where('window', axes)} = {p['window']} is not smaller than {_where('n', axes)} = {n} "
-            f"(mask {p['mask']!r}): a window must be narrower than the sequence."
-        )
-    if p["mask"] == "global" and p["num_global"] > n:
-        raise ValueError(f"{_where('num_global', axes)} = {p['num_global']} exceeds n = {n}.")
-    if p["value"] == "jordan" and p["jordan_k"] is not None and p["jordan_k"] > d:
-        raise ValueError(
-            f"{_where('jordan_k', axes)} = {p['jordan_k']}: a Jordan block larger than "
-            f"{_where('d', axes)} = {d} does not fit in W_V."
-        )
-    if d % p["heads"]:
-        raise ValueError(f"{_where('heads', axes)} = {p['heads']} does not divide {_where('d', axes)} = {d}.")
-    if p["attn_dropout"] != p["hidden_dropout"] and not _SPLIT_DROPOUT:
-        raise ValueError(
-            f"{_where('attn_dropout', axes)} = {p['attn_dropout']} differs from {_where('hidden_dropout', axes)} = "
-            f"{p['hidden_dropout']}, but this version's make_layer has one dropout rate for both; give them equal values."
-        )
+    """Checks that involve several parameters of one grid cell (bad combinations): the model's
+    through `cell_config`, the recording schedule here."""
+    cell_config(p, axes)
     if p["layers"] % p["save_every"]:
         raise ValueError(
             f"{_where('layers', axes)} = {p['layers']} is not a multiple of [fixed] save_every = {p['save_every']}."
