@@ -60,12 +60,12 @@ def bench_config(name, cfg, args) -> dict:
             if not a["ok"]:
                 raise SystemExit(f"{name}: PyTorch and rankdyn disagree: {a['max_rel_err']}")
     for m in args.metric_sets:
-        for dev in args.device_sets:
+        for devices in args.device_sets:
             from speed._rankdyn_child import run_child
 
-            r = run_child(__file__, name, dev, m, args.quick, args.child_timeout)
-            res["rankdyn"][f"{m}/{dev}"] = r
-            print(f"   rankdyn {m} on {dev} device(s): {r}", flush=True)
+            r = run_child(__file__, name, devices, m, args.quick, args.child_timeout)
+            res["rankdyn"][f"{m}/{devices}"] = r
+            print(f"   rankdyn {m} on {devices} device(s): {r}", flush=True)
         if not args.no_torch:
             tx, wq, wk, wv, mask, dqk = torch_inputs(torch, dev, layer, x0)
             best = None
