@@ -47,7 +47,7 @@ CHILD = textwrap.dedent(
     devices = None if mode == "one" else "all"
     def run():
         t, c = time.perf_counter(), time.process_time()
-        jax.block_until_ready(rd.simulate(layer, x0, layers, observe=observe, devices=devices).metrics)
+        jax.block_until_ready(rd.simulate(layer, x0, layers, observe=observe, devices=devices).summary)
         return time.perf_counter() - t, time.process_time() - c
     run()  # compile
     wall, cpu = run()

@@ -54,7 +54,7 @@ def numpy_map(n: int, d: int, w: float):
 
 def run_rankdyn(x0, n, d, w, max_steps, retry_steps=None):
     """Warm wall time of one batched solve (optionally: retry the failures with more steps)."""
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
 
     def solve():
         sol = rd.find_equilibria(layer, x0, max_steps=max_steps, throw=False)
@@ -119,7 +119,7 @@ def main(argv=None):
         return int(np.sum(dist.min(axis=1) < 2e-2))
 
     rows = []
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, args.w))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, args.w))
     for label, fn in (("exact_equilibria (enumeration only)", lambda: rd.exact_equilibria(n, d, args.w).x),
                       ("equilibrium_census (exact + rank + stability)",
                        lambda: np.stack([e["tokens"] for e in rd.equilibrium_census(

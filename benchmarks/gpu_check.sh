@@ -65,7 +65,7 @@ n, d, T, B, every = 32, 64, 256, 1024, 4
 obs = jax.tree_util.Partial(lambda x: {"mu": rd.mu(x), "sigma_min": singular_values(x)[-1],
                                        "mu_normalized": rd.mu_normalized(x)})
 for norm in ("post", "none"):
-    ref_layer = rd.make_layer(jr.PRNGKey(0), n=n, d=d, mask="causal", norm=norm, value="orthogonal", qk="bert",
+    ref_layer = rd.make_layer(jr.PRNGKey(0), n=n, d=d, mask="causal", placement=norm, value="orthogonal", qk="bert",
                               dtype=jnp.float64)
     x64 = rd.initial_tokens(jr.PRNGKey(1), "sphere", n, d, batch=B, dtype=jnp.float64)
     res = {}

@@ -79,7 +79,7 @@ def v01_metrics(x, rank_tol):
 
 def whole_run(layers, batch, repeats):
     k1, k2 = jr.split(jr.PRNGKey(0))
-    layer = rd.make_layer(k1, n=32, d=64, mask="causal", norm="post", value="orthogonal", qk="bert",
+    layer = rd.make_layer(k1, n=32, d=64, mask="causal", placement="post", value="orthogonal", qk="bert",
                           dtype=jnp.float32)
     x0 = rd.initial_tokens(k2, "sphere", 32, 64, batch=batch, dtype=jnp.float32)
     observers = {
@@ -88,7 +88,7 @@ def whole_run(layers, batch, repeats):
         "v0.1 default metrics": jax.tree_util.Partial(v01_metrics, rank_tol=jnp.asarray(1e-6)),
         "default metrics": None,
     }
-    run = lambda o: rd.simulate(layer, x0, layers, observe=o).metrics
+    run = lambda o: rd.simulate(layer, x0, layers, observe=o).summary
     times = {name: [float("inf"), float("inf")] for name in observers}
     for name, o in observers.items():  # compile every program first
         jax.block_until_ready(run(o))

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every process makes the same calls with the same shapes and keys (the multi-controller
     # model); simulate keeps only this process's share of the batch on its devices.
     layer, x0 = problem(args.n, args.d, args.batch)
-    traj = rd.simulate(layer, x0, args.layers, devices="all")
+    traj = rd.simulate(layer, x0, args.layers, devices="all", per_trajectory=True)
     # Results are global arrays; only local shards are addressable, so gather to every process.
     metrics = {k: multihost_utils.process_allgather(v, tiled=True).tolist() for k, v in traj.metrics.items()}
     if jax.process_index() == 0:

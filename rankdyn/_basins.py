@@ -147,7 +147,7 @@ def basin_fractions(
     all_cls, nonfinite, degenerate = [], 0, 0
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from ._progress import progress_bar as tqdm
 
         bar = tqdm(total=total, desc="basins", unit="sample")
     for c in range(num_chunks):

@@ -30,7 +30,7 @@ def make_layer(
     mask: str | ArrayLike = "causal",
     window: int = 1,
     dqk: ArrayLike | None = None,
-    norm: str = "post",
+    placement: str = "post",
     ln: str | AbstractNorm = "sphere",
     ln_radius: float | None = None,
     value: str = "orthogonal",
@@ -49,6 +49,7 @@ def make_layer(
     hidden_dropout: float = 0.0,
     dropout: float | None = None,
     dtype=None,
+    norm: str | None = None,
 ) -> "SelfAttentionLayer":
     """A `SelfAttentionLayer` from named families.
 
@@ -58,14 +59,14 @@ def make_layer(
     Arguments:
         key: PRNG key for every random weight.
         n, d: number of tokens and features.
-        mask: a name of `rankdyn.MASK_NAMES` (with ``window``) or a boolean ``(n, n)`` array.
+        mask: a name of `rankdyn.masks.MASK_NAMES` (with ``window``) or a boolean ``(n, n)`` array.
         window: half-width / look-back / dilated hops of the masks that read it (default 1; any
             other value with ``complete``, ``causal``, ``random`` or an array is refused).
         dqk: temperature $d_{QK}$ (default: the key width, ``d // heads``).
-        norm: placement ``none`` / ``post`` / ``pre``.
+        placement: where the normalisation sits: ``none`` (eq. 2), ``post`` (eq. 3) or ``pre``.
         ln: ``sphere`` (paper), ``rms``, ``layernorm`` or an `AbstractNorm`; ``ln_radius`` sets
             the sphere radius (e.g. ``sqrt(d)``).
-        value: a family of `rankdyn.VALUE_NAMES` (``w``, ``jordan_k``, ``value_std`` parametrise it).
+        value: a family of `rankdyn.weights.VALUE_NAMES` (``w``, ``jordan_k``, ``value_std`` parametrise it).
         qk: ``bert``, ``gaussian`` (``qk_std``) or ``zero`` (uniform attention).
         num_layers: draw independent weights for each of this many layers (None: shared).
         heads: attention heads; with more than one, ``output_projection`` must be True and the head
@@ -81,6 +82,11 @@ def make_layer(
         ValueError: for unknown names, inconsistent sizes, non-finite or out-of-range values and
             parameters that the chosen mask or family ignores; the message names the argument.
     """
+    if norm is not None:
+        # Renamed in 0.2 ("placement" everywhere for none/post/pre); refused rather than guessed,
+        # since `norm` names the normaliser elsewhere (SelfAttentionLayer(norm=...)).
+        raise ValueError(f"make_layer(norm={norm!r}): the argument is now called placement; pass "
+                         f"placement={norm!r} (none/post/pre). The normalisation variant is ln=.")
     where = _ARGUMENTS
     if dropout is not None:
         if attn_dropout or hidden_dropout:
@@ -91,7 +97,7 @@ def make_layer(
         attn_dropout = hidden_dropout = dropout
         where = _ARGUMENTS_SHORTHAND  # messages name the argument the user passed
     config = ModelConfig.from_mapping(
-        dict(n=n, d=d, mask=mask, window=window, dqk=dqk, placement=norm, ln=ln, ln_radius=ln_radius, value=value,
+        dict(n=n, d=d, mask=mask, window=window, dqk=dqk, placement=placement, ln=ln, ln_radius=ln_radius, value=value,
              w=w, jordan_k=jordan_k, value_std=value_std, qk=qk, qk_std=qk_std, num_layers=num_layers, heads=heads,
              output_projection=output_projection, skip=skip, mlp=mlp, mlp_ratio=mlp_ratio,
              attn_dropout=attn_dropout, hidden_dropout=hidden_dropout, dtype=dtype),
@@ -101,8 +107,8 @@ def make_layer(
 
 
 #: make_layer's argument names where they differ from the configuration's fields.
-_ARGUMENTS = Names.arguments({"placement": "norm"})
-_ARGUMENTS_SHORTHAND = Names.arguments({"placement": "norm", "attn_dropout": "dropout", "hidden_dropout": "dropout"})
+_ARGUMENTS = Names.arguments({})
+_ARGUMENTS_SHORTHAND = Names.arguments({"attn_dropout": "dropout", "hidden_dropout": "dropout"})
 
 
 def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":

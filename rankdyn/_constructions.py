@@ -51,7 +51,7 @@ def uniform_causal_layer(
     Arguments:
         n: number of tokens.
         d: token dimension.
-        w_v: the value matrix ``(d, d)`` (e.g. `rankdyn.bidiagonal(d, w)`).
+        w_v: the value matrix ``(d, d)`` (e.g. `rankdyn.weights.bidiagonal(d, w)`).
         placement: ``"post"`` (eq. 3, default), ``"none"`` (eq. 2) or ``"pre"``.
         radius: the sphere radius of the LN (the paper uses 1).
 

@@ -19,8 +19,8 @@ Positive control: with the causal mask and uniform attention the paper's bidiago
 search finds value matrices that do the same (``tests/test_basins_search.py``); the earlier
 mean-of-log objective did not (it favours slowing the collapse of every input, a near-rotation).
 
-Finding a high objective is evidence that such states exist (and are reached from random
-inputs); failing to find one is weak evidence for the conjecture, nothing more.
+A high objective is evidence that such states exist and are reached from random inputs;
+failing to find one is weak evidence for the conjecture, nothing more.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def search_value_matrix(
 
     Arguments:
         key: PRNG key (W_V inits, Q/K weights, input batches, selection and evaluation sets).
-        mask: a `rankdyn.make_mask` name (``causal``, ``complete``, ``window`` ...) or a bool ``(n, n)`` array.
+        mask: a `rankdyn.masks.make_mask` name (``causal``, ``complete``, ``window`` ...) or a bool ``(n, n)`` array.
         n, d: tokens and dimension; num_layers: depth $T$ at which the objective is measured.
         batch, steps, lr: random sphere inputs per step, Adam steps per restart, learning rate.
         objective: ``"sigma_2"`` (default: rank > 1), ``"sigma_min"`` (full rank) or
@@ -321,8 +321,7 @@ def search_value_matrix(
             raise ValueError(f"w_init must be (d, d) = ({d}, {d}), got {w_v0.shape}.")
     layer = SelfAttentionLayer(m, w_q, w_k, jnp.eye(d, dtype=dt), dqk=dqk)
 
-    x_eval = _sphere_batch(k_eval, eval_batch, n, d, dt)
-    x_sel = _sphere_batch(k_sel, select_batch, n, d, dt)
+    x_eval, x_sel = _sphere_batch(k_eval, eval_batch, n, d, dt), _sphere_batch(k_sel, select_batch, n, d, dt)
     opt = _optimizer(float(lr))
     depths = _depth_schedule(min(num_layers, train_depth or num_layers), stages)
 

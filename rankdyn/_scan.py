@@ -234,7 +234,7 @@ def run_batch(layer, x0, num: int, num_layers: int, *, observe: Callable, save_e
     piece = max(1, math.ceil(num_blocks / 20)) if progress else max(num_blocks, 1)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from ._progress import progress_bar as tqdm
 
         bar = tqdm(total=num * num_layers, desc="simulate", unit="traj-layer", unit_scale=True)
     acc, nonfinite_count, degenerate_count = None, 0, 0

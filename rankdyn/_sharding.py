@@ -57,7 +57,7 @@ def resolve_mesh(devices) -> Mesh | None:
         if devices.axis_names != (BATCH_AXIS,):
             raise ValueError(
                 f"the mesh must be one-dimensional with axis {BATCH_AXIS!r}, got axes {devices.axis_names}; "
-                "build it with rankdyn.batch_mesh()."
+                "build it with rankdyn.internal.batch_mesh()."
             )
         return devices
     if devices == "all":

@@ -110,13 +110,13 @@ def simulate(
     rank_tol: float = 1e-6,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
-    chunk_size: int | None = None,
+    chunk: int | None = None,
     devices=None,
 ) -> Trajectory:
     r"""Iterate ``layer`` for ``num_layers`` layers from ``x0`` and record metrics.
 
     $X^{(t+1)} = F_t(X^{(t)})$ with $F_t$ = ``layer`` at depth $t$ (eqs. 2-3), compiled as one
-    ``lax.scan`` over depth (`rankdyn._scan`), the batch walked in chunks of ``chunk_size``.
+    ``lax.scan`` over depth (`rankdyn._scan`), the batch walked in chunks of ``chunk``.
 
     Arguments:
         layer: a `SelfAttentionLayer` (shared or per-layer weights).
@@ -129,7 +129,7 @@ def simulate(
         per_trajectory: also return every trajectory's metrics (memory grows with the batch
             times the saved layers); by default only the batch statistics are kept.
         metrics: the metrics recorded by the default observer: None or ``"all"`` for every
-            name of `rankdyn.METRIC_NAMES` and ``eps_min``, or a subset (a list or a
+            name of `rankdyn.metrics.METRIC_NAMES` and ``eps_min``, or a subset (a list or a
             comma-separated string). Spectral metrics cost an SVD per trajectory and layer.
         observe: ``x -> dict of arrays`` computed at saved layers instead of the default
             metrics (``eps_min`` is always added). Pass the same function object on repeated
@@ -137,12 +137,12 @@ def simulate(
         rank_tol: relative tolerance of the numerical rank in the default metrics.
         key: PRNG key, required when the layer uses dropout (trajectory i uses ``fold_in(key, i)``).
         progress: show a progress bar (each chunk's depth is split into ~20 compiled pieces).
-        chunk_size: trajectories advanced together (vmapped) at a time. Default: about 2 MiB of
+        chunk: trajectories advanced together (vmapped) at a time. Default: about 2 MiB of
             tokens per chunk on CPU (cache-sized), the whole batch on accelerators. Results do
             not depend on it beyond rounding.
         devices: split each chunk over devices (`jax.sharding`, mesh axis ``"batch"``): None
             (default) runs on the default device; ``"all"``, an int k (first k devices), a list
-            of devices or a `rankdyn.batch_mesh`.
+            of devices or a `rankdyn.internal.batch_mesh`.
 
     Returns:
         A `Trajectory`.
@@ -169,23 +169,23 @@ def simulate(
     mesh = resolve_mesh(devices)
     n, d = layer.num_tokens, layer.dim
     itemsize = x0.dtype.itemsize
-    if chunk_size is None:
+    if chunk is None:
         share = -(-num // (1 if mesh is None else mesh.devices.size))
         backend = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
-        chunk_size = auto_chunk(max(share, 1), n, d, itemsize, backend)
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}.")
-    chunk_size = min(int(chunk_size), num)
+        chunk = auto_chunk(max(share, 1), n, d, itemsize, backend)
+    elif isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise ValueError(f"chunk must be a positive integer or None, got {chunk!r}.")
+    chunk = min(int(chunk), num)
     num_saved = num_layers // save_every + 1
     if jax.default_backend() == "cpu":
-        parts = estimate_parts(num=num, chunk=chunk_size, n=n, d=d, heads=layer.num_heads, itemsize=itemsize,
+        parts = estimate_parts(num=num, chunk=chunk, n=n, d=d, heads=layer.num_heads, itemsize=itemsize,
                                num_saved=num_saved, num_metrics=len(names), per_trajectory=per_trajectory,
                                save_states=save_states)
-        check_memory(MemoryEstimate(parts), what="simulate", fix="use a smaller chunk_size, a larger save_every, "
+        check_memory(MemoryEstimate(parts), what="simulate", fix="use a smaller chunk, a larger save_every, "
                      "or per_trajectory=False and save_states=False (then only statistics are kept).")
     flat = x0 if sampler else x0.reshape((num, n, d))
     stats, (nonfinite, degenerate), per = run_batch(
-        layer, flat, num, num_layers, observe=observe, save_every=save_every, chunk=chunk_size,
+        layer, flat, num, num_layers, observe=observe, save_every=save_every, chunk=chunk,
         drop_key=key if layer.dropout > 0 else None, per_trajectory=per_trajectory, save_states=save_states,
         eps=eps, mesh=mesh, progress=progress,
     )

@@ -7,8 +7,8 @@ import rankdyn as rd
 PAPER_MASKS = ("complete", "causal", "window", "window-uni")
 
 
-def small_layer(key, *, n=6, d=6, mask="causal", norm="post", value="orthogonal", qk="gaussian", **kw):
-    return rd.make_layer(key, n=n, d=d, mask=mask, norm=norm, value=value, qk=qk, **kw)
+def small_layer(key, *, n=6, d=6, mask="causal", placement="post", value="orthogonal", qk="gaussian", **kw):
+    return rd.make_layer(key, n=n, d=d, mask=mask, placement=placement, value=value, qk=qk, **kw)
 
 
 def python_loop(layer, x0, num_layers):

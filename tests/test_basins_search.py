@@ -9,7 +9,7 @@ import rankdyn as rd
 
 
 def test_wilson_interval_known_values():
-    lo, hi = rd.wilson_interval(np.array([0, 5, 10]), 10)
+    lo, hi = rd.theory.wilson_interval(np.array([0, 5, 10]), 10)
     np.testing.assert_allclose(lo, [0.0, 0.2366, 0.7225], atol=1e-4)
     np.testing.assert_allclose(hi, [0.2775, 0.7634, 1.0], atol=1e-4)
 
@@ -18,45 +18,49 @@ def test_basin_fractions_2d_grid_exact():
     """Token 1 frozen at (0, 1), token 2 on a 0.5-degree grid: exactly the grid points inside
     (theta_A, 270) = (120, 270) degrees (300 of 720) reach B, the rest collapse (paper App. E; docs/theory.md#constructions).
     Chunks of 256 (uneven last chunk) must not change the counts."""
-    ex = rd.example_2d(2.0)
-    layer = rd.uniform_causal_layer(2, 2, ex["W_V"])
+    ex = rd.theory.example_2d(2.0)
+    layer = rd.theory.uniform_causal_layer(2, 2, ex["W_V"])
     rad = jnp.deg2rad(jnp.arange(0.25, 360.0, 0.5))
     x2 = jnp.stack([jnp.cos(rad), jnp.sin(rad)], -1)
     x0 = jnp.stack([jnp.broadcast_to(ex["e"], x2.shape), x2], axis=1)
-    near = rd.nearest_classifier(ex["X_B"][None], tol=1e-8, sign_invariant=False)
-    res = rd.basin_fractions(layer, x0, 300, near, chunk=256, progress=False, labels={0: "B", -1: "other"})
+    near = rd.theory.nearest_classifier(ex["X_B"][None], tol=1e-8, sign_invariant=False)
+    res = rd.theory.basin_fractions(layer, x0, 300, near, chunk=256, progress=False, labels={0: "B", -1: "other"})
     assert res["counts"] == {"B": 300, "other": 420}
     assert res["num_samples"] == 720 and res["num_layers"] == 300 and res["nonfinite"] == 0
     lo, hi = res["ci95"]["B"]
     assert lo < 300 / 720 < hi
-    ranks = rd.basin_fractions(layer, x0, 300, rd.rank_classifier(1e-2), chunk=720, progress=False)
+    ranks = rd.theory.basin_fractions(layer, x0, 300, rd.theory.rank_classifier(1e-2), chunk=720, progress=False)
     assert ranks["counts"] == {"1": 420, "2": 300}
 
 
 def test_basin_fractions_sampler_chunks_and_key():
     n = d = 3
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, 3.0))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, 3.0))
     sampler = lambda k, size: rd.initial_tokens(k, "sphere", n, d, batch=size)
     key = jax.random.PRNGKey(0)
-    a = rd.basin_fractions(layer, sampler, 40, rd.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False)
-    b = rd.basin_fractions(layer, sampler, 40, rd.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False)
+    a = rd.theory.basin_fractions(layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False)
+    b = rd.theory.basin_fractions(layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False)
     assert a == b
     assert sum(a["counts"].values()) == 100
-    for c, f in a["fractions"].items():
-        lo, hi = a["ci95"][c]
-        assert 0 <= lo <= f <= hi <= 1
+    from scipy.stats import binomtest
+
+    for c, count in a["counts"].items():
+        # The interval is Wilson's: compare with scipy's independent implementation.
+        want = binomtest(int(count), 100).proportion_ci(confidence_level=0.95, method="wilson")
+        np.testing.assert_allclose(a["ci95"][c], (want.low, want.high), rtol=1e-6, atol=1e-9)
+        assert a["fractions"][c] == count / 100
     with pytest.raises(ValueError, match="batch"):
-        rd.basin_fractions(layer, sampler, 5, rd.rank_classifier(), key=key)
+        rd.theory.basin_fractions(layer, sampler, 5, rd.theory.rank_classifier(), key=key)
 
 
 def test_rank_objective_values():
-    x = rd.rank_k_equilibrium(3, 3, 2, 3.0)  # rank 2
+    x = rd.theory.rank_k_equilibrium(3, 3, 2, 3.0)  # rank 2
     s = np.linalg.svd(np.asarray(x), compute_uv=False)
-    assert abs(float(rd.rank_objective(x, "sigma_2")) - s[1]) < 1e-14
-    assert float(rd.rank_objective(x, "sigma_min")) < 1e-14
-    assert 1.0 < float(rd.rank_objective(x, "eff_rank")) < 2.0
+    assert abs(float(rd.theory.rank_objective(x, "sigma_2")) - s[1]) < 1e-14
+    assert float(rd.theory.rank_objective(x, "sigma_min")) < 1e-14
+    assert 1.0 < float(rd.theory.rank_objective(x, "eff_rank")) < 2.0
     with pytest.raises(ValueError, match="objective"):
-        rd.rank_objective(x, "nope")
+        rd.theory.rank_objective(x, "nope")
 
 
 @pytest.mark.slow
@@ -65,7 +69,7 @@ def test_search_value_matrix_tiny():
     with zero steps before == after."""
     key = jax.random.PRNGKey(1)
     kw = dict(mask="causal", n=2, d=2, num_layers=8, batch=16, eval_batch=256, eval_factor=2)
-    w = rd.bidiagonal(2, 2.0)
+    w = rd.weights.bidiagonal(2, 2.0)
     r0 = rd.search_value_matrix(key, steps=0, w_init=w, **kw)
     r1 = rd.search_value_matrix(key, steps=0, w_init=3.0 * w, **kw)
     assert r0["before"] == pytest.approx(r1["before"], rel=1e-12) and r0["before"] == r0["after"]
@@ -94,7 +98,7 @@ def _held_out_rank2_fraction(w_v, key, num_layers=20, size=2000):
     """Fraction of fresh sphere inputs whose final tokens keep sigma_2 > 1e-3 sigma_1, and the
     mean sigma_2, with plain `rankdyn.simulate` (causal mask, uniform attention) and NumPy SVDs."""
     n = d = 3
-    layer = rd.uniform_causal_layer(n, d, jnp.asarray(w_v))
+    layer = rd.theory.uniform_causal_layer(n, d, jnp.asarray(w_v))
     x0 = rd.initial_tokens(key, "sphere", n, d, batch=size)
     traj = rd.simulate(layer, x0, num_layers, save_every=num_layers, save_states=True, observe=lambda x: {})
     assert not np.any(np.asarray(traj.nonfinite))
@@ -110,7 +114,7 @@ def test_search_finds_known_counterexample():
     fraction of held-out inputs (the mean-of-log objective ended at 0% and mean sigma_2 2e-6)."""
     key = jax.random.PRNGKey(0)
     held_out = jax.random.PRNGKey(12345)
-    frac_paper, _ = _held_out_rank2_fraction(rd.bidiagonal(3, 4.0), held_out)
+    frac_paper, _ = _held_out_rank2_fraction(rd.weights.bidiagonal(3, 4.0), held_out)
     assert frac_paper > 0.02  # the measurement itself sees the known counterexample
     r = rd.search_value_matrix(key, mask="causal", n=3, d=3, num_layers=20)
     frac, mean_s2 = _held_out_rank2_fraction(np.asarray(r["w_v"]), held_out)

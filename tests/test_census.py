@@ -103,7 +103,7 @@ def test_exact_census_n6_is_complete_node_by_node(exact6):
 
 
 def test_closed_forms_are_a_subset_and_the_rest_are_not_closed_forms(exact6):
-    closed = np.stack([np.asarray(x) for _, x in rd.all_closed_form_equilibria(6, 6, 7.0)])
+    closed = np.stack([np.asarray(x) for _, x in rd.theory.all_closed_form_equilibria(6, 6, 7.0)])
     assert len(closed) == 126  # 2^1 + ... + 2^6
     d = np.abs(closed[:, None] - exact6.x[None]).max(axis=(2, 3))
     assert d.min(axis=1).max() < 1e-12
@@ -124,7 +124,7 @@ def test_exact_census_2d_example_points():
 def test_exact_census_equals_brute_force_joint_search_n3():
     n = d = 3
     w = 4.0
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
     exact = rd.equilibrium_census(layer, jr.PRNGKey(0), progress=False)
     joint = rd.equilibrium_census(layer, jr.PRNGKey(1), search="joint-search", starts=256, chunk=256,
                                   deflation_rounds=2, progress=False)
@@ -146,8 +146,8 @@ def test_exact_census_equals_brute_force_joint_search_n3():
 def test_census_n6_summary_and_stability():
     n = d = 6
     w = 7.0
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
-    census = rd.equilibrium_census(layer, jr.PRNGKey(0), closed_forms=rd.all_closed_form_equilibria(n, d, w),
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
+    census = rd.equilibrium_census(layer, jr.PRNGKey(0), closed_forms=rd.theory.all_closed_form_equilibria(n, d, w),
                                    progress=False)
     eqs = census["equilibria"]
     assert census["method"] == "exact" and census["completeness"]["kind"] == "exact"
@@ -173,7 +173,7 @@ def test_tree_search_equals_exact_census_n3():
     """The token-by-token multi-start search (no polynomial algebra) finds the exact census at n = d = 3."""
     n = d = 3
     w = 4.0
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
     tree = rd.equilibrium_census(layer, jr.PRNGKey(2), search="tree-search", tree_starts=512, progress=False)
     assert tree["method"] == "tree-search" and tree["completeness"]["kind"] == "saturation"
     per_token = tree["completeness"]["per_token"]

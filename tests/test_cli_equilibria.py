@@ -29,7 +29,7 @@ def test_cli_equilibria_exact(tmp_path, capsys):
     for e in eqs:
         x = np.asarray(e["tokens"])
         assert np.abs(np_map(x, 4.0) - x).max() < 1e-13 and e["error_estimate"] < 1e-10
-        assert int(rd.equilibrium_rank(x)) == e["rank"]
+        assert int(rd.equilibria.equilibrium_rank(x)) == e["rank"]
         assert e["count"] == 2 and e["classification"] in ("stable", "marginal", "unstable")
     # Table and footer count closed forms the same way (modulo sign): k=1 is one class.
     assert data["closed_forms"]["by_rank"]["1"] == {"total": 1, "found": 1}

@@ -19,8 +19,8 @@ def test_rank_k_closed_forms_are_equilibria_of_every_rank():
     """docs/theory.md#constructions: for w >= N every rank k = 1..N has 2^k distinct equilibria (N = d = 5, w = 5)."""
     n = d = 5
     w = 5.5
-    eqs = rd.all_closed_form_equilibria(n, d, w)
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
+    eqs = rd.theory.all_closed_form_equilibria(n, d, w)
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
     ks = np.array([k for k, _ in eqs])
     xs = jnp.stack([x for _, x in eqs])
     assert xs.dtype == jnp.float64
@@ -39,16 +39,16 @@ def test_rank_k_closed_forms_are_equilibria_of_every_rank():
 def test_valid_ranks_depend_on_w():
     """For w = 2 and N = 5 only k = 1 (all e_d, any w) and k >= 4 exist; at w = c the sign of
     token c + 1 multiplies zero (k = 4, c = 2), halving the count."""
-    eqs = rd.all_closed_form_equilibria(5, 5, 2.0)
+    eqs = rd.theory.all_closed_form_equilibria(5, 5, 2.0)
     counts = {k: sum(1 for kk, _ in eqs if kk == k) for k in range(1, 6)}
     assert counts == {1: 2, 2: 0, 3: 0, 4: 8, 5: 32}
-    layer = rd.uniform_causal_layer(5, 5, rd.bidiagonal(5, 2.0))
+    layer = rd.theory.uniform_causal_layer(5, 5, rd.weights.bidiagonal(5, 2.0))
     assert _residuals(layer, jnp.stack([x for _, x in eqs])).max() < 1e-14
 
 
 def test_worked_example_and_closed_form_entries():
     """docs/theory.md#constructions worked example, N = d = 5, w = 2, all s_i = -1 (the default signs)."""
-    x = np.asarray(rd.rank_k_equilibrium(5, 5, 5, 2.0))
+    x = np.asarray(rd.theory.rank_k_equilibrium(5, 5, 5, 2.0))
     want = np.array(
         [
             [0, 0, 0, 0, 1],
@@ -62,21 +62,21 @@ def test_worked_example_and_closed_form_entries():
     # exact entries of the closed form X_{i, d-i+1} = (-1/w)^{i-1}
     np.testing.assert_allclose(np.diagonal(x[:, ::-1]), (-0.5) ** np.arange(5), rtol=0, atol=1e-16)
     # the paper's instance has s_2 = -1, s_3 = +1
-    x3 = np.asarray(rd.rank_k_equilibrium(3, 3, 3, 2.0, signs=[-1, 1]))
+    x3 = np.asarray(rd.theory.rank_k_equilibrium(3, 3, 3, 2.0, signs=[-1, 1]))
     np.testing.assert_allclose(x3[2], [0.25, math.sqrt(0.25 - 1 / 16), math.sqrt(0.75)], atol=1e-15)
     # flipping the first block's sign and every token sign negates the configuration (F is odd)
-    xm = np.asarray(rd.rank_k_equilibrium(5, 5, 5, 2.0, signs=[-1, 1, 1, 1, 1]))
+    xm = np.asarray(rd.theory.rank_k_equilibrium(5, 5, 5, 2.0, signs=[-1, 1, 1, 1, 1]))
     np.testing.assert_allclose(xm, -x, atol=1e-16)
 
 
 def test_rank_k_structure_and_d_larger_than_n():
     """Tokens 1..c sit at e_d, token c+1 has (d-1)-th coordinate -c/w; works for d > n."""
     n, d, k, w = 4, 7, 2, 3.5
-    x = np.asarray(rd.rank_k_equilibrium(n, d, k, w, signs=[1]))
+    x = np.asarray(rd.theory.rank_k_equilibrium(n, d, k, w, signs=[1]))
     c = n - k + 1
     np.testing.assert_array_equal(x[:c], np.tile(np.eye(d)[-1], (c, 1)))
     np.testing.assert_allclose(x[c, -2:], [-c / w, math.sqrt(1 - c**2 / w**2)], atol=1e-16)
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
     assert _residuals(layer, jnp.asarray(x)[None]).max() < 1e-14
 
 
@@ -84,39 +84,39 @@ def test_stable_rank_bound_full_rank():
     """App. F.2: 1 <= SRank(X*) <= N / (N - (N-1)/w^2); the closed-form value 1.2042 for N = d = 5, w = 2."""
     for n, w in [(5, 2.0), (5, 5.0), (7, 3.0)]:
         bound = n / (n - (n - 1) / w**2)
-        for _, x in rd.all_closed_form_equilibria(n, n, w):
+        for _, x in rd.theory.all_closed_form_equilibria(n, n, w):
             if np.linalg.matrix_rank(np.asarray(x), 1e-10) != n:
                 continue
-            sr = float(rd.stable_rank(rd.singular_values(x)))
+            sr = float(rd.metrics.stable_rank(rd.metrics.singular_values(x)))
             assert 1.0 <= sr <= bound + 1e-12
-    sr = float(rd.stable_rank(rd.singular_values(rd.rank_k_equilibrium(5, 5, 5, 2.0))))
+    sr = float(rd.metrics.stable_rank(rd.metrics.singular_values(rd.theory.rank_k_equilibrium(5, 5, 5, 2.0))))
     assert abs(sr - 1.2042) < 5e-5
 
 
 def test_value_errors():
     with pytest.raises(ValueError, match="w >= c"):
-        rd.rank_k_equilibrium(5, 5, 3, 2.0)  # c = 3 > w
+        rd.theory.rank_k_equilibrium(5, 5, 3, 2.0)  # c = 3 > w
     with pytest.raises(ValueError, match="rank k"):
-        rd.rank_k_equilibrium(5, 5, 0, 9.0)
+        rd.theory.rank_k_equilibrium(5, 5, 0, 9.0)
     with pytest.raises(ValueError, match="rank k"):
-        rd.rank_k_equilibrium(5, 5, 6, 9.0)
+        rd.theory.rank_k_equilibrium(5, 5, 6, 9.0)
     with pytest.raises(ValueError, match="d >= k"):
-        rd.rank_k_equilibrium(5, 3, 4, 9.0)
+        rd.theory.rank_k_equilibrium(5, 3, 4, 9.0)
     with pytest.raises(ValueError, match="length"):
-        rd.rank_k_equilibrium(5, 5, 3, 9.0, signs=[1])
+        rd.theory.rank_k_equilibrium(5, 5, 3, 9.0, signs=[1])
     with pytest.raises(ValueError, match="w > 1"):
-        rd.example_2d(1.0)
+        rd.theory.example_2d(1.0)
     with pytest.raises(ValueError, match=r"\(d, d\)"):
-        rd.uniform_causal_layer(3, 3, jnp.eye(4))
+        rd.theory.uniform_causal_layer(3, 3, jnp.eye(4))
     # k = 1 (all tokens at e_d) is an equilibrium for every w
-    x = rd.rank_k_equilibrium(5, 5, 1, 0.5)
-    layer = rd.uniform_causal_layer(5, 5, rd.bidiagonal(5, 0.5))
+    x = rd.theory.rank_k_equilibrium(5, 5, 1, 0.5)
+    layer = rd.theory.uniform_causal_layer(5, 5, rd.weights.bidiagonal(5, 0.5))
     assert _residuals(layer, x[None]).max() < 1e-15
 
 
 def test_uniform_causal_attention():
     """W_Q = W_K = 0 gives A_ij = 1/i for j <= i (1-indexed), docs/theory.md#constructions"""
-    layer = rd.uniform_causal_layer(4, 3, jnp.eye(3))
+    layer = rd.theory.uniform_causal_layer(4, 3, jnp.eye(3))
     a = np.asarray(layer.attention(jnp.asarray(np.random.default_rng(0).normal(size=(4, 3))))[0])
     want = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
     np.testing.assert_allclose(a, want, atol=1e-15)
@@ -125,8 +125,8 @@ def test_uniform_causal_attention():
 def test_2d_first_token_ratio_grows_by_w():
     """docs/theory.md#constructions: X_{1,2}/X_{1,1} increases by exactly w per step, the sign of X_{1,1} is kept."""
     w = 2.0
-    ex = rd.example_2d(w)
-    layer = rd.uniform_causal_layer(2, 2, ex["W_V"])
+    ex = rd.theory.example_2d(w)
+    layer = rd.theory.uniform_causal_layer(2, 2, ex["W_V"])
     theta = jnp.array([0.3, -1.1, 2.5, 4.0])  # radians, both signs of X_{1,1}
     x1 = jnp.stack([jnp.cos(theta), jnp.sin(theta)], -1)
     x0 = jnp.stack([x1, jnp.broadcast_to(jnp.array([0.6, 0.8]), x1.shape)], axis=1)
@@ -141,13 +141,13 @@ def test_2d_points_and_basin_arc():
     """Token 1 frozen at (0, 1) (an exact fixed point): token 2 converges to B iff its angle lies in
     the open arc (theta_A, 270 deg); checked on a 0.5-degree grid for w = 1.5, 2, 3 (docs/theory.md#constructions)."""
     for w in (1.5, 2.0, 3.0):
-        ex = rd.example_2d(w)
+        ex = rd.theory.example_2d(w)
         s = math.sqrt(1 - 1 / w**2)
         np.testing.assert_allclose(np.asarray(ex["B"]), [-1 / w, -s], atol=1e-16)
         assert abs(ex["theta_A"] - math.degrees(math.atan2(s, -1 / w))) < 1e-12
         if w == 2.0:
             assert abs(ex["theta_A"] - 120.0) < 1e-12
-        layer = rd.uniform_causal_layer(2, 2, ex["W_V"])
+        layer = rd.theory.uniform_causal_layer(2, 2, ex["W_V"])
         assert _residuals(layer, jnp.stack([ex["X_A"], ex["X_B"]])).max() < 1e-15
         deg = np.arange(0.25, 360.0, 0.5)
         rad = jnp.deg2rad(jnp.asarray(deg))
@@ -169,16 +169,16 @@ def test_lemma13_sampler_and_conclusion():
     X_{2,d-1} <= -1/w at every step and converges towards the rank-2 point (docs/theory.md#constructions)."""
     key = jax.random.PRNGKey(3)
     for d, w in [(3, 2.0), (5, 3.0)]:
-        x0 = rd.lemma13_sample(key, d, w, 256)
+        x0 = rd.theory.lemma13_sample(key, d, w, 256)
         assert x0.shape == (256, 2, d)
         np.testing.assert_allclose(np.linalg.norm(np.asarray(x0), axis=-1), 1.0, atol=1e-14)
-        assert bool(jnp.all(jax.vmap(lambda x: rd.lemma13_condition(x, w))(x0[:, 1])))
+        assert bool(jnp.all(jax.vmap(lambda x: rd.theory.lemma13_condition(x, w))(x0[:, 1])))
         assert bool(jnp.all(x0[:, 0] == jnp.eye(d)[-1][None]))
-    paper = rd.lemma13_sample(key, 4, 3.0, 256, condition="paper")
-    assert bool(jnp.all(jax.vmap(lambda x: rd.lemma13_condition(x, 3.0, condition="paper"))(paper[:, 1])))
+    paper = rd.theory.lemma13_sample(key, 4, 3.0, 256, condition="paper")
+    assert bool(jnp.all(jax.vmap(lambda x: rd.theory.lemma13_condition(x, 3.0, condition="paper"))(paper[:, 1])))
     d, w = 3, 2.0
-    x0 = rd.lemma13_sample(key, d, w, 128)
-    layer = rd.uniform_causal_layer(2, d, rd.bidiagonal(d, w))
+    x0 = rd.theory.lemma13_sample(key, d, w, 128)
+    layer = rd.theory.uniform_causal_layer(2, d, rd.weights.bidiagonal(d, w))
     tr = rd.simulate(layer, x0, 300, save_states=True, observe=lambda x: {"v": x[1, -2]})
     v = np.asarray(tr.metrics["v"])
     assert v.max() <= -1 / w + 1e-12

@@ -22,9 +22,9 @@ def test_attention_rows_sum_to_one_and_vanish_off_mask(getkey, mask):
 
 
 def test_masked_softmax_extreme_scores_no_nan():
-    mask = rd.causal_mask(3)
+    mask = rd.masks.causal_mask(3)
     scores = jnp.array([[1e308, -1e308, 0.0], [-1e308, 1e308, 5.0], [0.0, 0.0, 0.0]])
-    a = np.asarray(rd.masked_softmax(scores, mask))
+    a = np.asarray(rd.internal.masked_softmax(scores, mask))
     assert np.all(np.isfinite(a))
     np.testing.assert_allclose(a.sum(-1), 1.0)
 
@@ -48,7 +48,7 @@ def test_layer_matches_paper_equation_3(getkey):
 def test_pre_ln_matches_definition(getkey):
     """Pre-LN: X+ = A LN(X) W_V with A computed from LN(X) (default)."""
     n, d = 4, 4
-    layer = small_layer(getkey(), n=n, d=d, mask="complete", norm="pre", value="gaussian")
+    layer = small_layer(getkey(), n=n, d=d, mask="complete", placement="pre", value="gaussian")
     x = 3.0 * rd.initial_tokens(getkey(), "gaussian", n, d)
     xn = x / jnp.linalg.norm(x, axis=1, keepdims=True)
     want = layer.attention(xn)[0] @ xn @ layer.weights.w_v[0]
@@ -77,7 +77,7 @@ def test_rms_and_layernorm_variants(getkey):
 
 def test_zero_row_is_reported_not_nan():
     """2-D example with x2 = -x1 and uniform causal attention: token 2's average is exactly 0."""
-    layer = rd.SelfAttentionLayer(rd.causal_mask(2), jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.eye(2))
+    layer = rd.SelfAttentionLayer(rd.masks.causal_mask(2), jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.eye(2))
     x = jnp.array([[0.6, 0.8], [-0.6, -0.8]])
     y, aux = layer(x)
     assert bool(aux.degenerate)
@@ -99,7 +99,7 @@ def test_ln_dynamics_invariant_to_value_scale(getkey):
     b = rd.simulate(scaled, x0, 20, save_states=True).states
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-12)
     # ... and without LN the scale matters (the test can tell the two apart).
-    nl = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian", norm="none")
+    nl = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian", placement="none")
     nl2 = eqx.tree_at(lambda l: l.weights.w_v, nl, 7.5 * nl.weights.w_v)
     assert not np.allclose(rd.simulate(nl, x0, 3).summary.mean["mu"], rd.simulate(nl2, x0, 3).summary.mean["mu"])
 
@@ -110,7 +110,7 @@ def test_complete_mask_is_permutation_equivariant(getkey):
     perm = np.asarray(jr.permutation(getkey(), 6))
     np.testing.assert_allclose(np.asarray(layer(x[perm])[0]), np.asarray(layer(x)[0])[perm], atol=1e-13)
     # The causal mask is not: token 0 sees only itself.
-    causal = eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(rd.causal_mask(6)))
+    causal = eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(rd.masks.causal_mask(6)))
     assert not np.allclose(np.asarray(causal(x[perm])[0]), np.asarray(causal(x)[0])[perm])
 
 
@@ -150,13 +150,13 @@ def test_bad_layer_inputs_raise(getkey):
     d = 4
     wq = jnp.zeros((d, 2))
     with pytest.raises(ValueError, match="dqk must be > 0"):
-        rd.SelfAttentionLayer(rd.causal_mask(3), wq, wq, jnp.eye(d), dqk=0.0)
+        rd.SelfAttentionLayer(rd.masks.causal_mask(3), wq, wq, jnp.eye(d), dqk=0.0)
     with pytest.raises(ValueError, match="square w_v"):
-        rd.SelfAttentionLayer(rd.causal_mask(3), wq, wq, jnp.zeros((d, 3)))
+        rd.SelfAttentionLayer(rd.masks.causal_mask(3), wq, wq, jnp.zeros((d, 3)))
     with pytest.raises(ValueError, match="self-loops"):
         rd.SelfAttentionLayer(np.zeros((3, 3), bool), wq, wq, jnp.eye(d))
     with pytest.raises(ValueError, match="placement"):
-        rd.SelfAttentionLayer(rd.causal_mask(3), wq, wq, jnp.eye(d), placement="middle")
+        rd.SelfAttentionLayer(rd.masks.causal_mask(3), wq, wq, jnp.eye(d), placement="middle")
     with pytest.raises(ValueError, match="unknown value family"):
         rd.make_layer(getkey(), n=3, d=4, value="unitary")
     with pytest.raises(ValueError, match="Jordan block size"):

@@ -79,23 +79,23 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
     rates = {}
     key = getkey()
     for mask in PAPER_MASKS:
-        layer = small_layer(key, n=n, d=d, mask=mask, norm="none", value="orthogonal", qk="gaussian")
+        layer = small_layer(key, n=n, d=d, mask=mask, placement="none", value="orthogonal", qk="gaussian")
         traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "mu_normalized": rd.mu_normalized(x),
-                                                            "row_norm_mean": jnp.mean(rd.row_norms(x))},
+                                                            "row_norm_mean": jnp.mean(rd.metrics.row_norms(x))},
                            per_trajectory=True)
         info = rd.graph_info(np.asarray(layer.mask))
         s = traj.summary.to_dict()
         eps = float(np.min(np.asarray(traj.metrics["eps_min"])))
-        bound = rd.theorem1_rate(eps, info.radius)
+        bound = rd.theory.theorem1_rate(eps, info.radius)
         for name in ("mu", "mu_normalized"):
             m = s[name]["mean"]
             keep = _above_floor(m)
             assert keep.sum() >= 2 and m[-1] < 0.1 * m[0], (mask, name)
-            fitted = rd.fit_rate(traj.layers[keep], m[keep])
+            fitted = rd.theory.fit_rate(traj.layers[keep], m[keep])
             assert fitted <= bound, (mask, name, fitted, bound)
         # Norms shrink by averaging but settle at O(1): the collapse is not norm shrinkage.
         assert s["row_norm_mean"]["mean"][-1] > 1e-3
-        rates[mask] = rd.fit_rate(traj.layers[_above_floor(s["mu"]["mean"])], s["mu"]["mean"][_above_floor(s["mu"]["mean"])])
+        rates[mask] = rd.theory.fit_rate(traj.layers[_above_floor(s["mu"]["mean"])], s["mu"]["mean"][_above_floor(s["mu"]["mean"])])
     # Radius-1 masks collapse faster than the windows (radius 4 and 7 at n = 8).
     assert max(rates["complete"], rates["causal"]) < min(rates["window"], rates["window-uni"])
 
@@ -107,11 +107,11 @@ def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
     form; convergence may be even faster, since attention becomes uniform as tokens align).
     """
     n, d, T = 4, 6, 40
-    layer = small_layer(getkey(), n=n, d=d, mask="complete", norm="post", value="orthogonal", qk="gaussian",
+    layer = small_layer(getkey(), n=n, d=d, mask="complete", placement="post", value="orthogonal", qk="gaussian",
                         qk_std=2.0)
     x0 = sphere_tokens(getkey(), n, d, batch=8)
     assert np.all(np.asarray(jax.vmap(lambda x: rd.collapse_metrics(x)["num_rank"])(x0)) == n)  # condition (*)
-    traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.min_cosine(x)},
+    traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
                        per_trajectory=True)
     mu = np.asarray(traj.metrics["mu"])
     t = np.asarray(traj.layers)
@@ -131,7 +131,7 @@ def test_temperature_and_values_sweep_compiles_once(getkey):
     with CompileTimer() as timer:
         for dqk in (0.5, 3.0, 40.0):
             other = eqx.tree_at(lambda l: l.dqk, layer, jnp.asarray(dqk))
-            other = eqx.tree_at(lambda l: l.weights.w_v, other, rd.orthogonal(getkey(), 4)[None])
+            other = eqx.tree_at(lambda l: l.weights.w_v, other, rd.weights.orthogonal(getkey(), 4)[None])
             rd.simulate(other, sphere_tokens(getkey(), 4, 4, batch=2), 6)
     assert timer.compile_s == 0.0
     # And a vmap over temperatures is one program whose members differ.
@@ -159,15 +159,15 @@ def test_simulate_bad_input_errors(getkey):
 
 
 def test_weight_families_and_inputs(getkey):
-    q = np.asarray(rd.orthogonal(getkey(), 6))
+    q = np.asarray(rd.weights.orthogonal(getkey(), 6))
     np.testing.assert_allclose(q @ q.T, np.eye(6), atol=1e-13)
-    np.testing.assert_allclose(np.linalg.norm(np.asarray(rd.value_matrix(getkey(), "scaled", 6)), 2), 1.0, rtol=1e-12)
-    j = np.asarray(rd.jordan_block(5, 3, 2.5))
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(rd.weights.value_matrix(getkey(), "scaled", 6)), 2), 1.0, rtol=1e-12)
+    j = np.asarray(rd.weights.jordan_block(5, 3, 2.5))
     want = np.eye(5)
     want[2, 3] = want[3, 4] = 2.5
     np.testing.assert_array_equal(j, want)
-    np.testing.assert_array_equal(np.asarray(rd.bidiagonal(3, 4.0)), [[1, 4, 0], [0, 1, 4], [0, 0, 1]])
-    b = np.asarray(rd.bert_uniform(getkey(), (64, 8)))
+    np.testing.assert_array_equal(np.asarray(rd.weights.bidiagonal(3, 4.0)), [[1, 4, 0], [0, 1, 4], [0, 0, 1]])
+    b = np.asarray(rd.weights.bert_uniform(getkey(), (64, 8)))
     assert np.abs(b).max() <= 1 / 8 and np.abs(b).max() > 0.9 / 8
     nn = np.asarray(rd.initial_tokens(getkey(), "nonneg", 10, 5, batch=4))
     assert np.all(np.einsum("bnd,bmd->bnm", nn, nn) >= 0)
@@ -180,9 +180,9 @@ def test_weight_families_and_inputs(getkey):
 
 def test_fit_rate_recovers_geometric_decay():
     t = np.arange(50)
-    assert abs(rd.fit_rate(t, 3.0 * 0.8**t) - 0.8) < 1e-12
-    assert np.isnan(rd.fit_rate(t[:1], [1.0]))
-    assert rd.theorem1_rate(0.5, 1) == 0.5
-    assert abs(rd.theorem1_rate(0.5, 2) - 0.75**0.5) < 1e-15
+    assert abs(rd.theory.fit_rate(t, 3.0 * 0.8**t) - 0.8) < 1e-12
+    assert np.isnan(rd.theory.fit_rate(t[:1], [1.0]))
+    assert rd.theory.theorem1_rate(0.5, 1) == 0.5
+    assert abs(rd.theory.theorem1_rate(0.5, 2) - 0.75**0.5) < 1e-15
 
 

@@ -24,7 +24,7 @@ W = 5.0
 
 
 def _layer(w=W, n=N, d=D, placement="post"):
-    return rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w), placement=placement)
+    return rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w), placement=placement)
 
 
 def _starts(key, batch, n=N, d=D):
@@ -50,7 +50,7 @@ def test_residuals_and_statuses(found):
     assert res.max() < 1e-10
     # The reported residual is the true one, recomputed independently.
     for x, r in zip(np.asarray(sol.x)[ok][:5], res[:5]):
-        assert abs(float(rd.equilibrium_residual(layer, jnp.asarray(x))) - r) < 1e-13
+        assert abs(float(rd.equilibria.equilibrium_residual(layer, jnp.asarray(x))) - r) < 1e-13
     # Post-LN equilibria lie on the spheres.
     assert np.allclose(np.linalg.norm(np.asarray(sol.x)[ok], axis=-1), 1.0, atol=1e-12)
     counts = sol.status_counts()
@@ -60,14 +60,14 @@ def test_residuals_and_statuses(found):
 def test_found_equilibria_match_closed_forms(found):
     layer, _, sol = found
     ok = np.asarray(sol.successful)
-    group = rd.symmetry_group(layer)
+    group = rd.equilibria.symmetry_group(layer)
     assert group["sign"] and not group["all_permutations"] and len(group["permutations"]) == 1
-    classes = rd.deduplicate(np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], symmetries=group)
-    closed = [(k, np.asarray(x)) for k, x in rd.all_closed_form_equilibria(N, D, W)]
+    classes = rd.equilibria.deduplicate(np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], symmetries=group)
+    closed = [(k, np.asarray(x)) for k, x in rd.theory.all_closed_form_equilibria(N, D, W)]
     matched_ranks = set()
     for c in classes:
         dist = min(_distance(cx, c.x, group) for _, cx in closed)
-        rank = int(rd.equilibrium_rank(jnp.asarray(c.x)))
+        rank = int(rd.equilibria.equilibrium_rank(jnp.asarray(c.x)))
         if dist < 2e-2:
             k = [k for k, cx in closed if _distance(cx, c.x, group) < 2e-2][0]
             assert rank == k  # the numerical rank agrees with the closed form's rank
@@ -89,8 +89,8 @@ def test_rank_biased_search_reaches_full_rank_closed_form():
     ok = np.asarray(sol.successful)
     ranks = np.asarray(sol.rank)[ok]
     assert (ranks == N).any()
-    group = rd.symmetry_group(layer)
-    closed_full = [np.asarray(x) for k, x in rd.all_closed_form_equilibria(N, D, W) if k == N]
+    group = rd.equilibria.symmetry_group(layer)
+    closed_full = [np.asarray(x) for k, x in rd.theory.all_closed_form_equilibria(N, D, W) if k == N]
     for x in np.asarray(sol.x)[ok][ranks == N]:
         assert min(_distance(cx, x, group) for cx in closed_full) < 2e-2
     assert np.asarray(sol.residual)[ok].max() < 1e-10
@@ -125,7 +125,7 @@ def test_results_extend_optimistix():
 def test_user_supplied_solvers_find_the_2d_example_points():
     """Any optimistix least-squares solver or root finder; oracle: A, B = (-1/w, +-sqrt(1 - 1/w^2))."""
     w = 2.0
-    layer = rd.uniform_causal_layer(2, 2, rd.bidiagonal(2, w))
+    layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, w))
     c = np.sqrt(1 - 1 / w**2)
     a, b = np.array([[0, 1], [-1 / w, c]]), np.array([[0, 1], [-1 / w, -c]])
     x0 = jnp.asarray(np.stack([a, b]) + 1e-3 * np.array([[[0.3, 1], [0.5, -0.2]], [[-0.2, 1], [0.4, 0.3]]]))
@@ -143,9 +143,9 @@ def test_user_supplied_solvers_find_the_2d_example_points():
 def test_deflation_finds_a_different_equilibrium(found):
     layer, x0, first = found
     ok = np.asarray(first.successful)
-    group = rd.symmetry_group(layer)
-    classes = rd.deduplicate(np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group)
-    known = np.concatenate([rd.symmetric_images(c.x, group) for c in classes])
+    group = rd.equilibria.symmetry_group(layer)
+    classes = rd.equilibria.deduplicate(np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group)
+    known = np.concatenate([rd.equilibria.symmetric_images(c.x, group) for c in classes])
     # The 16 starts that, undeflated, went to already known equilibria (all of them did).
     second = rd.find_equilibria(layer, x0[1:17], deflation=known, max_steps=200, throw=False)
     ok2 = np.asarray(second.successful)
@@ -162,23 +162,23 @@ def test_dedup_merges_sign_and_permutation_copies(getkey):
     xs = np.stack([x[0], -x[0], x[0][perm], -x[0][perm] + 1e-4, x[1], x[2]])
     res = np.array([1e-12, 2e-12, 3e-12, 1e-13, 1e-12, 1e-12])
     complete = {"sign": True, "all_permutations": True, "permutations": []}
-    classes = rd.deduplicate(xs, res, symmetries=complete, tol=1e-3)
+    classes = rd.equilibria.deduplicate(xs, res, symmetries=complete, tol=1e-3)
     assert sorted(c.count for c in classes) == [1, 1, 4]
     big = [c for c in classes if c.count == 4][0]
     assert sorted(big.members.tolist()) == [0, 1, 2, 3] and big.residual == 1e-13
     # Without symmetries (e.g. the causal mask without the sign) nothing merges.
     none = {"sign": False, "all_permutations": False, "permutations": []}
-    assert len(rd.deduplicate(xs, res, symmetries=none, tol=1e-3)) == 6
+    assert len(rd.equilibria.deduplicate(xs, res, symmetries=none, tol=1e-3)) == 6
     # The complete-mask layer really is permutation- and sign-equivariant, and the group says so.
     layer = rd.make_layer(getkey(), n=5, d=3, mask="complete", value="gaussian", qk="gaussian")
-    g = rd.symmetry_group(layer)
+    g = rd.equilibria.symmetry_group(layer)
     assert g["sign"] and g["all_permutations"]
-    assert not rd.symmetry_group(_layer())["all_permutations"]
+    assert not rd.equilibria.symmetry_group(_layer())["all_permutations"]
 
 
 def test_unnormalised_map():
     """placement='none': F(X) = A X W_V; with W_V = I every consensus X = 1 v^T is a fixed point."""
-    layer = rd.uniform_causal_layer(3, 3, jnp.eye(3), placement="none")
+    layer = rd.theory.uniform_causal_layer(3, 3, jnp.eye(3), placement="none")
     sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(2), 8, n=3, d=3), throw=False)
     ok = np.asarray(sol.successful)
     assert ok.all()
@@ -186,7 +186,7 @@ def test_unnormalised_map():
     assert np.allclose(x, x[:, :1, :], atol=1e-8)  # all tokens equal (rank-one consensus)
     assert (np.asarray(sol.rank) == 1).all()
     # A contraction W_V = I / 2 has only the zero equilibrium, which has rank 0 (not "full").
-    half = rd.uniform_causal_layer(3, 3, 0.5 * jnp.eye(3), placement="none")
+    half = rd.theory.uniform_causal_layer(3, 3, 0.5 * jnp.eye(3), placement="none")
     zero = rd.find_equilibria(half, _starts(jr.PRNGKey(2), 8, n=3, d=3), throw=False)
     assert np.asarray(zero.successful).all() and np.abs(np.asarray(zero.x)).max() < 1e-10
     assert (np.asarray(zero.rank) == 0).all()
@@ -215,3 +215,64 @@ def test_bad_arguments():
         rd.find_equilibria(layer, jnp.ones((2, N, D)), target_rank=2)
     with pytest.raises(ValueError, match="method"):
         rd.find_equilibria(layer, jnp.ones((2, N, D)), method="newton")
+
+
+def test_levenberg_marquardt_matches_scipy_lm():
+    """``method="lm"`` against scipy's MINPACK LM on a NumPy residual of the 2-D example.
+
+    Token 1 sits on a double root, which LM only approaches (~1e-4, and token 2 moves with it),
+    so the reference solves token 2's equation (a simple root near A or B) given the token 1
+    that LM returned: both solvers must then agree on token 2."""
+    from scipy.optimize import least_squares
+
+    w = 2.0
+    wv = np.array([[1.0, w], [0.0, 1.0]])
+    layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, w))
+
+    def residual_token2(x2, x1):
+        y = (x1 + x2) / 2 @ wv  # uniform causal attention: token 2 averages tokens 1 and 2
+        return y / np.linalg.norm(y) - x2
+
+    starts = np.array([[[0.01, 1.0], [-0.45, 0.8]], [[-0.01, 1.0], [-0.55, -0.9]]])
+    sol = rd.find_equilibria(layer, jnp.asarray(starts), method="lm", max_steps=300, throw=False)
+    got = np.asarray(sol.x)
+    for i, s in enumerate(starts):
+        ref = least_squares(residual_token2, s[1] / np.linalg.norm(s[1]), args=(got[i, 0],), method="lm",
+                            xtol=1e-15, ftol=1e-15)
+        assert np.linalg.norm(residual_token2(ref.x, got[i, 0])) < 1e-12
+        np.testing.assert_allclose(got[i, 1], ref.x, atol=1e-9)
+        np.testing.assert_allclose(got[i, 0], [0.0, 1.0], atol=1e-3)
+
+
+def test_continuation_in_w_follows_the_closed_forms():
+    """Oracle: the closed-form family at every w (App. F.1). Continued from w = 5 to 6 in small
+    steps, every rank-n closed form (2^n of them, none merge) is found again at w = 6."""
+    n = d = 3
+    make = lambda w: rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
+    start = np.stack([x for k, x in rd.theory.all_closed_form_equilibria(n, d, 5.0) if k == n])
+    steps = rd.equilibria.continue_equilibria(make, np.linspace(5.0, 6.0, 5), start, max_steps=200)
+    assert [s["lost"] for s in steps] == [0] * 5
+    end = steps[-1]
+    want = np.stack([x for k, x in rd.theory.all_closed_form_equilibria(n, d, 6.0) if k == n])
+    group = rd.equilibria.symmetry_group(make(6.0))
+    # Every closed form at w = 6 has a continued branch within 1e-6 (token 1 is a double root).
+    for x in want:
+        assert min(_distance(x, y, group) for y in end["x"]) < 1e-6
+    assert end["kept"] == len(want) // 2  # classes modulo the sign flip X -> -X
+    with pytest.raises(ValueError, match="values"):
+        rd.equilibria.continue_equilibria(make, [], start)
+
+
+def test_continuation_in_temperature_keeps_fixed_points():
+    """Softmax attention (complete mask, BERT-style W_Q, W_K): equilibria followed in d_QK stay
+    fixed points of the map at each value (residual)."""
+    n = d = 3
+    base = rd.make_layer(jr.PRNGKey(3), n=n, d=d, mask="complete", value="orthogonal", qk="gaussian")
+    make = lambda dqk: eqx.tree_at(lambda l: l.dqk, base, jnp.asarray(dqk))
+    x0 = np.asarray(rd.find_equilibria(base, rd.initial_tokens(jr.PRNGKey(4), "sphere", n, d, batch=8),
+                                       max_steps=200, throw=False).x)
+    steps = rd.equilibria.continue_equilibria(make, [float(d), 3.2, 3.4], x0, max_steps=100)
+    for s in steps:
+        assert s["kept"] >= 1
+        for x in s["x"]:
+            assert float(rd.equilibria.equilibrium_residual(make(s["value"]), jnp.asarray(x))) < 1e-10

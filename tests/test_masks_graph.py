@@ -8,18 +8,18 @@ import rankdyn as rd
 
 def test_graph_oracle_paper_masks_n128():
     n = 128
-    g = rd.graph_info(rd.complete_mask(n))
+    g = rd.graph_info(rd.masks.complete_mask(n))
     assert (g.strongly_connected, g.radius, g.num_centers, g.diameter) == (True, 1, n, 1)
-    g = rd.graph_info(rd.causal_mask(n))
+    g = rd.graph_info(rd.masks.causal_mask(n))
     assert (g.strongly_connected, g.quasi_strongly_connected, g.radius, g.centers) == (False, True, 1, (0,))
-    g = rd.graph_info(rd.window_mask(n, 1, 1))
+    g = rd.graph_info(rd.masks.window_mask(n, 1, 1))
     assert (g.strongly_connected, g.radius, g.diameter) == (True, 64, 127)
-    g = rd.graph_info(rd.window_mask(n, 1, 0))
+    g = rd.graph_info(rd.masks.window_mask(n, 1, 0))
     assert (g.strongly_connected, g.quasi_strongly_connected, g.radius, g.centers) == (False, True, 127, (0,))
 
 
 def test_global_tokens_are_centers_and_shrink_radius():
-    g = rd.graph_info(rd.global_local_mask(64, num_global=2, window=1))
+    g = rd.graph_info(rd.masks.global_local_mask(64, num_global=2, window=1))
     assert {0, 1} <= set(g.centers) and g.radius == 1 and g.diameter == 2
 
 
@@ -30,27 +30,27 @@ def test_disconnected_mask_has_no_center():
 
 
 def test_mask_semantics():
-    m = rd.causal_mask(4)
+    m = rd.masks.causal_mask(4)
     assert m[3, 0] and not m[0, 3]  # token 3 attends to token 0, not the reverse
-    w = rd.window_mask(6, 2, 0)
+    w = rd.masks.window_mask(6, 2, 0)
     assert w[5, 3] and not w[5, 2] and not w[3, 4]
-    d = rd.dilated_mask(20, window=2, dilation=4)
+    d = rd.masks.dilated_mask(20, window=2, dilation=4)
     assert d[10, 14] and d[10, 18] and d[10, 11] and not d[10, 12] and not d[10, 19]
-    r = rd.random_mask(30, p=0.2, seed=1)
+    r = rd.masks.random_mask(30, p=0.2, seed=1)
     assert r.diagonal().all() and 0.1 < r.mean() < 0.35
 
 
 def test_bad_masks_raise_actionable_errors():
     with pytest.raises(ValueError, match="square"):
-        rd.mask_from_adjacency(np.ones((2, 3), bool))
+        rd.masks.mask_from_adjacency(np.ones((2, 3), bool))
     with pytest.raises(ValueError, match="boolean"):
-        rd.mask_from_adjacency(np.full((2, 2), 0.5))
+        rd.masks.mask_from_adjacency(np.full((2, 2), 0.5))
     bad = np.ones((4, 4), bool)
     bad[1, 1] = bad[3, 3] = False
     with pytest.raises(ValueError, match=r"self-loops.*\[1, 3\]"):
-        rd.mask_from_adjacency(bad)
+        rd.masks.mask_from_adjacency(bad)
     with pytest.raises(ValueError, match="unknown mask"):
-        rd.make_mask("diagonal", 4)
+        rd.masks.make_mask("diagonal", 4)
 
 
 @settings(max_examples=60, deadline=None)
@@ -60,9 +60,9 @@ def test_graph_invariants_on_random_masks(n, p, seed):
 
     (For directed graphs diameter <= 2r can fail: a center may reach all in one hop while the
     way back is long, so the inequality is checked on the symmetrised mask only.)"""
-    mask = rd.random_mask(n, p, seed)
+    mask = rd.masks.random_mask(n, p, seed)
     g = rd.graph_info(mask)
-    dist = rd.distances(mask)
+    dist = rd.masks.distances(mask)
     assert g.quasi_strongly_connected == bool(g.centers)
     if g.centers:
         assert min(dist[c].max() for c in g.centers) == g.radius

@@ -63,7 +63,7 @@ def test_two_processes_equal_one(tmp_path):
     assert result["info"] == {"num_processes": 2, "num_devices": 2, "local_devices": 1}
 
     layer, x0 = _example().problem(n, d, batch)  # float64 here (conftest) as in the example
-    ref = rd.simulate(layer, x0, layers)  # one process, one device, no sharding
+    ref = rd.simulate(layer, x0, layers, per_trajectory=True)  # one process, one device, no sharding
     assert set(result["metrics"]) == set(ref.metrics)
     for name, v in ref.metrics.items():
         got = np.asarray(result["metrics"][name], dtype=np.float64)

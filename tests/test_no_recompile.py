@@ -16,7 +16,7 @@ from rankdyn._io import CompileTimer
 
 
 def _mu_only(x):
-    return {"mu": rd.mu(x), "sigma_min": rd.singular_values(x)[-1]}
+    return {"mu": rd.mu(x), "sigma_min": rd.metrics.singular_values(x)[-1]}
 
 
 MU_ONLY = jax.tree_util.Partial(_mu_only)

@@ -273,7 +273,8 @@ def test_simulate_table_flags_layers_at_the_floor():
     rel = np.array([1.0, 1e-2, 1e-5, 2e-6, 5e-7, 1e-7])  # float32 floor: 10 eps = 1.19e-6
     summary = {c: {"mean": np.ones(6)} for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min")}
     summary["mu_rel"] = {"mean": rel}
-    traj = SimpleNamespace(layers=layers, metrics={"mu": np.ones((1, 6), np.float32)})
+    # The table reads the run's float dtype from the streamed summary's counts.
+    traj = SimpleNamespace(layers=layers, summary=SimpleNamespace(count=np.ones(6, np.float32)))
     info = SimpleNamespace(strongly_connected=True, num_centers=1, radius=1)
     result = {"flags": {"nonfinite": 0, "degenerate_ln": 0, "batch": 1}, "timing": {"compile_s": 0.0, "run_s": 0.0}}
     buf = io.StringIO()
@@ -284,7 +285,7 @@ def test_simulate_table_flags_layers_at_the_floor():
     assert flagged == [4, 5]
     assert "float32" in buf.getvalue()
     # In float64 the same numbers are far above the floor: nothing is flagged.
-    traj64 = SimpleNamespace(layers=layers, metrics={"mu": np.ones((1, 6), np.float64)})
+    traj64 = SimpleNamespace(layers=layers, summary=SimpleNamespace(count=np.ones(6, np.float64)))
     buf = io.StringIO()
     with redirect_stdout(buf):
         _print_table(traj64, summary, info, result)

@@ -111,7 +111,7 @@ def test_lemma13_track_matches_states():
 
     with jax.enable_x64(True):
         d, w, steps = 4, 3.0, 12
-        layer = uniform_causal_layer(2, d, rd.bidiagonal(d, w))
+        layer = uniform_causal_layer(2, d, rd.weights.bidiagonal(d, w))
         x0 = lemma13_sample(jax.random.PRNGKey(1), d, w, 16)
         xf, first, mx = pm.lemma13_track(layer, x0, steps, d - 2)
         st = np.asarray(rd.simulate(layer, x0, steps, save_states=True, observe=lambda x: {}).states)

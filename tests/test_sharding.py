@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
     one = rd.simulate(layer, x0, 8, save_every=2, save_states=True)
     many = rd.simulate(layer, x0, 8, save_every=2, save_states=True, devices="all")
     mu_only = jax.tree_util.Partial(lambda x: {"mu": rd.mu(x)})
-    two = rd.simulate(layer, x0, 8, save_every=2, devices=2, chunk_size=2, observe=mu_only, per_trajectory=True)
+    two = rd.simulate(layer, x0, 8, save_every=2, devices=2, chunk=2, observe=mu_only, per_trajectory=True)
     out["max_abs_diff"] = max(
         float(np.max(np.abs(np.asarray(one.metrics[k]) - np.asarray(many.metrics[k])))) for k in one.metrics
     )
@@ -94,8 +94,8 @@ def test_mesh_arguments_are_checked():
     bad = jax.sharding.Mesh(mesh.devices, ("data",))
     with pytest.raises(ValueError, match="axis 'batch'"):
         resolve_mesh(bad)
-    with pytest.raises(ValueError, match="chunk_size"):
-        rd.simulate(rd.make_layer(jax.random.PRNGKey(0), n=3, d=3), jax.numpy.ones((2, 3, 3)), 1, chunk_size=0)
+    with pytest.raises(ValueError, match="chunk"):
+        rd.simulate(rd.make_layer(jax.random.PRNGKey(0), n=3, d=3), jax.numpy.ones((2, 3, 3)), 1, chunk=0)
 
 
 def test_use_cpu_devices_checks_its_argument_and_a_running_jax():

@@ -117,7 +117,7 @@ def test_collapse_metrics_against_numpy_and_under_jit_vmap():
     s = np.array([2.0, 1.0, 0.5, 1e-3, 1e-9, 0.0])
     x = graded(6, 10, s)
     m = jax.jit(jax.vmap(lambda a: collapse_metrics(a, 1e-6)))(jnp.asarray(x))
-    assert set(m) == set(rd.METRIC_NAMES)
+    assert set(m) == set(rd.metrics.METRIC_NAMES)
     p = s / s.sum()
     nz = p > 0
     expect = {
@@ -138,7 +138,7 @@ def test_ratios_defined_when_token_norms_underflow():
     x = jnp.asarray(RNG.standard_normal((3, 6, 10)), jnp.float32)
     f = jax.jit(jax.vmap(lambda a: collapse_metrics(a, 1e-4)))
     ref, tiny = f(x), f(x * jnp.float32(1e-20))
-    for name in rd.METRIC_NAMES:
+    for name in rd.metrics.METRIC_NAMES:
         assert np.all(np.isfinite(np.asarray(tiny[name]))), name
         scale = 1e-20 if name in ("mu", "row_norm_mean", "row_norm_min", "sigma_max", "sigma_min") else 1.0
         np.testing.assert_allclose(np.asarray(tiny[name]) / scale, np.asarray(ref[name]), rtol=2e-5, atol=1e-6,

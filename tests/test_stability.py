@@ -42,9 +42,9 @@ def test_2d_multipliers_analytic():
 
 
 def _check_2d(w):
-    ex = rd.example_2d(w)
+    ex = rd.theory.example_2d(w)
     s = math.sqrt(1 - 1 / w**2)
-    layer = rd.uniform_causal_layer(2, 2, ex["W_V"])
+    layer = rd.theory.uniform_causal_layer(2, 2, ex["W_V"])
     rep_b = rd.stability(layer, ex["X_B"])
     rep_a = rd.stability(layer, ex["X_A"])
     np.testing.assert_allclose(np.sort(rep_b.eigenvalues.real), np.sort([1.0, 1 - s]), atol=1e-13)
@@ -62,7 +62,7 @@ def test_tangent_basis_orthonormal(getkey):
     x = _sphere(getkey(), 5, 4)
     x = x.at[0].set(jnp.array([0.0, 0.0, 0.0, 1.0])).at[1].set(jnp.array([0.0, -0.6, 0.0, 0.8]))
     x = x.at[2].multiply(3.0)  # a non-unit token: basis of its direction
-    b = np.asarray(rd.tangent_basis(x))
+    b = np.asarray(rd.equilibria.tangent_basis(x))
     assert b.shape == (20, 15)
     np.testing.assert_allclose(b.T @ b, np.eye(15), atol=1e-14)
     radial = np.zeros((5, 20))
@@ -75,8 +75,8 @@ def test_tangent_jacobian_matches_finite_differences(getkey):
     n, d = 4, 3
     layer = _bert_layer(getkey(), n, d, "complete")
     x = _sphere(getkey(), n, d)
-    jt = np.asarray(rd.tangent_jacobian(layer, x))
-    b = np.asarray(rd.tangent_basis(x))
+    jt = np.asarray(rd.equilibria.tangent_jacobian(layer, x))
+    b = np.asarray(rd.equilibria.tangent_basis(x))
     f = jax.jit(lambda y: layer(y.reshape(n, d))[0].reshape(-1))
     h = 1e-5
     x0 = np.asarray(x).reshape(-1)
@@ -90,7 +90,7 @@ def test_causal_jacobian_block_lower_triangular(getkey):
     n, d = 5, 4
     layer = _bert_layer(getkey(), n, d, "causal")
     x = _sphere(getkey(), n, d)
-    for jac, m in [(rd.tangent_jacobian(layer, x), d - 1), (rd.layer_jacobian(layer, x), d)]:
+    for jac, m in [(rd.equilibria.tangent_jacobian(layer, x), d - 1), (rd.equilibria.layer_jacobian(layer, x), d)]:
         blocks = np.abs(np.asarray(jac)).reshape(n, m, n, m).max(axis=(1, 3))
         assert np.all(blocks[np.triu_indices(n, 1)] == 0.0)
         assert np.all(blocks[np.tril_indices(n)] > 1e-6)
@@ -100,10 +100,10 @@ def test_unnormalised_map_full_space():
     r"""placement="none": F(X) = A X W is linear, so DF = kron(A, W^T) (row-major vec) and the
     multipliers are products of eigenvalues of A (1/i) and W (all 1): {1/i}, each d times."""
     n, d, w = 4, 3, 2.0
-    wv = rd.bidiagonal(d, w)
-    layer = rd.uniform_causal_layer(n, d, wv, placement="none")
+    wv = rd.weights.bidiagonal(d, w)
+    layer = rd.theory.uniform_causal_layer(n, d, wv, placement="none")
     x = jnp.asarray(np.random.default_rng(1).normal(size=(n, d)))
-    jac = np.asarray(rd.tangent_jacobian(layer, x))
+    jac = np.asarray(rd.equilibria.tangent_jacobian(layer, x))
     a = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
     np.testing.assert_allclose(jac, np.kron(a, np.asarray(wv).T), atol=1e-15)
     rep = rd.stability(layer, x)
@@ -120,9 +120,9 @@ def test_paper_equilibria_stability_n4():
     n = d = 4
     c = 3
     for w in (4.0, 8.0):
-        layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
-        scaled = rd.uniform_causal_layer(n, d, 0.3 * rd.bidiagonal(d, w))
-        for k, x in rd.all_closed_form_equilibria(n, d, w):
+        layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
+        scaled = rd.theory.uniform_causal_layer(n, d, 0.3 * rd.weights.bidiagonal(d, w))
+        for k, x in rd.theory.all_closed_form_equilibria(n, d, w):
             rep = rd.stability(layer, x)
             assert rep.residual < 1e-14
             assert rep.spectral_radius >= 1.0 - 1e-9  # token 1 at e_d is non-hyperbolic
@@ -135,7 +135,7 @@ def test_paper_equilibria_stability_n4():
                 want = "marginal" if k == 1 else "unstable"
             assert rep.classification == want, (w, k, rep.moduli)
             np.testing.assert_allclose(rd.stability(scaled, x).moduli, rep.moduli, atol=1e-10)
-    rep = rd.stability(layer, rd.rank_k_equilibrium(n, d, 2, 8.0))
+    rep = rd.stability(layer, rd.theory.rank_k_equilibrium(n, d, 2, 8.0))
     assert abs(rep.spectral_radius - 1.7811) < 1e-4 and rep.unstable_dims == 1
 
 
@@ -143,12 +143,12 @@ def test_defective_multipliers_counted_as_neutral():
     """At n = d = 6 the multiplier 1 is defective (Jordan blocks up to size 5); block + cluster
     handling must still count it as neutral, not as a spurious expanding direction."""
     n = d = 6
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, 7.0))
-    rep1 = rd.stability(layer, rd.rank_k_equilibrium(n, d, 1, 7.0))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, 7.0))
+    rep1 = rd.stability(layer, rd.theory.rank_k_equilibrium(n, d, 1, 7.0))
     assert rep1.classification == "marginal" and rep1.neutral_dims == d - 1 and rep1.unstable_dims == 0
     # Rank 3: raw dense moduli show spurious 1 + O(1e-5) values; the expanding directions are
     # exactly those with modulus clearly above 1 (3.397 and 2.283 for these signs).
-    rep3 = rd.stability(layer, rd.rank_k_equilibrium(n, d, 3, 7.0))
+    rep3 = rd.stability(layer, rd.theory.rank_k_equilibrium(n, d, 3, 7.0))
     assert rep3.unstable_dims == int(np.sum(rep3.moduli > 1.01)) == 2
     np.testing.assert_allclose(rep3.moduli[:2], [3.3969286, 2.2826072], atol=1e-6)
     assert rep3.neutral_dims > 0 and rep3.classification == "unstable"
@@ -159,15 +159,15 @@ def test_leading_eigenvalues_matrix_free(getkey):
     generic complete-mask layer at a random point)."""
     n = d = 4
     w = 4.0
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
-    x = rd.rank_k_equilibrium(n, d, 3, w)
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
+    x = rd.theory.rank_k_equilibrium(n, d, 3, w)
     dense = rd.stability(layer, x).moduli
-    lead = np.abs(rd.leading_eigenvalues(layer, x, k=1, iters=12))  # 1 is defective: only the top
+    lead = np.abs(rd.equilibria.leading_eigenvalues(layer, x, k=1, iters=12))  # 1 is defective: only the top
     np.testing.assert_allclose(lead, dense[:1], rtol=1e-8)
     gen = _bert_layer(getkey(), 5, 4, "complete")
     xr = _sphere(getkey(), 5, 4)
-    dense = np.sort(np.abs(np.linalg.eigvals(np.asarray(rd.tangent_jacobian(gen, xr)))))[::-1]
-    full = np.abs(rd.leading_eigenvalues(gen, xr, k=3, iters=15))  # iters = dimension: exact
+    dense = np.sort(np.abs(np.linalg.eigvals(np.asarray(rd.equilibria.tangent_jacobian(gen, xr)))))[::-1]
+    full = np.abs(rd.equilibria.leading_eigenvalues(gen, xr, k=3, iters=15))  # iters = dimension: exact
     np.testing.assert_allclose(full, dense[:3], rtol=1e-8)
 
 
@@ -181,15 +181,15 @@ def test_stability_plots():
     import rankdyn.plotting as rp
 
     n = d = 3
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, 3.0))
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, 3.0))
     reports = {}
-    for k, x in rd.all_closed_form_equilibria(n, d, 3.0):
+    for k, x in rd.theory.all_closed_form_equilibria(n, d, 3.0):
         reports.setdefault(k, []).append(rd.stability(layer, x))
     ax = rp.plot_eigen_moduli(reports)
     drawn = sum(len(c.get_offsets()) for c in ax.collections)
     assert drawn == sum(len(r.moduli) for reps in reports.values() for r in reps)
-    ex = rd.example_2d(2.0)
-    states = rd.simulate(rd.uniform_causal_layer(2, 2, ex["W_V"]), ex["X_B"] + 0.1, 10, save_states=True).states
+    ex = rd.theory.example_2d(2.0)
+    states = rd.simulate(rd.theory.uniform_causal_layer(2, 2, ex["W_V"]), ex["X_B"] + 0.1, 10, save_states=True).states
     ax2 = rp.plot_circle_trajectories(states, points={"B": tuple(np.asarray(ex["B"]))})
     assert len(ax2.lines) == 1 + 2 * 3 + 1  # circle, (path, start, end) per token, one point
     res = {"fractions": {"1": 0.9, "2": 0.1}, "ci95": {"1": [0.85, 0.94], "2": [0.06, 0.15]}}
@@ -207,19 +207,19 @@ def test_multipliers_jit_vmap_equal_the_numpy_reference():
 
     n = d = 4
     w = 5.0
-    layer = rd.uniform_causal_layer(n, d, rd.bidiagonal(d, w))
-    xs = jnp.stack([x for _, x in rd.all_closed_form_equilibria(n, d, w)])
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
+    xs = jnp.stack([x for _, x in rd.theory.all_closed_form_equilibria(n, d, w)])
     blocks = token_blocks(layer)
     assert blocks == tuple((i,) for i in range(n))  # causal: one strongly connected block per token
     mp = jax.jit(jax.vmap(lambda x: multipliers(layer, x, blocks=blocks)))(xs)
     for j in range(xs.shape[0]):
-        jac = np.asarray(rd.tangent_jacobian(layer, xs[j]))
+        jac = np.asarray(rd.equilibria.tangent_jacobian(layer, xs[j]))
         ref = np.sort_complex(np.linalg.eigvals(jac))
         got = np.sort_complex(np.asarray(mp.eigenvalues[j]))
         # Defective multipliers 1 (Jordan blocks) are spread by ~eps^(1/m) in both; compare moduli
         # after the cluster averaging the classification uses.
-        eff_ref = np.abs(rd.cluster_means(ref, 1e-3))
-        cls, unstable, neutral = rd.classify_moduli(eff_ref, 1e-6)
+        eff_ref = np.abs(rd.equilibria.cluster_means(ref, 1e-3))
+        cls, unstable, neutral = rd.equilibria.classify_moduli(eff_ref, 1e-6)
         assert ("stable", "marginal", "unstable")[int(mp.code[j])] == cls
         assert int(mp.unstable_dims[j]) == unstable and int(mp.neutral_dims[j]) == neutral
         assert abs(float(mp.spectral_radius[j]) - eff_ref.max()) < 1e-6

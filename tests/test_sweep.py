@@ -97,7 +97,7 @@ def test_cli_rejects_bad_config_before_compute(tmp_path, capsys):
 @pytest.mark.slow
 def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypatch):
     cfg = _cfg()
-    plan = rd.sweep_plan(cfg)
+    plan = rd.sweep.sweep_plan(cfg)
     assert len(plan.groups) == 1 and len(plan.chunks) == 5  # 10 cells, 2 per chunk
     # The group's program may be traced once only, however many temperatures, seeds and chunks.
     once = eqx.filter_jit(eqx.debug.assert_max_traces(_program._program_impl, max_traces=1))
@@ -114,7 +114,7 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
         k_layer, k_x0, _ = jr.split(jr.PRNGKey(seed), 3)
         layer = rd.make_layer(k_layer, n=5, d=4, mask="causal", dqk=dqk)
         x0 = rd.initial_tokens(k_x0, "sphere", 5, 4, batch=4)
-        traj = rd.simulate(layer, x0, 6, save_every=2, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.min_cosine(x)},
+        traj = rd.simulate(layer, x0, 6, save_every=2, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
                            per_trajectory=True)
         ref = traj.summary.to_dict()
         cell = ds.sel(dqk=dqk, seed=seed)
@@ -140,7 +140,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY.replace("chunk_trajectories = 8", "chunk_trajectories = 4"))  # 10 chunks of 1 cell
     cfg = rd.load_sweep_config(config)
-    assert len(rd.sweep_plan(cfg).chunks) == 10
+    assert len(rd.sweep.sweep_plan(cfg).chunks) == 10
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "rankdyn.cli", "sweep", str(config), "--out", str(out), "--x64", "--no-progress"]
     # A pause after each chunk (the store's hook, patched in the child) makes "after the first

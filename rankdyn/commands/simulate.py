@@ -161,7 +161,7 @@ def run(args) -> int:
 
     with CompileTimer() as timer:
         traj = simulate(layer, x0, args.layers, save_every=args.save_every, rank_tol=args.rank_tol,
-                        metrics=names, per_trajectory=args.per_trajectory, chunk_size=args.chunk,
+                        metrics=names, per_trajectory=args.per_trajectory, chunk=args.chunk,
                         key=k_drop if config.has_dropout else None, progress=not args.no_progress,
                         devices=sharding_devices(args))
         jax.block_until_ready(traj.summary)

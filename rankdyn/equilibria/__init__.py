@@ -3,11 +3,13 @@
 Modules, one concept each: `_solve` (`find_equilibria` on an Optimistix solver, `RESULTS`),
 `_symmetry` (the discrete symmetry group), `_dedupe` (classes modulo symmetry), `_exact` (the
 exact census of the paper's system), `_tree` (token-by-token search for acyclic masks),
-`_joint` (the joint batched search with deflation and continuation), `_census` (the
+`_joint` (the joint batched search with deflation), `_continuation` (following equilibria
+in ``w`` or the temperature), `_census` (the
 pipeline behind ``rankdyn equilibria``) and `_stability` (multipliers on the tangent space).
 """
 
 from ._census import equilibrium_census as equilibrium_census
+from ._continuation import continue_equilibria as continue_equilibria
 from ._dedupe import EquilibriumClass as EquilibriumClass, deduplicate as deduplicate
 from ._exact import ExactCensus as ExactCensus, exact_equilibria as exact_equilibria
 from ._solve import (

@@ -94,7 +94,7 @@ def joint_search(
         the round that first found it), ``rounds`` (per round: starts, status counts, new
         classes, seconds), ``status_counts`` and ``timing``.
     """
-    from tqdm.auto import tqdm
+    from .._progress import progress_bar as tqdm
 
     n, d = layer.num_tokens, layer.dim
     solver = default_solver(method) if solver is None else solver

@@ -114,7 +114,7 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
     t_start = time.perf_counter()
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from .._progress import progress_bar as tqdm
 
         bar = tqdm(total=len(names), desc="reproduce", unit="target")
     for name in names:

@@ -76,7 +76,7 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
     x0 = initial_tokens(k_x, "bert", n, d, batch=batch, dtype=dtype)
     # Draw the weights once (with the MLP); every variant reuses them and differs only in its switches.
     base = jit_make_layer()(
-        k_w, n=n, d=d, mask="complete", norm="none", value="bert", qk="bert", num_layers=depth, heads=heads,
+        k_w, n=n, d=d, mask="complete", placement="none", value="bert", qk="bert", num_layers=depth, heads=heads,
         output_projection=True, mlp=True, dtype=dtype,
     )
     names, stacks, keys, observes = [], [], [], []

@@ -48,7 +48,7 @@ def zero_rows(x):
 def observe_zero_rows(x):
     r"""mu (eq. 4) and its split into zero and nonzero rows, for the dropout mechanism.
 
-    - ``mu``, ``mu_rel``: as in `rankdyn.direction_metrics`;
+    - ``mu``, ``mu_rel``: as in `rankdyn.metrics.direction_metrics`;
     - ``zero_rows``: number of zero rows; ``first_zero``: 1 if token 0's row is zero;
     - ``mu_rel_nonzero``: $\mu/\|X\|_F$ over the nonzero rows only (0 iff they are all equal),
       which separates "the live tokens collapsed" from "zero rows keep mu up";

@@ -114,10 +114,10 @@ def jit_make_layer():
     return _jit_make_layer(make_layer)
 
 
-def san_layer(key, n: int, d: int, num_layers: int, *, norm: str = "none", dtype=None):
+def san_layer(key, n: int, d: int, num_layers: int, *, placement: str = "none", dtype=None):
     """The single-head SAN of the Theorem 1 targets: per-layer Haar-orthogonal W_V (A3 with
     equality), BERT-uniform W_Q, W_K (A2), complete mask (replace it with `with_masks`)."""
-    return jit_make_layer()(key, n=n, d=d, mask="complete", norm=norm, value="orthogonal", qk="bert",
+    return jit_make_layer()(key, n=n, d=d, mask="complete", placement=placement, value="orthogonal", qk="bert",
                             num_layers=num_layers, dtype=dtype)
 
 

@@ -77,7 +77,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     results, panels_mu, panels_cos = {}, {}, {}
     layers = None
     stacks = []
-    post = san_layer(k_w, n, d, depth, norm="post", dtype=dtype)
+    post = san_layer(k_w, n, d, depth, placement="post", dtype=dtype)
     for placement in PLACEMENTS:
         base = rebuild(post, placement=placement)
         stacks.append(stack([eqx.tree_at(lambda l: l.mask, base, jnp.asarray(masks[m])) for m, _, _ in CASES]))

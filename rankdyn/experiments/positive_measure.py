@@ -366,7 +366,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Scalar form of `rankdyn.wilson_interval` for one count: ``(0, 1)`` for no trials.
+    """Scalar form of `rankdyn.theory.wilson_interval` for one count: ``(0, 1)`` for no trials.
 
     Raises:
         ValueError: if ``trials < 0`` or ``successes`` is not in ``[0, trials]``.

@@ -105,7 +105,7 @@ def plot_basin_fractions(results, *, ax=None, labels=None, title=None):
     """Bar chart of basin fractions with their Wilson 95% intervals.
 
     Arguments:
-        results: a `rankdyn.basin_fractions` dict, or ``{setting: dict}`` for several settings
+        results: a `rankdyn.theory.basin_fractions` dict, or ``{setting: dict}`` for several settings
             (grouped bars, one group per class).
         ax: matplotlib Axes.
         labels: optional display names for the settings.

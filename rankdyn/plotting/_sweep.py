@@ -148,7 +148,7 @@ def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels
     for ax in list(grid.flat)[len(combos):]:
         fig.delaxes(ax)
     extra = f" (first {len(combos)} of {total})" if total > len(combos) else ""
-    fig.suptitle(f"decay per layer of mean mu, 1 - fitted factor (rankdyn.fit_rate){extra}", fontsize=10)
+    fig.suptitle(f"decay per layer of mean mu, 1 - fitted factor (rankdyn.theory.fit_rate){extra}", fontsize=10)
     return fig
 
 

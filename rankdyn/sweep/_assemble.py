@@ -36,7 +36,7 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         ``<metric>`` for every per-layer metric and ``eps_min``: dims ``(A..., layer, stat)``,
             ``stat`` = (mean, std) over the finite trajectories of a cell.
         ``final_<metric>``: dims ``(A..., sample)``, the last layer's value of every sample.
-        ``mu_rate``: ``(A...)``, `rankdyn.fit_rate` of the mean mu curve (per-layer factor).
+        ``mu_rate``: ``(A...)``, `rankdyn.theory.fit_rate` of the mean mu curve (per-layer factor).
         ``nonfinite``, ``degenerate``: ``(A...)`` counts of such trajectories.
         ``radius``, ``strongly_connected``, ``quasi_strongly_connected``, ``num_centers``:
             ``(A...)``, the mask graph of each cell (``docs/theory.md#masks-as-graphs``).

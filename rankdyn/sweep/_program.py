@@ -42,7 +42,7 @@ def _build(key, dqk, w, ln_radius, value_std, qk_std, p_static: tuple):
     p = dict(p_static)
     k_layer, k_x0, k_drop = jr.split(key, 3)  # as `rankdyn simulate --seed`
     layer = make_layer(
-        k_layer, n=p["n"], d=p["d"], mask="complete", dqk=dqk, norm=p["norm"], ln=p["ln"],
+        k_layer, n=p["n"], d=p["d"], mask="complete", dqk=dqk, placement=p["norm"], ln=p["ln"],
         ln_radius=ln_radius, value=p["value"], w=w, jordan_k=p["jordan_k"], value_std=value_std,
         qk=p["qk"], qk_std=qk_std, num_layers=p["layers"] if p["per_layer_weights"] else None,
         heads=p["heads"], output_projection=p["heads"] > 1, skip=p["skip"], mlp=p["mlp"], **_dropout_args(p),

@@ -49,7 +49,7 @@ class SweepConfig:
         fixed: every other parameter of `SWEEP_PARAMS`, defaults filled in.
         per_layer: metrics recorded at every saved layer (plus ``eps_min``, always).
         final: metrics of the last layer, kept per sample (spectral ones cost an SVD).
-        rate_start, rate_stop: depth window of the fitted collapse rate (`rankdyn.fit_rate`).
+        rate_start, rate_stop: depth window of the fitted collapse rate (`rankdyn.theory.fit_rate`).
         chunk_trajectories: at most this many trajectories per chunk file.
         name, description: free text.
         text: the TOML text the config was read from (stored with the results).

@@ -160,7 +160,7 @@ def run_sweep(
     done = total - sum(len(plan.chunks[i][1]) * batch[i] for i in todo)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from .._progress import progress_bar as tqdm
 
         bar = tqdm(total=total, initial=done, desc=f"sweep {cfg.name}", unit="traj", smoothing=0.1)
     timing = {"compile_s": 0.0, "total_s": 0.0, "chunks_computed": len(todo)}

@@ -1,0 +1,30 @@
+"""The paper's theory made executable: closed-form constructions, rates and bounds, basins, and
+the search for counterexample value matrices (``docs/theory.md#theorems``,
+``#constructions``)."""
+
+from ._basins import (
+    basin_fractions as basin_fractions,
+    nearest_classifier as nearest_classifier,
+    rank_classifier as rank_classifier,
+    wilson_interval as wilson_interval,
+)
+from ._constructions import (
+    all_closed_form_equilibria as all_closed_form_equilibria,
+    example_2d as example_2d,
+    lemma13_condition as lemma13_condition,
+    lemma13_sample as lemma13_sample,
+    rank_k_equilibrium as rank_k_equilibrium,
+    uniform_causal_layer as uniform_causal_layer,
+)
+from ._counterexample_search import (
+    OBJECTIVES as OBJECTIVES,
+    rank_objective as rank_objective,
+    search_value_matrix as search_value_matrix,
+)
+from ._rates import (
+    bound_rate as bound_rate,
+    corollary1_rate as corollary1_rate,
+    fit_rate as fit_rate,
+    theorem1_rate as theorem1_rate,
+    theorem2_rate as theorem2_rate,
+)
