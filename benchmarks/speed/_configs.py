@@ -1,0 +1,54 @@
+"""The reference configurations, their model FLOPs, and how the layer and inputs are built."""
+
+from __future__ import annotations
+
+CONFIGS = {
+    # name: n, d, dqk, layers, batch, mask, per-layer weights. bert is sized to finish: an SVD of
+    # one 128 x 768 matrix costs ~30 ms in LAPACK via JAX and ~160 ms in PyTorch on this CPU.
+    "small": dict(n=32, d=64, dqk=64, layers=128, batch=1024, mask="causal", per_layer=False),
+    "bert": dict(n=128, d=768, dqk=64, layers=16, batch=8, mask="complete", per_layer=True),
+    "long": dict(n=16, d=16, dqk=16, layers=10_000, batch=128, mask="causal", per_layer=False),
+}
+QUICK = {
+    "small": dict(layers=16, batch=256),
+    "bert": dict(layers=4, batch=2),
+    "long": dict(layers=500, batch=64),
+}
+
+#: rankdyn's `metrics=` for each metric set timed: every default metric, or mu and eps_min only.
+METRICS = {"default": None, "mu": "mu,eps_min"}
+
+
+def config(name: str, quick: bool) -> dict:
+    return dict(CONFIGS[name], **(QUICK[name] if quick else {}))
+
+
+def model_flops(cfg) -> float:
+    """FLOPs of one layer for one trajectory: Q, K, V projections + QK^T + AV (not softmax, LN, metrics)."""
+    n, d, k = cfg["n"], cfg["d"], cfg["dqk"]
+    return 2 * n * d * k * 2 + 2 * n * d * d + 2 * n * n * k + 2 * n * n * d
+
+
+def executed_flops(cfg) -> float:
+    """FLOPs rankdyn actually executes per layer and trajectory (W_Q W_K^T folded when cheaper)."""
+    from rankdyn._layer import _fold_qk
+
+    n, d, k = cfg["n"], cfg["d"], cfg["dqk"]
+    qk = 2 * n * d * d + 2 * n * n * d if _fold_qk(n, d, k) else 4 * n * d * k + 2 * n * n * k
+    return qk + 2 * n * d * d + 2 * n * n * d
+
+
+def build(cfg, seed: int = 0):
+    """The layer and initial tokens of a configuration (float32), the same in every process."""
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    import rankdyn as rd
+
+    k1, k2 = jr.split(jr.PRNGKey(seed))
+    layer = rd.make_layer(
+        k1, n=cfg["n"], d=cfg["d"], mask=cfg["mask"], placement="post", value="orthogonal", qk="bert",
+        num_layers=cfg["layers"] if cfg["per_layer"] else None, dtype=jnp.float32,
+    )
+    x0 = rd.initial_tokens(k2, "sphere", cfg["n"], cfg["d"], batch=cfg["batch"], dtype=jnp.float32)
+    return layer, x0
