@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
                    help="target names, or 'all'")
     p.add_argument("--out", type=Path, default=Path("out/reproduce"), help="output folder")
     p.add_argument("--quick", action="store_true",
-                   help="reduced sizes: all targets in about 1 minute on a quiet 2-core CPU (see README)")
+                   help="reduced sizes: all ten targets in about 5 minutes on a 2-core CPU (see README)")
     p.add_argument("--seed", type=int, default=0, help="base PRNG seed, in [0, 2**32 - 1]")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -30,7 +30,7 @@ __all__ = ["continue_equilibria"]
 
 def continue_equilibria(
     make_layer: Callable[[float], SelfAttentionLayer],
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     x_start: Float[ArrayLike, "m n d"],
     *,
     max_steps: int = 100,
