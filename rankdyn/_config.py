@@ -46,10 +46,6 @@ MASKS_WITH_WINDOW = ("window", "window-uni", "dilated", "global")
 #: Masks for which ``window`` is a width that must stay below the number of tokens.
 _WIDTH_MASKS = ("window", "window-uni", "global")
 
-#: The layer takes separate attention and hidden dropout (`SelfAttentionLayer(attn_dropout=...,
-#: hidden_dropout=...)`); the rule below and `ModelConfig.dropout_kwargs` both read this switch.
-SEPARATE_DROPOUT = True
-
 
 class Names:
     """How messages name an input: ``label(field)`` and the separator before its value.
@@ -199,9 +195,7 @@ class ModelConfig:
 
     def dropout_kwargs(self) -> dict[str, float]:
         """The dropout arguments of `SelfAttentionLayer` (the one place that maps the two rates)."""
-        if SEPARATE_DROPOUT:
-            return {"attn_dropout": float(self.attn_dropout), "hidden_dropout": float(self.hidden_dropout)}
-        return {"dropout": float(self.attn_dropout)}  # == hidden_dropout (checked)
+        return {"attn_dropout": float(self.attn_dropout), "hidden_dropout": float(self.hidden_dropout)}
 
 
 def ignored_fields(values: Mapping[str, Any]) -> tuple[str, ...]:
@@ -368,10 +362,3 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
     for f in ("attn_dropout", "hidden_dropout"):
         if f in real and not 0 <= real[f] < 1:
             raise ValueError(f"{show(f, real[f])}: a dropout rate must be in [0, 1) (0: off).")
-    rates = [real.get(f) for f in ("attn_dropout", "hidden_dropout")]
-    if not SEPARATE_DROPOUT and None not in rates and rates[0] != rates[1]:
-        raise ValueError(
-            f"{show('attn_dropout', real['attn_dropout'])} and {show('hidden_dropout', real['hidden_dropout'])} "
-            "differ, but this version's layer applies one rate to the attention weights and the block outputs; "
-            "give them equal values."
-        )

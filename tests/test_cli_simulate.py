@@ -91,10 +91,7 @@ def test_dropout_flags_become_the_configuration():
     assert (cfg().attn_dropout, cfg().hidden_dropout, cfg().has_dropout) == (0.0, 0.0, False)
     both = cfg("--dropout", "0.25")
     assert (both.attn_dropout, both.hidden_dropout, both.has_dropout) == (0.25, 0.25, True)
-    from rankdyn._config import SEPARATE_DROPOUT
-
-    want = {"attn_dropout": 0.25, "hidden_dropout": 0.25} if SEPARATE_DROPOUT else {"dropout": 0.25}
-    assert both.dropout_kwargs() == want
+    assert both.dropout_kwargs() == {"attn_dropout": 0.25, "hidden_dropout": 0.25}
     split = cfg("--attn-dropout", "0.25", "--hidden-dropout", "0.25")
     assert (split.attn_dropout, split.hidden_dropout) == (0.25, 0.25)
     with pytest.raises(ValueError, match=r"--hidden-dropout 1.5: a dropout rate must be in \[0, 1\)"):

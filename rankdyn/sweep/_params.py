@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._config import SEPARATE_DROPOUT, ModelConfig, ignored_fields
+from .._config import ModelConfig, ignored_fields
 from .._init import X0_NAMES
 from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES, make_mask
@@ -20,10 +20,6 @@ from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
 
 __all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS"]
-
-#: True once make_layer takes separate attention and hidden dropout rates; until then one rate
-#: covers both, and the sweep refuses unequal values.
-_SPLIT_DROPOUT = SEPARATE_DROPOUT
 
 # name -> (default, kind). kind: the Python type a value must have ("str", "int", "float",
 # "bool", "float?" / "int?" = number or absent).

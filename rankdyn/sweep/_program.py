@@ -22,16 +22,10 @@ from .._observe import MetricObserver
 from .._scan import scan_depth
 from .._sharding import BATCH_AXIS, batch_mesh
 from .._stats import chunk_stats
-from ._params import _SPLIT_DROPOUT, cell_mask
+from ._params import cell_mask
 from ._schema import SweepConfig
 
 __all__ = ["compute_chunk"]
-
-
-def _dropout_args(p: dict) -> dict:
-    if _SPLIT_DROPOUT:
-        return {"attn_dropout": p["attn_dropout"], "hidden_dropout": p["hidden_dropout"]}
-    return {"dropout": p["attn_dropout"]}  # equal rates (checked): today's single rate covers both
 
 
 @eqx.filter_jit
@@ -45,7 +39,8 @@ def _build(key, dqk, w, ln_radius, value_std, qk_std, p_static: tuple):
         k_layer, n=p["n"], d=p["d"], mask="complete", dqk=dqk, placement=p["norm"], ln=p["ln"],
         ln_radius=ln_radius, value=p["value"], w=w, jordan_k=p["jordan_k"], value_std=value_std,
         qk=p["qk"], qk_std=qk_std, num_layers=p["layers"] if p["per_layer_weights"] else None,
-        heads=p["heads"], output_projection=p["heads"] > 1, skip=p["skip"], mlp=p["mlp"], **_dropout_args(p),
+        heads=p["heads"], output_projection=p["heads"] > 1, skip=p["skip"], mlp=p["mlp"], attn_dropout=p["attn_dropout"],
+        hidden_dropout=p["hidden_dropout"],
     )
     x0 = initial_tokens(k_x0, p["x0"], p["n"], p["d"], batch=p["batch"])
     keys = jax.vmap(lambda i: jr.fold_in(k_drop, i))(jnp.arange(p["batch"]))  # as `rankdyn.simulate`
