@@ -108,8 +108,11 @@ def main() -> int:
         one = [r["wall_s"] for r in times[f"{metrics}/one"] if "wall_s" in r]
         many = [r["wall_s"] for r in times[f"{metrics}/sharded"] if "wall_s" in r]
         if one and many:
-            summary[metrics] = {"one_device_wall_s": statistics.median(one), "sharded_wall_s": statistics.median(many),
-                                "speedup": statistics.median(one) / statistics.median(many)}
+            summary[metrics] = {
+                "one_device_wall_s": statistics.median(one),
+                "sharded_wall_s": statistics.median(many),
+                "speedup": statistics.median(one) / statistics.median(many),
+            }
     out |= {"runs": times, "summary": summary}
     if a.hang_tries:
         hangs = {}

@@ -120,10 +120,18 @@ def main(argv=None):
 
     rows = []
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, args.w))
-    for label, fn in (("exact_equilibria (enumeration only)", lambda: rd.exact_equilibria(n, d, args.w).x),
-                      ("equilibrium_census (exact + rank + stability)",
-                       lambda: np.stack([e["tokens"] for e in rd.equilibrium_census(
-                           layer, jr.PRNGKey(0), progress=False)["equilibria"]]))):
+    for label, fn in (
+        ("exact_equilibria (enumeration only)", lambda: rd.exact_equilibria(n, d, args.w).x),
+        (
+            "equilibrium_census (exact + rank + stability)",
+            lambda: np.stack(
+                [
+                    e["tokens"]
+                    for e in rd.equilibrium_census(layer, jr.PRNGKey(0), progress=False)["equilibria"]
+                ]
+            ),
+        ),
+    ):
         t = time.perf_counter()
         fn()
         first = time.perf_counter() - t
@@ -132,39 +140,76 @@ def main(argv=None):
         warm = time.perf_counter() - t
         # The census lists classes modulo sign: count both signs for coverage.
         full = np.concatenate([xs, -xs]) if "census" in label else xs
-        rows.append({"solver": f"rankdyn {label}", "starts": 0, "converged": len(full), "seconds": warm,
-                     "first_call_s": first, "solved_per_s": len(full) / warm, "starts_per_s": None,
-                     "covered": covered(full)})
-    configs = [(args.max_steps, None, f"gn, max_steps={args.max_steps}"),
-               (args.short_steps, None, f"gn, max_steps={args.short_steps}"),
-               (args.short_steps, args.max_steps, f"gn, {args.short_steps} then failures {args.max_steps}")]
+        rows.append(
+            {
+                "solver": f"rankdyn {label}",
+                "starts": 0,
+                "converged": len(full),
+                "seconds": warm,
+                "first_call_s": first,
+                "solved_per_s": len(full) / warm,
+                "starts_per_s": None,
+                "covered": covered(full),
+            }
+        )
+    configs = [
+        (args.max_steps, None, f"gn, max_steps={args.max_steps}"),
+        (args.short_steps, None, f"gn, max_steps={args.short_steps}"),
+        (args.short_steps, args.max_steps, f"gn, {args.short_steps} then failures {args.max_steps}"),
+    ]
     for steps, retry, label in configs:
         xs, warm, first = run_rankdyn(x0, n, d, args.w, steps, retry)
         k = solved(xs)
-        rows.append({"solver": f"rankdyn find_equilibria ({label})", "starts": args.starts, "converged": k,
-                     "seconds": warm, "first_call_s": first, "solved_per_s": k / warm,
-                     "starts_per_s": args.starts / warm, "covered": covered(xs)})
+        rows.append(
+            {
+                "solver": f"rankdyn find_equilibria ({label})",
+                "starts": args.starts,
+                "converged": k,
+                "seconds": warm,
+                "first_call_s": first,
+                "solved_per_s": k / warm,
+                "starts_per_s": args.starts / warm,
+                "covered": covered(xs),
+            }
+        )
     m = args.scipy_starts or args.starts
     for method in args.scipy_methods.split(","):
         xs, sec = run_scipy(x0[:m], n, d, args.w, method)
         k = solved(xs)
-        rows.append({"solver": f"scipy.optimize.root ({method}) loop", "starts": m, "converged": k,
-                     "seconds": sec, "solved_per_s": k / sec, "starts_per_s": m / sec, "covered": covered(xs)})
+        rows.append(
+            {
+                "solver": f"scipy.optimize.root ({method}) loop",
+                "starts": m,
+                "converged": k,
+                "seconds": sec,
+                "solved_per_s": k / sec,
+                "starts_per_s": m / sec,
+                "covered": covered(xs),
+            }
+        )
     # Speed-up of each rankdyn row over the best scipy method, in equilibria solved per second.
     scipy_rows = [r for r in rows if r["solver"].startswith("scipy")]
     best = max(scipy_rows, key=lambda r: r["solved_per_s"])
     for r in rows:
-        r["speedup_vs_best_scipy"] = r["solved_per_s"] / best["solved_per_s"] if best["solved_per_s"] > 0 else None
+        r["speedup_vs_best_scipy"] = (
+            r["solved_per_s"] / best["solved_per_s"] if best["solved_per_s"] > 0 else None
+        )
     print(f"n = d = {n}, w = {args.w}, tolerance ||F(X) - X||_F < {TOL:g}, float64")
     print(f"exact census: {len(exact)} equilibria (both signs)")
-    print(f"{'solver':56s} {'starts':>6s} {'conv':>6s} {'covered':>8s} {'sec':>8s} {'solved/s':>10s} "
-          f"{'x best scipy':>12s}")
+    print(
+        f"{'solver':56s} {'starts':>6s} {'conv':>6s} {'covered':>8s} {'sec':>8s} {'solved/s':>10s} "
+        f"{'x best scipy':>12s}"
+    )
     for r in rows:
         sp = f"{r['speedup_vs_best_scipy']:9.1f}" if r["speedup_vs_best_scipy"] is not None else "      inf"
-        print(f"{r['solver']:56s} {r['starts']:6d} {r['converged']:6d} {r['covered']:8d} {r['seconds']:8.2f} "
-              f"{r['solved_per_s']:10.2f} {sp}")
+        print(
+            f"{r['solver']:56s} {r['starts']:6d} {r['converged']:6d} {r['covered']:8d} {r['seconds']:8.2f} "
+            f"{r['solved_per_s']:10.2f} {sp}"
+        )
     if args.json:
-        write_json(args.json, {"config": vars(args), "tolerance": TOL, "rows": rows, "provenance": provenance()})
+        write_json(
+            args.json, {"config": vars(args), "tolerance": TOL, "rows": rows, "provenance": provenance()}
+        )
 
 
 if __name__ == "__main__":

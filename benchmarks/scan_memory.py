@@ -28,8 +28,12 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 def peak_rss_mib(layers: int, batch: int, metrics: str) -> float:
     """Peak RSS (MiB) of one fresh child process running the case."""
-    res = subprocess.run([sys.executable, "-c", CHILD, str(layers), str(batch), metrics], check=True,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-c", CHILD, str(layers), str(batch), metrics],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return int(res.stdout.split()[-1]) / 1024
 
 

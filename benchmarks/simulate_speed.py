@@ -36,17 +36,21 @@ from speed._hardware import Clock, cores, device_name, matmul_peak, versions  # 
 
 
 def bench_config(name, cfg, args) -> dict:
-    res = {"config": name, **cfg, "model_flops_per_layer_traj": model_flops(cfg),
-           "executed_flops_per_layer_traj": executed_flops(cfg),
-           "total_model_flops": model_flops(cfg) * cfg["layers"] * cfg["batch"],
-           "metrics_sets": args.metric_sets, "rankdyn": {}, "torch": {}}
+    res = {
+        "config": name,
+        **cfg,
+        "model_flops_per_layer_traj": model_flops(cfg),
+        "executed_flops_per_layer_traj": executed_flops(cfg),
+        "total_model_flops": model_flops(cfg) * cfg["layers"] * cfg["batch"],
+        "metrics_sets": args.metric_sets,
+        "rankdyn": {},
+        "torch": {},
+    }
     print(f"== {name}: {cfg}", flush=True)
     if not args.no_torch:
-        import torch
-
-        from speed._reference_torch import agreement, torch_inputs, torch_simulate
-
         import jax
+        import torch
+        from speed._reference_torch import agreement, torch_inputs, torch_simulate
 
         layer, x0 = build(cfg)
         # PyTorch on CUDA when rankdyn runs on a GPU (gpu_check.sh), else on the CPU like rankdyn.
@@ -86,8 +90,12 @@ def main(argv=None) -> int:
     p.add_argument("--configs", default="small,bert,long")
     p.add_argument("--metrics", default="default,mu", help="metric sets to time: default, mu, or both")
     p.add_argument("--no-all-metrics", action="store_true", help="time mu-only metrics only")
-    p.add_argument("--devices", default="both", choices=("both", "1", "all"),
-                   help="rankdyn on 1 device, on every core (use_cpu_devices), or both (default)")
+    p.add_argument(
+        "--devices",
+        default="both",
+        choices=("both", "1", "all"),
+        help="rankdyn on 1 device, on every core (use_cpu_devices), or both (default)",
+    )
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke test (no README update)")
     p.add_argument("--repeats", type=int, default=1, help="timed PyTorch repeats (best is kept)")
     p.add_argument("--child-timeout", type=float, default=900.0, help="seconds per rankdyn process")
@@ -119,9 +127,13 @@ def main(argv=None) -> int:
     args.device_sets = ["1", "all"] if args.devices == "both" else [args.devices]
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": device_name(), "versions": versions(), "cores": cores(),
-        "command": "python benchmarks/simulate_speed.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "loadavg_before": list(os.getloadavg()), "quick": args.quick,
+        "device": device_name(),
+        "versions": versions(),
+        "cores": cores(),
+        "command": "python benchmarks/simulate_speed.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "loadavg_before": list(os.getloadavg()),
+        "quick": args.quick,
     }
     print(report["device"], report["versions"], "load", report["loadavg_before"], flush=True)
     repeats = 3

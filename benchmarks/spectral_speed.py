@@ -45,10 +45,12 @@ def best_of(fn, args, repeats):
 
 def per_matrix(shapes, repeats, bisection):
     rows = []
-    for (n, d, batch) in shapes:
+    for n, d, batch in shapes:
         x = jr.normal(jr.PRNGKey(0), (batch, n, d), jnp.float32)
-        cands = {"jnp.linalg.svd": lambda a: jnp.linalg.svd(a, compute_uv=False),
-                 "spectral lapack": lambda a: singular_values(a, method="lapack")}
+        cands = {
+            "jnp.linalg.svd": lambda a: jnp.linalg.svd(a, compute_uv=False),
+            "spectral lapack": lambda a: singular_values(a, method="lapack"),
+        }
         if bisection and min(n, d) <= 32:
             cands["spectral bisection"] = lambda a: singular_values(a, method="bisection")
         base = None
@@ -56,10 +58,21 @@ def per_matrix(shapes, repeats, bisection):
             fn = jax.jit(jax.vmap(f))
             cpu, wall = best_of(fn, (x,), repeats)
             base = cpu if base is None else base
-            rows.append({"shape": f"{n}x{d}", "batch": batch, "method": name, "cpu_us": 1e6 * cpu / batch,
-                         "wall_us": 1e6 * wall / batch, "speedup_cpu": base / cpu})
-            print(f"{n:4d}x{d:<4d} batch {batch:5d}  {name:20s} {rows[-1]['cpu_us']:9.2f} us CPU "
-                  f"{rows[-1]['wall_us']:9.2f} us wall  x{rows[-1]['speedup_cpu']:.2f}", flush=True)
+            rows.append(
+                {
+                    "shape": f"{n}x{d}",
+                    "batch": batch,
+                    "method": name,
+                    "cpu_us": 1e6 * cpu / batch,
+                    "wall_us": 1e6 * wall / batch,
+                    "speedup_cpu": base / cpu,
+                }
+            )
+            print(
+                f"{n:4d}x{d:<4d} batch {batch:5d}  {name:20s} {rows[-1]['cpu_us']:9.2f} us CPU "
+                f"{rows[-1]['wall_us']:9.2f} us wall  x{rows[-1]['speedup_cpu']:.2f}",
+                flush=True,
+            )
     return rows
 
 
@@ -68,19 +81,27 @@ def v01_metrics(x, rank_tol):
     s = jnp.linalg.svd(x, compute_uv=False)
     nrm = M.row_norms(x)
     return {
-        "mu": M.mu(x), "mu_rel": M.mu_relative(x), "mu_normalized": M.mu_normalized(x),
-        "row_norm_mean": jnp.mean(nrm), "row_norm_min": jnp.min(nrm), "min_cos": M.min_cosine(x),
-        "mean_abs_cos": M.mean_abs_cosine(x), "sigma_max": s[0], "sigma_min": s[-1],
+        "mu": M.mu(x),
+        "mu_rel": M.mu_relative(x),
+        "mu_normalized": M.mu_normalized(x),
+        "row_norm_mean": jnp.mean(nrm),
+        "row_norm_min": jnp.min(nrm),
+        "min_cos": M.min_cosine(x),
+        "mean_abs_cos": M.mean_abs_cosine(x),
+        "sigma_max": s[0],
+        "sigma_min": s[-1],
         "sigma_ratio": s[1] / jnp.where(s[0] > 0, s[0], 1.0),
         "stable_rank": jnp.sum(s**2) / jnp.where(s[0] > 0, s[0] ** 2, 1.0),
-        "num_rank": M.numerical_rank(s, rank_tol), "eff_rank": M.effective_rank(s),
+        "num_rank": M.numerical_rank(s, rank_tol),
+        "eff_rank": M.effective_rank(s),
     }
 
 
 def whole_run(layers, batch, repeats):
     k1, k2 = jr.split(jr.PRNGKey(0))
-    layer = rd.make_layer(k1, n=32, d=64, mask="causal", placement="post", value="orthogonal", qk="bert",
-                          dtype=jnp.float32)
+    layer = rd.make_layer(
+        k1, n=32, d=64, mask="causal", placement="post", value="orthogonal", qk="bert", dtype=jnp.float32
+    )
     x0 = rd.initial_tokens(k2, "sphere", 32, 64, batch=batch, dtype=jnp.float32)
     observers = {
         "mu only": jax.tree_util.Partial(lambda x: {"mu": rd.mu(x)}),
@@ -101,9 +122,20 @@ def whole_run(layers, batch, repeats):
     mu_cpu, mu_wall = times["mu only"]
     rows = []
     for name, (cpu, wall) in times.items():
-        rows.append({"observe": name, "cpu_s": cpu, "wall_s": wall, "cpu_ratio": cpu / mu_cpu, "wall_ratio": wall / mu_wall})
-        print(f"simulate {layers} layers x {batch}: {name:24s} {cpu:7.2f} s CPU {wall:7.2f} s wall  "
-              f"{cpu / mu_cpu:5.2f}x / {wall / mu_wall:5.2f}x mu-only", flush=True)
+        rows.append(
+            {
+                "observe": name,
+                "cpu_s": cpu,
+                "wall_s": wall,
+                "cpu_ratio": cpu / mu_cpu,
+                "wall_ratio": wall / mu_wall,
+            }
+        )
+        print(
+            f"simulate {layers} layers x {batch}: {name:24s} {cpu:7.2f} s CPU {wall:7.2f} s wall  "
+            f"{cpu / mu_cpu:5.2f}x / {wall / mu_wall:5.2f}x mu-only",
+            flush=True,
+        )
     return rows
 
 
@@ -113,13 +145,18 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="small batches and 16 layers (a smoke test)")
     p.add_argument("--no-bisection", action="store_true", help="skip the slowly compiling bisection method")
     a = p.parse_args(argv)
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} cores, load {os.getloadavg()}")
+    print(
+        f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} cores, load {os.getloadavg()}"
+    )
     if a.quick:
         shapes, layers, batch, repeats = [(32, 64, 128), (16, 16, 128), (128, 768, 4)], 16, 128, 2
     else:
         shapes, layers, batch, repeats = [(32, 64, 1024), (16, 16, 1024), (128, 768, 16)], 128, 1024, 3
-    out = {"per_matrix": per_matrix(shapes, repeats, not a.no_bisection),
-           "simulate": whole_run(layers, batch, repeats), "load_after": os.getloadavg()}
+    out = {
+        "per_matrix": per_matrix(shapes, repeats, not a.no_bisection),
+        "simulate": whole_run(layers, batch, repeats),
+        "load_after": os.getloadavg(),
+    }
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -64,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     # Results are global arrays; only local shards are addressable, so gather to every process.
     metrics = {k: multihost_utils.process_allgather(v, tiled=True).tolist() for k, v in traj.metrics.items()}
     if jax.process_index() == 0:
-        info = {"num_processes": jax.process_count(), "num_devices": len(jax.devices()),
-                "local_devices": len(jax.local_devices())}
+        info = {
+            "num_processes": jax.process_count(),
+            "num_devices": len(jax.devices()),
+            "local_devices": len(jax.local_devices()),
+        }
         with open(args.out, "w") as f:
             json.dump({"info": info, "metrics": metrics}, f)
     if args.num_processes > 1:

@@ -14,34 +14,73 @@ most scripts need are here; the rest lives in the sub-namespaces
 - `rankdyn.plotting` (imported on demand: the only package that needs matplotlib).
 """
 
-from . import equilibria as equilibria, internal as internal, masks as masks, metrics as metrics
-from . import sweep as sweep, theory as theory, weights as weights
+from . import equilibria as equilibria
+from . import internal as internal
+from . import masks as masks
+from . import metrics as metrics
+from . import sweep as sweep
+from . import theory as theory
+from . import weights as weights
 from ._build import make_layer as make_layer
 from ._config import ModelConfig as ModelConfig
+from ._counterexample_search import search_value_matrix as search_value_matrix
 from ._devices import use_cpu_devices as use_cpu_devices
-from ._graph import GraphInfo as GraphInfo, graph_info as graph_info
-from ._init import TokenSampler as TokenSampler, initial_tokens as initial_tokens
+from ._graph import GraphInfo as GraphInfo
+from ._graph import graph_info as graph_info
+from ._init import TokenSampler as TokenSampler
+from ._init import initial_tokens as initial_tokens
 from ._io import package_version as _package_version
-from ._layer import MLPWeights as MLPWeights, SelfAttentionLayer as SelfAttentionLayer
+from ._layer import MLPWeights as MLPWeights
+from ._layer import SelfAttentionLayer as SelfAttentionLayer
 from ._metrics import (
     collapse_metrics as collapse_metrics,
+)
+from ._metrics import (
     mu as mu,
+)
+from ._metrics import (
     mu_normalized as mu_normalized,
+)
+from ._metrics import (
     mu_relative as mu_relative,
 )
-from ._norms import AbstractNorm as AbstractNorm, LayerNorm as LayerNorm, RMSNorm as RMSNorm, SphereNorm as SphereNorm
-from ._simulate import Trajectory as Trajectory, simulate as simulate
+from ._norms import (
+    AbstractNorm as AbstractNorm,
+)
+from ._norms import (
+    LayerNorm as LayerNorm,
+)
+from ._norms import (
+    RMSNorm as RMSNorm,
+)
+from ._norms import (
+    SphereNorm as SphereNorm,
+)
+from ._simulate import Trajectory as Trajectory
+from ._simulate import simulate as simulate
 from ._stats import Summary as Summary
-from ._counterexample_search import search_value_matrix as search_value_matrix
 from .equilibria import (
     RESULTS as RESULTS,
+)
+from .equilibria import (
     EquilibriumSolution as EquilibriumSolution,
+)
+from .equilibria import (
     StabilityReport as StabilityReport,
+)
+from .equilibria import (
     equilibrium_census as equilibrium_census,
+)
+from .equilibria import (
     exact_equilibria as exact_equilibria,
+)
+from .equilibria import (
     find_equilibria as find_equilibria,
+)
+from .equilibria import (
     stability as stability,
 )
-from .sweep import load_sweep_config as load_sweep_config, run_sweep as run_sweep
+from .sweep import load_sweep_config as load_sweep_config
+from .sweep import run_sweep as run_sweep
 
 __version__ = _package_version("rankdyn")

@@ -29,7 +29,9 @@ from ._simulate import simulate
 __all__ = ["basin_fractions", "rank_classifier", "nearest_classifier", "wilson_interval"]
 
 
-def wilson_interval(count: ArrayLike, total: int, z: float = 1.959963984540054) -> tuple[np.ndarray, np.ndarray]:
+def wilson_interval(
+    count: ArrayLike, total: int, z: float = 1.959963984540054
+) -> tuple[np.ndarray, np.ndarray]:
     r"""Wilson score interval for a binomial proportion (95% by default).
 
     $\frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}$; unlike the
@@ -156,7 +158,9 @@ def basin_fractions(
             x0 = sampler_or_x0(jr.fold_in(key, c), size)
         else:
             x0 = x_all[c * chunk : c * chunk + size]
-        traj = simulate(layer, x0, num_layers, save_every=save_every, save_states=True, observe=_cheap_observe)
+        traj = simulate(
+            layer, x0, num_layers, save_every=save_every, save_states=True, observe=_cheap_observe
+        )
         final = traj.states[:, -1]
         cls = np.asarray(_classify_batch(classify, final))
         bad = np.asarray(traj.nonfinite)

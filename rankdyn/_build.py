@@ -7,7 +7,6 @@ and seed give the same layer.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -85,8 +84,10 @@ def make_layer(
     if norm is not None:
         # Renamed in 0.2 ("placement" everywhere for none/post/pre); refused rather than guessed,
         # since `norm` names the normaliser elsewhere (SelfAttentionLayer(norm=...)).
-        raise ValueError(f"make_layer(norm={norm!r}): the argument is now called placement; pass "
-                         f"placement={norm!r} (none/post/pre). The normalisation variant is ln=.")
+        raise ValueError(
+            f"make_layer(norm={norm!r}): the argument is now called placement; pass "
+            f"placement={norm!r} (none/post/pre). The normalisation variant is ln=."
+        )
     where = _ARGUMENTS
     if dropout is not None:
         if attn_dropout or hidden_dropout:
@@ -97,10 +98,31 @@ def make_layer(
         attn_dropout = hidden_dropout = dropout
         where = _ARGUMENTS_SHORTHAND  # messages name the argument the user passed
     config = ModelConfig.from_mapping(
-        dict(n=n, d=d, mask=mask, window=window, dqk=dqk, placement=placement, ln=ln, ln_radius=ln_radius, value=value,
-             w=w, jordan_k=jordan_k, value_std=value_std, qk=qk, qk_std=qk_std, num_layers=num_layers, heads=heads,
-             output_projection=output_projection, skip=skip, mlp=mlp, mlp_ratio=mlp_ratio,
-             attn_dropout=attn_dropout, hidden_dropout=hidden_dropout, dtype=dtype),
+        dict(
+            n=n,
+            d=d,
+            mask=mask,
+            window=window,
+            dqk=dqk,
+            placement=placement,
+            ln=ln,
+            ln_radius=ln_radius,
+            value=value,
+            w=w,
+            jordan_k=jordan_k,
+            value_std=value_std,
+            qk=qk,
+            qk_std=qk_std,
+            num_layers=num_layers,
+            heads=heads,
+            output_projection=output_projection,
+            skip=skip,
+            mlp=mlp,
+            mlp_ratio=mlp_ratio,
+            attn_dropout=attn_dropout,
+            hidden_dropout=hidden_dropout,
+            dtype=dtype,
+        ),
         where=where,
     )
     return build_layer(key, config)
@@ -115,8 +137,15 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
     """The layer of a validated `ModelConfig`, its random weights drawn from ``key``."""
     c = config
     if isinstance(c.mask, str):
-        m = make_mask(c.mask, c.n, window=c.window, dilation=c.dilation, num_global=c.num_global, p=c.mask_p,
-                      seed=c.mask_seed)
+        m = make_mask(
+            c.mask,
+            c.n,
+            window=c.window,
+            dilation=c.dilation,
+            num_global=c.num_global,
+            p=c.mask_p,
+            seed=c.mask_seed,
+        )
     else:
         m = mask_from_adjacency(c.mask)
     dt = jnp.zeros((), c.dtype if c.dtype is not None else float).dtype
@@ -135,14 +164,18 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
         else:
             # Per-head values are d x d/h slices of one d x d draw of the family.
             w_v = jnp.moveaxis(
-                value_matrix(kv, value, d, w=w, k=jordan_k, std=value_std, dtype=dt).reshape(d, heads, dh), 1, 0
+                value_matrix(kv, value, d, w=w, k=jordan_k, std=value_std, dtype=dt).reshape(d, heads, dh),
+                1,
+                0,
             )
         w_o = bert_uniform(ko, (d, d), dt) if c.output_projection else None
         mw = None
         if c.mlp:
             k1, k2 = jr.split(km)
             f = mlp_ratio * d
-            mw = MLPWeights(bert_uniform(k1, (d, f), dt), jnp.zeros(f, dt), bert_uniform(k2, (f, d), dt), jnp.zeros(d, dt))
+            mw = MLPWeights(
+                bert_uniform(k1, (d, f), dt), jnp.zeros(f, dt), bert_uniform(k2, (f, d), dt), jnp.zeros(d, dt)
+            )
         return w_q, w_k, w_v, w_o, mw
 
     if c.num_layers is None:
@@ -150,8 +183,15 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
     else:
         w_q, w_k, w_v, w_o, mw = jax.vmap(draw)(jr.split(key, c.num_layers))
     return SelfAttentionLayer(
-        m, w_q, w_k, w_v, dqk=float(dh) if c.dqk is None else c.dqk, norm=normaliser, placement=c.placement,
-        w_o=w_o, mlp=mw, skip=c.skip, **c.dropout_kwargs(),
+        m,
+        w_q,
+        w_k,
+        w_v,
+        dqk=float(dh) if c.dqk is None else c.dqk,
+        norm=normaliser,
+        placement=c.placement,
+        w_o=w_o,
+        mlp=mw,
+        skip=c.skip,
+        **c.dropout_kwargs(),
     )
-
-

@@ -81,13 +81,29 @@ class Names:
         return cls(label, " = ")
 
 
-_INT = ("n", "d", "window", "dilation", "num_global", "mask_seed", "jordan_k", "num_layers", "heads",
-        "mlp_ratio", "seed")
+_INT = (
+    "n",
+    "d",
+    "window",
+    "dilation",
+    "num_global",
+    "mask_seed",
+    "jordan_k",
+    "num_layers",
+    "heads",
+    "mlp_ratio",
+    "seed",
+)
 _REAL = ("dqk", "ln_radius", "w", "value_std", "qk_std", "mask_p", "attn_dropout", "hidden_dropout")
 _BOOL = ("output_projection", "skip", "mlp")
 _OPTIONAL = ("dqk", "ln_radius", "jordan_k", "value_std", "qk_std", "num_layers", "dtype")
 _CHOICES = {"placement": PLACEMENTS, "value": VALUE_NAMES, "qk": QK_NAMES, "x0": X0_NAMES}
-_WHAT = {"placement": "norm placement", "value": "value family", "qk": "query/key family", "x0": "initial condition"}
+_WHAT = {
+    "placement": "norm placement",
+    "value": "value family",
+    "qk": "query/key family",
+    "x0": "initial condition",
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -158,19 +174,27 @@ class ModelConfig:
         _check(self.to_mapping(), Names.arguments())
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], where: "Names | str | Callable[[str], str]" = "") -> "ModelConfig":
+    def from_mapping(
+        cls, values: Mapping[str, Any], where: "Names | str | Callable[[str], str]" = ""
+    ) -> "ModelConfig":
         """Build from a mapping of field -> value; messages name each key through ``where``.
 
         ``where`` is a `Names`, a TOML table prefix (``"[fixed]"`` gives ``[fixed] window = 40``)
         or a callable ``field -> label`` (e.g. ``[axes] window`` or ``[fixed] window`` per key).
         Unknown keys are refused; `field_names` lists the known ones.
         """
-        names = where if isinstance(where, Names) else (Names.arguments() if where == "" else Names.keys(where))
+        names = (
+            where if isinstance(where, Names) else (Names.arguments() if where == "" else Names.keys(where))
+        )
         unknown = [k for k in values if k not in cls.field_names()]
         if unknown:
-            raise ValueError(f"unknown model parameter {names(unknown[0])}; expected one of "
-                             f"{', '.join(cls.field_names())}.")
-        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+            raise ValueError(
+                f"unknown model parameter {names(unknown[0])}; expected one of "
+                f"{', '.join(cls.field_names())}."
+            )
+        defaults = {
+            f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
+        }
         for req in ("n", "d"):
             if req not in values:
                 raise ValueError(f"{names(req)} is required (a positive integer).")
@@ -232,8 +256,10 @@ def check_seed(seed, field: str = "seed", name: Names | None = None) -> None:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"{name(field)} must be an integer, got {seed!r}.")
     if not 0 <= seed <= SEED_MAX:
-        raise ValueError(f"{name.show(field, seed)} is outside the PRNG's seed range [0, 2**32 - 1] (larger seeds "
-                         f"wrap around: 2**32 gives the same key as 0); choose a seed in that range.")
+        raise ValueError(
+            f"{name.show(field, seed)} is outside the PRNG's seed range [0, 2**32 - 1] (larger seeds "
+            f"wrap around: 2**32 gives the same key as 0); choose a seed in that range."
+        )
 
 
 def _concrete(v):
@@ -274,16 +300,20 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         if v[f] not in allowed:
             raise ValueError(f"unknown {_WHAT[f]} {show(f, v[f])}; expected one of {', '.join(allowed)}.")
     if not (isinstance(v["ln"], AbstractNorm) or v["ln"] in LN_NAMES):
-        raise ValueError(f"unknown normalisation {show('ln', v['ln'])}; expected one of {', '.join(LN_NAMES)} "
-                         "or an AbstractNorm.")
+        raise ValueError(
+            f"unknown normalisation {show('ln', v['ln'])}; expected one of {', '.join(LN_NAMES)} "
+            "or an AbstractNorm."
+        )
     mask = v["mask"]
     mname = mask if isinstance(mask, str) else None  # comparisons below must not broadcast an array
     if isinstance(mask, str):
         if mask not in MASK_NAMES:
             raise ValueError(f"unknown mask {show('mask', mask)}; expected one of {', '.join(MASK_NAMES)}.")
     elif np.ndim(mask) != 2:
-        raise ValueError(f"{name('mask')} must be a name ({', '.join(MASK_NAMES)}) or a boolean (n, n) array, "
-                         f"got {type(mask).__name__} of shape {np.shape(mask)}.")
+        raise ValueError(
+            f"{name('mask')} must be a name ({', '.join(MASK_NAMES)}) or a boolean (n, n) array, "
+            f"got {type(mask).__name__} of shape {np.shape(mask)}."
+        )
     try:
         floating = v["dtype"] is None or jnp.issubdtype(jnp.dtype(v["dtype"]), jnp.floating)
     except TypeError:
@@ -298,11 +328,15 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
     if d < 1:
         raise ValueError(f"{show('d', d)}: the token dimension must be a positive integer.")
     if v["heads"] < 1 or d % v["heads"]:
-        raise ValueError(f"{name('heads')} must divide {name('d')}: {show('d', d)} {show('heads', v['heads'])}; "
-                         f"choose heads among the divisors of d.")
+        raise ValueError(
+            f"{name('heads')} must divide {name('d')}: {show('d', d)} {show('heads', v['heads'])}; "
+            f"choose heads among the divisors of d."
+        )
     if v["heads"] > 1 and not v["output_projection"]:
-        raise ValueError(f"{show('heads', v['heads'])} needs an output projection W_O: pass "
-                         f"{name('output_projection')}=True.")
+        raise ValueError(
+            f"{show('heads', v['heads'])} needs an output projection W_O: pass "
+            f"{name('output_projection')}=True."
+        )
     if v["num_layers"] is not None and v["num_layers"] < 1:
         raise ValueError(f"{show('num_layers', v['num_layers'])}: per-layer weights need at least one layer.")
     if v["mlp_ratio"] < 1:
@@ -314,15 +348,21 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         raise ValueError(f"{show('window', w_)}: a window must be >= 0.")
     if not isinstance(mask, str):
         if np.shape(mask) != (n, n):
-            raise ValueError(f"{name('mask')} has shape {np.shape(mask)} but {show('n', n)}; give an (n, n) mask.")
+            raise ValueError(
+                f"{name('mask')} has shape {np.shape(mask)} but {show('n', n)}; give an (n, n) mask."
+            )
         if w_ != 1:
             raise ValueError(f"{show('window', w_)} is ignored by a mask given as an array; drop it.")
     elif mask not in MASKS_WITH_WINDOW and w_ != 1:
-        raise ValueError(f"{show('window', w_)} is ignored by {show('mask', mask)}; drop it "
-                         f"(only {', '.join(MASKS_WITH_WINDOW)} read a window).")
+        raise ValueError(
+            f"{show('window', w_)} is ignored by {show('mask', mask)}; drop it "
+            f"(only {', '.join(MASKS_WITH_WINDOW)} read a window)."
+        )
     elif mask in _WIDTH_MASKS and w_ >= n:
-        raise ValueError(f"{show('window', w_)} is not smaller than {show('n', n)} (mask {mask!r}): "
-                         f"a window must be narrower than the sequence.")
+        raise ValueError(
+            f"{show('window', w_)} is not smaller than {show('n', n)} (mask {mask!r}): "
+            f"a window must be narrower than the sequence."
+        )
     if v["dilation"] < 1:
         raise ValueError(f"{show('dilation', v['dilation'])}: the dilation must be >= 1.")
     if mname == "dilated" and w_ * v["dilation"] > n - 1:
@@ -338,23 +378,33 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         check_seed(v[f], f, name)
 
     # --- families and their parameters
-    for f, what in (("dqk", "the temperature d_QK"), ("ln_radius", "the sphere radius"),
-                    ("value_std", "a standard deviation"), ("qk_std", "a standard deviation")):
+    for f, what in (
+        ("dqk", "the temperature d_QK"),
+        ("ln_radius", "the sphere radius"),
+        ("value_std", "a standard deviation"),
+        ("qk_std", "a standard deviation"),
+    ):
         if f in real and not real[f] > 0:
             raise ValueError(f"{show(f, real[f])}: {what} must be > 0.")
     k = v["jordan_k"]
     if k is not None:
         if v["value"] != "jordan":
-            raise ValueError(f"{show('jordan_k', k)} is ignored by {show('value', v['value'])}; drop it or use "
-                             f"{show('value', 'jordan')}.")
+            raise ValueError(
+                f"{show('jordan_k', k)} is ignored by {show('value', v['value'])}; drop it or use "
+                f"{show('value', 'jordan')}."
+            )
         if k < 1:
             raise ValueError(f"{show('jordan_k', k)}: the Jordan block size must be in [1, d = {d}].")
         if k > d:
-            raise ValueError(f"{show('jordan_k', k)}: a Jordan block larger than {show('d', d)} does not fit in W_V; "
-                             f"the Jordan block size must be in [1, d = {d}].")
-    for f, used, users in (("ln_radius", isinstance(v["ln"], str) and v["ln"] == "sphere", "ln sphere"),
-                           ("value_std", v["value"] in ("gaussian", "scaled"), "value gaussian or scaled"),
-                           ("qk_std", v["qk"] == "gaussian", "qk gaussian")):
+            raise ValueError(
+                f"{show('jordan_k', k)}: a Jordan block larger than {show('d', d)} does not fit in W_V; "
+                f"the Jordan block size must be in [1, d = {d}]."
+            )
+    for f, used, users in (
+        ("ln_radius", isinstance(v["ln"], str) and v["ln"] == "sphere", "ln sphere"),
+        ("value_std", v["value"] in ("gaussian", "scaled"), "value gaussian or scaled"),
+        ("qk_std", v["qk"] == "gaussian", "qk gaussian"),
+    ):
         if v[f] is not None and not used:
             raise ValueError(f"{name(f)} is ignored here (only {users} reads it); drop it.")
 

@@ -182,7 +182,9 @@ def rank_k_equilibrium(
     if not (isinstance(k, (int, np.integer)) and 1 <= k <= n):
         raise ValueError(f"the rank k must be an integer in [1, n={n}], got {k!r}.")
     if d < k:
-        raise ValueError(f"a rank-{k} configuration needs d >= k, got d={d}; use d >= {k} (the paper takes d = n).")
+        raise ValueError(
+            f"a rank-{k} configuration needs d >= k, got d={d}; use d >= {k} (the paper takes d = n)."
+        )
     c = n - k + 1
     w = float(w)
     if k >= 2 and not w >= c:
@@ -210,7 +212,9 @@ def rank_k_equilibrium(
     return jnp.asarray(x, dtype=dt)
 
 
-def all_closed_form_equilibria(n: int, d: int, w: float | int, *, dtype=None) -> list[tuple[int, Float[Array, "n d"]]]:
+def all_closed_form_equilibria(
+    n: int, d: int, w: float | int, *, dtype=None
+) -> list[tuple[int, Float[Array, "n d"]]]:
     r"""Every closed-form equilibrium of docs/theory.md#constructions for the full-bidiagonal $W_V$ at this ``w``.
 
     For each rank $k = 1..\min(n, d)$ that is valid at ``w`` (``k = 1`` always; ``k >= 2`` needs
@@ -303,4 +307,3 @@ def _lemma13_sample(key, w, d, batch, condition):
     x2 = jnp.concatenate([head, v[:, None], last[:, None]], axis=-1)
     x1 = jnp.broadcast_to(jnp.zeros(d, dt).at[-1].set(1.0), (batch, d))
     return jnp.stack([x1, x2], axis=1)
-

@@ -78,7 +78,9 @@ def _no_metrics(x):
 
 def _final_states(layer, w_v, x0, num_layers, upper=False):
     layer = eqx.tree_at(lambda l: l.weights.w_v, layer, _normalised(w_v, upper)[None])
-    traj = simulate(layer, x0, num_layers, save_every=max(num_layers, 1), save_states=True, observe=_no_metrics)
+    traj = simulate(
+        layer, x0, num_layers, save_every=max(num_layers, 1), save_states=True, observe=_no_metrics
+    )
     return traj.states[:, -1], traj.degenerate | traj.nonfinite
 
 
@@ -90,8 +92,9 @@ def _depth_log_objective(layer, w_v, x0, num_layers, objective, upper=False):
     rate is what W_V controls.
     """
     layer = eqx.tree_at(lambda l: l.weights.w_v, layer, _normalised(w_v, upper)[None])
-    traj = simulate(layer, x0, num_layers, observe=lambda x: {"phi": rank_objective(x, objective)},
-                    per_trajectory=True)
+    traj = simulate(
+        layer, x0, num_layers, observe=lambda x: {"phi": rank_objective(x, objective)}, per_trajectory=True
+    )
     phi = traj.metrics["phi"][:, 1:]
     floor = 1.0 if objective == "eff_rank" else 0.0
     tiny = jnp.finfo(phi.dtype).tiny
@@ -152,7 +155,9 @@ def _step(layer, opt, w_v, state, x0, depth, objective, loss, upper):
         elif loss == "log_mean":
             loss_fn = lambda w: -_log_mean_objective(layer, w, x0, depth, objective, upper)
         else:
-            loss_fn = lambda w: -_mean_objective(layer, w, x0, depth, objective, loss == "final_log", upper)[0]
+            loss_fn = lambda w: (
+                -_mean_objective(layer, w, x0, depth, objective, loss == "final_log", upper)[0]
+            )
         value, grad = jax.value_and_grad(loss_fn)(w_v)
         grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
         # Optax mixes Python floats with its int32 step count; allow that even when the caller
@@ -301,9 +306,15 @@ def search_value_matrix(
         raise ValueError(f"parametrization must be 'full' or 'upper', got {parametrization!r}.")
     if stages is not None and stages < 1:
         raise ValueError(f"stages must be None (geometric) or >= 1, got {stages}.")
-    for name, v in (("num_layers", num_layers), ("batch", batch), ("restarts", restarts),
-                    ("select_every", select_every), ("select_batch", select_batch), ("eval_batch", eval_batch),
-                    ("train_depth", 1 if train_depth is None else train_depth)):
+    for name, v in (
+        ("num_layers", num_layers),
+        ("batch", batch),
+        ("restarts", restarts),
+        ("select_every", select_every),
+        ("select_batch", select_batch),
+        ("eval_batch", eval_batch),
+        ("train_depth", 1 if train_depth is None else train_depth),
+    ):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}.")
     if steps < 0:
@@ -337,8 +348,10 @@ def search_value_matrix(
     if steps > 0:
         # All restarts advance together as one vmapped program (the per-layer work of a few
         # 3 x 3 token matrices is tiny, so R restarts cost about as much as one).
-        w_v = jnp.stack([w_v0] + [_initial_value_matrix(jr.fold_in(k_w, r), d, init_scale, dt)
-                                  for r in range(1, restarts)])
+        w_v = jnp.stack(
+            [w_v0]
+            + [_initial_value_matrix(jr.fold_in(k_w, r), d, init_scale, dt) for r in range(1, restarts)]
+        )
         state = _init_state(opt, w_v)
         for i in range(steps):
             stage = min(i * len(depths) // steps, len(depths) - 1)
@@ -355,8 +368,13 @@ def search_value_matrix(
                 restart_scores = np.maximum(restart_scores, score)
                 r = int(np.argmax(score))
                 if score[r] > best["score"]:
-                    best = {"score": float(score[r]), "w_v": w_v[r], "restart": r, "step": i + 1,
-                            "depth": depths[stage]}
+                    best = {
+                        "score": float(score[r]),
+                        "w_v": w_v[r],
+                        "restart": r,
+                        "step": i + 1,
+                        "depth": depths[stage],
+                    }
     w_v = best["w_v"]
     after, r2_after, full_after = evaluate(w_v, x_eval, num_layers)
     after_long, r2_after_long, full_after_long = evaluate(w_v, x_eval, eval_factor * num_layers)
@@ -386,7 +404,8 @@ def search_value_matrix(
         "frac_rank_full_before": [float(full_before), float(full_before_long)],
         "frac_rank_full_after": [float(full_after), float(full_after_long)],
         "selected": {k: (float(v) if k == "score" else int(v)) for k, v in best.items() if k != "w_v"}
-        if steps > 0 else None,
+        if steps > 0
+        else None,
         "restart_scores": restart_scores.tolist() if steps > 0 else [],
         "history": history[:, best["restart"]].tolist(),
         "w_v": w_found.tolist(),

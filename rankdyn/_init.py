@@ -48,9 +48,7 @@ def _one(key, kind, n, d, dtype, common_weight):
 def _batch_shape(batch) -> tuple[int, ...]:
     """``batch`` as a tuple of positive ints; an empty or negative batch has no statistics to report."""
     shape = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-    if not all(
-        isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in shape
-    ):
+    if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in shape):
         raise ValueError(
             f"batch must be a positive integer, a tuple of positive integers or None (one sample), got {batch!r}; "
             "e.g. batch=256."
@@ -101,13 +99,25 @@ class TokenSampler(eqx.Module):
 
     def sample(self, index: Int[Array, " c"]) -> Float[Array, "c n d"]:
         """Tokens of the trajectories ``index`` (any indices; ``>= batch`` gives valid extra draws)."""
-        one = lambda i: _one(jr.fold_in(self.key, i), self.kind, self.num_tokens, self.dim, self.dtype,  # noqa: E731
-                             self.common_weight)
+        one = lambda i: _one(
+            jr.fold_in(self.key, i),
+            self.kind,
+            self.num_tokens,
+            self.dim,
+            self.dtype,  # noqa: E731
+            self.common_weight,
+        )
         return jax.vmap(one)(index)
 
 
 def initial_tokens(
-    key: PRNGKeyArray, kind: str, n: int, d: int, batch: int | tuple[int, ...] | None = None, *, dtype=None,
+    key: PRNGKeyArray,
+    kind: str,
+    n: int,
+    d: int,
+    batch: int | tuple[int, ...] | None = None,
+    *,
+    dtype=None,
     common_weight: float = 1.0,
 ) -> Float[Array, "*batch n d"]:
     """Sample initial tokens.

@@ -69,8 +69,12 @@ def _head_einsum(spec: str, a, b, precision):
     if h != 1:
         return jnp.einsum(spec, a, b, precision=precision)
     drop = lambda v, s: v[0] if s.startswith("h") else v
-    res = jnp.einsum(f"{sa.replace('h', '')},{sb.replace('h', '')}->{out.replace('h', '')}",
-                     drop(a, sa), drop(b, sb), precision=precision)
+    res = jnp.einsum(
+        f"{sa.replace('h', '')},{sb.replace('h', '')}->{out.replace('h', '')}",
+        drop(a, sa),
+        drop(b, sb),
+        precision=precision,
+    )
     return res[None]
 
 

@@ -138,8 +138,16 @@ def mask_from_adjacency(adjacency) -> Bool[np.ndarray, "n n"]:
     return m.copy()
 
 
-def make_mask(name: str, n: int, *, window: int = 1, dilation: int = 4, num_global: int = 1,
-              p: float = 0.1, seed: int = 0) -> Bool[np.ndarray, "n n"]:
+def make_mask(
+    name: str,
+    n: int,
+    *,
+    window: int = 1,
+    dilation: int = 4,
+    num_global: int = 1,
+    p: float = 0.1,
+    seed: int = 0,
+) -> Bool[np.ndarray, "n n"]:
     """Build a mask by its CLI name (one of `MASK_NAMES`).
 
     ``window`` is the half-width for ``window`` and ``global``, the number of dilated hops for

@@ -12,8 +12,14 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["MemoryEstimate", "available_memory", "simulate_memory", "equilibria_memory", "check_memory",
-           "format_bytes"]
+__all__ = [
+    "MemoryEstimate",
+    "available_memory",
+    "simulate_memory",
+    "equilibria_memory",
+    "check_memory",
+    "format_bytes",
+]
 
 
 class MemoryEstimate(NamedTuple):
@@ -51,9 +57,10 @@ def _host_available() -> int | None:
             avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (ValueError, OSError, AttributeError):
             avail = None
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
         try:
             limit = Path(limit_file).read_text().strip()
             usage = int(Path(usage_file).read_text().strip())
@@ -81,13 +88,28 @@ def available_memory(backend: str | None = None) -> tuple[int | None, str]:
     dev = jax.devices(backend)[0]
     stats = dev.memory_stats() or {}
     if "bytes_limit" in stats:
-        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), f"{dev.platform.upper()} {dev.id} memory"
+        return int(stats["bytes_limit"]) - int(
+            stats.get("bytes_in_use", 0)
+        ), f"{dev.platform.upper()} {dev.id} memory"
     return None, f"{dev.platform} memory"
 
 
-def simulate_memory(*, n: int, d: int, batch: int, layers: int, itemsize: int, heads: int = 1, save_every: int = 1,
-                    num_metrics: int = 14, chunk: int | None = None, weight_layers: int | None = None,
-                    mlp_ratio: int = 0, output_projection: bool = False, save_states: bool = False) -> MemoryEstimate:
+def simulate_memory(
+    *,
+    n: int,
+    d: int,
+    batch: int,
+    layers: int,
+    itemsize: int,
+    heads: int = 1,
+    save_every: int = 1,
+    num_metrics: int = 14,
+    chunk: int | None = None,
+    weight_layers: int | None = None,
+    mlp_ratio: int = 0,
+    output_projection: bool = False,
+    save_states: bool = False,
+) -> MemoryEstimate:
     """Generic estimate of a depth simulation of ``batch`` trajectories of ``(n, d)`` tokens.
 
     Counts the initial tokens and the states of the whole batch (with their temporaries), the per-trajectory
@@ -120,14 +142,21 @@ def equilibria_memory(*, n: int, d: int, chunk: int, itemsize: int) -> MemoryEst
     """Generic estimate of a batched equilibrium search: per start of a chunk, the dense
     Jacobian of ``F(X) - X`` (``(nd)^2``), its SVD factors and the LAPACK work array."""
     nd = n * d
-    return MemoryEstimate({
-        "Jacobians and their SVD (per chunk of starts)": chunk * 4 * nd * nd * itemsize,
-        "iterates and residuals": chunk * 8 * nd * itemsize,
-    })
+    return MemoryEstimate(
+        {
+            "Jacobians and their SVD (per chunk of starts)": chunk * 4 * nd * nd * itemsize,
+            "iterates and residuals": chunk * 8 * nd * itemsize,
+        }
+    )
 
 
-def check_memory(estimate: MemoryEstimate, *, fix: str, what: str = "this run",
-                 available: tuple[int | None, str] | None = None) -> None:
+def check_memory(
+    estimate: MemoryEstimate,
+    *,
+    fix: str,
+    what: str = "this run",
+    available: tuple[int | None, str] | None = None,
+) -> None:
     """Raise ValueError when ``estimate`` exceeds the available memory (no-op when unknown).
 
     Arguments:

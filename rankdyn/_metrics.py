@@ -45,8 +45,19 @@ _HI = lax.Precision.HIGHEST
 
 #: Metrics saved per layer by `rankdyn.simulate` (and written to ``metrics.json``).
 METRIC_NAMES = (
-    "mu", "mu_rel", "mu_normalized", "row_norm_mean", "row_norm_min", "min_cos", "mean_abs_cos",
-    "sigma_max", "sigma_min", "sigma_ratio", "stable_rank", "num_rank", "eff_rank",
+    "mu",
+    "mu_rel",
+    "mu_normalized",
+    "row_norm_mean",
+    "row_norm_min",
+    "min_cos",
+    "mean_abs_cos",
+    "sigma_max",
+    "sigma_min",
+    "sigma_ratio",
+    "stable_rank",
+    "num_rank",
+    "eff_rank",
 )
 
 

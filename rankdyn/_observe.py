@@ -34,8 +34,10 @@ def parse_metrics(spec: str | Iterable[str] | None, *, where: str = "metrics") -
         return ALL_METRICS
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     if not names or any(not isinstance(k, str) or not k for k in names):
-        raise ValueError(f"{where}: expected metric names separated by commas, got {spec!r}; "
-                         f"valid names: all, {', '.join(ALL_METRICS)}.")
+        raise ValueError(
+            f"{where}: expected metric names separated by commas, got {spec!r}; "
+            f"valid names: all, {', '.join(ALL_METRICS)}."
+        )
     bad = [k for k in names if k not in ALL_METRICS]
     if bad:
         raise ValueError(f"{where}: unknown metric {bad[0]!r}; valid names: all, {', '.join(ALL_METRICS)}.")

@@ -13,7 +13,6 @@ def progress_bar(*args, **kwargs):
     """
     try:
         import ipywidgets  # noqa: F401  (only probed)
-
         from tqdm.auto import tqdm
     except ImportError:
         from tqdm import tqdm

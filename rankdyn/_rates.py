@@ -13,8 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "fit_rate", "fit_rate_window", "bound_rate", "log10_bound_gap",
-    "theorem1_rate", "theorem2_rate", "corollary1_rate",
+    "fit_rate",
+    "fit_rate_window",
+    "bound_rate",
+    "log10_bound_gap",
+    "theorem1_rate",
+    "theorem2_rate",
+    "corollary1_rate",
 ]
 
 
@@ -40,8 +45,9 @@ def fit_rate(layers, mu, *, start: int = 0, stop: int | None = None, floor: floa
     return float(np.exp(slope))
 
 
-def fit_rate_window(layers, curve, rel, floor: float, *, start: int = 1, stop: int | None = None,
-                    tail: bool = True) -> tuple[float, tuple[int, int] | None]:
+def fit_rate_window(
+    layers, curve, rel, floor: float, *, start: int = 1, stop: int | None = None, tail: bool = True
+) -> tuple[float, tuple[int, int] | None]:
     r"""`fit_rate` on the usable part of a curve, and the window it used.
 
     Points with ``rel <= floor`` (round-off; ``rel`` is e.g. $\mu_t/\mu_0$) are dropped, and so is
@@ -73,7 +79,7 @@ def fit_rate_window(layers, curve, rel, floor: float, *, start: int = 1, stop: i
             return float(floor ** (1.0 / t_hit)), (0, int(t_hit))
         return float("nan"), None
     if tail and idx.size > 8:
-        idx = idx[idx.size // 2:]
+        idx = idx[idx.size // 2 :]
     rho = fit_rate(t[idx], c[idx], floor=-np.inf)
     return rho, (int(t[idx[0]]), int(t[idx[-1]]))
 
@@ -99,7 +105,7 @@ def bound_rate(eps: float, radius: int, power: int = 1, centers: int = 1) -> flo
     term underflows).
     """
     g = log10_bound_gap(eps, radius, power, centers)
-    term = 10.0 ** g if g > -300 else 0.0
+    term = 10.0**g if g > -300 else 0.0
     if term >= 1.0:
         return 0.0
     pr = power * radius

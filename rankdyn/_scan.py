@@ -47,8 +47,23 @@ def _eps_start(layer, x):
     return jnp.min(jnp.where(layer.mask, a, jnp.inf), axis=(1, 2, 3))
 
 
-def scan_depth(layer, observe, reduce, x, degenerate, nonfinite, valid, keys, block0, num_blocks: int,
-               save_every: int, *, include_start: bool = False, save_states: bool = False, eps: bool = True):
+def scan_depth(
+    layer,
+    observe,
+    reduce,
+    x,
+    degenerate,
+    nonfinite,
+    valid,
+    keys,
+    block0,
+    num_blocks: int,
+    save_every: int,
+    *,
+    include_start: bool = False,
+    save_states: bool = False,
+    eps: bool = True,
+):
     r"""Advance a chunk ``x`` ``(c, n, d)`` by ``num_blocks * save_every`` layers from block ``block0``.
 
     Layer $t$ is ``layer(x, t, key=fold_in(keys[i], t))`` for trajectory $i$ (keys only with
@@ -119,16 +134,44 @@ def _source(x0):
     return x0 if hasattr(x0, "sample") else _ArraySource(x0)
 
 
-def _chunk_program(layer, observe, x, degenerate, nonfinite, valid, keys, block0, num_blocks, save_every,
-                   include_start, per_trajectory, save_states, eps, mesh):
+def _chunk_program(
+    layer,
+    observe,
+    x,
+    degenerate,
+    nonfinite,
+    valid,
+    keys,
+    block0,
+    num_blocks,
+    save_every,
+    include_start,
+    per_trajectory,
+    save_states,
+    eps,
+    mesh,
+):
     reduce = _with_values if per_trajectory else _stats_only
 
     def local(model, batched):
         layer_, observe_, block0_ = model
         x_, bad_, nf_, valid_, keys_ = batched
-        (x_, bad_, nf_), ys = scan_depth(layer_, observe_, reduce, x_, bad_, nf_, valid_, keys_, block0_,
-                                         num_blocks, save_every, include_start=include_start,
-                                         save_states=save_states, eps=eps)
+        (x_, bad_, nf_), ys = scan_depth(
+            layer_,
+            observe_,
+            reduce,
+            x_,
+            bad_,
+            nf_,
+            valid_,
+            keys_,
+            block0_,
+            num_blocks,
+            save_every,
+            include_start=include_start,
+            save_states=save_states,
+            eps=eps,
+        )
         ys, states = ys if save_states else (ys, None)
         stats, values = ys if per_trajectory else (ys, None)
         # Batch-first outputs, so that a device mesh concatenates them along its axis: the
@@ -148,24 +191,81 @@ def _chunk_program(layer, observe, x, degenerate, nonfinite, valid, keys, block0
 
 
 @eqx.filter_jit
-def _first(layer, observe, source, drop_key, start, num, chunk: int, num_blocks: int, save_every: int,
-           per_trajectory: bool, save_states: bool, eps: bool, mesh):
+def _first(
+    layer,
+    observe,
+    source,
+    drop_key,
+    start,
+    num,
+    chunk: int,
+    num_blocks: int,
+    save_every: int,
+    per_trajectory: bool,
+    save_states: bool,
+    eps: bool,
+    mesh,
+):
     """Draw a chunk's initial tokens and run its first depth piece, recording layer 0 too."""
     index = start + jnp.arange(chunk)
     valid = index < num
     x = source.sample(index)
     keys = None if drop_key is None else jax.vmap(lambda i: jr.fold_in(drop_key, i))(index)
     flags = jnp.zeros(valid.shape, bool)
-    return _chunk_program(layer, observe, x, flags, flags, valid, keys, jnp.zeros((), start.dtype), num_blocks,
-                          save_every, True, per_trajectory, save_states, eps, mesh)
+    return _chunk_program(
+        layer,
+        observe,
+        x,
+        flags,
+        flags,
+        valid,
+        keys,
+        jnp.zeros((), start.dtype),
+        num_blocks,
+        save_every,
+        True,
+        per_trajectory,
+        save_states,
+        eps,
+        mesh,
+    )
 
 
 @eqx.filter_jit
-def _advance(layer, observe, x, degenerate, nonfinite, valid, keys, block0, num_blocks: int, save_every: int,
-             per_trajectory: bool, save_states: bool, eps: bool, mesh):
+def _advance(
+    layer,
+    observe,
+    x,
+    degenerate,
+    nonfinite,
+    valid,
+    keys,
+    block0,
+    num_blocks: int,
+    save_every: int,
+    per_trajectory: bool,
+    save_states: bool,
+    eps: bool,
+    mesh,
+):
     """Continue a chunk by one depth piece (progress mode)."""
-    return _chunk_program(layer, observe, x, degenerate, nonfinite, valid, keys, block0, num_blocks, save_every,
-                          False, per_trajectory, save_states, eps, mesh)
+    return _chunk_program(
+        layer,
+        observe,
+        x,
+        degenerate,
+        nonfinite,
+        valid,
+        keys,
+        block0,
+        num_blocks,
+        save_every,
+        False,
+        per_trajectory,
+        save_states,
+        eps,
+        mesh,
+    )
 
 
 _merge = eqx.filter_jit(merge_stats)
@@ -193,8 +293,19 @@ def auto_chunk(num: int, n: int, d: int, itemsize: int, backend: str) -> int:
     return max(1, min(num, max(per_cache, -(-_CHUNK_ROWS // n))))
 
 
-def estimate_parts(*, num: int, chunk: int, n: int, d: int, heads: int, itemsize: int, num_saved: int,
-                   num_metrics: int, per_trajectory: bool, save_states: bool) -> dict[str, int]:
+def estimate_parts(
+    *,
+    num: int,
+    chunk: int,
+    n: int,
+    d: int,
+    heads: int,
+    itemsize: int,
+    num_saved: int,
+    num_metrics: int,
+    per_trajectory: bool,
+    save_states: bool,
+) -> dict[str, int]:
     """A rough upper estimate of a run's peak memory in bytes, per part (for `rankdyn._memory`).
 
     One chunk's layer needs about ten token-sized buffers and three score-sized ones per head
@@ -211,9 +322,22 @@ def estimate_parts(*, num: int, chunk: int, n: int, d: int, heads: int, itemsize
     return {"working set of one chunk": int(work), "per-layer metrics": int(out)}
 
 
-def run_batch(layer, x0, num: int, num_layers: int, *, observe: Callable, save_every: int, chunk: int,
-              drop_key=None, per_trajectory: bool = False, save_states: bool = False, eps: bool = True,
-              mesh=None, progress: bool = False):
+def run_batch(
+    layer,
+    x0,
+    num: int,
+    num_layers: int,
+    *,
+    observe: Callable,
+    save_every: int,
+    chunk: int,
+    drop_key=None,
+    per_trajectory: bool = False,
+    save_states: bool = False,
+    eps: bool = True,
+    mesh=None,
+    progress: bool = False,
+):
     """Run ``num`` trajectories from ``x0`` (an array ``(num, n, d)`` or a `rankdyn.TokenSampler`).
 
     The batch is walked in chunks of ``chunk`` trajectories (the last one padded and masked, so
@@ -243,8 +367,19 @@ def run_batch(layer, x0, num: int, num_layers: int, *, observe: Callable, save_e
     for start in range(0, num, chunk):
         nb = min(piece, num_blocks)
         x, bad, nonfinite, valid, keys, stats, values, states = _first(
-            layer, observe, source, drop_key, jnp.asarray(start), num_arr, chunk, nb, save_every, per_trajectory,
-            save_states, eps, mesh,
+            layer,
+            observe,
+            source,
+            drop_key,
+            jnp.asarray(start),
+            num_arr,
+            chunk,
+            nb,
+            save_every,
+            per_trajectory,
+            save_states,
+            eps,
+            mesh,
         )
         stat_parts, value_parts, state_parts = [stats], [values], [states]
         b = nb
@@ -252,16 +387,31 @@ def run_batch(layer, x0, num: int, num_layers: int, *, observe: Callable, save_e
             bar.update(min(chunk, num - start) * nb * save_every)
         while b < num_blocks:
             nb = min(piece, num_blocks - b)
-            x, bad, nonfinite, _, _, s, v, st = _advance(layer, observe, x, bad, nonfinite, valid, keys,
-                                                         jnp.asarray(b), nb, save_every, per_trajectory,
-                                                         save_states, eps, mesh)
+            x, bad, nonfinite, _, _, s, v, st = _advance(
+                layer,
+                observe,
+                x,
+                bad,
+                nonfinite,
+                valid,
+                keys,
+                jnp.asarray(b),
+                nb,
+                save_every,
+                per_trajectory,
+                save_states,
+                eps,
+                mesh,
+            )
             stat_parts.append(s)
             value_parts.append(v)
             state_parts.append(st)
             b += nb
             if bar is not None:
                 bar.update(min(chunk, num - start) * nb * save_every)
-        stats = jax.tree.map(lambda *p: jnp.concatenate(p), *stat_parts) if len(stat_parts) > 1 else stat_parts[0]
+        stats = (
+            jax.tree.map(lambda *p: jnp.concatenate(p), *stat_parts) if len(stat_parts) > 1 else stat_parts[0]
+        )
         acc = stats if acc is None else _merge(acc, stats)
         nf, dg = _flag_counts(valid, nonfinite, bad)
         nonfinite_count, degenerate_count = nonfinite_count + nf, degenerate_count + dg
@@ -270,11 +420,16 @@ def run_batch(layer, x0, num: int, num_layers: int, *, observe: Callable, save_e
             per["nonfinite"].append(nonfinite)
             per["degenerate"].append(bad)
             if save_states:
-                per["states"].append(jnp.concatenate(state_parts, axis=1) if len(state_parts) > 1 else state_parts[0])
+                per["states"].append(
+                    jnp.concatenate(state_parts, axis=1) if len(state_parts) > 1 else state_parts[0]
+                )
     if bar is not None:
         bar.close()
-    return acc, (nonfinite_count, degenerate_count), (_join_chunks(per, num) if (per_trajectory or save_states)
-                                                     else None)
+    return (
+        acc,
+        (nonfinite_count, degenerate_count),
+        (_join_chunks(per, num) if (per_trajectory or save_states) else None),
+    )
 
 
 def _join_values(parts):
@@ -292,4 +447,3 @@ def _join_chunks(per, num):
     if per["states"]:
         out["states"] = cat(per["states"])
     return out
-

@@ -20,8 +20,8 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from ._init import TokenSampler
 from ._layer import SelfAttentionLayer
-from ._observe import MetricObserver, parse_metrics
 from ._memory import MemoryEstimate, check_memory
+from ._observe import MetricObserver, parse_metrics
 from ._scan import auto_chunk, estimate_parts, run_batch
 from ._sharding import resolve_mesh
 from ._stats import Summary, summarize
@@ -66,8 +66,10 @@ def _validate(layer, x0, num_layers, save_every):
     n, d = layer.num_tokens, layer.dim
     if isinstance(x0, TokenSampler):
         if (x0.num_tokens, x0.dim) != (n, d):
-            raise ValueError(f"the TokenSampler draws (n, d) = ({x0.num_tokens}, {x0.dim}) tokens but the layer "
-                             f"maps ({n}, {d}); build the sampler with the layer's n and d.")
+            raise ValueError(
+                f"the TokenSampler draws (n, d) = ({x0.num_tokens}, {x0.dim}) tokens but the layer "
+                f"maps ({n}, {d}); build the sampler with the layer's n and d."
+            )
     else:
         x0 = jnp.asarray(x0)
         if x0.ndim < 2 or x0.shape[-2:] != (n, d):
@@ -178,22 +180,46 @@ def simulate(
     chunk = min(int(chunk), num)
     num_saved = num_layers // save_every + 1
     if jax.default_backend() == "cpu":
-        parts = estimate_parts(num=num, chunk=chunk, n=n, d=d, heads=layer.num_heads, itemsize=itemsize,
-                               num_saved=num_saved, num_metrics=len(names), per_trajectory=per_trajectory,
-                               save_states=save_states)
-        check_memory(MemoryEstimate(parts), what="simulate", fix="use a smaller chunk, a larger save_every, "
-                     "or per_trajectory=False and save_states=False (then only statistics are kept).")
+        parts = estimate_parts(
+            num=num,
+            chunk=chunk,
+            n=n,
+            d=d,
+            heads=layer.num_heads,
+            itemsize=itemsize,
+            num_saved=num_saved,
+            num_metrics=len(names),
+            per_trajectory=per_trajectory,
+            save_states=save_states,
+        )
+        check_memory(
+            MemoryEstimate(parts),
+            what="simulate",
+            fix="use a smaller chunk, a larger save_every, "
+            "or per_trajectory=False and save_states=False (then only statistics are kept).",
+        )
     flat = x0 if sampler else x0.reshape((num, n, d))
     stats, (nonfinite, degenerate), per = run_batch(
-        layer, flat, num, num_layers, observe=observe, save_every=save_every, chunk=chunk,
-        drop_key=key if layer.dropout > 0 else None, per_trajectory=per_trajectory, save_states=save_states,
-        eps=eps, mesh=mesh, progress=progress,
+        layer,
+        flat,
+        num,
+        num_layers,
+        observe=observe,
+        save_every=save_every,
+        chunk=chunk,
+        drop_key=key if layer.dropout > 0 else None,
+        per_trajectory=per_trajectory,
+        save_states=save_states,
+        eps=eps,
+        mesh=mesh,
+        progress=progress,
     )
     layers = jnp.arange(0, num_layers + 1, save_every)
     summary = summarize(stats, layers, num, nonfinite, degenerate)
     if per is None:
-        return Trajectory(layers=layers, summary=summary, metrics=None, states=None, degenerate=None,
-                          nonfinite=None)
+        return Trajectory(
+            layers=layers, summary=summary, metrics=None, states=None, degenerate=None, nonfinite=None
+        )
     shape = lambda v: v.reshape(batch_shape + v.shape[1:])  # noqa: E731
     return Trajectory(
         layers=layers,

@@ -141,6 +141,10 @@ def summarize(stats: BatchStats, layers, num_trajectories, nonfinite, degenerate
         out["min"][k] = jnp.where(e, nan, stats.min[k])
         out["max"][k] = jnp.where(e, nan, stats.max[k])
     return Summary(
-        layers=layers, count=stats.count, **out, num_trajectories=jnp.asarray(num_trajectories),
-        nonfinite=jnp.asarray(nonfinite), degenerate=jnp.asarray(degenerate),
+        layers=layers,
+        count=stats.count,
+        **out,
+        num_trajectories=jnp.asarray(num_trajectories),
+        nonfinite=jnp.asarray(nonfinite),
+        degenerate=jnp.asarray(degenerate),
     )

@@ -90,8 +90,14 @@ def jordan_block(d: int, k: int, w: ArrayLike, dtype=None) -> Float[Array, "d d"
 
 
 def value_matrix(
-    key: PRNGKeyArray, family: str, d: int, *, w: ArrayLike = 2.0, k: int | None = None,
-    std: ArrayLike | None = None, dtype=None,
+    key: PRNGKeyArray,
+    family: str,
+    d: int,
+    *,
+    w: ArrayLike = 2.0,
+    k: int | None = None,
+    std: ArrayLike | None = None,
+    dtype=None,
 ) -> Float[Array, "d d"]:
     """A value matrix ``W_V`` from a named family (`VALUE_NAMES`).
 
@@ -131,5 +137,3 @@ def query_key_matrices(
         z = jnp.zeros((d, dk), _dtype(dtype))
         return z, z
     raise ValueError(f"unknown query/key family {family!r}; expected one of {', '.join(QK_NAMES)}.")
-
-

@@ -53,21 +53,53 @@ ROWS = {
     "out is a file": ("simulate", lambda t: ["--out", str(_file(t))], ["--out", "is an existing file"]),
     "out under a file": ("simulate", lambda t: ["--out", str(_file(t) / "sub")], ["--out", "is a file, so"]),
     "out unwritable": ("simulate", lambda t: ["--out", str(_unwritable(t))], ["--out", "cannot write in"]),
-    "equilibria out is a file": ("equilibria", lambda t: ["--out", str(_file(t))], ["--out", "existing file"]),
-    "reproduce out is a file": ("reproduce", lambda t: ["--quick", "--out", str(_file(t))], ["--out", "existing file"]),
-    "compile cache is a file": ("reproduce", lambda t: ["--out", "OUT", "--compile-cache", str(_file(t))],
-                                ["--compile-cache", "existing file"]),
-    "compile cache unwritable": ("reproduce", lambda t: ["--out", "OUT", "--compile-cache", str(_unwritable(t))],
-                                 ["--compile-cache", "cannot write in"]),
-    "sweep out is a file": ("sweep", lambda t: [str(t / "s.toml"), "--out", str(_file(t))], ["--out", "existing file"]),
-    "sweep out unwritable": ("sweep", lambda t: [str(t / "s.toml"), "--out", str(_unwritable(t))],
-                             ["--out", "cannot write in"]),
+    "equilibria out is a file": (
+        "equilibria",
+        lambda t: ["--out", str(_file(t))],
+        ["--out", "existing file"],
+    ),
+    "reproduce out is a file": (
+        "reproduce",
+        lambda t: ["--quick", "--out", str(_file(t))],
+        ["--out", "existing file"],
+    ),
+    "compile cache is a file": (
+        "reproduce",
+        lambda t: ["--out", "OUT", "--compile-cache", str(_file(t))],
+        ["--compile-cache", "existing file"],
+    ),
+    "compile cache unwritable": (
+        "reproduce",
+        lambda t: ["--out", "OUT", "--compile-cache", str(_unwritable(t))],
+        ["--compile-cache", "cannot write in"],
+    ),
+    "sweep out is a file": (
+        "sweep",
+        lambda t: [str(t / "s.toml"), "--out", str(_file(t))],
+        ["--out", "existing file"],
+    ),
+    "sweep out unwritable": (
+        "sweep",
+        lambda t: [str(t / "s.toml"), "--out", str(_unwritable(t))],
+        ["--out", "cannot write in"],
+    ),
     # --- sizes that cannot fit in memory (far beyond any machine: the estimate refuses them)
-    "huge n and d": ("simulate", ["--n", "65536", "--d", "65536"], ["--n 65536", "needs about", "Fix: lower"]),
-    "huge batch": ("simulate", ["--batch", str(10**10), "--per-trajectory"], ["needs about", "Fix:", "--batch"]),
+    "huge n and d": (
+        "simulate",
+        ["--n", "65536", "--d", "65536"],
+        ["--n 65536", "needs about", "Fix: lower"],
+    ),
+    "huge batch": (
+        "simulate",
+        ["--batch", str(10**10), "--per-trajectory"],
+        ["needs about", "Fix:", "--batch"],
+    ),
     "batch beyond 32-bit indices": ("simulate", ["--batch", str(10**10)], ["--batch 10000000000", "2^31"]),
-    "huge per-layer weights": ("simulate", ["--layers", str(10**9), "--per-layer-weights"],
-                               ["weights", "Fix: drop --per-layer-weights"]),
+    "huge per-layer weights": (
+        "simulate",
+        ["--layers", str(10**9), "--per-layer-weights"],
+        ["weights", "Fix: drop --per-layer-weights"],
+    ),
     "equilibria Jacobians": ("equilibria", ["--n", "256", "--d", "256"], ["needs about", "Fix: lower --"]),
     # --- seeds outside the PRNG's range
     "seed too large": ("simulate", ["--seed", str(SEED_MAX + 1)], ["--seed 4294967296", "seed range"]),
@@ -82,29 +114,58 @@ ROWS = {
     "dqk zero": ("simulate", ["--dqk", "0"], ["--dqk 0.0", "must be > 0"]),
     "dropout nan": ("simulate", ["--dropout", "nan"], ["--dropout nan", "finite"]),
     "dropout 1": ("simulate", ["--dropout", "1"], ["--dropout 1.0", "[0, 1)"]),
-    "attn-dropout negative": ("simulate", ["--attn-dropout", "-0.1", "--hidden-dropout", "-0.1"],
-                              ["--attn-dropout -0.1", "[0, 1)"]),
+    "attn-dropout negative": (
+        "simulate",
+        ["--attn-dropout", "-0.1", "--hidden-dropout", "-0.1"],
+        ["--attn-dropout -0.1", "[0, 1)"],
+    ),
     "dropout twice": ("simulate", ["--dropout", "0.1", "--attn-dropout", "0.1"], ["--dropout", "either"]),
     "equilibria residual-tol": ("equilibria", ["--residual-tol", "-1"], ["--residual-tol -1.0", "> 0"]),
     "equilibria learning-rate": ("equilibria", ["--learning-rate", "inf"], ["--learning-rate inf", "> 0"]),
     "equilibria dropout": ("equilibria", ["--dropout", "0.1"], ["--dropout", "no fixed points"]),
     "equilibria w nan": ("equilibria", ["--w", "nan"], ["--w nan", "finite"]),
     # --- mask (and family) parameters that do not fit
-    "dilated wider than n": ("simulate", ["--mask", "dilated", "--window", "3", "--n", "8"],
-                             ["--window 3", "--n 8", "--window <= 1"]),
-    "window ignored by causal": ("simulate", ["--mask", "causal", "--window", "3"], ["--window 3", "--mask causal"]),
-    "window ignored by complete": ("equilibria", ["--mask", "complete", "--window", "2"], ["--window 2", "ignored"]),
-    "window not below n": ("simulate", ["--mask", "window", "--window", "40", "--n", "8"],
-                           ["--window 40 is not smaller than --n 8"]),
-    "jordan-k ignored": ("simulate", ["--value", "orthogonal", "--jordan-k", "2"], ["--jordan-k 2", "ignored"]),
-    "jordan-k above d": ("simulate", ["--value", "jordan", "--jordan-k", "9", "--d", "4"], ["--jordan-k 9", "[1, d = 4]"]),
+    "dilated wider than n": (
+        "simulate",
+        ["--mask", "dilated", "--window", "3", "--n", "8"],
+        ["--window 3", "--n 8", "--window <= 1"],
+    ),
+    "window ignored by causal": (
+        "simulate",
+        ["--mask", "causal", "--window", "3"],
+        ["--window 3", "--mask causal"],
+    ),
+    "window ignored by complete": (
+        "equilibria",
+        ["--mask", "complete", "--window", "2"],
+        ["--window 2", "ignored"],
+    ),
+    "window not below n": (
+        "simulate",
+        ["--mask", "window", "--window", "40", "--n", "8"],
+        ["--window 40 is not smaller than --n 8"],
+    ),
+    "jordan-k ignored": (
+        "simulate",
+        ["--value", "orthogonal", "--jordan-k", "2"],
+        ["--jordan-k 2", "ignored"],
+    ),
+    "jordan-k above d": (
+        "simulate",
+        ["--value", "jordan", "--jordan-k", "9", "--d", "4"],
+        ["--jordan-k 9", "[1, d = 4]"],
+    ),
     # --- sizes and counts
     "n zero": ("simulate", ["--n", "0"], ["--n 0", "positive integer"]),
     "d zero": ("equilibria", ["--d", "0"], ["--d 0", "positive integer"]),
     "heads do not divide d": ("simulate", ["--heads", "3", "--d", "8"], ["--heads must divide --d"]),
     "batch zero": ("simulate", ["--batch", "0"], ["--batch 0", ">= 1"]),
     "layers negative": ("simulate", ["--layers", "-1"], ["--layers -1", ">= 0"]),
-    "save-every not a divisor": ("simulate", ["--layers", "5", "--save-every", "2"], ["--save-every 2", "divisor"]),
+    "save-every not a divisor": (
+        "simulate",
+        ["--layers", "5", "--save-every", "2"],
+        ["--save-every 2", "divisor"],
+    ),
     "per-layer weights with 0 layers": ("simulate", ["--layers", "0", "--per-layer-weights"], ["--layers 0"]),
 }
 
@@ -151,28 +212,53 @@ def test_cli_bad_input_refused_before_compute(row, tmp_path, capsys, no_compute)
 API_ROWS = {
     "batch -1": (lambda: rd.initial_tokens(jr.PRNGKey(0), "sphere", 3, 2, batch=-1), ["batch", "got -1"]),
     "batch 0": (lambda: rd.initial_tokens(jr.PRNGKey(0), "sphere", 3, 2, batch=0), ["batch", "got 0"]),
-    "batch (2, 0)": (lambda: rd.initial_tokens(jr.PRNGKey(0), "sphere", 3, 2, batch=(2, 0)), ["batch", "(2, 0)"]),
+    "batch (2, 0)": (
+        lambda: rd.initial_tokens(jr.PRNGKey(0), "sphere", 3, 2, batch=(2, 0)),
+        ["batch", "(2, 0)"],
+    ),
     "make_layer d=0": (lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=0), ["d=0", "token dimension"]),
-    "make_layer w nan": (lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, value="bidiagonal", w=math.nan), ["w=nan"]),
+    "make_layer w nan": (
+        lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, value="bidiagonal", w=math.nan),
+        ["w=nan"],
+    ),
     "make_layer dqk inf": (lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, dqk=math.inf), ["dqk=inf"]),
-    "make_layer placement": (lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, placement="side"),
-                             ["unknown norm placement placement='side'"]),
-    "make_layer old norm=": (lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, norm="post"),
-                             ["now called placement", "placement='post'"]),
-    "make_layer dropout": (lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, dropout=1.0), ["dropout=1.0", "[0, 1)"]),
-    "make_layer dilated": (lambda: rd.make_layer(jr.PRNGKey(0), n=8, d=3, mask="dilated", window=2),
-                           ["window=2", "n=8", "window <= 1"]),
-    "make_layer window ignored": (lambda: rd.make_layer(jr.PRNGKey(0), n=8, d=3, mask="causal", window=2),
-                                  ["window=2", "mask='causal'"]),
-    "make_layer array mask shape": (lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, mask=np.eye(4, dtype=bool)),
-                                    ["mask has shape (4, 4)", "n=3"]),
+    "make_layer placement": (
+        lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, placement="side"),
+        ["unknown norm placement placement='side'"],
+    ),
+    "make_layer old norm=": (
+        lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, norm="post"),
+        ["now called placement", "placement='post'"],
+    ),
+    "make_layer dropout": (
+        lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, dropout=1.0),
+        ["dropout=1.0", "[0, 1)"],
+    ),
+    "make_layer dilated": (
+        lambda: rd.make_layer(jr.PRNGKey(0), n=8, d=3, mask="dilated", window=2),
+        ["window=2", "n=8", "window <= 1"],
+    ),
+    "make_layer window ignored": (
+        lambda: rd.make_layer(jr.PRNGKey(0), n=8, d=3, mask="causal", window=2),
+        ["window=2", "mask='causal'"],
+    ),
+    "make_layer array mask shape": (
+        lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, mask=np.eye(4, dtype=bool)),
+        ["mask has shape (4, 4)", "n=3"],
+    ),
     "config seed": (lambda: ModelConfig(n=3, d=3, seed=SEED_MAX + 1), ["seed=4294967296", "seed range"]),
-    "config seed type": (lambda: ModelConfig.from_mapping({"n": 3, "d": 3, "seed": 1.5}), ["seed must be an integer"]),
-    "config from TOML keys": (lambda: ModelConfig.from_mapping({"n": 4, "d": 4, "mask": "window", "window": 4},
-                                                               where="[fixed]"),
-                              ["[fixed] window = 4 is not smaller than [fixed] n = 4"]),
-    "config unknown key": (lambda: ModelConfig.from_mapping({"n": 4, "d": 4, "windw": 1}, where="[fixed]"),
-                           ["unknown model parameter [fixed] windw"]),
+    "config seed type": (
+        lambda: ModelConfig.from_mapping({"n": 3, "d": 3, "seed": 1.5}),
+        ["seed must be an integer"],
+    ),
+    "config from TOML keys": (
+        lambda: ModelConfig.from_mapping({"n": 4, "d": 4, "mask": "window", "window": 4}, where="[fixed]"),
+        ["[fixed] window = 4 is not smaller than [fixed] n = 4"],
+    ),
+    "config unknown key": (
+        lambda: ModelConfig.from_mapping({"n": 4, "d": 4, "windw": 1}, where="[fixed]"),
+        ["unknown model parameter [fixed] windw"],
+    ),
 }
 
 
@@ -211,9 +297,15 @@ def test_memory_estimate_and_refusal():
     assert est.parts["weights"] == 3 * 3 * 3 * 4 and est.total == sum(est.parts.values())
     per_layer = simulate_memory(n=2, d=3, batch=5, layers=4, itemsize=4, weight_layers=4)
     assert per_layer.parts["weights"] == 4 * est.parts["weights"]
-    assert equilibria_memory(n=2, d=3, chunk=10, itemsize=8).parts[
-        "Jacobians and their SVD (per chunk of starts)"] == 10 * 4 * 36 * 8
+    assert (
+        equilibria_memory(n=2, d=3, chunk=10, itemsize=8).parts[
+            "Jacobians and their SVD (per chunk of starts)"
+        ]
+        == 10 * 4 * 36 * 8
+    )
     check_memory(MemoryEstimate({"a": 100}), fix="f", available=(100, "host RAM"))  # fits exactly
     check_memory(MemoryEstimate({"a": 10**20}), fix="f", available=(None, "unknown"))  # unknown: no refusal
-    with pytest.raises(ValueError, match=r"needs about 200 B \(b: 150 B\), but only 100 B of host RAM .* Fix: f"):
+    with pytest.raises(
+        ValueError, match=r"needs about 200 B \(b: 150 B\), but only 100 B of host RAM .* Fix: f"
+    ):
         check_memory(MemoryEstimate({"a": 50, "b": 150}), fix="f", available=(100, "host RAM"))

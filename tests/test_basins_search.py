@@ -24,12 +24,16 @@ def test_basin_fractions_2d_grid_exact():
     x2 = jnp.stack([jnp.cos(rad), jnp.sin(rad)], -1)
     x0 = jnp.stack([jnp.broadcast_to(ex["e"], x2.shape), x2], axis=1)
     near = rd.theory.nearest_classifier(ex["X_B"][None], tol=1e-8, sign_invariant=False)
-    res = rd.theory.basin_fractions(layer, x0, 300, near, chunk=256, progress=False, labels={0: "B", -1: "other"})
+    res = rd.theory.basin_fractions(
+        layer, x0, 300, near, chunk=256, progress=False, labels={0: "B", -1: "other"}
+    )
     assert res["counts"] == {"B": 300, "other": 420}
     assert res["num_samples"] == 720 and res["num_layers"] == 300 and res["nonfinite"] == 0
     lo, hi = res["ci95"]["B"]
     assert lo < 300 / 720 < hi
-    ranks = rd.theory.basin_fractions(layer, x0, 300, rd.theory.rank_classifier(1e-2), chunk=720, progress=False)
+    ranks = rd.theory.basin_fractions(
+        layer, x0, 300, rd.theory.rank_classifier(1e-2), chunk=720, progress=False
+    )
     assert ranks["counts"] == {"1": 420, "2": 300}
 
 
@@ -38,8 +42,12 @@ def test_basin_fractions_sampler_chunks_and_key():
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, 3.0))
     sampler = lambda k, size: rd.initial_tokens(k, "sphere", n, d, batch=size)
     key = jax.random.PRNGKey(0)
-    a = rd.theory.basin_fractions(layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False)
-    b = rd.theory.basin_fractions(layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False)
+    a = rd.theory.basin_fractions(
+        layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False
+    )
+    b = rd.theory.basin_fractions(
+        layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False
+    )
     assert a == b
     assert sum(a["counts"].values()) == 100
     from scipy.stats import binomtest

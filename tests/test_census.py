@@ -92,7 +92,9 @@ def test_exact_census_n6_is_complete_node_by_node(exact6):
     """At every node of the tree, the census's children equal an independent scan's solutions."""
     xs, w = exact6.x, 7.0
     for i in range(1, 6):
-        prefixes, inverse = np.unique(np.round(xs[:, :i], 12).reshape(len(xs), -1), axis=0, return_inverse=True)
+        prefixes, inverse = np.unique(
+            np.round(xs[:, :i], 12).reshape(len(xs), -1), axis=0, return_inverse=True
+        )
         for p in range(len(prefixes)):
             members = xs[inverse.ravel() == p]
             children = np.unique(np.round(members[:, i], 12), axis=0)
@@ -126,13 +128,16 @@ def test_exact_census_equals_brute_force_joint_search_n3():
     w = 4.0
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
     exact = rd.equilibrium_census(layer, jr.PRNGKey(0), progress=False)
-    joint = rd.equilibrium_census(layer, jr.PRNGKey(1), search="joint-search", starts=256, chunk=256,
-                                  deflation_rounds=2, progress=False)
+    joint = rd.equilibrium_census(
+        layer, jr.PRNGKey(1), search="joint-search", starts=256, chunk=256, deflation_rounds=2, progress=False
+    )
     assert exact["method"] == "exact" and joint["method"] == "joint-search"
     ex = np.stack([e["tokens"] for e in exact["equilibria"]])
     jx = np.stack([e["tokens"] for e in joint["equilibria"]])
     assert len(ex) == len(jx) == 10  # 20 equilibria modulo the sign flip
-    dist = np.minimum(np.abs(ex[:, None] - jx[None]).max(axis=(2, 3)), np.abs(ex[:, None] + jx[None]).max(axis=(2, 3)))
+    dist = np.minimum(
+        np.abs(ex[:, None] - jx[None]).max(axis=(2, 3)), np.abs(ex[:, None] + jx[None]).max(axis=(2, 3))
+    )
     # A bijection, and the token-polished joint-search points are accurate to 1e-10.
     assert np.all(dist.min(axis=1) < 1e-10) and np.all(dist.min(axis=0) < 1e-10)
     # The reported error estimates are upper bounds of the true error here.
@@ -147,8 +152,9 @@ def test_census_n6_summary_and_stability():
     n = d = 6
     w = 7.0
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
-    census = rd.equilibrium_census(layer, jr.PRNGKey(0), closed_forms=rd.theory.all_closed_form_equilibria(n, d, w),
-                                   progress=False)
+    census = rd.equilibrium_census(
+        layer, jr.PRNGKey(0), closed_forms=rd.theory.all_closed_form_equilibria(n, d, w), progress=False
+    )
     eqs = census["equilibria"]
     assert census["method"] == "exact" and census["completeness"]["kind"] == "exact"
     assert census["by_rank"] == {"1": 1, "2": 45, "3": 109, "4": 163, "5": 125, "6": 32}
@@ -181,7 +187,9 @@ def test_tree_search_equals_exact_census_n3():
     ex = rd.exact_equilibria(n, d, w).x
     tx = np.stack([e["tokens"] for e in tree["equilibria"]])
     assert len(tx) == 10
-    dist = np.minimum(np.abs(ex[:, None] - tx[None]).max(axis=(2, 3)), np.abs(ex[:, None] + tx[None]).max(axis=(2, 3)))
+    dist = np.minimum(
+        np.abs(ex[:, None] - tx[None]).max(axis=(2, 3)), np.abs(ex[:, None] + tx[None]).max(axis=(2, 3))
+    )
     assert np.all(dist.min(axis=0) < 1e-10) and np.sum(dist.min(axis=1) < 1e-10) == 20
     for e in tree["equilibria"]:
         assert np.abs(np_map(e["tokens"], w) - e["tokens"]).max() < 1e-12

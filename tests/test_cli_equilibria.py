@@ -39,9 +39,34 @@ def test_cli_equilibria_exact(tmp_path, capsys):
 @pytest.mark.slow  # ~40 s: compiled joint-search batches plus polishing
 def test_cli_equilibria_joint_search_schema(tmp_path):
     out = tmp_path / "eq"
-    rc = main(["equilibria", "--n", "3", "--d", "3", "--w", "4", "--search", "joint-search", "--starts", "64",
-               "--chunk", "64", "--deflation-rounds", "1", "--deflation-starts", "32", "--max-steps", "60",
-               "--seed", "1", "--out", str(out), "--no-progress"])
+    rc = main(
+        [
+            "equilibria",
+            "--n",
+            "3",
+            "--d",
+            "3",
+            "--w",
+            "4",
+            "--search",
+            "joint-search",
+            "--starts",
+            "64",
+            "--chunk",
+            "64",
+            "--deflation-rounds",
+            "1",
+            "--deflation-starts",
+            "32",
+            "--max-steps",
+            "60",
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     data = json.loads((out / "equilibria.json").read_text())
     assert data["method"] == "joint-search" and data["completeness"]["kind"] == "saturation"
@@ -57,8 +82,9 @@ def test_cli_equilibria_joint_search_schema(tmp_path):
     assert sum(data["by_rank"].values()) == len(data["equilibria"])
 
 
-@pytest.mark.parametrize("flag", ["--dedup-tol", "--rank-tol", "--residual-tol", "--stability-tol",
-                                  "--learning-rate"])
+@pytest.mark.parametrize(
+    "flag", ["--dedup-tol", "--rank-tol", "--residual-tol", "--stability-tol", "--learning-rate"]
+)
 def test_cli_equilibria_rejects_bad_tolerances(tmp_path, capsys, flag):
     for bad in ("nan", "inf", "-1"):
         rc = main(["equilibria", flag, bad, "--out", str(tmp_path / "eq")])

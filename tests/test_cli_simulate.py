@@ -9,22 +9,71 @@ import pytest
 import rankdyn as rd
 from rankdyn.cli import COMMANDS, build_parser, main
 
-METRICS = ["mu", "mu_rel", "mu_normalized", "row_norm_mean", "min_cos", "mean_abs_cos", "sigma_min",
-           "stable_rank", "num_rank", "eff_rank", "eps_min"]
+METRICS = [
+    "mu",
+    "mu_rel",
+    "mu_normalized",
+    "row_norm_mean",
+    "min_cos",
+    "mean_abs_cos",
+    "sigma_min",
+    "stable_rank",
+    "num_rank",
+    "eff_rank",
+    "eps_min",
+]
 
 
 def test_simulate_writes_metrics_and_plot(tmp_path, capsys):
     out = tmp_path / "run"
-    rc = main(["simulate", "--mask", "window", "--window", "1", "--n", "6", "--d", "6", "--dqk", "2",
-               "--layers", "8", "--batch", "5", "--norm", "post", "--ln", "sphere", "--value", "orthogonal",
-               "--qk", "bert", "--x0", "sphere", "--per-layer-weights", "--seed", "3", "--x64",
-               "--out", str(out), "--no-progress"])
+    rc = main(
+        [
+            "simulate",
+            "--mask",
+            "window",
+            "--window",
+            "1",
+            "--n",
+            "6",
+            "--d",
+            "6",
+            "--dqk",
+            "2",
+            "--layers",
+            "8",
+            "--batch",
+            "5",
+            "--norm",
+            "post",
+            "--ln",
+            "sphere",
+            "--value",
+            "orthogonal",
+            "--qk",
+            "bert",
+            "--x0",
+            "sphere",
+            "--per-layer-weights",
+            "--seed",
+            "3",
+            "--x64",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     data = json.loads((out / "metrics.json").read_text())
     assert (out / "mu.png").stat().st_size > 1000
     assert data["config"]["mask"] == "window" and data["config"]["seed"] == 3 and data["config"]["x64"]
-    assert data["graph"] == {**data["graph"], "strongly_connected": True, "quasi_strongly_connected": True,
-                             "radius": 3, "diameter": 5, "centers": list(range(6))}
+    assert data["graph"] == {
+        **data["graph"],
+        "strongly_connected": True,
+        "quasi_strongly_connected": True,
+        "radius": 3,
+        "diameter": 5,
+        "centers": list(range(6)),
+    }
     assert data["layers"] == list(range(9))
     for name in METRICS:
         assert len(data["metrics"][name]["mean"]) == 9 and len(data["metrics"][name]["std"]) == 9
@@ -61,8 +110,6 @@ def test_unknown_flag_value_is_rejected(capsys):
         main(["simulate", "--mask", "diagonal"])
     assert exc.value.code == 2
     assert "invalid choice: 'diagonal'" in capsys.readouterr().err
-
-
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -104,13 +151,54 @@ def test_cli_and_python_build_the_same_layer(getkey):
 
     from rankdyn.commands.simulate import layer_from_args
 
-    argv = ["simulate", "--mask", "global", "--window", "2", "--n", "7", "--d", "6", "--heads", "2", "--value",
-            "jordan", "--jordan-k", "3", "--w", "1.5", "--qk", "gaussian", "--per-layer-weights", "--layers", "3",
-            "--skip", "--norm", "pre", "--dqk", "2.5"]
+    argv = [
+        "simulate",
+        "--mask",
+        "global",
+        "--window",
+        "2",
+        "--n",
+        "7",
+        "--d",
+        "6",
+        "--heads",
+        "2",
+        "--value",
+        "jordan",
+        "--jordan-k",
+        "3",
+        "--w",
+        "1.5",
+        "--qk",
+        "gaussian",
+        "--per-layer-weights",
+        "--layers",
+        "3",
+        "--skip",
+        "--norm",
+        "pre",
+        "--dqk",
+        "2.5",
+    ]
     key = jr.PRNGKey(7)
     a = layer_from_args(build_parser().parse_args(argv), key)
-    b = rd.make_layer(key, n=7, d=6, mask="global", window=2, heads=2, output_projection=True, value="jordan",
-                      jordan_k=3, w=1.5, qk="gaussian", num_layers=3, skip=True, placement="pre", dqk=2.5)
+    b = rd.make_layer(
+        key,
+        n=7,
+        d=6,
+        mask="global",
+        window=2,
+        heads=2,
+        output_projection=True,
+        value="jordan",
+        jordan_k=3,
+        w=1.5,
+        qk="gaussian",
+        num_layers=3,
+        skip=True,
+        placement="pre",
+        dqk=2.5,
+    )
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
     assert (a.placement, a.skip, a.num_layers, a.num_heads) == ("pre", True, 3, 2)

@@ -133,7 +133,9 @@ def test_2d_first_token_ratio_grows_by_w():
     tr = rd.simulate(layer, x0, 20, save_states=True, observe=lambda x: {"mu": rd.mu(x)})
     s = np.asarray(tr.states)  # (4, 21, 2, 2)
     ratio = s[:, :, 0, 1] / s[:, :, 0, 0]
-    np.testing.assert_allclose(ratio - ratio[:, :1], np.tile(w * np.arange(21.0), (4, 1)), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        ratio - ratio[:, :1], np.tile(w * np.arange(21.0), (4, 1)), rtol=1e-10, atol=1e-10
+    )
     np.testing.assert_array_equal(np.sign(s[:, :, 0, 0]), np.sign(s[:, :1, 0, 0]) * np.ones((1, 21)))
 
 
@@ -175,7 +177,9 @@ def test_lemma13_sampler_and_conclusion():
         assert bool(jnp.all(jax.vmap(lambda x: rd.theory.lemma13_condition(x, w))(x0[:, 1])))
         assert bool(jnp.all(x0[:, 0] == jnp.eye(d)[-1][None]))
     paper = rd.theory.lemma13_sample(key, 4, 3.0, 256, condition="paper")
-    assert bool(jnp.all(jax.vmap(lambda x: rd.theory.lemma13_condition(x, 3.0, condition="paper"))(paper[:, 1])))
+    assert bool(
+        jnp.all(jax.vmap(lambda x: rd.theory.lemma13_condition(x, 3.0, condition="paper"))(paper[:, 1]))
+    )
     d, w = 3, 2.0
     x0 = rd.theory.lemma13_sample(key, d, w, 128)
     layer = rd.theory.uniform_causal_layer(2, d, rd.weights.bidiagonal(d, w))

@@ -64,9 +64,21 @@ def _reference(layer, x, key, ln):
 def test_dropout_matches_numpy_reference_block(getkey, pa, ph):
     """Full block (W_O, skip, MLP, centred LN): both dropouts where BERT puts them."""
     n, d = 6, 8
-    layer = rd.make_layer(getkey(), n=n, d=d, mask="causal", value="bert", qk="gaussian", ln="layernorm",
-                          output_projection=True, skip=True, mlp=True, mlp_ratio=2,
-                          attn_dropout=pa, hidden_dropout=ph)
+    layer = rd.make_layer(
+        getkey(),
+        n=n,
+        d=d,
+        mask="causal",
+        value="bert",
+        qk="gaussian",
+        ln="layernorm",
+        output_projection=True,
+        skip=True,
+        mlp=True,
+        mlp_ratio=2,
+        attn_dropout=pa,
+        hidden_dropout=ph,
+    )
     x = np.asarray(rd.initial_tokens(getkey(), "bert", n, d))
     key = getkey()
     y, _ = jax.jit(lambda z, k: layer(z, key=k))(jnp.asarray(x), key)
@@ -76,16 +88,18 @@ def test_dropout_matches_numpy_reference_block(getkey, pa, ph):
 def test_dropout_matches_numpy_reference_san(getkey):
     """Paper's SAN + sphere LN with attention dropout: exact to rounding (no GELU involved)."""
     n, d, p = 7, 5, 0.4
-    layer = rd.make_layer(getkey(), n=n, d=d, mask="window", value="gaussian", qk="gaussian", qk_std=2.0,
-                          attn_dropout=p)
+    layer = rd.make_layer(
+        getkey(), n=n, d=d, mask="window", value="gaussian", qk="gaussian", qk_std=2.0, attn_dropout=p
+    )
     x = np.asarray(rd.initial_tokens(getkey(), "sphere", n, d))
     for _ in range(3):
         key = getkey()
         y, _ = layer(jnp.asarray(x), key=key)
         np.testing.assert_allclose(np.asarray(y), _reference(layer, x, key, _sphere), atol=1e-13)
     # Hidden dropout alone zeroes single entries of A X W_V before the norm.
-    layer_h = SelfAttentionLayer(layer.mask, layer.weights.w_q, layer.weights.w_k, layer.weights.w_v,
-                                 dqk=layer.dqk, hidden_dropout=p)
+    layer_h = SelfAttentionLayer(
+        layer.mask, layer.weights.w_q, layer.weights.w_k, layer.weights.w_v, dqk=layer.dqk, hidden_dropout=p
+    )
     key = getkey()
     y, _ = layer_h(jnp.asarray(x), key=key)
     np.testing.assert_allclose(np.asarray(y), _reference(layer_h, x, key, _sphere), atol=1e-13)
@@ -113,8 +127,9 @@ def test_zero_row_is_absorbing_under_causal_attention_dropout(getkey):
     """Token 0 attends only to itself (causal): dropping that weight zeroes its row, LN keeps it
     at zero, and it stays zero in every later layer; the observer counts it."""
     n, d = 5, 4
-    layer = rd.make_layer(getkey(), n=n, d=d, mask="causal", qk="gaussian", ln="layernorm", attn_dropout=0.5,
-                          num_layers=12)
+    layer = rd.make_layer(
+        getkey(), n=n, d=d, mask="causal", qk="gaussian", ln="layernorm", attn_dropout=0.5, num_layers=12
+    )
     x = rd.initial_tokens(getkey(), "bert", n, d)
     key = getkey()
     step = jax.jit(lambda x, t, k: layer(x, t, key=k)[0])

@@ -101,7 +101,9 @@ def test_ln_dynamics_invariant_to_value_scale(getkey):
     # ... and without LN the scale matters (the test can tell the two apart).
     nl = small_layer(key, n=5, d=5, mask="causal", value="bidiagonal", w=3.0, qk="gaussian", placement="none")
     nl2 = eqx.tree_at(lambda l: l.weights.w_v, nl, 7.5 * nl.weights.w_v)
-    assert not np.allclose(rd.simulate(nl, x0, 3).summary.mean["mu"], rd.simulate(nl2, x0, 3).summary.mean["mu"])
+    assert not np.allclose(
+        rd.simulate(nl, x0, 3).summary.mean["mu"], rd.simulate(nl2, x0, 3).summary.mean["mu"]
+    )
 
 
 def test_complete_mask_is_permutation_equivariant(getkey):
@@ -125,8 +127,19 @@ def test_causal_jacobian_is_block_lower_triangular(getkey):
 
 
 def test_multihead_skip_mlp_dropout_layer_runs(getkey):
-    layer = rd.make_layer(getkey(), n=8, d=16, mask="window", heads=4, output_projection=True, skip=True,
-                          mlp=True, dropout=0.1, ln="layernorm", num_layers=3)
+    layer = rd.make_layer(
+        getkey(),
+        n=8,
+        d=16,
+        mask="window",
+        heads=4,
+        output_projection=True,
+        skip=True,
+        mlp=True,
+        dropout=0.1,
+        ln="layernorm",
+        num_layers=3,
+    )
     assert layer.num_heads == 4 and layer.num_layers == 3
     x = rd.initial_tokens(getkey(), "bert", 8, 16)
     y1, _ = layer(x, 1, key=getkey())
@@ -141,8 +154,9 @@ def test_per_layer_weights_are_used_per_layer(getkey):
     x = sphere_tokens(getkey(), 4, 4)
     outs = [np.asarray(layer(x, t)[0]) for t in range(3)]
     assert not np.allclose(outs[0], outs[1]) and not np.allclose(outs[1], outs[2])
-    single = rd.SelfAttentionLayer(layer.mask, layer.weights.w_q[1][0], layer.weights.w_k[1][0],
-                                   layer.weights.w_v[1][0], dqk=layer.dqk)
+    single = rd.SelfAttentionLayer(
+        layer.mask, layer.weights.w_q[1][0], layer.weights.w_k[1][0], layer.weights.w_v[1][0], dqk=layer.dqk
+    )
     np.testing.assert_allclose(np.asarray(single(x)[0]), outs[1], atol=1e-14)
 
 

@@ -19,7 +19,9 @@ def test_scan_equals_python_loop_and_vmap_equals_per_sample(getkey):
         ref = python_loop(layer, x0[b], 7)
         np.testing.assert_allclose(np.asarray(traj.states[b]), ref, atol=1e-13)
         single = rd.simulate(layer, x0[b], 7, per_trajectory=True)
-        np.testing.assert_allclose(np.asarray(traj.metrics["mu"][b]), np.asarray(single.metrics["mu"]), atol=1e-13)
+        np.testing.assert_allclose(
+            np.asarray(traj.metrics["mu"][b]), np.asarray(single.metrics["mu"]), atol=1e-13
+        )
     mu_ref = [float(rd.mu(jnp.asarray(x))) for x in python_loop(layer, x0[1], 7)]
     np.testing.assert_allclose(np.asarray(traj.metrics["mu"][1]), mu_ref, rtol=1e-12)
 
@@ -35,7 +37,9 @@ def test_save_every_and_eps_min_schedule(getkey):
     a = jax.vmap(jax.vmap(jax.vmap(lambda x: layer.attention(x))))(full.states[:, :, :-1])
     eps = np.where(np.asarray(layer.mask), np.asarray(a)[..., 0, :, :], np.inf).min(axis=(-1, -2))
     np.testing.assert_allclose(np.asarray(full.metrics["eps_min"])[..., 1:], eps, rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(sparse.metrics["eps_min"])[..., 1], eps[..., :4].min(-1), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(sparse.metrics["eps_min"])[..., 1], eps[..., :4].min(-1), rtol=1e-12
+    )
     assert np.all(np.asarray(sparse.metrics["eps_min"])[..., 0] == eps[..., 0])
 
 
@@ -80,9 +84,17 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
     key = getkey()
     for mask in PAPER_MASKS:
         layer = small_layer(key, n=n, d=d, mask=mask, placement="none", value="orthogonal", qk="gaussian")
-        traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "mu_normalized": rd.mu_normalized(x),
-                                                            "row_norm_mean": jnp.mean(rd.metrics.row_norms(x))},
-                           per_trajectory=True)
+        traj = rd.simulate(
+            layer,
+            x0,
+            T,
+            observe=lambda x: {
+                "mu": rd.mu(x),
+                "mu_normalized": rd.mu_normalized(x),
+                "row_norm_mean": jnp.mean(rd.metrics.row_norms(x)),
+            },
+            per_trajectory=True,
+        )
         info = rd.graph_info(np.asarray(layer.mask))
         s = traj.summary.to_dict()
         eps = float(np.min(np.asarray(traj.metrics["eps_min"])))
@@ -95,7 +107,9 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
             assert fitted <= bound, (mask, name, fitted, bound)
         # Norms shrink by averaging but settle at O(1): the collapse is not norm shrinkage.
         assert s["row_norm_mean"]["mean"][-1] > 1e-3
-        rates[mask] = rd.theory.fit_rate(traj.layers[_above_floor(s["mu"]["mean"])], s["mu"]["mean"][_above_floor(s["mu"]["mean"])])
+        rates[mask] = rd.theory.fit_rate(
+            traj.layers[_above_floor(s["mu"]["mean"])], s["mu"]["mean"][_above_floor(s["mu"]["mean"])]
+        )
     # Radius-1 masks collapse faster than the windows (radius 4 and 7 at n = 8).
     assert max(rates["complete"], rates["causal"]) < min(rates["window"], rates["window-uni"])
 
@@ -107,12 +121,20 @@ def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
     form; convergence may be even faster, since attention becomes uniform as tokens align).
     """
     n, d, T = 4, 6, 40
-    layer = small_layer(getkey(), n=n, d=d, mask="complete", placement="post", value="orthogonal", qk="gaussian",
-                        qk_std=2.0)
+    layer = small_layer(
+        getkey(), n=n, d=d, mask="complete", placement="post", value="orthogonal", qk="gaussian", qk_std=2.0
+    )
     x0 = sphere_tokens(getkey(), n, d, batch=8)
-    assert np.all(np.asarray(jax.vmap(lambda x: rd.collapse_metrics(x)["num_rank"])(x0)) == n)  # condition (*)
-    traj = rd.simulate(layer, x0, T, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
-                       per_trajectory=True)
+    assert np.all(
+        np.asarray(jax.vmap(lambda x: rd.collapse_metrics(x)["num_rank"])(x0)) == n
+    )  # condition (*)
+    traj = rd.simulate(
+        layer,
+        x0,
+        T,
+        observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
+        per_trajectory=True,
+    )
     mu = np.asarray(traj.metrics["mu"])
     t = np.asarray(traj.layers)
     assert np.all(mu[:, -1] < 1e-12 * mu[:, 0])
@@ -161,12 +183,16 @@ def test_simulate_bad_input_errors(getkey):
 def test_weight_families_and_inputs(getkey):
     q = np.asarray(rd.weights.orthogonal(getkey(), 6))
     np.testing.assert_allclose(q @ q.T, np.eye(6), atol=1e-13)
-    np.testing.assert_allclose(np.linalg.norm(np.asarray(rd.weights.value_matrix(getkey(), "scaled", 6)), 2), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(
+        np.linalg.norm(np.asarray(rd.weights.value_matrix(getkey(), "scaled", 6)), 2), 1.0, rtol=1e-12
+    )
     j = np.asarray(rd.weights.jordan_block(5, 3, 2.5))
     want = np.eye(5)
     want[2, 3] = want[3, 4] = 2.5
     np.testing.assert_array_equal(j, want)
-    np.testing.assert_array_equal(np.asarray(rd.weights.bidiagonal(3, 4.0)), [[1, 4, 0], [0, 1, 4], [0, 0, 1]])
+    np.testing.assert_array_equal(
+        np.asarray(rd.weights.bidiagonal(3, 4.0)), [[1, 4, 0], [0, 1, 4], [0, 0, 1]]
+    )
     b = np.asarray(rd.weights.bert_uniform(getkey(), (64, 8)))
     assert np.abs(b).max() <= 1 / 8 and np.abs(b).max() > 0.9 / 8
     nn = np.asarray(rd.initial_tokens(getkey(), "nonneg", 10, 5, batch=4))
@@ -184,5 +210,3 @@ def test_fit_rate_recovers_geometric_decay():
     assert np.isnan(rd.theory.fit_rate(t[:1], [1.0]))
     assert rd.theory.theorem1_rate(0.5, 1) == 0.5
     assert abs(rd.theory.theorem1_rate(0.5, 2) - 0.75**0.5) < 1e-15
-
-

@@ -20,8 +20,14 @@ def test_mkdocs_build_strict(tmp_path):
     site = tmp_path / "site"
     # The build reads the package from this checkout (mkdocstrings paths: ["."]), never the network.
     env = os.environ | {"PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     # The pages the nav promises exist, with the README as home page and the docstrings' math kept
     # for MathJax (arithmatex), and the README's repository links rewritten to site pages.

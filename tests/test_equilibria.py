@@ -10,13 +10,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import lineax as lx
 import numpy as np
+import optimistix as optx
 import pytest
 
 import rankdyn as rd
-import lineax as lx
-import optimistix as optx
-
 from rankdyn.equilibria._symmetry import group_distance as _distance
 
 N = D = 4
@@ -85,7 +84,9 @@ def test_found_equilibria_match_closed_forms(found):
 def test_rank_biased_search_reaches_full_rank_closed_form():
     """target_rank=n: Adam with the rank penalty, then Newton; finds the rank-n closed forms."""
     layer = _layer()
-    sol = rd.find_equilibria(layer, _starts(jr.PRNGKey(11), 64), minimise_steps=200, target_rank=N, throw=False)
+    sol = rd.find_equilibria(
+        layer, _starts(jr.PRNGKey(11), 64), minimise_steps=200, target_rank=N, throw=False
+    )
     ok = np.asarray(sol.successful)
     ranks = np.asarray(sol.rank)[ok]
     assert (ranks == N).any()
@@ -118,8 +119,12 @@ def test_results_extend_optimistix():
     assert issubclass(rd.RESULTS, optx.RESULTS)
     assert rd.RESULTS.promote(optx.RESULTS.max_steps_reached) == rd.RESULTS.max_steps_reached
     assert rd.RESULTS.promote(optx.RESULTS.successful) == rd.RESULTS.successful
-    assert set(rd.equilibria._solve.status_names()) >= {"successful", "residual_above_tolerance",
-                                                         "degenerate_normalisation", "singular"}
+    assert set(rd.equilibria._solve.status_names()) >= {
+        "successful",
+        "residual_above_tolerance",
+        "degenerate_normalisation",
+        "singular",
+    }
 
 
 def test_user_supplied_solvers_find_the_2d_example_points():
@@ -129,8 +134,10 @@ def test_user_supplied_solvers_find_the_2d_example_points():
     c = np.sqrt(1 - 1 / w**2)
     a, b = np.array([[0, 1], [-1 / w, c]]), np.array([[0, 1], [-1 / w, -c]])
     x0 = jnp.asarray(np.stack([a, b]) + 1e-3 * np.array([[[0.3, 1], [0.5, -0.2]], [[-0.2, 1], [0.4, 0.3]]]))
-    for solver in (optx.Newton(rtol=1e-13, atol=1e-13, linear_solver=lx.SVD()),
-                   optx.Dogleg(rtol=1e-13, atol=1e-13, linear_solver=lx.SVD())):
+    for solver in (
+        optx.Newton(rtol=1e-13, atol=1e-13, linear_solver=lx.SVD()),
+        optx.Dogleg(rtol=1e-13, atol=1e-13, linear_solver=lx.SVD()),
+    ):
         sol = rd.find_equilibria(layer, x0, solver=solver, max_steps=200, throw=False)
         assert np.asarray(sol.successful).all(), (type(solver).__name__, sol.status)
         # Token 2 converges quadratically (simple root); token 1 (a double root) to ~1e-8.
@@ -144,7 +151,9 @@ def test_deflation_finds_a_different_equilibrium(found):
     layer, x0, first = found
     ok = np.asarray(first.successful)
     group = rd.equilibria.symmetry_group(layer)
-    classes = rd.equilibria.deduplicate(np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group)
+    classes = rd.equilibria.deduplicate(
+        np.asarray(first.x)[ok], np.asarray(first.residual)[ok], symmetries=group
+    )
     known = np.concatenate([rd.equilibria.symmetric_images(c.x, group) for c in classes])
     # The 16 starts that, undeflated, went to already known equilibria (all of them did).
     second = rd.find_equilibria(layer, x0[1:17], deflation=known, max_steps=200, throw=False)
@@ -237,8 +246,14 @@ def test_levenberg_marquardt_matches_scipy_lm():
     sol = rd.find_equilibria(layer, jnp.asarray(starts), method="lm", max_steps=300, throw=False)
     got = np.asarray(sol.x)
     for i, s in enumerate(starts):
-        ref = least_squares(residual_token2, s[1] / np.linalg.norm(s[1]), args=(got[i, 0],), method="lm",
-                            xtol=1e-15, ftol=1e-15)
+        ref = least_squares(
+            residual_token2,
+            s[1] / np.linalg.norm(s[1]),
+            args=(got[i, 0],),
+            method="lm",
+            xtol=1e-15,
+            ftol=1e-15,
+        )
         assert np.linalg.norm(residual_token2(ref.x, got[i, 0])) < 1e-12
         np.testing.assert_allclose(got[i, 1], ref.x, atol=1e-9)
         np.testing.assert_allclose(got[i, 0], [0.0, 1.0], atol=1e-3)
@@ -269,8 +284,11 @@ def test_continuation_in_temperature_keeps_fixed_points():
     n = d = 3
     base = rd.make_layer(jr.PRNGKey(3), n=n, d=d, mask="complete", value="orthogonal", qk="gaussian")
     make = lambda dqk: eqx.tree_at(lambda l: l.dqk, base, jnp.asarray(dqk))
-    x0 = np.asarray(rd.find_equilibria(base, rd.initial_tokens(jr.PRNGKey(4), "sphere", n, d, batch=8),
-                                       max_steps=200, throw=False).x)
+    x0 = np.asarray(
+        rd.find_equilibria(
+            base, rd.initial_tokens(jr.PRNGKey(4), "sphere", n, d, batch=8), max_steps=200, throw=False
+        ).x
+    )
     steps = rd.equilibria.continue_equilibria(make, [float(d), 3.2, 3.4], x0, max_steps=100)
     for s in steps:
         assert s["kept"] >= 1

@@ -44,10 +44,32 @@ def test_two_processes_equal_one(tmp_path):
     port = _free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, str(EXAMPLE), "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-             "--process-id", str(i), "--local-devices", "1", "--n", str(n), "--d", str(d), "--batch", str(batch),
-             "--layers", str(layers), "--out", str(out)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                str(EXAMPLE),
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+                "--local-devices",
+                "1",
+                "--n",
+                str(n),
+                "--d",
+                str(d),
+                "--batch",
+                str(batch),
+                "--layers",
+                str(layers),
+                "--out",
+                str(out),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for i in range(2)
     ]

@@ -8,7 +8,6 @@ one wrapped function.
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 
 import rankdyn as rd
@@ -45,8 +44,15 @@ def test_second_call_with_new_values_compiles_nothing(getkey):
             jax.block_until_ready(ref.metrics)
         assert first.compiles >= 1, name  # the counter does see compilations
         # Other temperature, other W_V (new seed), other inputs, other dropout key, other rank_tol.
-        other = rd.make_layer(getkey(), n=n, d=d, mask=np.asarray(layer.mask), num_layers=layer.num_layers,
-                              dropout=layer.dropout, value="gaussian")
+        other = rd.make_layer(
+            getkey(),
+            n=n,
+            d=d,
+            mask=np.asarray(layer.mask),
+            num_layers=layer.num_layers,
+            dropout=layer.dropout,
+            value="gaussian",
+        )
         # A strongly typed temperature where make_layer's is weakly typed: still no new program.
         other = eqx.tree_at(lambda l: l.dqk, other, jnp.asarray(0.37, dtype=layer.dqk.dtype))
         x1 = rd.initial_tokens(getkey(), "gaussian", n, d, batch=3)

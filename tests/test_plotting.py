@@ -16,7 +16,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
-from matplotlib.colorbar import Colorbar
 from matplotlib.patches import Polygon, Rectangle
 
 from rankdyn import plotting as P
@@ -49,7 +48,11 @@ def _bands(ax):
         if isinstance(p, Rectangle | Polygon):
             # axhspan spans the whole width in axes coordinates.
             y = p.get_xy()
-            ys = np.asarray(y)[:, 1] if isinstance(p, Polygon) else np.array([p.get_y(), p.get_y() + p.get_height()])
+            ys = (
+                np.asarray(y)[:, 1]
+                if isinstance(p, Polygon)
+                else np.array([p.get_y(), p.get_y() + p.get_height()])
+            )
             out.append((float(ys.min()), float(ys.max())))
     return out
 
@@ -59,8 +62,10 @@ def _panels(layers, dtype):
     floor = 3 * EPS32  # relative plateau at round-off, scale 10
     return {
         f"variant {k}": {
-            "complete": {"mean": _decay(0.2 + 0.1 * k, layers, floor=10 * floor).astype(dtype),
-                         "std": np.full(len(layers), 0.1)},
+            "complete": {
+                "mean": _decay(0.2 + 0.1 * k, layers, floor=10 * floor).astype(dtype),
+                "std": np.full(len(layers), 0.1),
+            },
             "window": {"mean": _decay(0.97, layers).astype(dtype), "std": None},
         }
         for k in range(5)
@@ -94,8 +99,10 @@ def test_band_panels_rules_float32():
 
 def test_band_panels_float64_band_below_data_and_loglog():
     layers = np.arange(20)
-    panels = {"a": {"x": {"mean": _decay(0.9, layers), "std": None}},
-              "b": {"x": {"mean": _decay(0.8, layers), "std": None}}}
+    panels = {
+        "a": {"x": {"mean": _decay(0.9, layers), "std": None}},
+        "b": {"x": {"mean": _decay(0.8, layers), "std": None}},
+    }
     fig = P.plot_band_panels(layers, panels, dtype="float64", loglog=True, ylabel="mu")
     for ax in _data_axes(fig):
         assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
@@ -107,20 +114,27 @@ def test_band_panels_float64_band_below_data_and_loglog():
 
 def test_band_panels_per_panel_labels_rows_and_linear():
     layers = np.arange(10)
-    panels = {"mu a": {"c": {"mean": _decay(0.5, layers), "std": None}},
-              "mu b": {"c": {"mean": _decay(0.1, layers), "std": None}},
-              "cos a": {"c": {"mean": _decay(0.9, layers, start=1e-2), "std": None}},
-              "cos b": {"c": {"mean": _decay(0.99, layers, start=1e-2), "std": None}}}
-    fig = P.plot_band_panels(layers, panels, ylabels={"mu a": "mu", "mu b": "mu"}, ylabel="1 - cos", sharey="row")
+    panels = {
+        "mu a": {"c": {"mean": _decay(0.5, layers), "std": None}},
+        "mu b": {"c": {"mean": _decay(0.1, layers), "std": None}},
+        "cos a": {"c": {"mean": _decay(0.9, layers, start=1e-2), "std": None}},
+        "cos b": {"c": {"mean": _decay(0.99, layers, start=1e-2), "std": None}},
+    }
+    fig = P.plot_band_panels(
+        layers, panels, ylabels={"mu a": "mu", "mu b": "mu"}, ylabel="1 - cos", sharey="row"
+    )
     ax_a, ax_b, ax_c, ax_d = _data_axes(fig)
     assert [a.get_ylabel() for a in (ax_a, ax_b, ax_c, ax_d)] == ["mu", "mu", "1 - cos", "1 - cos"]
     assert ax_a.get_ylim() == ax_b.get_ylim() and ax_c.get_ylim() == ax_d.get_ylim()  # shared per row
     assert ax_a.get_ylim() != ax_c.get_ylim()  # but not across rows (other quantity)
 
-    panels = {"mu": {"c": {"mean": _decay(0.1, layers), "std": None}},  # reaches 1e-8 < the float32 floor
-              "rank": {"c": {"mean": np.linspace(8, 1, 10), "std": None}}}
-    fig = P.plot_band_panels(layers, panels, ylabels={"rank": "numerical rank"}, sharey=False,
-                             linear_y=("rank",), dtype="float32")
+    panels = {
+        "mu": {"c": {"mean": _decay(0.1, layers), "std": None}},  # reaches 1e-8 < the float32 floor
+        "rank": {"c": {"mean": np.linspace(8, 1, 10), "std": None}},
+    }
+    fig = P.plot_band_panels(
+        layers, panels, ylabels={"rank": "numerical rank"}, sharey=False, linear_y=("rank",), dtype="float32"
+    )
     ax_mu, ax_rank = _data_axes(fig)
     assert ax_rank.get_yscale() == "linear" and _bands(ax_rank) == []  # bounded quantity: no log, no band
     assert ax_rank.get_ylabel() == "numerical rank" and ax_mu.get_ylabel().startswith("mu")
@@ -129,8 +143,9 @@ def test_band_panels_per_panel_labels_rows_and_linear():
 
 def test_metric_band_default_semilog_and_floor():
     layers = np.arange(30)
-    ax = P.plot_metric_band(layers, _decay(0.3, layers, floor=1e-5), np.full(30, 1e-6), ylabel="mu",
-                            dtype=np.float32)
+    ax = P.plot_metric_band(
+        layers, _decay(0.3, layers, floor=1e-5), np.full(30, 1e-6), ylabel="mu", dtype=np.float32
+    )
     assert ax.get_xscale() == "linear" and ax.get_yscale() == "log" and ax.get_ylabel() == "mu"
     assert _bands(ax)[0][1] == pytest.approx(10 * EPS32 * 10.0, rel=1e-6)
     ax = P.plot_metric_band(layers, _decay(0.3, layers), loglog=True)
@@ -172,7 +187,9 @@ def test_rate_vs_dqk_log_decay():
     assert ax.get_yscale() == "log" and ax.get_ylabel()
     np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), 1 - rates["complete"])
     leg = ax.get_legend()
-    assert leg is not None and leg.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1  # right of the axes
+    assert (
+        leg is not None and leg.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1
+    )  # right of the axes
 
 
 def _sweep_ds():
@@ -187,9 +204,12 @@ def _sweep_ds():
     rate = np.array([[0.3, 0.3], [0.95, 1.01]])
     ranks = np.array([[[1, 1, 1], [1, 1, 2]], [[4, 4, 3], [4, 4, 4]]], float)
     return xr.Dataset(
-        {"mu": (("mask", "dqk", "layer", "stat"), mu), "mu_rate": (("mask", "dqk"), rate),
-         "radius": (("mask", "dqk"), np.array([[1.0, 1.0], [7.0, 7.0]])),
-         "final_num_rank": (("mask", "dqk", "sample"), ranks)},
+        {
+            "mu": (("mask", "dqk", "layer", "stat"), mu),
+            "mu_rate": (("mask", "dqk"), rate),
+            "radius": (("mask", "dqk"), np.array([[1.0, 1.0], [7.0, 7.0]])),
+            "final_num_rank": (("mask", "dqk", "sample"), ranks),
+        },
         coords={"mask": masks, "dqk": dqks, "layer": layers, "stat": ["mean", "std"]},
         attrs={"name": "t", "dtype": "float32"},
     )
@@ -203,7 +223,10 @@ def test_sweep_mu_rules():
         assert ax.get_ylabel() and ax.get_yscale() == "log" and ax.get_xscale() == "linear"
         assert len(_bands(ax)) == 1 and _bands(ax)[0][1] == pytest.approx(10 * EPS32 * 10.0, rel=1e-6)
     assert axes[0].get_ylim() == axes[1].get_ylim()
-    assert len(fig.legends) == 1 and {t.get_text() for t in fig.legends[0].get_texts()} == {"dqk=0.125", "dqk=8"}
+    assert len(fig.legends) == 1 and {t.get_text() for t in fig.legends[0].get_texts()} == {
+        "dqk=0.125",
+        "dqk=8",
+    }
 
 
 def test_sweep_rate_heatmap_of_one_minus_rate():
@@ -241,21 +264,43 @@ def _theory_inputs():
     angles = np.linspace(0, 355, 72)
     basins = {2.0: {"angles": angles, "outcome": (angles > 200).astype(int), "predicted_arc": (200.0, 270.0)}}
     th = np.linspace(0, 355, 8)
-    joints = {2.0: {"noncollapse": [rng.random((8, 8)) > 0.9], "theta1": th, "theta2": th, "horizons": [10, 100],
-                    "fraction": [0.2, 0.1], "ci": [(0.1, 0.3), (0.05, 0.2)]}}
-    eq = [{"k": [1, 2, 2], "stable_rank": [1.0, 1.5, 1.7], "n": 2, "w": 2.0, "bound_full_rank": 1.8,
-           "spectral_radius": [1.0, 1.2, 0.9]}]
+    joints = {
+        2.0: {
+            "noncollapse": [rng.random((8, 8)) > 0.9],
+            "theta1": th,
+            "theta2": th,
+            "horizons": [10, 100],
+            "fraction": [0.2, 0.1],
+            "ci": [(0.1, 0.3), (0.05, 0.2)],
+        }
+    }
+    eq = [
+        {
+            "k": [1, 2, 2],
+            "stable_rank": [1.0, 1.5, 1.7],
+            "n": 2,
+            "w": 2.0,
+            "bound_full_rank": 1.8,
+            "spectral_radius": [1.0, 1.2, 0.9],
+        }
+    ]
     frac = {"horizons": [10, 100], "fraction": [0.3, 0.2], "wilson95": [(0.2, 0.4), (0.1, 0.3)]}
-    pm = {"joint": {(2, 2, 2.0): {"random": frac, "token1_at_e_d": frac}}, "spec_joint": {(2, 2, 2.0): 0.06},
-          "lemma": {(2, 2.0): {"cond": {"noncollapse": 3, "samples": 10, "invariance_violated_any_step": 1}}}}
+    pm = {
+        "joint": {(2, 2, 2.0): {"random": frac, "token1_at_e_d": frac}},
+        "spec_joint": {(2, 2, 2.0): 0.06},
+        "lemma": {(2, 2.0): {"cond": {"noncollapse": 3, "samples": 10, "invariance_violated_any_step": 1}}},
+    }
     return states, example, basins, joints, eq, pm
 
 
 def test_theory_figures_label_every_panel_and_keep_legends_outside():
     states, example, basins, joints, eq, pm = _theory_inputs()
-    figs = [P.plot_counterexample_2d(states, states[None], example, title_w=2.0),
-            P.plot_counterexample_2d_basins(basins, joints, {2.0: 0.07}),
-            P.plot_equilibria_ranks(eq), P.plot_positive_measure(pm)]
+    figs = [
+        P.plot_counterexample_2d(states, states[None], example, title_w=2.0),
+        P.plot_counterexample_2d_basins(basins, joints, {2.0: 0.07}),
+        P.plot_equilibria_ranks(eq),
+        P.plot_positive_measure(pm),
+    ]
     for fig in figs:
         fig.canvas.draw()
         for ax in _data_axes(fig):
@@ -271,12 +316,18 @@ def test_simulate_table_flags_layers_at_the_floor():
 
     layers = np.arange(6)
     rel = np.array([1.0, 1e-2, 1e-5, 2e-6, 5e-7, 1e-7])  # float32 floor: 10 eps = 1.19e-6
-    summary = {c: {"mean": np.ones(6)} for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min")}
+    summary = {
+        c: {"mean": np.ones(6)}
+        for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min")
+    }
     summary["mu_rel"] = {"mean": rel}
     # The table reads the run's float dtype from the streamed summary's counts.
     traj = SimpleNamespace(layers=layers, summary=SimpleNamespace(count=np.ones(6, np.float32)))
     info = SimpleNamespace(strongly_connected=True, num_centers=1, radius=1)
-    result = {"flags": {"nonfinite": 0, "degenerate_ln": 0, "batch": 1}, "timing": {"compile_s": 0.0, "run_s": 0.0}}
+    result = {
+        "flags": {"nonfinite": 0, "degenerate_ln": 0, "batch": 1},
+        "timing": {"compile_s": 0.0, "run_s": 0.0},
+    }
     buf = io.StringIO()
     with redirect_stdout(buf):
         _print_table(traj, summary, info, result)

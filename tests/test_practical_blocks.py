@@ -42,8 +42,22 @@ def _np_norm(kind, x, gain=None, bias=None, eps=0.0):
     raise AssertionError(kind)
 
 
-def _np_layer(x, mask, wq, wk, wv, *, dqk, placement, norm, wo=None, mlp=None, skip=False,
-              from_normalized=True, fixed=None):
+def _np_layer(
+    x,
+    mask,
+    wq,
+    wk,
+    wv,
+    *,
+    dqk,
+    placement,
+    norm,
+    wo=None,
+    mlp=None,
+    skip=False,
+    from_normalized=True,
+    fixed=None,
+):
     """One layer from the formulas: heads, W_O, skip, post/pre norm, MLP (all optional)."""
     x_in = norm(x) if placement == "pre" else x
     x_att = x_in if from_normalized else x
@@ -101,8 +115,12 @@ def test_layer_matches_numpy_reference(name):
     mlp = None
     if switches.pop("mlp", False):
         f = 2 * d
-        mlp = (rng.standard_normal((d, f)) / np.sqrt(d), 0.1 * rng.standard_normal(f),
-               rng.standard_normal((f, d)) / np.sqrt(f), 0.1 * rng.standard_normal(d))
+        mlp = (
+            rng.standard_normal((d, f)) / np.sqrt(d),
+            0.1 * rng.standard_normal(f),
+            rng.standard_normal((f, d)) / np.sqrt(f),
+            0.1 * rng.standard_normal(d),
+        )
     fixed = None
     if switches.pop("fixed", False):
         fixed = np.where(mask, rng.uniform(0.5, 1.5, (n, n)), 0.0)
@@ -121,17 +139,33 @@ def test_layer_matches_numpy_reference(name):
     dqk = 1.7
 
     layer = rd.SelfAttentionLayer(
-        mask, jnp.asarray(wq), jnp.asarray(wk), jnp.asarray(wv), dqk=dqk, norm=norm,
+        mask,
+        jnp.asarray(wq),
+        jnp.asarray(wk),
+        jnp.asarray(wv),
+        dqk=dqk,
+        norm=norm,
         w_o=None if wo is None else jnp.asarray(wo),
         mlp=None if mlp is None else rd.MLPWeights(*map(jnp.asarray, mlp)),
-        fixed_attention=None if fixed is None else jnp.asarray(fixed), **switches,
+        fixed_attention=None if fixed is None else jnp.asarray(fixed),
+        **switches,
     )
     x = rng.standard_normal((n, d))
     got = np.asarray(layer(jnp.asarray(x))[0])
     want = _np_layer(
-        x, mask, wq, wk, wv, dqk=dqk, placement=switches.get("placement", "post"), norm=np_norm,
-        wo=wo, mlp=mlp, skip=switches.get("skip", False),
-        from_normalized=switches.get("attention_from_normalized", True), fixed=fixed,
+        x,
+        mask,
+        wq,
+        wk,
+        wv,
+        dqk=dqk,
+        placement=switches.get("placement", "post"),
+        norm=np_norm,
+        wo=wo,
+        mlp=mlp,
+        skip=switches.get("skip", False),
+        from_normalized=switches.get("attention_from_normalized", True),
+        fixed=fixed,
     )
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
@@ -152,9 +186,15 @@ def test_fixed_attention_ignores_query_key_weights():
     wv = rng.standard_normal((d, d))
     x = jnp.asarray(rng.standard_normal((n, d)))
     outs = [
-        np.asarray(rd.SelfAttentionLayer(mask, jnp.asarray(rng.standard_normal((d, d))),
-                                         jnp.asarray(rng.standard_normal((d, d))), jnp.asarray(wv),
-                                         fixed_attention=jnp.asarray(fixed))(x)[0])
+        np.asarray(
+            rd.SelfAttentionLayer(
+                mask,
+                jnp.asarray(rng.standard_normal((d, d))),
+                jnp.asarray(rng.standard_normal((d, d))),
+                jnp.asarray(wv),
+                fixed_attention=jnp.asarray(fixed),
+            )(x)[0]
+        )
         for _ in range(2)
     ]
     np.testing.assert_allclose(outs[0], outs[1], rtol=0, atol=0)

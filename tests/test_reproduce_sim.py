@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import rankdyn.experiments as ex
-from rankdyn.cli import main
 from rankdyn._rates import bound_rate, fit_rate_window, log10_bound_gap
+from rankdyn.cli import main
 from rankdyn.experiments._masktable import PAPER_MASKS
 
 
@@ -46,7 +46,9 @@ def test_masks_collapse_tiny(tmp_path):
     assert pm["window"]["radius"] == n // 2 and pm["window-uni"]["radius"] == n - 1
     assert pm["complete"]["mu_ratio"] < 1e-6
     # Theorem 1's bound with eps > 0 is a factor strictly inside (0, 1] and the fit obeys it for r = 1.
-    assert 0 < pm["complete"]["bound_rate"] < 1 and pm["complete"]["fitted_rate"] <= pm["complete"]["bound_rate"]
+    assert (
+        0 < pm["complete"]["bound_rate"] < 1 and pm["complete"]["fitted_rate"] <= pm["complete"]["bound_rate"]
+    )
     # The complete mask's bound is below 1, so its check is testable (and it passes).
     status = {c["name"]: c["status"] for c in res["checks"]}
     assert status["complete: fitted rate <= (1-eps^r)^(1/r)"] == "pass"
@@ -55,14 +57,18 @@ def test_masks_collapse_tiny(tmp_path):
 def test_temperature_tiny(tmp_path):
     from rankdyn.experiments import temperature as T
 
-    res = T.run(tmp_path, quick=True, seed=0, size={"n": 12, "d": 8, "batch": 4, "depth": 8, "weight_layers": 24})
+    res = T.run(
+        tmp_path, quick=True, seed=0, size={"n": 12, "d": 8, "batch": 4, "depth": 8, "weight_layers": 24}
+    )
     _check_contract(res, tmp_path, "temperature")
     early = res["measured"]["early_rate"]["complete"]
     assert len(early) == len(T.DQKS)
     # Sharper attention (d_QK = 1/64) must collapse more slowly than near-uniform attention (d_QK = 64).
     assert early[0] > early[-1]
-    assert np.all(np.asarray(res["measured"]["median_eps_layer0"]["complete"])[:-1] <= np.asarray(
-        res["measured"]["median_eps_layer0"]["complete"])[1:] + 1e-12), "eps grows with the temperature"
+    assert np.all(
+        np.asarray(res["measured"]["median_eps_layer0"]["complete"])[:-1]
+        <= np.asarray(res["measured"]["median_eps_layer0"]["complete"])[1:] + 1e-12
+    ), "eps grows with the temperature"
 
 
 def test_layernorm_orthogonal_tiny(tmp_path):
@@ -83,8 +89,9 @@ def test_layernorm_orthogonal_tiny(tmp_path):
 def test_depth_table_tiny(tmp_path):
     from rankdyn.experiments import depth_table as T
 
-    res = T.run(tmp_path, quick=True, seed=0,
-                size={"n": 8, "d": 16, "dk": 4, "dqk": 4.0, "batch": 2, "depth": 8})
+    res = T.run(
+        tmp_path, quick=True, seed=0, size={"n": 8, "d": 16, "dk": 4, "dqk": 4.0, "batch": 2, "depth": 8}
+    )
     _check_contract(res, tmp_path, "depth-table")
     stats = res["measured"]["stats"]
     assert res["setting"]["table_layers"] == (0, 2, 4, 6, 8)
@@ -101,8 +108,8 @@ def test_depth_table_tiny(tmp_path):
 
 
 def test_depth_table_pattern_checks_follow_the_rebuttal():
-    from rankdyn.experiments import depth_table as T
     from rankdyn.experiments import _verdict as V
+    from rankdyn.experiments import depth_table as T
 
     rebuttal = {"complete": 1e-3, "window": 0.3, "causal": 0.9, "window-uni": 1.1}
     assert V.verdict(T.pattern_checks(rebuttal, "m")) == "reproduced"
@@ -175,14 +182,22 @@ def _fake_modules(monkeypatch):
         seen_caches.append(cache)
         (Path(out) / "fake.png").write_bytes(b"\x89PNG fake")
         value = 0.25 + seed
-        return {"name": "fake", "claim": good.CLAIM, "setting": {"n": 3, "seed": seed, "quick": quick},
-                "measured": {"value": value, "curve": list(np.linspace(0, 1, 20))},
-                "verdict": "reproduced" if value < 1 else "not reproduced", "criterion": "value < 1",
-                "checks": [{"name": "value < 1", "status": "pass", "detail": "0.25"},
-                           {"name": "bound", "status": "not testable here", "detail": "bound is 1"}],
-                "key_numbers": {"value": 0.123456},
-                "figures": ["fake.png", "never_written.png"], "notes": "a note",
-                "markdown": "| a | b |\n|---|---|\n| 1 | 2 |"}
+        return {
+            "name": "fake",
+            "claim": good.CLAIM,
+            "setting": {"n": 3, "seed": seed, "quick": quick},
+            "measured": {"value": value, "curve": list(np.linspace(0, 1, 20))},
+            "verdict": "reproduced" if value < 1 else "not reproduced",
+            "criterion": "value < 1",
+            "checks": [
+                {"name": "value < 1", "status": "pass", "detail": "0.25"},
+                {"name": "bound", "status": "not testable here", "detail": "bound is 1"},
+            ],
+            "key_numbers": {"value": 0.123456},
+            "figures": ["fake.png", "never_written.png"],
+            "notes": "a note",
+            "markdown": "| a | b |\n|---|---|\n| 1 | 2 |",
+        }
 
     good.run = run
     good.seen_caches = seen_caches
@@ -214,18 +229,33 @@ def test_run_targets_writes_short_report_and_listings(tmp_path, monkeypatch):
     assert data["verdict"] == "reproduced" and "provenance" in data and data["runtime_s"] >= 0
     assert json.loads((tmp_path / "broken.json").read_text())["verdict"] == "error"
     rep = (tmp_path / "report.md").read_text()
-    for piece in ("| target | verdict |", "| [fake](#fake) | reproduced | 1 / 1 / 2 |", "Fake claim (Theorem 0).",
-                  "value 0.123", "bound: not testable here", "](report/fake.md)", "![fake: main figure](fake.png)"):
+    for piece in (
+        "| target | verdict |",
+        "| [fake](#fake) | reproduced | 1 / 1 / 2 |",
+        "Fake claim (Theorem 0).",
+        "value 0.123",
+        "bound: not testable here",
+        "](report/fake.md)",
+        "![fake: main figure](fake.png)",
+    ):
         assert piece in rep, piece
     assert "0.123456" not in rep  # key numbers to 3 significant digits
     full = (tmp_path / "report" / "fake.md").read_text()
-    for piece in ("`n`: 3", "`value`: 0.25", "Criterion: value < 1", "**Notes.** a note", "| a | b |", "(20 values)",
-                  "never_written.png was not written"):
+    for piece in (
+        "`n`: 3",
+        "`value`: 0.25",
+        "Criterion: value < 1",
+        "**Notes.** a note",
+        "| a | b |",
+        "(20 values)",
+        "never_written.png was not written",
+    ):
         assert piece in full, piece
     assert "RuntimeError: boom" in (tmp_path / "report" / "broken.md").read_text()
     # Every figure referenced from the report exists; the missing one is named, not linked.
-    links = _image_links(tmp_path / "report.md") + [p for md in (tmp_path / "report").glob("*.md")
-                                                    for p in _image_links(md)]
+    links = _image_links(tmp_path / "report.md") + [
+        p for md in (tmp_path / "report").glob("*.md") for p in _image_links(md)
+    ]
     assert links and all(p.is_file() for p in links), links
     assert len(rep.splitlines()) <= 200
 
@@ -233,9 +263,17 @@ def test_run_targets_writes_short_report_and_listings(tmp_path, monkeypatch):
 def test_report_refuses_more_than_200_lines(tmp_path):
     from rankdyn.experiments._report import write_report
 
-    many = {f"t{i}": {"name": f"t{i}", "claim": "c", "verdict": "partially", "figures": [],
-                      "checks": [{"name": "x", "status": "pass", "detail": ""}], "key_numbers": {"a": 1.0}}
-            for i in range(40)}
+    many = {
+        f"t{i}": {
+            "name": f"t{i}",
+            "claim": "c",
+            "verdict": "partially",
+            "figures": [],
+            "checks": [{"name": "x", "status": "pass", "detail": ""}],
+            "key_numbers": {"a": 1.0},
+        }
+        for i in range(40)
+    }
     with pytest.raises(ValueError, match="limit 200"):
         write_report(tmp_path, many, runtime_s=0.0, quick=True, seed=0)
 
@@ -243,8 +281,13 @@ def test_report_refuses_more_than_200_lines(tmp_path):
 def test_resolve_targets_order_and_errors():
     assert ex.resolve_targets([]) == list(ex.TARGETS)
     assert ex.resolve_targets(["geometry", "masks-collapse"]) == ["masks-collapse", "geometry"]
-    assert list(ex.TARGETS)[:5] == ["masks-collapse", "temperature", "layernorm-orthogonal", "depth-table",
-                                    "counterexample-2d"]
+    assert list(ex.TARGETS)[:5] == [
+        "masks-collapse",
+        "temperature",
+        "layernorm-orthogonal",
+        "depth-table",
+        "counterexample-2d",
+    ]
     with pytest.raises(ValueError, match="valid targets: all, masks-collapse"):
         ex.resolve_targets(["masks-colapse"])
     for mix in (["all", "foo"], ["all", "geometry"], ["foo", "all"]):

@@ -10,7 +10,6 @@ import json
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 import pytest
 
@@ -38,7 +37,9 @@ def test_streamed_stats_equal_numpy_over_per_trajectory_values_for_any_chunking(
     # earlier): the trajectories started 1e100 times larger become non-finite within the run, the
     # others stay finite; both kinds meet in every chunking.
     n, d, T, B = 4, 3, 12, 11
-    layer = rd.make_layer(getkey(), n=n, d=d, mask="causal", placement="none", value="orthogonal", qk="gaussian")
+    layer = rd.make_layer(
+        getkey(), n=n, d=d, mask="causal", placement="none", value="orthogonal", qk="gaussian"
+    )
     layer = eqx.tree_at(lambda l: l.weights.w_v, layer, 1e10 * layer.weights.w_v)
     scale = jnp.where(jnp.arange(B) % 3 == 1, 1e100, 1.0)[:, None, None]
     x0 = scale * rd.initial_tokens(getkey(), "sphere", n, d, batch=B)
@@ -103,8 +104,21 @@ def test_streamed_program_holds_no_batch_by_layers_array(getkey):
 
     def shapes(per_trajectory):
         jaxpr = jax.make_jaxpr(
-            lambda s, l: _scan._first(l, obs, s, None, jnp.asarray(0), jnp.asarray(batch), chunk, blocks, 1,
-                                      per_trajectory, False, True, None)
+            lambda s, l: _scan._first(
+                l,
+                obs,
+                s,
+                None,
+                jnp.asarray(0),
+                jnp.asarray(batch),
+                chunk,
+                blocks,
+                1,
+                per_trajectory,
+                False,
+                True,
+                None,
+            )
         )(sampler, layer)
         return set(_shapes(jaxpr.jaxpr))
 
@@ -125,8 +139,12 @@ def test_metric_subset_skips_svd_and_equals_full_run(getkey):
     part = rd.simulate(layer, x0, 4, metrics="mu,eps_min,num_rank")
     assert set(part.summary.mean) == {"mu", "eps_min", "num_rank"}
     for k in part.summary.mean:
-        np.testing.assert_allclose(np.asarray(part.summary.mean[k]), np.asarray(full.summary.mean[k]), rtol=1e-12)
-        np.testing.assert_allclose(np.asarray(part.summary.std[k]), np.asarray(full.summary.std[k]), rtol=1e-10)
+        np.testing.assert_allclose(
+            np.asarray(part.summary.mean[k]), np.asarray(full.summary.mean[k]), rtol=1e-12
+        )
+        np.testing.assert_allclose(
+            np.asarray(part.summary.std[k]), np.asarray(full.summary.std[k]), rtol=1e-10
+        )
     # A sampler draws exactly the tokens of initial_tokens, chunk by chunk.
     arr = rd.initial_tokens(x0.key, "gaussian", 5, 4, batch=6)
     np.testing.assert_array_equal(np.asarray(x0.sample(jnp.arange(2, 5))), np.asarray(arr[2:5]))
@@ -139,7 +157,10 @@ def test_metric_subset_skips_svd_and_equals_full_run(getkey):
 def test_cli_metrics_per_trajectory_and_memory_refusal(tmp_path, capsys):
     out = tmp_path / "a"
     base = ["simulate", "--n", "4", "--d", "3", "--layers", "4", "--batch", "5", "--no-progress", "--x64"]
-    assert cli_main(base + ["--metrics", "mu,min_cos", "--per-trajectory", "--chunk", "2", "--out", str(out)]) == 0
+    assert (
+        cli_main(base + ["--metrics", "mu,min_cos", "--per-trajectory", "--chunk", "2", "--out", str(out)])
+        == 0
+    )
     data = json.loads((out / "metrics.json").read_text())
     assert set(data["metrics"]) == {"mu", "min_cos"}
     per = np.load(out / "per_trajectory.npz")

@@ -68,8 +68,12 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_sharded_simulate_equals_single_device():
     # NPROC: XLA pool of 2 threads per device, as rankdyn.use_cpu_devices sets (which refuses 4 on 2 cores).
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu", NPROC="8")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu", NPROC="8"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["num_devices"] == 4

@@ -84,8 +84,9 @@ def test_zero_rank_one_and_shapes(method):
     # Single row / single column: sigma = the Euclidean norm.
     row = RNG.standard_normal((3, 1, 6))
     np.testing.assert_allclose(_svals(row, method)[:, 0], np.linalg.norm(row[:, 0], axis=-1), rtol=1e-14)
-    np.testing.assert_allclose(_svals(np.swapaxes(row, 1, 2), method)[:, 0],
-                               np.linalg.norm(row[:, 0], axis=-1), rtol=1e-14)
+    np.testing.assert_allclose(
+        _svals(np.swapaxes(row, 1, 2), method)[:, 0], np.linalg.norm(row[:, 0], axis=-1), rtol=1e-14
+    )
 
 
 @pytest.mark.slow
@@ -121,8 +122,12 @@ def test_collapse_metrics_against_numpy_and_under_jit_vmap():
     p = s / s.sum()
     nz = p > 0
     expect = {
-        "sigma_max": 2.0, "sigma_min": 0.0, "sigma_ratio": 0.5, "num_rank": 4.0,
-        "stable_rank": np.sum(s**2) / 4.0, "eff_rank": np.exp(-np.sum(p[nz] * np.log(p[nz]))),
+        "sigma_max": 2.0,
+        "sigma_min": 0.0,
+        "sigma_ratio": 0.5,
+        "num_rank": 4.0,
+        "stable_rank": np.sum(s**2) / 4.0,
+        "eff_rank": np.exp(-np.sum(p[nz] * np.log(p[nz]))),
     }
     for name, value in expect.items():
         np.testing.assert_allclose(np.asarray(m[name]), value, rtol=1e-12, atol=1e-13, err_msg=name)
@@ -141,13 +146,23 @@ def test_ratios_defined_when_token_norms_underflow():
     for name in rd.metrics.METRIC_NAMES:
         assert np.all(np.isfinite(np.asarray(tiny[name]))), name
         scale = 1e-20 if name in ("mu", "row_norm_mean", "row_norm_min", "sigma_max", "sigma_min") else 1.0
-        np.testing.assert_allclose(np.asarray(tiny[name]) / scale, np.asarray(ref[name]), rtol=2e-5, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(tiny[name]) / scale, np.asarray(ref[name]), rtol=2e-5, atol=1e-6, err_msg=name
+        )
     d = jax.jit(jax.vmap(direction_metrics))(x * jnp.float32(1e-20))
     np.testing.assert_allclose(np.asarray(d["min_cos"]), np.asarray(ref["min_cos"]), rtol=1e-5)
 
 
 def test_zero_matrix_metrics_are_defined():
     m = jax.jit(collapse_metrics)(jnp.zeros((4, 5)), 1e-6)
-    for name in ("sigma_max", "sigma_min", "sigma_ratio", "stable_rank", "num_rank", "eff_rank", "mu", "mu_rel"):
+    for name in (
+        "sigma_max",
+        "sigma_min",
+        "sigma_ratio",
+        "stable_rank",
+        "num_rank",
+        "eff_rank",
+        "mu",
+        "mu_rel",
+    ):
         assert float(m[name]) == 0.0, name

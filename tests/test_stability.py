@@ -5,7 +5,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import rankdyn as rd
 
@@ -90,7 +89,10 @@ def test_causal_jacobian_block_lower_triangular(getkey):
     n, d = 5, 4
     layer = _bert_layer(getkey(), n, d, "causal")
     x = _sphere(getkey(), n, d)
-    for jac, m in [(rd.equilibria.tangent_jacobian(layer, x), d - 1), (rd.equilibria.layer_jacobian(layer, x), d)]:
+    for jac, m in [
+        (rd.equilibria.tangent_jacobian(layer, x), d - 1),
+        (rd.equilibria.layer_jacobian(layer, x), d),
+    ]:
         blocks = np.abs(np.asarray(jac)).reshape(n, m, n, m).max(axis=(1, 3))
         assert np.all(blocks[np.triu_indices(n, 1)] == 0.0)
         assert np.all(blocks[np.tril_indices(n)] > 1e-6)
@@ -108,7 +110,9 @@ def test_unnormalised_map_full_space():
     np.testing.assert_allclose(jac, np.kron(a, np.asarray(wv).T), atol=1e-15)
     rep = rd.stability(layer, x)
     assert rep.space == "full"
-    np.testing.assert_allclose(np.sort(rep.moduli), np.sort(np.repeat(1 / np.arange(1, n + 1), d)), atol=1e-10)
+    np.testing.assert_allclose(
+        np.sort(rep.moduli), np.sort(np.repeat(1 / np.arange(1, n + 1), d)), atol=1e-10
+    )
 
 
 def test_paper_equilibria_stability_n4():
@@ -189,7 +193,9 @@ def test_stability_plots():
     drawn = sum(len(c.get_offsets()) for c in ax.collections)
     assert drawn == sum(len(r.moduli) for reps in reports.values() for r in reps)
     ex = rd.theory.example_2d(2.0)
-    states = rd.simulate(rd.theory.uniform_causal_layer(2, 2, ex["W_V"]), ex["X_B"] + 0.1, 10, save_states=True).states
+    states = rd.simulate(
+        rd.theory.uniform_causal_layer(2, 2, ex["W_V"]), ex["X_B"] + 0.1, 10, save_states=True
+    ).states
     ax2 = rp.plot_circle_trajectories(states, points={"B": tuple(np.asarray(ex["B"]))})
     assert len(ax2.lines) == 1 + 2 * 3 + 1  # circle, (path, start, end) per token, one point
     res = {"fractions": {"1": 0.9, "2": 0.1}, "ci95": {"1": [0.85, 0.94], "2": [0.06, 0.15]}}

@@ -13,10 +13,11 @@ import jax.random as jr
 import numpy as np
 import pytest
 import xarray as xr
+from helpers import ulp_distance
 
 import rankdyn as rd
-from rankdyn.sweep import NETCDF_ENGINE, _program
 from rankdyn.cli import main as cli_main
+from rankdyn.sweep import NETCDF_ENGINE, _program
 
 TINY = """
 name = "tiny"
@@ -51,19 +52,30 @@ def _cfg(text=TINY, **replace):
         (("seed = [0, 1]", "seed = [0, 1]\nfoo = [1, 2]"), "unknown axis 'foo'"),
         (("seed = [0, 1]", "seed = []"), "[axes] seed: empty axis"),
         (("dqk = [0.25,", "dqk = [0.0,"), "[axes] dqk = 0.0: must be > 0"),
-        (('mask = "causal"', 'mask = "window"\nwindow = 5'), "[fixed] window = 5 is not smaller than [fixed] n = 5"),
+        (
+            ('mask = "causal"', 'mask = "window"\nwindow = 5'),
+            "[fixed] window = 5 is not smaller than [fixed] n = 5",
+        ),
         (("seed = [0, 1]", 'seed = [0, 1]\nmask = ["window", "diagonal"]'), "unknown value 'diagonal'"),
         (('mask = "causal"', 'mask = "causal"\nvalue = "jordan"\njordan_k = 9'), "[fixed] jordan_k = 9"),
         (("n = 5", "n = 5\nbatchsize = 3"), "unknown parameter 'batchsize' in [fixed]"),
         (("n = 5", "n = [5, 6]"), "[fixed] n: a fixed parameter is one value"),
         (('final = ["mu", "num_rank"]', 'final = ["rank"]'), "[observe] final: unknown metric 'rank'"),
         (("layers = 6", "layers = 5"), "[fixed] layers = 5 is not a multiple of [fixed] save_every = 2"),
-        (("[observe]\n", "[observe]\nrate_start = 6\n"), "[observe] rate_start = 6 is not below [fixed] layers = 6"),
+        (
+            ("[observe]\n", "[observe]\nrate_start = 6\n"),
+            "[observe] rate_start = 6 is not below [fixed] layers = 6",
+        ),
         (("[observe]\n", "[observe]\nrate_start = 2\nrate_stop = 2\n"), "rate_stop = 2 must be larger than"),
-        (('per_layer = ["mu", "mu_normalized", "min_cos"]', 'metrics = "mu,foo"'),
-         "[observe] metrics: unknown metric 'foo'; valid names: all, mu,"),
+        (
+            ('per_layer = ["mu", "mu_normalized", "min_cos"]', 'metrics = "mu,foo"'),
+            "[observe] metrics: unknown metric 'foo'; valid names: all, mu,",
+        ),
         (("[observe]\n", '[observe]\nmetrics = "mu"\n'), "has both per_layer and metrics"),
-        (("n = 5", "n = 5\nattn_dropout = 1.0"), "[fixed] attn_dropout = 1.0: a dropout rate must be in [0, 1)"),
+        (
+            ("n = 5", "n = 5\nattn_dropout = 1.0"),
+            "[fixed] attn_dropout = 1.0: a dropout rate must be in [0, 1)",
+        ),
     ],
 )
 def test_validation_names_key_and_value(edit, message):
@@ -74,9 +86,16 @@ def test_validation_names_key_and_value(edit, message):
 
 def test_window_axis_wider_than_n_and_jordan_larger_than_d():
     with pytest.raises(ValueError, match=r"\[axes\] window = 7 is not smaller than \[axes\] n = 6"):
-        _cfg(**{"seed = [0, 1]": 'seed = [0, 1]\nwindow = [1, 7]\nn = [6, 8]', 'mask = "causal"': 'mask = "window"',
-                "n = 5\n": ""})
-    with pytest.raises(ValueError, match=r"\[axes\] jordan_k = 5: a Jordan block larger than \[fixed\] d = 4"):
+        _cfg(
+            **{
+                "seed = [0, 1]": "seed = [0, 1]\nwindow = [1, 7]\nn = [6, 8]",
+                'mask = "causal"': 'mask = "window"',
+                "n = 5\n": "",
+            }
+        )
+    with pytest.raises(
+        ValueError, match=r"\[axes\] jordan_k = 5: a Jordan block larger than \[fixed\] d = 4"
+    ):
         _cfg(**{"seed = [0, 1]": "seed = [0, 1]\njordan_k = [2, 5]", 'mask = "causal"': 'value = "jordan"'})
 
 
@@ -114,13 +133,23 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
         k_layer, k_x0, _ = jr.split(jr.PRNGKey(seed), 3)
         layer = rd.make_layer(k_layer, n=5, d=4, mask="causal", dqk=dqk)
         x0 = rd.initial_tokens(k_x0, "sphere", 5, 4, batch=4)
-        traj = rd.simulate(layer, x0, 6, save_every=2, observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
-                           per_trajectory=True)
+        traj = rd.simulate(
+            layer,
+            x0,
+            6,
+            save_every=2,
+            observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
+            per_trajectory=True,
+        )
         ref = traj.summary.to_dict()
         cell = ds.sel(dqk=dqk, seed=seed)
         for name in ("mu", "min_cos", "eps_min"):
-            np.testing.assert_allclose(cell[name].sel(stat="mean").values, ref[name]["mean"], rtol=1e-10, atol=1e-14)
-            np.testing.assert_allclose(cell[name].sel(stat="std").values, ref[name]["std"], rtol=1e-8, atol=1e-14)
+            np.testing.assert_allclose(
+                cell[name].sel(stat="mean").values, ref[name]["mean"], rtol=1e-10, atol=1e-14
+            )
+            np.testing.assert_allclose(
+                cell[name].sel(stat="std").values, ref[name]["std"], rtol=1e-8, atol=1e-14
+            )
         np.testing.assert_allclose(cell["final_mu"].values, np.asarray(traj.metrics["mu"])[:, -1], rtol=1e-10)
         assert float(cell["radius"]) == 1.0  # causal mask: token 0 is the center, r = 1
 
@@ -142,13 +171,29 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     cfg = rd.load_sweep_config(config)
     assert len(rd.sweep.sweep_plan(cfg).chunks) == 10
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "rankdyn.cli", "sweep", str(config), "--out", str(out), "--x64", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rankdyn.cli",
+        "sweep",
+        str(config),
+        "--out",
+        str(out),
+        "--x64",
+        "--no-progress",
+    ]
     # A pause after each chunk (the store's hook, patched in the child) makes "after the first
     # chunk, before the last" a wide window.
-    paused = [sys.executable, "-c", "import sys, time; from rankdyn.sweep import _store; "
-              "_store._chunk_written = lambda i: time.sleep(1.0); from rankdyn.cli import main; "
-              "sys.exit(main(sys.argv[1:]))"] + cmd[3:]
-    proc = subprocess.Popen(paused + ["--no-plots", "--devices", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    paused = [
+        sys.executable,
+        "-c",
+        "import sys, time; from rankdyn.sweep import _store; "
+        "_store._chunk_written = lambda i: time.sleep(1.0); from rankdyn.cli import main; "
+        "sys.exit(main(sys.argv[1:]))",
+    ] + cmd[3:]
+    proc = subprocess.Popen(
+        paused + ["--no-plots", "--devices", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 120
     while not _chunks(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -160,22 +205,34 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
 
     # Resume on two (virtual CPU) devices: the samples are sharded, the numbers must not change.
     two = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    res = subprocess.run(cmd + ["--resume", "--devices", "2"], capture_output=True, text=True, timeout=300, env=two)
+    res = subprocess.run(
+        cmd + ["--resume", "--devices", "2"], capture_output=True, text=True, timeout=300, env=two
+    )
     assert res.returncode == 0, res.stderr
     assert f"computed {10 - len(done)} chunk(s)" in res.stdout  # only the missing ones
     assert all((out / "chunks" / name).stat().st_mtime_ns == t for name, t in done.items())
     for png in ("mu_curves.png", "rate_heatmap.png", "final_rank.png"):
         assert (out / png).stat().st_size > 0
 
-    full = rd.run_sweep(cfg, tmp_path / "full", progress=False)  # uninterrupted, same seeds (float64 here too)
+    full = rd.run_sweep(
+        cfg, tmp_path / "full", progress=False
+    )  # uninterrupted, same seeds (float64 here too)
     resumed = xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE).load()
-    diff = {k: float(np.nanmax(np.abs(resumed[k].values - full[k].values))) for k in ("mu", "eps_min", "final_mu")}
-    assert diff == {"mu": 0.0, "eps_min": 0.0, "final_mu": 0.0}, diff
-    xr.testing.assert_equal(resumed, full)  # exact equality of every value and coordinate
+    # The device/chunk contract: at most 4 ulps apart in each metric (a sharded batch may be
+    # vectorised with another summation order), identical coordinates.
+    names = [k for k in full.data_vars if np.issubdtype(full[k].dtype, np.floating)]
+    ulps = {k: ulp_distance(resumed[k].values, full[k].values) for k in names}
+    assert set(names) >= {"mu", "eps_min", "final_mu"} and max(ulps.values()) <= 4, ulps
+    for k in full.data_vars:
+        if k not in names:
+            xr.testing.assert_equal(resumed[k], full[k])
+    xr.testing.assert_equal(resumed.coords.to_dataset(), full.coords.to_dataset())
     assert resumed.attrs["config"] == full.attrs["config"] == config.read_text()
     assert resumed.attrs["config_hash"] == full.attrs["config_hash"]
     per_chunk = json.loads(resumed.attrs["devices_per_chunk"])
-    assert per_chunk.count(1) == len(done) and per_chunk.count(2) == 10 - len(done)  # resumed chunks were sharded
+    assert per_chunk.count(1) == len(done) and per_chunk.count(2) == 10 - len(
+        done
+    )  # resumed chunks were sharded
 
 
 def test_changed_config_is_refused(tmp_path):
@@ -199,15 +256,30 @@ def test_changed_config_is_refused(tmp_path):
 
 def test_cell_count_announced_and_large_grids_refused(tmp_path, capsys):
     seen = []
-    with pytest.raises(ValueError, match=r"the grid has 10 cells \(dqk:5 x seed:2\), above the limit of 9; .*--max-cells 10"):
+    with pytest.raises(
+        ValueError, match=r"the grid has 10 cells \(dqk:5 x seed:2\), above the limit of 9; .*--max-cells 10"
+    ):
         rd.load_sweep_config(TINY, max_cells=9, announce=seen.append)
     assert seen == [10]
     big = tmp_path / "big.toml"  # 10^8 cells: refused at once, before any per-cell check
-    big.write_text(TINY.replace("seed = [0, 1]", "seed = [" + ", ".join(map(str, range(10**4))) + "]\n"
-                                "mask_seed = [" + ", ".join(map(str, range(2 * 10**3))) + "]"))
+    big.write_text(
+        TINY.replace(
+            "seed = [0, 1]",
+            "seed = [" + ", ".join(map(str, range(10**4))) + "]\n"
+            "mask_seed = [" + ", ".join(map(str, range(2 * 10**3))) + "]",
+        )
+    )
     t0 = time.monotonic()
     assert cli_main(["sweep", str(big), "--out", str(tmp_path / "o")]) == 2
     assert time.monotonic() - t0 < 10
     io = capsys.readouterr()
     assert "100000000 cells" in io.out and "--max-cells 100000000" in io.err
     assert not (tmp_path / "o").exists()
+
+
+def test_ulp_distance_counts_units_in_the_last_place():
+    one = np.float64(1.0)
+    assert ulp_distance([one], [np.nextafter(np.nextafter(one, 2), 2)]) == 2.0
+    assert ulp_distance([0.1, np.nan], [0.1, np.nan]) == 0.0
+    assert ulp_distance([0.1], [np.nan]) == np.inf  # NaN must match NaN
+    assert ulp_distance([1e-17], [2e-17]) > 4  # a relative error of 1 is far from 4 ulps

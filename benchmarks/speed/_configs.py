@@ -47,8 +47,15 @@ def build(cfg, seed: int = 0):
 
     k1, k2 = jr.split(jr.PRNGKey(seed))
     layer = rd.make_layer(
-        k1, n=cfg["n"], d=cfg["d"], mask=cfg["mask"], placement="post", value="orthogonal", qk="bert",
-        num_layers=cfg["layers"] if cfg["per_layer"] else None, dtype=jnp.float32,
+        k1,
+        n=cfg["n"],
+        d=cfg["d"],
+        mask=cfg["mask"],
+        placement="post",
+        value="orthogonal",
+        qk="bert",
+        num_layers=cfg["layers"] if cfg["per_layer"] else None,
+        dtype=jnp.float32,
     )
     x0 = rd.initial_tokens(k2, "sphere", cfg["n"], cfg["d"], batch=cfg["batch"], dtype=jnp.float32)
     return layer, x0

@@ -40,11 +40,23 @@ def child(name: str, devices: str, metrics: str, quick: bool) -> None:
         run(x0[:warm])
     with CompileTimer() as c2, Clock() as c:
         tr = run(x0)
-    print(json.dumps({
-        "devices": len(jax.devices()), "nproc_env": os.environ.get("NPROC"), "wall_s": c.wall, "cpu_s": c.cpu,
-        "cores_busy": c.cpu / c.wall, "compile_s": ct.compile_s, "warmup_batch": warm, "warmup_wall_s": cw.wall,
-        "compiles_timed_call": c2.compiles, "compile_s_timed_call": c2.compile_s, "mu_mean_last": float(tr.summary.mean["mu"][-1]),
-    }))
+    print(
+        json.dumps(
+            {
+                "devices": len(jax.devices()),
+                "nproc_env": os.environ.get("NPROC"),
+                "wall_s": c.wall,
+                "cpu_s": c.cpu,
+                "cores_busy": c.cpu / c.wall,
+                "compile_s": ct.compile_s,
+                "warmup_batch": warm,
+                "warmup_wall_s": cw.wall,
+                "compiles_timed_call": c2.compiles,
+                "compile_s_timed_call": c2.compile_s,
+                "mu_mean_last": float(tr.summary.mean["mu"][-1]),
+            }
+        )
+    )
 
 
 def run_child(script: str, name: str, devices: str, metrics: str, quick: bool, timeout_s: float) -> dict:

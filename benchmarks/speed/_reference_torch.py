@@ -19,8 +19,14 @@ def torch_inputs(torch, dev, layer, x0):
     w = layer.weights
     conv = lambda a: torch.from_numpy(np.array(a, dtype=np.float32)).to(dev)  # noqa: E731
     mask = torch.from_numpy(np.array(layer.mask)).to(dev)
-    return conv(x0), conv(w.w_q[..., 0, :, :]), conv(w.w_k[..., 0, :, :]), conv(w.w_v[..., 0, :, :]), mask, float(
-        layer.dqk)
+    return (
+        conv(x0),
+        conv(w.w_q[..., 0, :, :]),
+        conv(w.w_k[..., 0, :, :]),
+        conv(w.w_v[..., 0, :, :]),
+        mask,
+        float(layer.dqk),
+    )
 
 
 def _metrics(torch, x, which: str, rank_tol: float) -> dict:
@@ -44,7 +50,8 @@ def _metrics(torch, x, which: str, rank_tol: float) -> dict:
         "row_norm_mean": nrm.mean(1),
         "row_norm_min": nrm.amin(1),
         "min_cos": cos.flatten(1).amin(1),
-        "mean_abs_cos": (cos.abs().sum((1, 2)) - cos.diagonal(dim1=1, dim2=2).abs().sum(1)) / max(n * (n - 1), 1),
+        "mean_abs_cos": (cos.abs().sum((1, 2)) - cos.diagonal(dim1=1, dim2=2).abs().sum(1))
+        / max(n * (n - 1), 1),
         "sigma_max": s[:, 0],
         "sigma_min": s[:, -1],
         "sigma_ratio": s[:, 1] / s0,
@@ -77,8 +84,10 @@ def torch_simulate(torch, x0, wq, wk, wv, mask, dqk, num_layers, per_layer, whic
         per = {k: torch.stack(v, dim=1) for k, v in keep.items()}
         if eps:
             per["eps_min"] = torch.stack([eps[0]] + eps, dim=1)
-        stats = {k: {"mean": v.mean(0), "std": v.std(0, unbiased=False), "min": v.amin(0), "max": v.amax(0)}
-                 for k, v in per.items()}
+        stats = {
+            k: {"mean": v.mean(0), "std": v.std(0, unbiased=False), "min": v.amin(0), "max": v.amax(0)}
+            for k, v in per.items()
+        }
     return per, stats
 
 

@@ -16,8 +16,15 @@ from pathlib import Path
 
 from .._config import ModelConfig, Names, check_seed
 
-__all__ = ["HelpFormatter", "model_config", "check_positive", "check_nonnegative", "check_seed_flag",
-           "check_out_dir", "MODEL_FLAGS"]
+__all__ = [
+    "HelpFormatter",
+    "model_config",
+    "check_positive",
+    "check_nonnegative",
+    "check_seed_flag",
+    "check_out_dir",
+    "MODEL_FLAGS",
+]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -43,17 +50,35 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     flags = dict(MODEL_FLAGS)
     if args.dropout is not None:
         if args.attn_dropout is not None or args.hidden_dropout is not None:
-            raise ValueError("--dropout sets both rates: give either --dropout or --attn-dropout/--hidden-dropout.")
+            raise ValueError(
+                "--dropout sets both rates: give either --dropout or --attn-dropout/--hidden-dropout."
+            )
         attn = hidden = args.dropout
         flags.update(attn_dropout="--dropout", hidden_dropout="--dropout")
     else:
         attn = 0.0 if args.attn_dropout is None else args.attn_dropout
         hidden = 0.0 if args.hidden_dropout is None else args.hidden_dropout
     values = dict(
-        n=args.n, d=args.d, mask=args.mask, window=args.window, dqk=args.dqk, placement=args.norm, ln=args.ln,
-        value=args.value, w=args.w, jordan_k=args.jordan_k, qk=args.qk, x0=args.x0, heads=args.heads,
-        output_projection=args.heads > 1, skip=args.skip, mlp=args.mlp, attn_dropout=attn, hidden_dropout=hidden,
-        seed=args.seed, num_layers=getattr(args, "layers", None) if args.per_layer_weights else None,
+        n=args.n,
+        d=args.d,
+        mask=args.mask,
+        window=args.window,
+        dqk=args.dqk,
+        placement=args.norm,
+        ln=args.ln,
+        value=args.value,
+        w=args.w,
+        jordan_k=args.jordan_k,
+        qk=args.qk,
+        x0=args.x0,
+        heads=args.heads,
+        output_projection=args.heads > 1,
+        skip=args.skip,
+        mlp=args.mlp,
+        attn_dropout=attn,
+        hidden_dropout=hidden,
+        seed=args.seed,
+        num_layers=getattr(args, "layers", None) if args.per_layer_weights else None,
     )
     return ModelConfig.from_mapping(values, where=Names.flags(flags))
 
@@ -98,15 +123,19 @@ def check_out_dir(path: Path, flag: str = "--out") -> None:
     """
     p = Path(path)
     if _exists(p) and not p.is_dir():
-        raise ValueError(f"{flag} {p} is an existing file, not a folder; give a folder path (it is created if "
-                         "missing).")
+        raise ValueError(
+            f"{flag} {p} is an existing file, not a folder; give a folder path (it is created if missing)."
+        )
     base = p.absolute()
     while not _exists(base):
         base = base.parent
     if not base.is_dir():
-        raise ValueError(f"{flag} {p}: {base} is a file, so the folder cannot be created there; choose another path.")
+        raise ValueError(
+            f"{flag} {p}: {base} is a file, so the folder cannot be created there; choose another path."
+        )
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".rankdyn-probe-", dir=base))
     except OSError as err:
-        raise ValueError(f"{flag} {p}: cannot write in {base} ({err.strerror or err}); choose a writable folder."
-                         ) from None
+        raise ValueError(
+            f"{flag} {p}: cannot write in {base} ({err.strerror or err}); choose a writable folder."
+        ) from None

@@ -14,7 +14,9 @@ import argparse
 def add_devices_flag(parser: argparse.ArgumentParser, use: str) -> None:
     """Add ``--devices``; ``use`` says in the help what this command does with the devices."""
     parser.add_argument(
-        "--devices", default=None, metavar="N|all",
+        "--devices",
+        default=None,
+        metavar="N|all",
         help=f"CPU devices: 'all' (default: one per core) or N in [1, cores]. {use}",
     )
 

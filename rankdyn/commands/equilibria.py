@@ -8,7 +8,6 @@ Writes ``equilibria.json`` and ``eigen_moduli.png``.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
@@ -29,37 +28,75 @@ def add_parser(sub) -> None:
     add_model_flags(p)
     p.set_defaults(n=6, d=6, value="bidiagonal", w=7.0, qk="zero", mask="causal")
     g = p.add_argument_group("search")
-    g.add_argument("--search", choices=("auto", "exact", "tree-search", "joint-search"), default="auto",
-                   help="enumeration: exact (paper's system), tree-search (acyclic masks), joint-search; "
-                        "auto picks the most complete one that applies")
-    g.add_argument("--tree-starts", type=int, default=256, help="tree search: starts per partial equilibrium and round")
-    g.add_argument("--joint-coverage", action="store_true",
-                   help="with the exact census, also run the joint search and report how many classes it finds")
+    g.add_argument(
+        "--search",
+        choices=("auto", "exact", "tree-search", "joint-search"),
+        default="auto",
+        help="enumeration: exact (paper's system), tree-search (acyclic masks), joint-search; "
+        "auto picks the most complete one that applies",
+    )
+    g.add_argument(
+        "--tree-starts", type=int, default=256, help="tree search: starts per partial equilibrium and round"
+    )
+    g.add_argument(
+        "--joint-coverage",
+        action="store_true",
+        help="with the exact census, also run the joint search and report how many classes it finds",
+    )
     g.add_argument("--starts", type=int, default=4096, help="random sphere starts in the first round")
     g.add_argument("--chunk", type=int, default=1024, help="starts per compiled batch")
-    g.add_argument("--method", choices=("gn", "lm"), default="gn", help="Gauss-Newton (SVD) or Levenberg-Marquardt")
+    g.add_argument(
+        "--method", choices=("gn", "lm"), default="gn", help="Gauss-Newton (SVD) or Levenberg-Marquardt"
+    )
     g.add_argument("--max-steps", type=int, default=100, help="Newton/LM steps per start")
-    g.add_argument("--short-steps", type=int, default=25,
-                   help="first Newton budget; only unconverged starts continue to --max-steps (0: off)")
+    g.add_argument(
+        "--short-steps",
+        type=int,
+        default=25,
+        help="first Newton budget; only unconverged starts continue to --max-steps (0: off)",
+    )
     g.add_argument("--forward-steps", type=int, default=0, help="forward iterations before the solve")
-    g.add_argument("--minimise-steps", type=int, default=0, help="Adam steps on ||F(X)-X||^2 before the solve")
+    g.add_argument(
+        "--minimise-steps", type=int, default=0, help="Adam steps on ||F(X)-X||^2 before the solve"
+    )
     g.add_argument("--learning-rate", type=float, default=1e-2, help="Adam learning rate")
-    g.add_argument("--deflation-rounds", type=int, default=2, help="rounds that deflate all equilibria found so far")
-    g.add_argument("--deflation-starts", type=int, default=None, help="starts per deflation round (default --starts / 4)")
-    g.add_argument("--target-ranks", type=str, default="",
-                   help="comma-separated ranks (or 'all') for extra rank-biased rounds (Adam + rank penalty)")
+    g.add_argument(
+        "--deflation-rounds", type=int, default=2, help="rounds that deflate all equilibria found so far"
+    )
+    g.add_argument(
+        "--deflation-starts", type=int, default=None, help="starts per deflation round (default --starts / 4)"
+    )
+    g.add_argument(
+        "--target-ranks",
+        type=str,
+        default="",
+        help="comma-separated ranks (or 'all') for extra rank-biased rounds (Adam + rank penalty)",
+    )
     g.add_argument("--target-starts", type=int, default=512, help="starts per rank-biased round")
-    g.add_argument("--residual-tol", type=float, default=None, help="success threshold (default 1e-10 f64 / 1e-5 f32)")
-    g.add_argument("--rank-tol", type=float, default=1e-8, help="relative singular value tolerance of the rank")
-    g.add_argument("--dedup-tol", type=float, default=2e-2, help="max-abs distance under which two equilibria are one")
+    g.add_argument(
+        "--residual-tol", type=float, default=None, help="success threshold (default 1e-10 f64 / 1e-5 f32)"
+    )
+    g.add_argument(
+        "--rank-tol", type=float, default=1e-8, help="relative singular value tolerance of the rank"
+    )
+    g.add_argument(
+        "--dedup-tol", type=float, default=2e-2, help="max-abs distance under which two equilibria are one"
+    )
     # Default 1e-6 for exact / token-polished points; 1e-2 for unpolished joint-search points, whose
     # first token (a root of multiplicity d - 1) is only ~1e-3 accurate, so 1 reads as 1 - O(w 1e-3).
-    g.add_argument("--stability-tol", type=float, default=None,
-                   help="tolerance on |lambda| - 1 (marginal band); default 1e-6, 1e-2 for the joint search")
+    g.add_argument(
+        "--stability-tol",
+        type=float,
+        default=None,
+        help="tolerance on |lambda| - 1 (marginal band); default 1e-6, 1e-2 for the joint search",
+    )
     g.add_argument("--out", type=Path, default=Path("out/equilibria"), help="output folder")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_devices_flag(p, "The search runs on the first device, whose batched LAPACK calls (SVD, least squares) "
-                     "already spread over every core of XLA's thread pool.")
+    add_devices_flag(
+        p,
+        "The search runs on the first device, whose batched LAPACK calls (SVD, least squares) "
+        "already spread over every core of XLA's thread pool.",
+    )
     p.set_defaults(func=run)
 
 
@@ -70,13 +107,19 @@ def _check(args):
         raise ValueError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
     config = check_model_args(args)
     if config.has_dropout:
-        raise ValueError("--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no "
-                         "fixed points.")
+        raise ValueError(
+            "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
+        )
     if args.starts < 1 or args.chunk < 1:
         raise ValueError(f"--starts and --chunk must be >= 1, got {args.starts} and {args.chunk}.")
-    if min(args.deflation_rounds, args.max_steps, args.short_steps, args.forward_steps, args.minimise_steps) < 0:
-        raise ValueError("--deflation-rounds, --max-steps, --short-steps, --forward-steps and --minimise-steps "
-                         "must be >= 0.")
+    if (
+        min(args.deflation_rounds, args.max_steps, args.short_steps, args.forward_steps, args.minimise_steps)
+        < 0
+    ):
+        raise ValueError(
+            "--deflation-rounds, --max-steps, --short-steps, --forward-steps and --minimise-steps "
+            "must be >= 0."
+        )
     check_nonnegative(args, "deflation_starts", "target_starts", "tree_starts", minimum=1)
     check_positive(args, "residual_tol", "rank_tol", "dedup_tol", "stability_tol", "learning_rate")
     _check_memory(args)
@@ -92,8 +135,11 @@ def _check_memory(args) -> None:
     avail = available_memory()
     per_start = equilibria_memory(n=args.n, d=args.d, chunk=1, itemsize=item).total
     fits = 0 if avail[0] is None else avail[0] // per_start
-    fix = (f"lower --chunk to {fits} or fewer (each start of a chunk needs {format_bytes(per_start)})." if fits
-           else "lower --n or --d: one start alone does not fit.")
+    fix = (
+        f"lower --chunk to {fits} or fewer (each start of a chunk needs {format_bytes(per_start)})."
+        if fits
+        else "lower --n or --d: one start alone does not fit."
+    )
     check_memory(est, fix=fix, what=f"--n {args.n} --d {args.d} --chunk {args.chunk}", available=avail)
 
 
@@ -115,9 +161,18 @@ def _target_ranks(spec: str, n: int, d: int) -> list[int]:
 def _is_paper_construction(args, layer) -> bool:
     import numpy as np
 
-    return (args.mask == "causal" and args.value == "bidiagonal" and args.qk == "zero" and args.norm == "post"
-            and args.ln == "sphere" and args.heads == 1 and not args.skip and not args.mlp
-            and np.allclose(np.asarray(layer.weights.w_q), 0) and args.n <= args.d)
+    return (
+        args.mask == "causal"
+        and args.value == "bidiagonal"
+        and args.qk == "zero"
+        and args.norm == "post"
+        and args.ln == "sphere"
+        and args.heads == 1
+        and not args.skip
+        and not args.mlp
+        and np.allclose(np.asarray(layer.weights.w_q), 0)
+        and args.n <= args.d
+    )
 
 
 def run(args) -> int:
@@ -125,9 +180,9 @@ def run(args) -> int:
     import numpy as np
 
     from .._constructions import all_closed_form_equilibria
+    from .._io import provenance, write_json
     from ..equilibria import equilibrium_census
     from ..equilibria._census import census_method
-    from .._io import provenance, write_json
     from .simulate import layer_from_args
 
     config = _check(args)
@@ -137,21 +192,41 @@ def run(args) -> int:
         how = census_method(layer, args.search)
     except ValueError as err:
         raise ValueError(f"--search {args.search}: {err}") from None
-    print(f"method: {how}" + {"exact": " (token-by-token polynomial roots: complete)",
-                              "tree-search": " (token by token, multi-start + deflation; saturation reported)",
-                              "joint-search": " (all tokens jointly, random starts + deflation)"}[how])
+    print(
+        f"method: {how}"
+        + {
+            "exact": " (token-by-token polynomial roots: complete)",
+            "tree-search": " (token by token, multi-start + deflation; saturation reported)",
+            "joint-search": " (all tokens jointly, random starts + deflation)",
+        }[how]
+    )
     # Closed forms of the paper's App. F.1 (only for the paper's construction), to match against.
     closed = []
     if _is_paper_construction(args, layer):
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(args.n, args.d, args.w)]
     census = equilibrium_census(
-        layer, k_x0, search=args.search, tree_starts=args.tree_starts, joint_coverage=args.joint_coverage,
-        starts=args.starts, chunk=args.chunk, method=args.method, max_steps=args.max_steps,
-        short_steps=args.short_steps, forward_steps=args.forward_steps, minimise_steps=args.minimise_steps,
-        learning_rate=args.learning_rate, deflation_rounds=args.deflation_rounds,
-        deflation_starts=args.deflation_starts, target_ranks=_target_ranks(args.target_ranks, args.n, args.d),
-        target_starts=args.target_starts, residual_tol=args.residual_tol, rank_tol=args.rank_tol,
-        dedup_tol=args.dedup_tol, stability_tol=args.stability_tol, closed_forms=closed,
+        layer,
+        k_x0,
+        search=args.search,
+        tree_starts=args.tree_starts,
+        joint_coverage=args.joint_coverage,
+        starts=args.starts,
+        chunk=args.chunk,
+        method=args.method,
+        max_steps=args.max_steps,
+        short_steps=args.short_steps,
+        forward_steps=args.forward_steps,
+        minimise_steps=args.minimise_steps,
+        learning_rate=args.learning_rate,
+        deflation_rounds=args.deflation_rounds,
+        deflation_starts=args.deflation_starts,
+        target_ranks=_target_ranks(args.target_ranks, args.n, args.d),
+        target_starts=args.target_starts,
+        residual_tol=args.residual_tol,
+        rank_tol=args.rank_tol,
+        dedup_tol=args.dedup_tol,
+        stability_tol=args.stability_tol,
+        closed_forms=closed,
         progress=not args.no_progress,
     )
     config = {k: v for k, v in vars(args).items() if k not in ("func",)}
@@ -175,8 +250,10 @@ def _plot(records, args) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.08 * len(records) + 3), 4))
     if records:
         plot_equilibria_moduli(
-            [e["moduli"] for e in records], [e["rank"] for e in records],
-            closed_form=[e["closed_form_match"] is not False for e in records], ax=ax,
+            [e["moduli"] for e in records],
+            [e["rank"] for e in records],
+            closed_form=[e["closed_form_match"] is not False for e in records],
+            ax=ax,
             title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} d={args.d}",
         )
     fig.tight_layout()
@@ -192,13 +269,24 @@ def _print_summary(census, args) -> None:
     if comp["kind"] == "exact":
         print(f"completeness: exact ({comp['members']} equilibria = {len(records)} classes modulo sign)")
     elif "per_token" in comp:
-        print("completeness: saturation, new solutions per round by token: "
-              + "; ".join(f"token {s['token']}: {[r['new_solutions'] for r in s['rounds']] or 'exact'}"
-                          for s in comp["per_token"]))
+        print(
+            "completeness: saturation, new solutions per round by token: "
+            + "; ".join(
+                f"token {s['token']}: {[r['new_solutions'] for r in s['rounds']] or 'exact'}"
+                for s in comp["per_token"]
+            )
+        )
     else:
         print(f"completeness: saturation, new classes per round: {comp['new_classes_per_round']}")
-    print("counts are modulo symmetry (sign flip" + (", token permutations" if census["symmetries"]["all_permutations"]
-          or len(census["symmetries"]["permutations"]) > 1 else "") + ")")
+    print(
+        "counts are modulo symmetry (sign flip"
+        + (
+            ", token permutations"
+            if census["symmetries"]["all_permutations"] or len(census["symmetries"]["permutations"]) > 1
+            else ""
+        )
+        + ")"
+    )
     print("rank  classes  closed-form  stable  marginal  unstable  max residual  max error est.")
     for k, cnt in census["by_rank"].items():
         rs = [e for e in records if e["rank"] == int(k)]
@@ -208,13 +296,19 @@ def _print_summary(census, args) -> None:
         me = max((e["error_estimate"] for e in rs), default=float("nan"))
         print(f"{k:>4}  {cnt:>7}  {cf:>11}  {cls[0]:>6}  {cls[1]:>8}  {cls[2]:>8}  {mr:12.2e}  {me:14.2e}")
     if closed:
-        print(f"closed forms found (classes): {closed['found']} / {closed['total']} "
-              + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in closed["by_rank"].items()))
+        print(
+            f"closed forms found (classes): {closed['found']} / {closed['total']} "
+            + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in closed["by_rank"].items())
+        )
     cov = census.get("coverage")
     if cov:
-        print(f"joint-search coverage: {cov['found']} / {cov['exact_classes']} exact classes "
-              f"({100 * cov['fraction']:.0f}%) from {cov['starts']} starts in {cov['seconds']:.1f}s; by rank "
-              + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in cov["found_by_rank"].items()))
+        print(
+            f"joint-search coverage: {cov['found']} / {cov['exact_classes']} exact classes "
+            f"({100 * cov['fraction']:.0f}%) from {cov['starts']} starts in {cov['seconds']:.1f}s; by rank "
+            + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in cov["found_by_rank"].items())
+        )
     t = census["timing"]
-    print(f"search {t['search_s']:.1f}s (compile {t['compile_s']:.1f}s), stability {t['stability_s']:.1f}s; "
-          f"wrote {args.out / 'equilibria.json'}")
+    print(
+        f"search {t['search_s']:.1f}s (compile {t['compile_s']:.1f}s), stability {t['stability_s']:.1f}s; "
+        f"wrote {args.out / 'equilibria.json'}"
+    )

@@ -20,21 +20,31 @@ def add_parser(sub) -> None:
         help="regenerate every claim of the paper (figures, JSON, report.md)",
         description="Run reproduction targets and write DIR/<target>.json, PNG figures and DIR/report.md "
         "with the claim, setting, measurements and a computed verdict per target. Targets: "
-        + ", ".join(TARGETS) + ".",
+        + ", ".join(TARGETS)
+        + ".",
         formatter_class=HelpFormatter,
     )
-    p.add_argument("targets", nargs="*", metavar="TARGET", default=["all"],
-                   help="target names, or 'all'")
+    p.add_argument("targets", nargs="*", metavar="TARGET", default=["all"], help="target names, or 'all'")
     p.add_argument("--out", type=Path, default=Path("out/reproduce"), help="output folder")
-    p.add_argument("--quick", action="store_true",
-                   help="reduced sizes: all ten targets in about 5 minutes on a 2-core CPU (see README)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="reduced sizes: all ten targets in about 5 minutes on a 2-core CPU (see README)",
+    )
     p.add_argument("--seed", type=int, default=0, help="base PRNG seed, in [0, 2**32 - 1]")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--compile-cache", type=Path, default=None, metavar="DIR",
-                   help="persistent JAX compilation cache: compile time dominates --quick runs, so a second run "
-                        "with the same DIR is much faster")
-    add_devices_flag(p, "Targets run on the first device: their batches are small and compile time dominates.")
+    p.add_argument(
+        "--compile-cache",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="persistent JAX compilation cache: compile time dominates --quick runs, so a second run "
+        "with the same DIR is much faster",
+    )
+    add_devices_flag(
+        p, "Targets run on the first device: their batches are small and compile time dominates."
+    )
     p.set_defaults(func=run)
 
 

@@ -25,29 +25,54 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     """
     g = p.add_argument_group("model")
     g.add_argument("--mask", choices=MASK_NAMES, default="causal", help="attention mask graph")
-    g.add_argument("--window", type=int, default=1,
-                   help="window half-width (window, global), look-back (window-uni) or dilated hops of 4 tokens "
-                        "(dilated); other masks refuse a value other than 1")
+    g.add_argument(
+        "--window",
+        type=int,
+        default=1,
+        help="window half-width (window, global), look-back (window-uni) or dilated hops of 4 tokens "
+        "(dilated); other masks refuse a value other than 1",
+    )
     g.add_argument("--n", type=int, default=32, help="number of tokens")
     g.add_argument("--d", type=int, default=64, help="token dimension")
-    g.add_argument("--dqk", type=float, default=None, help="temperature d_QK, finite and > 0 (default: key width)")
+    g.add_argument(
+        "--dqk", type=float, default=None, help="temperature d_QK, finite and > 0 (default: key width)"
+    )
     g.add_argument("--norm", choices=PLACEMENTS, default="post", help="normalisation placement")
     g.add_argument("--ln", choices=LN_NAMES, default="sphere", help="normalisation variant")
     g.add_argument("--value", choices=VALUE_NAMES, default="orthogonal", help="value matrix family")
     g.add_argument("--w", type=float, default=2.0, help="superdiagonal weight of bidiagonal/jordan W_V")
-    g.add_argument("--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default: d)")
-    g.add_argument("--qk", choices=QK_NAMES, default="bert", help="query/key family (zero: uniform attention)")
+    g.add_argument(
+        "--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default: d)"
+    )
+    g.add_argument(
+        "--qk", choices=QK_NAMES, default="bert", help="query/key family (zero: uniform attention)"
+    )
     g.add_argument("--x0", choices=X0_NAMES, default="sphere", help="initial tokens")
     g.add_argument("--per-layer-weights", action="store_true", help="draw new weights for every layer")
     g.add_argument("--heads", type=int, default=1, help="attention heads (>1 adds W_O)")
     g.add_argument("--skip", action="store_true", help="residual connection X + SA(X)")
     g.add_argument("--mlp", action="store_true", help="add an MLP block")
-    g.add_argument("--dropout", type=float, default=None, metavar="P",
-                   help="attention and hidden dropout rate in [0, 1) (default: 0, off)")
-    g.add_argument("--attn-dropout", type=float, default=None, metavar="P",
-                   help="dropout on the attention probabilities (default: 0)")
-    g.add_argument("--hidden-dropout", type=float, default=None, metavar="P",
-                   help="dropout on the block outputs (default: 0)")
+    g.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        metavar="P",
+        help="attention and hidden dropout rate in [0, 1) (default: 0, off)",
+    )
+    g.add_argument(
+        "--attn-dropout",
+        type=float,
+        default=None,
+        metavar="P",
+        help="dropout on the attention probabilities (default: 0)",
+    )
+    g.add_argument(
+        "--hidden-dropout",
+        type=float,
+        default=None,
+        metavar="P",
+        help="dropout on the block outputs (default: 0)",
+    )
     g.add_argument("--seed", type=int, default=0, help="PRNG seed for weights and inputs, in [0, 2**32 - 1]")
     g.add_argument("--x64", action="store_true", help="float64 end to end")
 
@@ -63,14 +88,23 @@ def add_parser(sub) -> None:
     add_model_flags(p)
     p.add_argument("--layers", type=int, default=128, help="depth T")
     p.add_argument("--batch", type=int, default=256, help="number of trajectories")
-    p.add_argument("--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)")
+    p.add_argument(
+        "--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)"
+    )
     p.add_argument("--rank-tol", type=float, default=1e-6, help="relative tolerance of the numerical rank")
-    p.add_argument("--metrics", default="all",
-                   help="comma-separated metrics to record, e.g. mu,eps_min (default: all; spectral ones cost an SVD)")
-    p.add_argument("--per-trajectory", action="store_true",
-                   help="also write every trajectory's metrics (per_trajectory.npz); memory grows with the batch")
-    p.add_argument("--chunk", type=int, default=None,
-                   help="trajectories advanced together (default: cache-sized on CPU)")
+    p.add_argument(
+        "--metrics",
+        default="all",
+        help="comma-separated metrics to record, e.g. mu,eps_min (default: all; spectral ones cost an SVD)",
+    )
+    p.add_argument(
+        "--per-trajectory",
+        action="store_true",
+        help="also write every trajectory's metrics (per_trajectory.npz); memory grows with the batch",
+    )
+    p.add_argument(
+        "--chunk", type=int, default=None, help="trajectories advanced together (default: cache-sized on CPU)"
+    )
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_devices_flag(p, "The trajectories are split over the devices (same results as one device).")
@@ -99,17 +133,23 @@ def check_run_args(args, config):
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     if args.chunk is not None and args.chunk < 1:
-        raise ValueError(f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024.")
+        raise ValueError(
+            f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024."
+        )
     check_nonnegative(args, "layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
     if args.layers % args.save_every:
-        raise ValueError(f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
-                         "choose a divisor of --layers.")
+        raise ValueError(
+            f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
+            "choose a divisor of --layers."
+        )
     check_positive(args, "rank_tol")
     est = _check_memory(args, config, names)
     if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
-        raise ValueError(f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
-                         "runs with different --seed values.")
+        raise ValueError(
+            f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
+            "runs with different --seed values."
+        )
     check_out_dir(args.out)
     return names, est
 
@@ -131,13 +171,27 @@ def _check_memory(args, config, names) -> int:
 
     item = 8 if args.x64 else 4
     chunk = min(args.chunk or auto_chunk(args.batch, args.n, args.d, item, jax.default_backend()), args.batch)
-    parts = estimate_parts(num=args.batch, chunk=chunk, n=args.n, d=args.d, heads=args.heads, itemsize=item,
-                           num_saved=args.layers // args.save_every + 1, num_metrics=len(names),
-                           per_trajectory=args.per_trajectory, save_states=False)
-    weights = (config.num_layers or 1) * (4 + 2 * (config.mlp_ratio if args.mlp else 0)) * args.d * args.d * item
+    parts = estimate_parts(
+        num=args.batch,
+        chunk=chunk,
+        n=args.n,
+        d=args.d,
+        heads=args.heads,
+        itemsize=item,
+        num_saved=args.layers // args.save_every + 1,
+        num_metrics=len(names),
+        per_trajectory=args.per_trajectory,
+        save_states=False,
+    )
+    weights = (
+        (config.num_layers or 1) * (4 + 2 * (config.mlp_ratio if args.mlp else 0)) * args.d * args.d * item
+    )
     est = MemoryEstimate(parts | {"weights": int(weights)})
-    check_memory(est, fix=_MEMORY_FIXES[est.largest], what=f"--n {args.n} --d {args.d} --batch {args.batch} "
-                 f"--layers {args.layers}")
+    check_memory(
+        est,
+        fix=_MEMORY_FIXES[est.largest],
+        what=f"--n {args.n} --d {args.d} --batch {args.batch} --layers {args.layers}",
+    )
     return est.total
 
 
@@ -160,16 +214,30 @@ def run(args) -> int:
     info = graph_info(np.asarray(layer.mask))
 
     with CompileTimer() as timer:
-        traj = simulate(layer, x0, args.layers, save_every=args.save_every, rank_tol=args.rank_tol,
-                        metrics=names, per_trajectory=args.per_trajectory, chunk=args.chunk,
-                        key=k_drop if config.has_dropout else None, progress=not args.no_progress,
-                        devices=sharding_devices(args))
+        traj = simulate(
+            layer,
+            x0,
+            args.layers,
+            save_every=args.save_every,
+            rank_tol=args.rank_tol,
+            metrics=names,
+            per_trajectory=args.per_trajectory,
+            chunk=args.chunk,
+            key=k_drop if config.has_dropout else None,
+            progress=not args.no_progress,
+            devices=sharding_devices(args),
+        )
         jax.block_until_ready(traj.summary)
 
     summary = traj.summary.to_dict()
     result = {
-        "config": vars(args) | {"out": str(args.out), "func": None, "attn_dropout": config.attn_dropout,
-                                "hidden_dropout": config.hidden_dropout},
+        "config": vars(args)
+        | {
+            "out": str(args.out),
+            "func": None,
+            "attn_dropout": config.attn_dropout,
+            "hidden_dropout": config.hidden_dropout,
+        },
         "graph": info.to_dict(),
         "layers": np.asarray(traj.layers),
         "metrics": summary,
@@ -187,8 +255,11 @@ def run(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.per_trajectory:
         arrays = {k: np.asarray(v) for k, v in traj.metrics.items()}
-        arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate),
-                   "layers": np.asarray(traj.layers)}
+        arrays |= {
+            "nonfinite": np.asarray(traj.nonfinite),
+            "degenerate": np.asarray(traj.degenerate),
+            "layers": np.asarray(traj.layers),
+        }
         np.savez(args.out / "per_trajectory.npz", **arrays)
         result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
@@ -208,8 +279,15 @@ def _plot(traj, summary, args) -> None:
 
     name = "mu" if "mu" in summary else next(iter(summary))
     fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
-    plot_metric_band(traj.layers, summary[name]["mean"], summary[name]["std"], ax=ax, label=name,
-                     ylabel=f"{name} (mean +- std)", dtype=traj.summary.mean[name].dtype)
+    plot_metric_band(
+        traj.layers,
+        summary[name]["mean"],
+        summary[name]["std"],
+        ax=ax,
+        label=name,
+        ylabel=f"{name} (mean +- std)",
+        dtype=traj.summary.mean[name].dtype,
+    )
     ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
     fig.savefig(args.out / "mu.png", dpi=120)
     plt.close(fig)
@@ -222,7 +300,9 @@ def _print_table(traj, summary, info, result) -> None:
     idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
     cols = [c for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min") if c in summary]
     cols = cols or list(summary)[:6]
-    print(f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}")
+    print(
+        f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}"
+    )
     # A layer whose mu/||X||_F is below the dtype's round-off floor has collapsed as far as this
     # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
     from ..plotting import round_off_floor
@@ -235,11 +315,18 @@ def _print_table(traj, summary, info, result) -> None:
     for i in idx:
         at_floor = rel is not None and rel[i] <= floor
         flagged |= at_floor
-        print(f"{layers[i]:5d} " + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols)
-              + ("  * at floor" if at_floor else ""))
+        print(
+            f"{layers[i]:5d} "
+            + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols)
+            + ("  * at floor" if at_floor else "")
+        )
     if flagged:
-        print(f"* mu/||X||_F <= {floor:.1e} = 10 eps({dtype.name}): round-off floor, collapsed as far as "
-              f"{dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}.")
+        print(
+            f"* mu/||X||_F <= {floor:.1e} = 10 eps({dtype.name}): round-off floor, collapsed as far as "
+            f"{dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}."
+        )
     f, t = result["flags"], result["timing"]
-    print(f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} of {f['batch']}; "
-          f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s")
+    print(
+        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} of {f['batch']}; "
+        f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
+    )

@@ -5,7 +5,6 @@ See docs/sweep.md for the config format, the dataset layout and the resume seman
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from ._checks import HelpFormatter, check_out_dir
@@ -22,17 +21,30 @@ def add_parser(sub) -> None:
         formatter_class=HelpFormatter,
     )
     p.add_argument("config", type=Path, help="sweep description (TOML: [axes], [fixed], [observe], [run])")
-    p.add_argument("--out", type=Path, required=True, help="output folder (new, or this sweep's with --resume)")
+    p.add_argument(
+        "--out", type=Path, required=True, help="output folder (new, or this sweep's with --resume)"
+    )
     p.add_argument("--resume", action="store_true", help="compute only the chunks missing in --out")
-    p.add_argument("--plot-axes", nargs=2, metavar=("X", "Y"), default=None,
-                   help="two axes for the heat map of the fitted collapse rate (default: mask and dqk if swept, "
-                   "else the first two axes with several values)")
+    p.add_argument(
+        "--plot-axes",
+        nargs=2,
+        metavar=("X", "Y"),
+        default=None,
+        help="two axes for the heat map of the fitted collapse rate (default: mask and dqk if swept, "
+        "else the first two axes with several values)",
+    )
     p.add_argument("--no-plots", action="store_true", help="write the dataset only")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--max-cells", type=int, default=None,
-                   help="allow grids with more cells than the default limit (100000)")
+    p.add_argument(
+        "--max-cells",
+        type=int,
+        default=None,
+        help="allow grids with more cells than the default limit (100000)",
+    )
     p.add_argument("--x64", action="store_true", help="float64 end to end")
-    add_devices_flag(p, "Each chunk's trajectories are split over the devices when their number divides the batch.")
+    add_devices_flag(
+        p, "Each chunk's trajectories are split over the devices when their number divides the batch."
+    )
     p.set_defaults(func=run)
 
 
@@ -59,22 +71,30 @@ def run(args) -> int:
     if args.plot_axes:  # reject before any compute
         for a in plot_axes:
             if a not in cfg.axes:
-                raise ValueError(f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(cfg.axes)}.")
+                raise ValueError(
+                    f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(cfg.axes)}."
+                )
         if plot_axes[0] == plot_axes[1]:
             raise ValueError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
     plan = sweep_plan(cfg)
-    print(f"sweep {cfg.name!r}: {cfg.num_cells} cells {dict(zip(cfg.axes, cfg.shape))}, "
-          f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}")
+    print(
+        f"sweep {cfg.name!r}: {cfg.num_cells} cells {dict(zip(cfg.axes, cfg.shape))}, "
+        f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}"
+    )
     try:
         ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
     except KeyboardInterrupt:  # finished chunks are on disk (atomic writes); the one in flight is lost
         done = len(list((args.out / "chunks").glob("chunk_*.npz")))
-        print(f"\ninterrupted: {done} of {len(plan.chunks)} chunk(s) saved in {args.out / 'chunks'}; "
-              f"continue with: rankdyn sweep {args.config} --out {args.out} --resume")
+        print(
+            f"\ninterrupted: {done} of {len(plan.chunks)} chunk(s) saved in {args.out / 'chunks'}; "
+            f"continue with: rankdyn sweep {args.config} --out {args.out} --resume"
+        )
         return 130
     timing = json.loads((args.out / "timing.json").read_text())
-    print(f"wrote {args.out / 'sweep.nc'}: {len(ds.data_vars)} variables; computed {timing['chunks_computed']} "
-          f"chunk(s) in {timing['total_s']:.1f}s (compile {timing['compile_s']:.1f}s)")
+    print(
+        f"wrote {args.out / 'sweep.nc'}: {len(ds.data_vars)} variables; computed {timing['chunks_computed']} "
+        f"chunk(s) in {timing['total_s']:.1f}s (compile {timing['compile_s']:.1f}s)"
+    )
     if not args.no_plots:
         for name in _plots(ds, args.out, plot_axes):
             print(f"wrote {name}")

@@ -10,29 +10,60 @@ pipeline behind ``rankdyn equilibria``) and `_stability` (multipliers on the tan
 
 from ._census import equilibrium_census as equilibrium_census
 from ._continuation import continue_equilibria as continue_equilibria
-from ._dedupe import EquilibriumClass as EquilibriumClass, deduplicate as deduplicate
-from ._exact import ExactCensus as ExactCensus, exact_equilibria as exact_equilibria
-from ._solve import (
-    RESULTS as RESULTS,
-    EquilibriumSolution as EquilibriumSolution,
-    default_residual_tol as default_residual_tol,
-    equilibrium_rank as equilibrium_rank,
-    equilibrium_residual as equilibrium_residual,
-    find_equilibria as find_equilibria,
-)
+from ._dedupe import EquilibriumClass as EquilibriumClass
+from ._dedupe import deduplicate as deduplicate
+from ._exact import ExactCensus as ExactCensus
+from ._exact import exact_equilibria as exact_equilibria
 from ._linearise import (
     layer_jacobian as layer_jacobian,
+)
+from ._linearise import (
     leading_eigenvalues as leading_eigenvalues,
+)
+from ._linearise import (
     tangent_basis as tangent_basis,
+)
+from ._linearise import (
     tangent_jacobian as tangent_jacobian,
+)
+from ._solve import (
+    RESULTS as RESULTS,
+)
+from ._solve import (
+    EquilibriumSolution as EquilibriumSolution,
+)
+from ._solve import (
+    default_residual_tol as default_residual_tol,
+)
+from ._solve import (
+    equilibrium_rank as equilibrium_rank,
+)
+from ._solve import (
+    equilibrium_residual as equilibrium_residual,
+)
+from ._solve import (
+    find_equilibria as find_equilibria,
 )
 from ._stability import (
     Multipliers as Multipliers,
+)
+from ._stability import (
     StabilityReport as StabilityReport,
+)
+from ._stability import (
     block_eigvals as block_eigvals,
+)
+from ._stability import (
     classify_moduli as classify_moduli,
+)
+from ._stability import (
     cluster_means as cluster_means,
+)
+from ._stability import (
     multipliers as multipliers,
+)
+from ._stability import (
     stability as stability,
 )
-from ._symmetry import symmetric_images as symmetric_images, symmetry_group as symmetry_group
+from ._symmetry import symmetric_images as symmetric_images
+from ._symmetry import symmetry_group as symmetry_group

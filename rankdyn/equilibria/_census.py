@@ -46,9 +46,15 @@ def _exact_parameter(layer: SelfAttentionLayer) -> float | None:
     mask = np.asarray(layer.mask)
     n = mask.shape[0]
     plain = (
-        layer.placement == "post" and isinstance(layer.norm, SphereNorm)
-        and float(getattr(layer.norm, "radius", 1.0)) == 1.0 and layer.num_heads == 1 and not layer.skip
-        and w.mlp is None and w.w_o is None and layer.fixed_attention is None and layer.num_layers is None
+        layer.placement == "post"
+        and isinstance(layer.norm, SphereNorm)
+        and float(getattr(layer.norm, "radius", 1.0)) == 1.0
+        and layer.num_heads == 1
+        and not layer.skip
+        and w.mlp is None
+        and w.w_o is None
+        and layer.fixed_attention is None
+        and layer.num_layers is None
         and np.array_equal(mask, np.tril(np.ones((n, n), bool)))
     )
     if not plain:
@@ -72,11 +78,15 @@ def census_method(layer: SelfAttentionLayer, search: str = "auto") -> str:
     if search == "auto":
         return "exact" if exact else ("tree-search" if tree else "joint-search")
     if search == "exact" and not exact:
-        raise ValueError("search='exact' needs the paper's system: causal mask, W_Q W_K^T = 0, post sphere-LN, "
-                         "one plain head and W_V = c (I + w S); use search='auto'.")
+        raise ValueError(
+            "search='exact' needs the paper's system: causal mask, W_Q W_K^T = 0, post sphere-LN, "
+            "one plain head and W_V = c (I + w S); use search='auto'."
+        )
     if search == "tree-search" and not tree:
-        raise ValueError("search='tree-search' needs a lower-triangular (acyclic) mask and post-LN; "
-                         "use search='joint-search'.")
+        raise ValueError(
+            "search='tree-search' needs a lower-triangular (acyclic) mask and post-LN; "
+            "use search='joint-search'."
+        )
     return search
 
 
@@ -85,11 +95,21 @@ def _exact_classes(layer, n, d):
     # The sign flip maps the +e_d subtree onto the -e_d one exactly: the +e_d members are the
     # classes, two members each.
     rep = ex.x[:, 0, -1] > 0
-    info = {"completeness": {"kind": "exact", "members": int(len(ex.x)),
-                             "rejected_near_real_roots": ex.rejected_near_real,
-                             "note": "every real root of each token's polynomial and both chain signs followed"}}
-    return (ex.x[rep], np.full(int(rep.sum()), 2), ex.error_estimate[rep],
-            [list(s) for s in ex.steps[rep]], info)
+    info = {
+        "completeness": {
+            "kind": "exact",
+            "members": int(len(ex.x)),
+            "rejected_near_real_roots": ex.rejected_near_real,
+            "note": "every real root of each token's polynomial and both chain signs followed",
+        }
+    }
+    return (
+        ex.x[rep],
+        np.full(int(rep.sum()), 2),
+        ex.error_estimate[rep],
+        [list(s) for s in ex.steps[rep]],
+        info,
+    )
 
 
 def equilibrium_census(
@@ -170,19 +190,40 @@ def equilibrium_census(
     if starts < 1 or chunk < 1 or tree_starts < 1:
         raise ValueError(f"starts, chunk and tree_starts must be >= 1, got {starts}, {chunk}, {tree_starts}.")
     if min(deflation_rounds, max_steps, short_steps, forward_steps, minimise_steps) < 0:
-        raise ValueError("deflation_rounds, max_steps, short_steps, forward_steps and minimise_steps must be >= 0.")
-    for name, v in (("dedup_tol", dedup_tol), ("rank_tol", rank_tol), ("residual_tol", residual_tol),
-                    ("stability_tol", stability_tol), ("learning_rate", learning_rate)):
+        raise ValueError(
+            "deflation_rounds, max_steps, short_steps, forward_steps and minimise_steps must be >= 0."
+        )
+    for name, v in (
+        ("dedup_tol", dedup_tol),
+        ("rank_tol", rank_tol),
+        ("residual_tol", residual_tol),
+        ("stability_tol", stability_tol),
+        ("learning_rate", learning_rate),
+    ):
         if v is not None and not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be finite and >= 0, got {v}.")
     n, d = layer.num_tokens, layer.dim
     how = census_method(layer, search)
     group = symmetry_group(layer)
-    joint_args = dict(starts=starts, chunk=chunk, method=method, solver=solver, max_steps=max_steps,
-                      short_steps=short_steps, forward_steps=forward_steps, minimise_steps=minimise_steps,
-                      learning_rate=learning_rate, deflation_rounds=deflation_rounds,
-                      deflation_starts=deflation_starts, target_ranks=target_ranks, target_starts=target_starts,
-                      residual_tol=residual_tol, rank_tol=rank_tol, dedup_tol=dedup_tol, progress=progress)
+    joint_args = dict(
+        starts=starts,
+        chunk=chunk,
+        method=method,
+        solver=solver,
+        max_steps=max_steps,
+        short_steps=short_steps,
+        forward_steps=forward_steps,
+        minimise_steps=minimise_steps,
+        learning_rate=learning_rate,
+        deflation_rounds=deflation_rounds,
+        deflation_starts=deflation_starts,
+        target_ranks=target_ranks,
+        target_starts=target_starts,
+        residual_tol=residual_tol,
+        rank_tol=rank_tol,
+        dedup_tol=dedup_tol,
+        progress=progress,
+    )
     t0 = time.perf_counter()
     rounds, status, compile_s, coverage = [], {}, 0.0, None
     match_tol = 1e-8
@@ -191,14 +232,19 @@ def equilibrium_census(
         first = ["exact"] * len(xs)
         completeness = info["completeness"]
     elif how == "tree-search":
-        tree = tree_search(layer, key, starts=tree_starts,
-                           residual_tol=1e-10 if residual_tol is None else residual_tol)
+        tree = tree_search(
+            layer, key, starts=tree_starts, residual_tol=1e-10 if residual_tol is None else residual_tol
+        )
         xs, _, errs = polish_tokens(layer, tree["x"])
         classes = deduplicate(xs, errs, tol=1e-6, symmetries=group)
         errs = np.array([errs[c.members].max() for c in classes])
         xs = np.stack([c.x for c in classes]) if classes else np.zeros((0, n, d))
         counts, steps, first = [c.count for c in classes], [None] * len(xs), ["tree"] * len(xs)
-        completeness = {"kind": "saturation", "first_token": tree["first_token"], "per_token": tree["saturation"]}
+        completeness = {
+            "kind": "saturation",
+            "first_token": tree["first_token"],
+            "per_token": tree["saturation"],
+        }
     else:
         joint = joint_search(layer, key, group, **joint_args)
         classes = joint["classes"]
@@ -218,10 +264,16 @@ def equilibrium_census(
         joint = joint_search(layer, key, group, **joint_args)
         jx = [c.x for c in joint["classes"]]
         hit = [any(group_distance(x, y, group) <= dedup_tol for y in jx) for x in xs]
-        coverage = {"joint_search_classes": len(jx), "exact_classes": len(xs), "found": int(sum(hit)),
-                    "fraction": float(np.mean(hit)) if len(xs) else float("nan"),
-                    "found_by_rank": {}, "starts": joint_args["starts"],
-                    "rounds": joint["rounds"], "seconds": joint["timing"]["search_s"]}
+        coverage = {
+            "joint_search_classes": len(jx),
+            "exact_classes": len(xs),
+            "found": int(sum(hit)),
+            "fraction": float(np.mean(hit)) if len(xs) else float("nan"),
+            "found_by_rank": {},
+            "starts": joint_args["starts"],
+            "rounds": joint["rounds"],
+            "seconds": joint["timing"]["search_s"],
+        }
         ranks = [int(equilibrium_rank(x, rank_tol)) for x in xs]
         for k in sorted(set(ranks)):
             sel = [h for h, r in zip(hit, ranks) if r == k]
@@ -244,18 +296,40 @@ def equilibrium_census(
             dists = np.array([group_distance(cx, x, group) for _, cx in closed])
             match = bool(dists.min() <= match_tol)
             closed_hit |= dists <= match_tol
-        records.append({
-            "rank": int(equilibrium_rank(x, rank_tol)), "residual": rep.residual,
-            "error_estimate": float(errs[j]), "spectral_radius": rep.spectral_radius,
-            "classification": rep.classification, "unstable_dims": rep.unstable_dims,
-            "neutral_dims": rep.neutral_dims, "count": int(counts[j]), "first_round": first[j],
-            "closed_form_match": match, "steps": steps[j],
-            "singular_values": np.linalg.svd(x, compute_uv=False), "moduli": rep.moduli, "tokens": x,
-        })
+        records.append(
+            {
+                "rank": int(equilibrium_rank(x, rank_tol)),
+                "residual": rep.residual,
+                "error_estimate": float(errs[j]),
+                "spectral_radius": rep.spectral_radius,
+                "classification": rep.classification,
+                "unstable_dims": rep.unstable_dims,
+                "neutral_dims": rep.neutral_dims,
+                "count": int(counts[j]),
+                "first_round": first[j],
+                "closed_form_match": match,
+                "steps": steps[j],
+                "singular_values": np.linalg.svd(x, compute_uv=False),
+                "moduli": rep.moduli,
+                "tokens": x,
+            }
+        )
     stability_s = time.perf_counter() - t1
     records.sort(key=lambda e: (e["rank"], e["residual"]))
-    return _summary(records, how, completeness, status, rounds, closed, closed_hit, coverage, group, n, d,
-                    {"search_s": search_s, "compile_s": compile_s, "stability_s": stability_s})
+    return _summary(
+        records,
+        how,
+        completeness,
+        status,
+        rounds,
+        closed,
+        closed_hit,
+        coverage,
+        group,
+        n,
+        d,
+        {"search_s": search_s, "compile_s": compile_s, "stability_s": stability_s},
+    )
 
 
 def _summary(records, how, completeness, status, rounds, closed, closed_hit, coverage, group, n, d, timing):
@@ -263,17 +337,26 @@ def _summary(records, how, completeness, status, rounds, closed, closed_hit, cov
     # Rank 0 (the zero equilibrium of the un-normalised map) is listed only when it occurs.
     k0 = 0 if any(e["rank"] == 0 for e in records) else 1
     by_rank = {str(k): sum(e["rank"] == k for e in records) for k in range(k0, kmax + 1)}
-    by_class = {str(k): {c: sum(e["rank"] == k and e["classification"] == c for e in records)
-                         for c in ("stable", "marginal", "unstable")} for k in range(k0, kmax + 1)}
+    by_class = {
+        str(k): {
+            c: sum(e["rank"] == k and e["classification"] == c for e in records)
+            for c in ("stable", "marginal", "unstable")
+        }
+        for k in range(k0, kmax + 1)
+    }
     closed_summary = None
     if closed:
         closed_summary = {
             "total": len(closed),
             "note": "closed forms and equilibria are counted modulo the symmetries (global sign flip)",
             "found": int(closed_hit.sum()),
-            "by_rank": {str(k): {"total": sum(1 for kk, _ in closed if kk == k),
-                                 "found": int(sum(closed_hit[i] for i, (kk, _) in enumerate(closed) if kk == k))}
-                        for k in range(1, kmax + 1)},
+            "by_rank": {
+                str(k): {
+                    "total": sum(1 for kk, _ in closed if kk == k),
+                    "found": int(sum(closed_hit[i] for i, (kk, _) in enumerate(closed) if kk == k)),
+                }
+                for k in range(1, kmax + 1)
+            },
         }
     return {
         "method": how,
@@ -285,8 +368,11 @@ def _summary(records, how, completeness, status, rounds, closed, closed_hit, cov
         "rounds": rounds,
         "closed_forms": closed_summary,
         "coverage": coverage,
-        "symmetries": {"sign": group["sign"], "all_permutations": group["all_permutations"],
-                       "permutations": [p.tolist() for p in group["permutations"]],
-                       "skipped": "continuous rotations commuting with W_V (only +-I for bidiagonal/generic W_V)"},
+        "symmetries": {
+            "sign": group["sign"],
+            "all_permutations": group["all_permutations"],
+            "permutations": [p.tolist() for p in group["permutations"]],
+            "skipped": "continuous rotations commuting with W_V (only +-I for bidiagonal/generic W_V)",
+        },
         "timing": timing,
     }

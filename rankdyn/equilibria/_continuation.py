@@ -70,18 +70,25 @@ def continue_equilibria(
     steps = []
     for value in values:
         layer = make_layer(value)
-        sol = find_equilibria(layer, x, max_steps=max_steps, residual_tol=residual_tol, solver=solver, throw=False)
+        sol = find_equilibria(
+            layer, x, max_steps=max_steps, residual_tol=residual_tol, solver=solver, throw=False
+        )
         ok = np.asarray(sol.result == RESULTS.successful)
         xs, res, rank = np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], np.asarray(sol.rank)[ok]
         # Two branches that meet (a pitchfork, or a symmetric pair) are counted once.
         classes = deduplicate(xs, res, tol=dedup_tol, symmetries=symmetry_group(layer)) if len(xs) else []
         keep = [int(c.members[0]) for c in classes]  # the first member is the representative
-        steps.append({
-            "value": value,
-            "x": xs[keep] if keep else np.zeros((0,) + x.shape[1:]),
-            "residual": res[keep], "rank": rank[keep],
-            "kept": len(keep), "lost": int((~ok).sum()), "merged": int(ok.sum()) - len(keep),
-        })
+        steps.append(
+            {
+                "value": value,
+                "x": xs[keep] if keep else np.zeros((0,) + x.shape[1:]),
+                "residual": res[keep],
+                "rank": rank[keep],
+                "kept": len(keep),
+                "lost": int((~ok).sum()),
+                "merged": int(ok.sum()) - len(keep),
+            }
+        )
         if not keep:
             break  # every branch was lost: nothing left to continue
         x = xs[keep]

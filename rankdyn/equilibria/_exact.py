@@ -176,7 +176,9 @@ def exact_equilibria(n: int, d: int, w: float) -> ExactCensus:
         raise ValueError(f"d must be an integer >= 2, got {d!r}; for d = 1 every unit token is +-1.")
     w = float(w)
     if not np.isfinite(w) or w == 0:
-        raise ValueError(f"w must be finite and nonzero, got {w}; at w = 0, W_V = I and every point is fixed.")
+        raise ValueError(
+            f"w must be finite and nonzero, got {w}; at w = 0, W_V = I and every point is fixed."
+        )
     census = _enumerate(n, d, w, np.float64)
     if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps and len(census.x):
         wide = _enumerate(n, d, w, np.longdouble, check=False)
@@ -230,19 +232,28 @@ def _enumerate(n: int, d: int, w, dtype, check: bool = True) -> ExactCensus:
                 if r2 < -1e-14:
                     continue
                 root = np.sqrt(max(r2, dtype.type(0)))
-                for sign in ((1.0, -1.0) if root > 0 else (1.0,)):
+                for sign in (1.0, -1.0) if root > 0 else (1.0,):
                     y = x.copy()
                     y[-1] = sign * root
-                    e = (err + 10 * eps) * (1 + abs(float(w))) / abs(float(w)) * (1 + 1 / max(float(root), eps**0.5))
+                    e = (
+                        (err + 10 * eps)
+                        * (1 + abs(float(w)))
+                        / abs(float(w))
+                        * (1 + 1 / max(float(root), eps**0.5))
+                    )
                     nxt.append((toks + [y], a - 1, steps + ["chain"], lams + [1.0], e))
         level = nxt
     if not level:
-        return ExactCensus(np.zeros((0, n, d)), np.zeros((0, n), str), np.zeros((0, n)), np.zeros(0), rejected)
+        return ExactCensus(
+            np.zeros((0, n, d)), np.zeros((0, n), str), np.zeros((0, n)), np.zeros(0), rejected
+        )
     xs = np.stack([np.stack(t) for t, *_ in level])
     # Check every member against its token equations (a solution that fails is a bug, not noise).
     bad = _token_residuals(xs.astype(float), float(w)).max(axis=-1) > _TOKEN_TOL
     if check and bad.any():
-        raise RuntimeError(f"exact_equilibria: {int(bad.sum())} members fail their token equation; please report.")
+        raise RuntimeError(
+            f"exact_equilibria: {int(bad.sum())} members fail their token equation; please report."
+        )
     return ExactCensus(
         x=xs.astype(float),
         steps=np.array([s for _, _, s, _, _ in level]),

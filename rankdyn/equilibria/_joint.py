@@ -36,14 +36,24 @@ def _continue_failures(layer, sol, *, short_steps, max_steps, solver, residual_t
     so that repeated chunks reuse a few compiled programs."""
     # Members that used the whole short budget were still iterating (Optimistix had not
     # terminated), including "successful" ones whose residual is only just below tolerance.
-    running = (np.asarray(sol.steps) >= short_steps) & np.isin(sol.status, ["successful", "max_steps_reached"])
+    running = (np.asarray(sol.steps) >= short_steps) & np.isin(
+        sol.status, ["successful", "max_steps_reached"]
+    )
     bad = np.nonzero(running)[0]
     if bad.size == 0:
         return sol
     m = 1 << int(np.ceil(np.log2(bad.size)))
     idx = np.concatenate([bad, np.resize(bad, m - bad.size)])
-    more = find_equilibria(layer, sol.x[idx], solver=solver, max_steps=max_steps - short_steps,
-                           residual_tol=residual_tol, deflation=known, rank_tol=rank_tol, throw=False)
+    more = find_equilibria(
+        layer,
+        sol.x[idx],
+        solver=solver,
+        max_steps=max_steps - short_steps,
+        residual_tol=residual_tol,
+        deflation=known,
+        rank_tol=rank_tol,
+        throw=False,
+    )
     more = jax.tree.map(lambda a: np.asarray(a)[: bad.size], more)
 
     # Keep a continuation only where it did not make the residual worse.
@@ -116,7 +126,12 @@ def joint_search(
             known = None
             if deflate and classes:
                 known = np.concatenate([symmetric_images(c.x, group) for c in classes])
-            got = {"round": name, "starts": m, "deflated": 0 if known is None else len(known), "target_rank": k}
+            got = {
+                "round": name,
+                "starts": m,
+                "deflated": 0 if known is None else len(known),
+                "target_rank": k,
+            }
             counts = dict.fromkeys(status_names(), 0)
             tr = time.perf_counter()
             for c0 in range(0, m, chunk):
@@ -130,15 +145,31 @@ def joint_search(
                 # budget first, then continue only the unconverged members.
                 short = max_steps if deflate or not short_steps else min(short_steps, max_steps)
                 sol = find_equilibria(
-                    layer, x0, solver=solver, max_steps=short, residual_tol=residual_tol, throw=False,
+                    layer,
+                    x0,
+                    solver=solver,
+                    max_steps=short,
+                    residual_tol=residual_tol,
+                    throw=False,
                     forward_steps=forward_steps,
                     minimise_steps=minimise_steps if k is None else max(minimise_steps, 300),
-                    learning_rate=learning_rate, deflation=known, target_rank=k, rank_tol=rank_tol,
+                    learning_rate=learning_rate,
+                    deflation=known,
+                    target_rank=k,
+                    rank_tol=rank_tol,
                 )
                 sol = jax.tree.map(lambda a: np.asarray(a)[:size], sol)
                 if short < max_steps:
-                    sol = _continue_failures(layer, sol, short_steps=short, max_steps=max_steps, solver=solver,
-                                             residual_tol=residual_tol, rank_tol=rank_tol, known=known)
+                    sol = _continue_failures(
+                        layer,
+                        sol,
+                        short_steps=short,
+                        max_steps=max_steps,
+                        solver=solver,
+                        residual_tol=residual_tol,
+                        rank_tol=rank_tol,
+                        known=known,
+                    )
                 for name_, v in sol.status_counts().items():
                     counts[name_] += v
                 ok = np.asarray(sol.successful)
@@ -149,7 +180,9 @@ def joint_search(
             before = len(classes)
             allx, allr = np.concatenate(xs), np.concatenate(res)
             classes = deduplicate(allx, allr, tol=dedup_tol, symmetries=group)
-            got.update(status_counts=counts, new_equilibria=len(classes) - before, seconds=time.perf_counter() - tr)
+            got.update(
+                status_counts=counts, new_equilibria=len(classes) - before, seconds=time.perf_counter() - tr
+            )
             round_stats.append(got)
     bar.close()
     allrounds = np.concatenate(rounds_of)
@@ -158,5 +191,10 @@ def joint_search(
     for rs in round_stats:
         for name_, v in rs["status_counts"].items():
             status[name_] += v
-    return {"classes": classes, "first_round": first, "rounds": round_stats, "status_counts": status,
-            "timing": {"search_s": time.perf_counter() - t0, "compile_s": timer.compile_s}}
+    return {
+        "classes": classes,
+        "first_round": first,
+        "rounds": round_stats,
+        "status_counts": status,
+        "timing": {"search_s": time.perf_counter() - t0, "compile_s": timer.compile_s},
+    }

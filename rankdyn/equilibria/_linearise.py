@@ -34,7 +34,10 @@ def _token_bases(x: Float[Array, "n d"]) -> Float[Array, "n d dm1"]:
     u = x / jnp.where(nrm > 0, nrm, 1.0)
     sigma = jnp.where(u[:, 0] >= 0, 1.0, -1.0).astype(x.dtype)
     v = u.at[:, 0].add(sigma)
-    h = jnp.eye(d, dtype=x.dtype)[None] - 2.0 * v[:, :, None] * v[:, None, :] / jnp.sum(v * v, -1)[:, None, None]
+    h = (
+        jnp.eye(d, dtype=x.dtype)[None]
+        - 2.0 * v[:, :, None] * v[:, None, :] / jnp.sum(v * v, -1)[:, None, None]
+    )
     return h[:, :, 1:]
 
 

@@ -84,9 +84,18 @@ class RESULTS(optx.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
 
 # Every status, in a fixed order (host-side reporting compares with each; no private internals).
 _STATUS = (
-    "successful", "max_steps_reached", "residual_above_tolerance", "nonfinite", "singular",
-    "degenerate_normalisation", "breakdown", "stagnation", "nonlinear_max_steps_reached",
-    "nonlinear_divergence", "nonfinite_input", "conlim",
+    "successful",
+    "max_steps_reached",
+    "residual_above_tolerance",
+    "nonfinite",
+    "singular",
+    "degenerate_normalisation",
+    "breakdown",
+    "stagnation",
+    "nonlinear_max_steps_reached",
+    "nonlinear_divergence",
+    "nonfinite_input",
+    "conlim",
 )
 
 
@@ -127,7 +136,9 @@ class EquilibriumSolution(eqx.Module):
 
     def status_counts(self) -> dict[str, int]:
         """How many starts ended with each status (host-side)."""
-        return {name: int(np.sum(np.asarray(self.result == getattr(RESULTS, name)))) for name in status_names()}
+        return {
+            name: int(np.sum(np.asarray(self.result == getattr(RESULTS, name)))) for name in status_names()
+        }
 
 
 def default_residual_tol(dtype) -> float:
@@ -145,7 +156,9 @@ def equilibrium_residual(layer: SelfAttentionLayer, x: Float[ArrayLike, "n d"], 
     return jnp.linalg.norm(layer(x, t)[0] - x)
 
 
-def equilibrium_rank(x: Float[ArrayLike, "n d"], rtol: float = 1e-8, atol: float | None = None) -> Int[Array, ""]:
+def equilibrium_rank(
+    x: Float[ArrayLike, "n d"], rtol: float = 1e-8, atol: float | None = None
+) -> Int[Array, ""]:
     r"""Numerical rank: the number of singular values above $\max(\mathrm{rtol}\,\sigma_1, \mathrm{atol})$.
 
     ``atol`` (default 100 machine epsilons) makes the zero equilibrium of the un-normalised map
@@ -162,8 +175,23 @@ def equilibrium_rank(x: Float[ArrayLike, "n d"], rtol: float = 1e-8, atol: float
 
 
 def _solve_one(
-    layer, x0, known, t, *, solver, max_steps, residual_tol, forward_steps, minimise_steps,
-    learning_rate, deflation_power, deflation_shift, target_rank, rank_weight, rank_floor, rank_tol,
+    layer,
+    x0,
+    known,
+    t,
+    *,
+    solver,
+    max_steps,
+    residual_tol,
+    forward_steps,
+    minimise_steps,
+    learning_rate,
+    deflation_power,
+    deflation_shift,
+    target_rank,
+    rank_weight,
+    rank_floor,
+    rank_tol,
 ):
     on_sphere = layer.placement == "post"
     f = _map(layer, t)
@@ -351,17 +379,29 @@ def find_equilibria(
     batch = x0s.shape[:-2]
     flat = x0s.reshape((-1, n, d))
     sol = _batched(
-        layer, flat, known, t, solver, max_steps=int(max_steps),
-        residual_tol=tol, forward_steps=int(forward_steps), minimise_steps=int(minimise_steps),
-        learning_rate=float(learning_rate), deflation_power=power, deflation_shift=float(deflation_shift),
-        target_rank=target_rank, rank_weight=float(rank_weight), rank_floor=float(rank_floor),
+        layer,
+        flat,
+        known,
+        t,
+        solver,
+        max_steps=int(max_steps),
+        residual_tol=tol,
+        forward_steps=int(forward_steps),
+        minimise_steps=int(minimise_steps),
+        learning_rate=float(learning_rate),
+        deflation_power=power,
+        deflation_shift=float(deflation_shift),
+        target_rank=target_rank,
+        rank_weight=float(rank_weight),
+        rank_floor=float(rank_floor),
         rank_tol=float(rank_tol),
     )
     sol = jax.tree.map(lambda a: a.reshape(batch + a.shape[1:]), sol)
     if throw:
         failed = ~jnp.all(sol.result == RESULTS.successful)
         x = eqx.error_if(
-            sol.x, failed,
+            sol.x,
+            failed,
             "find_equilibria: some starts did not reach residual_tol (more max_steps or starts may help); "
             "pass throw=False to get the per-start status in `EquilibriumSolution.result` instead.",
         )
@@ -385,5 +425,3 @@ def default_solver(method: str = "gn", rtol: float = 1e-13, atol: float = 1e-13)
 @eqx.filter_jit
 def _batched(layer, xs, known, t, solver, **static):
     return jax.vmap(lambda x: _solve_one(layer, x, known, t, solver=solver, **static))(xs)
-
-

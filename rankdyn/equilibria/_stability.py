@@ -192,7 +192,7 @@ def multipliers(
     n, d = x.shape
     tangent = _use_tangent(layer, space)
     if blocks is None:
-        blocks = ((tuple(range(n)),) if isinstance(layer.mask, jax.core.Tracer) else token_blocks(layer))
+        blocks = (tuple(range(n)),) if isinstance(layer.mask, jax.core.Tracer) else token_blocks(layer)
     m = d - 1 if tangent else d
     jac = tangent_jacobian(layer, x, t, space=space)
     # Blocks of equal size share one batched eigen-decomposition.
@@ -211,8 +211,13 @@ def multipliers(
     neutral = jnp.sum(jnp.abs(eff - 1) <= tol).astype(jnp.int32)
     code = jnp.where(unstable > 0, 2, jnp.where(neutral > 0, 1, 0)).astype(jnp.int32)
     return Multipliers(
-        eigenvalues=eig, moduli=mod, spectral_radius=jnp.max(eff), code=code, unstable_dims=unstable,
-        neutral_dims=neutral, residual=equilibrium_residual(layer, x, t),
+        eigenvalues=eig,
+        moduli=mod,
+        spectral_radius=jnp.max(eff),
+        code=code,
+        unstable_dims=unstable,
+        neutral_dims=neutral,
+        residual=equilibrium_residual(layer, x, t),
     )
 
 
@@ -269,10 +274,15 @@ def _many(layer, xs, opts):
 
 def _report(mp: Multipliers, space: str, tol: float) -> StabilityReport:
     return StabilityReport(
-        eigenvalues=np.asarray(mp.eigenvalues), moduli=np.asarray(mp.moduli),
+        eigenvalues=np.asarray(mp.eigenvalues),
+        moduli=np.asarray(mp.moduli),
         spectral_radius=float(mp.spectral_radius) if mp.moduli.size else 0.0,
-        classification=CLASSES[int(mp.code)], unstable_dims=int(mp.unstable_dims),
-        neutral_dims=int(mp.neutral_dims), residual=float(mp.residual), space=space, tol=float(tol),
+        classification=CLASSES[int(mp.code)],
+        unstable_dims=int(mp.unstable_dims),
+        neutral_dims=int(mp.neutral_dims),
+        residual=float(mp.residual),
+        space=space,
+        tol=float(tol),
     )
 
 
@@ -297,5 +307,3 @@ def block_eigvals(jac: np.ndarray, num_tokens: int) -> np.ndarray:
         idx = np.concatenate([np.arange(i * m, (i + 1) * m) for i in np.nonzero(labels == c)[0]])
         out.append(np.linalg.eigvals(jac[np.ix_(idx, idx)]))
     return np.concatenate(out)
-
-

@@ -83,7 +83,11 @@ def symmetric_images(x: Float[ArrayLike, "n d"], group: dict) -> np.ndarray:
     $n!$ copies is not practical there.
     """
     x = np.asarray(x)
-    perms = group["permutations"] if not group["all_permutations"] and group["permutations"] else [np.arange(x.shape[0])]
+    perms = (
+        group["permutations"]
+        if not group["all_permutations"] and group["permutations"]
+        else [np.arange(x.shape[0])]
+    )
     imgs = [x[p] for p in perms]
     if group["sign"]:
         imgs = imgs + [-y for y in imgs]

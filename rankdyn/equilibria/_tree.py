@@ -47,9 +47,16 @@ def _plain_first_token(layer: SelfAttentionLayer) -> bool:
     mask = np.asarray(layer.mask)
     w = layer.weights
     return (
-        layer.placement == "post" and mask[0].sum() == 1 and layer.num_heads == 1 and not layer.skip
-        and w.mlp is None and w.w_o is None and layer.fixed_attention is None
-        and layer.num_layers is None and isinstance(layer.norm, SphereNorm) and float(layer.norm.radius) == 1.0
+        layer.placement == "post"
+        and mask[0].sum() == 1
+        and layer.num_heads == 1
+        and not layer.skip
+        and w.mlp is None
+        and w.w_o is None
+        and layer.fixed_attention is None
+        and layer.num_layers is None
+        and isinstance(layer.norm, SphereNorm)
+        and float(layer.norm.radius) == 1.0
     )
 
 
@@ -111,7 +118,9 @@ def _solve_tokens(layer, xs, i, y0s, known, free, t, max_steps, power):
         def fn(y, args):
             y = y * fr
             y = y / jnp.linalg.norm(y)
-            return _token_residual(layer, x, i, y, t) * jnp.exp(_log_deflation(y[None], kn[:, None], power, 1.0))
+            return _token_residual(layer, x, i, y, t) * jnp.exp(
+                _log_deflation(y[None], kn[:, None], power, 1.0)
+            )
 
         sol = optx.least_squares(fn, solver, y0 / jnp.linalg.norm(y0), max_steps=max_steps, throw=False)
         y = sol.value * fr
@@ -154,8 +163,10 @@ def _chunked(layer, xs, i, y0s, known, t, max_steps, power, chunk, free=None):
     for c0 in range(0, m, chunk):
         sl = slice(c0, min(c0 + chunk, m))
         pad = chunk - (sl.stop - sl.start)
-        args = [np.concatenate([a[sl], np.repeat(a[sl][:1], pad, 0)]) if pad else a[sl]
-                for a in (xs, y0s, known, free)]
+        args = [
+            np.concatenate([a[sl], np.repeat(a[sl][:1], pad, 0)]) if pad else a[sl]
+            for a in (xs, y0s, known, free)
+        ]
         xa, ya, ka, fa = map(jnp.asarray, args)
         y, r = _solve_tokens_jit(layer, xa, jnp.asarray(i), ya, ka, fa, t, max_steps, power)
         ys.append(np.asarray(y)[: sl.stop - sl.start])
@@ -212,8 +223,15 @@ def tree_search(
         if i == 0 and first is not None:
             prefixes = np.repeat(prefixes, len(first), axis=0)
             prefixes[:, 0] = first
-            stats.append({"token": 1, "partials": 1, "method": "exact (null space of W_V - lambda I)",
-                          "rounds": [], "solutions": len(first)})
+            stats.append(
+                {
+                    "token": 1,
+                    "partials": 1,
+                    "method": "exact (null space of W_V - lambda I)",
+                    "rounds": [],
+                    "solutions": len(first),
+                }
+            )
             continue
         p = prefixes.shape[0]
         found: list[list[np.ndarray]] = [[] for _ in range(p)]
@@ -231,23 +249,39 @@ def tree_search(
                 if f and r % 2 == 1:
                     known[j, : len(f)] = np.stack(f)
             rep = np.repeat(np.arange(p), starts)
-            ys, res = _chunked(layer, prefixes[rep], i, y0.reshape(-1, d), known[rep], t, max_steps, power, chunk)
+            ys, res = _chunked(
+                layer, prefixes[rep], i, y0.reshape(-1, d), known[rep], t, max_steps, power, chunk
+            )
             new = 0
             for j, y, rr in zip(rep, ys, res):
                 if rr <= residual_tol and not any(np.max(np.abs(y - z)) <= dedup_tol for z in found[j]):
                     found[j].append(y)
                     new += 1
-            rounds.append({"starts": int(p * starts), "new_solutions": new,
-                           "converged": int(np.sum(res <= residual_tol))})
+            rounds.append(
+                {
+                    "starts": int(p * starts),
+                    "new_solutions": new,
+                    "converged": int(np.sum(res <= residual_tol)),
+                }
+            )
             if r + 1 >= min_rounds and new == 0:
                 break
         total = sum(len(f) for f in found)
         if total > max_members:
-            raise ValueError(f"tree_search: {total} partial equilibria at token {i + 1} exceed max_members="
-                             f"{max_members}; raise it or use the joint search.")
-        stats.append({"token": i + 1, "partials": p, "method": "multi-start Gauss-Newton + deflation",
-                      "rounds": rounds, "solutions": total,
-                      "saturated": bool(rounds[-1]["new_solutions"] == 0)})
+            raise ValueError(
+                f"tree_search: {total} partial equilibria at token {i + 1} exceed max_members="
+                f"{max_members}; raise it or use the joint search."
+            )
+        stats.append(
+            {
+                "token": i + 1,
+                "partials": p,
+                "method": "multi-start Gauss-Newton + deflation",
+                "rounds": rounds,
+                "solutions": total,
+                "saturated": bool(rounds[-1]["new_solutions"] == 0),
+            }
+        )
         nxt = [np.concatenate([prefixes[j][None]] * len(f)) for j, f in enumerate(found) if f]
         if not nxt:
             prefixes = np.zeros((0, n, d), dt)
@@ -259,7 +293,12 @@ def tree_search(
 
 
 def polish_tokens(
-    layer: SelfAttentionLayer, xs: Float[ArrayLike, "m n d"], *, max_steps: int = 30, snap_tol: float = 1e-6, t=0
+    layer: SelfAttentionLayer,
+    xs: Float[ArrayLike, "m n d"],
+    *,
+    max_steps: int = 30,
+    snap_tol: float = 1e-6,
+    t=0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Re-solve equilibria of an acyclic mask token by token; return ``(x, residual, error_estimate)``.
 

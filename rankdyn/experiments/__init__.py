@@ -23,14 +23,23 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import time
 import traceback
 from pathlib import Path
 
 from ._report import render_target, write_report
 
-__all__ = ["TARGETS", "VERDICTS", "RESULT_KEYS", "run_targets", "resolve_targets", "write_report", "render_target"]
+__all__ = [
+    "TARGETS",
+    "VERDICTS",
+    "CLAIM_VERDICTS",
+    "OPEN_QUESTION_VERDICTS",
+    "RESULT_KEYS",
+    "run_targets",
+    "resolve_targets",
+    "write_report",
+    "render_target",
+]
 
 #: Target name -> module path, in the order of the issue ("rankdyn reproduce").
 TARGETS: dict[str, str] = {
@@ -46,8 +55,17 @@ TARGETS: dict[str, str] = {
     "undirected": "rankdyn.experiments.undirected",
 }
 
-#: The verdicts a target may return (computed from its numbers, never hard-coded).
-VERDICTS = ("reproduced", "partially", "not reproduced")
+#: The verdicts a claim of the paper may get (computed from its numbers, never hard-coded).
+#: "not testable here" means the target could not run what its checks need on this machine
+#: (e.g. no trained checkpoint installed); it is never a failure of the claim.
+CLAIM_VERDICTS = ("reproduced", "partially", "not reproduced", "not testable here")
+
+#: The verdicts of an open question (the authors' conjecture, not a claim they prove): a search
+#: either found a counterexample or found none with its positive control passing.
+OPEN_QUESTION_VERDICTS = ("counterexample found", "no evidence against", "inconclusive")
+
+#: Every verdict word a target may return.
+VERDICTS = CLAIM_VERDICTS + OPEN_QUESTION_VERDICTS
 
 #: Keys every target's result dict must contain.
 RESULT_KEYS = ("name", "claim", "setting", "measured", "verdict", "criterion", "figures", "notes")
@@ -128,9 +146,14 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
         except Exception as err:  # noqa: BLE001 - one failing target must not hide the others
             failed.append(name)
             res = {
-                "name": name, "claim": "", "setting": {"quick": quick, "seed": seed}, "measured": {},
-                "verdict": "error", "criterion": "the target raised an exception",
-                "figures": [], "notes": f"{type(err).__name__}: {err}",
+                "name": name,
+                "claim": "",
+                "setting": {"quick": quick, "seed": seed},
+                "measured": {},
+                "verdict": "error",
+                "criterion": "the target raised an exception",
+                "figures": [],
+                "notes": f"{type(err).__name__}: {err}",
                 "traceback": traceback.format_exc(),
             }
         res["runtime_s"] = time.perf_counter() - t0
@@ -145,4 +168,3 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
     runtime = time.perf_counter() - t_start
     report = write_report(out, results, runtime_s=runtime, quick=quick, seed=seed)
     return {"results": results, "runtime_s": runtime, "report": report, "failed": failed}
-

@@ -76,16 +76,33 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
     x0 = initial_tokens(k_x, "bert", n, d, batch=batch, dtype=dtype)
     # Draw the weights once (with the MLP); every variant reuses them and differs only in its switches.
     base = jit_make_layer()(
-        k_w, n=n, d=d, mask="complete", placement="none", value="bert", qk="bert", num_layers=depth, heads=heads,
-        output_projection=True, mlp=True, dtype=dtype,
+        k_w,
+        n=n,
+        d=d,
+        mask="complete",
+        placement="none",
+        value="bert",
+        qk="bert",
+        num_layers=depth,
+        heads=heads,
+        output_projection=True,
+        mlp=True,
+        dtype=dtype,
     )
     names, stacks, keys, observes = [], [], [], []
     for label, skip, ln, mlp in VARIANTS:
         # Dropout matters for the LN variants (docs/theory.md#experiments); the others run in eval mode only.
-        for mode in (modes if ln else ("eval",)):
+        for mode in modes if ln else ("eval",):
             pa, ph = DROPOUT_MODES[mode]
-            layer = rebuild(base, placement="post" if ln else "none", norm=make_norm("layernorm", d), skip=skip,
-                            mlp=base.weights.mlp if mlp else None, attn_dropout=pa, hidden_dropout=ph)
+            layer = rebuild(
+                base,
+                placement="post" if ln else "none",
+                norm=make_norm("layernorm", d),
+                skip=skip,
+                mlp=base.weights.mlp if mlp else None,
+                attn_dropout=pa,
+                hidden_dropout=ph,
+            )
             names.append((label, mode))
             stacks.append(with_masks(layer, masks))
             keys.append(k_drop if layer.has_dropout else None)
@@ -97,14 +114,20 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
         runs[name] = {"metrics": metrics, "nonfinite": nonfinite, "degenerate": degenerate}
     setting = {
         **{k: (list(v) if isinstance(v, tuple) else v) for k, v in sizes.items()},
-        "seed": seed, "dtype": str(jnp.dtype(dtype)), "masks": list(PAPER_MASKS), "window": 1,
-        "dropout_modes": {m: {"attn_dropout": DROPOUT_MODES[m][0], "hidden_dropout": DROPOUT_MODES[m][1]}
-                          for m in modes},
+        "seed": seed,
+        "dtype": str(jnp.dtype(dtype)),
+        "masks": list(PAPER_MASKS),
+        "window": 1,
+        "dropout_modes": {
+            m: {"attn_dropout": DROPOUT_MODES[m][0], "hidden_dropout": DROPOUT_MODES[m][1]} for m in modes
+        },
         "variants": {v[0]: {"skip": v[1], "post_layernorm": v[2], "mlp": v[3]} for v in VARIANTS},
         "weights": "per-layer, U(+-1/sqrt(fan_in)) for W_Q, W_K, W_V, W_O, MLP (std ~0.0208 vs BERT N(0,0.02)); no biases",
-        "dqk": d // heads, "ln": "centred LayerNorm, gain 1, bias 0, eps 1e-12, after the skip (post-LN)",
+        "dqk": d // heads,
+        "ln": "centred LayerNorm, gain 1, bias 0, eps 1e-12, after the skip (post-LN)",
         "x0": "bert (centred LN of Gaussian embeddings with a shared direction, common_weight 1, token norm sqrt(d))",
-        "mlp_ratio": 4, "rank_tol": rank_tol,
+        "mlp_ratio": 4,
+        "rank_tol": rank_tol,
         "keys": "PRNGKey(seed) split into (weights, inputs, dropout)",
     }
     out = {"setting": setting, "layers": layers, "runs": runs, "masks": mask_table(masks)}

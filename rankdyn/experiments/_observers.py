@@ -11,7 +11,14 @@ from jax import lax
 
 from .._metrics import collapse_metrics, direction_metrics, mu
 
-__all__ = ["cheap_observe", "full_observe", "sigma_ratio", "observe_sigma_ratio", "zero_rows", "observe_zero_rows"]
+__all__ = [
+    "cheap_observe",
+    "full_observe",
+    "sigma_ratio",
+    "observe_sigma_ratio",
+    "zero_rows",
+    "observe_zero_rows",
+]
 
 
 def cheap_observe(x):

@@ -95,7 +95,10 @@ def render_target(res: dict, out: Path | None = None, prefix: str = "../") -> st
     if "traceback" in res:
         lines += ["```", res["traceback"].rstrip(), "```", ""]
     if "runtime_s" in res:
-        lines += [f"*Runtime: {res['runtime_s']:.1f} s wall, {res.get('cpu_s', float('nan')):.1f} s CPU.*", ""]
+        lines += [
+            f"*Runtime: {res['runtime_s']:.1f} s wall, {res.get('cpu_s', float('nan')):.1f} s CPU.*",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -106,8 +109,11 @@ def _summary_section(res: dict, out: Path) -> list[str]:
     lines = [f'<a id="{name}"></a>', "", f"## {name}: {res['verdict']}", "", claim, ""]
     key = res.get("key_numbers") or {}
     if key:
-        lines.append("Key numbers: " + "; ".join(f"{k} {_fmt_value(float(v)) if _is_num(v) else v}"
-                                                 for k, v in key.items()) + ".")
+        lines.append(
+            "Key numbers: "
+            + "; ".join(f"{k} {_fmt_value(float(v)) if _is_num(v) else v}" for k, v in key.items())
+            + "."
+        )
         lines.append("")
     checks = res.get("checks") or []
     if checks:
@@ -121,7 +127,11 @@ def _summary_section(res: dict, out: Path) -> list[str]:
 
 
 def _is_num(v) -> bool:
-    return isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and math.isfinite(float(v))
+    return (
+        isinstance(v, (int, float, np.floating, np.integer))
+        and not isinstance(v, bool)
+        and math.isfinite(float(v))
+    )
 
 
 def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int) -> Path:
@@ -149,7 +159,8 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         "",
         f"Mode: {'quick (reduced sizes)' if quick else 'full'}; seed {seed}; total {runtime_s:.1f} s; "
         f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}. Verdicts: "
-        + ", ".join(f"{k} {v}" for k, v in counts.items()) + ".",
+        + ", ".join(f"{k} {v}" for k, v in counts.items())
+        + ".",
         "",
         "| target | verdict | checks passed (testable / all) | wall (s) |",
         "|---|---|---|---|",
@@ -159,14 +170,18 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         testable = [c for c in checks if c["status"] != "not testable here"]
         passed = sum(c["status"] == "pass" for c in testable)
         cell = f"{passed} / {len(testable)} / {len(checks)}" if checks else "-"
-        lines.append(f"| [{name}](#{name}) | {res['verdict']} | {cell} | {res.get('runtime_s', float('nan')):.1f} |")
+        lines.append(
+            f"| [{name}](#{name}) | {res['verdict']} | {cell} | {res.get('runtime_s', float('nan')):.1f} |"
+        )
     lines.append("")
     for name, res in results.items():
         lines += _summary_section(res, out)
         (out / "report" / f"{name}.md").write_text(render_target(res, out))
     if len(lines) > MAX_LINES:
-        raise ValueError(f"report.md would have {len(lines)} lines (limit {MAX_LINES}); shorten the targets' "
-                         "key numbers or checks.")
+        raise ValueError(
+            f"report.md would have {len(lines)} lines (limit {MAX_LINES}); shorten the targets' "
+            "key numbers or checks."
+        )
     path = out / "report.md"
     path.write_text("\n".join(lines))
     (out / "report" / "provenance.json").write_text(json.dumps(prov, indent=1))

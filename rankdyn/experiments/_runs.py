@@ -24,7 +24,16 @@ import numpy as np
 from .._simulate import simulate
 from ._observers import cheap_observe
 
-__all__ = ["MaskStack", "stack", "with_masks", "simulate_many", "simulate_stacked", "san_layer", "rebuild", "band"]
+__all__ = [
+    "MaskStack",
+    "stack",
+    "with_masks",
+    "simulate_many",
+    "simulate_stacked",
+    "san_layer",
+    "rebuild",
+    "band",
+]
 
 
 class MaskStack(NamedTuple):
@@ -44,8 +53,16 @@ def with_masks(layer, masks: dict[str, np.ndarray]) -> MaskStack:
     return MaskStack(layer, jnp.stack([jnp.asarray(m) for m in masks.values()]))
 
 
-def simulate_many(stacks, x0, num_layers: int, *, observe=cheap_observe, keys=None, save_every: int = 1,
-                  x0_per_config: bool = False):
+def simulate_many(
+    stacks,
+    x0,
+    num_layers: int,
+    *,
+    observe=cheap_observe,
+    keys=None,
+    save_every: int = 1,
+    x0_per_config: bool = False,
+):
     """Several stacks of layers, each vmapped over its configs, compiled as ONE program.
 
     One XLA program instead of one per stack roughly halves the compile time on CPU, which
@@ -71,13 +88,16 @@ def simulate_many(stacks, x0, num_layers: int, *, observe=cheap_observe, keys=No
     def run(stacks, x0, keys):
         outs = []
         for item, key, obs in zip(stacks, keys, observes):
+
             def one(layer, x, key=key, obs=obs):
-                tr = simulate(layer, x, num_layers, observe=obs, key=key, save_every=save_every,
-                              per_trajectory=True)
+                tr = simulate(
+                    layer, x, num_layers, observe=obs, key=key, save_every=save_every, per_trajectory=True
+                )
                 return tr.metrics, tr.nonfinite, tr.degenerate
 
             x_axis = 0 if x0_per_config else None
             if isinstance(item, MaskStack):
+
                 def masked(mask, x, layer=item.layer, one=one):
                     return one(eqx.tree_at(lambda l: l.mask, layer, mask), x)
 
@@ -94,11 +114,26 @@ def simulate_many(stacks, x0, num_layers: int, *, observe=cheap_observe, keys=No
     return result
 
 
-def simulate_stacked(stacked, x0, num_layers: int, *, observe=cheap_observe, key=None, save_every: int = 1,
-                     x0_per_config: bool = False):
+def simulate_stacked(
+    stacked,
+    x0,
+    num_layers: int,
+    *,
+    observe=cheap_observe,
+    key=None,
+    save_every: int = 1,
+    x0_per_config: bool = False,
+):
     """`simulate_many` for a single stack: ``(layers, metrics, nonfinite, degenerate)``."""
-    return simulate_many([stacked], x0, num_layers, observe=observe, keys=[key], save_every=save_every,
-                         x0_per_config=x0_per_config)[0]
+    return simulate_many(
+        [stacked],
+        x0,
+        num_layers,
+        observe=observe,
+        keys=[key],
+        save_every=save_every,
+        x0_per_config=x0_per_config,
+    )[0]
 
 
 @functools.cache
@@ -117,8 +152,17 @@ def jit_make_layer():
 def san_layer(key, n: int, d: int, num_layers: int, *, placement: str = "none", dtype=None):
     """The single-head SAN of the Theorem 1 targets: per-layer Haar-orthogonal W_V (A3 with
     equality), BERT-uniform W_Q, W_K (A2), complete mask (replace it with `with_masks`)."""
-    return jit_make_layer()(key, n=n, d=d, mask="complete", placement=placement, value="orthogonal", qk="bert",
-                            num_layers=num_layers, dtype=dtype)
+    return jit_make_layer()(
+        key,
+        n=n,
+        d=d,
+        mask="complete",
+        placement=placement,
+        value="orthogonal",
+        qk="bert",
+        num_layers=num_layers,
+        dtype=dtype,
+    )
 
 
 def rebuild(layer, **changes):
@@ -129,10 +173,17 @@ def rebuild(layer, **changes):
 
     w = layer.weights
     kw = {
-        "dqk": layer.dqk, "norm": layer.norm, "placement": layer.placement, "w_o": w.w_o, "mlp": w.mlp,
-        "skip": layer.skip, "attn_dropout": layer.attn_dropout, "hidden_dropout": layer.hidden_dropout,
+        "dqk": layer.dqk,
+        "norm": layer.norm,
+        "placement": layer.placement,
+        "w_o": w.w_o,
+        "mlp": w.mlp,
+        "skip": layer.skip,
+        "attn_dropout": layer.attn_dropout,
+        "hidden_dropout": layer.hidden_dropout,
         "attention_from_normalized": layer.attention_from_normalized,
-        "fixed_attention": layer.fixed_attention, "precision": layer.precision,
+        "fixed_attention": layer.fixed_attention,
+        "precision": layer.precision,
     }
     kw.update(changes)
     return SelfAttentionLayer(layer.mask, w.w_q, w.w_k, w.w_v, **kw)

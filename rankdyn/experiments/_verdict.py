@@ -22,8 +22,16 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 __all__ = [
-    "Check", "check", "untestable", "bound_check", "count_check", "verdict", "VERDICT_RULE",
-    "checks_json", "checks_markdown", "BOUND_ONE_TOL",
+    "Check",
+    "check",
+    "untestable",
+    "bound_check",
+    "count_check",
+    "verdict",
+    "VERDICT_RULE",
+    "checks_json",
+    "checks_markdown",
+    "BOUND_ONE_TOL",
 ]
 
 #: A bound within this distance of 1 cannot be failed by a measured per-layer rate.

@@ -54,23 +54,37 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
             for i, m in enumerate(masks):
                 b = band(r["metrics"]["mu"][i], ok_all[i])
                 panels[label][f"{MASK_LABELS[m]}, {p}"] = b | {
-                    "color": f"C{i}", "linestyle": styles[modes.index(p) % len(styles)]}
+                    "color": f"C{i}",
+                    "linestyle": styles[modes.index(p) % len(styles)],
+                }
                 summary[f"{label}|{m}|{p}"] = {
-                    "variant": label, "mask": m, "mode": p,
-                    "mu_0": float(b["mean"][0]), f"mu_{shallow}": float(b["mean"][shallow]),
+                    "variant": label,
+                    "mask": m,
+                    "mode": p,
+                    "mu_0": float(b["mean"][0]),
+                    f"mu_{shallow}": float(b["mean"][shallow]),
                     f"mu_{depth}": float(b["mean"][depth]),
                     f"ratio_{shallow}": float(b["mean"][shallow] / b["mean"][0]),
                     f"ratio_{depth}": float(b["mean"][depth] / b["mean"][0]),
                     "max_ratio": float(np.max(b["mean"]) / b["mean"][0]),
-                    "cv_last_quarter": float(np.mean(b["std"][-(depth // 4):] / np.maximum(b["mean"][-(depth // 4):], 1e-300))),
-                    "nonfinite": int(np.sum(r["nonfinite"][i])), "degenerate_ln": int(np.sum(r["degenerate"][i])),
+                    "cv_last_quarter": float(
+                        np.mean(b["std"][-(depth // 4) :] / np.maximum(b["mean"][-(depth // 4) :], 1e-300))
+                    ),
+                    "nonfinite": int(np.sum(r["nonfinite"][i])),
+                    "degenerate_ln": int(np.sum(r["degenerate"][i])),
                 }
     for view in (depth, shallow):
-        fig = plot_band_panels(layers, panels, ncols=len(panels), xmax=view, dtype=setting["dtype"],
-                               panel_size=(2.9, 2.8),
-                               suptitle=f"mu vs layer, first {view} layers, {' vs '.join(modes)}, "
-                                        f"n={setting['n']}, d={setting['d']}, {setting['heads']} heads, "
-                                        f"{setting['batch']} samples")
+        fig = plot_band_panels(
+            layers,
+            panels,
+            ncols=len(panels),
+            xmax=view,
+            dtype=setting["dtype"],
+            panel_size=(2.9, 2.8),
+            suptitle=f"mu vs layer, first {view} layers, {' vs '.join(modes)}, "
+            f"n={setting['n']}, d={setting['d']}, {setting['heads']} heads, "
+            f"{setting['batch']} samples",
+        )
         figs.append(save_figure(fig, out / f"ablation_depth{view}.png"))
 
     def get(v, m, p, key):
@@ -89,31 +103,50 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
 
     c34 = {p: ln_checks(p) for p in modes}
     base_checks = [
-        V.check("c1: SAN collapses under every mask", c1, f"mu_{depth}/mu_0 < 1e-2 and mu_{shallow}/mu_0 < 0.5"),
-        V.check(f"c2: SAN locality ordering at layer {shallow}", c2,
-                ", ".join(f"{MASK_LABELS[m]} {x:.3g}" for m, x in mu_s.items())),
+        V.check(
+            "c1: SAN collapses under every mask", c1, f"mu_{depth}/mu_0 < 1e-2 and mu_{shallow}/mu_0 < 0.5"
+        ),
+        V.check(
+            f"c2: SAN locality ordering at layer {shallow}",
+            c2,
+            ", ".join(f"{MASK_LABELS[m]} {x:.3g}" for m, x in mu_s.items()),
+        ),
         V.check("c5: skip only, no collapse", c5, f"SAN+skip mu_{depth}/mu_0 > 0.1 for every mask"),
     ]
 
     def mode_checks(p):
-        return [V.check(f"c3 ({p}): SAN+LN and SAN+skip+LN do not collapse", c34[p][0], "mu_T/mu_0 > 0.1, all masks"),
-                V.check(f"c4 ({p}): full block stable", c34[p][1], "0.1 < mu_T/mu_0 < 10, all masks")]
+        return [
+            V.check(
+                f"c3 ({p}): SAN+LN and SAN+skip+LN do not collapse", c34[p][0], "mu_T/mu_0 > 0.1, all masks"
+            ),
+            V.check(f"c4 ({p}): full block stable", c34[p][1], "0.1 < mu_T/mu_0 < 10, all masks"),
+        ]
 
     mode_verdicts = {p: V.verdict(base_checks + mode_checks(p)) for p in modes}
-    best = max(modes, key=lambda p: (("not reproduced", "partially", "reproduced").index(mode_verdicts[p]),
-                                     p == "eval"))
+    best = max(
+        modes,
+        key=lambda p: (("not reproduced", "partially", "reproduced").index(mode_verdicts[p]), p == "eval"),
+    )
     check_list = base_checks + mode_checks(best)
     checks = V.checks_json(check_list)
     verdict = V.verdict(check_list)
 
-    hdr = ("| variant | mask | mode | mu layer 0 | mu layer %d | mu layer %d | mu %d / mu 0 | max mu / mu 0 |"
-           % (shallow, depth, depth))
+    hdr = (
+        "| variant | mask | mode | mu layer 0 | mu layer %d | mu layer %d | mu %d / mu 0 | max mu / mu 0 |"
+        % (shallow, depth, depth)
+    )
     rows = [hdr, "|" + "---|" * 8]
     for v in summary.values():
-        rows.append(f"| {v['variant']} | {MASK_LABELS[v['mask']]} | {v['mode']} | {v['mu_0']:.3g} | "
-                    f"{v[f'mu_{shallow}']:.3g} | {v[f'mu_{depth}']:.3g} | {v[rd]:.3g} | {v['max_ratio']:.3g} |")
-    failed_ln = {f"{v}|{m}": get(v, m, "eval", rd) for v in ("SAN+LN", "SAN+skip+LN", "full") for m in masks
-                 if not get(v, m, "eval", rd) > 0.1}
+        rows.append(
+            f"| {v['variant']} | {MASK_LABELS[v['mask']]} | {v['mode']} | {v['mu_0']:.3g} | "
+            f"{v[f'mu_{shallow}']:.3g} | {v[f'mu_{depth}']:.3g} | {v[rd]:.3g} | {v['max_ratio']:.3g} |"
+        )
+    failed_ln = {
+        f"{v}|{m}": get(v, m, "eval", rd)
+        for v in ("SAN+LN", "SAN+skip+LN", "full")
+        for m in masks
+        if not get(v, m, "eval", rd) > 0.1
+    }
     notes = (
         "Random-init weights are U(+-1/sqrt(fan_in)) (std ~0.0208, BERT uses N(0, 0.02)); no biases, LN gain 1 and "
         "bias 0, synthetic BERT-like inputs (no pretrained models or Wikipedia text offline). In the SAN the decay of "
@@ -125,35 +158,52 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
             "Without dropout, LN does not prevent collapse for: "
             + ", ".join(f"{k} (mu_T/mu_0 = {v:.2g})" for k, v in failed_ln.items())
             + ". With centred LN and no dropout the complete mask collapses at random init "
-              "(docs/theory.md#ambiguities-and-choices); "
+            "(docs/theory.md#ambiguities-and-choices); "
         )
         for p in modes:
             if p != "eval":
                 notes += f"in mode {p} the LN checks are c3 = {c34[p][0]}, c4 = {c34[p][1]}. "
-        notes += ("The paper does not say whether its models ran in train mode; the 'stable level well above zero' "
-                  "may come from active dropout, real-text embeddings, or LN details it does not state.")
+        notes += (
+            "The paper does not say whether its models ran in train mode; the 'stable level well above zero' "
+            "may come from active dropout, real-text embeddings, or LN details it does not state."
+        )
     if not c2:
         notes += f" SAN locality ordering at layer {shallow} failed: mu = {mu_s}."
     if quick:
-        notes += (f" QUICK MODE: n={setting['n']}, d={setting['d']}, {setting['heads']} heads, {setting['batch']} "
-                  "samples (full: n=128, d=768, 12 heads).")
+        notes += (
+            f" QUICK MODE: n={setting['n']}, d={setting['d']}, {setting['heads']} heads, {setting['batch']} "
+            "samples (full: n=128, d=768, 12 heads)."
+        )
     return {
-        "name": NAME, "claim": CLAIM,
-        "setting": {**setting, "shallow_view": shallow,
-                    "depth_12_model": f"first {shallow} layers of the depth-{depth} runs (same i.i.d. per-layer distribution)"},
+        "name": NAME,
+        "claim": CLAIM,
+        "setting": {
+            **setting,
+            "shallow_view": shallow,
+            "depth_12_model": f"first {shallow} layers of the depth-{depth} runs (same i.i.d. per-layer distribution)",
+        },
         "measured": {"summary": summary, "masks": res["masks"], "mode_verdicts": mode_verdicts},
         "checks": checks,
-        "key_numbers": {f"{v} {MASK_LABELS[m]} mu_T/mu_0 ({p})": get(v, m, p, rd)
-                        for v, m, p in (("SAN", "complete", "eval"), ("SAN+LN", "complete", "eval"),
-                                        ("SAN+LN", "causal", "eval"), ("full", "complete", "eval"),
-                                        ("full", "complete", best))},
+        "key_numbers": {
+            f"{v} {MASK_LABELS[m]} mu_T/mu_0 ({p})": get(v, m, p, rd)
+            for v, m, p in (
+                ("SAN", "complete", "eval"),
+                ("SAN+LN", "complete", "eval"),
+                ("SAN+LN", "causal", "eval"),
+                ("full", "complete", "eval"),
+                ("full", "complete", best),
+            )
+        },
         "verdict": verdict,
         "criterion": (
             f"c1: SAN mu_{depth}/mu_0 < 1e-2 and mu_{shallow}/mu_0 < 0.5 for all masks; c2: SAN at layer {shallow}: "
             "mu(complete) < mu(window) < mu(uni window) and mu(causal) < mu(uni window); c5: SAN+skip mu_T/mu_0 > 0.1 "
             "for all masks; c3: SAN+LN and SAN+skip+LN mu_T/mu_0 > 0.1 for all masks; c4: full block 0.1 < mu_T/mu_0 "
             f"< 10 for all masks. c3 and c4 are evaluated per dropout mode ({', '.join(modes)}); the paper does not "
-            f"say whether dropout was on, so the verdict uses the best-matching mode (here {best}). " + V.VERDICT_RULE
+            f"say whether dropout was on, so the verdict uses the best-matching mode (here {best}). "
+            + V.VERDICT_RULE
         ),
-        "figures": figs, "notes": notes, "markdown": "\n".join(rows),
+        "figures": figs,
+        "notes": notes,
+        "markdown": "\n".join(rows),
     }

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _verdict as V
-from ._observers import observe_sigma_ratio as _observe_ratio, sigma_ratio as _sigma_ratio
+from ._circle import _observe_joint, _observe_noln, _observe_token2, _token2, _tokens
+from ._observers import observe_sigma_ratio as _observe_ratio
 
 NAME = "counterexample-2d"
 CLAIM = (
@@ -46,43 +47,40 @@ REFERENCE_JOINT_FRACTION = {1.5: 0.055, 2.0: 0.071, 5.0: 0.098}
 def _sizes(quick: bool, tiny: bool) -> dict:
     """Every size of the run; ``tiny`` is for the unit tests."""
     if tiny:
-        return dict(basin_ws=(2.0,), basin_step=1.0, basin_steps=300, joint_ws=(2.0,), joint_step=15.0,
-                    horizons=(100, 400), save_every=100, noln_steps=60, traj_steps=60)
+        return dict(
+            basin_ws=(2.0,),
+            basin_step=1.0,
+            basin_steps=300,
+            joint_ws=(2.0,),
+            joint_step=15.0,
+            horizons=(100, 400),
+            save_every=100,
+            noln_steps=60,
+            traj_steps=60,
+        )
     if quick:
-        return dict(basin_ws=(1.5, 2.0, 3.0), basin_step=0.1, basin_steps=400, joint_ws=(2.0,), joint_step=5.0,
-                    horizons=(100, 1000, 5000), save_every=100, noln_steps=60, traj_steps=200)
-    return dict(basin_ws=(1.5, 2.0, 3.0), basin_step=0.02, basin_steps=1000, joint_ws=(1.5, 2.0, 5.0),
-                joint_step=5.0, horizons=(100, 1000, 10000, 20000), save_every=100,
-                noln_steps=60, traj_steps=400)
-
-
-def _tokens(theta_deg) -> np.ndarray:
-    """Unit vectors at the given angles (degrees), stacked on the last axis."""
-    th = np.deg2rad(np.asarray(theta_deg, dtype=np.float64))
-    return np.stack([np.cos(th), np.sin(th)], axis=-1)
-
-
-# Observers are module-level functions: `simulate` is jitted with ``observe`` as a static
-# argument, so reusing the same function object across w values reuses the compiled program.
-def _observe_token2(x):
-    # Scalars only (Trajectory.metrics is typed as one scalar per saved layer).
-    return {"x21": x[1, 0], "x22": x[1, 1]}
-
-
-def _observe_joint(x):
-    return {"ratio": _sigma_ratio(x), "x21": x[1, 0], "x22": x[1, 1]}
-
-
-def _token2(metrics, idx):
-    """Token 2 at the saved-layer indices ``idx``: ``(..., len(idx), 2)``."""
-    return np.stack([np.asarray(metrics["x21"])[..., idx], np.asarray(metrics["x22"])[..., idx]], axis=-1)
-
-
-def _observe_noln(x):
-    from .._metrics import mu
-
-    cos = jnp.dot(x[0], x[1]) / (jnp.linalg.norm(x[0]) * jnp.linalg.norm(x[1]))
-    return {"mu": mu(x), "cos": cos}
+        return dict(
+            basin_ws=(1.5, 2.0, 3.0),
+            basin_step=0.1,
+            basin_steps=400,
+            joint_ws=(2.0,),
+            joint_step=5.0,
+            horizons=(100, 1000, 5000),
+            save_every=100,
+            noln_steps=60,
+            traj_steps=200,
+        )
+    return dict(
+        basin_ws=(1.5, 2.0, 3.0),
+        basin_step=0.02,
+        basin_steps=1000,
+        joint_ws=(1.5, 2.0, 5.0),
+        joint_step=5.0,
+        horizons=(100, 1000, 10000, 20000),
+        save_every=100,
+        noln_steps=60,
+        traj_steps=400,
+    )
 
 
 def first_token_ratio(layer, theta1_deg, num_steps: int) -> dict:
@@ -177,14 +175,16 @@ def joint_noncollapse(layer, ex: dict, step_deg: float, horizons, save_every: in
         smallest $\theta_1$ that avoids collapse at the last horizon.
     """
     from .._simulate import simulate
-    from .positive_measure import wilson_interval
+    from ._intervals import wilson_interval
 
     th1 = np.arange(-90.0 + step_deg, 90.0 - step_deg / 2, step_deg)
     th2 = np.arange(0.0, 360.0 - step_deg / 2, step_deg)
     t1, t2 = np.meshgrid(th1, th2, indexing="ij")
     x0 = jnp.asarray(np.stack([_tokens(t1), _tokens(t2)], axis=-2))
     horizons = [int(h) for h in horizons]
-    tr = simulate(layer, x0, max(horizons), save_every=save_every, observe=_observe_joint, per_trajectory=True)
+    tr = simulate(
+        layer, x0, max(horizons), save_every=save_every, observe=_observe_joint, per_trajectory=True
+    )
     layers = np.asarray(tr.layers)
     idx = [int(np.flatnonzero(layers == h)[0]) for h in horizons]
     ratio = np.asarray(tr.metrics["ratio"])[..., idx]  # (n1, n2, H)
@@ -247,7 +247,10 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
             ft = first_token_ratio(layer, [30.0, 200.0], sz["traj_steps"])
             bs = basin_of_b(layer, ex, sz["basin_step"], sz["basin_steps"])
             basins[w] = bs
-            err = [bs["measured_arc"][0] - bs["predicted_arc"][0], bs["measured_arc"][1] - bs["predicted_arc"][1]]
+            err = [
+                bs["measured_arc"][0] - bs["predicted_arc"][0],
+                bs["measured_arc"][1] - bs["predicted_arc"][1],
+            ]
             measured[f"w={w:g}"] = {
                 "theta_A_deg": ex["theta_A"],
                 "first_token_max_rel_increment_error": ft["max_rel_increment_error"],
@@ -296,8 +299,9 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         x_keep = jnp.asarray(_tokens(np.array(th_keep)))
         x_fall = jnp.asarray(_tokens(np.array(th_fall)))
         layer_ln = uniform_causal_layer(2, 2, ex["W_V"])
-        tr_ln = simulate(layer_ln, jnp.stack([x_keep, x_fall]), sz["traj_steps"], save_states=True,
-                         observe=_observe_ratio)
+        tr_ln = simulate(
+            layer_ln, jnp.stack([x_keep, x_fall]), sz["traj_steps"], save_states=True, observe=_observe_ratio
+        )
         # No LN: the paper's matrix as printed, and rescaled to spectral norm 1 (A3, docs/theory.md#ambiguities-and-choices).
         noln = {}
         for label, wv in (("W_V", ex["W_V"]), ("W_V/||W_V||_2", spectral_normalized(ex["W_V"]))):
@@ -315,15 +319,21 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
             checks[f"no-LN collapse {label}"] = bool(m[-1] < 1e-8 * m[0])
         r_ln = np.asarray(tr_ln.metrics["ratio"])[:, -1]
         measured["fig1 starts (theta1, theta2) deg"] = {"non-collapsing": th_keep, "collapsing": th_fall}
-        measured["fig1 sigma2/sigma1 at end"] = {"non-collapsing": float(r_ln[0]), "collapsing": float(r_ln[1])}
+        measured["fig1 sigma2/sigma1 at end"] = {
+            "non-collapsing": float(r_ln[0]),
+            "collapsing": float(r_ln[1]),
+        }
         states_ln = np.asarray(tr_ln.states)
         states_no = np.asarray(noln["W_V/||W_V||_2"].states)
 
     figures = []
-    plotting.plot_counterexample_2d(states_no, states_ln, ex, title_w=w0,
-                                    path=out / "counterexample_2d_trajectories.png")
+    plotting.plot_counterexample_2d(
+        states_no, states_ln, ex, title_w=w0, path=out / "counterexample_2d_trajectories.png"
+    )
     figures.append("counterexample_2d_trajectories.png")
-    plotting.plot_counterexample_2d_basins(basins, joints, REFERENCE_JOINT_FRACTION, path=out / "counterexample_2d_basin.png")
+    plotting.plot_counterexample_2d_basins(
+        basins, joints, REFERENCE_JOINT_FRACTION, path=out / "counterexample_2d_basin.png"
+    )
     figures.append("counterexample_2d_basin.png")
 
     # Every check counts: the paper's claims and the joint-dynamics positive-measure check.
@@ -354,29 +364,47 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     notes.append(
         "The conditional basin (token 1 frozen at (0, 1)) is the arc (theta_A, 270 deg), about 150 deg for w=2, "
         "but in the joint dynamics token 1 moves as well and only starts with theta1 close to 90 deg avoid collapse "
-        "(smallest non-collapsing theta1 on the grid: "
-        + min_th + "; "
+        "(smallest non-collapsing theta1 on the grid: " + min_th + "; "
         "docs/theory.md#constructions: about 25 deg for w=2, 15 deg for w=5; the paper's analysis assumes token 1 has already "
         "converged, docs/theory.md#ambiguities-and-choices). Token 1 converges algebraically "
         "(t w x11 -> 1), not exponentially. The no-LN panel is drawn with W_V rescaled to spectral norm 1 (A3); "
         "with the printed W_V the tokens also align (mu -> 0) while their norms grow linearly (docs/theory.md#ambiguities-and-choices)."
     )
     setting = {
-        "n": 2, "d": 2, "mask": "causal", "attention": "uniform (W_Q = W_K = 0)", "norm": "sphere, post-LN",
-        "dtype": "float64", "seed": seed, "seed_used": False, "quick": quick, **{k: v for k, v in sz.items()},
-        "basin_start_token1": [0.0, 1.0], "noncollapse_rule": "sigma2/sigma1 > 1e-2",
+        "n": 2,
+        "d": 2,
+        "mask": "causal",
+        "attention": "uniform (W_Q = W_K = 0)",
+        "norm": "sphere, post-LN",
+        "dtype": "float64",
+        "seed": seed,
+        "seed_used": False,
+        "quick": quick,
+        **{k: v for k, v in sz.items()},
+        "basin_start_token1": [0.0, 1.0],
+        "noncollapse_rule": "sigma2/sigma1 > 1e-2",
         "basin_rule": "token 2 within 1e-8 of B after basin_steps steps",
     }
-    rows = ["| w | theta_A (deg) | measured arc (deg) | predicted arc (deg) | max boundary error (deg) |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| w | theta_A (deg) | measured arc (deg) | predicted arc (deg) | max boundary error (deg) |",
+        "|---|---|---|---|---|",
+    ]
     for w, bs in basins.items():
         e = measured[f"w={w:g}"]["basin_boundary_error_deg"]
-        rows.append(f"| {w:g} | {bs['predicted_arc'][0]:.3f} | ({bs['measured_arc'][0]:.3f}, {bs['measured_arc'][1]:.3f}) | "
-                    f"({bs['predicted_arc'][0]:.3f}, 270) | {max(abs(x) for x in e):.3f} |")
-    rows += ["", "| w | " + " | ".join(f"T={h}" for h in sz["horizons"]) + " | reference (T=20000) |",
-             "|---|" + "---|" * (len(sz["horizons"]) + 1)]
+        rows.append(
+            f"| {w:g} | {bs['predicted_arc'][0]:.3f} | ({bs['measured_arc'][0]:.3f}, {bs['measured_arc'][1]:.3f}) | "
+            f"({bs['predicted_arc'][0]:.3f}, 270) | {max(abs(x) for x in e):.3f} |"
+        )
+    rows += [
+        "",
+        "| w | " + " | ".join(f"T={h}" for h in sz["horizons"]) + " | reference (T=20000) |",
+        "|---|" + "---|" * (len(sz["horizons"]) + 1),
+    ]
     for w, jt in joints.items():
-        cells = [f"{100 * f:.2f}% [{100 * lo:.2f}, {100 * hi:.2f}]" for f, (lo, hi) in zip(jt["fraction"], jt["ci"])]
+        cells = [
+            f"{100 * f:.2f}% [{100 * lo:.2f}, {100 * hi:.2f}]"
+            for f, (lo, hi) in zip(jt["fraction"], jt["ci"])
+        ]
         ref = REFERENCE_JOINT_FRACTION.get(float(w))
         rows.append(f"| {w:g} | " + " | ".join(cells) + f" | {'' if ref is None else f'{100 * ref:.1f}%'} |")
     return {

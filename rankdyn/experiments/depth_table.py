@@ -22,7 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
@@ -60,7 +59,11 @@ def _weights(key, d: int, dk: int, depth: int, dtype):
     def draw(key):
         def one(k):
             kq, kk, kv = jr.split(k, 3)
-            return bert_uniform(kq, (d, dk), dtype), bert_uniform(kk, (d, dk), dtype), orthogonal(kv, d, dtype)
+            return (
+                bert_uniform(kq, (d, dk), dtype),
+                bert_uniform(kk, (d, dk), dtype),
+                orthogonal(kv, d, dtype),
+            )
 
         w_q, w_k, w_v = jax.vmap(one)(jr.split(key, depth))
         return w_q[:, None], w_k[:, None], w_v[:, None]
@@ -72,11 +75,21 @@ def pattern_checks(ratios: dict[str, float], mode: str) -> list[V.Check]:
     """The rebuttal's pattern as four checks on ``mu_T / mu_0`` per mask."""
     out = []
     for m in ("complete", "window"):
-        out.append(V.check(f"{mode}: {MASK_LABELS[m]} decreases (mu_T/mu_0 < {DECREASE})", ratios[m] < DECREASE,
-                           f"mu_T/mu_0 = {ratios[m]:.3g}"))
+        out.append(
+            V.check(
+                f"{mode}: {MASK_LABELS[m]} decreases (mu_T/mu_0 < {DECREASE})",
+                ratios[m] < DECREASE,
+                f"mu_T/mu_0 = {ratios[m]:.3g}",
+            )
+        )
     for m in ("causal", "window-uni"):
-        out.append(V.check(f"{mode}: {MASK_LABELS[m]} does not (mu_T/mu_0 >= {DECREASE})", ratios[m] >= DECREASE,
-                           f"mu_T/mu_0 = {ratios[m]:.3g}"))
+        out.append(
+            V.check(
+                f"{mode}: {MASK_LABELS[m]} does not (mu_T/mu_0 >= {DECREASE})",
+                ratios[m] >= DECREASE,
+                f"mu_T/mu_0 = {ratios[m]:.3g}",
+            )
+        )
     return out
 
 
@@ -116,8 +129,17 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     x0 = initial_tokens(k_x, "bert", n, d, batch=batch, dtype=dtype)
     stacks, keys = [], []
     for pa, ph in MODES.values():
-        layer = SelfAttentionLayer(masks["complete"], w_q, w_k, w_v, dqk=dqk, norm=make_norm("layernorm", d),
-                                   placement="post", attn_dropout=pa, hidden_dropout=ph)
+        layer = SelfAttentionLayer(
+            masks["complete"],
+            w_q,
+            w_k,
+            w_v,
+            dqk=dqk,
+            norm=make_norm("layernorm", d),
+            placement="post",
+            attn_dropout=pa,
+            hidden_dropout=ph,
+        )
         stacks.append(with_masks(layer, masks))
         keys.append(k_drop if layer.has_dropout else None)
     # One compiled program for the three modes (each vmapped over the masks, weights held once).
@@ -153,47 +175,80 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     # Mechanism checks: independent predictions (closed forms), not the quantities they explain.
     mech_checks = [
         V.check("eval mode has no zero rows", eval_zero == 0.0, f"max mean zero rows at T: {eval_zero:.3g}"),
-        V.check("attn dropout: token 0 is zero at T under causal and uni window (P = 1 - 0.9^T)",
-                min(att["causal"]["first_zero_T"], att["window-uni"]["first_zero_T"]) >= 0.5,
-                f"fractions {att['causal']['first_zero_T']:.3g}, {att['window-uni']['first_zero_T']:.3g}; "
-                f"predicted {1 - 0.9 ** depth:.3g}"),
-        V.check("attn dropout: zero rows within a factor 2 of p*T under causal and uni window",
-                all(0.5 * mech[m]["predicted_zero_rows_T"] <= mech[m]["zero_rows_T"] <= 2 * mech[m]["predicted_zero_rows_T"]
-                    for m in ("causal", "window-uni")),
-                ", ".join(f"{MASK_LABELS[m]} {mech[m]['zero_rows_T']:.3g}" for m in ("causal", "window-uni"))
-                + f" vs p*T = {0.1 * depth:.3g}"),
-        V.check("attn dropout: no absorbing zero rows under the strongly connected masks (< 1 at T)",
-                max(mech[m]["zero_rows_T"] for m in ("complete", "window")) < 1.0,
-                ", ".join(f"{MASK_LABELS[m]} {mech[m]['zero_rows_T']:.3g}" for m in ("complete", "window"))),
-        V.check("attn dropout, causal: mu at T within 25% of sqrt(d k (n-k)/n) (live tokens collapsed, k zero rows)",
-                abs(mech["causal"]["mu_T"] - mech["causal"]["predicted_mu_T"]) <= 0.25 * mech["causal"]["predicted_mu_T"],
-                f"mu_T {mech['causal']['mu_T']:.3g}, predicted {mech['causal']['predicted_mu_T']:.3g}"),
+        V.check(
+            "attn dropout: token 0 is zero at T under causal and uni window (P = 1 - 0.9^T)",
+            min(att["causal"]["first_zero_T"], att["window-uni"]["first_zero_T"]) >= 0.5,
+            f"fractions {att['causal']['first_zero_T']:.3g}, {att['window-uni']['first_zero_T']:.3g}; "
+            f"predicted {1 - 0.9**depth:.3g}",
+        ),
+        V.check(
+            "attn dropout: zero rows within a factor 2 of p*T under causal and uni window",
+            all(
+                0.5 * mech[m]["predicted_zero_rows_T"]
+                <= mech[m]["zero_rows_T"]
+                <= 2 * mech[m]["predicted_zero_rows_T"]
+                for m in ("causal", "window-uni")
+            ),
+            ", ".join(f"{MASK_LABELS[m]} {mech[m]['zero_rows_T']:.3g}" for m in ("causal", "window-uni"))
+            + f" vs p*T = {0.1 * depth:.3g}",
+        ),
+        V.check(
+            "attn dropout: no absorbing zero rows under the strongly connected masks (< 1 at T)",
+            max(mech[m]["zero_rows_T"] for m in ("complete", "window")) < 1.0,
+            ", ".join(f"{MASK_LABELS[m]} {mech[m]['zero_rows_T']:.3g}" for m in ("complete", "window")),
+        ),
+        V.check(
+            "attn dropout, causal: mu at T within 25% of sqrt(d k (n-k)/n) (live tokens collapsed, k zero rows)",
+            abs(mech["causal"]["mu_T"] - mech["causal"]["predicted_mu_T"])
+            <= 0.25 * mech["causal"]["predicted_mu_T"],
+            f"mu_T {mech['causal']['mu_T']:.3g}, predicted {mech['causal']['predicted_mu_T']:.3g}",
+        ),
     ]
     mech_holds = all(c.passed for c in mech_checks)
 
     best = max(MODES, key=lambda md: ("not reproduced", "partially", "reproduced").index(verdicts[md]))
     verdict = verdicts[best]
 
-    md = [f"mu mean (std) over {batch} samples and zero rows (mean) at layers {', '.join(map(str, table_layers))}; "
-          "centred LayerNorm after attention.", ""]
+    md = [
+        f"mu mean (std) over {batch} samples and zero rows (mean) at layers {', '.join(map(str, table_layers))}; "
+        "centred LayerNorm after attention.",
+        "",
+    ]
     for mode, (pa, ph) in MODES.items():
-        md += [f"*{mode}* (attention dropout {pa:g}, hidden dropout {ph:g}): verdict **{verdicts[mode]}**", "",
-               "| mask | strongly conn. | " + " | ".join(f"layer {t}" for t in table_layers) + " | zero rows at T |",
-               "|" + "---|" * (len(table_layers) + 3)]
+        md += [
+            f"*{mode}* (attention dropout {pa:g}, hidden dropout {ph:g}): verdict **{verdicts[mode]}**",
+            "",
+            "| mask | strongly conn. | "
+            + " | ".join(f"layer {t}" for t in table_layers)
+            + " | zero rows at T |",
+            "|" + "---|" * (len(table_layers) + 3),
+        ]
         for m in masks:
             s = stats[mode][m]
             cells = " | ".join(f"{a:.3g} ({b:.2g})" for a, b in zip(s["mu_mean"], s["mu_std"]))
-            md.append(f"| {MASK_LABELS[m]} | {graph[m]['strongly_connected']} | {cells} | {s['zero_rows_mean'][-1]:.3g} |")
+            md.append(
+                f"| {MASK_LABELS[m]} | {graph[m]['strongly_connected']} | {cells} | {s['zero_rows_mean'][-1]:.3g} |"
+            )
         md.append("")
     md += ["Zero-row mechanism (attention dropout 0.1):", "", V.checks_markdown(mech_checks), ""]
-    fig = plot_band_panels(layers, panels, ncols=3, dtype=dtype,
-                           suptitle=f"{depth}-layer SAN + centred LN, orthogonal W_V, n={n}, d={d}: eval vs train mode")
+    fig = plot_band_panels(
+        layers,
+        panels,
+        ncols=3,
+        dtype=dtype,
+        suptitle=f"{depth}-layer SAN + centred LN, orthogonal W_V, n={n}, d={d}: eval vs train mode",
+    )
     figs = [save_figure(fig, out / "depth_table_mu.png")]
 
     notes = (
-        "Per-mode verdicts: " + "; ".join(f"{k}: {v}" for k, v in verdicts.items()) + ". "
-        + ("The zero-row mechanism is established by the measurements: " if mech_holds else
-           "The zero-row mechanism is NOT fully supported (see the failed mechanism checks): ")
+        "Per-mode verdicts: "
+        + "; ".join(f"{k}: {v}" for k, v in verdicts.items())
+        + ". "
+        + (
+            "The zero-row mechanism is established by the measurements: "
+            if mech_holds
+            else "The zero-row mechanism is NOT fully supported (see the failed mechanism checks): "
+        )
         + f"under attention dropout token 0 ends at zero in {att['causal']['first_zero_T']:.0%} (causal) and "
         f"{att['window-uni']['first_zero_T']:.0%} (uni window) of the runs, zero rows reach "
         f"{att['causal']['zero_rows_mean'][-1]:.3g} (causal) and {att['window-uni']['zero_rows_mean'][-1]:.3g} (uni window) "
@@ -208,23 +263,36 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     if quick:
         notes += f" QUICK MODE: n={n}, d={d}, key width {dk}, d_QK={dqk:g}, {batch} samples (full: n=128, d=768, d_QK=64)."
     return {
-        "name": NAME, "claim": CLAIM,
+        "name": NAME,
+        "claim": CLAIM,
         "setting": {
-            **sz, "seed": seed, "dtype": str(np.dtype(dtype)), "masks": list(PAPER_MASKS),
+            **sz,
+            "seed": seed,
+            "dtype": str(np.dtype(dtype)),
+            "masks": list(PAPER_MASKS),
             "modes": {k: {"attn_dropout": a, "hidden_dropout": h} for k, (a, h) in MODES.items()},
-            "table_layers": table_layers, "heads": 1, "w_q_w_k": "BERT-uniform U(+-1/sqrt d), (d, dk), per layer",
-            "w_v": "Haar-orthogonal d x d, per layer", "placement": "post-LN",
+            "table_layers": table_layers,
+            "heads": 1,
+            "w_q_w_k": "BERT-uniform U(+-1/sqrt d), (d, dk), per layer",
+            "w_v": "Haar-orthogonal d x d, per layer",
+            "placement": "post-LN",
             "layernorm": "centred, gain 1, bias 0, eps 1e-12: token norm sqrt(d)",
             "x0": "bert: centred LN of Gaussian embeddings sharing a direction (common_weight 1), token norm sqrt(d)",
             "keys": "PRNGKey(seed) -> (weights, inputs, dropout); shared by every mask and mode",
         },
-        "measured": {"stats": stats, "graph": graph, "mode_verdicts": verdicts,
-                     "mode_checks": {k: V.checks_json(v) for k, v in checks.items()},
-                     "mechanism": mech, "mechanism_checks": V.checks_json(mech_checks),
-                     "mechanism_established": bool(mech_holds)},
+        "measured": {
+            "stats": stats,
+            "graph": graph,
+            "mode_verdicts": verdicts,
+            "mode_checks": {k: V.checks_json(v) for k, v in checks.items()},
+            "mechanism": mech,
+            "mechanism_checks": V.checks_json(mech_checks),
+            "mechanism_established": bool(mech_holds),
+        },
         "checks": V.checks_json(checks[best]),
         "key_numbers": {
-            "eval mu_T/mu_0 complete": ratios["eval"]["complete"], "eval causal": ratios["eval"]["causal"],
+            "eval mu_T/mu_0 complete": ratios["eval"]["complete"],
+            "eval causal": ratios["eval"]["causal"],
             "attn-dropout causal": ratios["attn-dropout"]["causal"],
             "attn-dropout uni window": ratios["attn-dropout"]["window-uni"],
             "attn-dropout zero rows at T, causal": att["causal"]["zero_rows_mean"][-1],
@@ -238,5 +306,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             f"verdict is that of the best-matching mode (here {best}); every mode's verdict is listed. "
             + V.VERDICT_RULE
         ),
-        "figures": figs, "notes": notes, "markdown": "\n".join(md),
+        "figures": figs,
+        "notes": notes,
+        "markdown": "\n".join(md),
     }

@@ -38,8 +38,12 @@ CENSUS_MAX_N = 6
 
 #: Our earlier finite-difference check (docs/theory.md#stability): largest multiplier modulus, N = d = 4.
 EARLIER_STABILITY_N4 = {
-    "w=4": {"k=1": "marginal (max |eig| = 1)", "k=2": "marginal", "k=3": "unstable (|eig| ~ 2.8-2.9)",
-            "k=4": "unstable (|eig| ~ 1.7-2.9, saddles)"},
+    "w=4": {
+        "k=1": "marginal (max |eig| = 1)",
+        "k=2": "marginal",
+        "k=3": "unstable (|eig| ~ 2.8-2.9)",
+        "k=4": "unstable (|eig| ~ 1.7-2.9, saddles)",
+    },
     "w=8": {"k=2": "unstable (|eig| 1.78)"},
 }
 
@@ -77,16 +81,23 @@ def census_table(n: int, w: float) -> dict:
     from ..equilibria import equilibrium_census
 
     layer = uniform_causal_layer(n, n, bidiagonal(n, w))
-    c = equilibrium_census(layer, jr.PRNGKey(0), closed_forms=all_closed_form_equilibria(n, n, w), progress=False)
+    c = equilibrium_census(
+        layer, jr.PRNGKey(0), closed_forms=all_closed_form_equilibria(n, n, w), progress=False
+    )
     xs = np.stack([e["tokens"] for e in c["equilibria"]])
     closed = np.stack([np.asarray(x) for _, x in all_closed_form_equilibria(n, n, w)])
     # Independent evidence: every census member is a fixed point of the NumPy map, and every
     # closed form (both signs) is a census member up to the sign flip.
-    dist = np.minimum(np.abs(closed[:, None] - xs[None]).max(axis=(2, 3)),
-                      np.abs(closed[:, None] + xs[None]).max(axis=(2, 3)))
+    dist = np.minimum(
+        np.abs(closed[:, None] - xs[None]).max(axis=(2, 3)),
+        np.abs(closed[:, None] + xs[None]).max(axis=(2, 3)),
+    )
     return {
-        "method": c["method"], "classes": len(xs), "members": c["completeness"].get("members"),
-        "by_rank": c["by_rank"], "by_rank_and_class": c["by_rank_and_class"],
+        "method": c["method"],
+        "classes": len(xs),
+        "members": c["completeness"].get("members"),
+        "by_rank": c["by_rank"],
+        "by_rank_and_class": c["by_rank_and_class"],
         "closed_form_classes_by_rank": {k: v["found"] for k, v in c["closed_forms"]["by_rank"].items()},
         "max_numpy_residual": float(np.abs(np_map(xs, w) - xs).max()),
         "max_error_estimate": float(max(e["error_estimate"] for e in c["equilibria"])),
@@ -152,12 +163,24 @@ def analyse(n: int, d: int, w: float, *, rank_tol: float = 1e-13, stab_tol: floa
             "expected": 2**k,
         }
     return {
-        "n": n, "d": d, "w": float(w),
-        "k": ks, "residual": res, "rank": rank, "sigma_k_rel": sk, "sigma_k1_rel": sk1, "stable_rank": srank, "bound_projected": proj,
+        "n": n,
+        "d": d,
+        "w": float(w),
+        "k": ks,
+        "residual": res,
+        "rank": rank,
+        "sigma_k_rel": sk,
+        "sigma_k1_rel": sk1,
+        "stable_rank": srank,
+        "bound_projected": proj,
         "bound_full_rank": n / (n - (n - 1) / w**2),
-        "spectral_radius": np.array(rho), "classification": np.array(cls),
-        "unstable_dims": np.array(unstable), "neutral_dims": np.array(neutral), "contracting_dims": np.array(contracting),
-        "per_k": per_k, "states": xn,
+        "spectral_radius": np.array(rho),
+        "classification": np.array(cls),
+        "unstable_dims": np.array(unstable),
+        "neutral_dims": np.array(neutral),
+        "contracting_dims": np.array(contracting),
+        "per_k": per_k,
+        "states": xn,
     }
 
 
@@ -174,12 +197,18 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     results = []
     measured: dict = {}
     ok_res = ok_rank = ok_count = ok_bound = ok_census = True
-    census_rows = ["", "Exact census (classes modulo the sign flip; closed forms among them; stability):", "",
-                   "| N = d | w | rank | classes | closed-form classes (2^k / 2) | stable | marginal | unstable |",
-                   "|---|---|---|---|---|---|---|---|"]
-    rows = ["| N = d | w | k | count (2^k) | max residual | ranks | SRank range | bound | max |eig| range | "
-            "classification | min # contracting dirs |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    census_rows = [
+        "",
+        "Exact census (classes modulo the sign flip; closed forms among them; stability):",
+        "",
+        "| N = d | w | rank | classes | closed-form classes (2^k / 2) | stable | marginal | unstable |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    rows = [
+        "| N = d | w | k | count (2^k) | max residual | ranks | SRank range | bound | max |eig| range | "
+        "classification | min # contracting dirs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     with jax.enable_x64(True):
         for n in sz["ns"]:
             for fac in sz["w_factors"]:
@@ -193,15 +222,24 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
                     pk = r["per_k"][k]
                     cls, cnt = np.unique(r["classification"][sel], return_counts=True)
                     entry[f"k={k}"] = {
-                        "count": pk["count"], "distinct": pk["distinct"], "expected_2^k": pk["expected"],
+                        "count": pk["count"],
+                        "distinct": pk["distinct"],
+                        "expected_2^k": pk["expected"],
                         "max_residual": float(r["residual"][sel].max()),
                         "ranks": sorted(set(int(v) for v in r["rank"][sel])),
                         "min_sigma_k_over_sigma_1": float(r["sigma_k_rel"][sel].min()),
                         "max_sigma_k+1_over_sigma_1": float(r["sigma_k1_rel"][sel].max()),
-                        "stable_rank_min_max": [float(r["stable_rank"][sel].min()), float(r["stable_rank"][sel].max())],
-                        "projected_bound_ok": bool(np.all(r["stable_rank"][sel] <= r["bound_projected"][sel] + 1e-12)),
-                        "spectral_radius_min_max": [float(r["spectral_radius"][sel].min()),
-                                                    float(r["spectral_radius"][sel].max())],
+                        "stable_rank_min_max": [
+                            float(r["stable_rank"][sel].min()),
+                            float(r["stable_rank"][sel].max()),
+                        ],
+                        "projected_bound_ok": bool(
+                            np.all(r["stable_rank"][sel] <= r["bound_projected"][sel] + 1e-12)
+                        ),
+                        "spectral_radius_min_max": [
+                            float(r["spectral_radius"][sel].min()),
+                            float(r["spectral_radius"][sel].max()),
+                        ],
                         "classification": {str(c): int(m) for c, m in zip(cls, cnt)},
                         "min_contracting_dims": int(r["contracting_dims"][sel].min()),
                     }
@@ -230,13 +268,16 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
                     cen = census_table(n, w)
                     entry["census"] = cen
                     ok_census &= cen["closed_forms_in_census"] and cen["max_numpy_residual"] < 1e-12
-                    ok_census &= all(cen["closed_form_classes_by_rank"][str(k)] == 2 ** (k - 1)
-                                     for k in range(1, n + 1))
+                    ok_census &= all(
+                        cen["closed_form_classes_by_rank"][str(k)] == 2 ** (k - 1) for k in range(1, n + 1)
+                    )
                     for k in range(1, n + 1):
                         c = cen["by_rank_and_class"][str(k)]
-                        census_rows.append(f"| {n} | {w:g} | {k} | {cen['by_rank'][str(k)]} | "
-                                           f"{cen['closed_form_classes_by_rank'][str(k)]} | {c['stable']} | "
-                                           f"{c['marginal']} | {c['unstable']} |")
+                        census_rows.append(
+                            f"| {n} | {w:g} | {k} | {cen['by_rank'][str(k)]} | "
+                            f"{cen['closed_form_classes_by_rank'][str(k)]} | {c['stable']} | "
+                            f"{c['marginal']} | {c['unstable']} |"
+                        )
                 measured[key] = entry
         # Worked example (docs/theory.md#constructions) (N = d = 5, w = 2, all s_i = -1): SRank 1.2042 vs bound 1.25.
         from .._constructions import rank_k_equilibrium
@@ -244,14 +285,19 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         x5 = np.asarray(rank_k_equilibrium(5, 5, 5, 2.0))
         s5 = np.linalg.svd(x5, compute_uv=False)
         measured["spec_worked_example_N5_w2"] = {
-            "stable_rank": float(np.sum(s5**2) / s5[0] ** 2), "spec_stable_rank": 1.2042,
+            "stable_rank": float(np.sum(s5**2) / s5[0] ** 2),
+            "spec_stable_rank": 1.2042,
             "bound": 5 / (5 - 4 / 4.0),
         }
 
     plotting.plot_equilibria_ranks(results, path=out / "equilibria_ranks.png")
-    checks = {"residual < 1e-12 (NumPy map)": ok_res, "rank == k": ok_rank, "2^k distinct per rank": ok_count,
-              "full-rank SRank <= bound": ok_bound,
-              "exact census contains the 2^k closed forms of each rank": ok_census}
+    checks = {
+        "residual < 1e-12 (NumPy map)": ok_res,
+        "rank == k": ok_rank,
+        "2^k distinct per rank": ok_count,
+        "full-rank SRank <= bound": ok_bound,
+        "exact census contains the 2^k closed forms of each rank": ok_census,
+    }
     measured["checks"] = checks
     n_ok = sum(checks.values())
     verdict = "reproduced" if n_ok == len(checks) else ("partially" if n_ok else "not reproduced")
@@ -268,10 +314,18 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     n_total = sum(len(r["k"]) for r in results)
     n_contract = sum(int(np.sum(r["contracting_dims"] > 0)) for r in results)
     smin = min(float(r["sigma_k_rel"][r["k"] == r["n"]].min()) for r in results)
-    n_fuzzy = sum(int(np.sum((r["classification"] == "unstable") & (r["spectral_radius"] < 1.01))) for r in results)
+    n_fuzzy = sum(
+        int(np.sum((r["classification"] == "unstable") & (r["spectral_radius"] < 1.01))) for r in results
+    )
     n_neutral = sum(int(np.sum(r["neutral_dims"] > 0)) for r in results)
-    no_contract = sorted({f"N={r['n']} w={r['w']:g} k={int(k)}" for r in results
-                          for k, c in zip(r["k"], r["contracting_dims"]) if c == 0})
+    no_contract = sorted(
+        {
+            f"N={r['n']} w={r['w']:g} k={int(k)}"
+            for r in results
+            for k, c in zip(r["k"], r["contracting_dims"])
+            if c == 0
+        }
+    )
     rank2_note = ""
     if n4 is not None:
         cls2 = n4["classification"][n4["k"] == 2]
@@ -284,12 +338,17 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     full_unstable = all(measured[k]["full_rank_all_unstable"] for k in measured if k.startswith("N=d"))
     notes = (
         stab_note
-        + ("Every full-rank equilibrium has a multiplier of modulus > 1, i.e. they are saddles, as our earlier check found for "
-           "N = d >= 3. " if full_unstable else "Not every full-rank equilibrium is unstable here (the earlier check found saddles). ")
+        + (
+            "Every full-rank equilibrium has a multiplier of modulus > 1, i.e. they are saddles, as our earlier check found for "
+            "N = d >= 3. "
+            if full_unstable
+            else "Not every full-rank equilibrium is unstable here (the earlier check found saddles). "
+        )
         + f"{n_neutral} of {n_total} equilibria have a multiplier of modulus 1 within 1e-2 (non-hyperbolic "
         "first token(s) at +-e_d: algebraic convergence; the multiplier 1 is defective, so rounding spreads it by "
         f"~eps^(1/(d-1)), up to ~6e-3 at d = 8); {n_fuzzy} classified 'unstable' have a spectral radius below "
-        "1.01, i.e. within that numerical fuzz; " f"{n_contract} of {n_total} have at least one contracting direction "
+        "1.01, i.e. within that numerical fuzz; "
+        f"{n_contract} of {n_total} have at least one contracting direction "
         "(|multiplier| < 0.99), our reading of the paper's unquantified 'stable in certain directions'"
         + (f" (those without one: {', '.join(no_contract)})" if no_contract else "")
         + ". "
@@ -297,8 +356,9 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         + "The stability columns are our analysis, not a paper claim, and do not enter the verdict. "
         + f"The smallest sigma_N/sigma_1 of a full-rank equilibrium is {smin:.2g} (it scales like w^-(N-1)); the "
         "rank is measured in float64 with a relative tolerance of 1e-13 (the next singular value is at rounding "
-        "level)" + ("; in float32 (eps ~ 1.2e-7) some would read as lower rank. " if smin < 1.2e-7 else ". ")
-        +         "The paper states the count 2^k and the stable-rank bound for the full-rank family; for k < N "
+        "level)"
+        + ("; in float32 (eps ~ 1.2e-7) some would read as lower rank. " if smin < 1.2e-7 else ". ")
+        + "The paper states the count 2^k and the stable-rank bound for the full-rank family; for k < N "
         "we check the analogous bound N / sum_i X_{i,d}^2 (from ||X||_2 >= ||X e_d||), which is ours. "
         "Theorem 3's item 1 was lost in the text extraction (docs/theory.md#ambiguities-and-choices); we test the reconstruction "
         "'rank-k equilibria for every k, 2^k each, N = d, w >= N'."
@@ -306,11 +366,21 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     return {
         "name": NAME,
         "claim": CLAIM,
-        "setting": {"ns (N = d)": list(sz["ns"]), "w": [float(n) * f for n in sz["ns"] for f in sz["w_factors"]],
-                    "mask": "causal", "attention": "uniform (W_Q = W_K = 0)", "W_V": "I + w S (full bidiagonal)",
-                    "norm": "sphere, post-LN", "dtype": "float64", "rank_tol (relative)": 1e-13,
-                    "stability_tol": 1e-6, "stability_space": "tangent space of the sphere product",
-                    "seed": seed, "seed_used": False, "quick": quick},
+        "setting": {
+            "ns (N = d)": list(sz["ns"]),
+            "w": [float(n) * f for n in sz["ns"] for f in sz["w_factors"]],
+            "mask": "causal",
+            "attention": "uniform (W_Q = W_K = 0)",
+            "W_V": "I + w S (full bidiagonal)",
+            "norm": "sphere, post-LN",
+            "dtype": "float64",
+            "rank_tol (relative)": 1e-13,
+            "stability_tol": 1e-6,
+            "stability_space": "tangent space of the sphere product",
+            "seed": seed,
+            "seed_used": False,
+            "quick": quick,
+        },
         "measured": measured,
         "verdict": verdict,
         "criterion": (

@@ -25,10 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._rates import bound_rate, fit_rate_window, log10_bound_gap
+from . import _verdict as V
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, mask_table, masks_for
 from ._runs import band, rebuild, san_layer, simulate_many, stack
-from . import _verdict as V
 
 NAME = "layernorm-orthogonal"
 CLAIM = (
@@ -70,8 +70,10 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     masks = masks_for(sorted({m for m, _, _ in CASES}), n)
     graph = mask_table(masks)
     k_w, k_x = jax.random.split(jax.random.PRNGKey(seed))
-    x0s = {kind: initial_tokens(jax.random.fold_in(k_x, i), kind, n, d, batch=batch, dtype=dtype)
-           for i, kind in enumerate(("sphere", "nonneg"))}
+    x0s = {
+        kind: initial_tokens(jax.random.fold_in(k_x, i), kind, n, d, batch=batch, dtype=dtype)
+        for i, kind in enumerate(("sphere", "nonneg"))
+    }
     x0 = jnp.stack([x0s[kind] for _, kind, _ in CASES])
 
     results, panels_mu, panels_cos = {}, {}, {}
@@ -80,7 +82,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     post = san_layer(k_w, n, d, depth, placement="post", dtype=dtype)
     for placement in PLACEMENTS:
         base = rebuild(post, placement=placement)
-        stacks.append(stack([eqx.tree_at(lambda l: l.mask, base, jnp.asarray(masks[m])) for m, _, _ in CASES]))
+        stacks.append(
+            stack([eqx.tree_at(lambda l: l.mask, base, jnp.asarray(masks[m])) for m, _, _ in CASES])
+        )
     # One compiled program for both placements (each vmapped over the cases).
     outs = simulate_many(stacks, x0, depth, save_every=every, x0_per_config=True)
     for placement, (layers, met, nonfinite, degenerate) in zip(PLACEMENTS, outs):
@@ -91,51 +95,90 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             label = f"{MASK_LABELS[m]} / {kind}"
             b_mu, b_cos = band(met["mu"][i], ok), band(met["min_cos"][i], ok)
             panels_mu[f"{placement}-LN: mu"][label] = b_mu
-            panels_cos[f"{placement}-LN: min cosine"][label] = {"mean": 1.0 - b_cos["mean"], "std": b_cos["std"]}
+            panels_cos[f"{placement}-LN: min cosine"][label] = {
+                "mean": 1.0 - b_cos["mean"],
+                "std": b_cos["std"],
+            }
             g = graph[m]
             eps = float(np.min(met["eps_min"][i][ok])) if ok.any() else float("nan")
             if g["strongly_connected"]:
                 bound, which, centers = bound_rate(eps, g["radius"], 2, n), "Theorem 2", n
             else:
-                bound, which, centers = bound_rate(eps, g["radius"], 2, g["num_centers"]), "Corollary 1", g["num_centers"]
+                bound, which, centers = (
+                    bound_rate(eps, g["radius"], 2, g["num_centers"]),
+                    "Corollary 1",
+                    g["num_centers"],
+                )
             gm = np.exp(np.mean(np.log(np.maximum(met["mu"][i][ok], 1e-300)), axis=0))
             rate, window = fit_rate_window(layers, gm, gm / max(gm[0], 1e-300), floor)
             results[f"{placement}/{m}/{kind}"] = {
-                "placement": placement, "mask": m, "x0": kind, "inside_hypotheses": inside,
-                **g, "eps_measured": eps, "bound": which, "log10_c_eps_pow_2r": log10_bound_gap(eps, g["radius"], 2, centers),
-                "bound_rate": bound, "fitted_rate": rate, "fit_window": window,
-                "mu_0": float(b_mu["mean"][0]), "mu_T": float(b_mu["mean"][-1]),
+                "placement": placement,
+                "mask": m,
+                "x0": kind,
+                "inside_hypotheses": inside,
+                **g,
+                "eps_measured": eps,
+                "bound": which,
+                "log10_c_eps_pow_2r": log10_bound_gap(eps, g["radius"], 2, centers),
+                "bound_rate": bound,
+                "fitted_rate": rate,
+                "fit_window": window,
+                "mu_0": float(b_mu["mean"][0]),
+                "mu_T": float(b_mu["mean"][-1]),
                 "mu_ratio": float(b_mu["mean"][-1] / b_mu["mean"][0]),
-                "min_cos_0": float(b_cos["mean"][0]), "min_cos_T": float(b_cos["mean"][-1]),
+                "min_cos_0": float(b_cos["mean"][0]),
+                "min_cos_T": float(b_cos["mean"][-1]),
                 "frac_min_cos0_nonneg": float(np.mean(met["min_cos"][i][:, 0] >= 0)),
-                "nonfinite": int(np.sum(nonfinite[i])), "degenerate_ln": int(np.sum(degenerate[i])),
+                "nonfinite": int(np.sum(nonfinite[i])),
+                "degenerate_ln": int(np.sum(degenerate[i])),
             }
 
     scored = {k: v for k, v in results.items() if v["inside_hypotheses"]}
     check_list = []
     for k, v in scored.items():
-        check_list.append(V.check(f"{k}: collapses", v["mu_ratio"] < 1e-2 and np.isfinite(v["fitted_rate"])
-                                  and v["fitted_rate"] < 1.0, f"mu T/0 {v['mu_ratio']:.3g}, rate {v['fitted_rate']:.4g}"))
-        check_list.append(V.bound_check(f"{k}: fitted rate <= {v['bound']} bound", v["fitted_rate"], v["bound_rate"]))
+        check_list.append(
+            V.check(
+                f"{k}: collapses",
+                v["mu_ratio"] < 1e-2 and np.isfinite(v["fitted_rate"]) and v["fitted_rate"] < 1.0,
+                f"mu T/0 {v['mu_ratio']:.3g}, rate {v['fitted_rate']:.4g}",
+            )
+        )
+        check_list.append(
+            V.bound_check(f"{k}: fitted rate <= {v['bound']} bound", v["fitted_rate"], v["bound_rate"])
+        )
     checks = V.checks_json(check_list)
     verdict = V.verdict(check_list)
     failed = [c.name for c in check_list if c.testable and not c.passed]
 
     shown = {**panels_mu, **{k.replace("min cosine", "1 - min cosine"): v for k, v in panels_cos.items()}}
-    fig = plot_band_panels(layers, shown, ylabels={t: t.split(": ")[1] for t in shown}, sharey="row", dtype=dtype,
-                           suptitle=f"sphere LN, orthogonal W_V, n={n}, d={d}, {batch} samples")
+    fig = plot_band_panels(
+        layers,
+        shown,
+        ylabels={t: t.split(": ")[1] for t in shown},
+        sharey="row",
+        dtype=dtype,
+        suptitle=f"sphere LN, orthogonal W_V, n={n}, d={d}, {batch} samples",
+    )
     figs = [save_figure(fig, out / "layernorm_orthogonal_mu.png")]
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
     keys = list(scored)
-    plot_rates_vs_bounds(keys, [results[k]["fitted_rate"] for k in keys], [results[k]["bound_rate"] for k in keys],
-                         ax=ax, title="fitted per-layer factor vs Theorem 2 / Corollary 1 bound")
+    plot_rates_vs_bounds(
+        keys,
+        [results[k]["fitted_rate"] for k in keys],
+        [results[k]["bound_rate"] for k in keys],
+        ax=ax,
+        title="fitted per-layer factor vs Theorem 2 / Corollary 1 bound",
+    )
     fig.tight_layout()
     figs.append(save_figure(fig, out / "layernorm_orthogonal_rates.png"))
 
-    rows = ["| placement | mask | x0 | hypotheses | r | centers | eps | bound | log10 c eps^2r | bound rate | "
-            "fitted rate (layers) | mu T/0 | min cos 0 -> T |", "|" + "---|" * 13]
+    rows = [
+        "| placement | mask | x0 | hypotheses | r | centers | eps | bound | log10 c eps^2r | bound rate | "
+        "fitted rate (layers) | mu T/0 | min cos 0 -> T |",
+        "|" + "---|" * 13,
+    ]
     for v in results.values():
         rows.append(
             f"| {v['placement']} | {MASK_LABELS[v['mask']]} | {v['x0']} | {'in' if v['inside_hypotheses'] else 'outside'} | "
@@ -145,8 +188,13 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         )
     # With A computed from LN(X), Z_t = LN(X_t) of pre-LN obeys exactly the post-LN recursion, so the
     # two placements can differ only through the final rescaling: measure how much they differ.
-    pre_post = max(abs(np.log10(max(results[f"pre/{m}/{k}"]["mu_ratio"], 1e-300))
-                       - np.log10(max(results[f"post/{m}/{k}"]["mu_ratio"], 1e-300))) for m, k, _ in CASES)
+    pre_post = max(
+        abs(
+            np.log10(max(results[f"pre/{m}/{k}"]["mu_ratio"], 1e-300))
+            - np.log10(max(results[f"post/{m}/{k}"]["mu_ratio"], 1e-300))
+        )
+        for m, k, _ in CASES
+    )
     outside = {k: v["mu_ratio"] for k, v in results.items() if not v["inside_hypotheses"]}
     notes = (
         "The bounds use the smallest attention weight over all layers and samples. With unit-norm tokens and "
@@ -161,20 +209,32 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         f"row norms <= 1; accordingly the two placements agree here to {pre_post:.2g} decades in mu_T/mu_0."
     )
     if failed:
-        notes += (" Cases that did not meet the criterion: " + ", ".join(failed)
-                  + ". A window mask is a path graph whose mixing time grows like n^2 layers; at this depth it may "
-                    "not have reached the 1e-2 level yet.")
+        notes += (
+            " Cases that did not meet the criterion: "
+            + ", ".join(failed)
+            + ". A window mask is a path graph whose mixing time grows like n^2 layers; at this depth it may "
+            "not have reached the 1e-2 level yet."
+        )
     return {
-        "name": NAME, "claim": CLAIM,
+        "name": NAME,
+        "claim": CLAIM,
         "setting": {
-            **sz, "seed": seed, "dtype": str(np.dtype(dtype)),
-            "cases": [{"mask": m, "x0": k, "inside_hypotheses": h} for m, k, h in CASES], "placements": PLACEMENTS,
-            "ln": "sphere (rows to unit 2-norm, the paper's LN)", "pre_ln_attention": "from LN(X)",
-            "value": "orthogonal (Haar), per layer", "qk": "bert U(+-1/sqrt d), per layer", "dqk": d,
-            "x0_kinds": {"sphere": "uniform on S^{d-1} (full rank since n <= d)",
-                         "nonneg": "uniform on the positive orthant of the sphere (all cosines >= 0)"},
+            **sz,
+            "seed": seed,
+            "dtype": str(np.dtype(dtype)),
+            "cases": [{"mask": m, "x0": k, "inside_hypotheses": h} for m, k, h in CASES],
+            "placements": PLACEMENTS,
+            "ln": "sphere (rows to unit 2-norm, the paper's LN)",
+            "pre_ln_attention": "from LN(X)",
+            "value": "orthogonal (Haar), per layer",
+            "qk": "bert U(+-1/sqrt d), per layer",
+            "dqk": d,
+            "x0_kinds": {
+                "sphere": "uniform on S^{d-1} (full rank since n <= d)",
+                "nonneg": "uniform on the positive orthant of the sphere (all cosines >= 0)",
+            },
             "keys": "PRNGKey(seed) -> (weights, inputs); inputs fold_in 0 (sphere), 1 (nonneg); same weights for "
-                    "both placements",
+            "both placements",
             "fit": f"log(geometric-mean mu), layers >= 1 above the relative floor {floor:.2g}, second half of the points",
         },
         "measured": {"cases": results, "max_log10_gap_pre_vs_post_mu_ratio": pre_post},
@@ -187,5 +247,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             "per-layer rate < 1, and fitted rate <= the bound (Theorem 2: (1-n eps^(2r))^(1/(2r)); Corollary 1: "
             "(1-c eps^(2r))^(1/(2r)), c centers) with the measured eps. " + V.VERDICT_RULE
         ),
-        "figures": figs, "notes": notes, "markdown": "\n".join(rows),
+        "figures": figs,
+        "notes": notes,
+        "markdown": "\n".join(rows),
     }

@@ -20,10 +20,10 @@ import jax
 import numpy as np
 
 from .._rates import bound_rate, fit_rate_window, log10_bound_gap
+from . import _verdict as V
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
 from ._runs import band, san_layer, simulate_stacked, with_masks
-from . import _verdict as V
 
 NAME = "masks-collapse"
 CLAIM = (
@@ -99,18 +99,31 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     g = {m: per_mask[m]["avg_rate_mu_normalized"] for m in PAPER_MASKS}
     ordering = bool(max(ge["complete"], ge["causal"]) < ge["window"] < ge["window-uni"])
     ordering_final = bool(max(g["complete"], g["causal"]) < g["window"] < g["window-uni"])
-    check_list = [
-        V.check(f"{MASK_LABELS[m]}: decays", v["mu_ratio"] < 0.9 and v["mu_normalized_ratio"] < 0.9
-                and v["fitted_rate"] < 1.0, f"mu T/0 {v['mu_ratio']:.3g}, mu(LN) T/0 {v['mu_normalized_ratio']:.3g}, "
-                f"rate {v['fitted_rate']:.4g}")
-        for m, v in per_mask.items()
-    ] + [
-        V.bound_check(f"{MASK_LABELS[m]}: fitted rate <= (1-eps^r)^(1/r)", v["fitted_rate"], v["bound_rate"])
-        for m, v in per_mask.items()
-    ] + [
-        V.check(f"locality ordering over the first {EARLY} layers", ordering,
-                "average factors of mu(LN(X)): " + ", ".join(f"{MASK_LABELS[m]} {x:.4g}" for m, x in ge.items())),
-    ]
+    check_list = (
+        [
+            V.check(
+                f"{MASK_LABELS[m]}: decays",
+                v["mu_ratio"] < 0.9 and v["mu_normalized_ratio"] < 0.9 and v["fitted_rate"] < 1.0,
+                f"mu T/0 {v['mu_ratio']:.3g}, mu(LN) T/0 {v['mu_normalized_ratio']:.3g}, "
+                f"rate {v['fitted_rate']:.4g}",
+            )
+            for m, v in per_mask.items()
+        ]
+        + [
+            V.bound_check(
+                f"{MASK_LABELS[m]}: fitted rate <= (1-eps^r)^(1/r)", v["fitted_rate"], v["bound_rate"]
+            )
+            for m, v in per_mask.items()
+        ]
+        + [
+            V.check(
+                f"locality ordering over the first {EARLY} layers",
+                ordering,
+                "average factors of mu(LN(X)): "
+                + ", ".join(f"{MASK_LABELS[m]} {x:.4g}" for m, x in ge.items()),
+            ),
+        ]
+    )
     checks = V.checks_json(check_list)
     verdict = V.verdict(check_list)
 
@@ -120,21 +133,34 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "mu / ||X||_F": bands["mu_rel"],
         "mean row norm: norm shrinkage": bands["row_norm_mean"],
     }
-    fig = plot_band_panels(layers, panels, suptitle=f"SAN without LN, orthogonal W_V, n={n}, d={d}, {batch} samples",
-                           ylabels={t: t.split(":")[0] for t in panels}, sharey=False, dtype=dtype,
-                           floor_panels=list(panels)[:3])
+    fig = plot_band_panels(
+        layers,
+        panels,
+        suptitle=f"SAN without LN, orthogonal W_V, n={n}, d={d}, {batch} samples",
+        ylabels={t: t.split(":")[0] for t in panels},
+        sharey=False,
+        dtype=dtype,
+        floor_panels=list(panels)[:3],
+    )
     figs = [save_figure(fig, out / "masks_collapse_mu.png")]
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    plot_rates_vs_bounds([MASK_LABELS[m] for m in MASKS], [per_mask[m]["fitted_rate"] for m in MASKS],
-                         [per_mask[m]["bound_rate"] for m in MASKS], ax=ax,
-                         title="Theorem 1: fitted per-layer factor vs (1-eps^r)^(1/r)")
+    plot_rates_vs_bounds(
+        [MASK_LABELS[m] for m in MASKS],
+        [per_mask[m]["fitted_rate"] for m in MASKS],
+        [per_mask[m]["bound_rate"] for m in MASKS],
+        ax=ax,
+        title="Theorem 1: fitted per-layer factor vs (1-eps^r)^(1/r)",
+    )
     fig.tight_layout()
     figs.append(save_figure(fig, out / "masks_collapse_rates.png"))
 
-    rows = ["| mask | strongly conn. | centers | r | eps (measured) | log10 eps^r | bound (1-eps^r)^(1/r) | "
-            "fitted rate (layers) | mu T/0 | mu(LN) T/0 | row norm T/0 |", "|" + "---|" * 11]
+    rows = [
+        "| mask | strongly conn. | centers | r | eps (measured) | log10 eps^r | bound (1-eps^r)^(1/r) | "
+        "fitted rate (layers) | mu T/0 | mu(LN) T/0 | row norm T/0 |",
+        "|" + "---|" * 11,
+    ]
     for m, v in per_mask.items():
         rows.append(
             f"| {MASK_LABELS[m]} | {v['strongly_connected']} | {v['num_centers']} | {v['radius']} | "
@@ -155,7 +181,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "an upper estimate: mu reached the round-off floor within that many layers."
     )
     if not ordering:
-        notes += f" The locality ordering failed over the first {EARLY} layers: average factors of mu(LN(X)) {ge}."
+        notes += (
+            f" The locality ordering failed over the first {EARLY} layers: average factors of mu(LN(X)) {ge}."
+        )
     if ordering != ordering_final:
         notes += (
             f" The ordering at the final depth differs from the first {EARLY} layers (average factors {g}): the "
@@ -165,18 +193,33 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             "radius r orders the bounds, not the actual speeds at every depth."
         )
     return {
-        "name": NAME, "claim": CLAIM,
+        "name": NAME,
+        "claim": CLAIM,
         "setting": {
-            **sz, "seed": seed, "dtype": str(np.dtype(dtype)), "masks": list(MASKS),
-            "mask_params": {"window": "+-1", "window-uni": "look-back 1", "dilated": "unit window + hops of 4 up to 8",
-                            "global": "token 0 global + window +-1"},
-            "norm": "none (eq. 2)", "value": "orthogonal (Haar), per layer", "qk": "bert U(+-1/sqrt d), per layer",
-            "dqk": d, "x0": "gaussian N(0,1)", "keys": "PRNGKey(seed) -> (weights, inputs)",
+            **sz,
+            "seed": seed,
+            "dtype": str(np.dtype(dtype)),
+            "masks": list(MASKS),
+            "mask_params": {
+                "window": "+-1",
+                "window-uni": "look-back 1",
+                "dilated": "unit window + hops of 4 up to 8",
+                "global": "token 0 global + window +-1",
+            },
+            "norm": "none (eq. 2)",
+            "value": "orthogonal (Haar), per layer",
+            "qk": "bert U(+-1/sqrt d), per layer",
+            "dqk": d,
+            "x0": "gaussian N(0,1)",
+            "keys": "PRNGKey(seed) -> (weights, inputs)",
             "fit": "least squares of log(geometric-mean mu) on layers >= 1 above the relative floor "
-                   f"{floor:.2g}, second half of the usable points when more than 8",
+            f"{floor:.2g}, second half of the usable points when more than 8",
         },
-        "measured": {"per_mask": per_mask, "layers_saved": len(layers),
-                     "locality_ordering_at_final_depth (reported, not scored)": ordering_final},
+        "measured": {
+            "per_mask": per_mask,
+            "layers_saved": len(layers),
+            "locality_ordering_at_final_depth (reported, not scored)": ordering_final,
+        },
         "checks": checks,
         "key_numbers": {f"fitted rate {MASK_LABELS[m]}": per_mask[m]["fitted_rate"] for m in PAPER_MASKS},
         "verdict": verdict,
@@ -186,5 +229,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             f"over the first {EARLY} layers (BERT depth, Fig. 2) the average per-layer factor of mu(LN(X)) satisfies "
             "max(complete, causal) < window < uni window. " + V.VERDICT_RULE
         ),
-        "figures": figs, "notes": notes, "markdown": "\n".join(rows),
+        "figures": figs,
+        "notes": notes,
+        "markdown": "\n".join(rows),
     }

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._basins import wilson_interval as _wilson
 from . import _verdict as V
+from ._intervals import wilson_interval
 from ._observers import observe_sigma_ratio as _observe_ratio
 
 NAME = "positive-measure"
@@ -45,7 +45,13 @@ CLAIM = (
 )
 
 #: our earlier measurement, docs/theory.md#stability: joint non-collapse fraction from random sphere inputs (20 000 steps, 400 samples).
-REFERENCE_JOINT = {(2, 2, 2.0): 0.06, (3, 3, 2.0): 0.018, (3, 3, 4.0): 0.048, (4, 4, 4.0): 0.007, (4, 8, 4.0): 0.0}
+REFERENCE_JOINT = {
+    (2, 2, 2.0): 0.06,
+    (3, 3, 2.0): 0.018,
+    (3, 3, 4.0): 0.048,
+    (4, 4, 4.0): 0.007,
+    (4, 8, 4.0): 0.0,
+}
 #: docs/theory.md#stability: with token 1 initialised at e_d the fractions are 34-52% (over the same configurations).
 REFERENCE_TOKEN1_AT_ED = (0.34, 0.52)
 #: docs/theory.md#constructions: first-step overshoot rate of Lemma 13 starts (2000 starts each).
@@ -62,17 +68,37 @@ def _fmt_spec(v) -> str:
 
 def _sizes(quick: bool, tiny: bool) -> dict:
     if tiny:
-        return dict(lemma_cases=((3, 2.0),), lemma_conditions=("paper",), lemma_batch=64, lemma_steps=300,
-                    joint_cases=((2, 2, 2.0), (3, 3, 2.0)), joint_batch=64, horizons=(100, 300), save_every=100)
+        return dict(
+            lemma_cases=((3, 2.0),),
+            lemma_conditions=("paper",),
+            lemma_batch=64,
+            lemma_steps=300,
+            joint_cases=((2, 2, 2.0), (3, 3, 2.0)),
+            joint_batch=64,
+            horizons=(100, 300),
+            save_every=100,
+        )
     if quick:
-        return dict(lemma_cases=((3, 2.0), (3, 4.0), (4, 3.0)), lemma_conditions=("paper",),
-                    lemma_batch=500, lemma_steps=500,
-                    joint_cases=((2, 2, 2.0), (3, 3, 2.0), (3, 3, 4.0), (4, 4, 4.0)), joint_batch=400,
-                    horizons=(100, 500), save_every=100)
-    return dict(lemma_cases=((3, 2.0), (3, 4.0), (4, 3.0)), lemma_conditions=("paper", "proof"),
-                lemma_batch=2000, lemma_steps=20000,
-                joint_cases=((2, 2, 2.0), (3, 3, 2.0), (3, 3, 4.0), (4, 4, 4.0), (4, 8, 4.0)), joint_batch=400,
-                horizons=(100, 1000, 10000, 20000), save_every=100)
+        return dict(
+            lemma_cases=((3, 2.0), (3, 4.0), (4, 3.0)),
+            lemma_conditions=("paper",),
+            lemma_batch=500,
+            lemma_steps=500,
+            joint_cases=((2, 2, 2.0), (3, 3, 2.0), (3, 3, 4.0), (4, 4, 4.0)),
+            joint_batch=400,
+            horizons=(100, 500),
+            save_every=100,
+        )
+    return dict(
+        lemma_cases=((3, 2.0), (3, 4.0), (4, 3.0)),
+        lemma_conditions=("paper", "proof"),
+        lemma_batch=2000,
+        lemma_steps=20000,
+        joint_cases=((2, 2, 2.0), (3, 3, 2.0), (3, 3, 4.0), (4, 4, 4.0), (4, 8, 4.0)),
+        joint_batch=400,
+        horizons=(100, 1000, 10000, 20000),
+        save_every=100,
+    )
 
 
 def _token2_coord(coord):
@@ -88,8 +114,9 @@ def _track_piece(layer, x, observe, block0, num_steps: int):
     from .._scan import scan_depth
 
     flags = jnp.zeros(x.shape[0], bool)
-    (xf, _, _), v = scan_depth(layer, observe, _values, x, flags, flags, ~flags, None, block0, num_steps, 1,
-                               eps=False)
+    (xf, _, _), v = scan_depth(
+        layer, observe, _values, x, flags, flags, ~flags, None, block0, num_steps, 1, eps=False
+    )
     return xf, v[0], jnp.max(v, axis=0)
 
 
@@ -192,8 +219,14 @@ def joint_fractions(key, n: int, d: int, w: float, batch: int, horizons, save_ev
 
     layer = uniform_causal_layer(n, d, bidiagonal(d, w))
     horizons = [int(h) for h in horizons]
-    tr = simulate(layer, _joint_inputs(key, batch, n, d), max(horizons), save_every=save_every,
-                  observe=_observe_ratio, per_trajectory=True)
+    tr = simulate(
+        layer,
+        _joint_inputs(key, batch, n, d),
+        max(horizons),
+        save_every=save_every,
+        observe=_observe_ratio,
+        per_trajectory=True,
+    )
     layers = np.asarray(tr.layers)
     idx = [int(np.flatnonzero(layers == h)[0]) for h in horizons]
     ratio = np.asarray(tr.metrics["ratio"])[:, idx]
@@ -226,11 +259,13 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     lemma, joint = {}, {}
     with jax.enable_x64(True):
         for j, (d, w) in enumerate(sz["lemma_cases"]):
-            lemma[(d, w)] = lemma13_frozen(jr.fold_in(key, j), d, w, sz["lemma_batch"], sz["lemma_steps"],
-                                           sz["lemma_conditions"])
+            lemma[(d, w)] = lemma13_frozen(
+                jr.fold_in(key, j), d, w, sz["lemma_batch"], sz["lemma_steps"], sz["lemma_conditions"]
+            )
         for j, (n, d, w) in enumerate(sz["joint_cases"]):
-            joint[(n, d, w)] = joint_fractions(jr.fold_in(key, 100 + j), n, d, w, sz["joint_batch"],
-                                               sz["horizons"], sz["save_every"])
+            joint[(n, d, w)] = joint_fractions(
+                jr.fold_in(key, 100 + j), n, d, w, sz["joint_batch"], sz["horizons"], sz["save_every"]
+            )
 
     for (d, w), res in lemma.items():
         entry = {}
@@ -240,7 +275,9 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
                 "noncollapse_fraction": r["noncollapse"] / r["samples"],
                 "noncollapse_wilson95": wilson_interval(r["noncollapse"], r["samples"]),
                 "first_step_overshoot_fraction": r["invariance_violated_first_step"] / r["samples"],
-                "first_step_overshoot_wilson95": wilson_interval(r["invariance_violated_first_step"], r["samples"]),
+                "first_step_overshoot_wilson95": wilson_interval(
+                    r["invariance_violated_first_step"], r["samples"]
+                ),
             }
         entry["spec_first_step_overshoot"] = REFERENCE_LEMMA13_OVERSHOOT.get((d, w))
         measured[f"lemma13 d={d}, w={w:g} (N=2, token 1 at e_d, T={sz['lemma_steps']})"] = entry
@@ -256,13 +293,18 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         }
 
     # Verdict from the numbers.
-    lemma_ok = all(r["noncollapse"] == r["samples"] and r["all_inputs_valid"] for res in lemma.values()
-                   for r in res.values())
+    lemma_ok = all(
+        r["noncollapse"] == r["samples"] and r["all_inputs_valid"]
+        for res in lemma.values()
+        for r in res.values()
+    )
     square = [(k, v) for k, v in joint.items() if k[0] == k[1]]
     joint_ok = all(v["random"]["wilson95"][-1][0] > 0 for _, v in square)
     ed_ok = all(v["token1_at_e_d"]["wilson95"][-1][0] > 0 for _, v in joint.items())
-    invariance = {f"d={d}, w={w:g}": int(sum(r["invariance_violated_any_step"] for r in res.values()))
-                  for (d, w), res in lemma.items()}
+    invariance = {
+        f"d={d}, w={w:g}": int(sum(r["invariance_violated_any_step"] for r in res.values()))
+        for (d, w), res in lemma.items()
+    }
     check_list = [
         V.check("Lemma 13 starts keep rank 2 (all)", lemma_ok),
         V.check("joint random inputs, N = d: Wilson lower bound > 0 at the largest T", joint_ok),
@@ -273,8 +315,9 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     checks = V.checks_json(check_list)
     verdict = V.verdict(check_list)
 
-    plotting.plot_positive_measure({"lemma": lemma, "joint": joint, "spec_joint": REFERENCE_JOINT},
-                                   path=out / "positive_measure.png")
+    plotting.plot_positive_measure(
+        {"lemma": lemma, "joint": joint, "spec_joint": REFERENCE_JOINT}, path=out / "positive_measure.png"
+    )
 
     notes = []
     for (d, w), res in lemma.items():
@@ -287,8 +330,9 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
                     f"{r['within_1e-2_of_B_d']} end within 1e-2 of (0,..,-1/w,-sqrt(1-1/w^2)): the lemma's conclusion holds "
                     "but its per-step invariance does not. First-step overshoot rate "
                     f"{100 * r['invariance_violated_first_step'] / r['samples']:.2f}% (Wilson 95% "
-                    + "[{:.2f}, {:.2f}]%".format(*(100 * v for v in wilson_interval(r["invariance_violated_first_step"],
-                                                                                   r["samples"])))
+                    + "[{:.2f}, {:.2f}]%".format(
+                        *(100 * v for v in wilson_interval(r["invariance_violated_first_step"], r["samples"]))
+                    )
                     + f"); docs/theory.md#constructions reports {_fmt_spec(REFERENCE_LEMMA13_OVERSHOOT.get((d, w)))} with its own sampler "
                     "(the rate depends on how the valid set is sampled; ours is not uniform on it)."
                 )
@@ -302,11 +346,18 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
             notes.append(
                 f"joint N={n}, d={d}, w={w:g}: {100 * f:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] at T={tmax} vs our earlier measurement "
                 f"{100 * ref:.1f}% at T=20000 ({'inside' if agree else 'outside'} our 95% interval"
-                + ("" if tmax == 20000 else "; different horizon: convergence is algebraic, so fractions may still change with T")
+                + (
+                    ""
+                    if tmax == 20000
+                    else "; different horizon: convergence is algebraic, so fractions may still change with T"
+                )
                 + ")."
             )
-    flat = [k for k, res in joint.items()
-            if all(np.all(res[v]["counts"] == res[v]["counts"][0]) for v in ("random", "token1_at_e_d"))]
+    flat = [
+        k
+        for k, res in joint.items()
+        if all(np.all(res[v]["counts"] == res[v]["counts"][0]) for v in ("random", "token1_at_e_d"))
+    ]
     if len(sz["horizons"]) > 1:
         notes.append(
             f"In {len(flat)} of {len(joint)} configurations the non-collapse counts are identical at every horizon "
@@ -319,36 +370,61 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         f"With token 1 at e_d the non-collapse fractions at T={tmax} range over "
         f"{100 * min(ed):.1f}-{100 * max(ed):.1f}% ({'inside' if inside else 'not inside'} docs/theory.md#stability's 34-52%), "
         f"against {100 * min(rnd):.1f}-{100 * max(rnd):.1f}% from uniform random inputs"
-        + (": non-collapse from generic inputs is rare but present, much rarer than the frozen-token analysis "
-           "suggests, because token 1 reaches e_d only algebraically and drags the others (docs/theory.md#ambiguities-and-choices)"
-           if max(rnd) < min(ed) else "")
+        + (
+            ": non-collapse from generic inputs is rare but present, much rarer than the frozen-token analysis "
+            "suggests, because token 1 reaches e_d only algebraically and drags the others (docs/theory.md#ambiguities-and-choices)"
+            if max(rnd) < min(ed)
+            else ""
+        )
         + ". Lemma 13 samples come from a sampler with positive density on the valid set (not uniform on it). "
         "Cases with N < d (e.g. (4, 8, 4)) are outside the paper's N = d setting and do not enter the verdict."
     )
-    rows = ["| N | d | w | " + " | ".join(f"random T={h}" for h in sz["horizons"]) + " | token 1 at e_d, T="
-            f"{tmax} | reference random (T=20000) |", "|---|---|---|" + "---|" * (len(sz["horizons"]) + 2)]
+    rows = [
+        "| N | d | w | " + " | ".join(f"random T={h}" for h in sz["horizons"]) + " | token 1 at e_d, T="
+        f"{tmax} | reference random (T=20000) |",
+        "|---|---|---|" + "---|" * (len(sz["horizons"]) + 2),
+    ]
     for (n, d, w), res in joint.items():
-        cells = [f"{100 * fr:.1f}% [{100 * a:.1f}, {100 * b:.1f}]"
-                 for fr, (a, b) in zip(res["random"]["fraction"], res["random"]["wilson95"])]
+        cells = [
+            f"{100 * fr:.1f}% [{100 * a:.1f}, {100 * b:.1f}]"
+            for fr, (a, b) in zip(res["random"]["fraction"], res["random"]["wilson95"])
+        ]
         e = res["token1_at_e_d"]
         ref = REFERENCE_JOINT.get((n, d, w))
-        rows.append(f"| {n} | {d} | {w:g} | " + " | ".join(cells)
-                    + f" | {100 * e['fraction'][-1]:.1f}% [{100 * e['wilson95'][-1][0]:.1f}, {100 * e['wilson95'][-1][1]:.1f}]"
-                    + f" | {'' if ref is None else f'{100 * ref:.1f}%'} |")
-    rows += ["", "| d | w | condition | keep rank 2 | within 1e-2 of B_d (max distance) | invariance violated (any step / first step) | max overshoot |",
-             "|---|---|---|---|---|---|---|"]
+        rows.append(
+            f"| {n} | {d} | {w:g} | "
+            + " | ".join(cells)
+            + f" | {100 * e['fraction'][-1]:.1f}% [{100 * e['wilson95'][-1][0]:.1f}, {100 * e['wilson95'][-1][1]:.1f}]"
+            + f" | {'' if ref is None else f'{100 * ref:.1f}%'} |"
+        )
+    rows += [
+        "",
+        "| d | w | condition | keep rank 2 | within 1e-2 of B_d (max distance) | invariance violated (any step / first step) | max overshoot |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (d, w), res in lemma.items():
         for cond, r in res.items():
-            rows.append(f"| {d} | {w:g} | {cond} | {r['noncollapse']}/{r['samples']} | {r['within_1e-2_of_B_d']}/{r['samples']} ({r['max_distance_to_B_d']:.2g}) | "
-                        f"{r['invariance_violated_any_step']} / {r['invariance_violated_first_step']} | {r['max_overshoot']:.3g} |")
+            rows.append(
+                f"| {d} | {w:g} | {cond} | {r['noncollapse']}/{r['samples']} | {r['within_1e-2_of_B_d']}/{r['samples']} ({r['max_distance_to_B_d']:.2g}) | "
+                f"{r['invariance_violated_any_step']} / {r['invariance_violated_first_step']} | {r['max_overshoot']:.3g} |"
+            )
     return {
         "name": NAME,
         "claim": CLAIM,
-        "setting": {"mask": "causal", "attention": "uniform (W_Q = W_K = 0)", "W_V": "I + w S (full bidiagonal)",
-                    "norm": "sphere, post-LN", "dtype": "float64", "seed": seed, "quick": quick,
-                    "noncollapse_rule": "sigma2/sigma1 > 1e-2", "inputs": "uniform on the sphere (joint); "
-                    "lemma13_sample with condition 'paper' (f <= sqrt(w^2-1), eq. 41) and 'proof' (f <= w^2-1)",
-                    "confidence": "Wilson 95%", **{k: v for k, v in sz.items()}},
+        "setting": {
+            "mask": "causal",
+            "attention": "uniform (W_Q = W_K = 0)",
+            "W_V": "I + w S (full bidiagonal)",
+            "norm": "sphere, post-LN",
+            "dtype": "float64",
+            "seed": seed,
+            "quick": quick,
+            "noncollapse_rule": "sigma2/sigma1 > 1e-2",
+            "inputs": "uniform on the sphere (joint); "
+            "lemma13_sample with condition 'paper' (f <= sqrt(w^2-1), eq. 41) and 'proof' (f <= w^2-1)",
+            "confidence": "Wilson 95%",
+            **{k: v for k, v in sz.items()},
+        },
         "measured": measured,
         "verdict": verdict,
         "checks": checks,
@@ -363,17 +439,3 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         "notes": " ".join(notes),
         "markdown": "\n".join(rows),
     }
-
-
-def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Scalar form of `rankdyn.theory.wilson_interval` for one count: ``(0, 1)`` for no trials.
-
-    Raises:
-        ValueError: if ``trials < 0`` or ``successes`` is not in ``[0, trials]``.
-    """
-    if trials < 0 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials, got successes={successes}, trials={trials}.")
-    if trials == 0:
-        return (0.0, 1.0)
-    lo, hi = _wilson(successes, trials, z)
-    return float(lo), float(hi)

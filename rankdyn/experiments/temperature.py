@@ -18,11 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._rates import fit_rate_window
+from . import _verdict as V
+from . import masks_collapse as MC
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
 from ._runs import band, san_layer, simulate_stacked, stack
-from . import _verdict as V
-from . import masks_collapse as MC
 
 NAME = "temperature"
 CLAIM = (
@@ -72,8 +72,11 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     x0 = initial_tokens(k_x, "gaussian", n, d, batch=batch, dtype=dtype)
     # Configs ordered (mask, dqk): one stacked layer per pair, one compiled program.
     configs = [
-        eqx.tree_at(lambda l: l.dqk, eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(m)), jnp.asarray(q, dtype))
-        for m in masks.values() for q in DQKS
+        eqx.tree_at(
+            lambda l: l.dqk, eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(m)), jnp.asarray(q, dtype)
+        )
+        for m in masks.values()
+        for q in DQKS
     ]
     layers, met, nonfinite, _ = simulate_stacked(stack(configs), x0, depth)
     nm, nq = len(masks), len(DQKS)
@@ -81,7 +84,12 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     def reshape(v):
         return v.reshape((nm, nq) + v.shape[1:])
 
-    mu_all, rel_all, eps_all, bad = reshape(met["mu"]), reshape(met["mu_rel"]), reshape(met["eps_min"]), reshape(nonfinite)
+    mu_all, rel_all, eps_all, bad = (
+        reshape(met["mu"]),
+        reshape(met["mu_rel"]),
+        reshape(met["eps_min"]),
+        reshape(nonfinite),
+    )
     early, late, eps_med, curves = {}, {}, {}, {}
     for i, name in enumerate(masks):
         e_r, l_r, em = [], [], []
@@ -111,17 +119,35 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     eff = {m: float(effect(m)) for m in masks}
     global_larger = bool(eff["complete"] > max(eff["window"], eff["window-uni"]))
     shallow = {m: float(np.nanmax(early[m]) - np.nanmin(early[m])) for m in masks}
-    deep = {m: float(np.nanmax(late[m]) - np.nanmin(late[m])) if np.isfinite(late[m]).any() else float("nan")
-            for m in masks}
-    check_list = [V.check(f"{MASK_LABELS[m]}: early factor decreases with d_QK (Spearman <= -0.8)", monotone[m],
-                          f"Spearman {rho[m]:.3g}") for m in masks]
-    check_list.append(V.check("temperature effect larger for complete than both windows", global_larger,
-                              ", ".join(f"{MASK_LABELS[m]} {e:.3g}" for m, e in eff.items())))
+    deep = {
+        m: float(np.nanmax(late[m]) - np.nanmin(late[m])) if np.isfinite(late[m]).any() else float("nan")
+        for m in masks
+    }
+    check_list = [
+        V.check(
+            f"{MASK_LABELS[m]}: early factor decreases with d_QK (Spearman <= -0.8)",
+            monotone[m],
+            f"Spearman {rho[m]:.3g}",
+        )
+        for m in masks
+    ]
+    check_list.append(
+        V.check(
+            "temperature effect larger for complete than both windows",
+            global_larger,
+            ", ".join(f"{MASK_LABELS[m]} {e:.3g}" for m, e in eff.items()),
+        )
+    )
     checks = V.checks_json(check_list)
     verdict = V.verdict(check_list)
 
-    fig = plot_band_panels(layers, curves, ncols=3, dtype=dtype,
-                           suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})")
+    fig = plot_band_panels(
+        layers,
+        curves,
+        ncols=3,
+        dtype=dtype,
+        suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})",
+    )
     figs = [save_figure(fig, out / "temperature_mu.png")]
     import matplotlib.pyplot as plt
 
@@ -131,18 +157,32 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     fig.tight_layout()
     figs.append(save_figure(fig, out / "temperature_rate.png"))
 
-    head = "| mask | " + " | ".join(f"d_QK={q:g}" for q in PAPER_DQKS) + " | Spearman(log d_QK, rate) | effect 1/64 - 64 |"
+    head = (
+        "| mask | "
+        + " | ".join(f"d_QK={q:g}" for q in PAPER_DQKS)
+        + " | Spearman(log d_QK, rate) | effect 1/64 - 64 |"
+    )
     rows = [head, "|" + "---|" * (len(PAPER_DQKS) + 3)]
     for m in masks:
-        rows.append(f"| {MASK_LABELS[m]} | " + " | ".join(f"{early[m][idx[q]]:.3g}" for q in PAPER_DQKS)
-                    + f" | {rho[m]:.2f} | {eff[m]:.3g} |")
+        rows.append(
+            f"| {MASK_LABELS[m]} | "
+            + " | ".join(f"{early[m][idx[q]]:.3g}" for q in PAPER_DQKS)
+            + f" | {rho[m]:.2f} | {eff[m]:.3g} |"
+        )
     notes = (
         "Early rate = exp(slope) of log(geometric-mean mu) over layers 0..%d, points at the round-off floor "
         "(mu/||X||_F <= %.2g) left out; where mu reached the floor before two points were usable the upper estimate floor^(1/t_hit) is used. "
         "Shallow vs deep: the spread of the factor over d_QK is %s in layers 0..%d and %s in layers %d..%d "
         "(reported; deep-layer rates of masks that already collapsed are undefined)."
-        % (EARLY, floor, {m: round(v, 3) for m, v in shallow.items()}, EARLY,
-           {m: round(v, 3) for m, v in deep.items()}, EARLY, depth)
+        % (
+            EARLY,
+            floor,
+            {m: round(v, 3) for m, v in shallow.items()},
+            EARLY,
+            {m: round(v, 3) for m, v in deep.items()},
+            EARLY,
+            depth,
+        )
     )
     for m in (m for m, v in monotone.items() if not v):
         hi = [r for q, r in zip(DQKS, early[m]) if q >= 1]
@@ -154,21 +194,37 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             "quickly, so a smaller eps need not slow the actual collapse"
         )
         a, b = early[m][idx[1 / 64]], early[m][idx[1.0]]
-        notes += (f"; from d_QK = 1/64 to 1 the factor falls from {a:.3g} to {b:.3g}." if a > b else
-                  f"; even from d_QK = 1/64 to 1 it does not fall ({a:.3g} -> {b:.3g}).")
+        notes += (
+            f"; from d_QK = 1/64 to 1 the factor falls from {a:.3g} to {b:.3g}."
+            if a > b
+            else f"; even from d_QK = 1/64 to 1 it does not fall ({a:.3g} -> {b:.3g})."
+        )
     return {
-        "name": NAME, "claim": CLAIM,
+        "name": NAME,
+        "claim": CLAIM,
         "setting": {
-            **sz, "seed": seed, "dtype": str(np.dtype(dtype)), "masks": list(PAPER_MASKS),
-            "dqk_sweep": DQKS, "paper_dqks": PAPER_DQKS, "early_layers": [0, EARLY],
+            **sz,
+            "seed": seed,
+            "dtype": str(np.dtype(dtype)),
+            "masks": list(PAPER_MASKS),
+            "dqk_sweep": DQKS,
+            "paper_dqks": PAPER_DQKS,
+            "early_layers": [0, EARLY],
             "model": "masks-collapse SAN (no LN, per-layer Haar-orthogonal W_V, BERT-uniform W_Q/W_K), same weights "
-                     "and inputs as masks-collapse at this seed",
-            "x0": "gaussian N(0,1)", "keys": "PRNGKey(seed) -> (weights, inputs)",
+            "and inputs as masks-collapse at this seed",
+            "x0": "gaussian N(0,1)",
+            "keys": "PRNGKey(seed) -> (weights, inputs)",
         },
         "measured": {
-            "early_rate": early, "late_rate": late, "median_eps_layer0": eps_med, "spearman": rho,
-            "monotone": monotone, "effect_1_64_minus_64": eff, "complete_effect_largest": global_larger,
-            "spread_shallow": shallow, "spread_deep": deep,
+            "early_rate": early,
+            "late_rate": late,
+            "median_eps_layer0": eps_med,
+            "spearman": rho,
+            "monotone": monotone,
+            "effect_1_64_minus_64": eff,
+            "complete_effect_largest": global_larger,
+            "spread_shallow": shallow,
+            "spread_deep": deep,
         },
         "verdict": verdict,
         "checks": checks,
@@ -178,5 +234,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
             "(Spearman rank correlation with log d_QK <= -0.8); the effect factor(1/64) - factor(64) is larger "
             "for the complete mask than for both windows. " + V.VERDICT_RULE
         ),
-        "figures": figs, "notes": notes, "markdown": "\n".join(rows),
+        "figures": figs,
+        "notes": notes,
+        "markdown": "\n".join(rows),
     }

@@ -52,32 +52,68 @@ PAPER_W = 4.0
 def _sizes(quick: bool) -> dict:
     # Restarts run vmapped (nearly free); the discovery happens at training depths 8-32, deeper
     # training only refines, and the selection at depth T keeps what survives there.
-    common = dict(n=3, d=3, batch=128, lr=3e-2, select_every=20, eval_batch=1024, restarts=4,
-                  masks=MASKS, attention=tuple(ATTENTION))
+    common = dict(
+        n=3,
+        d=3,
+        batch=128,
+        lr=3e-2,
+        select_every=20,
+        eval_batch=1024,
+        restarts=4,
+        masks=MASKS,
+        attention=tuple(ATTENTION),
+    )
     if quick:
-        return dict(common, num_layers=200, eval_factor=5, steps=160, train_depth=32,
-                    objectives=("sigma_2",), census_starts=128, deflation_rounds=0)
-    return dict(common, num_layers=1000, eval_factor=2, steps=300, train_depth=256,
-                objectives=("sigma_2", "sigma_min"), census_starts=512, deflation_rounds=1)
+        return dict(
+            common,
+            num_layers=200,
+            eval_factor=5,
+            steps=160,
+            train_depth=32,
+            objectives=("sigma_2",),
+            census_starts=128,
+            deflation_rounds=0,
+        )
+    return dict(
+        common,
+        num_layers=1000,
+        eval_factor=2,
+        steps=300,
+        train_depth=256,
+        objectives=("sigma_2", "sigma_min"),
+        census_starts=512,
+        deflation_rounds=1,
+    )
 
 
 def _census(mask: str, r: dict, key, sz: dict) -> dict:
     """Equilibria of the layer map found by one search (its W_V, W_Q, W_K), with stability."""
+    from .._layer import SelfAttentionLayer
     from .._masks import make_mask
     from ..equilibria import equilibrium_census
-    from .._layer import SelfAttentionLayer
 
     f64 = lambda a: jnp.asarray(a, jnp.float64)
     layer = SelfAttentionLayer(make_mask(mask, sz["n"]), f64(r["w_q"]), f64(r["w_k"]), f64(r["w_v"]))
-    c = equilibrium_census(layer, jax.random.fold_in(key, 7), starts=sz["census_starts"], chunk=sz["census_starts"],
-                           deflation_rounds=sz["deflation_rounds"], progress=False)
+    c = equilibrium_census(
+        layer,
+        jax.random.fold_in(key, 7),
+        starts=sz["census_starts"],
+        chunk=sz["census_starts"],
+        deflation_rounds=sz["deflation_rounds"],
+        progress=False,
+    )
     eqs = c["equilibria"]
     high = [e for e in eqs if e["rank"] >= 2]
     rows = []
     for e in high:
-        row = {"rank": e["rank"], "classification": e["classification"],
-               "spectral_radius": float(e["spectral_radius"]), "unstable_dims": int(e["unstable_dims"]),
-               "residual": float(e["residual"]), "starts_reaching_it": int(e["count"])}
+        row = {
+            "rank": e["rank"],
+            "classification": e["classification"],
+            "spectral_radius": float(e["spectral_radius"]),
+            "unstable_dims": int(e["unstable_dims"]),
+            "residual": float(e["residual"]),
+            "starts_reaching_it": int(e["count"]),
+        }
         if e["classification"] != "unstable":
             row["tokens"] = np.asarray(e["tokens"]).tolist()
             row["singular_values"] = np.asarray(e["singular_values"]).tolist()
@@ -115,12 +151,18 @@ def _no_metrics(x):
 def _summary(r: dict) -> dict:
     """The numbers of one `search_value_matrix` result that the report uses."""
     return {
-        "mean_phi_T": r["after"], "mean_phi_long": r["after_long"],
-        "frac_rank_ge2": r["frac_rank_ge2_after"], "frac_rank_full": r["frac_rank_full_after"],
+        "mean_phi_T": r["after"],
+        "mean_phi_long": r["after_long"],
+        "frac_rank_ge2": r["frac_rank_ge2_after"],
+        "frac_rank_full": r["frac_rank_full_after"],
         "sustained_rank_ge2": bool(min(r["frac_rank_ge2_after"]) >= SUSTAINED_FRACTION),
         "sustained_full_rank": bool(min(r["frac_rank_full_after"]) >= SUSTAINED_FRACTION),
-        "selected": r["selected"], "restart_scores": r["restart_scores"],
-        "w_v": r["w_v"], "w_v_eigenvalues": r["w_v_eigenvalues"], "w_q": r["w_q"], "w_k": r["w_k"],
+        "selected": r["selected"],
+        "restart_scores": r["restart_scores"],
+        "w_v": r["w_v"],
+        "w_v_eigenvalues": r["w_v_eigenvalues"],
+        "w_q": r["w_q"],
+        "w_k": r["w_k"],
         "seconds": r["seconds"],
     }
 
@@ -136,14 +178,20 @@ def verdict(control_ok: bool, undirected_found: list[str]) -> tuple[str, str]:
     - control passed, something found: "not reproduced", a candidate counterexample.
     """
     if not control_ok:
-        return "partially", ("not testable here: the search did not find a sustained rank-2 state under the causal "
-                             "mask (positive control), so its failures under undirected masks are not evidence")
+        return "partially", (
+            "not testable here: the search did not find a sustained rank-2 state under the causal "
+            "mask (positive control), so its failures under undirected masks are not evidence"
+        )
     if undirected_found:
-        return "not reproduced", ("numerical counterexample to the conjecture: a sustained higher-rank state (or a "
-                                  "stable rank >= 2 equilibrium) under " + ", ".join(undirected_found))
-    return "reproduced", ("no evidence against the conjecture in these settings: the search that finds the causal "
-                          "counterexample found no sustained higher-rank state and the census no stable one "
-                          "under the undirected masks")
+        return "not reproduced", (
+            "numerical counterexample to the conjecture: a sustained higher-rank state (or a "
+            "stable rank >= 2 equilibrium) under " + ", ".join(undirected_found)
+        )
+    return "reproduced", (
+        "no evidence against the conjecture in these settings: the search that finds the causal "
+        "counterexample found no sustained higher-rank state and the census no stable one "
+        "under the undirected masks"
+    )
 
 
 def run(out: Path, *, quick: bool, seed: int) -> dict:
@@ -156,12 +204,28 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     sz = _sizes(quick)
     key = jax.random.PRNGKey(seed)
-    skw = {k: sz[k] for k in ("n", "d", "num_layers", "eval_factor", "batch", "lr", "select_every", "eval_batch",
-                              "steps", "restarts", "train_depth")}
+    skw = {
+        k: sz[k]
+        for k in (
+            "n",
+            "d",
+            "num_layers",
+            "eval_factor",
+            "batch",
+            "lr",
+            "select_every",
+            "eval_batch",
+            "steps",
+            "restarts",
+            "train_depth",
+        )
+    }
     measured: dict = {}
-    rows = ["| mask | attention | W_V | objective | mean phi at T | frac rank>=2 (T / long) | "
-            "frac full rank (T / long) | census: equilibria by rank | stable / marginal rank>=2 |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| mask | attention | W_V | objective | mean phi at T | frac rank>=2 (T / long) | "
+        "frac full rank (T / long) | census: equilibria by rank | stable / marginal rank>=2 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     found: list[str] = []
     details: list[str] = []
     with jax.enable_x64(True):
@@ -170,10 +234,18 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
                 qk = ATTENTION[att]
                 entry: dict = {}
                 # The paper's W_V in this setting: evaluation only (steps = 0, w_init).
-                paper = search_value_matrix(key, mask=mask, qk=qk, w_init=bidiagonal(sz["d"], PAPER_W, jnp.float64),
-                                            **dict(skw, steps=0))
-                entry["paper_W_V"] = {"mean_sigma_2_T": paper["before"], "mean_sigma_2_long": paper["before_long"],
-                                      "frac_rank_ge2": paper["frac_rank_ge2_before"]}
+                paper = search_value_matrix(
+                    key,
+                    mask=mask,
+                    qk=qk,
+                    w_init=bidiagonal(sz["d"], PAPER_W, jnp.float64),
+                    **dict(skw, steps=0),
+                )
+                entry["paper_W_V"] = {
+                    "mean_sigma_2_T": paper["before"],
+                    "mean_sigma_2_long": paper["before_long"],
+                    "frac_rank_ge2": paper["frac_rank_ge2_before"],
+                }
                 for obj in sz["objectives"]:
                     r = search_value_matrix(key, mask=mask, qk=qk, objective=obj, **skw)
                     s = _summary(r)
@@ -186,19 +258,29 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
                         details.append(
                             f"{mask}/{att} ({obj} search): rank >= 2 kept by {s['frac_rank_ge2'][0]:.3f} / "
                             f"{s['frac_rank_ge2'][1]:.3f} of held-out inputs at T / long depth; "
-                            + (", ".join(f"stable rank-{e['rank']} equilibrium, spectral radius "
-                                         f"{e['spectral_radius']:.3f}, {e['returns_after_perturbation']:.0%} of "
-                                         "1e-2 perturbations return" for e in stab) or "no stable equilibrium in the census"))
+                            + (
+                                ", ".join(
+                                    f"stable rank-{e['rank']} equilibrium, spectral radius "
+                                    f"{e['spectral_radius']:.3f}, {e['returns_after_perturbation']:.0%} of "
+                                    "1e-2 perturbations return"
+                                    for e in stab
+                                )
+                                or "no stable equilibrium in the census"
+                            )
+                        )
                     c = s["census"]
                     rows.append(
                         f"| {mask} | {att} | searched | {obj} | {s['mean_phi_T']:.3g} | "
                         f"{s['frac_rank_ge2'][0]:.3f} / {s['frac_rank_ge2'][1]:.3f} | "
                         f"{s['frac_rank_full'][0]:.3f} / {s['frac_rank_full'][1]:.3f} | "
                         f"{', '.join(f'{k}: {v}' for k, v in c['by_rank'].items())} | "
-                        f"{c['stable_rank_ge2']} / {c['marginal_rank_ge2']} |")
+                        f"{c['stable_rank_ge2']} / {c['marginal_rank_ge2']} |"
+                    )
                 p = entry["paper_W_V"]
-                rows.append(f"| {mask} | {att} | I + {PAPER_W:g} S | sigma_2 | {p['mean_sigma_2_T']:.3g} | "
-                            f"{p['frac_rank_ge2'][0]:.3f} / {p['frac_rank_ge2'][1]:.3f} | - | - | - |")
+                rows.append(
+                    f"| {mask} | {att} | I + {PAPER_W:g} S | sigma_2 | {p['mean_sigma_2_T']:.3g} | "
+                    f"{p['frac_rank_ge2'][0]:.3f} / {p['frac_rank_ge2'][1]:.3f} | - | - | - |"
+                )
                 measured[f"{mask}/{att}"] = entry
     control = measured["causal/uniform"]["search_sigma_2"]
     control_ok = control["sustained_rank_ge2"]
@@ -212,19 +294,31 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
     measured["undirected_details"] = details
     v, finding = verdict(control_ok, found)
     measured["finding"] = finding
-    best = {k: {a: measured[f"{k}/{a}"]["search_sigma_2"]["mean_phi_T"] for a in sz["attention"]} for k in sz["masks"]}
-    paper_best = {k: {a: measured[f"{k}/{a}"]["paper_W_V"]["mean_sigma_2_T"] for a in sz["attention"]}
-                  for k in sz["masks"]}
+    best = {
+        k: {a: measured[f"{k}/{a}"]["search_sigma_2"]["mean_phi_T"] for a in sz["attention"]}
+        for k in sz["masks"]
+    }
+    paper_best = {
+        k: {a: measured[f"{k}/{a}"]["paper_W_V"]["mean_sigma_2_T"] for a in sz["attention"]}
+        for k in sz["masks"]
+    }
     plotting.plot_undirected(best, paper_best, num_layers=sz["num_layers"], path=out / "undirected.png")
     long_t = sz["eval_factor"] * sz["num_layers"]
     return {
         "name": NAME,
         "claim": CLAIM,
-        "setting": {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in sz.items()},
-                    "eval_layers_long": long_t, "paper_W_V": f"I + {PAPER_W:g} S (bidiagonal)",
-                    "norm": "sphere, post-LN", "dtype": "float64", "rank threshold": "sigma_k > 1e-3 sigma_1",
-                    "sustained_fraction": SUSTAINED_FRACTION, "seed": seed, "quick": quick,
-                    "keys": "PRNGKey(seed) for every search (same inits, Q/K and inputs across masks)"},
+        "setting": {
+            **{k: (list(v) if isinstance(v, tuple) else v) for k, v in sz.items()},
+            "eval_layers_long": long_t,
+            "paper_W_V": f"I + {PAPER_W:g} S (bidiagonal)",
+            "norm": "sphere, post-LN",
+            "dtype": "float64",
+            "rank threshold": "sigma_k > 1e-3 sigma_1",
+            "sustained_fraction": SUSTAINED_FRACTION,
+            "seed": seed,
+            "quick": quick,
+            "keys": "PRNGKey(seed) for every search (same inits, Q/K and inputs across masks)",
+        },
         "measured": measured,
         "verdict": v,
         "criterion": (
@@ -237,7 +331,9 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
         ),
         "figures": ["undirected.png"],
         "notes": (
-            f"{finding}. " + "".join(d + ". " for d in details) + f"Evidence, not proof: the search covers one size (N = d = {sz['n']}), "
+            f"{finding}. "
+            + "".join(d + ". " for d in details)
+            + f"Evidence, not proof: the search covers one size (N = d = {sz['n']}), "
             f"{sz['restarts']} restarts of {sz['steps']} Adam steps per setting, and one seed; the census starts "
             f"from {sz['census_starts']} random points per found W_V. BERT-style attention at d = 3 has scores of "
             "order 0.3, i.e. it is close to uniform. With uniform attention the complete mask maps every input to "

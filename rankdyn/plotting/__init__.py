@@ -7,25 +7,59 @@ panels, legends outside the data, the round-off floor as a band) live in ``_styl
 """
 
 from ._collapse import plot_metric_band as plot_metric_band
-from ._style import (
-    floor_band as floor_band,
-    legend_outside as legend_outside,
-    round_off_floor as round_off_floor,
+from ._equilibria import plot_equilibria_moduli as plot_equilibria_moduli
+from ._reproduce_sim import (
+    plot_band_panels as plot_band_panels,
+)
+from ._reproduce_sim import (
+    plot_rate_vs_dqk as plot_rate_vs_dqk,
+)
+from ._reproduce_sim import (
+    plot_rates_vs_bounds as plot_rates_vs_bounds,
+)
+from ._reproduce_sim import (
+    save_figure as save_figure,
 )
 from ._reproduce_theory import (
     plot_counterexample_2d as plot_counterexample_2d,
+)
+from ._reproduce_theory import (
     plot_counterexample_2d_basins as plot_counterexample_2d_basins,
+)
+from ._reproduce_theory import (
     plot_equilibria_ranks as plot_equilibria_ranks,
+)
+from ._reproduce_theory import (
     plot_fraction_vs_horizon as plot_fraction_vs_horizon,
+)
+from ._reproduce_theory import (
     plot_positive_measure as plot_positive_measure,
 )
-from ._reproduce_sim import (
-    plot_band_panels as plot_band_panels,
-    plot_rate_vs_dqk as plot_rate_vs_dqk,
-    plot_rates_vs_bounds as plot_rates_vs_bounds,
-    save_figure as save_figure,
+from ._stability import (
+    plot_basin_fractions as plot_basin_fractions,
 )
-from ._sweep import plot_sweep_mu as plot_sweep_mu, plot_sweep_rank as plot_sweep_rank, plot_sweep_rate as plot_sweep_rate
-from ._equilibria import plot_equilibria_moduli as plot_equilibria_moduli
-from ._stability import plot_basin_fractions as plot_basin_fractions, plot_circle_trajectories as plot_circle_trajectories, plot_eigen_moduli as plot_eigen_moduli
+from ._stability import (
+    plot_circle_trajectories as plot_circle_trajectories,
+)
+from ._stability import (
+    plot_eigen_moduli as plot_eigen_moduli,
+)
+from ._style import (
+    floor_band as floor_band,
+)
+from ._style import (
+    legend_outside as legend_outside,
+)
+from ._style import (
+    round_off_floor as round_off_floor,
+)
+from ._sweep import (
+    plot_sweep_mu as plot_sweep_mu,
+)
+from ._sweep import (
+    plot_sweep_rank as plot_sweep_rank,
+)
+from ._sweep import (
+    plot_sweep_rate as plot_sweep_rate,
+)
 from ._undirected import plot_undirected as plot_undirected

@@ -7,8 +7,21 @@ import numpy as np
 from ._style import depth_axis, floor_band
 
 
-def plot_metric_band(layers, mean, std=None, *, ax=None, label=None, loglog=False, color=None, ylabel=None,
-                     dtype=None, floor_scale=None, log_y=True, linestyle=None):
+def plot_metric_band(
+    layers,
+    mean,
+    std=None,
+    *,
+    ax=None,
+    label=None,
+    loglog=False,
+    color=None,
+    ylabel=None,
+    dtype=None,
+    floor_scale=None,
+    log_y=True,
+    linestyle=None,
+):
     r"""Plot ``mean`` against ``layers`` with a shaded ``mean +- std`` band.
 
     Semi-log y by default, so a geometric decay $\mu(X^{(t)}) \approx C\rho^t$ is a straight line;

@@ -38,14 +38,26 @@ def plot_equilibria_moduli(
     for pos, i in enumerate(order):
         m = np.asarray(moduli[i], float)
         c = colors[ranks[i] - 1]
-        ax.scatter(np.full(m.shape, pos), np.maximum(m, 1e-6), s=10, color=c if cf[i] else "none",
-                   edgecolors=c, linewidths=0.8)
+        ax.scatter(
+            np.full(m.shape, pos),
+            np.maximum(m, 1e-6),
+            s=10,
+            color=c if cf[i] else "none",
+            edgecolors=c,
+            linewidths=0.8,
+        )
     # Rank group boundaries and labels.
     for k in np.unique(ranks):
         idx = np.nonzero(ranks[order] == k)[0]
         ax.axvspan(idx[0] - 0.5, idx[-1] + 0.5, color=colors[k - 1], alpha=0.08, lw=0)
-        ax.text((idx[0] + idx[-1]) / 2, 1.02, f"rank {k}", transform=ax.get_xaxis_transform(), ha="center",
-                fontsize=8)
+        ax.text(
+            (idx[0] + idx[-1]) / 2,
+            1.02,
+            f"rank {k}",
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            fontsize=8,
+        )
     ax.axhline(1.0, color="k", ls="--", lw=0.8)
     ax.set_yscale("log")
     ax.set_xlabel("equilibrium (grouped by rank; open = not a closed form)")

@@ -16,10 +16,23 @@ from ._style import floor_band, legend_outside, panel_grid, share_ylim
 MU_LABEL = "mu (eq. 4), mean +- std"
 
 
-def plot_band_panels(layers, panels: dict, *, ncols: int = 2, loglog: bool = False, suptitle: str | None = None,
-                     ylabel: str = MU_LABEL, ylabels: dict | None = None, panel_size=(3.6, 2.8), xmax=None,
-                     sharey: bool | str = True, dtype=None, floor_panels=None, linear_y=(),
-                     legend_title: str | None = None):
+def plot_band_panels(
+    layers,
+    panels: dict,
+    *,
+    ncols: int = 2,
+    loglog: bool = False,
+    suptitle: str | None = None,
+    ylabel: str = MU_LABEL,
+    ylabels: dict | None = None,
+    panel_size=(3.6, 2.8),
+    xmax=None,
+    sharey: bool | str = True,
+    dtype=None,
+    floor_panels=None,
+    linear_y=(),
+    legend_title: str | None = None,
+):
     r"""A grid of panels; each panel draws several mean +- std curves against depth.
 
     Semi-log y (a geometric rate is a straight line); every panel carries a y label; compared
@@ -60,8 +73,17 @@ def plot_band_panels(layers, panels: dict, *, ncols: int = 2, loglog: bool = Fal
         for label, b in curves.items():
             mean = np.asarray(b["mean"], dtype=float)[sel]
             std = None if b.get("std") is None else np.asarray(b["std"], dtype=float)[sel]
-            plot_metric_band(t[sel], mean, std, ax=ax, label=label, loglog=loglog, log_y=title not in linear_y,
-                             color=b.get("color", palette[label]), linestyle=b.get("linestyle"))
+            plot_metric_band(
+                t[sel],
+                mean,
+                std,
+                ax=ax,
+                label=label,
+                loglog=loglog,
+                log_y=title not in linear_y,
+                color=b.get("color", palette[label]),
+                linestyle=b.get("linestyle"),
+            )
             ok = mean[np.isfinite(mean) & (mean > 0)]
             if ok.size:
                 first.append(ok[0])
@@ -70,7 +92,7 @@ def plot_band_panels(layers, panels: dict, *, ncols: int = 2, loglog: bool = Fal
         ax.set_ylabel((ylabels or {}).get(title, ylabel), fontsize=8)
     if sharey == "row":
         for row in range(0, len(axes), max(1, min(ncols, len(axes)))):
-            share_ylim(axes[row:row + ncols])
+            share_ylim(axes[row : row + ncols])
     elif sharey:
         share_ylim(axes)
     if dtype is not None:
@@ -140,19 +162,40 @@ def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None):
     resolved = bound_gap > 1e-16
     ok_fit = np.isfinite(fit_gap) & (fit_gap > 0)
     ax.plot(x[ok_fit], fit_gap[ok_fit], "o", color="tab:blue", ms=6, label="1 - fitted factor")
-    ax.plot(x[resolved], bound_gap[resolved], "_", color="tab:orange", ms=18, mew=2.5,
-            label="1 - bound (measured eps): fitted must lie above")
+    ax.plot(
+        x[resolved],
+        bound_gap[resolved],
+        "_",
+        color="tab:orange",
+        ms=18,
+        mew=2.5,
+        label="1 - bound (measured eps): fitted must lie above",
+    )
     for i in x[ok_fit & resolved]:
         ax.plot([i, i], [bound_gap[i], fit_gap[i]], color="0.7", lw=0.8, zorder=0)
     ax.set_yscale("log")
     lo = ax.get_ylim()[0]
     if (~resolved).any():
-        ax.plot(x[~resolved], np.full((~resolved).sum(), lo), "v", color="tab:orange", ms=7, clip_on=False,
-                label="1 - bound < 1e-16 (bound = 1 in double precision)")
+        ax.plot(
+            x[~resolved],
+            np.full((~resolved).sum(), lo),
+            "v",
+            color="tab:orange",
+            ms=7,
+            clip_on=False,
+            label="1 - bound < 1e-16 (bound = 1 in double precision)",
+        )
     bad = np.isfinite(fit_gap) & (fit_gap <= 0)
     if bad.any():
-        ax.plot(x[bad], np.full(bad.sum(), lo), "x", color="tab:red", ms=7, clip_on=False,
-                label="fitted factor >= 1 (no decay)")
+        ax.plot(
+            x[bad],
+            np.full(bad.sum(), lo),
+            "x",
+            color="tab:red",
+            ms=7,
+            clip_on=False,
+            label="fitted factor >= 1 (no decay)",
+        )
     ax.set_ylim(bottom=lo)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)

@@ -11,7 +11,16 @@ import numpy as np
 
 from ._style import legend_outside
 
-_TOKEN_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive")
+_TOKEN_COLORS = (
+    "tab:blue",
+    "tab:red",
+    "tab:green",
+    "tab:purple",
+    "tab:orange",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+)
 
 
 def _finish(fig, path):
@@ -56,7 +65,16 @@ def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=Non
 
     _arc(ax1, 0, 360, 1.0, color="0.8", lw=1, zorder=0)
     lo = float(example["theta_A"])
-    _arc(ax1, lo, 270.0, 1.12, color="tab:red", lw=4, alpha=0.5, label="predicted basin of B (token 1 at (0,1))")
+    _arc(
+        ax1,
+        lo,
+        270.0,
+        1.12,
+        color="tab:red",
+        lw=4,
+        alpha=0.5,
+        label="predicted basin of B (token 1 at (0,1))",
+    )
     a, b = np.asarray(example["A"]), np.asarray(example["B"])
     ax1.plot(*a, "kx", ms=10)
     ax1.annotate("A", a, xytext=(6, 6), textcoords="offset points")
@@ -67,8 +85,16 @@ def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=Non
         ls = "-" if r == 0 else "--"
         for i in range(sl.shape[2]):
             p = sl[r, :, i]
-            ax1.plot(p[:, 0], p[:, 1], ls, marker=".", ms=3, lw=0.8, color=_TOKEN_COLORS[i],
-                     label=f"token {i + 1}" + (" (run 2, collapses)" if r else ""))
+            ax1.plot(
+                p[:, 0],
+                p[:, 1],
+                ls,
+                marker=".",
+                ms=3,
+                lw=0.8,
+                color=_TOKEN_COLORS[i],
+                label=f"token {i + 1}" + (" (run 2, collapses)" if r else ""),
+            )
             ax1.plot(p[0, 0], p[0, 1], "s", ms=8, mfc="none", color=_TOKEN_COLORS[i])
     ax1.set_aspect("equal")
     ax1.set_xlim(-1.3, 1.3)
@@ -97,16 +123,37 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     ax = axes[0]
     for row, (w, bs) in enumerate(basins.items()):
         ang, out = np.asarray(bs["angles"]), np.asarray(bs["outcome"])
-        ax.scatter(ang[out == 1], np.full((out == 1).sum(), row), s=2, color="tab:red",
-                   label="-> B (measured)" if row == 0 else None)
-        ax.scatter(ang[out == 0], np.full((out == 0).sum(), row), s=2, color="0.75",
-                   label="-> (0,1) (collapse)" if row == 0 else None)
+        ax.scatter(
+            ang[out == 1],
+            np.full((out == 1).sum(), row),
+            s=2,
+            color="tab:red",
+            label="-> B (measured)" if row == 0 else None,
+        )
+        ax.scatter(
+            ang[out == 0],
+            np.full((out == 0).sum(), row),
+            s=2,
+            color="0.75",
+            label="-> (0,1) (collapse)" if row == 0 else None,
+        )
         if (out == -1).any():
-            ax.scatter(ang[out == -1], np.full((out == -1).sum(), row), s=6, color="k", marker="x",
-                       label="undecided" if row == 0 else None)
+            ax.scatter(
+                ang[out == -1],
+                np.full((out == -1).sum(), row),
+                s=6,
+                color="k",
+                marker="x",
+                label="undecided" if row == 0 else None,
+            )
         lo, hi = bs["predicted_arc"]
-        ax.plot([lo, hi], [row + 0.25, row + 0.25], color="k", lw=2,
-                label="predicted (theta_A, 270)" if row == 0 else None)
+        ax.plot(
+            [lo, hi],
+            [row + 0.25, row + 0.25],
+            color="k",
+            lw=2,
+            label="predicted (theta_A, 270)" if row == 0 else None,
+        )
     ax.set_yticks(range(len(basins)), [f"w={w:g}" for w in basins])
     ax.set_ylim(-0.6, len(basins) - 0.4 + 0.5)
     ax.set_xlim(0, 360)
@@ -120,9 +167,20 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     jt = joints[w0]
     nonc = np.asarray(jt["noncollapse"][-1], dtype=float)
     th1, th2 = np.asarray(jt["theta1"]), np.asarray(jt["theta2"])
-    ax.imshow(nonc.T, origin="lower", aspect="auto", cmap="Reds", vmin=0, vmax=1.5,
-              extent=(th1[0] - (th1[1] - th1[0]) / 2, th1[-1] + (th1[1] - th1[0]) / 2,
-                      th2[0] - (th2[1] - th2[0]) / 2, th2[-1] + (th2[1] - th2[0]) / 2))
+    ax.imshow(
+        nonc.T,
+        origin="lower",
+        aspect="auto",
+        cmap="Reds",
+        vmin=0,
+        vmax=1.5,
+        extent=(
+            th1[0] - (th1[1] - th1[0]) / 2,
+            th1[-1] + (th1[1] - th1[0]) / 2,
+            th2[0] - (th2[1] - th2[0]) / 2,
+            th2[-1] + (th2[1] - th2[0]) / 2,
+        ),
+    )
     ax.set_xlabel("theta1 (deg)")
     ax.set_ylabel("theta2 (deg)")
     ax.set_title(f"joint dynamics w={w0:g}, T={jt['horizons'][-1]}: red = rank 2 kept")
@@ -131,8 +189,14 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     for w, jt in joints.items():
         plot_fraction_vs_horizon(jt["horizons"], jt["fraction"], jt["ci"], ax=ax, label=f"w={w:g}")
         if reference and float(w) in reference:
-            ax.plot([20000], [reference[float(w)]], "*", ms=10, color=ax.lines[-1].get_color(),
-                    label=f"earlier re-simulation, w={w:g}")
+            ax.plot(
+                [20000],
+                [reference[float(w)]],
+                "*",
+                ms=10,
+                color=ax.lines[-1].get_color(),
+                label=f"earlier re-simulation, w={w:g}",
+            )
     ax.set_title("joint non-collapse fraction vs horizon")
     legend_outside(ax)
     return _finish(fig, path)
@@ -183,8 +247,13 @@ def plot_equilibria_ranks(results, *, path=None):
         k = np.asarray(r["k"], dtype=float) + off
         label = f"N=d={r['n']}, w={r['w']:g}"
         (pts,) = ax0.plot(k, r["stable_rank"], "o", ms=3, alpha=0.6, label=label)
-        ax0.plot([r["n"] + off - 0.3, r["n"] + off + 0.3], [r["bound_full_rank"]] * 2, "-", lw=2,
-                 color=pts.get_color())
+        ax0.plot(
+            [r["n"] + off - 0.3, r["n"] + off + 0.3],
+            [r["bound_full_rank"]] * 2,
+            "-",
+            lw=2,
+            color=pts.get_color(),
+        )
         ax1.plot(k, r["spectral_radius"], "o", ms=3, alpha=0.6, color=pts.get_color(), label=label)
     ax0.set_xlabel("rank k of the equilibrium")
     ax0.set_ylabel("stable rank ||X||_F^2 / ||X||_2^2")
@@ -214,12 +283,18 @@ def plot_positive_measure(results: dict, *, path=None):
     for key, res in results["joint"].items():
         n, d, w = key
         r = res["random"]
-        plot_fraction_vs_horizon(r["horizons"], r["fraction"], r["wilson95"], ax=ax0, label=f"N={n}, d={d}, w={w:g}")
+        plot_fraction_vs_horizon(
+            r["horizons"], r["fraction"], r["wilson95"], ax=ax0, label=f"N={n}, d={d}, w={w:g}"
+        )
         if key in spec:
             ax0.plot([20000], [spec[key]], "*", ms=9, color=ax0.lines[-1].get_color())
         e = res["token1_at_e_d"]
-        plot_fraction_vs_horizon(e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=f"N={n}, d={d}, w={w:g}")
-    ax0.set_title("joint dynamics, uniform random inputs\n(stars: earlier re-simulation, T = 20000)", fontsize=9)
+        plot_fraction_vs_horizon(
+            e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=f"N={n}, d={d}, w={w:g}"
+        )
+    ax0.set_title(
+        "joint dynamics, uniform random inputs\n(stars: earlier re-simulation, T = 20000)", fontsize=9
+    )
     ax1.set_title("token 1 at e_d (exactly fixed), others random")
     legend_outside(ax1)
 

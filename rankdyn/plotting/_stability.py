@@ -87,8 +87,14 @@ def plot_circle_trajectories(states, *, ax=None, points=None, show_circle=True, 
     for b in range(s.shape[0]):
         for i in range(s.shape[2]):
             path = s[b, :, i]
-            ax.plot(path[:, 0], path[:, 1], color=colors[i], lw=1, alpha=0.8,
-                    label=f"token {i + 1}" if b == 0 else None)
+            ax.plot(
+                path[:, 0],
+                path[:, 1],
+                color=colors[i],
+                lw=1,
+                alpha=0.8,
+                label=f"token {i + 1}" if b == 0 else None,
+            )
             ax.plot(*path[0], "o", color=colors[i], ms=4, mfc="none")
             ax.plot(*path[-1], "x", color=colors[i], ms=6)
     for label, (px, py) in (points or {}).items():

@@ -42,9 +42,13 @@ def round_off_floor(dtype, scale: float = 1.0) -> float:
     """
     dt = np.dtype(dtype)
     if not np.issubdtype(dt, np.floating):
-        raise ValueError(f"round_off_floor needs a floating dtype (float32/float64), got {dt}; pass the run's dtype.")
+        raise ValueError(
+            f"round_off_floor needs a floating dtype (float32/float64), got {dt}; pass the run's dtype."
+        )
     if not (np.isfinite(scale) and scale > 0):
-        raise ValueError(f"round_off_floor needs a finite scale > 0, got {scale}; pass e.g. the layer-0 value.")
+        raise ValueError(
+            f"round_off_floor needs a finite scale > 0, got {scale}; pass e.g. the layer-0 value."
+        )
     return float(FLOOR_EPS_MULTIPLE * np.finfo(dt).eps * scale)
 
 
@@ -62,8 +66,17 @@ def floor_band(ax, dtype, scale: float = 1.0, *, label: bool = True):
         ax.axhspan(min(lo, top) / 10, top, color=_BAND_COLOR, alpha=0.6, lw=0, zorder=0)
         ax.axhline(top, color="0.55", lw=0.6, ls=":", zorder=0.5)
         if label:  # labelled in place, not in the legend: every panel with a band says what it is
-            ax.text(0.98, top, f"{name} round-off floor", transform=ax.get_yaxis_transform(), ha="right",
-                    va="top", fontsize=6, color="0.35", zorder=0.6)
+            ax.text(
+                0.98,
+                top,
+                f"{name} round-off floor",
+                transform=ax.get_yaxis_transform(),
+                ha="right",
+                va="top",
+                fontsize=6,
+                color="0.35",
+                zorder=0.6,
+            )
     ax.set_ylim(lo, hi)
     return top
 
@@ -79,8 +92,9 @@ def depth_axis(ax, *, loglog: bool = False, log_y: bool = True) -> None:
         ax.set_xlabel(DEPTH_LABEL)
 
 
-def legend_outside(target, handles=None, labels=None, *, title: str | None = None, fontsize: float = 7,
-                   below: bool = False):
+def legend_outside(
+    target, handles=None, labels=None, *, title: str | None = None, fontsize: float = 7, below: bool = False
+):
     """A legend outside the data: right of a single ``Axes`` (``below=True``: under it, clear of
     rotated tick labels), or right of a whole ``Figure``.
 
@@ -95,13 +109,38 @@ def legend_outside(target, handles=None, labels=None, *, title: str | None = Non
     if not handles:
         return None
     if isinstance(target, Figure):
-        return target.legend(handles, labels, loc="outside right upper", fontsize=fontsize, title=title,
-                             title_fontsize=fontsize, frameon=False)
+        return target.legend(
+            handles,
+            labels,
+            loc="outside right upper",
+            fontsize=fontsize,
+            title=title,
+            title_fontsize=fontsize,
+            frameon=False,
+        )
     if below:
-        return target.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2,
-                             fontsize=fontsize, title=title, title_fontsize=fontsize, frameon=False)
-    return target.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
-                         fontsize=fontsize, title=title, title_fontsize=fontsize, frameon=False)
+        return target.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.3),
+            ncol=2,
+            fontsize=fontsize,
+            title=title,
+            title_fontsize=fontsize,
+            frameon=False,
+        )
+    return target.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        fontsize=fontsize,
+        title=title,
+        title_fontsize=fontsize,
+        frameon=False,
+    )
 
 
 def _unique_handles(axes: Iterable):
@@ -134,8 +173,14 @@ def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bo
 
     ncols = max(1, min(ncols, num_panels))
     nrows = max(1, math.ceil(num_panels / ncols))
-    fig, grid = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.5),
-                             squeeze=False, sharey=sharey, layout="constrained")
+    fig, grid = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.5),
+        squeeze=False,
+        sharey=sharey,
+        layout="constrained",
+    )
     axes = list(grid.flat)
     for ax in axes[num_panels:]:
         fig.delaxes(ax)

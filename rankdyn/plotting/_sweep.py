@@ -40,7 +40,9 @@ def _combos(ds, dims, limit):
     return combos[:limit], len(combos)
 
 
-def plot_sweep_mu(ds, *, hue: str | None = None, metric: str = "mu", max_panels: int = 24, loglog: bool = False):
+def plot_sweep_mu(
+    ds, *, hue: str | None = None, metric: str = "mu", max_panels: int = 24, loglog: bool = False
+):
     """Small multiples of a per-layer metric (default mu, mean +- std band) against depth.
 
     Semi-log y (``loglog=True``: the paper's log-log), one y range for all panels, a y label on
@@ -72,9 +74,15 @@ def plot_sweep_mu(ds, *, hue: str | None = None, metric: str = "mu", max_panels:
         for h, c in zip(hues, colors):
             s = dict(sel) if h is None else sel | {hue: h}
             da = ds[metric].sel(s)
-            plot_metric_band(ds["layer"].values, da.sel(stat="mean").values, da.sel(stat="std").values, ax=ax,
-                             label=None if h is None else f"{hue}={h:g}" if isinstance(h, float) else f"{hue}={h}",
-                             loglog=loglog, color=c)
+            plot_metric_band(
+                ds["layer"].values,
+                da.sel(stat="mean").values,
+                da.sel(stat="std").values,
+                ax=ax,
+                label=None if h is None else f"{hue}={h:g}" if isinstance(h, float) else f"{hue}={h}",
+                loglog=loglog,
+                color=c,
+            )
         if loglog:  # minor labels of a short log axis overlap
             from matplotlib.ticker import NullFormatter
 
@@ -84,7 +92,9 @@ def plot_sweep_mu(ds, *, hue: str | None = None, metric: str = "mu", max_panels:
         ax.yaxis.set_tick_params(labelleft=True)  # sharey hides inner tick labels; keep them readable
     if dtype is not None:
         for ax in grid:
-            finite = [ln.get_ydata()[np.isfinite(ln.get_ydata()) & (ln.get_ydata() > 0)] for ln in ax.get_lines()]
+            finite = [
+                ln.get_ydata()[np.isfinite(ln.get_ydata()) & (ln.get_ydata() > 0)] for ln in ax.get_lines()
+            ]
             scale = max((float(f[0]) for f in finite if f.size), default=1.0)
             floor_band(ax, dtype, scale)
     if hue is not None:
@@ -121,8 +131,13 @@ def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels
     ncol = min(3, len(combos))
     nrow = int(np.ceil(len(combos) / ncol))
     nx, ny = ds.sizes[x], ds.sizes[y]
-    fig, grid = plt.subplots(nrow, ncol, figsize=(1.2 + 0.9 * nx * ncol + 1.5 * ncol, 0.6 + 0.45 * ny * nrow + 0.8 * nrow),
-                             squeeze=False, layout="constrained")
+    fig, grid = plt.subplots(
+        nrow,
+        ncol,
+        figsize=(1.2 + 0.9 * nx * ncol + 1.5 * ncol, 0.6 + 0.45 * ny * nrow + 0.8 * nrow),
+        squeeze=False,
+        layout="constrained",
+    )
     from matplotlib.colors import LogNorm
 
     gap_all = 1.0 - ds[variable]
@@ -137,18 +152,29 @@ def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels
         mid = np.sqrt(norm.vmin * norm.vmax)
         for (i, j), v in np.ndenumerate(img):
             text = "no fit" if not np.isfinite(v) else "no decay" if v <= 0 else f"{v:.2g}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=6,
-                    color="white" if np.isfinite(v) and v > mid else "black")
-        ax.set_xticks(range(nx), [_label(ds, x, v).split("=", 1)[1] for v in ds[x].values], fontsize=7, rotation=30)
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white" if np.isfinite(v) and v > mid else "black",
+            )
+        ax.set_xticks(
+            range(nx), [_label(ds, x, v).split("=", 1)[1] for v in ds[x].values], fontsize=7, rotation=30
+        )
         ax.set_yticks(range(ny), [_label(ds, y, v).split("=", 1)[1] for v in ds[y].values], fontsize=7)
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.set_title(", ".join(f"{k}={v}" for k, v in sel.items()) or variable, fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.05, label="1 - per-layer factor")
-    for ax in list(grid.flat)[len(combos):]:
+    for ax in list(grid.flat)[len(combos) :]:
         fig.delaxes(ax)
     extra = f" (first {len(combos)} of {total})" if total > len(combos) else ""
-    fig.suptitle(f"decay per layer of mean mu, 1 - fitted factor (rankdyn.theory.fit_rate){extra}", fontsize=10)
+    fig.suptitle(
+        f"decay per layer of mean mu, 1 - fitted factor (rankdyn.theory.fit_rate){extra}", fontsize=10
+    )
     return fig
 
 
@@ -172,14 +198,28 @@ def plot_sweep_rank(ds, *, metric: str = "num_rank", ax=None):
     finite = vals[np.isfinite(vals)]
     top = int(np.nanmax(finite)) if finite.size else 1
     bins = np.arange(0, top + 2) - 0.5
-    hist = np.stack([np.histogram(v[np.isfinite(v)], bins=bins)[0] / max(np.isfinite(v).sum(), 1) for v in vals])
-    labels = [", ".join(f"{k}={v}" for k, v in zip(axes, combo)) for combo in itertools.product(*(ds[a].values for a in axes))]
+    hist = np.stack(
+        [np.histogram(v[np.isfinite(v)], bins=bins)[0] / max(np.isfinite(v).sum(), 1) for v in vals]
+    )
+    labels = [
+        ", ".join(f"{k}={v}" for k, v in zip(axes, combo))
+        for combo in itertools.product(*(ds[a].values for a in axes))
+    ]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(2.5 + 0.12 * (top + 1) + 2.5, 1.0 + 0.18 * len(labels)), layout="constrained")
+        fig, ax = plt.subplots(
+            figsize=(2.5 + 0.12 * (top + 1) + 2.5, 1.0 + 0.18 * len(labels)), layout="constrained"
+        )
     else:
         fig = ax.figure
-    im = ax.imshow(hist, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest",
-                   extent=(-0.5, top + 0.5, len(labels) - 0.5, -0.5))
+    im = ax.imshow(
+        hist,
+        aspect="auto",
+        cmap="Blues",
+        vmin=0,
+        vmax=1,
+        interpolation="nearest",
+        extent=(-0.5, top + 0.5, len(labels) - 0.5, -0.5),
+    )
     ax.set_yticks(range(len(labels)), labels, fontsize=6)
     ax.set_xlabel(f"{metric} at the last layer")
     ax.set_ylabel("grid cell")

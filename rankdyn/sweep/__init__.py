@@ -20,13 +20,23 @@ and chunks), `_program` (the compiled program on `rankdyn._scan`), `_store` (fol
 manifest, resume), `_assemble` (the xarray dataset).
 """
 
-from ._assemble import NETCDF_ENGINE as NETCDF_ENGINE, assemble_sweep as assemble_sweep
-from ._params import CHEAP_METRICS as CHEAP_METRICS, STRUCTURAL as STRUCTURAL, SWEEP_PARAMS as SWEEP_PARAMS
-from ._plan import SweepPlan as SweepPlan, sweep_plan as sweep_plan
+from ._assemble import NETCDF_ENGINE as NETCDF_ENGINE
+from ._assemble import assemble_sweep as assemble_sweep
+from ._params import CHEAP_METRICS as CHEAP_METRICS
+from ._params import STRUCTURAL as STRUCTURAL
+from ._params import SWEEP_PARAMS as SWEEP_PARAMS
+from ._plan import SweepPlan as SweepPlan
+from ._plan import sweep_plan as sweep_plan
 from ._schema import (
     MAX_CELLS as MAX_CELLS,
+)
+from ._schema import (
     SweepConfig as SweepConfig,
+)
+from ._schema import (
     load_sweep_config as load_sweep_config,
+)
+from ._schema import (
     parse_sweep_config as parse_sweep_config,
 )
 from ._store import run_sweep as run_sweep

@@ -21,6 +21,7 @@ __all__ = ["assemble_sweep", "NETCDF_ENGINE"]
 #: every netCDF tool). h5netcdf would write the same format but needs h5py, which we do not require.
 NETCDF_ENGINE = "netcdf4"
 
+
 def _coord(vals: tuple) -> np.ndarray:
     if all(isinstance(v, bool) for v in vals):
         return np.asarray([int(v) for v in vals], dtype=np.int64)  # netCDF has no boolean type
@@ -65,7 +66,9 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     for i in range(len(plan.chunks)):
         data = _load_chunk(_chunk_path(out, i), cfg)
         if data is None:
-            raise ValueError(f"chunk {i} of the sweep in {str(out)!r} is missing; run with --resume to complete it.")
+            raise ValueError(
+                f"chunk {i} of the sweep in {str(out)!r} is missing; run with --resume to complete it."
+            )
         cells = data["cells"]
         devices_per_chunk.append(int(data["num_devices"]))
         for k in names:
@@ -76,8 +79,15 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
             finals[k][cells, : v.shape[1]] = v
         for k in counts:
             counts[k][cells] = data[k]
-    graph = {k: np.zeros(ncell, t) for k, t in (("radius", np.float64), ("strongly_connected", np.int8),
-                                                  ("quasi_strongly_connected", np.int8), ("num_centers", np.int64))}
+    graph = {
+        k: np.zeros(ncell, t)
+        for k, t in (
+            ("radius", np.float64),
+            ("strongly_connected", np.int8),
+            ("quasi_strongly_connected", np.int8),
+            ("num_centers", np.int64),
+        )
+    }
     rate = np.full(ncell, np.nan)
     info_cache = {}
     for flat, idx in enumerate(cfg.indices()):
@@ -96,8 +106,11 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         rate[flat] = fit_rate(layer_coord, mean_mu, start=cfg.rate_start, stop=cfg.rate_stop, floor=floor)
 
     coords = {k: _coord(v) for k, v in cfg.axes.items()}
-    coords |= {"layer": layer_coord, "stat": np.asarray(["mean", "std"], dtype=object),
-               "sample": np.arange(max_batch)}
+    coords |= {
+        "layer": layer_coord,
+        "stat": np.asarray(["mean", "std"], dtype=object),
+        "sample": np.arange(max_batch),
+    }
     variables = {}
     for k, v in series.items():
         variables[k] = (dims + ("layer", "stat"), v.reshape(shape + v.shape[1:]))
@@ -123,7 +136,9 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     }
     ds = xr.Dataset(variables, coords=coords, attrs=attrs)
     ds["mu_rate"].attrs["long_name"] = "fitted per-layer collapse factor exp(slope of log mean mu)"
-    ds["radius"].attrs["long_name"] = "radius r of the mask graph (``docs/theory.md#masks-as-graphs``); NaN if not quasi-strongly connected"
+    ds["radius"].attrs["long_name"] = (
+        "radius r of the mask graph (``docs/theory.md#masks-as-graphs``); NaN if not quasi-strongly connected"
+    )
     return ds
 
 

@@ -63,12 +63,28 @@ SWEEP_PARAMS: dict[str, tuple[Any, str]] = {
 #: Parameters that change shapes or the program's structure: cells that differ in one of these
 #: run in different compiled programs. Every other parameter is an array inside one program.
 STRUCTURAL = (
-    "n", "d", "layers", "batch", "norm", "ln", "heads", "per_layer_weights", "skip", "mlp",
-    "attn_dropout", "hidden_dropout", "save_every", "rank_tol",
+    "n",
+    "d",
+    "layers",
+    "batch",
+    "norm",
+    "ln",
+    "heads",
+    "per_layer_weights",
+    "skip",
+    "mlp",
+    "attn_dropout",
+    "hidden_dropout",
+    "save_every",
+    "rank_tol",
 )
 
 _CHOICES = {
-    "mask": MASK_NAMES, "norm": PLACEMENTS, "ln": LN_NAMES, "value": VALUE_NAMES, "qk": QK_NAMES,
+    "mask": MASK_NAMES,
+    "norm": PLACEMENTS,
+    "ln": LN_NAMES,
+    "value": VALUE_NAMES,
+    "qk": QK_NAMES,
     "x0": X0_NAMES,
 }
 _FIXED_ONLY = ("save_every", "rank_tol")  # a grid over these would change the layer coordinate
@@ -78,6 +94,7 @@ CHEAP_METRICS = ("mu", "mu_rel", "mu_normalized", "row_norm_mean", "row_norm_min
 _OBSERVE_KEYS = ("per_layer", "metrics", "final", "rate_start", "rate_stop")
 _RUN_KEYS = ("chunk_trajectories",)
 _TOP_KEYS = ("name", "description", "axes", "fixed", "observe", "run")
+
 
 def _where(key: str, axes: Mapping) -> str:
     return f"[axes] {key}" if key in axes else f"[fixed] {key}"
@@ -134,13 +151,33 @@ def cell_config(p: dict, axes: Mapping) -> ModelConfig:
     use); a message names the ``[axes]`` or ``[fixed]`` key. Parameters the cell's mask or
     families do not read (e.g. ``window`` under a complete mask on a window axis) are dropped."""
     fields = dict(
-        mask=p["mask"], window=p["window"], dilation=p["dilation"], num_global=p["num_global"],
-        mask_p=p["mask_p"], mask_seed=p["mask_seed"], n=p["n"], d=p["d"], dqk=p["dqk"], placement=p["norm"],
-        ln=p["ln"], ln_radius=p["ln_radius"], value=p["value"], w=p["w"], jordan_k=p["jordan_k"],
-        value_std=p["value_std"], qk=p["qk"], qk_std=p["qk_std"],
-        num_layers=p["layers"] if p["per_layer_weights"] else None, heads=p["heads"],
-        output_projection=p["heads"] > 1, skip=p["skip"], mlp=p["mlp"], attn_dropout=p["attn_dropout"],
-        hidden_dropout=p["hidden_dropout"], x0=p["x0"], seed=p["seed"],
+        mask=p["mask"],
+        window=p["window"],
+        dilation=p["dilation"],
+        num_global=p["num_global"],
+        mask_p=p["mask_p"],
+        mask_seed=p["mask_seed"],
+        n=p["n"],
+        d=p["d"],
+        dqk=p["dqk"],
+        placement=p["norm"],
+        ln=p["ln"],
+        ln_radius=p["ln_radius"],
+        value=p["value"],
+        w=p["w"],
+        jordan_k=p["jordan_k"],
+        value_std=p["value_std"],
+        qk=p["qk"],
+        qk_std=p["qk_std"],
+        num_layers=p["layers"] if p["per_layer_weights"] else None,
+        heads=p["heads"],
+        output_projection=p["heads"] > 1,
+        skip=p["skip"],
+        mlp=p["mlp"],
+        attn_dropout=p["attn_dropout"],
+        hidden_dropout=p["hidden_dropout"],
+        x0=p["x0"],
+        seed=p["seed"],
     )
     for name in ignored_fields(fields):
         fields.pop(name)
@@ -159,5 +196,12 @@ def _check_cell(p: dict, axes: Mapping) -> None:
 
 def cell_mask(p: dict) -> np.ndarray:
     """The boolean mask of one cell (NumPy; no JAX compute)."""
-    return make_mask(p["mask"], p["n"], window=p["window"], dilation=p["dilation"],
-                     num_global=p["num_global"], p=p["mask_p"], seed=p["mask_seed"])
+    return make_mask(
+        p["mask"],
+        p["n"],
+        window=p["window"],
+        dilation=p["dilation"],
+        num_global=p["num_global"],
+        p=p["mask_p"],
+        seed=p["mask_seed"],
+    )

@@ -14,6 +14,7 @@ from ._schema import SweepConfig
 
 __all__ = ["SweepPlan", "sweep_plan"]
 
+
 @dataclass(frozen=True)
 class SweepPlan:
     """How a sweep is computed: groups of cells sharing one compiled program, cut into chunks.
@@ -46,5 +47,5 @@ def sweep_plan(cfg: SweepConfig) -> SweepPlan:
         size = math.ceil(len(cells) / num)  # balanced chunks: at most num - 1 padded cells in all
         sizes.append(size)
         for c in range(num):
-            chunks.append((gi, tuple(cells[c * size:(c + 1) * size])))
+            chunks.append((gi, tuple(cells[c * size : (c + 1) * size])))
     return SweepPlan(tuple(out_groups), tuple(chunks), tuple(sizes))

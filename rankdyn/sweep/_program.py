@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-
 from jax.sharding import NamedSharding, PartitionSpec
 
 from .._build import make_layer
@@ -36,10 +35,26 @@ def _build(key, dqk, w, ln_radius, value_std, qk_std, p_static: tuple):
     p = dict(p_static)
     k_layer, k_x0, k_drop = jr.split(key, 3)  # as `rankdyn simulate --seed`
     layer = make_layer(
-        k_layer, n=p["n"], d=p["d"], mask="complete", dqk=dqk, placement=p["norm"], ln=p["ln"],
-        ln_radius=ln_radius, value=p["value"], w=w, jordan_k=p["jordan_k"], value_std=value_std,
-        qk=p["qk"], qk_std=qk_std, num_layers=p["layers"] if p["per_layer_weights"] else None,
-        heads=p["heads"], output_projection=p["heads"] > 1, skip=p["skip"], mlp=p["mlp"], attn_dropout=p["attn_dropout"],
+        k_layer,
+        n=p["n"],
+        d=p["d"],
+        mask="complete",
+        dqk=dqk,
+        placement=p["norm"],
+        ln=p["ln"],
+        ln_radius=ln_radius,
+        value=p["value"],
+        w=w,
+        jordan_k=p["jordan_k"],
+        value_std=value_std,
+        qk=p["qk"],
+        qk_std=qk_std,
+        num_layers=p["layers"] if p["per_layer_weights"] else None,
+        heads=p["heads"],
+        output_projection=p["heads"] > 1,
+        skip=p["skip"],
+        mlp=p["mlp"],
+        attn_dropout=p["attn_dropout"],
         hidden_dropout=p["hidden_dropout"],
     )
     x0 = initial_tokens(k_x0, p["x0"], p["n"], p["d"], batch=p["batch"])
@@ -47,16 +62,37 @@ def _build(key, dqk, w, ln_radius, value_std, qk_std, p_static: tuple):
     return layer, x0, keys
 
 
-_STATIC_BUILD = ("n", "d", "norm", "ln", "value", "jordan_k", "qk", "layers", "per_layer_weights",
-                 "heads", "skip", "mlp", "x0", "batch", "attn_dropout", "hidden_dropout")
+_STATIC_BUILD = (
+    "n",
+    "d",
+    "norm",
+    "ln",
+    "value",
+    "jordan_k",
+    "qk",
+    "layers",
+    "per_layer_weights",
+    "heads",
+    "skip",
+    "mlp",
+    "x0",
+    "batch",
+    "attn_dropout",
+    "hidden_dropout",
+)
 
 
 def _cell_inputs(p: dict):
     """Layer, initial tokens and per-trajectory dropout keys of one cell."""
     arr = lambda v: None if v is None else jnp.asarray(v, dtype=float)  # noqa: E731
     layer, x0, keys = _build(
-        jr.PRNGKey(p["seed"]), arr(p["dqk"]), arr(p["w"]), arr(p["ln_radius"]), arr(p["value_std"]),
-        arr(p["qk_std"]), tuple((k, p[k]) for k in _STATIC_BUILD),
+        jr.PRNGKey(p["seed"]),
+        arr(p["dqk"]),
+        arr(p["w"]),
+        arr(p["ln_radius"]),
+        arr(p["value_std"]),
+        arr(p["qk_std"]),
+        tuple((k, p[k]) for k in _STATIC_BUILD),
     )
     layer = eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(cell_mask(p)))
     return layer, x0, keys
@@ -71,8 +107,17 @@ def _gathered_stats(values, ok):
     return chunk_stats(values, ok)
 
 
-def _program_impl(layers, x0s, keys, num_layers: int, save_every: int, per_layer: tuple, final: tuple,
-                  rank_tol: float, sharded: bool = False):
+def _program_impl(
+    layers,
+    x0s,
+    keys,
+    num_layers: int,
+    save_every: int,
+    per_layer: tuple,
+    final: tuple,
+    rank_tol: float,
+    sharded: bool = False,
+):
     r"""One chunk of a group: ``vmap`` over cells (stacked layers) of the depth scan.
 
     For one cell: `rankdyn._scan.scan_depth` over blocks of ``save_every`` layers, streaming
@@ -86,8 +131,18 @@ def _program_impl(layers, x0s, keys, num_layers: int, save_every: int, per_layer
     def one_cell(layer, x0c, keys_c):
         flags = jnp.zeros(x0c.shape[0], bool)
         (xf, bad, nonfinite), stats = scan_depth(
-            layer, observe, _gathered_stats if sharded else chunk_stats, x0c, flags, flags, ~flags, keys_c if layer.dropout > 0 else None,
-            jnp.zeros((), int), num_layers // save_every, save_every, include_start=True,
+            layer,
+            observe,
+            _gathered_stats if sharded else chunk_stats,
+            x0c,
+            flags,
+            flags,
+            ~flags,
+            keys_c if layer.dropout > 0 else None,
+            jnp.zeros((), int),
+            num_layers // save_every,
+            save_every,
+            include_start=True,
         )
         return stats, jax.vmap(observe_final)(xf), bad, nonfinite
 
@@ -124,14 +179,24 @@ def compute_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: i
     keys = jnp.stack([b[2] for b in built])
     sharded = len(x0s.sharding.device_set) > 1
     stats, finals, bad, nonfinite = _jit_program(
-        layers, x0s, keys, group["layers"], group["save_every"], cfg.per_layer, cfg.final, group["rank_tol"], sharded
+        layers,
+        x0s,
+        keys,
+        group["layers"],
+        group["save_every"],
+        cfg.per_layer,
+        cfg.final,
+        group["rank_tol"],
+        sharded,
     )
     m = len(cells)
     count = np.asarray(stats.count, dtype=np.float64)[:m]  # (cells, saved layers)
-    out = {"cells": np.asarray(cells, dtype=np.int64),
-           "num_devices": np.asarray(len(x0s.sharding.device_set), dtype=np.int64),
-           "nonfinite": np.asarray(nonfinite)[:m].sum(axis=1).astype(np.int64),
-           "degenerate": np.asarray(bad)[:m].sum(axis=1).astype(np.int64)}
+    out = {
+        "cells": np.asarray(cells, dtype=np.int64),
+        "num_devices": np.asarray(len(x0s.sharding.device_set), dtype=np.int64),
+        "nonfinite": np.asarray(nonfinite)[:m].sum(axis=1).astype(np.int64),
+        "degenerate": np.asarray(bad)[:m].sum(axis=1).astype(np.int64),
+    }
     empty = count == 0  # every trajectory non-finite at that layer: NaN statistics
     for k in stats.mean:
         mean = np.asarray(stats.mean[k], dtype=np.float64)[:m]

@@ -40,6 +40,7 @@ __all__ = ["SweepConfig", "parse_sweep_config", "load_sweep_config", "MAX_CELLS"
 #: a mistyped axis could otherwise spend minutes in planning before anything is said.
 MAX_CELLS = 100_000
 
+
 @dataclass(frozen=True)
 class SweepConfig:
     """A validated sweep: ordered axes, fixed parameters, what to record and how to chunk.
@@ -111,14 +112,21 @@ def _string_list(key, value, allowed):
         raise ValueError(f"[observe] {key}: expected a list of metric names, got {value!r}.")
     bad = [v for v in value if v not in allowed]
     if bad:
-        raise ValueError(f"[observe] {key}: unknown metric {bad[0]!r}; expected names from {', '.join(allowed)}.")
+        raise ValueError(
+            f"[observe] {key}: unknown metric {bad[0]!r}; expected names from {', '.join(allowed)}."
+        )
     if len(set(value)) != len(value):
         raise ValueError(f"[observe] {key}: duplicate metric names in {value!r}.")
     return tuple(value)
 
 
-def parse_sweep_config(data: Mapping, text: str = "", *, max_cells: int = MAX_CELLS,
-                       announce: Callable[[int], None] | None = None) -> SweepConfig:
+def parse_sweep_config(
+    data: Mapping,
+    text: str = "",
+    *,
+    max_cells: int = MAX_CELLS,
+    announce: Callable[[int], None] | None = None,
+) -> SweepConfig:
     """Validate a parsed TOML mapping and return a `SweepConfig`; nothing is computed.
 
     Arguments:
@@ -138,8 +146,12 @@ def parse_sweep_config(data: Mapping, text: str = "", *, max_cells: int = MAX_CE
         raise ValueError(f"unknown top-level key or table {unknown[0]!r}; expected {', '.join(_TOP_KEYS)}.")
     axes_in = data.get("axes", {})
     fixed_in = data.get("fixed", {})
-    for tab, val in (("axes", axes_in), ("fixed", fixed_in), ("observe", data.get("observe", {})),
-                     ("run", data.get("run", {}))):
+    for tab, val in (
+        ("axes", axes_in),
+        ("fixed", fixed_in),
+        ("observe", data.get("observe", {})),
+        ("run", data.get("run", {})),
+    ):
         if not isinstance(val, Mapping):
             raise ValueError(f"[{tab}] must be a table, got {val!r}.")
     axes: dict[str, tuple] = {}
@@ -147,9 +159,13 @@ def parse_sweep_config(data: Mapping, text: str = "", *, max_cells: int = MAX_CE
         if k not in SWEEP_PARAMS:
             raise ValueError(f"unknown axis {k!r} in [axes]; known parameters: {', '.join(SWEEP_PARAMS)}.")
         if k in _FIXED_ONLY:
-            raise ValueError(f"[axes] {k}: cannot be an axis (it changes the layer coordinate); put it in [fixed].")
+            raise ValueError(
+                f"[axes] {k}: cannot be an axis (it changes the layer coordinate); put it in [fixed]."
+            )
         if not isinstance(vals, list):
-            raise ValueError(f"[axes] {k}: an axis is a list of values, got {vals!r} (use [fixed] for one value).")
+            raise ValueError(
+                f"[axes] {k}: an axis is a list of values, got {vals!r} (use [fixed] for one value)."
+            )
         if len(vals) == 0:
             raise ValueError(f"[axes] {k}: empty axis; give at least one value.")
         kind = SWEEP_PARAMS[k][1]
@@ -172,11 +188,15 @@ def parse_sweep_config(data: Mapping, text: str = "", *, max_cells: int = MAX_CE
     fixed: dict[str, Any] = {}
     for k, v in fixed_in.items():
         if k not in SWEEP_PARAMS:
-            raise ValueError(f"unknown parameter {k!r} in [fixed]; known parameters: {', '.join(SWEEP_PARAMS)}.")
+            raise ValueError(
+                f"unknown parameter {k!r} in [fixed]; known parameters: {', '.join(SWEEP_PARAMS)}."
+            )
         if k in axes:
             raise ValueError(f"{k!r} is both an axis and a fixed parameter; keep one.")
         if isinstance(v, list):
-            raise ValueError(f"[fixed] {k}: a fixed parameter is one value, got the list {v!r}; move it to [axes].")
+            raise ValueError(
+                f"[fixed] {k}: a fixed parameter is one value, got the list {v!r}; move it to [axes]."
+            )
         v = _check_type(k, v, SWEEP_PARAMS[k][1], f"[fixed] {k} = {v!r}")
         _check_scalar(k, v, f"[fixed] {k} = {v!r}")
         fixed[k] = v
@@ -192,7 +212,9 @@ def parse_sweep_config(data: Mapping, text: str = "", *, max_cells: int = MAX_CE
         raise ValueError("[observe] has both per_layer and metrics (the same setting); keep one.")
     if "metrics" in obs:
         # The syntax of `rankdyn simulate --metrics`: "all", "mu,min_cos" or a list; eps_min is always recorded.
-        per_layer = tuple(k for k in parse_metrics(obs["metrics"], where="[observe] metrics") if k != "eps_min")
+        per_layer = tuple(
+            k for k in parse_metrics(obs["metrics"], where="[observe] metrics") if k != "eps_min"
+        )
     else:
         per_layer = _string_list("per_layer", obs.get("per_layer", list(CHEAP_METRICS)), METRIC_NAMES)
     if "mu" not in per_layer:
@@ -217,9 +239,16 @@ def parse_sweep_config(data: Mapping, text: str = "", *, max_cells: int = MAX_CE
             raise ValueError(f"{key}: expected a string, got {data[key]!r}.")
 
     cfg = SweepConfig(
-        axes=axes, fixed=fixed, per_layer=per_layer, final=final, rate_start=rate_start,
-        rate_stop=rate_stop, chunk_trajectories=chunk, name=data.get("name", "sweep"),
-        description=data.get("description", ""), text=text,
+        axes=axes,
+        fixed=fixed,
+        per_layer=per_layer,
+        final=final,
+        rate_start=rate_start,
+        rate_stop=rate_stop,
+        chunk_trajectories=chunk,
+        name=data.get("name", "sweep"),
+        description=data.get("description", ""),
+        text=text,
     )
     _validate_cells(cfg)
     return cfg
@@ -247,8 +276,12 @@ def _validate_cells(cfg: SweepConfig) -> None:
                 raise ValueError(f"{where}: {err}") from None
 
 
-def load_sweep_config(path_or_text: str | os.PathLike, *, max_cells: int = MAX_CELLS,
-                      announce: Callable[[int], None] | None = None) -> SweepConfig:
+def load_sweep_config(
+    path_or_text: str | os.PathLike,
+    *,
+    max_cells: int = MAX_CELLS,
+    announce: Callable[[int], None] | None = None,
+) -> SweepConfig:
     """Read and validate a sweep TOML file (or TOML text containing a newline).
 
     Arguments:

@@ -29,6 +29,7 @@ __all__ = ["run_sweep"]
 def _chunk_written(i: int) -> None:
     """Called after chunk ``i`` is on disk; tests monkeypatch it to interrupt a sweep there."""
 
+
 def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -86,20 +87,28 @@ def _prepare_dir(cfg: SweepConfig, out: Path, plan: SweepPlan, resume: bool) -> 
         _write_config_text(cfg, out)
         return
     if out.exists() and any(p.name != "chunks" or any(p.iterdir()) for p in out.iterdir()):
-        raise ValueError(f"{str(out)!r} exists, is not empty and holds no sweep manifest; choose another --out.")
+        raise ValueError(
+            f"{str(out)!r} exists, is not empty and holds no sweep manifest; choose another --out."
+        )
     (out / "chunks").mkdir(parents=True, exist_ok=True)
     # The manifest first: a sweep killed right after it resumes; one killed before it left an
     # folder that is empty but for chunks/, which the check above accepts as new.
-    write_json(manifest, {
-        "config_hash": cfg.hash,
-        "dtype": _dtype_name(),
-        "num_cells": cfg.num_cells,
-        "num_chunks": len(plan.chunks),
-        "chunks": [{"file": _chunk_path(out, i).name, "group": g, "cells": list(c)} for i, (g, c) in enumerate(plan.chunks)],
-        "normalized_config": cfg.normalized(),
-        "provenance": provenance(),
-        "versions": _versions(),
-    })
+    write_json(
+        manifest,
+        {
+            "config_hash": cfg.hash,
+            "dtype": _dtype_name(),
+            "num_cells": cfg.num_cells,
+            "num_chunks": len(plan.chunks),
+            "chunks": [
+                {"file": _chunk_path(out, i).name, "group": g, "cells": list(c)}
+                for i, (g, c) in enumerate(plan.chunks)
+            ],
+            "normalized_config": cfg.normalized(),
+            "provenance": provenance(),
+            "versions": _versions(),
+        },
+    )
     _write_config_text(cfg, out)
 
 
