@@ -7,126 +7,112 @@ and seed give the same layer.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import ArrayLike, PRNGKeyArray
+from jaxtyping import PRNGKeyArray
 
 from ._config import ModelConfig, Names
+from ._errors import UsageError
 from ._layer import MLPWeights, SelfAttentionLayer
 from ._masks import make_mask, mask_from_adjacency
 from ._norms import AbstractNorm, make_norm
+from ._params import PARAMS
 from ._weights import bert_uniform, query_key_matrices, value_matrix
 
 __all__ = ["make_layer", "build_layer"]
 
+#: make_layer's keyword arguments: the rows of `rankdyn._params.PARAMS` that are layer arguments.
+_API = tuple(p for p in PARAMS if p.api)
 
-def make_layer(
-    key: PRNGKeyArray,
-    *,
-    n: int,
-    d: int,
-    mask: str | ArrayLike = "causal",
-    window: int = 1,
-    dqk: ArrayLike | None = None,
-    placement: str = "post",
-    ln: str | AbstractNorm = "sphere",
-    ln_radius: float | None = None,
-    value: str = "orthogonal",
-    w: ArrayLike = 2.0,
-    jordan_k: int | None = None,
-    value_std: ArrayLike | None = None,
-    qk: str = "bert",
-    qk_std: ArrayLike | None = None,
-    num_layers: int | None = None,
-    heads: int = 1,
-    output_projection: bool = False,
-    skip: bool = False,
-    mlp: bool = False,
-    mlp_ratio: int = 4,
-    attn_dropout: float = 0.0,
-    hidden_dropout: float = 0.0,
-    dropout: float | None = None,
-    dtype=None,
-    norm: str | None = None,
-) -> "SelfAttentionLayer":
-    """A `SelfAttentionLayer` from named families.
 
-    The arguments become a `rankdyn._config.ModelConfig` (every rule and its message lives
-    there), then `build_layer` draws the weights.
-
-    Arguments:
-        key: PRNG key for every random weight.
-        n, d: number of tokens and features.
-        mask: a name of `rankdyn.masks.MASK_NAMES` (with ``window``) or a boolean ``(n, n)`` array.
-        window: half-width / look-back / dilated hops of the masks that read it (default 1; any
-            other value with ``complete``, ``causal``, ``random`` or an array is refused).
-        dqk: temperature $d_{QK}$ (default: the key width, ``d // heads``).
-        placement: where the normalisation sits: ``none`` (eq. 2), ``post`` (eq. 3) or ``pre``.
-        ln: ``sphere`` (paper), ``rms``, ``layernorm`` or an `AbstractNorm`; ``ln_radius`` sets
-            the sphere radius (e.g. ``sqrt(d)``).
-        value: a family of `rankdyn.weights.VALUE_NAMES` (``w``, ``jordan_k``, ``value_std`` parametrise it).
-        qk: ``bert``, ``gaussian`` (``qk_std``) or ``zero`` (uniform attention).
-        num_layers: draw independent weights for each of this many layers (None: shared).
-        heads: attention heads; with more than one, ``output_projection`` must be True and the head
-            width is ``d // heads``.
-        output_projection: add ``W_O`` (BERT-uniform).
-        skip, mlp: the practical-block switches of the Fig. 2/6 ablations.
-        attn_dropout: dropout on the attention probabilities (BERT's 0.1 in train mode).
-        hidden_dropout: dropout on the block outputs before the skip and the norm.
-        dropout: shorthand that sets both rates (as the CLI's ``--dropout``); do not combine it
-            with ``attn_dropout`` / ``hidden_dropout``.
-
-    Raises:
-        ValueError: for unknown names, inconsistent sizes, non-finite or out-of-range values and
-            parameters that the chosen mask or family ignores; the message names the argument.
-    """
-    if norm is not None:
+def make_layer(key: PRNGKeyArray, **kwargs) -> "SelfAttentionLayer":
+    # The docstring and the signature are generated from the parameter table (below).
+    if kwargs.get("norm") is not None:
         # Renamed in 0.2 ("placement" everywhere for none/post/pre); refused rather than guessed,
         # since `norm` names the normaliser elsewhere (SelfAttentionLayer(norm=...)).
-        raise ValueError(
+        norm = kwargs["norm"]
+        raise UsageError(
             f"make_layer(norm={norm!r}): the argument is now called placement; pass "
             f"placement={norm!r} (none/post/pre). The normalisation variant is ln=."
         )
+    kwargs.pop("norm", None)
+    dropout = kwargs.pop("dropout", None)
+    known = {p.name for p in _API}
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        raise TypeError(
+            f"make_layer() got an unexpected keyword argument {unknown[0]!r}; expected one of "
+            f"{', '.join(sorted(known | {'dropout'}))}."
+        )
     where = _ARGUMENTS
     if dropout is not None:
-        if attn_dropout or hidden_dropout:
-            raise ValueError(
-                f"dropout={dropout} sets both rates; got also attn_dropout={attn_dropout}, "
-                f"hidden_dropout={hidden_dropout}. Pass either dropout or the two separate rates."
+        attn, hidden = kwargs.get("attn_dropout", 0.0), kwargs.get("hidden_dropout", 0.0)
+        if attn or hidden:
+            raise UsageError(
+                f"dropout={dropout} sets both rates; got also attn_dropout={attn}, "
+                f"hidden_dropout={hidden}. Pass either dropout or the two separate rates."
             )
-        attn_dropout = hidden_dropout = dropout
+        kwargs.update(attn_dropout=dropout, hidden_dropout=dropout)
         where = _ARGUMENTS_SHORTHAND  # messages name the argument the user passed
-    config = ModelConfig.from_mapping(
-        dict(
-            n=n,
-            d=d,
-            mask=mask,
-            window=window,
-            dqk=dqk,
-            placement=placement,
-            ln=ln,
-            ln_radius=ln_radius,
-            value=value,
-            w=w,
-            jordan_k=jordan_k,
-            value_std=value_std,
-            qk=qk,
-            qk_std=qk_std,
-            num_layers=num_layers,
-            heads=heads,
-            output_projection=output_projection,
-            skip=skip,
-            mlp=mlp,
-            mlp_ratio=mlp_ratio,
-            attn_dropout=attn_dropout,
-            hidden_dropout=hidden_dropout,
-            dtype=dtype,
-        ),
-        where=where,
-    )
-    return build_layer(key, config)
+    return build_layer(key, ModelConfig.from_mapping(kwargs, where=where))
 
+
+def _make_layer_doc() -> str:
+    args = "\n".join(
+        f"        {p.name}: {p.help}"
+        + (
+            ""
+            if p.default is dataclasses.MISSING
+            else f" (default {p.fallback if p.fallback is not None else p.default!r})"
+        )
+        + (
+            f"; read only with {p.reads[0]} {' / '.join(map(str, p.reads[1]))}, refused otherwise"
+            if p.reads
+            else ""
+        )
+        + "."
+        for p in _API
+    )
+    return f"""A `SelfAttentionLayer` from named families (`docs/theory.md#the-model`).
+
+    The arguments become a `rankdyn.ModelConfig` (every rule and its message lives there; the
+    arguments are the rows of `rankdyn._params.PARAMS`), then `build_layer` draws the weights
+    from ``key``: the same arguments and key give the same layer.
+
+    Arguments:
+        key: PRNG key for every random weight.
+{args}
+        dropout: shorthand that sets both dropout rates (as the CLI's ``--dropout``); do not
+            combine it with ``attn_dropout`` / ``hidden_dropout``.
+
+    Returns:
+        The `SelfAttentionLayer`.
+
+    Raises:
+        UsageError: (a ValueError) for unknown names, inconsistent sizes, non-finite or
+            out-of-range values and parameters that the chosen mask or family ignores; the
+            message names the argument.
+        TypeError: for an unknown argument.
+    """
+
+
+make_layer.__doc__ = _make_layer_doc()
+make_layer.__signature__ = inspect.Signature(
+    [inspect.Parameter("key", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [
+        inspect.Parameter(
+            p.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if p.default is dataclasses.MISSING else p.default,
+        )
+        for p in _API
+    ]
+    + [inspect.Parameter("dropout", inspect.Parameter.KEYWORD_ONLY, default=None)]
+)
 
 #: make_layer's argument names where they differ from the configuration's fields.
 _ARGUMENTS = Names.arguments({})
@@ -149,10 +135,11 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
     else:
         m = mask_from_adjacency(c.mask)
     dt = jnp.zeros((), c.dtype if c.dtype is not None else float).dtype
+    r = c.resolved()  # unset parameters that the model reads get their fallback (w 2.0, ...)
     d, heads, value, qk = c.d, c.heads, c.value, c.qk
     dh = d // heads
-    normaliser = c.ln if isinstance(c.ln, AbstractNorm) else make_norm(c.ln, d, radius=c.ln_radius)
-    w, jordan_k, value_std, qk_std, mlp_ratio = c.w, c.jordan_k, c.value_std, c.qk_std, c.mlp_ratio
+    normaliser = r["ln"] if isinstance(r["ln"], AbstractNorm) else make_norm(r["ln"], d, radius=c.ln_radius)
+    w, jordan_k, value_std, qk_std, mlp_ratio = r["w"], c.jordan_k, c.value_std, c.qk_std, r["mlp_ratio"]
 
     def draw(k):
         kq, kv, ko, km = jr.split(k, 4)
@@ -187,7 +174,7 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
         w_q,
         w_k,
         w_v,
-        dqk=float(dh) if c.dqk is None else c.dqk,
+        dqk=r["dqk"],
         norm=normaliser,
         placement=c.placement,
         w_o=w_o,

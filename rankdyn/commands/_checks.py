@@ -1,6 +1,6 @@
 """Checks shared by the CLI commands: every bad flag value is refused before any compute.
 
-Each check raises ValueError with a message that names the flag, what was received and the
+Each check raises `UsageError` (a ValueError) with a message that names the flag, what was received and the
 fix; `rankdyn.cli.main` prints it as ``rankdyn <command>: error: ...`` and exits with 2. The
 model's own rules live in `rankdyn._config.ModelConfig`: `model_config` only maps its field
 names to the flags that set them.
@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 from .._config import ModelConfig, Names, check_seed
+from .._errors import UsageError
+from .._params import PARAMS, reads
 
 __all__ = [
     "HelpFormatter",
@@ -24,6 +26,7 @@ __all__ = [
     "check_seed_flag",
     "check_out_dir",
     "MODEL_FLAGS",
+    "model_flags",
 ]
 
 
@@ -37,50 +40,66 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-#: `ModelConfig` field -> the flag that sets it, where the names differ.
-MODEL_FLAGS = {"placement": "--norm", "num_layers": "--layers", "output_projection": "--heads"}
+#: `ModelConfig` field -> the flag that sets it (the table's flags; two fields come from run flags).
+MODEL_FLAGS = {p.name: p.flag for p in PARAMS if p.flag} | {
+    "num_layers": "--layers",
+    "output_projection": "--heads",
+}
+#: Flags without a default on the CLI, so that a given one can be told apart (refused where it
+#: would be ignored, or combined with --dropout); their help says the default.
+_UNSET_ON_CLI = ("x0", "attn_dropout", "hidden_dropout")
+
+
+def model_flags(g) -> None:
+    """One argparse flag per row of `rankdyn._params.PARAMS` that has one (``flag``)."""
+    for p in PARAMS:
+        if not p.flag:
+            continue
+        kw = {"dest": p.name, "help": p.help}
+        if p.kind == "bool":
+            kw["action"] = "store_true"
+        else:
+            kw["type"] = {"int": int, "real": float}.get(p.kind, str)
+            if p.choices:
+                kw["choices"] = p.choices
+            default = p.tool_default if p.tool_default is not None else p.default
+            shown = p.fallback if p.fallback is not None else default
+            if p.name in _UNSET_ON_CLI or p.fallback is not None:
+                default = None
+                kw["help"] += f" (default: {shown})"
+            kw["default"] = default
+            if p.name.endswith("dropout"):
+                kw["metavar"] = "P"
+        if p.aliases:
+            kw["help"] += f"; {', '.join(p.aliases)} is an alias"
+        g.add_argument(p.flag, *p.aliases, **kw)
 
 
 def model_config(args: argparse.Namespace) -> ModelConfig:
     """The `ModelConfig` of the model flags (`rankdyn.commands.simulate.add_model_flags`).
 
     ``--dropout P`` sets the attention and the hidden dropout; ``--attn-dropout`` and
-    ``--hidden-dropout`` set one each (not together with ``--dropout``).
+    ``--hidden-dropout`` set one each (not together with ``--dropout``). Flags left unset that
+    the model reads are written back into ``args`` with the value used (``--w`` 2.0 for a
+    bidiagonal W_V, ``--ln sphere``, ``--x0 sphere``), so the saved config says what ran.
     """
     flags = dict(MODEL_FLAGS)
+    values = {p.name: getattr(args, p.name) for p in PARAMS if p.flag and getattr(args, p.name) is not None}
     if args.dropout is not None:
         if args.attn_dropout is not None or args.hidden_dropout is not None:
-            raise ValueError(
+            raise UsageError(
                 "--dropout sets both rates: give either --dropout or --attn-dropout/--hidden-dropout."
             )
-        attn = hidden = args.dropout
+        values.update(attn_dropout=args.dropout, hidden_dropout=args.dropout)
         flags.update(attn_dropout="--dropout", hidden_dropout="--dropout")
-    else:
-        attn = 0.0 if args.attn_dropout is None else args.attn_dropout
-        hidden = 0.0 if args.hidden_dropout is None else args.hidden_dropout
-    values = dict(
-        n=args.n,
-        d=args.d,
-        mask=args.mask,
-        window=args.window,
-        dqk=args.dqk,
-        placement=args.norm,
-        ln=args.ln,
-        value=args.value,
-        w=args.w,
-        jordan_k=args.jordan_k,
-        qk=args.qk,
-        x0=args.x0,
-        heads=args.heads,
-        output_projection=args.heads > 1,
-        skip=args.skip,
-        mlp=args.mlp,
-        attn_dropout=attn,
-        hidden_dropout=hidden,
-        seed=args.seed,
-        num_layers=getattr(args, "layers", None) if args.per_layer_weights else None,
-    )
-    return ModelConfig.from_mapping(values, where=Names.flags(flags))
+    values["output_projection"] = args.heads > 1
+    values["num_layers"] = getattr(args, "layers", None) if args.per_layer_weights else None
+    config = ModelConfig.from_mapping(values, where=Names.flags(flags))
+    resolved = config.resolved()
+    for p in PARAMS:
+        if p.flag and (p.fallback is not None or p.name == "x0") and getattr(args, p.name) is None:
+            setattr(args, p.name, resolved[p.name] if reads(p, values) else None)
+    return config
 
 
 def _flag(dest: str) -> str:
@@ -92,7 +111,7 @@ def check_positive(args: argparse.Namespace, *dests: str) -> None:
     for dest in dests:
         v = getattr(args, dest)
         if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{_flag(dest)} {v}: expected a finite number > 0.")
+            raise UsageError(f"{_flag(dest)} {v}: expected a finite number > 0.")
 
 
 def check_nonnegative(args: argparse.Namespace, *dests: str, minimum: int = 0) -> None:
@@ -100,7 +119,7 @@ def check_nonnegative(args: argparse.Namespace, *dests: str, minimum: int = 0) -
     for dest in dests:
         v = getattr(args, dest)
         if v is not None and v < minimum:
-            raise ValueError(f"{_flag(dest)} {v}: expected an integer >= {minimum}.")
+            raise UsageError(f"{_flag(dest)} {v}: expected an integer >= {minimum}.")
 
 
 def check_seed_flag(seed: int, flag: str = "--seed") -> None:
@@ -123,19 +142,19 @@ def check_out_dir(path: Path, flag: str = "--out") -> None:
     """
     p = Path(path)
     if _exists(p) and not p.is_dir():
-        raise ValueError(
+        raise UsageError(
             f"{flag} {p} is an existing file, not a folder; give a folder path (it is created if missing)."
         )
     base = p.absolute()
     while not _exists(base):
         base = base.parent
     if not base.is_dir():
-        raise ValueError(
+        raise UsageError(
             f"{flag} {p}: {base} is a file, so the folder cannot be created there; choose another path."
         )
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".rankdyn-probe-", dir=base))
     except OSError as err:
-        raise ValueError(
+        raise UsageError(
             f"{flag} {p}: cannot write in {base} ({err.strerror or err}); choose a writable folder."
         ) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._errors import UsageError
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
 from ._devices import add_devices_flag
 from .simulate import add_model_flags, check_model_args
@@ -26,7 +27,8 @@ def add_parser(sub) -> None:
         formatter_class=HelpFormatter,
     )
     add_model_flags(p)
-    p.set_defaults(n=6, d=6, value="bidiagonal", w=7.0, qk="zero", mask="causal")
+    # --w is unset by default (refused with a value family that ignores it): 7.0 where it is read.
+    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal")
     g = p.add_argument_group("search")
     g.add_argument(
         "--search",
@@ -36,32 +38,48 @@ def add_parser(sub) -> None:
         "auto picks the most complete one that applies",
     )
     g.add_argument(
-        "--tree-starts", type=int, default=256, help="tree search: starts per partial equilibrium and round"
+        "--tree-starts",
+        type=int,
+        default=None,
+        help="tree search: starts per partial equilibrium and round (default 256)",
     )
     g.add_argument(
         "--joint-coverage",
         action="store_true",
         help="with the exact census, also run the joint search and report how many classes it finds",
     )
-    g.add_argument("--starts", type=int, default=4096, help="random sphere starts in the first round")
-    g.add_argument("--chunk", type=int, default=1024, help="starts per compiled batch")
     g.add_argument(
-        "--method", choices=("gn", "lm"), default="gn", help="Gauss-Newton (SVD) or Levenberg-Marquardt"
+        "--starts", type=int, default=None, help="random sphere starts in the first round (default 4096)"
     )
-    g.add_argument("--max-steps", type=int, default=100, help="Newton/LM steps per start")
+    g.add_argument("--chunk", type=int, default=None, help="starts per compiled batch (default 1024)")
+    g.add_argument(
+        "--method",
+        choices=("gn", "lm"),
+        default=None,
+        help="Gauss-Newton (SVD) or Levenberg-Marquardt (default gn)",
+    )
+    g.add_argument("--max-steps", type=int, default=None, help="Newton/LM steps per start (default 100)")
     g.add_argument(
         "--short-steps",
         type=int,
-        default=25,
-        help="first Newton budget; only unconverged starts continue to --max-steps (0: off)",
+        default=None,
+        help="first Newton budget; only unconverged starts continue to --max-steps (0: off; default 25)",
     )
-    g.add_argument("--forward-steps", type=int, default=0, help="forward iterations before the solve")
     g.add_argument(
-        "--minimise-steps", type=int, default=0, help="Adam steps on ||F(X)-X||^2 before the solve"
+        "--forward-steps", type=int, default=None, help="forward iterations before the solve (default 0)"
     )
-    g.add_argument("--learning-rate", type=float, default=1e-2, help="Adam learning rate")
     g.add_argument(
-        "--deflation-rounds", type=int, default=2, help="rounds that deflate all equilibria found so far"
+        "--minimise-steps",
+        type=int,
+        default=None,
+        help="Adam steps on ||F(X)-X||^2 before the solve (default 0)",
+    )
+    g.add_argument("--learning-rate", type=float, default=None, help="Adam learning rate (default 0.01)")
+    g.add_argument(
+        "--deflation-rounds",
+        type=int,
+        default=None,
+        help="rounds that deflate all equilibria found so far (default 2)",
     )
     g.add_argument(
         "--deflation-starts", type=int, default=None, help="starts per deflation round (default --starts / 4)"
@@ -69,18 +87,29 @@ def add_parser(sub) -> None:
     g.add_argument(
         "--target-ranks",
         type=str,
-        default="",
+        default=None,
         help="comma-separated ranks (or 'all') for extra rank-biased rounds (Adam + rank penalty)",
     )
-    g.add_argument("--target-starts", type=int, default=512, help="starts per rank-biased round")
     g.add_argument(
-        "--residual-tol", type=float, default=None, help="success threshold (default 1e-10 f64 / 1e-5 f32)"
+        "--target-starts", type=int, default=None, help="starts per rank-biased round (default 512)"
     )
     g.add_argument(
-        "--rank-tol", type=float, default=1e-8, help="relative singular value tolerance of the rank"
+        "--residual-tol",
+        type=float,
+        default=None,
+        help="success threshold of the searches (default 1e-10 f64 / 1e-5 f32)",
     )
     g.add_argument(
-        "--dedup-tol", type=float, default=2e-2, help="max-abs distance under which two equilibria are one"
+        "--rank-tol",
+        type=float,
+        default=None,
+        help="relative singular value tolerance of the rank (default 1e-8 in float64, 2.3e-4 in float32)",
+    )
+    g.add_argument(
+        "--dedup-tol",
+        type=float,
+        default=None,
+        help="joint search: max-abs distance under which two equilibria are one (default 0.02)",
     )
     # Default 1e-6 for exact / token-polished points; 1e-2 for unpolished joint-search points, whose
     # first token (a root of multiplicity d - 1) is only ~1e-3 accurate, so 1 reads as 1 - O(w 1e-3).
@@ -100,23 +129,68 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+#: Search flags (argparse dest) -> default; they are None on the command line, so that a flag
+#: given to a search that does not read it is refused (`_refuse_unread`).
+_SEARCH_DEFAULTS = {
+    "starts": 4096,
+    "chunk": 1024,
+    "method": "gn",
+    "max_steps": 100,
+    "short_steps": 25,
+    "forward_steps": 0,
+    "minimise_steps": 0,
+    "learning_rate": 1e-2,
+    "deflation_rounds": 2,
+    "deflation_starts": None,
+    "target_ranks": "",
+    "target_starts": 512,
+    "dedup_tol": 2e-2,
+    "tree_starts": 256,
+    "residual_tol": None,
+}
+#: The flags each enumeration reads (``--rank-tol`` and ``--stability-tol``: all of them).
+_JOINT_FLAGS = tuple(k for k in _SEARCH_DEFAULTS if k not in ("tree_starts", "residual_tol")) + (
+    "residual_tol",
+)
+_READS = {
+    "exact": (),
+    "tree-search": ("tree_starts", "residual_tol"),
+    "joint-search": _JOINT_FLAGS,
+}
+#: The value of --w where the value family reads it and the flag is not given.
+W_DEFAULT = 7.0
+
+
+def _opt(args, dest):
+    """A search flag's value, its default when not given."""
+    v = getattr(args, dest)
+    return _SEARCH_DEFAULTS[dest] if v is None else v
+
+
 def _check(args):
     """Every flag, the memory estimate and the output folder, before any compute; the model's
     `ModelConfig` is returned."""
     if args.per_layer_weights:
-        raise ValueError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
+        raise UsageError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
+    if args.x0 is not None:
+        raise UsageError(
+            f"--x0 {args.x0} is ignored by rankdyn equilibria (the searches draw their own starts on the "
+            "sphere); drop it."
+        )
+    if args.w is None and args.value in ("bidiagonal", "jordan"):
+        args.w = W_DEFAULT
     config = check_model_args(args)
     if config.has_dropout:
-        raise ValueError(
+        raise UsageError(
             "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
         )
-    if args.starts < 1 or args.chunk < 1:
-        raise ValueError(f"--starts and --chunk must be >= 1, got {args.starts} and {args.chunk}.")
-    if (
-        min(args.deflation_rounds, args.max_steps, args.short_steps, args.forward_steps, args.minimise_steps)
-        < 0
-    ):
-        raise ValueError(
+    if _opt(args, "starts") < 1 or _opt(args, "chunk") < 1:
+        raise UsageError(
+            f"--starts and --chunk must be >= 1, got {_opt(args, 'starts')} and {_opt(args, 'chunk')}."
+        )
+    counts = ("deflation_rounds", "max_steps", "short_steps", "forward_steps", "minimise_steps")
+    if min(_opt(args, k) for k in counts) < 0:
+        raise UsageError(
             "--deflation-rounds, --max-steps, --short-steps, --forward-steps and --minimise-steps "
             "must be >= 0."
         )
@@ -127,11 +201,29 @@ def _check(args):
     return config
 
 
+def _refuse_unread(args, how: str) -> None:
+    """Refuse the search flags that the enumeration ``how`` would ignore (one rule: refused, not ignored)."""
+    reads = set(_READS[how]) | (set(_JOINT_FLAGS) if how == "exact" and args.joint_coverage else set())
+    for dest in _SEARCH_DEFAULTS:
+        if getattr(args, dest) is not None and dest not in reads:
+            flag = "--" + dest.replace("_", "-")
+            raise UsageError(
+                f"{flag} is ignored by the {how} enumeration (--search {args.search} chose it); drop it"
+                + (" or add --joint-coverage." if how == "exact" and dest in _JOINT_FLAGS else ".")
+            )
+    if args.joint_coverage and how != "exact":
+        raise UsageError(
+            f"--joint-coverage compares the joint search with the exact census, which does not run here "
+            f"(the {how} enumeration does); drop it."
+        )
+
+
 def _check_memory(args) -> None:
     from .._memory import available_memory, check_memory, equilibria_memory, format_bytes
 
     item = 8 if args.x64 else 4
-    est = equilibria_memory(n=args.n, d=args.d, chunk=min(args.chunk, args.starts), itemsize=item)
+    chunk = min(_opt(args, "chunk"), _opt(args, "starts"))
+    est = equilibria_memory(n=args.n, d=args.d, chunk=chunk, itemsize=item)
     avail = available_memory()
     per_start = equilibria_memory(n=args.n, d=args.d, chunk=1, itemsize=item).total
     fits = 0 if avail[0] is None else avail[0] // per_start
@@ -140,7 +232,7 @@ def _check_memory(args) -> None:
         if fits
         else "lower --n or --d: one start alone does not fit."
     )
-    check_memory(est, fix=fix, what=f"--n {args.n} --d {args.d} --chunk {args.chunk}", available=avail)
+    check_memory(est, fix=fix, what=f"--n {args.n} --d {args.d} --chunk {chunk}", available=avail)
 
 
 def _target_ranks(spec: str, n: int, d: int) -> list[int]:
@@ -151,10 +243,10 @@ def _target_ranks(spec: str, n: int, d: int) -> list[int]:
     try:
         ks = [int(s) for s in spec.split(",") if s.strip()]
     except ValueError:
-        raise ValueError(f"--target-ranks must be 'all' or comma-separated integers, got {spec!r}.") from None
+        raise UsageError(f"--target-ranks must be 'all' or comma-separated integers, got {spec!r}.") from None
     bad = [k for k in ks if not 1 <= k <= min(n, d)]
     if bad:
-        raise ValueError(f"--target-ranks {bad} outside [1, min(n, d) = {min(n, d)}].")
+        raise UsageError(f"--target-ranks {bad} outside [1, min(n, d) = {min(n, d)}].")
     return ks
 
 
@@ -165,7 +257,7 @@ def _is_paper_construction(args, layer) -> bool:
         args.mask == "causal"
         and args.value == "bidiagonal"
         and args.qk == "zero"
-        and args.norm == "post"
+        and args.placement == "post"
         and args.ln == "sphere"
         and args.heads == 1
         and not args.skip
@@ -191,7 +283,8 @@ def run(args) -> int:
     try:  # refuse a --search that does not apply, before compute
         how = census_method(layer, args.search)
     except ValueError as err:
-        raise ValueError(f"--search {args.search}: {err}") from None
+        raise UsageError(f"--search {args.search}: {err}") from None
+    _refuse_unread(args, how)
     print(
         f"method: {how}"
         + {
@@ -204,32 +297,21 @@ def run(args) -> int:
     closed = []
     if _is_paper_construction(args, layer):
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(args.n, args.d, args.w)]
+    search = {k: _opt(args, k) for k in _SEARCH_DEFAULTS}
+    search["target_ranks"] = _target_ranks(search["target_ranks"], args.n, args.d)
     census = equilibrium_census(
         layer,
         k_x0,
         search=args.search,
-        tree_starts=args.tree_starts,
         joint_coverage=args.joint_coverage,
-        starts=args.starts,
-        chunk=args.chunk,
-        method=args.method,
-        max_steps=args.max_steps,
-        short_steps=args.short_steps,
-        forward_steps=args.forward_steps,
-        minimise_steps=args.minimise_steps,
-        learning_rate=args.learning_rate,
-        deflation_rounds=args.deflation_rounds,
-        deflation_starts=args.deflation_starts,
-        target_ranks=_target_ranks(args.target_ranks, args.n, args.d),
-        target_starts=args.target_starts,
-        residual_tol=args.residual_tol,
         rank_tol=args.rank_tol,
-        dedup_tol=args.dedup_tol,
         stability_tol=args.stability_tol,
         closed_forms=closed,
         progress=not args.no_progress,
+        **search,
     )
     config = {k: v for k, v in vars(args).items() if k not in ("func",)}
+    config |= {k: _opt(args, k) for k in _SEARCH_DEFAULTS}  # the values used, as saved before 0.3
     config["out"] = str(args.out)
     result = {"config": config, **census, "provenance": provenance()}
     args.out.mkdir(parents=True, exist_ok=True)

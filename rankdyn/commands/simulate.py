@@ -8,50 +8,27 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .._init import X0_NAMES
-from .._layer import PLACEMENTS
-from .._masks import MASK_NAMES
-from .._norms import LN_NAMES
-from .._weights import QK_NAMES, VALUE_NAMES
-from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive, model_config
+from ._checks import (
+    HelpFormatter,
+    check_nonnegative,
+    check_out_dir,
+    check_positive,
+    model_config,
+    model_flags,
+)
 from ._devices import add_devices_flag, sharding_devices
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Flags that define a model and its inputs (shared with other subcommands).
 
-    Their values become a `rankdyn._config.ModelConfig` (`check_model_args`), which holds every
-    rule; an error names the flag.
+    Generated from the rows of `rankdyn._params.PARAMS` that have a flag (`model_flags`); their
+    values become a `rankdyn._config.ModelConfig` (`check_model_args`), which holds every rule;
+    an error names the flag.
     """
     g = p.add_argument_group("model")
-    g.add_argument("--mask", choices=MASK_NAMES, default="causal", help="attention mask graph")
-    g.add_argument(
-        "--window",
-        type=int,
-        default=1,
-        help="window half-width (window, global), look-back (window-uni) or dilated hops of 4 tokens "
-        "(dilated); other masks refuse a value other than 1",
-    )
-    g.add_argument("--n", type=int, default=32, help="number of tokens")
-    g.add_argument("--d", type=int, default=64, help="token dimension")
-    g.add_argument(
-        "--dqk", type=float, default=None, help="temperature d_QK, finite and > 0 (default: key width)"
-    )
-    g.add_argument("--norm", choices=PLACEMENTS, default="post", help="normalisation placement")
-    g.add_argument("--ln", choices=LN_NAMES, default="sphere", help="normalisation variant")
-    g.add_argument("--value", choices=VALUE_NAMES, default="orthogonal", help="value matrix family")
-    g.add_argument("--w", type=float, default=2.0, help="superdiagonal weight of bidiagonal/jordan W_V")
-    g.add_argument(
-        "--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default: d)"
-    )
-    g.add_argument(
-        "--qk", choices=QK_NAMES, default="bert", help="query/key family (zero: uniform attention)"
-    )
-    g.add_argument("--x0", choices=X0_NAMES, default="sphere", help="initial tokens")
+    model_flags(g)
     g.add_argument("--per-layer-weights", action="store_true", help="draw new weights for every layer")
-    g.add_argument("--heads", type=int, default=1, help="attention heads (>1 adds W_O)")
-    g.add_argument("--skip", action="store_true", help="residual connection X + SA(X)")
-    g.add_argument("--mlp", action="store_true", help="add an MLP block")
     g.add_argument(
         "--dropout",
         type=float,
@@ -59,21 +36,6 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         metavar="P",
         help="attention and hidden dropout rate in [0, 1) (default: 0, off)",
     )
-    g.add_argument(
-        "--attn-dropout",
-        type=float,
-        default=None,
-        metavar="P",
-        help="dropout on the attention probabilities (default: 0)",
-    )
-    g.add_argument(
-        "--hidden-dropout",
-        type=float,
-        default=None,
-        metavar="P",
-        help="dropout on the block outputs (default: 0)",
-    )
-    g.add_argument("--seed", type=int, default=0, help="PRNG seed for weights and inputs, in [0, 2**32 - 1]")
     g.add_argument("--x64", action="store_true", help="float64 end to end")
 
 
@@ -288,7 +250,9 @@ def _plot(traj, summary, args) -> None:
         ylabel=f"{name} (mean +- std)",
         dtype=traj.summary.mean[name].dtype,
     )
-    ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
+    ax.set_title(
+        f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}", fontsize=9
+    )
     fig.savefig(args.out / "mu.png", dpi=120)
     plt.close(fig)
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
+from .._floors import EQUILIBRIUM_RANK_TOL, default_residual_tol, scaled_tol
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._dedupe import deduplicate
@@ -132,7 +133,7 @@ def equilibrium_census(
     target_starts: int = 512,
     tree_starts: int = 256,
     residual_tol: float | None = None,
-    rank_tol: float = 1e-8,
+    rank_tol: float | None = None,
     dedup_tol: float = 2e-2,
     stability_tol: float | None = None,
     closed_forms: Sequence[tuple[int, ArrayLike]] = (),
@@ -161,11 +162,14 @@ def equilibrium_census(
         target_ranks: extra rank-biased rounds, one per rank.
         target_starts: starts per rank-biased round.
         tree_starts: starts per partial equilibrium and round of the tree search.
-        residual_tol, rank_tol: as in `find_equilibria`.
+        residual_tol: as in `find_equilibria` (default `rankdyn._floors.default_residual_tol` of
+            the layer's dtype, for every search).
+        rank_tol: relative tolerance of the rank (default 1e-8 in float64, scaled to the
+            layer's dtype by `rankdyn._floors.scaled_tol`: 2.3e-4 in float32).
         dedup_tol: max-abs distance (modulo symmetries) under which two joint-search solutions
             are one (their degenerate tokens are accurate only to ~1e-3 before polishing).
         stability_tol: band on $|\lambda| - 1$ called marginal (default 1e-6 for exact and
-            polished tree-search points, 1e-2 for the joint search).
+            polished tree-search points, scaled to the dtype; 1e-2 for the joint search).
         closed_forms: ``[(rank, X), ...]`` to match against (e.g. `all_closed_form_equilibria`).
         joint_coverage: with the exact census, also run the joint search and report how many
             exact classes it finds (``coverage``).
@@ -203,6 +207,11 @@ def equilibrium_census(
         if v is not None and not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be finite and >= 0, got {v}.")
     n, d = layer.num_tokens, layer.dim
+    # Every tolerance below is given in float64 terms and scaled to the layer's dtype: float32
+    # points and closed forms agree to ~1e-7, so a float64 threshold would match none of them.
+    dtype = np.asarray(layer.weights.w_v).dtype
+    residual_tol = default_residual_tol(dtype) if residual_tol is None else residual_tol
+    rank_tol = scaled_tol(EQUILIBRIUM_RANK_TOL, dtype) if rank_tol is None else rank_tol
     how = census_method(layer, search)
     group = symmetry_group(layer)
     joint_args = dict(
@@ -226,17 +235,15 @@ def equilibrium_census(
     )
     t0 = time.perf_counter()
     rounds, status, compile_s, coverage = [], {}, 0.0, None
-    match_tol = 1e-8
+    match_tol = scaled_tol(1e-8, dtype)
     if how == "exact":
         xs, counts, errs, steps, info = _exact_classes(layer, n, d)
         first = ["exact"] * len(xs)
         completeness = info["completeness"]
     elif how == "tree-search":
-        tree = tree_search(
-            layer, key, starts=tree_starts, residual_tol=1e-10 if residual_tol is None else residual_tol
-        )
+        tree = tree_search(layer, key, starts=tree_starts, residual_tol=residual_tol)
         xs, _, errs = polish_tokens(layer, tree["x"])
-        classes = deduplicate(xs, errs, tol=1e-6, symmetries=group)
+        classes = deduplicate(xs, errs, tol=scaled_tol(1e-6, dtype), symmetries=group)
         errs = np.array([errs[c.members].max() for c in classes])
         xs = np.stack([c.x for c in classes]) if classes else np.zeros((0, n, d))
         counts, steps, first = [c.count for c in classes], [None] * len(xs), ["tree"] * len(xs)
@@ -252,7 +259,7 @@ def equilibrium_census(
         errs = np.full(len(xs), np.nan)
         if is_acyclic(layer) and layer.placement == "post" and len(xs):
             xs, _, errs = polish_tokens(layer, xs)  # accurate degenerate tokens, with an estimate
-            match_tol = 1e-6
+            match_tol = scaled_tol(1e-6, dtype)
         else:
             match_tol = dedup_tol
         counts, steps, first = [c.count for c in classes], [None] * len(xs), joint["first_round"]
@@ -280,13 +287,17 @@ def equilibrium_census(
             coverage["found_by_rank"][str(k)] = {"found": int(sum(sel)), "total": len(sel)}
 
     t1 = time.perf_counter()
-    tol = stability_tol if stability_tol is not None else (1e-2 if how == "joint-search" else 1e-6)
+    tol = (
+        stability_tol
+        if stability_tol is not None
+        else (1e-2 if how == "joint-search" else scaled_tol(1e-6, dtype))
+    )
     reports = stability(layer, np.asarray(xs), tol=tol) if len(xs) else []
     # Closed forms modulo the same symmetries as the classes, so table and footer agree.
     closed: list[tuple[int, np.ndarray]] = []
     for kk, x in closed_forms:
         x = np.asarray(x)
-        if not any(group_distance(y, x, group) <= 1e-9 for _, y in closed):
+        if not any(group_distance(y, x, group) <= scaled_tol(1e-9, dtype) for _, y in closed):
             closed.append((int(kk), x))
     closed_hit = np.zeros(len(closed), bool)
     records = []

@@ -50,6 +50,7 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._floors import default_residual_tol
 from .._layer import SelfAttentionLayer
 from ._deflation import _log_deflation, _rank_penalty, _retract
 
@@ -139,11 +140,6 @@ class EquilibriumSolution(eqx.Module):
         return {
             name: int(np.sum(np.asarray(self.result == getattr(RESULTS, name)))) for name in status_names()
         }
-
-
-def default_residual_tol(dtype) -> float:
-    """1e-10 in float64, 1e-5 in float32 (about ``eps ** 0.6``)."""
-    return 1e-10 if jnp.finfo(dtype).bits >= 64 else 1e-5
 
 
 def _map(layer: SelfAttentionLayer, t):

@@ -30,6 +30,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
+from .._floors import default_residual_tol, scaled_tol
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._deflation import _log_deflation
@@ -182,7 +183,7 @@ def tree_search(
     max_rounds: int = 6,
     min_rounds: int = 2,
     max_steps: int = 60,
-    residual_tol: float = 1e-10,
+    residual_tol: float | None = None,
     dedup_tol: float = 1e-6,
     chunk: int = 4096,
     max_members: int = 100_000,
@@ -198,8 +199,10 @@ def tree_search(
         max_rounds, min_rounds: rounds per token; after ``min_rounds`` the search of a token
             stops at the first round that finds nothing new (saturation).
         max_steps: Gauss--Newton steps per start.
-        residual_tol: a token is a solution when $\|F_i - x_i\| \le$ this.
-        dedup_tol: max-abs distance under which two solutions of one token are one.
+        residual_tol: a token is a solution when $\|F_i - x_i\| \le$ this (default
+            `rankdyn._floors.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
+        dedup_tol: max-abs distance under which two solutions of one token are one (float64
+            terms, scaled to the layer's dtype by `rankdyn._floors.scaled_tol`).
         chunk: starts per compiled batch.
         max_members: refuse to continue past this many partial equilibria.
         t: layer index.
@@ -215,6 +218,9 @@ def tree_search(
         raise ValueError("tree_search needs a lower-triangular (acyclic) mask; use the joint search instead.")
     n, d = layer.num_tokens, layer.dim
     dt = np.asarray(layer.weights.w_v).dtype
+    # Tolerances follow the dtype: a float32 token is accurate to ~1e-7, never to 1e-10.
+    residual_tol = default_residual_tol(dt) if residual_tol is None else float(residual_tol)
+    dedup_tol = scaled_tol(dedup_tol, dt)
     power = float(d + 1 if power is None else power)
     first = first_token_solutions(_value_matrix(layer)) if _plain_first_token(layer) else None
     prefixes = np.zeros((1, n, d), dt)
