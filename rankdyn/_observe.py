@@ -16,12 +16,15 @@ from jaxtyping import Array, Float
 
 from ._metrics import METRIC_NAMES, collapse_metrics, direction_metrics
 
-__all__ = ["MetricObserver", "ALL_METRICS", "SPECTRAL_METRICS", "parse_metrics"]
+__all__ = ["MetricObserver", "ALL_METRICS", "SPECTRAL_METRICS", "CHEAP_METRICS", "parse_metrics"]
 
 #: Every name `--metrics` accepts: the collapse metrics and Theorem 1's epsilon.
 ALL_METRICS = METRIC_NAMES + ("eps_min",)
 #: The metrics that need singular values.
 SPECTRAL_METRICS = ("sigma_max", "sigma_min", "sigma_ratio", "stable_rank", "num_rank", "eff_rank")
+#: The metrics without an SVD (`rankdyn.metrics.direction_metrics`): cheap enough for every layer of
+#: large batches, the sweep's default ``per_layer``.
+CHEAP_METRICS = tuple(k for k in METRIC_NAMES if k not in SPECTRAL_METRICS)
 
 
 def parse_metrics(spec: str | Iterable[str] | None, *, where: str = "metrics") -> tuple[str, ...]:

@@ -13,87 +13,42 @@ from typing import Any
 import numpy as np
 
 from .._config import ModelConfig, ignored_fields
-from .._init import X0_NAMES
-from .._layer import PLACEMENTS
-from .._masks import MASK_NAMES, make_mask
-from .._norms import LN_NAMES
-from .._weights import QK_NAMES, VALUE_NAMES
+from .._masks import make_mask
+from .._observe import CHEAP_METRICS
+from .._params import PARAMS, RUN_PARAMS, given, range_error, reads
 
-__all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS"]
+__all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS", "KEY_ALIASES"]
 
-# name -> (default, kind). kind: the Python type a value must have ("str", "int", "float",
-# "bool", "float?" / "int?" = number or absent).
-SWEEP_PARAMS: dict[str, tuple[Any, str]] = {
-    # model (arguments of `rankdyn.make_layer`)
-    "mask": ("causal", "str"),
-    "window": (1, "int"),
-    "dilation": (4, "int"),
-    "num_global": (1, "int"),
-    "mask_p": (0.1, "float"),
-    "mask_seed": (0, "int"),
-    "n": (32, "int"),
-    "d": (64, "int"),
-    "dqk": (None, "float?"),
-    "norm": ("post", "str"),
-    "ln": ("sphere", "str"),
-    "ln_radius": (None, "float?"),
-    "value": ("orthogonal", "str"),
-    "w": (2.0, "float"),
-    "jordan_k": (None, "int?"),
-    "value_std": (None, "float?"),
-    "qk": ("bert", "str"),
-    "qk_std": (None, "float?"),
-    "heads": (1, "int"),
-    "per_layer_weights": (False, "bool"),
-    "skip": (False, "bool"),
-    "mlp": (False, "bool"),
-    # ensemble
-    "layers": (64, "int"),
-    "batch": (256, "int"),
-    "x0": ("sphere", "str"),
-    "seed": (0, "int"),
-    # dropout (rates on attention weights and on block outputs; 0: off)
-    "attn_dropout": (0.0, "float"),
-    "hidden_dropout": (0.0, "float"),
-    # recording
-    "save_every": (1, "int"),
-    "rank_tol": (1e-6, "float"),
-}
+#: The rows of `rankdyn._params` that are sweep keys, by key.
+_ROWS = {p.key: p for p in PARAMS + RUN_PARAMS if p.key}
+
+#: key -> (default, kind), generated from the parameter table. kind: the Python type a value
+#: must have ("str", "int", "float", "bool", "float?" / "int?" = number or absent).
+SWEEP_PARAMS: dict[str, tuple[Any, str]] = {k: (p.sweep_default, p.sweep_kind) for k, p in _ROWS.items()}
+
+#: Other spellings of a key -> the key (``placement`` is the Python name of ``norm``).
+KEY_ALIASES = {a: p.key for p in _ROWS.values() for a in p.key_aliases}
 
 #: Parameters that change shapes or the program's structure: cells that differ in one of these
 #: run in different compiled programs. Every other parameter is an array inside one program.
-STRUCTURAL = (
-    "n",
-    "d",
-    "layers",
-    "batch",
-    "norm",
-    "ln",
-    "heads",
-    "per_layer_weights",
-    "skip",
-    "mlp",
-    "attn_dropout",
-    "hidden_dropout",
-    "save_every",
-    "rank_tol",
-)
+STRUCTURAL = tuple(k for k, p in _ROWS.items() if p.structural)
 
-_CHOICES = {
-    "mask": MASK_NAMES,
-    "norm": PLACEMENTS,
-    "ln": LN_NAMES,
-    "value": VALUE_NAMES,
-    "qk": QK_NAMES,
-    "x0": X0_NAMES,
-}
+_CHOICES = {k: p.choices for k, p in _ROWS.items() if p.choices}
 _FIXED_ONLY = ("save_every", "rank_tol")  # a grid over these would change the layer coordinate
 
-#: Metrics recorded at every saved layer by default: no SVD (the expensive part on CPU).
-CHEAP_METRICS = ("mu", "mu_rel", "mu_normalized", "row_norm_mean", "row_norm_min", "min_cos", "mean_abs_cos")
 _OBSERVE_KEYS = ("per_layer", "metrics", "final", "rate_start", "rate_stop")
 _RUN_KEYS = ("chunk_trajectories",)
 _TOP_KEYS = ("name", "description", "axes", "fixed", "observe", "run")
+
+
+class _Shown:
+    """Names for a message about one value whose label is already written (``[axes] dqk = 0.0``)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def show(self, field, value):
+        return self.where
 
 
 def _where(key: str, axes: Mapping) -> str:
@@ -126,62 +81,55 @@ def _check_type(key: str, value, kind: str, where: str):
 
 
 def _check_scalar(key: str, v, where: str) -> None:
-    """Range checks of one parameter value."""
-    positive = ("n", "d", "heads", "layers", "batch", "save_every", "dilation")
-    if key in positive and v < 1:
-        raise ValueError(f"{where}: must be a positive integer, got {v!r}.")
-    if key in ("window", "num_global", "seed", "mask_seed") and v < 0:
-        raise ValueError(f"{where}: must be >= 0, got {v!r}.")
-    if key in ("dqk", "ln_radius", "rank_tol", "value_std", "qk_std") and v is not None and not v > 0:
-        raise ValueError(f"{where}: must be > 0, got {v!r}.")
-    if key == "jordan_k" and v is not None and v < 1:
-        raise ValueError(f"{where}: a Jordan block needs size >= 1, got {v!r}.")
-    if key in ("attn_dropout", "hidden_dropout") and not 0 <= v < 1:
-        raise ValueError(f"{where}: a dropout rate must be in [0, 1), got {v!r}.")
-    if key == "mask_p" and not 0 <= v <= 1:
-        raise ValueError(f"{where}: an edge probability must be in [0, 1], got {v!r}.")
+    """Range check of one parameter value (the table's rule; relations are checked per cell)."""
+    p = _ROWS[key]
+    msg = range_error(p, v, None, _Shown(where)) if p.kind in ("int", "real") else None
+    if msg:
+        raise ValueError(msg)
 
 
-#: Sweep keys whose `rankdyn.ModelConfig` field has another name.
-_FIELD_KEYS = {"placement": "norm", "num_layers": "layers"}
+#: `rankdyn.ModelConfig` field -> sweep key, where they differ.
+_FIELDS = {p.name: p.key for p in PARAMS if p.key and p.key != p.name} | {"num_layers": "layers"}
 
 
 def cell_config(p: dict, axes: Mapping) -> ModelConfig:
     """The cell's model as a validated `rankdyn.ModelConfig` (the rules `make_layer` and the CLI
     use); a message names the ``[axes]`` or ``[fixed]`` key. Parameters the cell's mask or
-    families do not read (e.g. ``window`` under a complete mask on a window axis) are dropped."""
-    fields = dict(
-        mask=p["mask"],
-        window=p["window"],
-        dilation=p["dilation"],
-        num_global=p["num_global"],
-        mask_p=p["mask_p"],
-        mask_seed=p["mask_seed"],
-        n=p["n"],
-        d=p["d"],
-        dqk=p["dqk"],
-        placement=p["norm"],
-        ln=p["ln"],
-        ln_radius=p["ln_radius"],
-        value=p["value"],
-        w=p["w"],
-        jordan_k=p["jordan_k"],
-        value_std=p["value_std"],
-        qk=p["qk"],
-        qk_std=p["qk_std"],
-        num_layers=p["layers"] if p["per_layer_weights"] else None,
-        heads=p["heads"],
-        output_projection=p["heads"] > 1,
-        skip=p["skip"],
-        mlp=p["mlp"],
-        attn_dropout=p["attn_dropout"],
-        hidden_dropout=p["hidden_dropout"],
-        x0=p["x0"],
-        seed=p["seed"],
-    )
+    families do not read (e.g. ``window`` under a complete mask on a window axis) are dropped:
+    a key given in ``[fixed]`` that no cell reads is refused by `refuse_unread`."""
+    fields = {f.name: p[f.key] for f in PARAMS if f.key}
+    fields["num_layers"] = p["layers"] if p["per_layer_weights"] else None
+    fields["output_projection"] = p["heads"] > 1
     for name in ignored_fields(fields):
-        fields.pop(name)
-    return ModelConfig.from_mapping(fields, where=lambda f: _where(_FIELD_KEYS.get(f, f), axes))
+        fields.pop(name, None)
+    return ModelConfig.from_mapping(fields, where=lambda f: _where(_FIELDS.get(f, f), axes))
+
+
+def refuse_unread(fixed_in: Mapping, cells) -> None:
+    """Refuse a ``[fixed]`` key that no grid cell reads (as the CLI and `make_layer` refuse it).
+
+    Arguments:
+        fixed_in: the ``[fixed]`` table as written (canonical keys).
+        cells: an iterable of every cell's parameters.
+    """
+    pending = {
+        k: _ROWS[k] for k, v in fixed_in.items() if k in _ROWS and _ROWS[k].reads and given(_ROWS[k], v)
+    }
+    for cell in cells:
+        if not pending:
+            return
+        fields = {f.name: cell[f.key] for f in PARAMS if f.key}
+        pending = {k: r for k, r in pending.items() if not reads(r, fields)}
+    for k, r in pending.items():
+        dep, allowed = r.reads
+        dep_key = _ROWS_BY_NAME[dep].key
+        raise ValueError(
+            f"[fixed] {k} = {fixed_in[k]!r} is ignored: no cell has {dep_key} "
+            f"{' or '.join(map(repr, allowed))} (the only {dep_key} that reads it); drop it."
+        )
+
+
+_ROWS_BY_NAME = {p.name: p for p in PARAMS}
 
 
 def _check_cell(p: dict, axes: Mapping) -> None:

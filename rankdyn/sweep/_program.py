@@ -16,8 +16,10 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from .._build import make_layer
+from .._config import ignored_fields
 from .._init import initial_tokens
 from .._observe import MetricObserver
+from .._params import PARAMS, param
 from .._scan import scan_depth
 from .._sharding import BATCH_AXIS, batch_mesh
 from .._stats import chunk_stats
@@ -27,59 +29,41 @@ from ._schema import SweepConfig
 __all__ = ["compute_chunk"]
 
 
+#: Layer arguments of a cell, from the parameter table: the real numbers are traced (cells that
+#: differ only in them share one compiled builder), the rest is static. The mask's parameters
+#: build the mask outside (`cell_mask`).
+_LAYER_ROWS = tuple(
+    p for p in PARAMS if p.key and p.api and p.name != "mask" and (p.reads or ("",))[0] != "mask"
+)
+_TRACED = tuple(p.name for p in _LAYER_ROWS if p.kind == "real" and not p.structural)
+_STATIC_BUILD = tuple(p.key for p in _LAYER_ROWS if p.name not in _TRACED) + (
+    "layers",
+    "per_layer_weights",
+    "x0",
+    "batch",
+)
+
+
 @eqx.filter_jit
-def _build(key, dqk, w, ln_radius, value_std, qk_std, p_static: tuple):
+def _build(key, traced: dict, p_static: tuple):
     """Layer (with a placeholder mask), x0 and dropout key of one cell, compiled: eager
     construction would dispatch (and on first use compile) dozens of small ops per cell. Numbers
     that vary between cells are traced arrays, so such cells share this compiled builder."""
     p = dict(p_static)
     k_layer, k_x0, k_drop = jr.split(key, 3)  # as `rankdyn simulate --seed`
+    kwargs = {r.name: traced[r.name] if r.name in traced else p[r.key] for r in _LAYER_ROWS}
+    for name in ignored_fields(kwargs):  # a cell's ignored parameters are not given to the layer
+        kwargs.pop(name, None)
     layer = make_layer(
         k_layer,
-        n=p["n"],
-        d=p["d"],
         mask="complete",
-        dqk=dqk,
-        placement=p["norm"],
-        ln=p["ln"],
-        ln_radius=ln_radius,
-        value=p["value"],
-        w=w,
-        jordan_k=p["jordan_k"],
-        value_std=value_std,
-        qk=p["qk"],
-        qk_std=qk_std,
         num_layers=p["layers"] if p["per_layer_weights"] else None,
-        heads=p["heads"],
         output_projection=p["heads"] > 1,
-        skip=p["skip"],
-        mlp=p["mlp"],
-        attn_dropout=p["attn_dropout"],
-        hidden_dropout=p["hidden_dropout"],
+        **kwargs,
     )
     x0 = initial_tokens(k_x0, p["x0"], p["n"], p["d"], batch=p["batch"])
     keys = jax.vmap(lambda i: jr.fold_in(k_drop, i))(jnp.arange(p["batch"]))  # as `rankdyn.simulate`
     return layer, x0, keys
-
-
-_STATIC_BUILD = (
-    "n",
-    "d",
-    "norm",
-    "ln",
-    "value",
-    "jordan_k",
-    "qk",
-    "layers",
-    "per_layer_weights",
-    "heads",
-    "skip",
-    "mlp",
-    "x0",
-    "batch",
-    "attn_dropout",
-    "hidden_dropout",
-)
 
 
 def _cell_inputs(p: dict):
@@ -87,11 +71,7 @@ def _cell_inputs(p: dict):
     arr = lambda v: None if v is None else jnp.asarray(v, dtype=float)  # noqa: E731
     layer, x0, keys = _build(
         jr.PRNGKey(p["seed"]),
-        arr(p["dqk"]),
-        arr(p["w"]),
-        arr(p["ln_radius"]),
-        arr(p["value_std"]),
-        arr(p["qk_std"]),
+        {name: arr(p[param(name).key]) for name in _TRACED},
         tuple((k, p[k]) for k in _STATIC_BUILD),
     )
     layer = eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(cell_mask(p)))

@@ -20,18 +20,21 @@ from typing import Any
 
 from .._metrics import METRIC_NAMES
 from .._observe import parse_metrics
+from .._params import default_dqk
 from ._params import (
     _FIXED_ONLY,
     _OBSERVE_KEYS,
     _RUN_KEYS,
     _TOP_KEYS,
     CHEAP_METRICS,
+    KEY_ALIASES,
     SWEEP_PARAMS,
     _check_cell,
     _check_scalar,
     _check_type,
     _where,
     cell_mask,
+    refuse_unread,
 )
 
 __all__ = ["SweepConfig", "parse_sweep_config", "load_sweep_config", "MAX_CELLS"]
@@ -81,7 +84,7 @@ class SweepConfig:
         for (k, vals), i in zip(self.axes.items(), index):
             p[k] = vals[i]
         if p["dqk"] is None:
-            p["dqk"] = float(p["d"] // p["heads"])
+            p["dqk"] = default_dqk(p["d"], p["heads"])
         return p
 
     def indices(self) -> Iterator[tuple[int, ...]]:
@@ -154,6 +157,7 @@ def parse_sweep_config(
     ):
         if not isinstance(val, Mapping):
             raise ValueError(f"[{tab}] must be a table, got {val!r}.")
+    axes_in, fixed_in = _canonical(axes_in, "axes"), _canonical(fixed_in, "fixed")
     axes: dict[str, tuple] = {}
     for k, vals in axes_in.items():
         if k not in SWEEP_PARAMS:
@@ -251,7 +255,21 @@ def parse_sweep_config(
         text=text,
     )
     _validate_cells(cfg)
+    refuse_unread(fixed_in, (cfg.cell(i) for i in cfg.indices()))
     return cfg
+
+
+def _canonical(table, name: str):
+    """``table`` with alias keys (``placement`` for ``norm``) under their key; both is an error."""
+    if not isinstance(table, Mapping):
+        return table  # reported below
+    out = {}
+    for k, v in table.items():
+        key = KEY_ALIASES.get(k, k)
+        if key in out:
+            raise ValueError(f"[{name}] has both {key} and {k} (the same parameter); keep one.")
+        out[key] = v
+    return out
 
 
 def _validate_cells(cfg: SweepConfig) -> None:
