@@ -29,7 +29,6 @@ from ._graph import GraphInfo as GraphInfo
 from ._graph import graph_info as graph_info
 from ._init import TokenSampler as TokenSampler
 from ._init import initial_tokens as initial_tokens
-from ._io import package_version as _package_version
 from ._layer import MLPWeights as MLPWeights
 from ._layer import SelfAttentionLayer as SelfAttentionLayer
 from ._metrics import (
@@ -59,6 +58,7 @@ from ._norms import (
 from ._simulate import Trajectory as Trajectory
 from ._simulate import simulate as simulate
 from ._stats import Summary as Summary
+from ._version import __version__ as __version__
 from .equilibria import (
     RESULTS as RESULTS,
 )
@@ -82,5 +82,3 @@ from .equilibria import (
 )
 from .sweep import load_sweep_config as load_sweep_config
 from .sweep import run_sweep as run_sweep
-
-__version__ = _package_version("rankdyn")

@@ -53,6 +53,12 @@ def package_version(name: str) -> str:
         return "unknown"
 
 
+def _rankdyn_version() -> str:
+    from ._version import __version__
+
+    return __version__
+
+
 def versions() -> dict[str, str]:
     """Versions of the packages that determine a result's numbers."""
     return {name: package_version(name) for name in _VERSIONED}
@@ -63,7 +69,7 @@ def provenance() -> dict:
     import jax
 
     return {
-        "rankdyn": package_version("rankdyn"),
+        "rankdyn": _rankdyn_version(),
         "versions": versions(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),

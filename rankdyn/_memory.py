@@ -15,7 +15,6 @@ from typing import NamedTuple
 __all__ = [
     "MemoryEstimate",
     "available_memory",
-    "simulate_memory",
     "equilibria_memory",
     "check_memory",
     "format_bytes",
@@ -92,50 +91,6 @@ def available_memory(backend: str | None = None) -> tuple[int | None, str]:
             stats.get("bytes_in_use", 0)
         ), f"{dev.platform.upper()} {dev.id} memory"
     return None, f"{dev.platform} memory"
-
-
-def simulate_memory(
-    *,
-    n: int,
-    d: int,
-    batch: int,
-    layers: int,
-    itemsize: int,
-    heads: int = 1,
-    save_every: int = 1,
-    num_metrics: int = 14,
-    chunk: int | None = None,
-    weight_layers: int | None = None,
-    mlp_ratio: int = 0,
-    output_projection: bool = False,
-    save_states: bool = False,
-) -> MemoryEstimate:
-    """Generic estimate of a depth simulation of ``batch`` trajectories of ``(n, d)`` tokens.
-
-    Counts the initial tokens and the states of the whole batch (with their temporaries), the per-trajectory
-    metrics at every saved layer (and their float64 copy on the host), the working set of one
-    vmapped chunk (attention scores and probabilities per head, projections, the SVD of the
-    metrics), the weights (one set, or ``weight_layers`` sets) and the mask.
-    """
-    chunk = batch if chunk is None else min(chunk, batch)
-    saved = layers // max(save_every, 1) + 1
-    dh = d // max(heads, 1)
-    per_set = heads * d * dh * 3 + (d * d if output_projection else 0) + 2 * mlp_ratio * d * d
-    parts = {
-        # 5 copies of the batch's tokens: measured peak RSS above the interpreter's baseline was
-        # 5.0x batch*n*d*itemsize in `rankdyn simulate` runs of (n, d, batch) = (64, 128, 8192) and
-        # (32, 64, 65536), float32 (sampling temporaries, x0, the scan's carry in and out, outputs).
-        "initial tokens and states": 5 * batch * n * d * itemsize,
-        "per-layer metrics": batch * saved * num_metrics * (itemsize + 8),
-        # scores, probabilities and their masked copy per head; ~8 token-sized temporaries
-        # (projections, normalisation, the SVD's work arrays) per trajectory of the chunk.
-        "working set of one chunk": chunk * (3 * heads * n * n + 8 * n * d) * itemsize,
-        "weights": (weight_layers or 1) * per_set * itemsize,
-        "mask": n * n * (1 + itemsize),
-    }
-    if save_states:
-        parts["saved states"] = batch * saved * n * d * itemsize
-    return MemoryEstimate(parts)
 
 
 def equilibria_memory(*, n: int, d: int, chunk: int, itemsize: int) -> MemoryEstimate:

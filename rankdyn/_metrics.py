@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
+from ._floors import RANK_TOL
 from ._spectral import _pow2_scale
 from ._spectral import singular_values as _accurate_singular_values
 
@@ -115,7 +116,7 @@ def singular_values(x: Float[Array, "n d"]) -> Float[Array, " k"]:
     return jnp.linalg.svd(x, compute_uv=False)
 
 
-def numerical_rank(s: Float[Array, " k"], tol: ArrayLike = 1e-6) -> Float[Array, ""]:
+def numerical_rank(s: Float[Array, " k"], tol: ArrayLike = RANK_TOL) -> Float[Array, ""]:
     r"""Number of singular values above ``tol * sigma_max`` (relative tolerance); 0 for a zero matrix."""
     return jnp.sum(s > tol * s[0]).astype(s.dtype)
 
@@ -167,7 +168,7 @@ def direction_metrics(x: Float[Array, "n d"]) -> dict[str, Float[Array, ""]]:
     return _direction(*_scaled(x))
 
 
-def collapse_metrics(x: Float[Array, "n d"], rank_tol: ArrayLike = 1e-6) -> dict[str, Float[Array, ""]]:
+def collapse_metrics(x: Float[Array, "n d"], rank_tol: ArrayLike = RANK_TOL) -> dict[str, Float[Array, ""]]:
     r"""Every metric of `METRIC_NAMES` for one token matrix, as a dict of scalars.
 
     The spectral ones come from all singular values $\sigma_1 \ge \dots \ge \sigma_k$ of $X$

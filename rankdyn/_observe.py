@@ -14,6 +14,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._floors import RANK_TOL
 from ._metrics import METRIC_NAMES, collapse_metrics, direction_metrics
 
 __all__ = ["MetricObserver", "ALL_METRICS", "SPECTRAL_METRICS", "CHEAP_METRICS", "parse_metrics"]
@@ -62,7 +63,7 @@ class MetricObserver(eqx.Module):
     rank_tol: Float[Array, ""]
     names: tuple[str, ...] = eqx.field(static=True)
 
-    def __init__(self, names: Iterable[str] = METRIC_NAMES, rank_tol: float = 1e-6):
+    def __init__(self, names: Iterable[str] = METRIC_NAMES, rank_tol: float = RANK_TOL):
         self.names = tuple(k for k in names if k != "eps_min")
         bad = [k for k in self.names if k not in METRIC_NAMES]
         if bad:

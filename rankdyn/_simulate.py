@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
+from ._floors import RANK_TOL
 from ._init import TokenSampler
 from ._layer import SelfAttentionLayer
 from ._memory import MemoryEstimate, check_memory
@@ -109,7 +110,7 @@ def simulate(
     per_trajectory: bool = False,
     metrics: str | Iterable[str] | None = None,
     observe: Callable[[Array], dict[str, Array]] | None = None,
-    rank_tol: float = 1e-6,
+    rank_tol: float = RANK_TOL,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
     chunk: int | None = None,

@@ -175,17 +175,14 @@ def no_compute(monkeypatch):
     """Replace every entry point of compute by one that fails the test if it is reached."""
     import rankdyn._build
     import rankdyn.experiments
+    import rankdyn.sweep
 
     def computed(*a, **k):
         raise AssertionError("compute was reached although the input is bad")
 
     monkeypatch.setattr(rankdyn._build, "build_layer", computed)
     monkeypatch.setattr(rankdyn.experiments, "run_targets", computed)
-    for mod in ("rankdyn._sweep", "rankdyn.sweep"):  # the sweep package after its split
-        try:
-            monkeypatch.setattr(__import__(mod, fromlist=["run_sweep"]), "run_sweep", computed)
-        except (ImportError, AttributeError):
-            pass
+    monkeypatch.setattr(rankdyn.sweep, "run_sweep", computed)
 
 
 @pytest.mark.parametrize("row", list(ROWS))
@@ -288,15 +285,8 @@ def test_defaults_pass_every_check(command, tmp_path):
 def test_memory_estimate_and_refusal():
     """The generic estimate counts the arrays by hand-computable formulas; the refusal compares it
     with the available memory and says the estimate, the largest part and the fix."""
-    from rankdyn._memory import MemoryEstimate, check_memory, equilibria_memory, simulate_memory
+    from rankdyn._memory import MemoryEstimate, check_memory, equilibria_memory
 
-    est = simulate_memory(n=2, d=3, batch=5, layers=4, itemsize=4, save_every=2, num_metrics=7, chunk=2)
-    assert est.parts["initial tokens and states"] == 5 * 5 * 2 * 3 * 4
-    assert est.parts["per-layer metrics"] == 5 * 3 * 7 * (4 + 8)  # saved layers 0, 2, 4; host float64 copy
-    assert est.parts["working set of one chunk"] == 2 * (3 * 2 * 2 + 8 * 2 * 3) * 4
-    assert est.parts["weights"] == 3 * 3 * 3 * 4 and est.total == sum(est.parts.values())
-    per_layer = simulate_memory(n=2, d=3, batch=5, layers=4, itemsize=4, weight_layers=4)
-    assert per_layer.parts["weights"] == 4 * est.parts["weights"]
     assert (
         equilibria_memory(n=2, d=3, chunk=10, itemsize=8).parts[
             "Jacobians and their SVD (per chunk of starts)"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .._errors import UsageError
+from .._floors import RANK_METRICS, RANK_TOL
 from ._checks import (
     HelpFormatter,
     check_nonnegative,
@@ -53,7 +55,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)"
     )
-    p.add_argument("--rank-tol", type=float, default=1e-6, help="relative tolerance of the numerical rank")
+    p.add_argument(
+        "--rank-tol",
+        type=float,
+        default=None,
+        help=f"relative tolerance of the numerical rank, read by {', '.join(RANK_METRICS)} (default: {RANK_TOL})",
+    )
     p.add_argument(
         "--metrics",
         default="all",
@@ -106,6 +113,12 @@ def check_run_args(args, config):
             "choose a divisor of --layers."
         )
     check_positive(args, "rank_tol")
+    if args.rank_tol is not None and not set(RANK_METRICS) & set(names):
+        raise UsageError(
+            f"--rank-tol {args.rank_tol} is ignored: no metric of --metrics {args.metrics} reads it (only "
+            f"{', '.join(RANK_METRICS)}); drop it or add a rank metric."
+        )
+    args.rank_tol = RANK_TOL if args.rank_tol is None else args.rank_tol  # recorded as used
     est = _check_memory(args, config, names)
     if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
         raise ValueError(
@@ -146,7 +159,11 @@ def _check_memory(args, config, names) -> int:
         save_states=False,
     )
     weights = (
-        (config.num_layers or 1) * (4 + 2 * (config.mlp_ratio if args.mlp else 0)) * args.d * args.d * item
+        (config.num_layers or 1)
+        * (4 + 2 * (config.resolved()["mlp_ratio"] if args.mlp else 0))
+        * args.d
+        * args.d
+        * item
     )
     est = MemoryEstimate(parts | {"weights": int(weights)})
     check_memory(
@@ -269,7 +286,7 @@ def _print_table(traj, summary, info, result) -> None:
     )
     # A layer whose mu/||X||_F is below the dtype's round-off floor has collapsed as far as this
     # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
-    from ..plotting import round_off_floor
+    from .._floors import ROUND_OFF_EPS, round_off_floor
 
     dtype = np.asarray(traj.summary.count).dtype  # the run's float dtype
     floor = round_off_floor(dtype)
@@ -286,7 +303,7 @@ def _print_table(traj, summary, info, result) -> None:
         )
     if flagged:
         print(
-            f"* mu/||X||_F <= {floor:.1e} = 10 eps({dtype.name}): round-off floor, collapsed as far as "
+            f"* mu/||X||_F <= {floor:.1e} = {ROUND_OFF_EPS:g} eps({dtype.name}): round-off floor, collapsed as far as "
             f"{dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}."
         )
     f, t = result["flags"], result["timing"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .._floors import fit_floor
+
 __all__ = ["float_dtype", "rel_floor"]
 
 
@@ -18,5 +20,5 @@ def float_dtype():
 
 
 def rel_floor(dtype) -> float:
-    """Relative round-off floor for mu: below ``mu_rel`` of this size, mu is noise."""
-    return float(1e3 * jnp.finfo(dtype).eps)
+    """Relative floor of the rate fits: below ``mu_rel`` of this size, mu is noise (`rankdyn._floors.fit_floor`)."""
+    return fit_floor(jnp.dtype(dtype))

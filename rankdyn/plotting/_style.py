@@ -17,39 +17,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-#: Multiple of the machine epsilon below which a relative collapse metric is round-off.
-FLOOR_EPS_MULTIPLE = 10.0
+from .._floors import round_off_floor as round_off_floor  # noqa: E402
+
 #: The x label of every against-depth plot.
 DEPTH_LABEL = "layer t"
 _BAND_COLOR = "0.85"
-
-
-def round_off_floor(dtype, scale: float = 1.0) -> float:
-    r"""Largest value of a collapse metric that round-off alone can produce in ``dtype``.
-
-    ``FLOOR_EPS_MULTIPLE`` $\cdot\,\epsilon_{\text{mach}}(\text{dtype}) \cdot$ ``scale``, where
-    ``scale`` is the size of the tokens (e.g. $\|X^{(0)}\|_F$ for $\mu$, 1 for $\mu/\|X\|_F$).
-
-    Arguments:
-        dtype: the dtype the run computed in (``"float32"``, ``np.float64``, ...).
-        scale: the scale the metric is measured against.
-
-    Returns:
-        The floor as a float (1.19e-6 for float32 at scale 1, 2.2e-15 for float64).
-
-    Raises:
-        ValueError: if ``dtype`` is not a floating dtype or ``scale`` is not finite and positive.
-    """
-    dt = np.dtype(dtype)
-    if not np.issubdtype(dt, np.floating):
-        raise ValueError(
-            f"round_off_floor needs a floating dtype (float32/float64), got {dt}; pass the run's dtype."
-        )
-    if not (np.isfinite(scale) and scale > 0):
-        raise ValueError(
-            f"round_off_floor needs a finite scale > 0, got {scale}; pass e.g. the layer-0 value."
-        )
-    return float(FLOOR_EPS_MULTIPLE * np.finfo(dt).eps * scale)
 
 
 def floor_band(ax, dtype, scale: float = 1.0, *, label: bool = True):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._floors import fit_floor
 from .._graph import graph_info
 from .._io import to_jsonable
 from .._rates import fit_rate
@@ -101,8 +102,8 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         graph["quasi_strongly_connected"][flat] = info.quasi_strongly_connected
         graph["num_centers"][flat] = info.num_centers
         mean_mu = series["mu"][flat, :, 0]
-        # Leave out the round-off floor: points below 100 machine epsilons of mu at layer 0.
-        floor = 1e2 * np.finfo(_dtype_of(cfg, out)).eps * (mean_mu[0] if np.isfinite(mean_mu[0]) else 0.0)
+        # Leave out the round-off floor: points below `fit_floor` (1000 machine epsilons) of mu at layer 0.
+        floor = fit_floor(_dtype_of(cfg, out), mean_mu[0] if np.isfinite(mean_mu[0]) else 0.0)
         rate[flat] = fit_rate(layer_coord, mean_mu, start=cfg.rate_start, stop=cfg.rate_stop, floor=floor)
 
     coords = {k: _coord(v) for k, v in cfg.axes.items()}
