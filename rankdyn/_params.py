@@ -160,7 +160,7 @@ PARAMS: tuple[Param, ...] = (
     Param("n", "int", dataclasses.MISSING, "number of tokens", _at_least(1, "the number of tokens must be a positive integer"), tool_default=32, flag="--n", key="n", structural=True),
     Param("d", "int", dataclasses.MISSING, "token dimension", _at_least(1, "the token dimension must be a positive integer"), tool_default=64, flag="--d", key="d", structural=True),
     # --- the mask (docs/theory.md#masks-as-graphs)
-    Param("mask", "mask", "causal", "attention mask graph (a name, or in Python a boolean (n, n) array)", choices=MASK_NAMES, what="mask", flag="--mask", key="mask"),
+    Param("mask", "mask", "causal", "attention mask graph", choices=MASK_NAMES, what="mask", flag="--mask", key="mask"),
     Param("window", "int", 1, "window half-width (window, global), look-back (window-uni) or dilated hops (dilated); other masks refuse a value other than 1", _at_least(0, "a window must be >= 0"), flag="--window", key="window", reads=("mask", MASKS_WITH_WINDOW)),
     Param("dilation", "int", 4, "tokens per hop of the dilated mask", _at_least(1, "the dilation must be >= 1"), key="dilation", reads=("mask", ("dilated",))),
     Param("num_global", "int", 1, "global tokens of the global mask", _at_least(0, "must be >= 0"), key="num_global", reads=("mask", ("global",))),
