@@ -313,10 +313,10 @@ def run(args) -> int:
     config = {k: v for k, v in vars(args).items() if k not in ("func",)}
     config |= {k: _opt(args, k) for k in _SEARCH_DEFAULTS}  # the values used, as saved before 0.3
     config["out"] = str(args.out)
-    result = {"config": config, **census, "provenance": provenance()}
+    result = {"config": config, **census.to_dict(), "provenance": provenance()}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "equilibria.json", result)
-    _plot(census["equilibria"], args)
+    _plot(census.equilibria, args)
     _print_summary(census, args)
     return 0
 
@@ -332,9 +332,9 @@ def _plot(records, args) -> None:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.08 * len(records) + 3), 4))
     if records:
         plot_equilibria_moduli(
-            [e["moduli"] for e in records],
-            [e["rank"] for e in records],
-            closed_form=[e["closed_form_match"] is not False for e in records],
+            [e.moduli for e in records],
+            [e.rank for e in records],
+            closed_form=[e.closed_form_match is not False for e in records],
             ax=ax,
             title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} d={args.d}",
         )
@@ -344,10 +344,10 @@ def _plot(records, args) -> None:
 
 
 def _print_summary(census, args) -> None:
-    records, closed = census["equilibria"], census["closed_forms"]
-    if census["status_counts"]:
-        print(f"status over all starts: {census['status_counts']}")
-    comp = census["completeness"]
+    records, closed = census.equilibria, census.closed_forms
+    if census.status_counts:
+        print(f"status over all starts: {census.status_counts}")
+    comp = census.completeness
     if comp["kind"] == "exact":
         print(f"completeness: exact ({comp['members']} equilibria = {len(records)} classes modulo sign)")
     elif "per_token" in comp:
@@ -364,32 +364,32 @@ def _print_summary(census, args) -> None:
         "counts are modulo symmetry (sign flip"
         + (
             ", token permutations"
-            if census["symmetries"]["all_permutations"] or len(census["symmetries"]["permutations"]) > 1
+            if census.symmetries["all_permutations"] or len(census.symmetries["permutations"]) > 1
             else ""
         )
         + ")"
     )
     print("rank  classes  closed-form  stable  marginal  unstable  max residual  max error est.")
-    for k, cnt in census["by_rank"].items():
-        rs = [e for e in records if e["rank"] == int(k)]
-        cf = sum(bool(e["closed_form_match"]) for e in rs)
-        cls = [census["by_rank_and_class"][k][c] for c in ("stable", "marginal", "unstable")]
-        mr = max((e["residual"] for e in rs), default=float("nan"))
-        me = max((e["error_estimate"] for e in rs), default=float("nan"))
+    for k, cnt in census.by_rank.items():
+        rs = [e for e in records if e.rank == int(k)]
+        cf = sum(bool(e.closed_form_match) for e in rs)
+        cls = [census.by_rank_and_class[k][c] for c in ("stable", "marginal", "unstable")]
+        mr = max((e.residual for e in rs), default=float("nan"))
+        me = max((e.error_estimate for e in rs), default=float("nan"))
         print(f"{k:>4}  {cnt:>7}  {cf:>11}  {cls[0]:>6}  {cls[1]:>8}  {cls[2]:>8}  {mr:12.2e}  {me:14.2e}")
     if closed:
         print(
             f"closed forms found (classes): {closed['found']} / {closed['total']} "
             + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in closed["by_rank"].items())
         )
-    cov = census.get("coverage")
+    cov = census.coverage
     if cov:
         print(
             f"joint-search coverage: {cov['found']} / {cov['exact_classes']} exact classes "
             f"({100 * cov['fraction']:.0f}%) from {cov['starts']} starts in {cov['seconds']:.1f}s; by rank "
             + " ".join(f"k={k}:{v['found']}/{v['total']}" for k, v in cov["found_by_rank"].items())
         )
-    t = census["timing"]
+    t = census.timing
     print(
         f"search {t['search_s']:.1f}s (compile {t['compile_s']:.1f}s), stability {t['stability_s']:.1f}s; "
         f"wrote {args.out / 'equilibria.json'}"

@@ -26,6 +26,12 @@ from ._linearise import (
 from ._linearise import (
     tangent_jacobian as tangent_jacobian,
 )
+from ._results import CensusResult as CensusResult
+from ._results import EquilibriumRecord as EquilibriumRecord
+from ._results import JointOptions as JointOptions
+from ._results import JointResult as JointResult
+from ._results import SymmetryGroup as SymmetryGroup
+from ._results import TreeResult as TreeResult
 from ._solve import (
     RESULTS as RESULTS,
 )

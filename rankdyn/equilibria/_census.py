@@ -19,18 +19,21 @@ used as a start.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
+from .._errors import UsageError
 from .._floors import EQUILIBRIUM_RANK_TOL, default_residual_tol, scaled_tol
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._dedupe import deduplicate
 from ._exact import bidiagonal_parameter, exact_equilibria
 from ._joint import joint_search
+from ._results import CensusResult, EquilibriumRecord, JointOptions
 from ._solve import equilibrium_rank
 from ._stability import stability
 from ._symmetry import group_distance, symmetry_group
@@ -118,28 +121,16 @@ def equilibrium_census(
     key: PRNGKeyArray,
     *,
     search: str = "auto",
-    starts: int = 4096,
-    chunk: int = 1024,
-    method: str = "gn",
-    solver=None,
-    max_steps: int = 100,
-    short_steps: int = 25,
-    forward_steps: int = 0,
-    minimise_steps: int = 0,
-    learning_rate: float = 1e-2,
-    deflation_rounds: int = 2,
-    deflation_starts: int | None = None,
-    target_ranks: Sequence[int] = (),
-    target_starts: int = 512,
     tree_starts: int = 256,
     residual_tol: float | None = None,
     rank_tol: float | None = None,
-    dedup_tol: float = 2e-2,
     stability_tol: float | None = None,
     closed_forms: Sequence[tuple[int, ArrayLike]] = (),
     joint_coverage: bool = False,
     progress: bool = True,
-) -> dict:
+    joint: JointOptions | None = None,
+    **joint_options,
+) -> CensusResult:
     r"""Find the distinct equilibria $F(X) = X$ of ``layer`` and classify them.
 
     Arguments:
@@ -147,65 +138,42 @@ def equilibrium_census(
         key: PRNG key of the random starts (unused by the exact census).
         search: ``"auto"`` (default: the most complete applicable method), ``"exact"``,
             ``"tree-search"`` or ``"joint-search"`` (module docstring).
-        starts: random starts of the joint search's first round (`rankdyn.equilibria._joint`).
-        chunk: starts per compiled batch of the joint search.
-        method: ``"gn"`` or ``"lm"``, the joint search's default solver (as in `find_equilibria`).
-        solver: an Optimistix solver for the joint search instead (as in `find_equilibria`).
-        max_steps: Newton steps per start; ``short_steps``: a first budget, after which only
-            the starts still iterating continue (0 disables it).
-        short_steps: see ``max_steps``.
-        forward_steps: forward iterations before the solve.
-        minimise_steps: Adam steps on the squared residual before the solve.
-        learning_rate: the Adam learning rate.
-        deflation_rounds: joint-search rounds that deflate all classes found so far.
-        deflation_starts: starts per deflation round (default ``starts // 4``).
-        target_ranks: extra rank-biased rounds, one per rank.
-        target_starts: starts per rank-biased round.
         tree_starts: starts per partial equilibrium and round of the tree search.
-        residual_tol: as in `find_equilibria` (default `rankdyn._floors.default_residual_tol` of
-            the layer's dtype, for every search).
+        residual_tol: success threshold of the searches (default
+            `rankdyn._floors.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
         rank_tol: relative tolerance of the rank (default 1e-8 in float64, scaled to the
             layer's dtype by `rankdyn._floors.scaled_tol`: 2.3e-4 in float32).
-        dedup_tol: max-abs distance (modulo symmetries) under which two joint-search solutions
-            are one (their degenerate tokens are accurate only to ~1e-3 before polishing).
         stability_tol: band on $|\lambda| - 1$ called marginal (default 1e-6 for exact and
             polished tree-search points, scaled to the dtype; 1e-2 for the joint search).
         closed_forms: ``[(rank, X), ...]`` to match against (e.g. `all_closed_form_equilibria`).
         joint_coverage: with the exact census, also run the joint search and report how many
             exact classes it finds (``coverage``).
         progress: show progress bars.
+        joint, joint_options: the joint search's settings, as a `JointOptions` or as its
+            keywords (``starts``, ``chunk``, ``method``, ``max_steps``, ``deflation_rounds``,
+            ``dedup_tol``, ...); ``dedup_tol`` is also the distance of the coverage matching.
 
     Returns:
-        dict with ``method``, ``completeness``, ``equilibria`` (by rank then residual: ``rank``,
-        ``residual``, ``error_estimate``, ``spectral_radius``, ``classification``,
-        ``unstable_dims``, ``neutral_dims``, ``count``, ``first_round``, ``closed_form_match``,
-        ``steps``, ``singular_values``, ``moduli``, ``tokens``), ``by_rank`` and
-        ``by_rank_and_class`` (counts modulo symmetry), ``status_counts``, ``rounds``,
-        ``closed_forms``, ``coverage``, ``symmetries``, ``timing``.
+        A `CensusResult` (``to_dict()`` gives the JSON of ``equilibria.json``).
 
     Raises:
-        ValueError: for per-layer weights, dropout, non-positive sizes or a ``search`` that
-            does not apply.
+        UsageError: for per-layer weights, dropout, settings out of range or a ``search``
+            that does not apply.
     """
+    if joint is not None and joint_options:
+        raise UsageError("give the joint search's settings either as joint= or as keywords, not both.")
+    unknown = [k for k in joint_options if k not in JointOptions.names()]
+    if unknown:
+        raise TypeError(f"equilibrium_census() got an unexpected keyword argument {unknown[0]!r}.")
     if layer.num_layers is not None:
-        raise ValueError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
+        raise UsageError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
     if layer.dropout > 0:
-        raise ValueError("dropout must be 0: a stochastic map has no fixed points.")
-    if starts < 1 or chunk < 1 or tree_starts < 1:
-        raise ValueError(f"starts, chunk and tree_starts must be >= 1, got {starts}, {chunk}, {tree_starts}.")
-    if min(deflation_rounds, max_steps, short_steps, forward_steps, minimise_steps) < 0:
-        raise ValueError(
-            "deflation_rounds, max_steps, short_steps, forward_steps and minimise_steps must be >= 0."
-        )
-    for name, v in (
-        ("dedup_tol", dedup_tol),
-        ("rank_tol", rank_tol),
-        ("residual_tol", residual_tol),
-        ("stability_tol", stability_tol),
-        ("learning_rate", learning_rate),
-    ):
+        raise UsageError("dropout must be 0: a stochastic map has no fixed points.")
+    if tree_starts < 1:
+        raise UsageError(f"tree_starts must be >= 1, got {tree_starts}.")
+    for name, v in (("rank_tol", rank_tol), ("residual_tol", residual_tol), ("stability_tol", stability_tol)):
         if v is not None and not (np.isfinite(v) and v >= 0):
-            raise ValueError(f"{name} must be finite and >= 0, got {v}.")
+            raise UsageError(f"{name} must be finite and >= 0, got {v}.")
     n, d = layer.num_tokens, layer.dim
     # Every tolerance below is given in float64 terms and scaled to the layer's dtype: float32
     # points and closed forms agree to ~1e-7, so a float64 threshold would match none of them.
@@ -214,25 +182,10 @@ def equilibrium_census(
     rank_tol = scaled_tol(EQUILIBRIUM_RANK_TOL, dtype) if rank_tol is None else rank_tol
     how = census_method(layer, search)
     group = symmetry_group(layer)
-    joint_args = dict(
-        starts=starts,
-        chunk=chunk,
-        method=method,
-        solver=solver,
-        max_steps=max_steps,
-        short_steps=short_steps,
-        forward_steps=forward_steps,
-        minimise_steps=minimise_steps,
-        learning_rate=learning_rate,
-        deflation_rounds=deflation_rounds,
-        deflation_starts=deflation_starts,
-        target_ranks=target_ranks,
-        target_starts=target_starts,
-        residual_tol=residual_tol,
-        rank_tol=rank_tol,
-        dedup_tol=dedup_tol,
-        progress=progress,
-    )
+    # One set of joint-search settings, with the census's tolerances (the dtype's defaults).
+    opts = joint if joint is not None else JointOptions(**joint_options)
+    opts = dataclasses.replace(opts, residual_tol=residual_tol, rank_tol=rank_tol, progress=progress)
+    dedup_tol = opts.dedup_tol
     t0 = time.perf_counter()
     rounds, status, compile_s, coverage = [], {}, 0.0, None
     match_tol = scaled_tol(1e-8, dtype)
@@ -242,19 +195,19 @@ def equilibrium_census(
         completeness = info["completeness"]
     elif how == "tree-search":
         tree = tree_search(layer, key, starts=tree_starts, residual_tol=residual_tol)
-        xs, _, errs = polish_tokens(layer, tree["x"])
+        xs, _, errs = polish_tokens(layer, tree.x)
         classes = deduplicate(xs, errs, tol=scaled_tol(1e-6, dtype), symmetries=group)
         errs = np.array([errs[c.members].max() for c in classes])
         xs = np.stack([c.x for c in classes]) if classes else np.zeros((0, n, d))
         counts, steps, first = [c.count for c in classes], [None] * len(xs), ["tree"] * len(xs)
         completeness = {
             "kind": "saturation",
-            "first_token": tree["first_token"],
-            "per_token": tree["saturation"],
+            "first_token": tree.first_token,
+            "per_token": tree.saturation,
         }
     else:
-        joint = joint_search(layer, key, group, **joint_args)
-        classes = joint["classes"]
+        joint = joint_search(layer, key, group, opts)
+        classes = joint.classes
         xs = np.stack([c.x for c in classes]) if classes else np.zeros((0, n, d))
         errs = np.full(len(xs), np.nan)
         if is_acyclic(layer) and layer.placement == "post" and len(xs):
@@ -262,14 +215,14 @@ def equilibrium_census(
             match_tol = scaled_tol(1e-6, dtype)
         else:
             match_tol = dedup_tol
-        counts, steps, first = [c.count for c in classes], [None] * len(xs), joint["first_round"]
-        rounds, status = joint["rounds"], joint["status_counts"]
-        compile_s = joint["timing"]["compile_s"]
+        counts, steps, first = [c.count for c in classes], [None] * len(xs), joint.first_round
+        rounds, status = joint.rounds, joint.status_counts
+        compile_s = joint.timing["compile_s"]
         completeness = {"kind": "saturation", "new_classes_per_round": [r["new_equilibria"] for r in rounds]}
     search_s = time.perf_counter() - t0
     if how == "exact" and joint_coverage:
-        joint = joint_search(layer, key, group, **joint_args)
-        jx = [c.x for c in joint["classes"]]
+        joint = joint_search(layer, key, group, opts)
+        jx = [c.x for c in joint.classes]
         hit = [any(group_distance(x, y, group) <= dedup_tol for y in jx) for x in xs]
         coverage = {
             "joint_search_classes": len(jx),
@@ -277,9 +230,9 @@ def equilibrium_census(
             "found": int(sum(hit)),
             "fraction": float(np.mean(hit)) if len(xs) else float("nan"),
             "found_by_rank": {},
-            "starts": joint_args["starts"],
-            "rounds": joint["rounds"],
-            "seconds": joint["timing"]["search_s"],
+            "starts": opts.starts,
+            "rounds": joint.rounds,
+            "seconds": joint.timing["search_s"],
         }
         ranks = [int(equilibrium_rank(x, rank_tol)) for x in xs]
         for k in sorted(set(ranks)):
@@ -308,25 +261,25 @@ def equilibrium_census(
             match = bool(dists.min() <= match_tol)
             closed_hit |= dists <= match_tol
         records.append(
-            {
-                "rank": int(equilibrium_rank(x, rank_tol)),
-                "residual": rep.residual,
-                "error_estimate": float(errs[j]),
-                "spectral_radius": rep.spectral_radius,
-                "classification": rep.classification,
-                "unstable_dims": rep.unstable_dims,
-                "neutral_dims": rep.neutral_dims,
-                "count": int(counts[j]),
-                "first_round": first[j],
-                "closed_form_match": match,
-                "steps": steps[j],
-                "singular_values": np.linalg.svd(x, compute_uv=False),
-                "moduli": rep.moduli,
-                "tokens": x,
-            }
+            EquilibriumRecord(
+                rank=int(equilibrium_rank(x, rank_tol)),
+                residual=rep.residual,
+                error_estimate=float(errs[j]),
+                spectral_radius=rep.spectral_radius,
+                classification=rep.classification,
+                unstable_dims=rep.unstable_dims,
+                neutral_dims=rep.neutral_dims,
+                count=int(counts[j]),
+                first_round=first[j],
+                closed_form_match=match,
+                steps=steps[j],
+                singular_values=np.linalg.svd(x, compute_uv=False),
+                moduli=rep.moduli,
+                tokens=x,
+            )
         )
     stability_s = time.perf_counter() - t1
-    records.sort(key=lambda e: (e["rank"], e["residual"]))
+    records.sort(key=lambda e: (e.rank, e.residual))
     return _summary(
         records,
         how,
@@ -346,11 +299,11 @@ def equilibrium_census(
 def _summary(records, how, completeness, status, rounds, closed, closed_hit, coverage, group, n, d, timing):
     kmax = min(n, d)
     # Rank 0 (the zero equilibrium of the un-normalised map) is listed only when it occurs.
-    k0 = 0 if any(e["rank"] == 0 for e in records) else 1
-    by_rank = {str(k): sum(e["rank"] == k for e in records) for k in range(k0, kmax + 1)}
+    k0 = 0 if any(e.rank == 0 for e in records) else 1
+    by_rank = {str(k): sum(e.rank == k for e in records) for k in range(k0, kmax + 1)}
     by_class = {
         str(k): {
-            c: sum(e["rank"] == k and e["classification"] == c for e in records)
+            c: sum(e.rank == k and e.classification == c for e in records)
             for c in ("stable", "marginal", "unstable")
         }
         for k in range(k0, kmax + 1)
@@ -369,21 +322,17 @@ def _summary(records, how, completeness, status, rounds, closed, closed_hit, cov
                 for k in range(1, kmax + 1)
             },
         }
-    return {
-        "method": how,
-        "completeness": completeness,
-        "equilibria": records,
-        "by_rank": by_rank,
-        "by_rank_and_class": by_class,
-        "status_counts": status,
-        "rounds": rounds,
-        "closed_forms": closed_summary,
-        "coverage": coverage,
-        "symmetries": {
-            "sign": group["sign"],
-            "all_permutations": group["all_permutations"],
-            "permutations": [p.tolist() for p in group["permutations"]],
-            "skipped": "continuous rotations commuting with W_V (only +-I for bidiagonal/generic W_V)",
-        },
-        "timing": timing,
-    }
+    return CensusResult(
+        method=how,
+        completeness=completeness,
+        equilibria=tuple(records),
+        by_rank=by_rank,
+        by_rank_and_class=by_class,
+        status_counts=status,
+        rounds=rounds,
+        closed_forms=closed_summary,
+        coverage=coverage,
+        symmetries=group.to_dict()
+        | {"skipped": "continuous rotations commuting with W_V (only +-I for bidiagonal/generic W_V)"},
+        timing=timing,
+    )

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from ._results import SymmetryGroup
 from ._symmetry import group_distance, trivial_group
 
 __all__ = ["EquilibriumClass", "deduplicate"]
@@ -38,7 +39,7 @@ def deduplicate(
     residuals: Float[ArrayLike, " m"],
     *,
     tol: float = 2e-2,
-    symmetries: dict | None = None,
+    symmetries: "SymmetryGroup | dict | None" = None,
     known: Sequence[np.ndarray] = (),
 ) -> list[EquilibriumClass]:
     r"""Group equilibria that coincide up to symmetry (max-abs distance below ``tol``).
@@ -53,7 +54,7 @@ def deduplicate(
             about 1e-3..1e-2 by a rounding-level residual (module docstring). Measured at
             n = d = 6, w = 7: copies of a closed form lie within 4.3e-3 of it, while two
             distinct equilibria can be as close as 0.058 (ranks 3 and 4, differing in tokens 5-6).
-        symmetries: a `symmetry_group` dict; default: the identity only.
+        symmetries: a `SymmetryGroup` (`symmetry_group`); default: the identity only.
         known: representatives of classes found earlier (e.g. a previous deflation round); a
             point matching one of them gets class index ``< len(known)``. Those classes are
             returned first, possibly with no members.

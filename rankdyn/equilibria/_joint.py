@@ -12,7 +12,6 @@ classes (the saturation statistic) is reported.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 import equinox as eqx
 import jax
@@ -20,10 +19,13 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._errors import UsageError
+from .._floors import EQUILIBRIUM_RANK_TOL, scaled_tol
 from .._init import initial_tokens
 from .._io import CompileTimer
 from .._layer import SelfAttentionLayer
 from ._dedupe import deduplicate
+from ._results import JointOptions, JointResult, SymmetryGroup
 from ._solve import default_solver, find_equilibria, status_names
 from ._symmetry import symmetric_images
 
@@ -75,35 +77,33 @@ def _continue_failures(layer, sol, *, short_steps, max_steps, solver, residual_t
 def joint_search(
     layer: SelfAttentionLayer,
     key,
-    group: dict,
-    *,
-    starts: int = 4096,
-    chunk: int = 1024,
-    method: str = "gn",
-    solver=None,
-    max_steps: int = 100,
-    short_steps: int = 25,
-    forward_steps: int = 0,
-    minimise_steps: int = 0,
-    learning_rate: float = 1e-2,
-    deflation_rounds: int = 2,
-    deflation_starts: int | None = None,
-    target_ranks: Sequence[int] = (),
-    target_starts: int = 512,
-    residual_tol: float | None = None,
-    rank_tol: float = 1e-8,
-    dedup_tol: float = 2e-2,
-    progress: bool = True,
-) -> dict:
+    group: "SymmetryGroup | dict",
+    options: JointOptions | None = None,
+    **kwargs,
+) -> JointResult:
     r"""Search all tokens jointly from random starts; see the module docstring.
 
-    Arguments are those of `rankdyn.equilibrium_census` (``group`` is a `symmetry_group`).
+    Arguments:
+        layer: the layer map.
+        key: PRNG key of the starts.
+        group: a `SymmetryGroup` (`symmetry_group`).
+        options: the settings (`JointOptions`); or give them as keywords (``starts=...``).
 
     Returns:
-        dict with ``classes`` (`EquilibriumClass` list), ``first_round`` (per class, the name of
-        the round that first found it), ``rounds`` (per round: starts, status counts, new
-        classes, seconds), ``status_counts`` and ``timing``.
+        A `JointResult`.
+
+    Raises:
+        UsageError: for settings out of range (`JointOptions`).
     """
+    o = options if options is not None else JointOptions(**kwargs)
+    if options is not None and kwargs:
+        raise UsageError("give the settings either as options= or as keywords, not both.")
+    starts, chunk, method, solver = o.starts, o.chunk, o.method, o.solver
+    max_steps, short_steps, forward_steps = o.max_steps, o.short_steps, o.forward_steps
+    minimise_steps, learning_rate, deflation_rounds = o.minimise_steps, o.learning_rate, o.deflation_rounds
+    deflation_starts, target_ranks, target_starts = o.deflation_starts, o.target_ranks, o.target_starts
+    residual_tol, dedup_tol, progress = o.residual_tol, o.dedup_tol, o.progress
+    rank_tol = scaled_tol(EQUILIBRIUM_RANK_TOL, layer.weights.w_v.dtype) if o.rank_tol is None else o.rank_tol
     from .._progress import progress_bar as tqdm
 
     n, d = layer.num_tokens, layer.dim
@@ -191,10 +191,10 @@ def joint_search(
     for rs in round_stats:
         for name_, v in rs["status_counts"].items():
             status[name_] += v
-    return {
-        "classes": classes,
-        "first_round": first,
-        "rounds": round_stats,
-        "status_counts": status,
-        "timing": {"search_s": time.perf_counter() - t0, "compile_s": timer.compile_s},
-    }
+    return JointResult(
+        classes=classes,
+        first_round=first,
+        rounds=round_stats,
+        status_counts=status,
+        timing={"search_s": time.perf_counter() - t0, "compile_s": timer.compile_s},
+    )

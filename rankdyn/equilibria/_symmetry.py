@@ -15,13 +15,19 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from .._layer import SelfAttentionLayer
+from ._results import SymmetryGroup
 
-__all__ = ["symmetry_group", "symmetric_images", "group_distance", "trivial_group"]
+__all__ = ["symmetry_group", "symmetric_images", "group_distance", "trivial_group", "as_group"]
 
 
-def trivial_group() -> dict:
+def trivial_group() -> SymmetryGroup:
     """The group with only the identity (no sign flip, no permutation)."""
-    return {"sign": False, "all_permutations": False, "permutations": []}
+    return SymmetryGroup(sign=False, all_permutations=False, permutations=())
+
+
+def as_group(group) -> SymmetryGroup:
+    """A `SymmetryGroup` (a dict with its three keys, as in 0.2, is accepted)."""
+    return group if isinstance(group, SymmetryGroup) else SymmetryGroup(**group)
 
 
 def _perm_automorphisms(mask: np.ndarray, fixed_attention: np.ndarray | None, max_tokens: int) -> list:
@@ -39,7 +45,9 @@ def _perm_automorphisms(mask: np.ndarray, fixed_attention: np.ndarray | None, ma
     return out
 
 
-def symmetry_group(layer: SelfAttentionLayer, *, max_tokens: int = 8, check: bool = True, key=None) -> dict:
+def symmetry_group(
+    layer: SelfAttentionLayer, *, max_tokens: int = 8, check: bool = True, key=None
+) -> SymmetryGroup:
     r"""Discrete symmetries $g$ with $F(gX) = gF(X)$ that `deduplicate` quotients by.
 
     - Global sign flip $X \mapsto -X$: scores are quadratic in $X$, so $A(-X) = A(X)$ and
@@ -55,7 +63,7 @@ def symmetry_group(layer: SelfAttentionLayer, *, max_tokens: int = 8, check: boo
       groups, whose orbits show up as neutral multipliers in `rankdyn.stability`.
 
     Returns:
-        ``{"sign": bool, "all_permutations": bool, "permutations": list of index arrays}``.
+        A `SymmetryGroup` (``sign``, ``all_permutations``, ``permutations``: index arrays).
     """
     mask = np.asarray(layer.mask)
     n, d = layer.num_tokens, layer.dim
@@ -73,34 +81,33 @@ def symmetry_group(layer: SelfAttentionLayer, *, max_tokens: int = 8, check: boo
         good = all(np.max(np.abs(np.asarray(layer(x[p])[0]) - fx[p])) <= scale for p in test)
         if not good:  # the layer breaks the mask's symmetry (e.g. per-token weights): drop it
             complete, perms = False, [np.arange(n)]
-    return {"sign": sign, "all_permutations": complete, "permutations": perms}
+    return SymmetryGroup(sign=sign, all_permutations=complete, permutations=tuple(perms))
 
 
-def symmetric_images(x: Float[ArrayLike, "n d"], group: dict) -> np.ndarray:
+def symmetric_images(x: Float[ArrayLike, "n d"], group: "SymmetryGroup | dict") -> np.ndarray:
     """All images ``g x`` of one equilibrium under `symmetry_group` (for deflation).
 
     For the complete mask (all permutations) only the sign images are returned: deflating all
     $n!$ copies is not practical there.
     """
-    x = np.asarray(x)
+    x, group = np.asarray(x), as_group(group)
     perms = (
-        group["permutations"]
-        if not group["all_permutations"] and group["permutations"]
-        else [np.arange(x.shape[0])]
+        group.permutations if not group.all_permutations and group.permutations else [np.arange(x.shape[0])]
     )
     imgs = [x[p] for p in perms]
-    if group["sign"]:
+    if group.sign:
         imgs = imgs + [-y for y in imgs]
     return np.stack(imgs)
 
 
-def group_distance(x: np.ndarray, y: np.ndarray, group: dict) -> float:
+def group_distance(x: np.ndarray, y: np.ndarray, group: "SymmetryGroup | dict") -> float:
     """Max-abs distance between ``x`` and the closest image of ``y`` under the group."""
-    signs = (1.0, -1.0) if group["sign"] else (1.0,)
+    group = as_group(group)
+    signs = (1.0, -1.0) if group.sign else (1.0,)
     best = math.inf
     for s in signs:
         ys = s * y
-        if group["all_permutations"]:
+        if group.all_permutations:
             from scipy.optimize import linear_sum_assignment
 
             cost = np.max(np.abs(x[:, None, :] - ys[None, :, :]), axis=-1)
@@ -109,6 +116,6 @@ def group_distance(x: np.ndarray, y: np.ndarray, group: dict) -> float:
             r, c = linear_sum_assignment(cost**2)
             best = min(best, float(np.max(cost[r, c])))
         else:
-            for p in group["permutations"] or [np.arange(x.shape[0])]:
+            for p in group.permutations or [np.arange(x.shape[0])]:
                 best = min(best, float(np.max(np.abs(x - ys[p]))))
     return best

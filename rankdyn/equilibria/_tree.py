@@ -34,6 +34,7 @@ from .._floors import default_residual_tol, scaled_tol
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._deflation import _log_deflation
+from ._results import TreeResult
 
 __all__ = ["is_acyclic", "first_token_solutions", "tree_search", "polish_tokens"]
 
@@ -189,7 +190,7 @@ def tree_search(
     max_members: int = 100_000,
     power: float | None = None,
     t=0,
-) -> dict:
+) -> TreeResult:
     r"""All equilibria of a layer with an acyclic mask, token by token (module docstring).
 
     Arguments:
@@ -208,8 +209,8 @@ def tree_search(
         t: layer index.
 
     Returns:
-        dict with ``x`` ``(m, n, d)``, ``saturation`` (per token: partials, and per round the
-        starts and new solutions) and ``first_token`` (``"exact"`` or ``"search"``).
+        A `TreeResult`: ``x`` ``(m, n, d)``, ``saturation`` (per token: partials, and per round
+        the starts and new solutions) and ``first_token`` (``"exact"`` or ``"search"``).
 
     Raises:
         ValueError: if the mask is not acyclic or the tree grows past ``max_members``.
@@ -295,7 +296,7 @@ def tree_search(
         sols = np.concatenate([np.stack(f) for f in found if f])
         prefixes = np.concatenate(nxt)
         prefixes[:, i] = sols
-    return {"x": prefixes, "saturation": stats, "first_token": "exact" if first is not None else "search"}
+    return TreeResult(x=prefixes, saturation=stats, first_token="exact" if first is not None else "search")
 
 
 def polish_tokens(

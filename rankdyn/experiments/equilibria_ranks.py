@@ -84,7 +84,7 @@ def census_table(n: int, w: float) -> dict:
     c = equilibrium_census(
         layer, jr.PRNGKey(0), closed_forms=all_closed_form_equilibria(n, n, w), progress=False
     )
-    xs = np.stack([e["tokens"] for e in c["equilibria"]])
+    xs = np.stack([e.tokens for e in c.equilibria])
     closed = np.stack([np.asarray(x) for _, x in all_closed_form_equilibria(n, n, w)])
     # Independent evidence: every census member is a fixed point of the NumPy map, and every
     # closed form (both signs) is a census member up to the sign flip.
@@ -93,16 +93,16 @@ def census_table(n: int, w: float) -> dict:
         np.abs(closed[:, None] + xs[None]).max(axis=(2, 3)),
     )
     return {
-        "method": c["method"],
+        "method": c.method,
         "classes": len(xs),
-        "members": c["completeness"].get("members"),
-        "by_rank": c["by_rank"],
-        "by_rank_and_class": c["by_rank_and_class"],
-        "closed_form_classes_by_rank": {k: v["found"] for k, v in c["closed_forms"]["by_rank"].items()},
+        "members": c.completeness.get("members"),
+        "by_rank": c.by_rank,
+        "by_rank_and_class": c.by_rank_and_class,
+        "closed_form_classes_by_rank": {k: v["found"] for k, v in c.closed_forms["by_rank"].items()},
         "max_numpy_residual": float(np.abs(np_map(xs, w) - xs).max()),
-        "max_error_estimate": float(max(e["error_estimate"] for e in c["equilibria"])),
+        "max_error_estimate": float(max(e.error_estimate for e in c.equilibria)),
         "closed_forms_in_census": bool(dist.min(axis=1).max() < 1e-12),
-        "seconds": c["timing"]["search_s"] + c["timing"]["stability_s"],
+        "seconds": c.timing["search_s"] + c.timing["stability_s"],
     }
 
 
