@@ -119,6 +119,7 @@ TOML_ROWS = {
     "ln with norm none": ('["causal"]', 'norm = "none"\nln = "rms"', ["[fixed] ln = 'rms'", "ignored"]),
     "w with orthogonal": ('["causal"]', "w = 3.0", ["[fixed] w = 3.0", "ignored"]),
     "norm and placement": ('["causal"]', 'norm = "pre"\nplacement = "pre"', ["both norm and placement"]),
+    "jordan_k axis with orthogonal": ('["causal"]\njordan_k = [2, 3]', "", ["[axes] jordan_k is ignored"]),
 }
 
 

@@ -72,7 +72,10 @@ class SymmetryGroup(_Result):
 
     sign: bool
     all_permutations: bool
-    permutations: tuple = ()
+    permutations: Sequence = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "permutations", tuple(np.asarray(p) for p in self.permutations))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -105,16 +105,19 @@ def cell_config(p: dict, axes: Mapping) -> ModelConfig:
     return ModelConfig.from_mapping(fields, where=lambda f: _where(_FIELDS.get(f, f), axes))
 
 
-def refuse_unread(fixed_in: Mapping, cells) -> None:
-    """Refuse a ``[fixed]`` key that no grid cell reads (as the CLI and `make_layer` refuse it).
+def refuse_unread(fixed_in: Mapping, cells, axes: Mapping = ()) -> None:
+    """Refuse a ``[fixed]`` key (or an axis) that no grid cell reads, as the CLI and `make_layer`
+    refuse it; an axis that some cells read and others not stays (those cells drop it).
 
     Arguments:
         fixed_in: the ``[fixed]`` table as written (canonical keys).
         cells: an iterable of every cell's parameters.
+        axes: the ``[axes]`` table (canonical keys).
     """
-    pending = {
-        k: _ROWS[k] for k, v in fixed_in.items() if k in _ROWS and _ROWS[k].reads and given(_ROWS[k], v)
-    }
+    written = {k: (f"[fixed] {k} = {v!r}", v) for k, v in fixed_in.items()}
+    written |= {k: (f"[axes] {k}", v[0]) for k, v in axes.items()}
+    pending = {k: _ROWS[k] for k, (_, v) in written.items() if k in _ROWS and _ROWS[k].reads}
+    pending = {k: r for k, r in pending.items() if k in axes or given(r, written[k][1])}
     for cell in cells:
         if not pending:
             return
@@ -124,7 +127,7 @@ def refuse_unread(fixed_in: Mapping, cells) -> None:
         dep, allowed = r.reads
         dep_key = _ROWS_BY_NAME[dep].key
         raise ValueError(
-            f"[fixed] {k} = {fixed_in[k]!r} is ignored: no cell has {dep_key} "
+            f"{written[k][0]} is ignored: no cell has {dep_key} "
             f"{' or '.join(map(repr, allowed))} (the only {dep_key} that reads it); drop it."
         )
 

@@ -255,7 +255,7 @@ def parse_sweep_config(
         text=text,
     )
     _validate_cells(cfg)
-    refuse_unread(fixed_in, (cfg.cell(i) for i in cfg.indices()))
+    refuse_unread(fixed_in, (cfg.cell(i) for i in cfg.indices()), axes)
     return cfg
 
 
