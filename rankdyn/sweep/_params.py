@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._config import ModelConfig, ignored_fields
+from .._errors import UsageError
 from .._masks import make_mask
 from .._observe import CHEAP_METRICS
 from .._params import PARAMS, RUN_PARAMS, given, range_error, reads
@@ -60,23 +61,23 @@ def _check_type(key: str, value, kind: str, where: str):
     base = kind.rstrip("?")
     if base == "str":
         if not isinstance(value, str):
-            raise ValueError(f"{where}: expected a string, got {value!r}.")
+            raise UsageError(f"{where}: expected a string, got {value!r}.")
         if key in _CHOICES and value not in _CHOICES[key]:
-            raise ValueError(f"{where}: unknown value {value!r}; expected one of {', '.join(_CHOICES[key])}.")
+            raise UsageError(f"{where}: unknown value {value!r}; expected one of {', '.join(_CHOICES[key])}.")
         return value
     if base == "bool":
         if not isinstance(value, bool):
-            raise ValueError(f"{where}: expected true or false, got {value!r}.")
+            raise UsageError(f"{where}: expected true or false, got {value!r}.")
         return value
     if base == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}: expected an integer, got {value!r}.")
+            raise UsageError(f"{where}: expected an integer, got {value!r}.")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{where}: expected a number, got {value!r}.")
+        raise UsageError(f"{where}: expected a number, got {value!r}.")
     value = float(value)
     if not math.isfinite(value):
-        raise ValueError(f"{where}: expected a finite number, got {value!r}.")
+        raise UsageError(f"{where}: expected a finite number, got {value!r}.")
     return value
 
 
@@ -85,7 +86,7 @@ def _check_scalar(key: str, v, where: str) -> None:
     p = _ROWS[key]
     msg = range_error(p, v, None, _Shown(where)) if p.kind in ("int", "real") else None
     if msg:
-        raise ValueError(msg)
+        raise UsageError(msg)
 
 
 #: `rankdyn.ModelConfig` field -> sweep key, where they differ.
@@ -126,7 +127,7 @@ def refuse_unread(fixed_in: Mapping, cells, axes: Mapping = ()) -> None:
     for k, r in pending.items():
         dep, allowed = r.reads
         dep_key = _ROWS_BY_NAME[dep].key
-        raise ValueError(
+        raise UsageError(
             f"{written[k][0]} is ignored: no cell has {dep_key} "
             f"{' or '.join(map(repr, allowed))} (the only {dep_key} that reads it); drop it."
         )
@@ -140,7 +141,7 @@ def _check_cell(p: dict, axes: Mapping) -> None:
     through `cell_config`, the recording schedule here."""
     cell_config(p, axes)
     if p["layers"] % p["save_every"]:
-        raise ValueError(
+        raise UsageError(
             f"{_where('layers', axes)} = {p['layers']} is not a multiple of [fixed] save_every = {p['save_every']}."
         )
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import UsageError
 from .._metrics import METRIC_NAMES
 from .._observe import parse_metrics
 from .._params import default_dqk
@@ -112,14 +113,14 @@ class SweepConfig:
 
 def _string_list(key, value, allowed):
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"[observe] {key}: expected a list of metric names, got {value!r}.")
+        raise UsageError(f"[observe] {key}: expected a list of metric names, got {value!r}.")
     bad = [v for v in value if v not in allowed]
     if bad:
-        raise ValueError(
+        raise UsageError(
             f"[observe] {key}: unknown metric {bad[0]!r}; expected names from {', '.join(allowed)}."
         )
     if len(set(value)) != len(value):
-        raise ValueError(f"[observe] {key}: duplicate metric names in {value!r}.")
+        raise UsageError(f"[observe] {key}: duplicate metric names in {value!r}.")
     return tuple(value)
 
 
@@ -146,7 +147,7 @@ def parse_sweep_config(
     """
     unknown = [k for k in data if k not in _TOP_KEYS]
     if unknown:
-        raise ValueError(f"unknown top-level key or table {unknown[0]!r}; expected {', '.join(_TOP_KEYS)}.")
+        raise UsageError(f"unknown top-level key or table {unknown[0]!r}; expected {', '.join(_TOP_KEYS)}.")
     axes_in = data.get("axes", {})
     fixed_in = data.get("fixed", {})
     for tab, val in (
@@ -156,22 +157,22 @@ def parse_sweep_config(
         ("run", data.get("run", {})),
     ):
         if not isinstance(val, Mapping):
-            raise ValueError(f"[{tab}] must be a table, got {val!r}.")
+            raise UsageError(f"[{tab}] must be a table, got {val!r}.")
     axes_in, fixed_in = _canonical(axes_in, "axes"), _canonical(fixed_in, "fixed")
     axes: dict[str, tuple] = {}
     for k, vals in axes_in.items():
         if k not in SWEEP_PARAMS:
-            raise ValueError(f"unknown axis {k!r} in [axes]; known parameters: {', '.join(SWEEP_PARAMS)}.")
+            raise UsageError(f"unknown axis {k!r} in [axes]; known parameters: {', '.join(SWEEP_PARAMS)}.")
         if k in _FIXED_ONLY:
-            raise ValueError(
+            raise UsageError(
                 f"[axes] {k}: cannot be an axis (it changes the layer coordinate); put it in [fixed]."
             )
         if not isinstance(vals, list):
-            raise ValueError(
+            raise UsageError(
                 f"[axes] {k}: an axis is a list of values, got {vals!r} (use [fixed] for one value)."
             )
         if len(vals) == 0:
-            raise ValueError(f"[axes] {k}: empty axis; give at least one value.")
+            raise UsageError(f"[axes] {k}: empty axis; give at least one value.")
         kind = SWEEP_PARAMS[k][1]
         clean = []
         for v in vals:
@@ -179,26 +180,26 @@ def parse_sweep_config(
             _check_scalar(k, v, f"[axes] {k} = {v!r}")
             clean.append(v)
         if len(set(clean)) != len(clean):
-            raise ValueError(f"[axes] {k}: duplicate values in {vals!r}; coordinates must be unique.")
+            raise UsageError(f"[axes] {k}: duplicate values in {vals!r}; coordinates must be unique.")
         axes[k] = tuple(clean)
     num_cells = math.prod(len(v) for v in axes.values())
     if announce is not None:
         announce(num_cells)
     if num_cells > max_cells:
-        raise ValueError(
+        raise UsageError(
             f"the grid has {num_cells} cells ({' x '.join(f'{k}:{len(v)}' for k, v in axes.items())}), above the "
             f"limit of {max_cells}; shorten the [axes] or raise the limit (--max-cells {num_cells})."
         )
     fixed: dict[str, Any] = {}
     for k, v in fixed_in.items():
         if k not in SWEEP_PARAMS:
-            raise ValueError(
+            raise UsageError(
                 f"unknown parameter {k!r} in [fixed]; known parameters: {', '.join(SWEEP_PARAMS)}."
             )
         if k in axes:
-            raise ValueError(f"{k!r} is both an axis and a fixed parameter; keep one.")
+            raise UsageError(f"{k!r} is both an axis and a fixed parameter; keep one.")
         if isinstance(v, list):
-            raise ValueError(
+            raise UsageError(
                 f"[fixed] {k}: a fixed parameter is one value, got the list {v!r}; move it to [axes]."
             )
         v = _check_type(k, v, SWEEP_PARAMS[k][1], f"[fixed] {k} = {v!r}")
@@ -211,9 +212,9 @@ def parse_sweep_config(
     obs = dict(data.get("observe", {}))
     bad = [k for k in obs if k not in _OBSERVE_KEYS]
     if bad:
-        raise ValueError(f"unknown key {bad[0]!r} in [observe]; expected {', '.join(_OBSERVE_KEYS)}.")
+        raise UsageError(f"unknown key {bad[0]!r} in [observe]; expected {', '.join(_OBSERVE_KEYS)}.")
     if "per_layer" in obs and "metrics" in obs:
-        raise ValueError("[observe] has both per_layer and metrics (the same setting); keep one.")
+        raise UsageError("[observe] has both per_layer and metrics (the same setting); keep one.")
     if "metrics" in obs:
         # The syntax of `rankdyn simulate --metrics`: "all", "mu,min_cos" or a list; eps_min is always recorded.
         per_layer = tuple(
@@ -222,25 +223,25 @@ def parse_sweep_config(
     else:
         per_layer = _string_list("per_layer", obs.get("per_layer", list(CHEAP_METRICS)), METRIC_NAMES)
     if "mu" not in per_layer:
-        raise ValueError("[observe] per_layer must include 'mu' (the collapse rate is fitted on it).")
+        raise UsageError("[observe] per_layer must include 'mu' (the collapse rate is fitted on it).")
     final = _string_list("final", obs.get("final", list(METRIC_NAMES)), METRIC_NAMES)
     rate_start = obs.get("rate_start", 0)
     rate_stop = obs.get("rate_stop", None)
     for key, v in (("rate_start", rate_start), ("rate_stop", rate_stop)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ValueError(f"[observe] {key}: expected a non-negative integer, got {v!r}.")
+            raise UsageError(f"[observe] {key}: expected a non-negative integer, got {v!r}.")
     if rate_stop is not None and rate_stop <= rate_start:
-        raise ValueError(f"[observe] rate_stop = {rate_stop} must be larger than rate_start = {rate_start}.")
+        raise UsageError(f"[observe] rate_stop = {rate_stop} must be larger than rate_start = {rate_start}.")
     run = dict(data.get("run", {}))
     bad = [k for k in run if k not in _RUN_KEYS]
     if bad:
-        raise ValueError(f"unknown key {bad[0]!r} in [run]; expected {', '.join(_RUN_KEYS)}.")
+        raise UsageError(f"unknown key {bad[0]!r} in [run]; expected {', '.join(_RUN_KEYS)}.")
     chunk = run.get("chunk_trajectories", 4096)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"[run] chunk_trajectories: expected a positive integer, got {chunk!r}.")
+        raise UsageError(f"[run] chunk_trajectories: expected a positive integer, got {chunk!r}.")
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
-            raise ValueError(f"{key}: expected a string, got {data[key]!r}.")
+            raise UsageError(f"{key}: expected a string, got {data[key]!r}.")
 
     cfg = SweepConfig(
         axes=axes,
@@ -267,7 +268,7 @@ def _canonical(table, name: str):
     for k, v in table.items():
         key = KEY_ALIASES.get(k, k)
         if key in out:
-            raise ValueError(f"[{name}] has both {key} and {k} (the same parameter); keep one.")
+            raise UsageError(f"[{name}] has both {key} and {k} (the same parameter); keep one.")
         out[key] = v
     return out
 
@@ -280,7 +281,7 @@ def _validate_cells(cfg: SweepConfig) -> None:
         p = cfg.cell(idx)
         _check_cell(p, cfg.axes)
         if cfg.rate_start >= p["layers"]:
-            raise ValueError(
+            raise UsageError(
                 f"[observe] rate_start = {cfg.rate_start} is not below {_where('layers', cfg.axes)} = {p['layers']}: "
                 "the rate would be fitted on no layer; lower rate_start."
             )
@@ -291,7 +292,7 @@ def _validate_cells(cfg: SweepConfig) -> None:
                 cell_mask(p)
             except ValueError as err:
                 where = ", ".join(f"{_where(k, cfg.axes)}={p[k]!r}" for k in ("mask", "n", "window"))
-                raise ValueError(f"{where}: {err}") from None
+                raise UsageError(f"{where}: {err}") from None
 
 
 def load_sweep_config(
@@ -313,10 +314,10 @@ def load_sweep_config(
     else:
         path = Path(path_or_text)
         if not path.is_file():
-            raise ValueError(f"sweep config {str(path)!r} does not exist.")
+            raise UsageError(f"sweep config {str(path)!r} does not exist.")
         text = path.read_text()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"invalid TOML in the sweep config: {err}") from None
+        raise UsageError(f"invalid TOML in the sweep config: {err}") from None
     return parse_sweep_config(data, text=text, max_cells=max_cells, announce=announce)
