@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ._floors import RANK_TOL
 from ._init import X0_NAMES
 from ._layer import PLACEMENTS
 from ._masks import MASK_NAMES
@@ -201,7 +202,7 @@ RUN_PARAMS: tuple[Param, ...] = (
     Param("batch", "int", 256, "number of trajectories", _at_least(1, "must be a positive integer"), key="batch", structural=True),
     Param("per_layer_weights", "bool", False, "draw new weights for every layer", key="per_layer_weights", structural=True),
     Param("save_every", "int", 1, "record metrics every k layers", _at_least(1, "must be a positive integer"), key="save_every", structural=True),
-    Param("rank_tol", "real", 1e-6, "relative tolerance of the numerical rank", _positive("a tolerance"), key="rank_tol", structural=True),
+    Param("rank_tol", "real", RANK_TOL, "relative tolerance of the numerical rank", _positive("a tolerance"), key="rank_tol", structural=True),
 )  # fmt: skip
 
 _BY_NAME = {p.name: p for p in PARAMS + RUN_PARAMS}

@@ -50,7 +50,7 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._floors import default_residual_tol
+from .._floors import EQUILIBRIUM_RANK_TOL, default_residual_tol
 from .._layer import SelfAttentionLayer
 from ._deflation import _log_deflation, _rank_penalty, _retract
 
@@ -153,7 +153,7 @@ def equilibrium_residual(layer: SelfAttentionLayer, x: Float[ArrayLike, "n d"], 
 
 
 def equilibrium_rank(
-    x: Float[ArrayLike, "n d"], rtol: float = 1e-8, atol: float | None = None
+    x: Float[ArrayLike, "n d"], rtol: float = EQUILIBRIUM_RANK_TOL, atol: float | None = None
 ) -> Int[Array, ""]:
     r"""Numerical rank: the number of singular values above $\max(\mathrm{rtol}\,\sigma_1, \mathrm{atol})$.
 
@@ -302,7 +302,7 @@ def find_equilibria(
     target_rank: int | None = None,
     rank_weight: float = 1.0,
     rank_floor: float = 1e-4,
-    rank_tol: float = 1e-8,
+    rank_tol: float = EQUILIBRIUM_RANK_TOL,
     t=0,
     throw: bool = True,
 ) -> EquilibriumSolution:
