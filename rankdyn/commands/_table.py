@@ -32,10 +32,6 @@ METRIC_HELP = {
 DEFAULT_COLUMNS = ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min")
 
 
-#: Metrics drawn on a linear y axis: bounded (cosines, ranks), or signed (``min_cos``).
-LINEAR_METRICS = ("min_cos", "mean_abs_cos", "stable_rank", "num_rank", "eff_rank")
-
-
 def metrics_help() -> str:
     """The ``--metrics`` help: how to choose, then one line per name (`LineHelpFormatter` keeps them)."""
     width = max(map(len, METRIC_HELP))
@@ -94,7 +90,7 @@ def plot_names(spec: str | None, names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def save_figures(traj, summary, names, title: str, out) -> list[str]:
-    """One ``<metric>.png`` per name: the ensemble mean +- std against depth, log-y.
+    """One ``<metric>.png`` per name (`rankdyn.plotting.save_metric_figure`).
 
     Returns:
         the file names written, in order.
@@ -102,27 +98,18 @@ def save_figures(traj, summary, names, title: str, out) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..plotting import save_metric_figure
 
-    from ..plotting import plot_metric_band
-
-    written = []
-    for name in names:
-        if name not in summary:
-            continue
-        fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
-        plot_metric_band(
+    return [
+        save_metric_figure(
             traj.layers,
             summary[name]["mean"],
             summary[name]["std"],
-            ax=ax,
-            label=name,
-            ylabel=f"{name} (mean +- std)",
+            name,
+            out / f"{name}.png",
+            title=title,
             dtype=traj.summary.mean[name].dtype,
-            log_y=name not in LINEAR_METRICS,
         )
-        ax.set_title(title, fontsize=9)
-        fig.savefig(out / f"{name}.png", dpi=120)
-        plt.close(fig)
-        written.append(f"{name}.png")
-    return written
+        for name in names
+        if name in summary
+    ]

@@ -35,6 +35,8 @@ from ._reproduce_theory import (
 from ._reproduce_theory import (
     plot_positive_measure as plot_positive_measure,
 )
+from ._runs import plot_runs as plot_runs
+from ._runs import save_metric_figure as save_metric_figure
 from ._stability import (
     plot_basin_fractions as plot_basin_fractions,
 )
