@@ -122,6 +122,7 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
         still run.
     """
     from .._io import provenance, write_json
+    from .._progress import target_progress
 
     names = resolve_targets(names)
     out = Path(out)
@@ -142,7 +143,9 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
         try:
             mod = importlib.import_module(TARGETS[name])
             kw = {"cache": cache} if "cache" in inspect.signature(mod.run).parameters else {}
-            res = _check_result(name, mod.run(out, quick=quick, seed=seed, **kw))
+            # Per step of real work inside the target, with an ETA from its measured steps.
+            with target_progress(name, enabled=progress):
+                res = _check_result(name, mod.run(out, quick=quick, seed=seed, **kw))
         except Exception as err:  # noqa: BLE001 - one failing target must not hide the others
             failed.append(name)
             res = {
