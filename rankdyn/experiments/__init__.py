@@ -10,8 +10,9 @@ One module per target (named after the target with underscores). Each defines
   ``markdown`` block for the report). The verdict is one of `VERDICTS` and is computed in code
   from the measured numbers; ``criterion`` states the rule in words.
 
-A target may also return ``checks`` (`_verdict.checks_json`) and ``key_numbers`` (label ->
-number) for the short report, and may accept a keyword ``cache`` (a dict shared by the targets
+A target may also return ``checks`` (`_verdict.checks_json`), ``key_numbers`` (label ->
+number) for the short report, ``model`` (the model measured when it is a stand-in for the
+paper's, shown next to the verdict), and may accept a keyword ``cache`` (a dict shared by the targets
 of one `run_targets` call, e.g. the ablation runs reused by ``geometry``).
 
 `run_targets` imports the modules lazily (so a broken target cannot break the others), runs
