@@ -146,7 +146,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     figs = [save_figure(fig, out / "masks_collapse_mu.png")]
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
     plot_rates_vs_bounds(
         [MASK_LABELS[m] for m in MASKS],
         [per_mask[m]["fitted_rate"] for m in MASKS],
@@ -154,7 +154,6 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         ax=ax,
         title="Theorem 1: fitted per-layer factor vs (1-eps^r)^(1/r)",
     )
-    fig.tight_layout()
     figs.append(save_figure(fig, out / "masks_collapse_rates.png"))
 
     rows = [
