@@ -288,7 +288,7 @@ def _plot(traj, summary, args) -> None:
     save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
 
 
-def _print_table(traj, summary, info, result, asked: str) -> None:
+def _print_table(traj, summary, info, result, asked: str = "all") -> None:
     import numpy as np
 
     from ._table import table_columns

@@ -102,15 +102,14 @@ def plot_equilibria_moduli_grid(
     fig, axes = panel_grid(len(levels), ncols, panel_size, sharey=True)
     for ax, k in zip(axes, levels):
         idx = np.nonzero(ranks == k)[0]
-        for pos, i in enumerate(idx):
-            m = np.maximum(np.asarray(moduli[i], float), 1e-6)
+        for closed in (True, False):  # one scatter per kind of marker: fast for thousands of points
+            sel = [(pos, i) for pos, i in enumerate(idx) if cf[i] == closed]
+            if not sel:
+                continue
+            xs = np.concatenate([np.full(np.shape(moduli[i]), pos) for pos, i in sel])
+            ys = np.maximum(np.concatenate([np.asarray(moduli[i], float) for _, i in sel]), 1e-6)
             ax.scatter(
-                np.full(m.shape, pos),
-                m,
-                s=8,
-                color="tab:blue" if cf[i] else "none",
-                edgecolors="tab:blue",
-                linewidths=0.6,
+                xs, ys, s=8, color="tab:blue" if closed else "none", edgecolors="tab:blue", linewidths=0.6
             )
         ax.axhline(1.0, color="k", ls="--", lw=0.8)
         ax.set_yscale("log")
