@@ -179,7 +179,8 @@ def _sim_figures():
     modes = ("eval", "attn-dropout", "attn+hidden-dropout")
     abl = {
         f"{v}: {m}": {
-            p: _band(0.25 if v == "SAN" else 0.999, floor=1e-41) | {"color": f"C{j}"}
+            p: _band(0.25 if v == "SAN" else 0.999 - 0.002 * j, floor=1e-41)
+            | {"color": f"C{j}", "linestyle": ("-", "--", ":")[j]}
             for j, p in enumerate(modes if "LN" in v or v == "full" else modes[:1])
         }
         for v in variants

@@ -320,7 +320,6 @@ def plot_positive_measure(results: dict, *, path=None):
         ax0.plot([], [], color="0.4", ls=":", lw=1.2, label="earlier re-simulation at T = 20000")
     ax0.set_title("joint dynamics, uniform random inputs", fontsize=9)
     ax1.set_title("token 1 at e_d (exactly fixed), others random", fontsize=9)
-    legend_outside(fig)
 
     labels, keep, over = [], [], []
     for (d, w), res in results["lemma"].items():
@@ -335,4 +334,5 @@ def plot_positive_measure(results: dict, *, path=None):
     ax2.set_ylim(0, 1.05)
     ax2.set_ylabel("fraction of starts")
     ax2.set_title("Lemma 13 starts, token 1 at e_d (N = 2)", fontsize=9)
+    legend_outside(fig)  # one legend: the series of both fraction panels and the Lemma 13 bars
     return _finish(fig, path)
