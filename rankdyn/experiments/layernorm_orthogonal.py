@@ -208,7 +208,11 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "contradicts the paper. A fit window starting at layer 0 marks an upper estimate: mu reached the round-off "
         "floor within that many layers. Pre-LN with attention computed from LN(X) is post-LN in disguise: "
         "Z_t = LN(X_t) satisfies Z_{t+1} = LN(A(Z_t) Z_t W_V), the post-LN map, and pre-LN's X_t = A Z W_V only adds "
-        f"row norms <= 1; accordingly the two placements agree here to {pre_post:.2g} decades in mu_T/mu_0."
+        f"row norms <= 1; accordingly the two placements agree here to {pre_post:.2g} decades in mu_T/mu_0. "
+        "In the figure, curves inside the grey round-off band are float noise and drawn faint: e.g. 1 - min "
+        "cosine of a collapsed state rounds to about +-1e-7 in float32 (min cos can round above 1), so a lone "
+        "positive value among them shows on the log axis as a spike (such as one near layer 350), not a feature. "
+        "Cases outside the hypotheses are dashed, so curves that coincide with a case inside them stay visible."
     )
     if failed:
         notes += (
