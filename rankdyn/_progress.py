@@ -70,7 +70,7 @@ class StepProgress:
         self._bar = None
         if enabled:
             self._bar = progress_bar(
-                total=None, desc=desc, unit="step", leave=False, bar_format="{desc}: step {n}{postfix}"
+                total=None, desc=desc, unit="step", leave=False, bar_format="{desc}: running{postfix}"
             )
 
     def plan(self, total: int) -> None:
