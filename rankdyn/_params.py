@@ -202,7 +202,9 @@ PARAMS: tuple[Param, ...] = (
     Param("ln_radius", "real", None, "radius of the sphere normalisation (default 1)",
           _positive("the sphere radius"), key="ln_radius", reads=("ln", ("sphere",))),
     # --- the value matrix W_V
-    Param("value", "choice", "orthogonal", "value matrix family", choices=VALUE_NAMES, what="value family",
+    Param("value", "choice", "orthogonal",
+          "value matrix family (gaussian: i.i.d. N(0, 1/d) entries, std 1/sqrt(d); scaled: gaussian "
+          "rescaled to spectral norm 1)", choices=VALUE_NAMES, what="value family",
           flag="--value", key="value"),
     Param("w", "real", None, "superdiagonal weight of bidiagonal/jordan W_V", fallback=2.0, flag="--w",
           key="w", reads=("value", ("bidiagonal", "jordan"))),
