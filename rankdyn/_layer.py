@@ -41,7 +41,9 @@ def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[ArrayLike, "n n"]
 
     $A_{ij} = e^{R_{ij}} / \sum_{k \in \mathcal N_i} e^{R_{ik}}$ on edges and 0 elsewhere. Masked
     scores use the dtype's finite minimum (not ``-inf``) and the result is zeroed off the mask,
-    so no NaN can appear even for rows with extreme scores.
+    so every finite score matrix, however extreme, gives finite weights. Scores that overflowed
+    to ``inf`` before this call give NaN: `rankdyn.simulate` refuses, before compute, weights
+    whose score bound overflows the dtype, and the depth scan counts any NaN as non-finite.
     """
     neg = jnp.finfo(scores.dtype).min
     a = jax.nn.softmax(jnp.where(mask, scores, neg), axis=-1)

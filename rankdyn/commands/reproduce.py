@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         args.compile_cache.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    from ..cli import begin_compute
+
+    begin_compute()
     res = run_targets(names, args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
     print(f"{'target':24s} {'verdict':16s} {'time (s)':>9s}")
     for name, r in res["results"].items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .._errors import UsageError
 from .._init import X0_NAMES
 from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES
@@ -133,20 +134,22 @@ def check_run_args(args, config):
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     if args.chunk is not None and args.chunk < 1:
-        raise ValueError(
+        raise UsageError(
             f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024."
         )
     check_nonnegative(args, "layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
     if args.layers % args.save_every:
-        raise ValueError(
+        raise UsageError(
             f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
             "choose a divisor of --layers."
         )
     check_positive(args, "rank_tol")
+    if not args.rank_tol < 1:  # relative to sigma_max: 1 or more counts no singular value
+        raise UsageError(f"--rank-tol {args.rank_tol}: expected a number in (0, 1), e.g. --rank-tol 1e-6.")
     est = _check_memory(args, config, names)
     if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
-        raise ValueError(
+        raise UsageError(
             f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
             "runs with different --seed values."
         )
@@ -202,11 +205,13 @@ def run(args) -> int:
 
     from .._graph import graph_info
     from .._init import TokenSampler
-    from .._io import CompileTimer, provenance, write_json
+    from .._io import CompileTimer, provenance, savez, write_json
     from .._simulate import simulate
+    from ..cli import begin_compute
 
     config = check_model_args(args)
     names, est = check_run_args(args, config)
+    begin_compute()
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
     # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).
@@ -242,9 +247,12 @@ def run(args) -> int:
         "layers": np.asarray(traj.layers),
         "metrics": summary,
         "count": np.asarray(traj.summary.count).astype(int),
+        # Without a normalisation every zero token is an underflow (or exact cancellation): its
+        # direction metrics are NaN and left out of the statistics, and it is counted here.
         "flags": {
             "nonfinite": int(traj.summary.nonfinite),
-            "degenerate_ln": int(traj.summary.degenerate),
+            "degenerate_ln": 0 if args.norm == "none" else int(traj.summary.degenerate),
+            "underflow": int(traj.summary.degenerate) if args.norm == "none" else 0,
             "batch": args.batch,
         },
         "memory_estimate_bytes": est,
@@ -260,7 +268,7 @@ def run(args) -> int:
             "degenerate": np.asarray(traj.degenerate),
             "layers": np.asarray(traj.layers),
         }
-        np.savez(args.out / "per_trajectory.npz", **arrays)
+        savez(args.out / "per_trajectory.npz", arrays)  # atomic: a full disk leaves no corrupt zip
         result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
     if summary:
@@ -275,6 +283,7 @@ def _plot(traj, summary, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .._io import savefig
     from ..plotting import plot_metric_band
 
     name = "mu" if "mu" in summary else next(iter(summary))
@@ -289,7 +298,7 @@ def _plot(traj, summary, args) -> None:
         dtype=traj.summary.mean[name].dtype,
     )
     ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
-    fig.savefig(args.out / "mu.png", dpi=120)
+    savefig(fig, args.out / "mu.png", dpi=120)
     plt.close(fig)
 
 
@@ -327,6 +336,7 @@ def _print_table(traj, summary, info, result) -> None:
         )
     f, t = result["flags"], result["timing"]
     print(
-        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} of {f['batch']}; "
+        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} underflow={f['underflow']} "
+        f"of {f['batch']}; "
         f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._errors import UsageError
 from ._checks import HelpFormatter, check_out_dir
 from ._devices import add_devices_flag
 
@@ -60,10 +61,11 @@ def _default_plot_axes(cfg):
 def run(args) -> int:
     import json
 
+    from ..cli import begin_compute
     from ..sweep import MAX_CELLS, load_sweep_config, run_sweep, sweep_plan
 
     if args.max_cells is not None and args.max_cells < 1:
-        raise ValueError(f"--max-cells must be a positive integer, got {args.max_cells}.")
+        raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")
     announce = lambda num: print(f"sweep {args.config}: {num} cells", flush=True)  # noqa: E731
     cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
     check_out_dir(args.out)
@@ -71,25 +73,19 @@ def run(args) -> int:
     if args.plot_axes:  # reject before any compute
         for a in plot_axes:
             if a not in cfg.axes:
-                raise ValueError(
+                raise UsageError(
                     f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(cfg.axes)}."
                 )
         if plot_axes[0] == plot_axes[1]:
-            raise ValueError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
+            raise UsageError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
     plan = sweep_plan(cfg)
     print(
         f"sweep {cfg.name!r}: {cfg.num_cells} cells {dict(zip(cfg.axes, cfg.shape))}, "
         f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}"
     )
-    try:
-        ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
-    except KeyboardInterrupt:  # finished chunks are on disk (atomic writes); the one in flight is lost
-        done = len(list((args.out / "chunks").glob("chunk_*.npz")))
-        print(
-            f"\ninterrupted: {done} of {len(plan.chunks)} chunk(s) saved in {args.out / 'chunks'}; "
-            f"continue with: rankdyn sweep {args.config} --out {args.out} --resume"
-        )
-        return 130
+    begin_compute()  # run_sweep's own checks (folder, memory) raise UsageError
+    # Ctrl-C: rankdyn.cli prints how many chunks are saved (atomic writes) and the --resume command.
+    ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
     timing = json.loads((args.out / "timing.json").read_text())
     print(
         f"wrote {args.out / 'sweep.nc'}: {len(ds.data_vars)} variables; computed {timing['chunks_computed']} "
@@ -107,6 +103,7 @@ def _plots(ds, out: Path, plot_axes) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .._io import savefig
     from ..plotting import plot_sweep_mu, plot_sweep_rank, plot_sweep_rate
 
     written = []
@@ -117,7 +114,7 @@ def _plots(ds, out: Path, plot_axes) -> list[Path]:
         figs.append(("final_rank.png", lambda: plot_sweep_rank(ds)))
     for name, make in figs:
         fig = make()
-        fig.savefig(out / name, dpi=110)
+        savefig(fig, out / name, dpi=110)
         plt.close(fig)
         written.append(out / name)
     return written

@@ -216,7 +216,8 @@ def save_figure(fig, path) -> str:
 
     import matplotlib.pyplot as plt
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    from .._io import savefig
+
+    savefig(fig, Path(path), dpi=110, bbox_inches="tight")  # atomic: no half-written PNG
     plt.close(fig)
     return str(getattr(path, "name", path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._io import savefig
 from ._style import legend_outside
 
 _TOKEN_COLORS = (
@@ -27,7 +28,7 @@ def _finish(fig, path):
     if path is not None:
         import matplotlib.pyplot as plt
 
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        savefig(fig, path, dpi=120, bbox_inches="tight")
         plt.close(fig)
     return fig
 
