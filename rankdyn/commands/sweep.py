@@ -58,6 +58,32 @@ def _default_plot_axes(cfg):
     return pick if len(pick) == 2 else None
 
 
+def _announce(args, num: int) -> None:
+    """Print the cell count; refuse a grid whose dataset cannot fit, before the cells are checked."""
+    import tomllib
+
+    from .._memory import check_memory
+    from ..sweep import MAX_CELLS
+    from ..sweep._plan import CHECK_S_PER_CELL, grid_estimate
+
+    print(f"sweep {args.config}: {num} cells", flush=True)
+    if num > (args.max_cells or MAX_CELLS):
+        return  # the loader refuses it with the --max-cells fix
+    est = grid_estimate(tomllib.loads(args.config.read_text()), num)
+    if est is not None:
+        check_memory(
+            est,
+            what=f"a grid of {num} cells",
+            fix="shorten the [axes], or lower layers, batch or the metrics.",
+        )
+    if num * CHECK_S_PER_CELL > 10:
+        print(
+            f"sweep {args.config}: checking the {num} cells takes about {num * CHECK_S_PER_CELL / 60:.0f} min "
+            f"(~{CHECK_S_PER_CELL * 1e3:.2f} ms per cell) before the first chunk starts",
+            flush=True,
+        )
+
+
 def run(args) -> int:
     import json
 
@@ -66,7 +92,7 @@ def run(args) -> int:
 
     if args.max_cells is not None and args.max_cells < 1:
         raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")
-    announce = lambda num: print(f"sweep {args.config}: {num} cells", flush=True)  # noqa: E731
+    announce = lambda num: _announce(args, num)  # noqa: E731
     cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
     check_out_dir(args.out)
     plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
@@ -81,7 +107,8 @@ def run(args) -> int:
     plan = sweep_plan(cfg)
     print(
         f"sweep {cfg.name!r}: {cfg.num_cells} cells {dict(zip(cfg.axes, cfg.shape))}, "
-        f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}"
+        f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}",
+        flush=True,
     )
     begin_compute()  # run_sweep's own checks (folder, memory) raise UsageError
     # Ctrl-C: rankdyn.cli prints how many chunks are saved (atomic writes) and the --resume command.
