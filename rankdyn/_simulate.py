@@ -44,7 +44,8 @@ class Trajectory(eqx.Module):
             the layers since the previous save; at ``t = 0`` that of $A^{(0)}$ (Theorem 1's
             epsilon). None otherwise.
         states: ``(*batch, len(layers), n, d)`` if ``save_states=True``, else None.
-        degenerate: ``(*batch,)`` True where a normalisation met a zero row (e.g. opposite
+        degenerate: ``(*batch,)`` True where a token became zero (direction metrics NaN there):
+            a state row underflowed, or a normalisation met a zero row (e.g. opposite
             tokens averaged; such trajectories are kept), or None without per-trajectory values.
         nonfinite: ``(*batch,)`` True where a state or a recorded metric became NaN or infinite,
             or None without per-trajectory values.
