@@ -87,8 +87,19 @@ def _check_options(rank_tol, devices, observe) -> None:
         raise UsageError(f"observe must be a function x -> dict of arrays, got {type(observe).__name__}.")
 
 
+#: Observers already checked (by identity, shapes and dtype): tracing one costs as much as
+#: tracing the metrics, and experiments call `simulate` many times with the same function.
+_CHECKED_OBSERVERS: dict = {}
+
+
 def _check_observe(observe, n, d, dtype) -> None:
     """The observer maps one ``(n, d)`` token matrix to a dict of arrays (checked abstractly)."""
+    try:
+        key = (observe, n, d, np.dtype(dtype).name)
+        if key in _CHECKED_OBSERVERS:
+            return
+    except TypeError:  # unhashable (e.g. a module holding arrays): check every time
+        key = None
     try:
         out = jax.eval_shape(observe, jax.ShapeDtypeStruct((n, d), dtype))
     except Exception as err:  # the user's function failed on a token matrix: name it
@@ -103,6 +114,8 @@ def _check_observe(observe, n, d, dtype) -> None:
             f"observe must return a dict of arrays (name -> value), got {type(out).__name__}; "
             "e.g. observe=lambda x: {'mu': rankdyn.metrics.mu(x)}."
         )
+    if key is not None and len(_CHECKED_OBSERVERS) < 256:
+        _CHECKED_OBSERVERS[key] = True
 
 
 def _check_logits(layer, x0, dtype) -> None:
@@ -115,7 +128,7 @@ def _check_logits(layer, x0, dtype) -> None:
     if layer.fixed_attention is not None or any(isinstance(v, jax.core.Tracer) for v in leaves):
         return  # no logits, or traced (simulate under jit): nothing concrete to bound
     fi = np.finfo(dtype)
-    dqk = float(np.asarray(layer.dqk))
+    dqk = float(np.min(np.asarray(layer.dqk)))
     if dqk < fi.tiny:  # subnormal: flushed to zero on CPUs, so 1/sqrt(dqk) is infinite
         raise UsageError(
             f"dqk = {dqk:g} is below the smallest normal {dtype.name} ({fi.tiny:.3g}); its 1/sqrt(dqk) "
