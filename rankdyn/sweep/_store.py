@@ -153,6 +153,13 @@ def _load_chunk(path: Path, cfg: SweepConfig, *, report: bool = False) -> dict[s
             data = {k: z[k] for k in z.files}
         ok = str(data["config_hash"]) == cfg.hash
         why = "it belongs to another configuration"
+        names = ("cells", "num_devices", "nonfinite", "degenerate")
+        names += tuple(f"series/{k}" for k in (*cfg.per_layer, "eps_min")) + tuple(
+            f"final/{k}" for k in cfg.final
+        )
+        missing = [k for k in names if k not in data]
+        if ok and missing:
+            ok, why = False, f"it is damaged (no {missing[0]!r})"
     except _DAMAGED as err:
         ok, why = False, f"it is damaged ({type(err).__name__}: {err})"
     if not ok:
@@ -196,7 +203,7 @@ def run_sweep(
     todo = [
         i for i in range(len(plan.chunks)) if _load_chunk(_chunk_path(out, i), cfg, report=resume) is None
     ]
-    for stale in (out / "chunks").glob(".*.tmp"):  # left by a killed writer
+    for stale in [*(out / "chunks").glob(".*.tmp"), *out.glob(".*.tmp")]:  # left by a killed writer
         stale.unlink(missing_ok=True)
     batch = [plan.groups[g][0]["batch"] for g, _ in plan.chunks]
     total = sum(len(c) * batch[i] for i, (_, c) in enumerate(plan.chunks))
