@@ -336,7 +336,7 @@ def _print_table(traj, summary, info, result) -> None:
         )
     f, t = result["flags"], result["timing"]
     print(
-        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} underflow={f['underflow']} "
+        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} underflow={f.get('underflow', 0)} "
         f"of {f['batch']}; "
         f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
     )
