@@ -13,6 +13,7 @@ from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES
 from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
+from ._checkpoint import add_checkpoint_flags, checkpoint_requested
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive, model_config
 from ._devices import add_devices_flag, sharding_devices
 
@@ -108,6 +109,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_devices_flag(p, "The trajectories are split over the devices (same results as one device).")
+    add_checkpoint_flags(p)  # --checkpoint: commands/_checkpoint.py (refuses the model flags above)
     p.set_defaults(func=run)
 
 
@@ -205,6 +207,10 @@ def run(args) -> int:
     from .._io import CompileTimer, provenance, write_json
     from .._simulate import simulate
 
+    if checkpoint_requested(args):
+        from ._checkpoint import run_checkpoint
+
+        return run_checkpoint(args)
     config = check_model_args(args)
     names, est = check_run_args(args, config)
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
