@@ -24,6 +24,8 @@ from ._parts import Embeddings, Tensors, config_value, find_prefix
 
 __all__ = ["read_bert", "read_gpt2", "HF_ACTIVATIONS"]
 
+J = jnp.asarray
+
 #: HF activation names -> rankdyn's (`rankdyn._mlp.ACTIVATIONS`): "gelu" is the exact erf form.
 HF_ACTIVATIONS = {
     "gelu": "gelu",
@@ -52,10 +54,10 @@ def _refuse(config: dict, where: str, rules: dict) -> None:
 
 def _heads(w: np.ndarray, heads: int) -> jnp.ndarray:
     """``(layers, d, heads * k)`` -> ``(layers, heads, d, k)``; biases ``(layers, heads * k)`` -> ``(layers, heads, k)``."""
-    w = jnp.asarray(w)
+    # Reshaped on the host: NumPy avoids compiling a JAX program per transpose.
     if w.ndim == 2:
-        return w.reshape(w.shape[0], heads, -1)
-    return jnp.moveaxis(w.reshape(w.shape[0], w.shape[1], heads, -1), 2, 1)
+        return jnp.asarray(w.reshape(w.shape[0], heads, -1))
+    return jnp.asarray(np.moveaxis(w.reshape(w.shape[0], w.shape[1], heads, -1), 2, 1))
 
 
 def _layer_norms(t: Tensors, names: list[str], d: int, eps: float) -> LayerNorm:
@@ -104,18 +106,18 @@ def read_bert(raw, dtype) -> dict:
         w_q=_heads(qkv["query"], heads),
         w_k=_heads(qkv["key"], heads),
         w_v=_heads(qkv["value"], heads),
-        w_o=linear("attention.output.dense", (d, d)),
+        w_o=J(linear("attention.output.dense", (d, d))),
         mlp=MLPWeights(
-            linear("intermediate.dense", (f, d)),
-            bias("intermediate.dense", f),
-            linear("output.dense", (d, f)),
-            bias("output.dense", d),
+            J(linear("intermediate.dense", (f, d))),
+            J(bias("intermediate.dense", f)),
+            J(linear("output.dense", (d, f))),
+            J(bias("output.dense", d)),
             activation=act,
         ),
         b_q=_heads(bias("attention.self.query", d), heads),
         b_k=_heads(bias("attention.self.key", d), heads),
         b_v=_heads(bias("attention.self.value", d), heads),
-        b_o=bias("attention.output.dense", d),
+        b_o=J(bias("attention.output.dense", d)),
         norm_attn=_layer_norms(t, [p + "attention.output.LayerNorm" for p in layer], d, eps),
         norm_mlp=_layer_norms(t, [p + "output.LayerNorm" for p in layer], d, eps),
     )
@@ -162,24 +164,24 @@ def read_gpt2(raw, dtype) -> dict:
         return t.stack([p + name + ".bias" for p in block], (size,))
 
     w_qkv, b_qkv = conv("attn.c_attn", (d, 3 * d)), bias("attn.c_attn", 3 * d)
-    w_q, w_k, w_v = jnp.split(w_qkv, 3, axis=-1)
-    b_q, b_k, b_v = jnp.split(b_qkv, 3, axis=-1)
+    w_q, w_k, w_v = np.split(w_qkv, 3, axis=-1)
+    b_q, b_k, b_v = np.split(b_qkv, 3, axis=-1)
     blocks = AttentionWeights(
         w_q=_heads(w_q, heads),
         w_k=_heads(w_k, heads),
         w_v=_heads(w_v, heads),
-        w_o=conv("attn.c_proj", (d, d)),
+        w_o=J(conv("attn.c_proj", (d, d))),
         mlp=MLPWeights(
-            conv("mlp.c_fc", (d, f)),
-            bias("mlp.c_fc", f),
-            conv("mlp.c_proj", (f, d)),
-            bias("mlp.c_proj", d),
+            J(conv("mlp.c_fc", (d, f))),
+            J(bias("mlp.c_fc", f)),
+            J(conv("mlp.c_proj", (f, d))),
+            J(bias("mlp.c_proj", d)),
             act,
         ),
         b_q=_heads(b_q, heads),
         b_k=_heads(b_k, heads),
         b_v=_heads(b_v, heads),
-        b_o=bias("attn.c_proj", d),
+        b_o=J(bias("attn.c_proj", d)),
         norm_attn=_layer_norms(t, [p + "ln_1" for p in block], d, eps),
         norm_mlp=_layer_norms(t, [p + "ln_2" for p in block], d, eps),
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
@@ -78,9 +77,10 @@ class Tensors:
         # fp16 / bf16 weights become the run's dtype here, once.
         return t.astype(self.dtype)
 
-    def stack(self, names: list[str], shape: tuple[int, ...]) -> jnp.ndarray:
-        """One tensor per layer, stacked along a new leading layer axis."""
-        return jnp.asarray(np.stack([self(n, shape) for n in names]))
+    def stack(self, names: list[str], shape: tuple[int, ...]) -> np.ndarray:
+        """One tensor per layer, stacked along a new leading layer axis (NumPy: reshaping the
+        weights on the host avoids compiling a JAX program per transpose)."""
+        return np.stack([self(n, shape) for n in names])
 
 
 def find_prefix(raw: RawCheckpoint, anchor: str) -> str:
