@@ -177,6 +177,7 @@ def tiny_bert(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_quick_targets_end_to_end_on_a_tiny_bert(tiny_bert, tmp_path):
     from rankdyn.experiments import run_targets
 
