@@ -91,6 +91,10 @@ def run(
                 "ratio_T": float(ratio[-1]),
                 "ratio_min": float(np.nanmin(ratio)),
                 "ratio_max": float(np.nanmax(ratio)),
+                # mu is not scale-free: without LN the trained maps (||W_VO||_2 > 1) grow the tokens,
+                # so mu/||X||_F tells alignment from norm growth.
+                "mu_rel_0": float(band(metrics["mu_rel"][i], ~nonfinite[i])["mean"][0]),
+                "mu_rel_T": float(band(metrics["mu_rel"][i], ~nonfinite[i])["mean"][-1]),
                 "nonfinite": int(np.sum(nonfinite[i])),
             }
     check_list = checks(summary, depth)
@@ -109,20 +113,25 @@ def run(
         )
         figs.append(save_figure(fig, out / f"pretrained_ablation_{tag}.png"))
     rows = [
-        f"| variant | mask | mu(0) | mu({own})/mu(0) | mu({depth})/mu(0) | min, max of mu/mu(0) |",
-        "|---|---|---|---|---|---|",
+        f"| variant | mask | mu(0) | mu({own})/mu(0) | mu({depth})/mu(0) | min, max of mu/mu(0) | "
+        f"mu/norm 0 -> {depth} | non-finite |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for v in summary.values():
         rows.append(
             f"| {v['variant']} | {MASK_LABELS[v['mask']]} | {v['mu_0']:.3g} | {v['ratio_own']:.3g} | "
-            f"{v['ratio_T']:.3g} | {v['ratio_min']:.3g}, {v['ratio_max']:.3g} |"
+            f"{v['ratio_T']:.3g} | {v['ratio_min']:.3g}, {v['ratio_max']:.3g} | {v['mu_rel_0']:.3g} -> "
+            f"{v['mu_rel_T']:.3g} | {v['nonfinite']} |"
         )
     notes = (
         f"Model: {ckpt.arch} checkpoint {ckpt.path} (weights sha256 {ckpt.sha256}), {own} trained layers, "
         f"d={ckpt.d}, {ckpt.heads} heads, eval mode (no dropout). Inputs: {corpus['excerpts']} excerpts of {n} tokens "
         f"of {corpus['name']} (Python {corpus['python']}, sha256 {corpus['sha256'][:12]}), not the paper's "
         "Wikipedia. The SAN variants keep W_O and every bias; 'LN' is the checkpoint's own attention LayerNorm "
-        "(gain, bias, eps)."
+        "(gain, bias, eps). mu (eq. 4) is not scale-free: without LN the trained value/output maps grow the "
+        "tokens (||W_VO||_2 > 1), so mu can rise while the tokens align; the table gives mu/||X||_F too. "
+        "Trajectories that overflow (SAN+skip grows without bound) are counted as non-finite and left out of "
+        "the means."
     )
     if depth > own:
         notes += f" Beyond layer {own} the trained stack is cycled (layer t uses trained layer t mod {own})."
