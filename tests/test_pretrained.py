@@ -66,6 +66,7 @@ def _small_theory_layer(n=3, d=6, heads=2, mask="complete"):
     return TA.theory_layer(w_q, w_k, w_v, w_o, n, mask=mask), TA.value_output_report(w_v, w_o)
 
 
+@pytest.mark.slow
 def test_collapsed_equilibria_are_fixed_and_the_census_finds_the_stable_one(getkey):
     from rankdyn.equilibria import stability
 
