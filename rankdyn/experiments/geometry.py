@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _verdict as V
 from ._runs import band
-from .pretrained_common import checkpoint_or_none, excerpt_ids, model_setting, not_testable
+from .pretrained_common import checkpoint_or_none, excerpt_ids, model_label, model_setting, not_testable
 
 NAME = "geometry"
 CLAIM = (
@@ -179,6 +179,8 @@ def run(
         },
         "measured": measured,
         "verdict": V.verdict(check_list),
+        # The report's summary row names the model the verdict is about.
+        "model": model_label(ckpt) + f", as trained (variant full, {ckpt.own_mask} mask)",
         "criterion": "; ".join(CHECK_NAMES) + ". " + V.VERDICT_RULE,
         "figures": figs,
         "notes": notes,

@@ -19,7 +19,14 @@ from . import _verdict as V
 from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
 from ._observers import cheap_observe
 from ._runs import band, with_masks
-from .pretrained_common import checkpoint_or_none, excerpt_ids, model_setting, not_testable, run_chunked
+from .pretrained_common import (
+    checkpoint_or_none,
+    excerpt_ids,
+    model_label,
+    model_setting,
+    not_testable,
+    run_chunked,
+)
 
 NAME = "pretrained-ablation"
 CLAIM = (
@@ -160,6 +167,7 @@ def run(
         },
         "measured": {"summary": summary, "layers": layers},
         "verdict": V.verdict(check_list),
+        "model": model_label(ckpt),
         "criterion": "; ".join(CHECK_NAMES) + ". " + V.VERDICT_RULE,
         "figures": figs,
         "notes": notes,

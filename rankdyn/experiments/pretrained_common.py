@@ -29,6 +29,7 @@ __all__ = [
     "excerpt_ids",
     "not_testable",
     "model_setting",
+    "model_label",
     "run_chunked",
 ]
 
@@ -95,6 +96,11 @@ def model_setting(ckpt) -> dict:
     return {**ckpt.provenance(), "dtype": str(np.dtype(ckpt.dtype)), "own_mask": ckpt.own_mask}
 
 
+def model_label(ckpt) -> str:
+    """One line naming the weights for the report's summary row (file name and sha256 prefix)."""
+    return f"trained {ckpt.arch} checkpoint {Path(ckpt.path).name} (sha256 {ckpt.sha256[:12]}, {ckpt.num_layers} layers)"
+
+
 def not_testable(name: str, claim: str, check_names, *, quick: bool, seed: int, checkpoint=None) -> dict:
     """The result of a pretrained target when no checkpoint is available: every check untestable."""
     reason = (
@@ -110,6 +116,7 @@ def not_testable(name: str, claim: str, check_names, *, quick: bool, seed: int, 
         "measured": {},
         # No check could run: the claim was not tested (never "not reproduced").
         "verdict": "not testable here",
+        "model": "none: no trained checkpoint installed",
         "criterion": "needs a trained checkpoint; " + V.VERDICT_RULE,
         "figures": [],
         "notes": reason + ".",
