@@ -8,6 +8,8 @@ A^{(t)} = \mathrm{softmax}_{\mathcal G}\big(X^{(t)} W_Q (X^{(t)} W_K)^\top / \sq
 eq. (3); ``placement="none"`` gives eq. (2) and ``placement="pre"`` gives
 $X^{(t+1)} = A^{(t)} \mathrm{LN}(X^{(t)}) W_V^{(t)}$ (§4.2). Multi-head attention with an output
 projection, a skip connection and an MLP block are opt-in switches for the Fig. 2/6 ablations.
+Biases on $Q, K, V, O$, one normalisation per sub-block and layer, and a per-layer stack cycled
+beyond its depth serve trained checkpoints (`rankdyn.checkpoints`, docs/theory.md#trained-checkpoints).
 
 Dropout follows BERT in train mode: ``attn_dropout`` (``attention_probs_dropout_prob``) zeroes
 entries of $A$ after the softmax, ``hidden_dropout`` (``hidden_dropout_prob``) zeroes entries of

@@ -170,11 +170,12 @@ def run_checkpoint(args) -> int:
     from .._observe import parse_metrics
     from .._scan import auto_chunk, estimate_parts
     from .._simulate import simulate
-    from ._checks import check_nonnegative, check_out_dir, check_positive
+    from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
     from .simulate import _print_table
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
+    check_seed_flag(args.seed)  # recorded with the result (a checkpoint run draws nothing)
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     check_nonnegative(args, "layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
