@@ -114,8 +114,8 @@ def not_testable(name: str, claim: str, check_names, *, quick: bool, seed: int, 
         "setting": {"quick": quick, "seed": seed, "checkpoint": checkpoint, "install": INSTALL},
         "checks": V.checks_json(checks),
         "measured": {},
-        # No check could run: the claim was not tested (never "not reproduced").
-        "verdict": "not testable here",
+        # No check could run, so the rules give "not testable here" (never "not reproduced").
+        "verdict": V.verdict(checks),
         "model": "none: no trained checkpoint installed",
         "criterion": "needs a trained checkpoint; " + V.VERDICT_RULE,
         "figures": [],
