@@ -171,12 +171,14 @@ def run_checkpoint(args) -> int:
     from .._scan import auto_chunk, estimate_parts
     from .._simulate import simulate
     from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
+    from ._table import plot_names, save_figures
     from .simulate import _print_table
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
     check_seed_flag(args.seed)  # recorded with the result (a checkpoint run draws nothing)
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
+    plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
     check_nonnegative(args, "layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
     check_positive(args, "rank_tol")
@@ -266,8 +268,9 @@ def run_checkpoint(args) -> int:
         result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
     if summary:
-        _plot(traj, summary, args.out, f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}")
-    _print_table(traj, summary, info, result)
+        title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"
+        save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
+    _print_table(traj, summary, info, result, args.metrics)
     return 0
 
 
@@ -275,27 +278,3 @@ def _devices(args):
     from ._devices import sharding_devices
 
     return sharding_devices(args)
-
-
-def _plot(traj, summary, out: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..plotting import plot_metric_band
-
-    name = "mu" if "mu" in summary else next(iter(summary))
-    fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
-    plot_metric_band(
-        traj.layers,
-        summary[name]["mean"],
-        summary[name]["std"],
-        ax=ax,
-        label=name,
-        ylabel=f"{name} (mean +- std)",
-        dtype=traj.summary.mean[name].dtype,
-    )
-    ax.set_title(title, fontsize=9)
-    fig.savefig(out / "mu.png", dpi=120)
-    plt.close(fig)
