@@ -186,7 +186,7 @@ def _validate(layer, x0, num_layers, save_every):
         raise UsageError(
             f"num_layers={num_layers} is not a multiple of save_every={save_every}; choose a divisor."
         )
-    if layer.num_layers is not None and layer.num_layers < num_layers:
+    if layer.num_layers is not None and not layer.cycle and layer.num_layers < num_layers:
         raise UsageError(
             f"the layer holds per-layer weights for {layer.num_layers} layers but num_layers={num_layers}; "
             "draw weights for every layer or use shared weights."

@@ -14,6 +14,7 @@ from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES
 from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
+from ._checkpoint import add_checkpoint_flags, checkpoint_requested
 from ._checks import check_nonnegative, check_out_dir, check_positive, model_config
 from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter, metrics_help
@@ -119,6 +120,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_devices_flag(p, "The trajectories are split over the devices (same results as one device).")
+    add_checkpoint_flags(p)  # --checkpoint: commands/_checkpoint.py (refuses the model flags above)
     p.set_defaults(func=run)
 
 
@@ -221,6 +223,10 @@ def run(args) -> int:
     from .._simulate import simulate
     from ..cli import begin_compute
 
+    if checkpoint_requested(args):
+        from ._checkpoint import run_checkpoint
+
+        return run_checkpoint(args)
     config = check_model_args(args)
     names, est = check_run_args(args, config)
     begin_compute()
