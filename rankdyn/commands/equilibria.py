@@ -273,6 +273,7 @@ def run(args) -> int:
 
     from .._constructions import all_closed_form_equilibria
     from .._io import provenance, write_json
+    from ..cli import begin_compute
     from ..equilibria import equilibrium_census
     from ..equilibria._census import census_method
     from .simulate import layer_from_args
@@ -285,6 +286,7 @@ def run(args) -> int:
     except ValueError as err:
         raise UsageError(f"--search {args.search}: {err}") from None
     _refuse_unread(args, how)
+    begin_compute()
     print(
         f"method: {how}"
         + {
@@ -327,6 +329,7 @@ def _plot(records, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .._io import savefig
     from ..plotting import plot_equilibria_moduli_grid
 
     # A panel per rank at a printable size, however many equilibria the census found.
@@ -336,7 +339,7 @@ def _plot(records, args) -> None:
         closed_form=[e.closed_form_match is not False for e in records],
         title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} d={args.d}",
     )
-    fig.savefig(args.out / "eigen_moduli.png", dpi=120)
+    savefig(fig, args.out / "eigen_moduli.png", dpi=120)
     plt.close(fig)
 
 

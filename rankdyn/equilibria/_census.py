@@ -76,18 +76,18 @@ def census_method(layer: SelfAttentionLayer, search: str = "auto") -> str:
         ValueError: for an unknown ``search`` or one that does not apply to ``layer``.
     """
     if search not in SEARCHES:
-        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}.")
+        raise UsageError(f"search must be one of {SEARCHES}, got {search!r}.")
     exact = _exact_parameter(layer) is not None
     tree = is_acyclic(layer) and layer.placement == "post"
     if search == "auto":
         return "exact" if exact else ("tree-search" if tree else "joint-search")
     if search == "exact" and not exact:
-        raise ValueError(
+        raise UsageError(
             "search='exact' needs the paper's system: causal mask, W_Q W_K^T = 0, post sphere-LN, "
             "one plain head and W_V = c (I + w S); use search='auto'."
         )
     if search == "tree-search" and not tree:
-        raise ValueError(
+        raise UsageError(
             "search='tree-search' needs a lower-triangular (acyclic) mask and post-LN; "
             "use search='joint-search'."
         )
