@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .._errors import UsageError
 from .._floors import RANK_TOL
+from .._params import PARAMS
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint"]
 
@@ -26,8 +27,8 @@ _ALLOWED = ("mask", "window", "seed", "x64", "n")
 _RECORDED = ("n", "batch", "layers", "mask", "window")
 _EXPLICIT = "_checkpoint_explicit_flags"
 #: A random model's flags that must have a default when no group titled "model" is found.
-_FALLBACK_MODEL = ("d", "dqk", "norm", "ln", "value", "w", "jordan_k", "qk", "x0", "per_layer_weights")
-_FALLBACK_MODEL += ("heads", "skip", "mlp", "dropout", "attn_dropout", "hidden_dropout")
+#: (The flags of the parameter table, `rankdyn._params.PARAMS`, plus the two hand-written ones.)
+_FALLBACK_MODEL = tuple(p.name for p in PARAMS if p.flag) + ("per_layer_weights", "dropout")
 _DEFAULT_N = 128
 
 
