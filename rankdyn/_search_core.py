@@ -13,7 +13,7 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
+import numpy as np
 import optax
 from jax import lax
 from jaxtyping import Array, Float
@@ -48,7 +48,7 @@ def _normalised(w_v, upper=False):
     return jnp.sqrt(jnp.asarray(d, w_v.dtype)) * w_v / jnp.linalg.norm(w_v)
 
 
-def _with_value(layer, w_v, upper):
+def with_value(layer, w_v, upper):
     return eqx.tree_at(lambda l: l.weights.w_v, layer, _normalised(w_v, upper)[None])
 
 
@@ -89,7 +89,7 @@ def _iterate(layer, x0, depth, length: int, objective=None, mark=None):
 
 def _train_value(layer, w_v, x0, depth, length, objective, loss, upper):
     """The training value of ``loss`` (see `search_value_matrix`) on a batch ``x0``."""
-    layer = _with_value(layer, w_v, upper)
+    layer = with_value(layer, w_v, upper)
     depth_log = loss == "depth_log"
     x, _, bad, acc = jax.vmap(lambda x: _iterate(layer, x, depth, length, objective if depth_log else None))(
         x0
@@ -115,11 +115,16 @@ def _train_value(layer, w_v, x0, depth, length, objective, loss, upper):
     return jax.nn.logsumexp(logs) - jnp.log(jnp.asarray(logs.shape[0], logs.dtype))
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _sphere_batch(key, size, n, d, dtype):
-    """``size`` token matrices with rows uniform on the unit sphere."""
-    g = jr.normal(key, (size, n, d), dtype)
-    return g / jnp.linalg.norm(g, axis=-1, keepdims=True)
+    """``size`` token matrices with rows uniform on the unit sphere, drawn on the host by NumPy
+    from the key's bits (no compilation per batch size: the search draws batches of four sizes)."""
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key) if _is_typed(key) else key).tolist())
+    g = rng.standard_normal((size, n, d))
+    return jnp.asarray(g / np.linalg.norm(g, axis=-1, keepdims=True), dtype)
+
+
+def _is_typed(key) -> bool:
+    return jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
 
 
 @functools.lru_cache(maxsize=None)
@@ -164,7 +169,7 @@ def _evaluate(layers, w_v, x_eval, depth, mark, length, objective, upper):
     traced, one scan of static ``length``)."""
 
     def one(layer, w):
-        lay = _with_value(layer, w, upper)
+        lay = with_value(layer, w, upper)
         x, xm, bad, _ = jax.vmap(lambda x: _iterate(lay, x, depth, length, mark=mark))(x_eval)
 
         def stats(final):
@@ -177,3 +182,18 @@ def _evaluate(layers, w_v, x_eval, depth, mark, length, objective, upper):
         return jnp.stack([stats(xm), stats(x)])  # (2: mark, depth; 3: mean, rank>=2, full)
 
     return jax.vmap(lambda layer, ws: jax.vmap(lambda w: one(layer, w))(ws))(layers, w_v)
+
+
+@eqx.filter_jit
+def final_states(layers, w_v, x0, depth, length, upper=False):
+    """Per setting (leading axis of ``layers`` and ``w_v`` ``(S, d, d)``): the tokens after
+    ``depth`` layers from every start in ``x0`` ``(B, n, d)``, the max-abs residual
+    $\\|F(X) - X\\|_\\infty$ there and the bad flags (one compiled program per size)."""
+
+    def one(layer, w):
+        lay = with_value(layer, w, upper)
+        x, _, bad, _ = jax.vmap(lambda x: _iterate(lay, x, depth, length))(x0)
+        fx = jax.vmap(lambda y: lay(y)[0])(x)
+        return x, jnp.max(jnp.abs(fx - x), axis=(-2, -1)), bad
+
+    return jax.vmap(one)(layers, w_v)
