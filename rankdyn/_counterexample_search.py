@@ -155,13 +155,15 @@ def search_value_matrices(
     select_batch: int = 256,
     train_depth: int | None = None,
     names: list[str] | None = None,
+    evaluate_start: bool = True,
 ) -> list[SearchResult]:
     r"""`search_value_matrix` for several settings at once: one compiled program for all.
 
     ``layers`` are post-LN layers of equal ``(n, d)`` (their masks and $W_Q, W_K$ differ; their
     $W_V$ is ignored). Every setting sees the same restarts' initial $W_V$, input batches,
     selection and evaluation sets (from ``key``), so settings differ only by mask and attention.
-    The other arguments are those of `search_value_matrix`; ``names`` label the settings' masks.
+    The other arguments are those of `search_value_matrix`; ``names`` label the settings' masks;
+    ``evaluate_start=False`` skips the evaluation of the start (the ``before`` values are then NaN).
 
     Returns:
         One `SearchResult` per layer, in order.
@@ -211,7 +213,12 @@ def search_value_matrices(
         return np.asarray(_evaluate(stacked, w_v, x, depth, mark, long_t, objective, upper), dtype=float)
 
     t0 = time.perf_counter()
-    ev0 = evaluate(jnp.broadcast_to(w_v0, (num_s, 1, d, d)), x_eval, long_t, num_layers)[:, 0]
+    # The start's values cost one evaluation at depth eval_factor * T: only when asked for.
+    ev0 = (
+        evaluate(jnp.broadcast_to(w_v0, (num_s, 1, d, d)), x_eval, long_t, num_layers)[:, 0]
+        if evaluate_start or steps == 0
+        else np.full((num_s, 2, 3), np.nan)
+    )
     best = [{"score": -np.inf, "w_v": w_v0, "restart": 0, "step": 0, "depth": 0} for _ in range(num_s)]
     restart_scores = np.full((num_s, restarts), -np.inf)
     history = np.zeros((steps, num_s, restarts))

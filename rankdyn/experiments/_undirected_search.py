@@ -92,6 +92,7 @@ def run_searches(key, settings, sz: dict, objective: str, *, restarts=None, step
         restarts=restarts or sz["restarts"],
         steps=sz["steps"] if steps is None else steps,
         train_depth=train_depth or sz["train_depth"],
+        evaluate_start=False,
         **opts,
     )
 
