@@ -126,3 +126,19 @@ def test_undirected_quick(tmp_path):
                     _check_certificate(e["certificate"], e["tokens"])
                     b = e["certificate"]["basin"]
                     assert 0 < b["hits"] <= b["trials"] and b["wilson95"][0] <= b["hits"] / b["trials"]
+
+
+def test_depth_table_verdict_follows_the_mechanism():
+    """The rebuttal's numbers matched only under dropout: 'partially' with the zero-row sentence;
+    matched without dropout too: 'reproduced' and no such sentence."""
+    from rankdyn.experiments import depth_table as T
+
+    rebuttal = {"complete": 1e-3, "window": 0.3, "causal": 0.9, "window-uni": 1.1}
+    collapsed = {**rebuttal, "causal": 1e-4}
+    checks = {"eval": T.pattern_checks(collapsed, "eval"), "attn-dropout": T.pattern_checks(rebuttal, "attn")}
+    verdicts = {"eval": "partially", "attn-dropout": "reproduced"}
+    v, target, sentence = T.mechanism_verdict(verdicts, checks, "attn-dropout", 1.07e-7)
+    assert v == "partially" and len(target) == 5 and "zero rows" in sentence and "1.1e-07" in sentence
+    checks["eval"] = T.pattern_checks(rebuttal, "eval")
+    v, _, sentence = T.mechanism_verdict({**verdicts, "eval": "reproduced"}, checks, "eval", 0.5)
+    assert v == "reproduced" and sentence == ""

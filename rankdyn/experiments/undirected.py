@@ -72,6 +72,9 @@ def _sizes(quick: bool) -> dict:
             census_ns=(),
             basin_trials=1024,
         )
+    # Full mode: the main pass searches sigma_2 only (sigma_min on the window masks is the axis cut
+    # to fit the time budget); the complete mask gets both objectives with more restarts, steps and
+    # a deeper curriculum, and the causal control runs at that same budget.
     return dict(
         common,
         ns=(3, 4, 5, 6),
@@ -79,14 +82,15 @@ def _sizes(quick: bool) -> dict:
         eval_factor=2,
         batch=64,
         steps=200,
+        select_every=50,
         train_depth=64,
-        eval_batch=1024,
-        select_batch=128,
-        objectives=("sigma_2", "sigma_min"),
-        hard=dict(restarts=32, steps=300, train_depth=128, objectives=("sigma_2", "sigma_min")),
+        eval_batch=512,
+        select_batch=64,
+        objectives=("sigma_2",),
+        hard=dict(restarts=16, steps=300, train_depth=128, objectives=("sigma_2", "sigma_min")),
         census_starts=256,
         census_ns=(3,),
-        basin_trials=4096,
+        basin_trials=2048,
     )
 
 
