@@ -52,7 +52,7 @@ def _sizes(quick: bool) -> dict:
     # happens at training depths 8-32, deeper training only refines, and the selection and
     # evaluation at depth T keep only what survives there.
     common = dict(
-        lr=3e-2, select_every=20, restarts=8, dps=50, max_certificates=3, basin_depth=1000, deflation_rounds=0
+        lr=3e-2, select_every=20, restarts=8, dps=50, max_certificates=2, basin_depth=1000, deflation_rounds=0
     )
     if quick:
         return dict(
@@ -87,7 +87,7 @@ def _sizes(quick: bool) -> dict:
         eval_batch=512,
         select_batch=64,
         objectives=("sigma_2",),
-        hard=dict(restarts=16, steps=300, train_depth=128, objectives=("sigma_2", "sigma_min")),
+        hard=dict(restarts=16, steps=200, train_depth=128, objectives=("sigma_2", "sigma_min")),
         census_starts=256,
         census_ns=(3,),
         basin_trials=2048,
