@@ -15,7 +15,9 @@ from rankdyn.experiments import undirected as und
 def test_verdict_words():
     """Synthetic inputs: the open-question words; a failed positive control makes it inconclusive."""
     assert und.verdict(False, [])[0] == "inconclusive"
-    assert und.verdict(False, ["window mask, uniform attention"])[0] == "inconclusive"
+    # A found case stands whatever the control did (the project's OPEN_QUESTION_RULE).
+    v, f = und.verdict(False, ["window mask, uniform attention"])
+    assert v == "counterexample found" and "positive control failed" in f
     v, f = und.verdict(True, [])
     assert v == "no evidence against" and f.startswith("no evidence against the conjecture")
     v, f = und.verdict(True, ["N = d = 3, complete mask, generic attention"])

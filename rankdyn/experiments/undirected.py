@@ -98,20 +98,23 @@ def _sizes(quick: bool) -> dict:
 
 
 def verdict(control_ok: bool, undirected_found: list[str]) -> tuple[str, str]:
-    """``(verdict, finding)`` in the open-question words (`OPEN_QUESTION_VERDICTS`)."""
-    if not control_ok:
-        return "inconclusive", (
-            "the search did not find a sustained rank-2 state under the causal mask (positive control), so its "
-            "failures under undirected masks are not evidence"
-        )
-    if undirected_found:
-        return "counterexample found", (
+    """``(verdict, finding)``: `_verdict.open_question_verdict` (``OPEN_QUESTION_RULE``) and its sentence."""
+    v = V.open_question_verdict(bool(undirected_found), control_ok)
+    if v == "counterexample found":
+        return v, (
             "numerical counterexample to the conjecture: a sustained higher-rank state or a stable rank >= 2 "
-            "equilibrium under " + ", ".join(undirected_found)
+            "equilibrium under "
+            + ", ".join(undirected_found)
+            + ("" if control_ok else " (the positive control failed; the found cases stand on their own)")
         )
-    return "no evidence against", (
-        "no evidence against the conjecture in these settings: the search that finds the causal counterexample "
-        "found no sustained higher-rank state and the census no stable one under the undirected masks"
+    if v == "no evidence against":
+        return v, (
+            "no evidence against the conjecture in these settings: the search that finds the causal counterexample "
+            "found no sustained higher-rank state and no stable rank >= 2 equilibrium under the undirected masks"
+        )
+    return v, (
+        "the search did not find a sustained rank-2 state under the causal mask (positive control), so its "
+        "failures under undirected masks are not evidence"
     )
 
 
@@ -141,18 +144,28 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
         "stable rank>=2 attractors (proven) | census: by rank; stable / marginal rank>=2 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    from .._progress import plan_steps, step_done
+
+    # One progress step per batched search pass (ETA from the measured ones).
+    h = sz["hard"]
+    plan_steps(
+        sum(
+            len(sz["objectives"]) + (len(h["objectives"]) if n in h.get("ns", sz["ns"]) else 0)
+            for n in sz["ns"]
+        )
+    )
     with U.jax_x64():
         for n in sz["ns"]:
             settings = U.settings_for(n, jr.fold_in(key, 1000 + n))
             paper = U.paper_values(key, settings, sz, PAPER_W)
             passes = [("main", o, settings, {}) for o in sz["objectives"]]
             hard = [s for s in settings if s[0] == "complete" or s[:2] == ("causal", "uniform")]
-            h = sz["hard"]
             hopts = {k: h[k] for k in ("restarts", "steps", "train_depth")}
             if n in h.get("ns", sz["ns"]):
                 passes += [("complete-hard", o, hard, hopts) for o in h["objectives"]]
             for pname, obj, sets, opts in passes:
                 results = U.run_searches(key, sets, sz, obj, **opts)
+                step_done(f"N={n} {pname} {obj}")
                 found_layers = [U.with_value(lay, r.w_v) for (_, _, lay), r in zip(sets, results)]
                 attr = U.attractors(found_layers, key, sz)
                 for (m, att, lay), r, a, flay in zip(sets, results, attr, found_layers):
@@ -280,12 +293,12 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
         },
         "verdict": v,
         "criterion": (
-            f"open question, {scope}. Positive control: under the causal mask with uniform attention every search "
+            f"open question, {scope}. {V.OPEN_QUESTION_RULE} Positive control: under the causal mask with uniform attention every search "
             f"pass must find a W_V that keeps rank >= 2 (sigma_2 > 1e-3 sigma_1) for >= {SUSTAINED_FRACTION:.0%} of "
-            f"held-out inputs at T and {long_t}, and the paper's W_V must be seen at N = 3; otherwise 'inconclusive'. "
-            "Then 'counterexample found' iff some undirected setting has a sustained higher-rank state (same "
-            "threshold, for the objective searched) or a stable rank >= 2 equilibrium in the census; else 'no "
-            "evidence against'. Marginal equilibria are reported, not judged."
+            f"held-out inputs at T and {long_t}, and the paper's W_V must be seen at N = 3. A counterexample is an "
+            "undirected setting with a sustained higher-rank state (same "
+            "threshold, for the objective searched) or a stable rank >= 2 equilibrium (attractor or census). "
+            "Marginal equilibria are reported, not judged."
         ),
         "figures": ["undirected.png"],
         "notes": (
