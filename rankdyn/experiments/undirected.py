@@ -266,7 +266,7 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
     plotting.plot_undirected(
         points,
         path=out / "undirected.png",
-        title=f"searched W_V: share of held-out inputs keeping rank >= 2 at depth {long_t}",
+        title=f"searched W_V, held-out inputs, depth {long_t}",
     )
     return {
         "name": NAME,

@@ -12,7 +12,8 @@ BOTTOM = 1e-4
 def plot_undirected(points, *, ax=None, path=None, title=None):
     r"""Points with Wilson 95% intervals: per size $N = d$ (panel), mask (x) and attention
     (colour), the share of held-out sphere inputs whose final tokens keep $\sigma_2 > 10^{-3}\sigma_1$
-    at the long evaluation depth, for the searched $W_V$ (and the paper's $W_V = I + wS$ as crosses).
+    at the long evaluation depth, for the searched $W_V$ (and the paper's $W_V = I + wS$ as crosses
+    where its share is not 0).
 
     Arguments:
         points: list of dicts with ``n``, ``mask``, ``attention``, ``share``, ``lo``, ``hi``
@@ -29,7 +30,7 @@ def plot_undirected(points, *, ax=None, path=None, title=None):
     ns = sorted({p["n"] for p in points})
     if ax is None:
         fig, axes = plt.subplots(
-            1, len(ns), figsize=(3.2 * len(ns) + 2, 3.8), layout="constrained", squeeze=False
+            1, len(ns), figsize=(max(3.2 * len(ns) + 2, 7.5), 3.8), layout="constrained", squeeze=False
         )
         axes = list(axes[0])
     else:
@@ -56,8 +57,8 @@ def plot_undirected(points, *, ax=None, path=None, title=None):
                 # Below the axis: an open triangle at the bottom, the interval's top still drawn.
                 axis.vlines(x, BOTTOM, hi, color=c)
                 axis.plot(x, BOTTOM, "v", mfc="none", color=c, ms=8, label=lab)
-            if p.get("paper") is not None:
-                pv = max(p["paper"], BOTTOM)
+            if p.get("paper") is not None and p["paper"] >= BOTTOM:  # zeros: not drawn
+                pv = p["paper"]
                 lab2 = "paper's W_V = I + wS" if "paper" not in labelled else None
                 labelled.add("paper")
                 axis.plot(x, pv, "x", color="k", ms=7, label=lab2)
