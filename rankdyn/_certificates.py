@@ -33,7 +33,6 @@ __all__ = [
     "krawczyk",
     "tangent_multipliers",
     "certify",
-    "basin_fraction",
     "layer_weights",
     "weights_from_hex",
 ]
@@ -300,52 +299,3 @@ def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = 
         "krawczyk_margin": kz["margin"],
         "dps": dps,
     }
-
-
-def basin_fraction(layer, x_star, key, *, trials: int = 2048, depth: int = 1000, tol: float = 1e-6) -> dict:
-    r"""Share of uniform starts on the spheres whose tokens end within ``tol`` (max-abs) of
-    ``x_star`` modulo the layer's symmetries (`rankdyn.equilibria.symmetry_group`: sign flip,
-    mask automorphisms) after ``depth`` layers of `rankdyn.simulate`, with its Wilson 95% interval.
-
-    Returns:
-        ``{"hits", "trials", "fraction", "wilson95": [lo, hi], "depth", "tol"}``.
-    """
-    import itertools
-
-    import numpy as np
-
-    from ._basins import wilson_interval
-    from ._init import initial_tokens
-    from ._simulate import simulate
-    from .equilibria._symmetry import symmetry_group
-
-    x_star = np.asarray(x_star, dtype=np.float64)
-    n = x_star.shape[0]
-    group = symmetry_group(layer)
-    if group["all_permutations"]:
-        perms = [np.asarray(p) for p in itertools.permutations(range(n))]
-    else:
-        perms = group["permutations"] or [np.arange(n)]
-    images = np.stack([s * x_star[p] for p in perms for s in ((1.0, -1.0) if group["sign"] else (1.0,))])
-    x0 = initial_tokens(key, "sphere", n, x_star.shape[1], batch=trials)
-    tr = simulate(layer, x0, depth, save_every=depth, save_states=True, observe=_no_metrics)
-    final = np.asarray(tr.states[:, -1])
-    hit = np.zeros(trials, bool)
-    for c in range(0, len(images), 64):
-        dist = np.max(np.abs(final[:, None] - images[None, c : c + 64]), axis=(-2, -1))
-        hit |= np.any(dist < tol, axis=1)
-    hits = int(hit.sum())
-    lo, hi = wilson_interval(hits, trials)
-    return {
-        "hits": hits,
-        "trials": int(trials),
-        "fraction": hits / trials,
-        "wilson95": [float(lo), float(hi)],
-        "depth": int(depth),
-        "tol": tol,
-    }
-
-
-def _no_metrics(x):
-    # Module level: simulate's compilation cache is keyed on the observe function object.
-    return {}

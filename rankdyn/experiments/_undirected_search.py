@@ -103,9 +103,9 @@ def with_value(layer, w_v):
     return eqx.tree_at(lambda l: l.weights.w_v, layer, jnp.asarray(w_v, jnp.float64)[None])
 
 
-def census(layer, key, sz: dict, *, certify: bool) -> dict:
-    """Equilibria of one found layer map (rank >= 2 listed) with certificates for the stable ones."""
-    from .. import _certificates as C
+def census(layer, key, sz: dict) -> dict:
+    """Equilibria of one found layer map (rank >= 2 listed, stable ones with their tokens): the
+    full census, unstable and marginal equilibria too, as a cross-check of `attractors`."""
     from ..equilibria import equilibrium_census
 
     t0 = time.perf_counter()
@@ -130,16 +130,6 @@ def census(layer, key, sz: dict, *, certify: bool) -> dict:
         if e["classification"] == "stable":
             row["tokens"] = np.asarray(e["tokens"]).tolist()
             row["singular_values"] = np.asarray(e["singular_values"]).tolist()
-            if certify and sum("certificate" in r for r in rows) < sz["max_certificates"]:
-                cert = C.certify(row["tokens"], C.layer_weights(layer), dps=sz["dps"])
-                cert["basin"] = C.basin_fraction(
-                    layer,
-                    row["tokens"],
-                    jr.fold_in(key, 13),
-                    trials=sz["basin_trials"],
-                    depth=sz["basin_depth"],
-                )
-                row["certificate"] = cert
         rows.append(row)
     return {
         "by_rank": c["by_rank"],

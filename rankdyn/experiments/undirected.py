@@ -173,7 +173,7 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
                     s["attractors"] = a
                     if n in sz["census_ns"] and (pname, obj) == ("main", "sigma_2") and m != "causal":
                         # The full census (unstable and marginal equilibria too) as a cross-check.
-                        s["census"] = U.census(flay, key, sz, certify=False)
+                        s["census"] = U.census(flay, key, sz)
                     tag = f"N={n}/{m}/{att}"
                     measured.setdefault(tag, {})[f"{pname}_{obj}"] = s
                     # The control is judged on the sigma_2 searches (rank >= 2 is what it must find;
