@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._io import savefig
 from ._style import legend_outside
 
 #: The bottom of the log axis; a share of 0 (or below this) is drawn there as an open
@@ -74,6 +75,6 @@ def plot_undirected(points, *, ax=None, path=None, title=None):
     if title:
         fig.suptitle(title)
     if path is not None:
-        fig.savefig(path, dpi=110)
+        savefig(fig, path, dpi=110)
         plt.close(fig)
     return fig
