@@ -46,7 +46,7 @@ def _unit(x):
 def _tangent_basis(x: Float[Array, "n d"]) -> Float[Array, "nd m"]:
     """Block-diagonal orthonormal basis of $\\bigoplus_i x_i^\\perp$ (from an SVD of $I - x_i x_i^\\top$)."""
     n, d = x.shape
-    proj = jnp.eye(d) - x[:, :, None] * x[:, None, :]
+    proj = jnp.eye(d, dtype=x.dtype)[None] - x[:, :, None] * x[:, None, :]
     u, _, _ = jnp.linalg.svd(proj)
     blocks = u[:, :, : d - 1]  # (n, d, d-1): the singular vectors of singular value 1
     basis = jnp.zeros((n, d, n, d - 1), x.dtype)

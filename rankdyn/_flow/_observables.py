@@ -85,5 +85,5 @@ class FlowObserver(eqx.Module):
         out["clusters"] = cluster_count(x, self.cos_threshold.astype(x.dtype))
         out["energy"] = interaction_energy(x, beta)
         out["diameter"] = diam
-        out["clustered"] = (diam <= self.eps).astype(x.dtype)
+        out["clustered"] = (diam <= self.eps.astype(x.dtype)).astype(x.dtype)
         return out

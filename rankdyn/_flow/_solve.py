@@ -97,7 +97,7 @@ class FlowSolution(eqx.Module):
         times: ``(S,)`` the saved times.
         beta: the temperature(s).
         summary: batch statistics per saved time (`rankdyn._stats.Summary`; its ``layers`` are
-            the saved-time indices).
+            the saved-time indices); a tuple of them, one per beta, for a vector of temperatures.
         time_to_cluster: ``(batch,)`` first saved time at which the diameter is <= ``eps``
             (inf if never).
         drift: largest $||x_i| - 1|$ before a projection, over all trajectories and intervals.
@@ -110,13 +110,19 @@ class FlowSolution(eqx.Module):
 
     times: Array
     beta: Array
-    summary: Summary
+    summary: Summary | tuple
     time_to_cluster: Array
     drift: Array
     steps_limit_hit: Array
     num_steps: Array
     values: dict | None
     states: Array | None
+
+    def stat(self, name: str, which: str = "mean") -> np.ndarray:
+        """One statistic of one metric, ``(S,)``, or ``(beta, S)`` for a vector of temperatures."""
+        if isinstance(self.summary, tuple):
+            return np.stack([np.asarray(getattr(s, which)[name]) for s in self.summary])
+        return np.asarray(getattr(self.summary, which)[name])
 
 
 def uniform_times(t1: float, saves: int) -> np.ndarray:
@@ -231,10 +237,10 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         drift=jnp.max(
             jnp.where(real[None, :, None], jnp.nan_to_num(saved["drift"], nan=0.0), 0), axis=(1, 2)
         ),
-        hit=hit & real,
+        hit=hit & real[None, :],
         steps=jnp.sum(jnp.where(real[None, :], steps, 0)),
-        bad=jnp.any(~ok, axis=-1) & real,
-        zero=jnp.any(saved["zero"], axis=-1) & real,
+        bad=jnp.any(~ok, axis=-1) & real[None, :],
+        zero=jnp.any(saved["zero"], axis=-1) & real[None, :],
     )
     if keep_values:
         res["values"] = vals
@@ -368,13 +374,17 @@ def solve_flow(
         bar.close()
     scalar = np.ndim(betas) == 0
     pick = (lambda a: a[0]) if scalar else (lambda a: a)
-    summary = summarize(
-        jax.tree.map(pick, total),
-        jnp.arange(times.size),
-        batch,
-        jnp.asarray(pick(counts["bad"])),
-        jnp.asarray(pick(counts["zero"])),
-    )
+    per_beta = [
+        summarize(
+            jax.tree.map(lambda a, i=i: a[i], total),
+            jnp.arange(times.size),
+            batch,
+            jnp.asarray(counts["bad"][i]),
+            jnp.asarray(counts["zero"][i]),
+        )
+        for i in range(nb)
+    ]
+    summary = per_beta[0] if scalar else tuple(per_beta)
     vals_out = None
     if per_trajectory:
         vals_out = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}

@@ -53,6 +53,7 @@ def add_parser(sub) -> None:
         "--save-states", action="store_true", help="write states.npy, (saves, batch, n, d) from t = 0"
     )
     p.add_argument("--out", type=Path, default=Path("out/flow"), help="output folder")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
 
 
@@ -121,7 +122,7 @@ def run(args) -> int:
             atol=args.atol,
             dt=args.dt,
             save_states=args.save_states,
-            progress=True,
+            progress=not args.no_progress,
         )
         jax.block_until_ready(sol.summary)
     ttc = np.asarray(sol.time_to_cluster)
