@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ._field import FlowField
 
@@ -142,7 +142,7 @@ def classify_equilibrium(
     return Classification(kind=kind, index=index, orbit_dim=orbit_dim, eigenvalues=jnp.asarray(ev), tol=tol)
 
 
-def rotation_invariant(x: Float[Array, "n d"]) -> np.ndarray:
+def rotation_invariant(x: Float[ArrayLike, "n d"]) -> np.ndarray:
     """The sorted pairwise cosines: equal for configurations that differ by a rotation and a
     relabelling of the tokens (used to compare equilibria modulo rotation)."""
     u = np.asarray(_unit(jnp.asarray(x)))

@@ -122,7 +122,7 @@ class FlowField(eqx.Module):
         return tangent_project(x, jnp.matmul(self.weights(x, beta), vx, precision=_HI))
 
 
-def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
+def interaction_energy(x: Float[ArrayLike, "n d"], beta) -> Float[Array, ""]:
     r"""$E_\beta(X) = \frac{1}{2\beta n^2}\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}$ (for $Q = K = V = I$).
 
     At $\beta = 0$ the formula is $1/(2\beta)$ plus a term that vanishes; there the function
@@ -137,6 +137,7 @@ def interaction_energy(x: Float[Array, "n d"], beta) -> Float[Array, ""]:
     Returns:
         The energy (a scalar).
     """
+    x = jnp.asarray(x)
     n = x.shape[0]
     beta = jnp.asarray(beta, x.dtype)
     g = jnp.matmul(x, x.T, precision=_HI)

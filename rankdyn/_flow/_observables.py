@@ -17,7 +17,7 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from .._observe import MetricObserver
 from ._field import interaction_energy
@@ -31,7 +31,7 @@ COLLAPSE = ("mu", "mu_normalized", "min_cos", "mean_abs_cos")
 FLOW_METRICS = COLLAPSE + ("clusters", "energy", "diameter", "clustered")
 
 
-def cluster_count(x: Float[Array, "n d"], cos_threshold: float | Array = 0.99) -> Float[Array, ""]:
+def cluster_count(x: Float[ArrayLike, "n d"], cos_threshold: float | Array = 0.99) -> Float[Array, ""]:
     r"""Number of clusters: connected components of $\{(i, j) : \langle x_i, x_j\rangle \ge c\}$.
 
     The transitive closure is taken by $\lceil \log_2 n\rceil$ Boolean squarings of the adjacency
@@ -44,6 +44,7 @@ def cluster_count(x: Float[Array, "n d"], cos_threshold: float | Array = 0.99) -
     Returns:
         The count, as a float scalar (so it can be averaged with the other metrics).
     """
+    x = jnp.asarray(x)
     n = x.shape[0]
     g = jnp.matmul(x, x.T, precision=_HI)
     reach = (g >= cos_threshold) | jnp.eye(n, dtype=bool)
@@ -55,8 +56,9 @@ def cluster_count(x: Float[Array, "n d"], cos_threshold: float | Array = 0.99) -
     return jnp.sum(first).astype(x.dtype)
 
 
-def diameter(x: Float[Array, "n d"]) -> Float[Array, ""]:
+def diameter(x: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
     r"""$\max_{i,j} |x_i - x_j|$, from the Gram matrix ($|x_i - x_j|^2 = 2 - 2\langle x_i, x_j\rangle$ on the sphere)."""
+    x = jnp.asarray(x)
     g = jnp.matmul(x, x.T, precision=_HI)
     sq = jnp.diagonal(g)[:, None] + jnp.diagonal(g)[None, :] - 2 * g
     return jnp.sqrt(jnp.maximum(jnp.max(sq), 0))
