@@ -53,6 +53,10 @@ TARGETS: dict[str, str] = {
     "ablation": "rankdyn.experiments.ablation",
     "geometry": "rankdyn.experiments.geometry",
     "undirected": "rankdyn.experiments.undirected",
+    "flow-clustering": "rankdyn.experiments.flow_clustering",
+    "flow-metastability": "rankdyn.experiments.flow_metastability",
+    "flow-causal": "rankdyn.experiments.flow_causal",
+    "flow-limit": "rankdyn.experiments.flow_limit",
 }
 
 #: The verdicts a claim of the paper may get (computed from its numbers, never hard-coded).
