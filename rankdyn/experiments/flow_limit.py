@@ -6,7 +6,8 @@ connection, post-LN, and the attention branch scaled by $h$ (`rankdyn.SelfAttent
 $d_{QK} = 1$). Since $\mathrm{LN}(x + h y) = x + h P_x y + O(h^2)$, it is a consistent one-step
 method for the SA flow, so the error at a fixed time $T$ should be $O(h)$. We measure
 $\max |X_h(T) - X(T)|$ against a Tsit5 reference at tolerance $10^{-12}$, for two settings
-(random $Q, K, V$ with the causal and the complete mask), and fit the order.
+(random $Q, K, V$ with the causal and the complete mask), and fit the order on the three
+smallest $h$ (the asymptotic regime).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ ORDER_RANGE = (0.85, 1.15)
 
 def _sizes(quick: bool) -> dict:
     if quick:
-        return dict(hs=[0.2, 0.1, 0.05, 0.025], batch=4)
+        return dict(hs=[0.1, 0.05, 0.025, 0.0125], batch=4)
     return dict(hs=[0.2, 0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125], batch=32)
 
 
@@ -63,7 +64,8 @@ def compute(sz: dict, seed: int) -> dict:
             steps = int(round(T / h))
             xh = _discrete(jnp.asarray(mask), *(jnp.asarray(a) for a in (q, k, v, x0)), jnp.asarray(h), steps)
             errs.append(float(np.max(np.abs(np.asarray(xh) - xr))))
-        slope = float(np.polyfit(np.log(sz["hs"]), np.log(errs), 1)[0])
+        # The order is an h -> 0 statement: fitted on the three smallest steps.
+        slope = float(np.polyfit(np.log(sz["hs"][-3:]), np.log(errs[-3:]), 1)[0])
         out[name] = dict(errors=errs, order=slope, reference_steps_limit_hit=int(ref.steps_limit_hit))
     return dict(hs=list(sz["hs"]), settings=out)
 
