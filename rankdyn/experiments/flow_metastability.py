@@ -37,7 +37,7 @@ ENERGY_TOL, FLAT_FRACTION = 1e-8, 0.1
 
 def _sizes(quick: bool) -> dict:
     if quick:
-        return dict(betas=[2.0, 3.0, 4.0], batch=12, t1=1e4, saves=50, refine=2)
+        return dict(betas=[2.0, 3.0, 4.0], batch=10, t1=1e4, saves=45, refine=2)
     return dict(betas=[2.0, 3.0, 4.0, 5.0, 6.0], batch=256, t1=1e6, saves=120, refine=8)
 
 
