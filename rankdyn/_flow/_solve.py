@@ -201,15 +201,9 @@ def _piece(field, observer, x, beta, ts, real, cfg):
     solver, controller, dt0, max_steps, keep_values, keep_states = cfg
     term = diffrax.ODETerm(lambda t, y, b: field(y, b))
 
-    def save(t, y, b):
-        nrm = jnp.linalg.norm(y, axis=-1, keepdims=True)
-        u = y / nrm
-        out = {"obs": observer(u, b), "drift": jnp.max(jnp.abs(nrm - 1)), "zero": jnp.any(nrm == 0)}
-        if keep_states:
-            out["x"] = u
-        return out
-
     def one(x, b):
+        # Plain states at the saved times: an observer inside Diffrax's loop would be evaluated
+        # at every step under vmap (the save branch becomes a select), so it runs afterwards.
         sol = diffrax.diffeqsolve(
             term,
             solver,
@@ -219,14 +213,21 @@ def _piece(field, observer, x, beta, ts, real, cfg):
             x,
             args=b,
             stepsize_controller=controller,
-            saveat=diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts, fn=save), diffrax.SubSaveAt(t1=True)]),
+            saveat=diffrax.SaveAt(ts=ts),
             max_steps=max_steps,
             throw=False,
         )
-        saved, last = sol.ys
-        y = last[0]
-        y = y / jnp.linalg.norm(y, axis=-1, keepdims=True)
-        return y, saved, sol.result == diffrax.RESULTS.max_steps_reached, sol.stats["num_steps"]
+        ys = sol.ys
+        nrm = jnp.linalg.norm(ys, axis=-1, keepdims=True)
+        u = ys / nrm
+        saved = {
+            "obs": jax.vmap(observer, in_axes=(0, None))(u, b),
+            "drift": jnp.max(jnp.abs(nrm - 1), axis=(1, 2)),
+            "zero": jnp.any(nrm == 0, axis=(1, 2)),
+        }
+        if keep_states:
+            saved["x"] = u
+        return u[-1], saved, sol.result == diffrax.RESULTS.max_steps_reached, sol.stats["num_steps"]
 
     x_end, saved, hit, steps = jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(x, beta)
     vals = saved["obs"]

@@ -33,8 +33,8 @@ EPS, FRACTION = 1e-2, 0.95
 
 def _sizes(quick: bool) -> dict:
     if quick:
-        return dict(betas=[1.0, 4.0], batch=32, t1=200.0, saves=41)
-    return dict(betas=[0.5, 1.0, 2.0, 4.0, 8.0], batch=500, t1=2000.0, saves=81)
+        return dict(betas=[1.0, 4.0], batch=32, t1=3000.0, saves=41)
+    return dict(betas=[0.5, 1.0, 2.0, 4.0, 8.0], batch=500, t1=3e4, saves=81)
 
 
 def compute(sz: dict, seed: int) -> dict:
