@@ -36,7 +36,7 @@ FRACTION = 0.99
 
 def _sizes(quick: bool) -> dict:
     if quick:
-        return dict(betas=[0.5, 1.0, 2.0, 3.0], batch=64, t1=3000.0, saves=41)
+        return dict(betas=[0.5, 1.0, 2.0, 3.0], batch=48, t1=3000.0, saves=41)
     return dict(betas=[0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0], batch=1000, t1=1e5, saves=81)
 
 
