@@ -13,7 +13,7 @@ import importlib
 import sys
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
-COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "flow")
+COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "plot", "flow")
 
 
 def build_parser() -> argparse.ArgumentParser:
