@@ -54,8 +54,9 @@ def _tangent_basis(x: Float[Array, "n d"]) -> Float[Array, "nd m"]:
     return basis.reshape(n * d, n * (d - 1))
 
 
-def tangent_jacobian(field: FlowField, x: Float[Array, "n d"], beta) -> tuple[Array, Array]:
+def tangent_jacobian(field: FlowField, x: Float[ArrayLike, "n d"], beta) -> tuple[Array, Array]:
     """``(J, B)``: the field's Jacobian on the tangent space in the basis ``B`` (``(nd, n(d-1))``)."""
+    x = jnp.asarray(x)
     n, d = x.shape
     jac = jax.jacfwd(lambda y: field(y.reshape(n, d), beta).reshape(-1))(x.reshape(-1))
     b = _tangent_basis(x)
@@ -105,7 +106,7 @@ class Classification(eqx.Module):
 
 
 def classify_equilibrium(
-    field: FlowField, x: Float[Array, "n d"], beta, *, tol: float = 1e-8
+    field: FlowField, x: Float[ArrayLike, "n d"], beta, *, tol: float = 1e-8
 ) -> Classification:
     r"""Classify an equilibrium by the real parts of the tangent-space Jacobian's eigenvalues.
 
