@@ -104,10 +104,12 @@ def run(args) -> int:
 
     from .._io import CompileTimer, provenance, write_json
     from .._masks import make_mask
+    from ..cli import begin_compute
     from ..flow import FlowField, solve_flow
 
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(mask, args.d, args.dynamics)
+    begin_compute()  # every flag is checked: a ValueError from here on is an internal error
     dtype = jnp.float64 if args.x64 else jnp.float32
     x0 = jax.random.normal(jax.random.PRNGKey(args.seed), (args.batch, args.n, args.d), dtype)
     with CompileTimer() as timer:
