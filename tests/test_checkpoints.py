@@ -220,3 +220,17 @@ def test_minilm_equals_hf(tmp_path):
     ref = hf_hidden_states(hf, ids)
     assert rel_err(ckpt.hidden_states(ids), ref) < TOL["float32"]
     assert rel_err(_with_activation(ckpt, "gelu_tanh").hidden_states(ids), ref) > 10 * TOL["float32"]
+
+
+def test_layer_extras_are_validated():
+    """Biases need the shapes the weights imply (b_o needs w_o); activations are a closed list."""
+    w = np.zeros((2, 4, 2))
+    with pytest.raises(ValueError, match=r"b_q must have shape \(2, 2\)"):
+        rd.SelfAttentionLayer(np.eye(3, dtype=bool), w, w, w, w_o=np.zeros((4, 4)), b_q=np.zeros(4))
+    with pytest.raises(ValueError, match="b_o is the bias of the output projection"):
+        rd.SelfAttentionLayer(np.eye(3, dtype=bool), np.eye(4), np.eye(4), np.eye(4), b_o=np.zeros(4))
+    with pytest.raises(ValueError, match="activation='swish'"):
+        rd.MLPWeights(jnp.zeros((4, 8)), jnp.zeros(8), jnp.zeros((8, 4)), jnp.zeros(4), activation="swish")
+    stack = rd.SelfAttentionLayer(np.eye(3, dtype=bool), *(np.zeros((2, 1, 4, 4)),) * 3)
+    with pytest.raises(ValueError, match="per-layer weights for 2 layers"):
+        rd.simulate(stack, np.ones((3, 4)), 3)
