@@ -3,6 +3,7 @@ remembers it per machine, and no candidate moves a result by more than the 4-ulp
 
 import jax.random as jr
 import numpy as np
+import pytest
 from helpers import ulp_distance
 
 import rankdyn as rd
@@ -11,13 +12,14 @@ from rankdyn._observe import MetricObserver, parse_metrics
 from rankdyn._scan import auto_chunk
 
 
+@pytest.mark.slow  # ~12 s: 3 timed candidates + 3 simulate programs
 def test_tuned_chunk_is_a_candidate_cached_and_within_four_ulps(getkey, tmp_path, monkeypatch):
     monkeypatch.setenv("RANKDYN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_autotune, "_memory", {})
     n, d, num, depth = 4, 3, 40, 12
     layer = rd.make_layer(getkey(), n=n, d=d, mask="causal")
     x0 = rd.initial_tokens(getkey(), "sphere", n, d, batch=num)
-    names = "mu,eps_min,min_cos,sigma_min"
+    names = "mu,eps_min,min_cos,row_norm_min"
     obs = MetricObserver(parse_metrics(names))
     cands = _autotune.candidates(auto_chunk(num, n, d, 8, "cpu"), num)
     assert cands == [10, 20, 40]
