@@ -5,7 +5,7 @@ read and written ~10 times per layer) whose best answer depends on the CPU, the 
 observer: on the 2-core Intel dev box, n = 16, d = 32 ran fastest at 64 trajectories (128 KiB
 of tokens) but n = 32, d = 64 at 128-256 (1-2 MiB), and 4x too large a chunk cost 1.2-1.6x
 (process CPU time, `benchmarks/chunk_speed.py`). So, like XLA's autotuning, the first
-sizeable run of a shape times a few candidates around the cache-sized rule
+sizeable run of a shape (>= 1e11 model FLOPs) times a few candidates around the cache-sized rule
 (`rankdyn._scan.auto_chunk`): one chunk each, over a few layers, best of three, and keeps the
 fastest per trajectory. The choice is stored in ``$RANKDYN_CACHE_DIR/chunks.json`` (default
 ``~/.cache/rankdyn``) keyed by CPU model, core count, shape, dtype, layer variant and observer,
@@ -30,9 +30,10 @@ from ._scan import DepthPlan, _first, _source, auto_chunk
 
 __all__ = ["tuned_chunk", "candidates"]
 
-#: Tune only runs of at least this many model FLOPs (about 0.2 s at this machine's peak):
-#: below it the candidates' compiles cost more than a better chunk can save.
-TUNE_MIN_FLOPS = 2e10
+#: Tune only runs of at least this many model FLOPs (1-2 s on a 2-core CPU): tuning costs one
+#: compile per candidate (a few seconds, once per machine and shape), which smaller runs, such
+#: as the tests' and most of ``rankdyn reproduce --quick``'s, would not win back.
+TUNE_MIN_FLOPS = 1e11
 #: Model FLOPs of one timed candidate run (tens of ms), enough to rise above timer noise.
 _TIMED_FLOPS = 2e9
 _memory: dict[str, int] = {}
@@ -61,8 +62,11 @@ def layer_flops(layer) -> int:
 
 
 def candidates(default: int, num: int) -> list[int]:
-    """The sizes timed: a quarter, half, once and twice the cache-sized rule, within ``[1, num]``."""
-    return sorted({max(1, min(num, c)) for c in (default // 4, default // 2, default, 2 * default)})
+    """The sizes timed: 1/16, 1/4, 1/2, 1 and 2 times the cache-sized rule, within ``[1, num]``
+    (1/16: at n = 16, d = 32 the best chunk was 64 trajectories where the rule gives 1024)."""
+    return sorted(
+        {max(1, min(num, c)) for c in (default // 16, default // 4, default // 2, default, 2 * default)}
+    )
 
 
 def _key(layer, observe, x0, save_every: int, eps: bool) -> str:
