@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 
-def _timed(run, name, rows):
+def _timed(run, name, rows, json_path=None):
     from rankdyn._io import CompileTimer
 
     @functools.wraps(run)  # keeps the signature: run_targets looks for a ``cache`` keyword
@@ -37,7 +37,11 @@ def _timed(run, name, rows):
                     "cpu_s": time.process_time() - c0,
                     "compile_s": ct.compile_s,
                     "compiles": ct.compiles,
+                    "load_after": os.getloadavg()[0],
                 }
+                if json_path:  # after each target, so a run cut short keeps what it measured
+                    json_path.parent.mkdir(parents=True, exist_ok=True)
+                    json_path.write_text(json.dumps(rows, indent=1))
 
     return wrapper
 
@@ -57,7 +61,7 @@ def main(argv=None) -> int:
     rows: dict[str, dict] = {}
     for name in names:
         mod = importlib.import_module(experiments.TARGETS[name])
-        mod.run = _timed(mod.run, name, rows)
+        mod.run = _timed(mod.run, name, rows, args.json)
     load0, c0 = os.getloadavg(), time.process_time()
     out = args.out or Path(tempfile.mkdtemp(prefix="rankdyn-reproduce-speed-"))
     res = experiments.run_targets(names, out, quick=not args.full, progress=False)

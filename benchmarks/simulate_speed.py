@@ -1,22 +1,28 @@
-"""rankdyn.simulate against a PyTorch eager loop computing the same metrics, and the machine's peak, in one run.
+"""rankdyn.simulate against PyTorch, a hand-written JAX loop and the machine's peak, in one run.
 
-    python benchmarks/simulate_speed.py [--json OUT] [--configs small,bert,long] [--metrics default,mu]
-                                        [--devices both|1|all] [--repeats N] [--quick]
-                                        [--no-readme] [--no-torch] [--no-memory] [--no-all-metrics]
+    python benchmarks/simulate_speed.py [--quick] [--json OUT] [--configs small,bert,long]
+                                        [--metrics default,mu] [--devices both|1|all] [--repeats N>=3]
+                                        [--no-readme] [--force-readme] [--no-torch] [--no-memory]
 
-Per configuration (post-LN, orthogonal W_V, BERT-uniform W_Q/W_K, float32; `speed/_configs.py`),
-on identical inputs and weights:
+Per configuration and metric set (post-LN, orthogonal W_V, BERT-uniform W_Q/W_K, float32;
+`speed/_configs.py`), on identical inputs and weights:
 
-* rankdyn ``simulate`` with the default metrics and with ``metrics="mu,eps_min"`` (batch
-  statistics streamed, as the CLI runs it), each on 1 device and on every core
-  (`rankdyn.use_cpu_devices`), each variant in its own process (`speed/_rankdyn_child.py`);
-* PyTorch computing the same metrics at the same layers (`speed/_reference_torch.py`), first
-  checked against rankdyn on a short run;
+* rankdyn ``simulate`` with the default metrics or ``metrics="mu,eps_min"`` (batch statistics
+  streamed, as the CLI runs it), on 1 device and on every core (`rankdyn.use_cpu_devices`),
+  each variant in its own process (`speed/_rankdyn_child.py`);
+* on 1 device, mu-only: the hand-written ``jit`` + ``lax.scan`` loop (`speed/_reference_jax.py`)
+  in the same process;
+* PyTorch computing the same metrics at the same layers in two formulations, batched ``@`` and
+  ``einsum``, ``torch.set_num_threads(cores)`` (`speed/_reference_torch.py`), first checked
+  against rankdyn on a short run; the faster is the baseline;
 * the float32 matmul peak over all cores, measured in the same run (`speed/_hardware.py`).
 
-Reported: wall and process CPU seconds, cores busy (CPU / wall), the ratios, and the fraction
-of the peak by model FLOPs (Q, K, V projections, QK^T, AV; softmax, LN, metrics not counted).
-The table goes into ``benchmarks/README.md`` between markers (`speed/_readme.py`).
+Every figure is the median of ``--repeats`` runs (>= 3) with min and max (`speed/_repeat.py`),
+wall and process CPU seconds, with the load average before and after each row. A start load
+above 0.25 per core marks the run "loaded machine, not comparable" and leaves the README
+tables alone. ``--quick`` (~2 min on 2 cores): small and bert mu-only, small default metrics on
+256 trajectories. The tables go into ``benchmarks/README.md`` between markers (`speed/_readme.py`).
+``RANKDYN_BENCH_TINY=1`` shrinks every configuration to check the script itself.
 """
 
 from __future__ import annotations
