@@ -13,7 +13,7 @@ import importlib
 import sys
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
-COMMANDS = ("simulate", "reproduce", "sweep", "equilibria")
+COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "plot")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,13 +12,16 @@ import pytest
 
 import rankdyn as rd
 from rankdyn._io import to_jsonable
+from rankdyn._progress import target_progress
 from rankdyn.experiments import RESULT_KEYS, VERDICTS
 from rankdyn.experiments import counterexample_2d as ce
 from rankdyn.experiments import equilibria_ranks as er
 from rankdyn.experiments import positive_measure as pm
 
 
-def _check_contract(res, module, out):
+def _check_contract(res, module, out, steps):
+    # Progress per step of real work: the target planned its steps and reported every one.
+    assert steps.total is not None and steps.done == steps.total >= 1
     assert set(RESULT_KEYS) <= set(res)
     assert res["name"] == module.NAME
     assert res["claim"] == module.CLAIM
@@ -32,8 +35,9 @@ def _check_contract(res, module, out):
 
 @pytest.mark.slow
 def test_counterexample_2d_tiny(tmp_path):
-    res = ce.run(tmp_path, quick=True, seed=0, tiny=True)
-    _check_contract(res, ce, tmp_path)
+    with target_progress(ce.NAME, enabled=False) as steps:
+        res = ce.run(tmp_path, quick=True, seed=0, tiny=True)
+    _check_contract(res, ce, tmp_path, steps)
     m = res["measured"]["w=2"]
     step = res["setting"]["basin_step"]
     # Oracle (docs/theory.md#constructions): the basin of B is the single arc (theta_A, 270) with theta_A = 120 deg at w = 2.
@@ -63,8 +67,9 @@ def test_basin_points_on_both_sides_of_a():
 
 
 def test_equilibria_ranks_tiny(tmp_path):
-    res = er.run(tmp_path, quick=True, seed=0, tiny=True)
-    _check_contract(res, er, tmp_path)
+    with target_progress(er.NAME, enabled=False) as steps:
+        res = er.run(tmp_path, quick=True, seed=0, tiny=True)
+    _check_contract(res, er, tmp_path, steps)
     m = res["measured"]["N=d=4, w=4"]
     for k in range(1, 5):
         e = m[f"k={k}"]
@@ -87,8 +92,9 @@ def test_equilibria_ranks_tiny(tmp_path):
 
 @pytest.mark.slow
 def test_positive_measure_tiny(tmp_path):
-    res = pm.run(tmp_path, quick=True, seed=0, tiny=True)
-    _check_contract(res, pm, tmp_path)
+    with target_progress(pm.NAME, enabled=False) as steps:
+        res = pm.run(tmp_path, quick=True, seed=0, tiny=True)
+    _check_contract(res, pm, tmp_path, steps)
     lem = next(v for k, v in res["measured"].items() if k.startswith("lemma13 d=3, w=2"))
     # Lemma 13 at d = 3 (docs/theory.md#constructions: no violations): every start keeps X_(2,d-1) <= -1/w and rank 2.
     assert lem["paper"]["noncollapse"] == lem["paper"]["samples"]

@@ -16,8 +16,8 @@ U = V.untestable("u", "cannot fail here")
         ([P, P, P], "reproduced"),
         ([P], "reproduced"),
         ([P, P, U], "partially"),  # an untestable check caps the verdict
-        ([U], "not reproduced"),  # nothing testable: nothing shown
-        ([], "not reproduced"),
+        ([U], "not testable here"),  # nothing testable: nothing shown, nothing refuted
+        ([], "not testable here"),
         ([P, F], "partially"),  # exactly half
         ([P, P, F], "partially"),
         ([P, F, F], "not reproduced"),  # one of three, the old lenient rule said "partially"

@@ -245,18 +245,15 @@ def _plot(records, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plotting import plot_equilibria_moduli
+    from ..plotting import plot_equilibria_moduli_grid
 
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.08 * len(records) + 3), 4))
-    if records:
-        plot_equilibria_moduli(
-            [e["moduli"] for e in records],
-            [e["rank"] for e in records],
-            closed_form=[e["closed_form_match"] is not False for e in records],
-            ax=ax,
-            title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} d={args.d}",
-        )
-    fig.tight_layout()
+    # A panel per rank at a printable size, however many equilibria the census found.
+    fig = plot_equilibria_moduli_grid(
+        [e["moduli"] for e in records],
+        [e["rank"] for e in records],
+        closed_form=[e["closed_form_match"] is not False for e in records],
+        title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} d={args.d}",
+    )
     fig.savefig(args.out / "eigen_moduli.png", dpi=120)
     plt.close(fig)
 

@@ -13,8 +13,9 @@ from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES
 from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
-from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive, model_config
+from ._checks import check_nonnegative, check_out_dir, check_positive, model_config
 from ._devices import add_devices_flag, sharding_devices
+from ._table import LineHelpFormatter, metrics_help
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -39,7 +40,13 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--norm", choices=PLACEMENTS, default="post", help="normalisation placement")
     g.add_argument("--ln", choices=LN_NAMES, default="sphere", help="normalisation variant")
-    g.add_argument("--value", choices=VALUE_NAMES, default="orthogonal", help="value matrix family")
+    g.add_argument(
+        "--value",
+        choices=VALUE_NAMES,
+        default="orthogonal",
+        help="value matrix family (gaussian: i.i.d. N(0, 1/d) entries, std 1/sqrt(d); scaled: gaussian "
+        "rescaled to spectral norm 1)",
+    )
     g.add_argument("--w", type=float, default=2.0, help="superdiagonal weight of bidiagonal/jordan W_V")
     g.add_argument(
         "--jordan-k", type=int, default=None, help="Jordan block size, --value jordan only (default: d)"
@@ -82,8 +89,9 @@ def add_parser(sub) -> None:
         "simulate",
         help="simulate an ensemble and save per-layer metrics",
         description="Simulate a batch of trajectories of the masked attention + LN map and save "
-        "per-layer metrics (metrics.json) and a log-log mu plot (mu.png).",
-        formatter_class=HelpFormatter,
+        "per-layer metrics (metrics.json), a table of the metrics asked for and one semi-log figure per "
+        "metric (<metric>.png; mu.png by default).",
+        formatter_class=LineHelpFormatter,
     )
     add_model_flags(p)
     p.add_argument("--layers", type=int, default=128, help="depth T")
@@ -92,10 +100,12 @@ def add_parser(sub) -> None:
         "--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)"
     )
     p.add_argument("--rank-tol", type=float, default=1e-6, help="relative tolerance of the numerical rank")
+    p.add_argument("--metrics", default="all", help=metrics_help())
     p.add_argument(
-        "--metrics",
-        default="all",
-        help="comma-separated metrics to record, e.g. mu,eps_min (default: all; spectral ones cost an SVD)",
+        "--plot",
+        default=None,
+        metavar="M,...",
+        help="metrics to draw, one <metric>.png each (default: those of --metrics; mu only for all)",
     )
     p.add_argument(
         "--per-trajectory",
@@ -130,8 +140,10 @@ def check_run_args(args, config):
         ``(metric names, estimated peak bytes)``.
     """
     from .._observe import parse_metrics
+    from ._table import plot_names
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
+    plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
     if args.chunk is not None and args.chunk < 1:
         raise ValueError(
             f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024."
@@ -265,41 +277,25 @@ def run(args) -> int:
     write_json(args.out / "metrics.json", result)
     if summary:
         _plot(traj, summary, args)
-    _print_table(traj, summary, info, result)
+    _print_table(traj, summary, info, result, args.metrics)
     return 0
 
 
 def _plot(traj, summary, args) -> None:
-    import matplotlib
+    from ._table import plot_names, save_figures
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..plotting import plot_metric_band
-
-    name = "mu" if "mu" in summary else next(iter(summary))
-    fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
-    plot_metric_band(
-        traj.layers,
-        summary[name]["mean"],
-        summary[name]["std"],
-        ax=ax,
-        label=name,
-        ylabel=f"{name} (mean +- std)",
-        dtype=traj.summary.mean[name].dtype,
-    )
-    ax.set_title(f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}", fontsize=9)
-    fig.savefig(args.out / "mu.png", dpi=120)
-    plt.close(fig)
+    title = f"mask={args.mask} norm={args.norm} value={args.value} n={args.n} d={args.d}"
+    save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
 
 
-def _print_table(traj, summary, info, result) -> None:
+def _print_table(traj, summary, info, result, asked: str = "all") -> None:
     import numpy as np
+
+    from ._table import table_columns
 
     layers = np.asarray(traj.layers)
     idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
-    cols = [c for c in ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min") if c in summary]
-    cols = cols or list(summary)[:6]
+    cols = table_columns(tuple(summary), asked)
     print(
         f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}"
     )

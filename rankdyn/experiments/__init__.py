@@ -10,8 +10,9 @@ One module per target (named after the target with underscores). Each defines
   ``markdown`` block for the report). The verdict is one of `VERDICTS` and is computed in code
   from the measured numbers; ``criterion`` states the rule in words.
 
-A target may also return ``checks`` (`_verdict.checks_json`) and ``key_numbers`` (label ->
-number) for the short report, and may accept a keyword ``cache`` (a dict shared by the targets
+A target may also return ``checks`` (`_verdict.checks_json`), ``key_numbers`` (label ->
+number) for the short report, ``model`` (the model measured when it is a stand-in for the
+paper's, shown next to the verdict), and may accept a keyword ``cache`` (a dict shared by the targets
 of one `run_targets` call, e.g. the ablation runs reused by ``geometry``).
 
 `run_targets` imports the modules lazily (so a broken target cannot break the others), runs
@@ -122,6 +123,7 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
         still run.
     """
     from .._io import provenance, write_json
+    from .._progress import target_progress
 
     names = resolve_targets(names)
     out = Path(out)
@@ -142,7 +144,9 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
         try:
             mod = importlib.import_module(TARGETS[name])
             kw = {"cache": cache} if "cache" in inspect.signature(mod.run).parameters else {}
-            res = _check_result(name, mod.run(out, quick=quick, seed=seed, **kw))
+            # Per step of real work inside the target, with an ETA from its measured steps.
+            with target_progress(name, enabled=progress):
+                res = _check_result(name, mod.run(out, quick=quick, seed=seed, **kw))
         except Exception as err:  # noqa: BLE001 - one failing target must not hide the others
             failed.append(name)
             res = {

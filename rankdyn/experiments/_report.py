@@ -14,10 +14,43 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["write_report", "render_target", "MAX_LINES"]
+__all__ = ["write_report", "render_target", "format_number", "format_table", "summary_row", "MAX_LINES"]
 
 #: The summary report stays readable: at most this many lines.
 MAX_LINES = 200
+
+
+def format_number(x, digits: int = 3) -> str:
+    """A number to ``digits`` significant digits (``0.000123``, ``1.23e+04``); ints, bools and
+    text unchanged. The one number format of reports and notes: no 16-digit floats."""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x)).lower()
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        return f"{float(x):.{digits}g}"
+    return str(x)
+
+
+def format_table(data: dict, *, key: str = "", digits: int = 3) -> str:
+    """A Markdown table of a dict: one row per key; nested dicts give one column per inner key.
+
+    ``{"complete": 0.5123456789, "causal": 0.61}`` -> a two-column table ``| key | value |``;
+    ``{"complete": {"rate": 0.51, "bound": 0.9}}`` -> ``| key | rate | bound |``. Numbers to
+    ``digits`` significant digits (`format_number`), so raw ``repr`` floats never reach a report.
+
+    Arguments:
+        data: the rows.
+        key: the first column's header (what the keys are, e.g. "mask").
+        digits: significant digits of the numbers.
+    """
+    nested = all(isinstance(v, dict) for v in data.values()) and data
+    cols = list(dict.fromkeys(k for v in data.values() for k in v)) if nested else ["value"]
+    rows = [f"| {key} | " + " | ".join(map(str, cols)) + " |", "|" + "---|" * (len(cols) + 1)]
+    for k, v in data.items():
+        cells = [v.get(c, "") for c in cols] if nested else [v]
+        rows.append(f"| {k} | " + " | ".join(format_number(c, digits) for c in cells) + " |")
+    return "\n".join(rows)
 
 
 def _fmt_value(v) -> str:
@@ -30,7 +63,7 @@ def _fmt_value(v) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float):
-        return f"{v:.3g}"
+        return format_number(v)
     if isinstance(v, int):
         return str(v)
     if isinstance(v, str):
@@ -90,6 +123,8 @@ def render_target(res: dict, out: Path | None = None, prefix: str = "../") -> st
     lines += ["## Measured", ""] + _bullets(res.get("measured", {})) + [""]
     for fig in res.get("figures", []):
         lines += [_figure(out, fig, prefix, f"{res['name']}: {fig}"), ""]
+    if res.get("model"):
+        lines += [f"**Model.** {res['model']}", ""]
     if res.get("notes"):
         lines += [f"**Notes.** {res['notes']}", ""]
     if "traceback" in res:
@@ -106,7 +141,7 @@ def _summary_section(res: dict, out: Path) -> list[str]:
     """A target's part of the short report: paragraph, key numbers, checks, main figure."""
     name = res["name"]
     claim = " ".join(str(res.get("claim", "")).split())
-    lines = [f'<a id="{name}"></a>', "", f"## {name}: {res['verdict']}", "", claim, ""]
+    lines = [f'<a id="{name}"></a>', "", f"## {name}: {_verdict_text(res)}", "", claim, ""]
     key = res.get("key_numbers") or {}
     if key:
         lines.append(
@@ -124,6 +159,30 @@ def _summary_section(res: dict, out: Path) -> list[str]:
         lines += [_figure(out, figs[0], "", f"{name}: main figure"), ""]
     lines += [f"Full listing: [report/{name}.md](report/{name}.md).", ""]
     return lines
+
+
+def _verdict_text(res: dict) -> str:
+    """The verdict, with the model it was measured on when the target ran on a stand-in (the
+    optional ``model`` field of a result, e.g. "random-init stand-in, no trained checkpoint")."""
+    return f"{res['verdict']} (model: {res['model']})" if res.get("model") else res["verdict"]
+
+
+#: Header of the summary table's checks column; `summary_row` fills it in the same order.
+CHECKS_HEADER = "checks: passed / testable / all"
+
+
+def summary_row(name: str, res: dict) -> str:
+    """One row of the summary table: target, verdict (and model), checks, wall time.
+
+    The checks cell is ``passed / testable / all``, as its header (`CHECKS_HEADER`) says: e.g.
+    ``3 / 4 / 5`` is 3 passes among the 4 checks that could fail here, of 5 in all.
+    """
+    checks = res.get("checks") or []
+    testable = [c for c in checks if c["status"] != "not testable here"]
+    passed = sum(c["status"] == "pass" for c in testable)
+    cell = f"{passed} / {len(testable)} / {len(checks)}" if checks else "-"
+    wall = res.get("runtime_s", float("nan"))
+    return f"| [{name}](#{name}) | {_verdict_text(res)} | {cell} | {wall:.1f} |"
 
 
 def _is_num(v) -> bool:
@@ -153,26 +212,22 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         "# rankdyn reproduce: report",
         "",
         "Wu, Ajorlou, Wang, Jegelka, Jadbabaie, *On the Role of Attention Masks and LayerNorm in Transformers*, "
-        "NeurIPS 2024. Each verdict is computed from the target's checks: reproduced = every check testable and "
-        "passed; partially = at least half of the testable checks pass, or a check could not fail here; otherwise "
-        "not reproduced. The model, theorems and settings are explained in rankdyn's docs/theory.md.",
+        "NeurIPS 2024. Each verdict is computed from the target's checks. A claim of the paper is: reproduced = "
+        "every check testable and passed; partially = at least half of the testable checks pass, or a check could "
+        "not fail here; not reproduced = otherwise; not testable here = no check could fail here. An open "
+        "question (the authors' conjecture) is: counterexample found; no evidence against (none found, positive "
+        "control passed); inconclusive (none found, control missed). A verdict followed by (model: ...) was "
+        "measured on that model. The model, theorems and settings are explained in rankdyn's docs/theory.md.",
         "",
         f"Mode: {'quick (reduced sizes)' if quick else 'full'}; seed {seed}; total {runtime_s:.1f} s; "
         f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}. Verdicts: "
         + ", ".join(f"{k} {v}" for k, v in counts.items())
         + ".",
         "",
-        "| target | verdict | checks passed (testable / all) | wall (s) |",
+        f"| target | verdict | {CHECKS_HEADER} | wall (s) |",
         "|---|---|---|---|",
     ]
-    for name, res in results.items():
-        checks = res.get("checks") or []
-        testable = [c for c in checks if c["status"] != "not testable here"]
-        passed = sum(c["status"] == "pass" for c in testable)
-        cell = f"{passed} / {len(testable)} / {len(checks)}" if checks else "-"
-        lines.append(
-            f"| [{name}](#{name}) | {res['verdict']} | {cell} | {res.get('runtime_s', float('nan')):.1f} |"
-        )
+    lines += [summary_row(name, res) for name, res in results.items()]
     lines.append("")
     for name, res in results.items():
         lines += _summary_section(res, out)

@@ -12,7 +12,12 @@ Rules (`verdict`):
 - "reproduced": every check is testable and passes;
 - "partially": at least half of the testable checks pass, or every testable one passes but some
   check was not testable (an untestable check caps the target at "partially");
-- "not reproduced": otherwise, and when no check is testable at all.
+- "not reproduced": otherwise;
+- "not testable here": no check is testable at all (nothing here could have failed, so nothing
+  was reproduced or refuted).
+
+Open questions (a conjecture, not a claim the paper proves) get their own words
+(`open_question_verdict`): "counterexample found", "no evidence against", "inconclusive".
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ __all__ = [
     "bound_check",
     "count_check",
     "verdict",
+    "open_question_verdict",
     "VERDICT_RULE",
+    "OPEN_QUESTION_RULE",
     "checks_json",
     "checks_markdown",
     "BOUND_ONE_TOL",
@@ -41,7 +48,14 @@ BOUND_ONE_TOL = 1e-6
 VERDICT_RULE = (
     "reproduced = every check testable and passed; partially = at least half of the testable checks pass "
     "(a check that cannot fail here is shown as 'not testable' and caps the verdict at partially); "
-    "otherwise not reproduced."
+    "otherwise not reproduced; not testable here = no check could fail here."
+)
+
+#: The rules of `open_question_verdict` in one sentence.
+OPEN_QUESTION_RULE = (
+    "counterexample found = the search found a case the conjecture rules out; no evidence against = it found "
+    "none while its positive control (a case known to exist) was found; inconclusive = it found none and "
+    "missed the positive control, so finding none means nothing."
 )
 
 
@@ -97,13 +111,31 @@ def verdict(checks: Sequence[Check]) -> str:
     """The verdict of a list of checks by the rules of this module (see the module docstring)."""
     testable = [c for c in checks if c.testable]
     if not testable:
-        return "not reproduced"
+        return "not testable here"
     passed = sum(bool(c.passed) for c in testable)
     if passed == len(testable) and len(testable) == len(checks):
         return "reproduced"
     if 2 * passed >= len(testable):
         return "partially"
     return "not reproduced"
+
+
+def open_question_verdict(found: bool, control_passed: bool) -> str:
+    """The verdict of an open question (`OPEN_QUESTION_RULE`) searched with a positive control.
+
+    Arguments:
+        found: the search found a counterexample to the conjecture (a case it rules out).
+        control_passed: the search found the positive control, a case known to exist (so it can
+            find what it looks for).
+
+    Returns:
+        "counterexample found" when ``found`` (a found case stands whatever the control did; the
+        report shows the control next to it), else "no evidence against" when the control passed,
+        else "inconclusive".
+    """
+    if found:
+        return "counterexample found"
+    return "no evidence against" if control_passed else "inconclusive"
 
 
 def checks_json(checks: Sequence[Check]) -> list[dict]:

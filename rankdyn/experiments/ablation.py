@@ -29,8 +29,34 @@ CLAIM = (
 SHALLOW = 12
 
 
+def depth_figure(layers, panels: dict, setting: dict, view: int):
+    """``ablation_depth<view>.png``: mu against depth, a row per variant and a column per mask.
+
+    Arguments:
+        layers: saved layers.
+        panels: ``{"<variant>: <mask>": {mode: band}}``, variant-major, masks in `PAPER_MASKS` order.
+        setting: the run's sizes (``n, d, heads, batch, dtype``).
+        view: the last layer shown.
+    """
+    from ..plotting import plot_band_panels
+
+    modes = list(dict.fromkeys(mode for curves in panels.values() for mode in curves))
+    return plot_band_panels(
+        layers,
+        panels,
+        ncols=len(PAPER_MASKS),
+        xmax=view,
+        dtype=setting["dtype"],
+        panel_size=(2.5, 1.8),
+        sharey="row",
+        legend_title="dropout mode",
+        suptitle=f"mu vs layer, first {view} layers, {' vs '.join(modes)}, n={setting['n']}, d={setting['d']}, "
+        f"{setting['heads']} heads, {setting['batch']} samples",
+    )
+
+
 def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None) -> dict:
-    from ..plotting import plot_band_panels, save_figure
+    from ..plotting import save_figure
 
     out = Path(out)
     res = ablation_runs(quick, seed, size, cache=cache)
@@ -41,20 +67,18 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
     modes = [md for md in DROPOUT_MODES if any(q == md for _, q in runs)]
 
     summary, figs = {}, []
-    # One panel per variant; colour = mask, line style = dropout mode, so the modes are compared
-    # in one figure.
+    # Small multiples: a row per variant, a column per mask, a curve per dropout mode (colour and
+    # line style), so no panel holds more than 3 curves; a row shares one y range, so a variant's
+    # masks compare by height while the SAN's 1e-40 does not flatten the LN rows.
     panels = {}
     styles = ("-", "--", ":", "-.")
-    for p in modes:
-        for (label, q), r in runs.items():
-            if q != p:
-                continue
+    for (label, p), r in runs.items():
+        if p in modes:
             ok_all = ~r["nonfinite"]
-            panels.setdefault(label, {})
             for i, m in enumerate(masks):
                 b = band(r["metrics"]["mu"][i], ok_all[i])
-                panels[label][f"{MASK_LABELS[m]}, {p}"] = b | {
-                    "color": f"C{i}",
+                panels.setdefault(f"{label}: {MASK_LABELS[m]}", {})[p] = b | {
+                    "color": f"C{modes.index(p)}",
                     "linestyle": styles[modes.index(p) % len(styles)],
                 }
                 summary[f"{label}|{m}|{p}"] = {
@@ -74,18 +98,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
                     "degenerate_ln": int(np.sum(r["degenerate"][i])),
                 }
     for view in (depth, shallow):
-        fig = plot_band_panels(
-            layers,
-            panels,
-            ncols=len(panels),
-            xmax=view,
-            dtype=setting["dtype"],
-            panel_size=(2.9, 2.8),
-            suptitle=f"mu vs layer, first {view} layers, {' vs '.join(modes)}, "
-            f"n={setting['n']}, d={setting['d']}, {setting['heads']} heads, "
-            f"{setting['batch']} samples",
+        figs.append(
+            save_figure(depth_figure(layers, panels, setting, view), out / f"ablation_depth{view}.png")
         )
-        figs.append(save_figure(fig, out / f"ablation_depth{view}.png"))
 
     def get(v, m, p, key):
         return summary[f"{v}|{m}|{p}"][key]

@@ -230,6 +230,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     """
     from .. import plotting
     from .._constructions import example_2d, uniform_causal_layer
+    from .._progress import plan_steps, step_done
     from .._simulate import simulate
     from .._weights import spectral_normalized
 
@@ -238,6 +239,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     sz = _sizes(quick, tiny)
     measured: dict = {}
     checks: dict = {}
+    plan_steps(len(sz["basin_ws"]) + len(sz["joint_ws"]))  # progress: one step per w and part
     with jax.enable_x64(True):
         # --- 1-2. first-token ratio and basin of B, per w
         basins = {}
@@ -246,6 +248,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
             layer = uniform_causal_layer(2, 2, ex["W_V"])
             ft = first_token_ratio(layer, [30.0, 200.0], sz["traj_steps"])
             bs = basin_of_b(layer, ex, sz["basin_step"], sz["basin_steps"])
+            step_done(f"basin w={w:g}")
             basins[w] = bs
             err = [
                 bs["measured_arc"][0] - bs["predicted_arc"][0],
@@ -276,6 +279,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
             ex = example_2d(w)
             layer = uniform_causal_layer(2, 2, ex["W_V"])
             jt = joint_noncollapse(layer, ex, sz["joint_step"], sz["horizons"], sz["save_every"])
+            step_done(f"joint w={w:g}")
             joints[w] = jt
             ref = REFERENCE_JOINT_FRACTION.get(float(w))
             measured[f"joint w={w:g}"] = {

@@ -190,6 +190,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     ``seed`` is recorded but unused: every equilibrium is in closed form.
     """
     from .. import plotting
+    from .._progress import plan_steps, step_done
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,11 +210,13 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         "classification | min # contracting dirs |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    plan_steps(len(sz["ns"]) * len(sz["w_factors"]))  # progress: one step per (N, w) analysis
     with jax.enable_x64(True):
         for n in sz["ns"]:
             for fac in sz["w_factors"]:
                 w = float(n) * fac
                 r = analyse(n, n, w)
+                step_done(f"N=d={n} w={w:g}")
                 results.append(r)
                 key = f"N=d={n}, w={w:g}"
                 entry = {}

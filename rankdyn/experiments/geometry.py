@@ -187,6 +187,8 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
             "row_norm_floor": norm_floor,
         },
         "verdict": verdict,
+        # The report's summary row names the model: a stand-in, not the paper's pretrained ones.
+        "model": "random-init full transformer block, a stand-in for the paper's pretrained models",
         "criterion": (
             "on the full block (closest to a real transformer), for all four masks: g1 the mean numerical rank equals "
             "min(n, d) at every layer; g2 sigma_min at the last layer > 1e-3 x its layer-0 value; g3 mean |cos| at the "

@@ -23,6 +23,7 @@ from .._rates import bound_rate, fit_rate_window, log10_bound_gap
 from . import _verdict as V
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
+from ._report import format_table
 from ._runs import band, san_layer, simulate_stacked, with_masks
 
 NAME = "masks-collapse"
@@ -145,7 +146,7 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     figs = [save_figure(fig, out / "masks_collapse_mu.png")]
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
     plot_rates_vs_bounds(
         [MASK_LABELS[m] for m in MASKS],
         [per_mask[m]["fitted_rate"] for m in MASKS],
@@ -153,7 +154,6 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         ax=ax,
         title="Theorem 1: fitted per-layer factor vs (1-eps^r)^(1/r)",
     )
-    fig.tight_layout()
     figs.append(save_figure(fig, out / "masks_collapse_rates.png"))
 
     rows = [
@@ -182,15 +182,22 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     )
     if not ordering:
         notes += (
-            f" The locality ordering failed over the first {EARLY} layers: average factors of mu(LN(X)) {ge}."
+            f" The locality ordering failed over the first {EARLY} layers; average factors of mu(LN(X)):\n\n"
+            + format_table({MASK_LABELS[m]: x for m, x in ge.items()}, key="mask")
+            + "\n\n"
         )
     if ordering != ordering_final:
         notes += (
-            f" The ordering at the final depth differs from the first {EARLY} layers (average factors {g}): the "
+            f" The ordering at the final depth differs from the first {EARLY} layers (average factors per layer "
+            "of mu(LN(X)) in the table below): the "
             "uni-directional window overtakes the bidirectional one once t exceeds ~2n, because on a directed path "
             "the centre's information travels as a front (~1/2 token per layer) and the chain then contracts "
             "geometrically, whereas a bidirectional window only diffuses ~sqrt(t) tokens (mixing time ~n^2). The "
-            "radius r orders the bounds, not the actual speeds at every depth."
+            "radius r orders the bounds, not the actual speeds at every depth.\n\n"
+            + format_table(
+                {MASK_LABELS[m]: {f"first {EARLY} layers": ge[m], "all layers": g[m]} for m in PAPER_MASKS},
+                key="mask",
+            )
         )
     return {
         "name": NAME,

@@ -247,6 +247,7 @@ def joint_fractions(key, n: int, d: int, w: float, batch: int, horizons, save_ev
 def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     """Run the target; write ``positive_measure.png`` into ``out``; return the result dict."""
     from .. import plotting
+    from .._progress import plan_steps, step_done
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -254,15 +255,18 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     key = jr.PRNGKey(seed)
     measured: dict = {}
     lemma, joint = {}, {}
+    plan_steps(len(sz["lemma_cases"]) + len(sz["joint_cases"]))  # progress: one step per case
     with jax.enable_x64(True):
         for j, (d, w) in enumerate(sz["lemma_cases"]):
             lemma[(d, w)] = lemma13_frozen(
                 jr.fold_in(key, j), d, w, sz["lemma_batch"], sz["lemma_steps"], sz["lemma_conditions"]
             )
+            step_done(f"Lemma 13 d={d} w={w:g}")
         for j, (n, d, w) in enumerate(sz["joint_cases"]):
             joint[(n, d, w)] = joint_fractions(
                 jr.fold_in(key, 100 + j), n, d, w, sz["joint_batch"], sz["horizons"], sz["save_every"]
             )
+            step_done(f"joint n={n} d={d} w={w:g}")
 
     for (d, w), res in lemma.items():
         entry = {}

@@ -151,10 +151,9 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
     figs = [save_figure(fig, out / "temperature_mu.png")]
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
     plot_rate_vs_dqk(DQKS, {MASK_LABELS[m]: early[m] for m in masks}, ax=ax, marks=PAPER_DQKS)
     ax.set_title(f"early per-layer factor of mu (layers 0..{EARLY})", fontsize=9)
-    fig.tight_layout()
     figs.append(save_figure(fig, out / "temperature_rate.png"))
 
     head = (

@@ -198,6 +198,7 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
     """Run the target; write ``undirected.png`` into ``out``; return the result dict."""
     from .. import plotting
     from .._counterexample_search import search_value_matrix
+    from .._progress import plan_steps, step_done
     from .._weights import bidiagonal
 
     out = Path(out)
@@ -228,6 +229,8 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
     ]
     found: list[str] = []
     details: list[str] = []
+    # One progress step per search (the paper's W_V, then each objective), ETA from measured ones.
+    plan_steps(len(sz["masks"]) * len(sz["attention"]) * (1 + len(sz["objectives"])))
     with jax.enable_x64(True):
         for mask in sz["masks"]:
             for att in sz["attention"]:
@@ -241,6 +244,7 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
                     w_init=bidiagonal(sz["d"], PAPER_W, jnp.float64),
                     **dict(skw, steps=0),
                 )
+                step_done(f"{mask}/{att} paper W_V")
                 entry["paper_W_V"] = {
                     "mean_sigma_2_T": paper["before"],
                     "mean_sigma_2_long": paper["before_long"],
@@ -250,6 +254,7 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
                     r = search_value_matrix(key, mask=mask, qk=qk, objective=obj, **skw)
                     s = _summary(r)
                     s["census"] = _census(mask, r, key, sz)
+                    step_done(f"{mask}/{att} {obj} search")
                     entry[f"search_{obj}"] = s
                     sustained = s["sustained_rank_ge2"] if obj == "sigma_2" else s["sustained_full_rank"]
                     if mask != "causal" and (sustained or s["census"]["stable_rank_ge2"]):

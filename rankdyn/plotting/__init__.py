@@ -8,6 +8,7 @@ panels, legends outside the data, the round-off floor as a band) live in ``_styl
 
 from ._collapse import plot_metric_band as plot_metric_band
 from ._equilibria import plot_equilibria_moduli as plot_equilibria_moduli
+from ._equilibria import plot_equilibria_moduli_grid as plot_equilibria_moduli_grid
 from ._reproduce_sim import (
     plot_band_panels as plot_band_panels,
 )
@@ -35,6 +36,8 @@ from ._reproduce_theory import (
 from ._reproduce_theory import (
     plot_positive_measure as plot_positive_measure,
 )
+from ._runs import plot_runs as plot_runs
+from ._runs import save_metric_figure as save_metric_figure
 from ._stability import (
     plot_basin_fractions as plot_basin_fractions,
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._collapse import plot_metric_band
-from ._style import floor_band, legend_outside, panel_grid, share_ylim
+from ._style import floor_band, legend_outside, panel_grid, round_off_floor, share_ylim, tidy_log_ticks
 
 MU_LABEL = "mu (eq. 4), mean +- std"
 
@@ -70,9 +70,36 @@ def plot_band_panels(
             palette.setdefault(label, f"C{len(palette) % 10}")
     for ax, (title, curves) in zip(axes, panels.items()):
         first = []
+        for b in curves.values():
+            ok = np.asarray(b["mean"], dtype=float)[sel]
+            ok = ok[np.isfinite(ok) & (ok > 0)]
+            if ok.size:
+                first.append(ok[0])
+        scales[title] = max(first) if first else 1.0
+        banded = (
+            dtype is not None and (floor_panels is None or title in floor_panels) and title not in linear_y
+        )
+        floor = round_off_floor(dtype, scales[title]) if banded else None
         for label, b in curves.items():
             mean = np.asarray(b["mean"], dtype=float)[sel]
             std = None if b.get("std") is None else np.asarray(b["std"], dtype=float)[sel]
+            if floor is not None and (below := np.nonzero(mean <= floor)[0]).size:
+                # Inside the round-off band the curve is float noise (spikes of one sample's
+                # rounding, e.g. near layer 350 of a long float32 run): drawn thin and faint, no
+                # band, so it reads as "collapsed to the floor", not as a feature.
+                cut = below[0] + 1
+                ax.plot(
+                    t[sel][cut - 1 :],
+                    mean[cut - 1 :],
+                    color=b.get("color", palette[label]),
+                    ls=b.get("linestyle"),
+                    lw=0.6,
+                    alpha=0.45,
+                )
+                mean, std = mean.copy(), None if std is None else std.copy()
+                mean[cut:] = np.nan
+                if std is not None:
+                    std[cut:] = np.nan
             plot_metric_band(
                 t[sel],
                 mean,
@@ -84,10 +111,6 @@ def plot_band_panels(
                 color=b.get("color", palette[label]),
                 linestyle=b.get("linestyle"),
             )
-            ok = mean[np.isfinite(mean) & (mean > 0)]
-            if ok.size:
-                first.append(ok[0])
-        scales[title] = max(first) if first else 1.0
         ax.set_title(title, fontsize=9)
         ax.set_ylabel((ylabels or {}).get(title, ylabel), fontsize=8)
     if sharey == "row":
@@ -217,6 +240,7 @@ def save_figure(fig, path) -> str:
     import matplotlib.pyplot as plt
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tidy_log_ticks(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return str(getattr(path, "name", path))

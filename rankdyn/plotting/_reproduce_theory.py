@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._style import legend_outside
+from ._style import legend_outside, tidy_log_ticks
 
 _TOKEN_COLORS = (
     "tab:blue",
@@ -27,6 +27,7 @@ def _finish(fig, path):
     if path is not None:
         import matplotlib.pyplot as plt
 
+        tidy_log_ticks(fig)
         fig.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(fig)
     return fig
@@ -202,13 +203,18 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     return _finish(fig, path)
 
 
-def plot_fraction_vs_horizon(horizons, fraction, ci=None, *, ax=None, label=None, color=None):
+def plot_fraction_vs_horizon(horizons, fraction, ci=None, *, ax=None, label=None, color=None, dodge=1.0):
     """A fraction against the horizon T (log x axis) with confidence-interval error bars.
+
+    Points with their intervals; a line joins them only from 3 horizons on (two points joined by
+    a flat segment suggest a plateau that was never measured in between).
 
     Arguments:
         horizons: the T values.
         fraction: the fractions at each T.
         ci: ``[(lo, hi), ...]`` per T (e.g. Wilson 95%).
+        dodge: factor on T for this series, so the error bars of several series at the same
+            horizons sit side by side instead of on top of each other (e.g. 0.94, 1, 1.06).
 
     Returns:
         The ``Axes``.
@@ -223,7 +229,17 @@ def plot_fraction_vs_horizon(horizons, fraction, ci=None, *, ax=None, label=None
     if ci is not None:
         c = np.asarray(ci, dtype=float).reshape(-1, 2)
         yerr = np.stack([np.maximum(f - c[:, 0], 0), np.maximum(c[:, 1] - f, 0)])
-    ax.errorbar(t, f, yerr=yerr, marker="o", capsize=3, label=label, color=color)
+    ax.errorbar(
+        t * dodge,
+        f,
+        yerr=yerr,
+        marker="o",
+        ms=4,
+        capsize=3,
+        label=label,
+        color=color,
+        ls="-" if t.size >= 3 else "none",
+    )
     ax.set_xscale("log")
     ax.set_xlabel("horizon T (steps)")
     ax.set_ylabel("non-collapse fraction")
@@ -270,6 +286,11 @@ def plot_positive_measure(results: dict, *, path=None):
     r"""Non-collapse fraction against the horizon (joint dynamics, Wilson 95% bars) and the
     Lemma 13 frozen-token checks.
 
+    The reference fractions at $T = 20000$ (an earlier, longer re-simulation) are dotted
+    horizontal lines in their series' colour, so they do not stretch the horizon axis beyond the
+    horizons measured here. Series at the same horizons are dodged side by side; one legend for
+    the two fraction panels sits right of the figure.
+
     Arguments:
         results: ``{"lemma": {(d, w): {condition: dict}}, "joint": {(n, d, w): {"random": ...,
             "token1_at_e_d": ...}}, "spec_joint": {(n, d, w): fraction}}`` as built by
@@ -278,25 +299,27 @@ def plot_positive_measure(results: dict, *, path=None):
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(17, 4.6), layout="constrained")
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
     spec = results.get("spec_joint", {})
-    for key, res in results["joint"].items():
+    num = max(len(results["joint"]), 1)
+    for j, (key, res) in enumerate(results["joint"].items()):
         n, d, w = key
+        color, dodge = f"C{j % 10}", 1.08 ** (j - (num - 1) / 2)
+        label = f"N={n}, d={d}, w={w:g}"
         r = res["random"]
         plot_fraction_vs_horizon(
-            r["horizons"], r["fraction"], r["wilson95"], ax=ax0, label=f"N={n}, d={d}, w={w:g}"
+            r["horizons"], r["fraction"], r["wilson95"], ax=ax0, label=label, color=color, dodge=dodge
         )
         if key in spec:
-            ax0.plot([20000], [spec[key]], "*", ms=9, color=ax0.lines[-1].get_color())
+            ax0.axhline(spec[key], color=color, ls=":", lw=1.2)
         e = res["token1_at_e_d"]
         plot_fraction_vs_horizon(
-            e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=f"N={n}, d={d}, w={w:g}"
+            e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=label, color=color, dodge=dodge
         )
-    ax0.set_title(
-        "joint dynamics, uniform random inputs\n(stars: earlier re-simulation, T = 20000)", fontsize=9
-    )
-    ax1.set_title("token 1 at e_d (exactly fixed), others random")
-    legend_outside(ax1)
+    if spec:
+        ax0.plot([], [], color="0.4", ls=":", lw=1.2, label="earlier re-simulation at T = 20000")
+    ax0.set_title("joint dynamics, uniform random inputs", fontsize=9)
+    ax1.set_title("token 1 at e_d (exactly fixed), others random", fontsize=9)
 
     labels, keep, over = [], [], []
     for (d, w), res in results["lemma"].items():
@@ -305,11 +328,11 @@ def plot_positive_measure(results: dict, *, path=None):
             keep.append(r["noncollapse"] / r["samples"])
             over.append(r["invariance_violated_any_step"] / r["samples"])
     x = np.arange(len(labels))
-    ax2.bar(x - 0.2, keep, width=0.4, label="keep rank 2 at T")
-    ax2.bar(x + 0.2, over, width=0.4, label="violate X_(2,d-1) <= -1/w at some step")
+    ax2.bar(x - 0.2, keep, width=0.4, color="0.35", label="Lemma 13: keep rank 2 at T")
+    ax2.bar(x + 0.2, over, width=0.4, color="0.7", label="Lemma 13: violate X_(2,d-1) <= -1/w at some step")
     ax2.set_xticks(x, labels, fontsize=7)
     ax2.set_ylim(0, 1.05)
     ax2.set_ylabel("fraction of starts")
-    ax2.set_title("Lemma 13 starts, token 1 at e_d (N = 2)")
-    legend_outside(ax2)
+    ax2.set_title("Lemma 13 starts, token 1 at e_d (N = 2)", fontsize=9)
+    legend_outside(fig)  # one legend: the series of both fraction panels and the Lemma 13 bars
     return _finish(fig, path)

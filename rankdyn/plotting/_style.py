@@ -185,3 +185,22 @@ def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bo
     for ax in axes[num_panels:]:
         fig.delaxes(ax)
     return fig, axes[:num_panels]
+
+
+def tidy_log_ticks(fig) -> None:
+    """No minor tick labels on base-10 log axes (matplotlib labels minor ticks such as
+    "6x10^0" when an axis spans under a decade, which clutters small panels). An axis spanning
+    under two decades gets plain-number major ticks instead (1-2-5, or every digit under one
+    decade: 0.6, 0.8, 1, 2), so it still carries numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "log" or getattr(axis.get_transform(), "base", 10) != 10:
+                continue
+            lo, hi = sorted(axis.get_view_interval())
+            if lo > 0 and hi / lo < 100:
+                subs = (1.0, 2.0, 5.0) if hi / lo >= 10 else (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
+                axis.set_major_locator(LogLocator(base=10, subs=subs))
+                axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+            axis.set_minor_formatter(NullFormatter())

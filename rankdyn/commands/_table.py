@@ -1,0 +1,115 @@
+"""What ``rankdyn simulate`` shows: the metric names' help, its table and its figures.
+
+The table and the figures follow ``--metrics`` (and ``--plot``): a user who asks for
+``mu,sigma_ratio,eff_rank`` sees those three columns and gets ``mu.png``, ``sigma_ratio.png`` and
+``eff_rank.png``.
+"""
+
+from __future__ import annotations
+
+from .._errors import UsageError
+from .._observe import ALL_METRICS
+from ._checks import HelpFormatter
+
+#: One line per metric name of `rankdyn._observe.ALL_METRICS`, for ``--help`` (docs/theory.md#metrics).
+METRIC_HELP = {
+    "mu": "||X - 1 mean(X)||_F, distance to the nearest all-equal token matrix (eq. 4)",
+    "mu_rel": "mu / ||X||_F, scale-free (1 for zero-mean tokens, 0 when collapsed)",
+    "mu_normalized": "mu of the tokens scaled to unit norm (direction only)",
+    "row_norm_mean": "mean token norm",
+    "row_norm_min": "smallest token norm",
+    "min_cos": "smallest pairwise cosine of the tokens (Corollary 1 needs it >= 0 at layer 0)",
+    "mean_abs_cos": "mean |cosine| over distinct token pairs (anisotropy)",
+    "sigma_max": "largest singular value of X (SVD)",
+    "sigma_min": "smallest singular value of X (SVD)",
+    "sigma_ratio": "sigma_min / sigma_max (SVD)",
+    "stable_rank": "||X||_F^2 / ||X||_2^2 (SVD)",
+    "num_rank": "singular values above --rank-tol * sigma_max (SVD)",
+    "eff_rank": "exp(entropy of the normalised singular values), Roy-Vetterli (SVD)",
+    "eps_min": "smallest attention weight on the mask, Theorem 1's epsilon",
+}
+#: Columns of the table when every metric was recorded: the collapse measures, not all 14.
+DEFAULT_COLUMNS = ("mu", "mu_normalized", "min_cos", "sigma_min", "num_rank", "eps_min")
+
+
+def metrics_help() -> str:
+    """The ``--metrics`` help: how to choose, then one line per name (`LineHelpFormatter` keeps them)."""
+    width = max(map(len, METRIC_HELP))
+    lines = "\n".join(f"  {k:<{width}}  {v}" for k, v in METRIC_HELP.items())
+    return f"comma-separated metrics to record and show, or all (default: %(default)s):\n{lines}"
+
+
+class LineHelpFormatter(HelpFormatter):
+    """`HelpFormatter` that keeps the line breaks of a help text (each wrapped on its own), so a
+    list such as the metric names prints one entry per line."""
+
+    def _split_lines(self, text, width):
+        import re
+        import textwrap
+
+        out = []
+        for line in text.splitlines():
+            # An indented "name  what" entry continues under "what"; a plain line as argparse does.
+            entry = re.match(r"\s+\S+\s+", line) if line[:1] == " " else None
+            out += textwrap.wrap(line, width, subsequent_indent=" " * (entry.end() if entry else 0)) or [""]
+        return out
+
+
+def table_columns(names: tuple[str, ...], asked: str) -> tuple[str, ...]:
+    """The table's columns: the metrics asked for, in the order typed; the default set for ``all``.
+
+    Arguments:
+        names: the metrics recorded (the summary's keys).
+        asked: the ``--metrics`` value.
+    """
+    if asked.strip() == "all":
+        return tuple(c for c in DEFAULT_COLUMNS if c in names)
+    typed = [k.strip() for k in asked.split(",") if k.strip() in names]
+    return tuple(dict.fromkeys(typed))
+
+
+def plot_names(spec: str | None, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The metrics that get a figure: ``--plot M,...`` (each must be recorded), else those asked for.
+
+    With ``--metrics all`` and no ``--plot`` only ``mu.png`` is drawn (14 figures nobody asked for
+    would bury it). Raises `UsageError` naming ``--plot`` for a name not recorded.
+    """
+    if spec is None:
+        return ("mu",) if set(names) == set(ALL_METRICS) else names
+    chosen = tuple(k.strip() for k in spec.split(",") if k.strip())
+    if not chosen:
+        raise UsageError("--plot: empty list; give metric names, e.g. --plot mu,eff_rank, or drop --plot.")
+    for k in chosen:
+        if k not in ALL_METRICS:
+            raise UsageError(f"--plot: unknown metric {k!r}; valid names: {', '.join(ALL_METRICS)}.")
+        if k not in names:
+            raise UsageError(
+                f"--plot {k} is not recorded by --metrics; add {k} to --metrics or drop it from --plot."
+            )
+    return chosen
+
+
+def save_figures(traj, summary, names, title: str, out) -> list[str]:
+    """One ``<metric>.png`` per name (`rankdyn.plotting.save_metric_figure`).
+
+    Returns:
+        the file names written, in order.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ..plotting import save_metric_figure
+
+    return [
+        save_metric_figure(
+            traj.layers,
+            summary[name]["mean"],
+            summary[name]["std"],
+            name,
+            out / f"{name}.png",
+            title=title,
+            dtype=traj.summary.mean[name].dtype,
+        )
+        for name in names
+        if name in summary
+    ]

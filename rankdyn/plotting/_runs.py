@@ -1,0 +1,73 @@
+"""Saved ``rankdyn simulate`` runs as figures: one metric per figure, or several runs overlaid."""
+
+from __future__ import annotations
+
+from ._collapse import plot_metric_band
+from ._style import legend_outside
+
+#: Metrics drawn on a linear y axis: bounded (cosines, ranks) or signed (``min_cos``).
+LINEAR_METRICS = ("min_cos", "mean_abs_cos", "stable_rank", "num_rank", "eff_rank")
+
+
+def save_metric_figure(layers, mean, std, name: str, path, *, title: str = "", dtype=None) -> str:
+    r"""One metric of one run against depth, mean $\pm$ std, saved as PNG.
+
+    Semi-log y (a geometric decay $C\rho^t$ is a straight line), linear for `LINEAR_METRICS`.
+
+    Arguments:
+        layers, mean, std: the run's saved layers and the metric's ensemble mean and std.
+        name: the metric's name (y label and scale).
+        path: the PNG to write.
+        title: the run's setting, one line.
+        dtype: the run's float dtype, to shade its round-off floor.
+
+    Returns:
+        The file name written.
+    """
+    import matplotlib.pyplot as plt
+
+    from ._reproduce_sim import save_figure
+
+    fig, ax = plt.subplots(figsize=(5.5, 4), layout="constrained")
+    log_y = name not in LINEAR_METRICS
+    plot_metric_band(
+        layers, mean, std, ax=ax, label=name, ylabel=f"{name} (mean +- std)", dtype=dtype, log_y=log_y
+    )
+    ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None):
+    r"""Overlay one metric of several saved runs: mean $\pm$ std against depth, one curve per run.
+
+    Arguments:
+        runs: ``metrics.json`` contents (dicts with ``layers`` and ``metrics[metric]``).
+        metric: the metric to draw.
+        labels: one legend label per run.
+        logx: log-log axes (layer 0 drawn at 0.5) instead of semi-log y.
+        ax: axes to draw into (a new figure when None).
+
+    Returns:
+        The matplotlib ``Axes``.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
+    log_y = metric not in LINEAR_METRICS
+    styles = ("-", "--", "-.", ":")
+    for i, (run, label) in enumerate(zip(runs, labels, strict=True)):
+        stats = run["metrics"][metric]
+        plot_metric_band(
+            run["layers"],
+            stats["mean"],
+            stats.get("std"),
+            ax=ax,
+            label=label,
+            loglog=logx,
+            log_y=log_y,
+            ylabel=f"{metric} (mean +- std)",
+            linestyle=styles[i // 10 % len(styles)],  # colours repeat after 10 runs; styles tell them apart
+        )
+    legend_outside(ax)
+    return ax

@@ -1,0 +1,69 @@
+"""`rankdyn plot DIR [DIR ...] --metric M`: overlays saved runs, labelled by what differs; bad
+input is one error line and exit 2. The runs are small synthetic metrics.json files (no compute)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rankdyn.cli import main
+from rankdyn.commands.plot import run_labels
+
+
+def _run(tmp_path, name, rate, **config):
+    layers = np.arange(9)
+    mean = 2.0 * rate**layers
+    run = {
+        "config": {"command": "simulate", "mask": "causal", "dqk": None, "n": 8, "out": str(tmp_path / name)}
+        | config,
+        "layers": layers.tolist(),
+        "metrics": {"mu": {"mean": mean.tolist(), "std": (0.1 * mean).tolist()}},
+    }
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "metrics.json").write_text(json.dumps(run))
+    return tmp_path / name
+
+
+def test_plot_overlays_runs_with_labels_from_configs(tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rankdyn.plotting import plot_runs
+
+    a = _run(tmp_path, "a", 0.5, mask="causal")
+    b = _run(tmp_path, "b", 0.8, mask="complete", dqk=4.0)
+    out = tmp_path / "mu.png"
+    assert main(["plot", str(a), str(b), "--metric", "mu", "--logx", "--out", str(out)]) == 0
+    assert out.stat().st_size > 1000
+    assert "mask=causal dqk=None; mask=complete dqk=4.0" in capsys.readouterr().out
+    # The overlay itself: both curves with their labels, log-log with --logx, log-y without.
+    runs = [json.loads((d / "metrics.json").read_text()) for d in (a, b)]
+    for logx, xscale in ((True, "log"), (False, "linear")):
+        ax = plot_runs(runs, "mu", ["A", "B"], logx=logx)
+        assert (ax.get_xscale(), ax.get_yscale()) == (xscale, "log")
+        assert [ln.get_label() for ln in ax.get_lines()][:2] == ["A", "B"]
+        np.testing.assert_allclose(ax.get_lines()[1].get_ydata(), runs[1]["metrics"]["mu"]["mean"])
+        plt.close(ax.figure)
+
+
+def test_labels_fall_back_to_folder_names(tmp_path):
+    same = [_run(tmp_path, f"seed{i}", 0.5) for i in range(2)]
+    runs = [json.loads((d / "metrics.json").read_text()) for d in same]
+    assert run_labels(runs, same) == ["seed0", "seed1"]  # "out" differs, but it is not a setting
+
+
+@pytest.mark.parametrize(
+    "make, argv_tail, message",
+    [
+        (lambda p: p / "missing", ["--metric", "mu"], "no such folder"),
+        (lambda p: p, ["--metric", "mu"], "no metrics.json"),
+        (lambda p: _run(p, "r", 0.5), ["--metric", "eff_rank"], "--metric eff_rank: not recorded"),
+        (lambda p: _run(p, "r", 0.5), ["--metric", "mu", "--out", "x.pdf"], "ending in .png"),
+    ],
+)
+def test_bad_input_is_one_error_line(tmp_path, capsys, make, argv_tail, message):
+    assert main(["plot", str(make(tmp_path)), *argv_tail]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rankdyn plot: error:") and message in err[0], err
