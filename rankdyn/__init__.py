@@ -8,12 +8,14 @@ most scripts need are here; the rest lives in the sub-namespaces
 - `rankdyn.metrics`: every collapse metric and the metric names;
 - `rankdyn.weights`: value / query-key families and initial-token families;
 - `rankdyn.theory`: closed-form constructions, rates and bounds, basins, counterexample search;
+- `rankdyn.checkpoints`: trained BERT / GPT-2 checkpoints as layer stacks, text as tokens;
 - `rankdyn.equilibria`: the equilibrium solvers, census, symmetry and stability;
 - `rankdyn.sweep`: declarative TOML sweeps;
 - `rankdyn.internal`: layer parts, name tables, batch sharding;
 - `rankdyn.plotting` (imported on demand: the only package that needs matplotlib).
 """
 
+from . import checkpoints as checkpoints
 from . import equilibria as equilibria
 from . import internal as internal
 from . import masks as masks

@@ -1,17 +1,29 @@
-"""Writing results: JSON with the config, seed and versions that produced them (atomic writes)."""
+"""Writing results: JSON with the config, seed and versions that produced them (atomic writes).
+
+Every output file is written atomically (`atomic_path`): into a temp file in the same folder,
+then renamed over the target, so a reader, a full disk or an interrupt never sees a half-written
+file. The final file gets the mode a plain ``open()`` would give (0666 minus the umask). A full
+disk or a folder that cannot be written raises `rankdyn._errors.UsageError` naming the file; the
+temp file is removed and files already complete stay as they were.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import json
 import os
 import platform
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["to_jsonable", "write_json", "provenance"]
+from ._errors import UsageError
+
+__all__ = ["to_jsonable", "write_json", "provenance", "atomic_path", "atomic_write", "savez", "savefig"]
 
 
 def to_jsonable(obj):
@@ -75,16 +87,108 @@ def provenance() -> dict:
     }
 
 
+#: Errors of a write the user can fix (space, quota, permissions), with the fix to suggest.
+_USER_WRITE_ERRORS = {
+    errno.ENOSPC: "free some space or choose another output folder",
+    errno.EDQUOT: "free some space or choose another output folder",
+    errno.EACCES: "choose a folder you can write to",
+    errno.EPERM: "choose a folder you can write to",
+    errno.EROFS: "choose a folder on a writable file system",
+}
+
+#: Interrupt deferral: a Ctrl-C handler (the CLI's) calls `when_no_write` so that it does not stop
+#: the process halfway through a write; the deferred action runs when the write is done.
+_writes = {"depth": 0, "pending": None}
+
+
+def when_no_write(action: Callable[[], None]) -> None:
+    """Run ``action`` now, or, if an atomic write is in progress, right after it finishes."""
+    if _writes["depth"]:
+        _writes["pending"] = action
+    else:
+        action()
+
+
+def _file_mode() -> int:
+    """The mode ``open()`` gives a new file: 0o666 minus the process umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _write_error(path: Path, err: OSError) -> Exception:
+    fix = _USER_WRITE_ERRORS.get(err.errno)
+    if fix is None:
+        return err
+    return UsageError(
+        f"cannot write {str(path)!r}: {err.strerror or os.strerror(err.errno)}; {fix} "
+        "(nothing half-written was left; files already complete were kept)."
+    )
+
+
+@contextlib.contextmanager
+def atomic_path(path, *, fsync: bool = False) -> Iterator[Path]:
+    """A temp path next to ``path``; when the block succeeds it is renamed to ``path``.
+
+    The block writes the temp file (by name: for writers that need a path, e.g. netCDF). On any
+    error the temp file is removed. Parent folders are created.
+
+    Raises:
+        UsageError: the disk is full, the quota exceeded or the folder not writable.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as err:
+        raise _write_error(path, err) from None
+    tmp = Path(name)
+    _writes["depth"] += 1
+    try:
+        yield tmp
+        if fsync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.chmod(tmp, _file_mode())
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(err, OSError) and err.errno in _USER_WRITE_ERRORS:
+            raise _write_error(path, err) from None
+        raise
+    finally:
+        _writes["depth"] -= 1
+        pending = _writes["pending"]
+        if pending is not None and not _writes["depth"]:
+            _writes["pending"] = None
+            pending()
+
+
+def atomic_write(path, write: Callable, *, binary: bool = True, fsync: bool = False) -> Path:
+    """Write ``path`` atomically: ``write(f)`` on an open temp file, then rename (`atomic_path`)."""
+    path = Path(path)
+    with atomic_path(path, fsync=fsync) as tmp, open(tmp, "wb" if binary else "w") as f:
+        write(f)
+    return path
+
+
+def savez(path, arrays: dict, *, fsync: bool = False) -> Path:
+    """``np.savez`` of ``arrays`` to ``path``, atomically (no corrupt zip after a full disk)."""
+    return atomic_write(path, lambda f: np.savez(f, **arrays), fsync=fsync)
+
+
+def savefig(fig, path, **kwargs) -> Path:
+    """``fig.savefig(path, **kwargs)``, atomically (the format from the file's suffix)."""
+    path = Path(path)
+    return atomic_write(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".") or "png", **kwargs))
+
+
 def write_json(path, obj) -> Path:
     """Write ``obj`` as indented JSON atomically (temp file + rename), creating parent folders."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(to_jsonable(obj), f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    text = json.dumps(to_jsonable(obj), indent=1) + "\n"
+    return atomic_write(path, lambda f: f.write(text), binary=False)
 
 
 class CompileTimer:

@@ -8,6 +8,8 @@ A^{(t)} = \mathrm{softmax}_{\mathcal G}\big(X^{(t)} W_Q (X^{(t)} W_K)^\top / \sq
 eq. (3); ``placement="none"`` gives eq. (2) and ``placement="pre"`` gives
 $X^{(t+1)} = A^{(t)} \mathrm{LN}(X^{(t)}) W_V^{(t)}$ (§4.2). Multi-head attention with an output
 projection, a skip connection and an MLP block are opt-in switches for the Fig. 2/6 ablations.
+Biases on $Q, K, V, O$, one normalisation per sub-block and layer, and a per-layer stack cycled
+beyond its depth serve trained checkpoints (`rankdyn.checkpoints`, docs/theory.md#trained-checkpoints).
 
 Dropout follows BERT in train mode: ``attn_dropout`` (``attention_probs_dropout_prob``) zeroes
 entries of $A$ after the softmax, ``hidden_dropout`` (``hidden_dropout_prob``) zeroes entries of
@@ -28,6 +30,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from ._masks import mask_from_adjacency
+from ._mlp import MLPWeights
 from ._norms import AbstractNorm, SphereNorm
 
 __all__ = ["SelfAttentionLayer", "AttentionWeights", "MLPWeights", "LayerAux", "PLACEMENTS", "masked_softmax"]
@@ -41,7 +44,9 @@ def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[ArrayLike, "n n"]
 
     $A_{ij} = e^{R_{ij}} / \sum_{k \in \mathcal N_i} e^{R_{ik}}$ on edges and 0 elsewhere. Masked
     scores use the dtype's finite minimum (not ``-inf``) and the result is zeroed off the mask,
-    so no NaN can appear even for rows with extreme scores.
+    so every finite score matrix, however extreme, gives finite weights. Scores that overflowed
+    to ``inf`` before this call give NaN: `rankdyn.simulate` refuses, before compute, weights
+    whose score bound overflows the dtype, and the depth scan counts any NaN as non-finite.
     """
     neg = jnp.finfo(scores.dtype).min
     a = jax.nn.softmax(jnp.where(mask, scores, neg), axis=-1)
@@ -78,28 +83,26 @@ def _head_einsum(spec: str, a, b, precision):
     return res[None]
 
 
-class MLPWeights(eqx.Module):
-    """Weights of a two-layer GELU MLP ``x -> gelu(x W1 + b1) W2 + b2`` (optional leading layer axis)."""
-
-    w1: Float[Array, "*layers d f"]
-    b1: Float[Array, "*layers f"]
-    w2: Float[Array, "*layers f d"]
-    b2: Float[Array, "*layers d"]
-
-    def __call__(self, x, precision):
-        h = jax.nn.gelu(jnp.matmul(x, self.w1, precision=precision) + self.b1[None, :])
-        return jnp.matmul(h, self.w2, precision=precision) + self.b2[None, :]
-
-
 class AttentionWeights(eqx.Module):
     """The trainable arrays of a layer: per head ``w_q, w_k (heads, d, dk)``, ``w_v (heads, d, dv)``,
-    optional ``w_o (heads * dv, d)`` and `MLPWeights`; all with an optional leading layer axis."""
+    optional ``w_o (heads * dv, d)`` and `MLPWeights`; all with an optional leading layer axis.
+
+    Trained checkpoints add biases ``b_q, b_k (heads, dk)``, ``b_v (heads, dv)``, ``b_o (d,)`` and
+    one normalisation per sub-block and layer (``norm_attn``, ``norm_mlp``: e.g. a `LayerNorm`
+    whose gain and bias carry the layer axis); None means no bias and the layer's shared ``norm``.
+    """
 
     w_q: Float[Array, "*layers heads d dk"]
     w_k: Float[Array, "*layers heads d dk"]
     w_v: Float[Array, "*layers heads d dv"]
     w_o: Float[Array, "*layers hdv d"] | None = None
     mlp: MLPWeights | None = None
+    b_q: Float[Array, "*layers heads dk"] | None = None
+    b_k: Float[Array, "*layers heads dk"] | None = None
+    b_v: Float[Array, "*layers heads dv"] | None = None
+    b_o: Float[Array, "*layers d"] | None = None
+    norm_attn: AbstractNorm | None = None
+    norm_mlp: AbstractNorm | None = None
 
     def at(self, t) -> "AttentionWeights":
         """The weights of depth ``t`` of a per-layer stack."""
@@ -145,6 +148,13 @@ class SelfAttentionLayer(eqx.Module):
         fixed_attention: optional ``(n, n)`` row-stochastic matrix used instead of softmax scores
             (e.g. uniform causal attention of the paper's constructions).
         precision: matmul precision, ``"highest"`` by default (GPU float32 otherwise uses TF32).
+        b_q, b_k, b_v: optional biases ``(heads, d_qk)``, ``(heads, d_v)`` added to
+            $X W_Q$, $X W_K$, $X W_V$ (with the leading layer axis of the weights, if any).
+        b_o: optional bias ``(d,)`` added after $W_O$ (needs ``w_o``).
+        norm_attn, norm_mlp: optional per-layer normalisations of the attention and the MLP
+            sub-block (their arrays carry the layer axis of the weights); default ``norm`` for both.
+        cycle: with per-layer weights, depth ``t`` uses the weights of layer ``t mod num_layers``
+            (a trained stack iterated beyond its depth); without it a deeper run is refused.
 
     Raises:
         ValueError: on inconsistent shapes, a bad mask, an unknown placement, a dqk <= 0 or a
@@ -163,6 +173,7 @@ class SelfAttentionLayer(eqx.Module):
     attention_from_normalized: bool = eqx.field(static=True)
     num_layers: int | None = eqx.field(static=True)
     precision: str = eqx.field(static=True)
+    cycle: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -182,6 +193,13 @@ class SelfAttentionLayer(eqx.Module):
         attention_from_normalized: bool = True,
         fixed_attention: ArrayLike | None = None,
         precision: str = "highest",
+        b_q: ArrayLike | None = None,
+        b_k: ArrayLike | None = None,
+        b_v: ArrayLike | None = None,
+        b_o: ArrayLike | None = None,
+        norm_attn: AbstractNorm | None = None,
+        norm_mlp: AbstractNorm | None = None,
+        cycle: bool = False,
     ):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
@@ -233,7 +251,14 @@ class SelfAttentionLayer(eqx.Module):
             raise ValueError(f"dqk must be a scalar (vmap the layer to sweep it), got shape {dqk.shape}.")
         if not isinstance(dqk, jax.core.Tracer) and not float(dqk) > 0:
             raise ValueError(f"the temperature dqk must be > 0, got {float(dqk)}.")
-        self.weights = AttentionWeights(w_q, w_k, w_v, w_o, mlp)
+        lead = (self.num_layers,) if self.num_layers else ()
+        biases = _check_biases(
+            dict(b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o), lead, heads, dk, dv, d, w_o is not None
+        )
+        self.weights = AttentionWeights(
+            w_q, w_k, w_v, w_o, mlp, **biases, norm_attn=norm_attn, norm_mlp=norm_mlp
+        )
+        self.cycle = bool(cycle)
         self.dqk = dqk
         self.norm = SphereNorm() if norm is None else norm
         self.fixed_attention = fixed_attention
@@ -268,8 +293,16 @@ class SelfAttentionLayer(eqx.Module):
         return self.weights.w_q.shape[-3]
 
     def weights_at(self, t) -> AttentionWeights:
-        """The weights of depth ``t`` (the shared weights when there is no layer axis)."""
-        return self.weights if self.num_layers is None else self.weights.at(t)
+        """The weights of depth ``t`` (the shared weights when there is no layer axis; with
+        ``cycle``, those of layer ``t mod num_layers``)."""
+        if self.num_layers is None:
+            return self.weights
+        return self.weights.at(t % self.num_layers if self.cycle else t)
+
+    def _norm(self, w: AttentionWeights, block: str) -> AbstractNorm:
+        """The normalisation of sub-block ``block`` ("attn" or "mlp") at these weights."""
+        own = w.norm_attn if block == "attn" else w.norm_mlp
+        return self.norm if own is None else own
 
     # ------------------------------------------------------------------ maths
     def attention(self, x: Float[Array, "n d"], t=0) -> Float[Array, "heads n n"]:
@@ -292,7 +325,8 @@ class SelfAttentionLayer(eqx.Module):
         prec = _PRECISIONS[self.precision]
         d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
         scale = (1.0 / jnp.sqrt(self.dqk)).astype(x.dtype)
-        fold = _fold_qk(x.shape[0], d, dk)
+        # A query or key bias adds terms that the folded product cannot hold.
+        fold = _fold_qk(x.shape[0], d, dk) and w.b_q is None and w.b_k is None
         if fold:
             right = [jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale]
         else:
@@ -302,6 +336,10 @@ class SelfAttentionLayer(eqx.Module):
         proj = _head_einsum("nd,hdk->hnk", x, jnp.concatenate(right, axis=-1), prec)
         cuts = list(itertools.accumulate(r.shape[-1] for r in right))[:-1]
         parts = jnp.split(proj, cuts, axis=-1)
+        if not fold:
+            parts = [_add_bias(parts[0], w.b_q), _add_bias(parts[1], w.b_k)] + parts[2:]
+        if with_values:
+            parts[-1] = _add_bias(parts[-1], w.b_v)
         if fold:
             scores = _head_einsum("hne,me->hnm", parts[0], x, prec)
         else:
@@ -328,7 +366,7 @@ class SelfAttentionLayer(eqx.Module):
 
         x_in = x
         if self.placement == "pre":
-            x_in, bad = self.norm(x)
+            x_in, bad = self._norm(w, "attn")(x)
             degenerate = degenerate | jnp.any(bad)
         x_att = x_in if self.attention_from_normalized else x
         xv = None
@@ -345,26 +383,28 @@ class SelfAttentionLayer(eqx.Module):
         # A X W_V for every head; heads are concatenated and projected by W_O if present.
         # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
         if xv is None:
-            xv = _head_einsum("md,hde->hme", x_in, w.w_v, prec)
+            xv = _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
         heads = _head_einsum("hnm,hme->hne", a, xv, prec)
         if w.w_o is None:
             sa = heads[0]
         else:
             sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x.shape[0], -1), w.w_o, precision=prec)
+            if w.b_o is not None:
+                sa = sa + w.b_o[None, :]
         sa = self._drop(sa, keys[1], self.hidden_dropout)
         y = x + sa if self.skip else sa
         if self.placement == "post":
-            y, bad = self.norm(y)
+            y, bad = self._norm(w, "attn")(y)
             degenerate = degenerate | jnp.any(bad)
         if w.mlp is not None:
             h = y
             if self.placement == "pre":
-                h, bad = self.norm(y)
+                h, bad = self._norm(w, "mlp")(y)
                 degenerate = degenerate | jnp.any(bad)
             m = self._drop(w.mlp(h, prec), keys[2], self.hidden_dropout)
             y = y + m if self.skip else m
             if self.placement == "post":
-                y, bad = self.norm(y)
+                y, bad = self._norm(w, "mlp")(y)
                 degenerate = degenerate | jnp.any(bad)
         return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
 
@@ -386,3 +426,24 @@ def _check_rate(name: str, rate) -> float:
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"{name} must be in [0, 1) (e.g. 0.1 as in BERT), got {rate}.")
     return rate
+
+
+def _add_bias(v, b):
+    """``v`` ``(heads, n, k)`` plus a per-head bias ``(heads, k)`` (None: no bias)."""
+    return v if b is None else v + b[:, None, :]
+
+
+def _check_biases(biases: dict, lead: tuple, heads: int, dk: int, dv: int, d: int, has_w_o: bool) -> dict:
+    """The given biases as arrays of the shapes the weights imply; ValueError naming the bias otherwise."""
+    want = {"b_q": (heads, dk), "b_k": (heads, dk), "b_v": (heads, dv), "b_o": (d,)}
+    out = {}
+    for name, b in biases.items():
+        if b is None:
+            continue
+        if name == "b_o" and not has_w_o:
+            raise ValueError("b_o is the bias of the output projection: pass w_o too, or drop b_o.")
+        b = jnp.asarray(b)
+        if b.shape != lead + want[name]:
+            raise ValueError(f"{name} must have shape {lead + want[name]}, got {b.shape}.")
+        out[name] = b
+    return out

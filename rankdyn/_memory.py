@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from ._errors import UsageError
+
 __all__ = [
     "MemoryEstimate",
     "available_memory",
@@ -157,7 +159,7 @@ def check_memory(
     what: str = "this run",
     available: tuple[int | None, str] | None = None,
 ) -> None:
-    """Raise ValueError when ``estimate`` exceeds the available memory (no-op when unknown).
+    """Raise `UsageError` when ``estimate`` exceeds the available memory (no-op when unknown).
 
     Arguments:
         estimate: the run's `MemoryEstimate`.
@@ -169,7 +171,7 @@ def check_memory(
     if avail is None or estimate.total <= avail:
         return
     big = estimate.largest
-    raise ValueError(
+    raise UsageError(
         f"{what} needs about {format_bytes(estimate.total)} ({big}: {format_bytes(estimate.parts[big])}), but only "
         f"{format_bytes(avail)} of {where} is available. Fix: {fix}"
     )

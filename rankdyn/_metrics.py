@@ -8,6 +8,9 @@ singular-value ratios) separate norm decay from directional collapse, as the rev
 All reductions use ``Precision.HIGHEST``: on GPUs float32 matmuls default to TF32, which would
 put a floor near 1e-3 on the very quantities measured here.
 
+A token that is exactly zero has no direction: ``mu_normalized``, ``min_cos`` and
+``mean_abs_cos`` are NaN for a matrix with a zero row (never 0), and a NaN matrix has NaN ranks.
+
 `collapse_metrics` and `direction_metrics` are safe against under- and overflow: they work on
 $X / 2^e$ with $2^e$ the power of two nearest above $\max_{ij}|X_{ij}|$ (an exact scaling)
 and scale the absolute quantities back, so tokens of norm $10^{-20}$ in float32 (whose squares
@@ -116,8 +119,10 @@ def singular_values(x: Float[Array, "n d"]) -> Float[Array, " k"]:
 
 
 def numerical_rank(s: Float[Array, " k"], tol: ArrayLike = 1e-6) -> Float[Array, ""]:
-    r"""Number of singular values above ``tol * sigma_max`` (relative tolerance); 0 for a zero matrix."""
-    return jnp.sum(s > tol * s[0]).astype(s.dtype)
+    r"""Number of singular values above ``tol * sigma_max`` (relative tolerance); 0 for a zero matrix,
+    NaN for a NaN one."""
+    rank = jnp.sum(s > tol * s[0]).astype(s.dtype)
+    return jnp.where(jnp.isnan(s[0]), jnp.nan, rank)  # a NaN matrix has no rank (not 0)
 
 
 def stable_rank(s: Float[Array, " k"]) -> Float[Array, ""]:
@@ -136,7 +141,7 @@ def effective_rank(s: Float[Array, " k"]) -> Float[Array, ""]:
     p = s / jnp.where(total > 0, total, 1.0)
     erank = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)))
     # A zero matrix has rank 0 by every other measure here; exp(H) of no mass would say 1.
-    return jnp.where(total > 0, erank, jnp.zeros((), s.dtype))
+    return jnp.where(total > 0, erank, jnp.where(jnp.isnan(total), jnp.nan, jnp.zeros((), s.dtype)))
 
 
 def _scaled(x):
@@ -147,14 +152,19 @@ def _scaled(x):
 
 def _direction(xs, scale):
     nrm = row_norms(xs)
+    # A zero token (underflow, dropout, a degenerate LN) has no direction: its cosines and its
+    # unit row are undefined. NaN, not 0, so that the value is never read as a result; the depth
+    # scan flags such trajectories (``degenerate``) and leaves them out of the statistics.
+    undefined = jnp.any(nrm == 0)
+    nan = lambda v: jnp.where(undefined, jnp.nan, v)  # noqa: E731
     return {
         "mu": mu(xs) * scale,
         "mu_rel": mu_relative(xs),
-        "mu_normalized": mu_normalized(xs),
+        "mu_normalized": nan(mu_normalized(xs)),
         "row_norm_mean": jnp.mean(nrm) * scale,
         "row_norm_min": jnp.min(nrm) * scale,
-        "min_cos": min_cosine(xs),
-        "mean_abs_cos": mean_abs_cosine(xs),
+        "min_cos": nan(min_cosine(xs)),
+        "mean_abs_cos": nan(mean_abs_cosine(xs)),
     }
 
 

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._errors import UsageError
 from ._metrics import METRIC_NAMES, collapse_metrics, direction_metrics
 
 __all__ = ["MetricObserver", "ALL_METRICS", "SPECTRAL_METRICS", "parse_metrics"]
@@ -28,21 +29,21 @@ def parse_metrics(spec: str | Iterable[str] | None, *, where: str = "metrics") -
     """``"all"``, None, a comma-separated string or a list of names -> a tuple in canonical order.
 
     Raises:
-        ValueError: naming ``where`` and listing the valid names, for unknown, empty or repeated names.
+        UsageError: naming ``where`` and listing the valid names, for unknown, empty or repeated names.
     """
     if spec is None or spec == "all":
         return ALL_METRICS
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     if not names or any(not isinstance(k, str) or not k for k in names):
-        raise ValueError(
+        raise UsageError(
             f"{where}: expected metric names separated by commas, got {spec!r}; "
             f"valid names: all, {', '.join(ALL_METRICS)}."
         )
     bad = [k for k in names if k not in ALL_METRICS]
     if bad:
-        raise ValueError(f"{where}: unknown metric {bad[0]!r}; valid names: all, {', '.join(ALL_METRICS)}.")
+        raise UsageError(f"{where}: unknown metric {bad[0]!r}; valid names: all, {', '.join(ALL_METRICS)}.")
     if len(set(names)) != len(names):
-        raise ValueError(f"{where}: a metric is named twice in {spec!r}; name each once.")
+        raise UsageError(f"{where}: a metric is named twice in {spec!r}; name each once.")
     return tuple(k for k in ALL_METRICS if k in names)
 
 
@@ -63,7 +64,7 @@ class MetricObserver(eqx.Module):
         self.names = tuple(k for k in names if k != "eps_min")
         bad = [k for k in self.names if k not in METRIC_NAMES]
         if bad:
-            raise ValueError(f"unknown metric {bad[0]!r}; valid names: {', '.join(METRIC_NAMES)}.")
+            raise UsageError(f"unknown metric {bad[0]!r}; valid names: {', '.join(METRIC_NAMES)}.")
         self.rank_tol = jnp.asarray(rank_tol)
 
     def __call__(self, x: Float[Array, "n d"]) -> dict[str, Float[Array, ""]]:

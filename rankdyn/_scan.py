@@ -137,9 +137,9 @@ def scan_depth(
         values = dict(jax.vmap(observe)(x))
         if eps:
             values["eps_min"] = e
-        ok = _finite(values, x)
-        ys = reduce(values, ok & valid)
-        return (x, bad, nonfinite | ~ok), ((ys, x) if save_states else ys)
+        ok, zero = _finite(values, x), jnp.any(jnp.all(x == 0, axis=-1), axis=-1)  # zero: a token underflowed
+        ys = reduce(values, ok & valid)  # a zero token's NaN cosines are flagged degenerate, not non-finite
+        return (x, bad | zero, nonfinite | ~(ok | (zero & _finite({}, x)))), ((ys, x) if save_states else ys)
 
     blocks = block0 + jnp.arange(num_blocks)
     if include_start:
@@ -148,8 +148,7 @@ def scan_depth(
     return state._replace(x=x, degenerate=bad, nonfinite=nonfinite), ys
 
 
-def _stats_only(values, ok):
-    return chunk_stats(values, ok)
+_stats_only = chunk_stats
 
 
 def _with_values(values, ok):

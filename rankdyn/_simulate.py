@@ -16,9 +16,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from ._autotune import tuned_chunk
+from ._errors import UsageError
 from ._init import TokenSampler
 from ._layer import SelfAttentionLayer
 from ._memory import MemoryEstimate, check_memory
@@ -43,7 +45,8 @@ class Trajectory(eqx.Module):
             the layers since the previous save; at ``t = 0`` that of $A^{(0)}$ (Theorem 1's
             epsilon). None otherwise.
         states: ``(*batch, len(layers), n, d)`` if ``save_states=True``, else None.
-        degenerate: ``(*batch,)`` True where a normalisation met a zero row (e.g. opposite
+        degenerate: ``(*batch,)`` True where a token became zero (direction metrics NaN there):
+            a state row underflowed, or a normalisation met a zero row (e.g. opposite
             tokens averaged; such trajectories are kept), or None without per-trajectory values.
         nonfinite: ``(*batch,)`` True where a state or a recorded metric became NaN or infinite,
             or None without per-trajectory values.
@@ -61,39 +64,131 @@ def _strong(v):
     return v.astype(v.dtype) if isinstance(v, jax.Array) and getattr(v, "weak_type", False) else v
 
 
+def _check_options(rank_tol, devices, observe) -> None:
+    """``rank_tol``, ``devices`` and ``observe`` as the docstring allows, or a UsageError naming them."""
+    if isinstance(rank_tol, bool) or not isinstance(rank_tol, (int, float, np.integer, np.floating)):
+        raise UsageError(f"rank_tol must be a number in (0, 1), got {rank_tol!r}; e.g. rank_tol=1e-6.")
+    if not (0 < float(rank_tol) < 1):  # NaN fails too: it would count no singular value
+        raise UsageError(
+            f"rank_tol must be in (0, 1) (a tolerance relative to the largest singular value), got "
+            f"{rank_tol!r}; e.g. rank_tol=1e-6."
+        )
+    ok = (
+        devices is None
+        or devices == "all"
+        or isinstance(devices, (Mesh, list, tuple))
+        or (isinstance(devices, (int, np.integer)) and not isinstance(devices, bool) and devices >= 1)
+    )
+    if not ok or isinstance(devices, (list, tuple)) and not all(isinstance(d, jax.Device) for d in devices):
+        raise UsageError(
+            f"devices must be None, 'all', a positive int, a list of jax devices or a batch mesh, got "
+            f"{devices!r}; e.g. devices='all'."
+        )
+    if observe is not None and not callable(observe):
+        raise UsageError(f"observe must be a function x -> dict of arrays, got {type(observe).__name__}.")
+
+
+#: Observers already checked (by identity, shapes and dtype): tracing one costs as much as
+#: tracing the metrics, and experiments call `simulate` many times with the same function.
+_CHECKED_OBSERVERS: dict = {}
+
+
+def _check_observe(observe, n, d, dtype) -> None:
+    """The observer maps one ``(n, d)`` token matrix to a dict of arrays (checked abstractly)."""
+    try:
+        key = (observe, n, d, np.dtype(dtype).name)
+        if key in _CHECKED_OBSERVERS:
+            return
+    except TypeError:  # unhashable (e.g. a module holding arrays): check every time
+        key = None
+    try:
+        out = jax.eval_shape(observe, jax.ShapeDtypeStruct((n, d), dtype))
+    except Exception as err:  # the user's function failed on a token matrix: name it
+        raise UsageError(
+            f"observe failed on one ({n}, {d}) token matrix ({type(err).__name__}: {err}); it must map "
+            "one token matrix (not a batch) to a dict of arrays."
+        ) from err
+    if not isinstance(out, dict) or not all(
+        isinstance(k, str) and isinstance(v, jax.ShapeDtypeStruct) for k, v in out.items()
+    ):
+        raise UsageError(
+            f"observe must return a dict of arrays (name -> value), got {type(out).__name__}; "
+            "e.g. observe=lambda x: {'mu': rankdyn.metrics.mu(x)}."
+        )
+    if key is not None and len(_CHECKED_OBSERVERS) < 256:
+        _CHECKED_OBSERVERS[key] = True
+
+
+def _check_logits(layer, x0, dtype) -> None:
+    r"""Refuse weights whose attention logits can overflow ``dtype`` (they would give all-NaN runs).
+
+    $|R_{ij}| = |x_i^\top W_Q W_K^\top x_j| / \sqrt{d_{QK}} \le \|W_Q\|_2 \|W_K\|_2 r^2 / \sqrt{d_{QK}}$,
+    with $r$ the largest norm of a token entering attention (the initial tokens, or the LN radius).
+    """
+    leaves = jax.tree.leaves((layer, x0))
+    if layer.fixed_attention is not None or any(isinstance(v, jax.core.Tracer) for v in leaves):
+        return  # no logits, or traced (simulate under jit): nothing concrete to bound
+    fi = np.finfo(dtype)
+    dqk = float(np.min(np.asarray(layer.dqk)))
+    if dqk < fi.tiny:  # subnormal: flushed to zero on CPUs, so 1/sqrt(dqk) is infinite
+        raise UsageError(
+            f"dqk = {dqk:g} is below the smallest normal {dtype.name} ({fi.tiny:.3g}); its 1/sqrt(dqk) "
+            f"overflows the attention logits. Use dqk >= {fi.tiny:.3g}{' or float64' if dtype != np.float64 else ''}."
+        )
+    sq = lambda w: np.linalg.svd(np.asarray(w, np.float64), compute_uv=False)[..., 0].max()  # noqa: E731
+    w = layer.weights
+    if isinstance(x0, TokenSampler):
+        r = 3.0 * math.sqrt(x0.dim) + 3.0 if x0.kind == "gaussian" else 1.0
+    else:
+        r = float(np.max(np.linalg.norm(np.asarray(x0, np.float64), axis=-1)))
+    radius = getattr(layer.norm, "radius", None)
+    if layer.placement != "none" and radius is not None:
+        r = max(r, float(np.max(np.asarray(radius))))
+    bound = sq(w.w_q) * sq(w.w_k) / math.sqrt(dqk) * max(r * r, 1.0)
+    if not bound < fi.max / 16:  # /16: headroom for the folded product and the softmax's sums
+        raise UsageError(
+            f"the attention logits can reach about {bound:.3g} (||W_Q|| ||W_K|| r^2 / sqrt(dqk), r = {r:.3g}), "
+            f"beyond what {dtype.name} holds ({fi.max:.3g}): the run would be all NaN. Lower qk_std, "
+            f"raise dqk{', or use float64' if dtype != np.float64 else ''}."
+        )
+
+
 def _validate(layer, x0, num_layers, save_every):
     if not isinstance(layer, SelfAttentionLayer):
-        raise ValueError(f"simulate expects a rankdyn.SelfAttentionLayer, got {type(layer).__name__}.")
+        raise UsageError(f"simulate expects a rankdyn.SelfAttentionLayer, got {type(layer).__name__}.")
     n, d = layer.num_tokens, layer.dim
     if isinstance(x0, TokenSampler):
         if (x0.num_tokens, x0.dim) != (n, d):
-            raise ValueError(
+            raise UsageError(
                 f"the TokenSampler draws (n, d) = ({x0.num_tokens}, {x0.dim}) tokens but the layer "
                 f"maps ({n}, {d}); build the sampler with the layer's n and d."
             )
     else:
         x0 = jnp.asarray(x0)
         if x0.ndim < 2 or x0.shape[-2:] != (n, d):
-            raise ValueError(
+            raise UsageError(
                 f"x0 must have shape (..., n, d) = (..., {n}, {d}) to match the layer's mask and weights, "
                 f"got {x0.shape}."
             )
-        if not jnp.issubdtype(x0.dtype, jnp.floating):
-            raise ValueError(f"x0 must be a floating-point array, got dtype {x0.dtype}.")
+        if x0.dtype not in (jnp.float32, jnp.float64):
+            raise UsageError(
+                f"x0 must be a float32 or float64 array, got dtype {x0.dtype}; the metrics and the "
+                "scan need float32 at least: pass x0.astype(jnp.float32)."
+            )
         if 0 in x0.shape:
-            raise ValueError(f"x0 has an empty batch axis (shape {x0.shape}); pass at least one trajectory.")
+            raise UsageError(f"x0 has an empty batch axis (shape {x0.shape}); pass at least one trajectory.")
         if not isinstance(x0, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x0))):
-            raise ValueError("x0 contains NaN or infinite values; pass finite initial tokens.")
+            raise UsageError("x0 contains NaN or infinite values; pass finite initial tokens.")
     if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 0:
-        raise ValueError(f"num_layers must be a non-negative integer, got {num_layers!r}.")
-    if not isinstance(save_every, (int, np.integer)) or save_every < 1:
-        raise ValueError(f"save_every must be a positive integer, got {save_every!r}.")
+        raise UsageError(f"num_layers must be a non-negative integer, got {num_layers!r}.")
+    if isinstance(save_every, bool) or not isinstance(save_every, (int, np.integer)) or save_every < 1:
+        raise UsageError(f"save_every must be a positive integer, got {save_every!r}.")
     if num_layers % save_every:
-        raise ValueError(
+        raise UsageError(
             f"num_layers={num_layers} is not a multiple of save_every={save_every}; choose a divisor."
         )
-    if layer.num_layers is not None and layer.num_layers < num_layers:
-        raise ValueError(
+    if layer.num_layers is not None and not layer.cycle and layer.num_layers < num_layers:
+        raise UsageError(
             f"the layer holds per-layer weights for {layer.num_layers} layers but num_layers={num_layers}; "
             "draw weights for every layer or use shared weights."
         )
@@ -153,16 +248,22 @@ def simulate(
         A `Trajectory`.
 
     Raises:
-        ValueError: on shapes that do not match the layer, non-finite x0, bad depths, unknown
-            metric names, a dropout layer without a key, or a run whose estimated memory
-            exceeds the available memory.
+        UsageError: (a ValueError) naming the argument: shapes that do not match the layer,
+            non-finite or non-float32/64 x0, bad depths, unknown metric names, ``rank_tol``
+            outside (0, 1), bad ``devices``, an ``observe`` that does not return a dict of arrays,
+            weights whose attention logits can overflow the dtype, a dropout layer without a
+            key, or a run whose estimated memory exceeds the available memory.
     """
     x0 = _validate(layer, x0, num_layers, save_every)
+    _check_options(rank_tol, devices, observe)
+    _check_logits(layer, x0, np.dtype(x0.dtype))
+    if observe is not None:
+        _check_observe(observe, layer.num_tokens, layer.dim, x0.dtype)
     # A weakly typed leaf (e.g. dqk from a Python float) and a strong one of the same dtype are
     # different programs to jit: make every array leaf strong so both reuse one compilation.
     layer, x0 = jax.tree.map(_strong, (layer, x0))
     if layer.dropout > 0 and key is None:
-        raise ValueError("the layer uses dropout: pass `key=` to simulate.")
+        raise UsageError("the layer uses dropout: pass `key=` to simulate.")
     names = parse_metrics(metrics)
     if observe is None:
         observe = MetricObserver(names, rank_tol)
@@ -186,7 +287,7 @@ def simulate(
                 layer, observe, flat0, num, num_layers, save_every=save_every, eps=eps, drop_key=drop
             )
     elif isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise ValueError(f"chunk must be a positive integer or None, got {chunk!r}.")
+        raise UsageError(f"chunk must be a positive integer or None, got {chunk!r}.")
     chunk = min(int(chunk), num)
     num_saved = num_layers // save_every + 1
     if jax.default_backend() == "cpu":

@@ -107,7 +107,8 @@ class Summary(eqx.Module):
         mean, std, min, max: metric name -> ``(layers, ...)``; NaN where ``count`` is 0.
         num_trajectories: trajectories simulated.
         nonfinite: trajectories whose state or a recorded metric became NaN or infinite.
-        degenerate: trajectories in which a normalisation met a zero row.
+        degenerate: trajectories in which a token became zero: a normalisation met a zero row,
+            or (without one) a token underflowed; their direction metrics are NaN at such layers.
     """
 
     layers: Int[Array, " s"]

@@ -77,7 +77,7 @@ def test_simulate_writes_metrics_and_plot(tmp_path, capsys):
     assert data["layers"] == list(range(9))
     for name in METRICS:
         assert len(data["metrics"][name]["mean"]) == 9 and len(data["metrics"][name]["std"]) == 9
-    assert data["flags"] == {"nonfinite": 0, "degenerate_ln": 0, "batch": 5}
+    assert data["flags"] == {"nonfinite": 0, "degenerate_ln": 0, "underflow": 0, "batch": 5}
     assert set(data["timing"]) >= {"compile_s", "run_s"}
     # Post-LN: the mean token norm is exactly 1 at every layer after the first.
     np.testing.assert_allclose(data["metrics"]["row_norm_mean"]["mean"][1:], 1.0, atol=1e-12)

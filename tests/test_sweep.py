@@ -269,9 +269,8 @@ def test_cell_count_announced_and_large_grids_refused(tmp_path, capsys):
             "mask_seed = [" + ", ".join(map(str, range(2 * 10**3))) + "]",
         )
     )
-    t0 = time.monotonic()
+    # No wall-time bound (machines differ): refused before the [fixed] table, so no cell is checked.
     assert cli_main(["sweep", str(big), "--out", str(tmp_path / "o")]) == 2
-    assert time.monotonic() - t0 < 10
     io = capsys.readouterr()
     assert "100000000 cells" in io.out and "--max-cells 100000000" in io.err
     assert not (tmp_path / "o").exists()

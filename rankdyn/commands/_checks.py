@@ -1,6 +1,6 @@
 """Checks shared by the CLI commands: every bad flag value is refused before any compute.
 
-Each check raises ValueError with a message that names the flag, what was received and the
+Each check raises UsageError (a ValueError) with a message that names the flag, what was received and the
 fix; `rankdyn.cli.main` prints it as ``rankdyn <command>: error: ...`` and exits with 2. The
 model's own rules live in `rankdyn._config.ModelConfig`: `model_config` only maps its field
 names to the flags that set them.
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .._config import ModelConfig, Names, check_seed
+from .._errors import UsageError
 
 __all__ = [
     "HelpFormatter",
@@ -50,7 +51,7 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     flags = dict(MODEL_FLAGS)
     if args.dropout is not None:
         if args.attn_dropout is not None or args.hidden_dropout is not None:
-            raise ValueError(
+            raise UsageError(
                 "--dropout sets both rates: give either --dropout or --attn-dropout/--hidden-dropout."
             )
         attn = hidden = args.dropout
@@ -92,7 +93,7 @@ def check_positive(args: argparse.Namespace, *dests: str) -> None:
     for dest in dests:
         v = getattr(args, dest)
         if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{_flag(dest)} {v}: expected a finite number > 0.")
+            raise UsageError(f"{_flag(dest)} {v}: expected a finite number > 0.")
 
 
 def check_nonnegative(args: argparse.Namespace, *dests: str, minimum: int = 0) -> None:
@@ -100,7 +101,7 @@ def check_nonnegative(args: argparse.Namespace, *dests: str, minimum: int = 0) -
     for dest in dests:
         v = getattr(args, dest)
         if v is not None and v < minimum:
-            raise ValueError(f"{_flag(dest)} {v}: expected an integer >= {minimum}.")
+            raise UsageError(f"{_flag(dest)} {v}: expected an integer >= {minimum}.")
 
 
 def check_seed_flag(seed: int, flag: str = "--seed") -> None:
@@ -123,19 +124,19 @@ def check_out_dir(path: Path, flag: str = "--out") -> None:
     """
     p = Path(path)
     if _exists(p) and not p.is_dir():
-        raise ValueError(
+        raise UsageError(
             f"{flag} {p} is an existing file, not a folder; give a folder path (it is created if missing)."
         )
     base = p.absolute()
     while not _exists(base):
         base = base.parent
     if not base.is_dir():
-        raise ValueError(
+        raise UsageError(
             f"{flag} {p}: {base} is a file, so the folder cannot be created there; choose another path."
         )
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".rankdyn-probe-", dir=base))
     except OSError as err:
-        raise ValueError(
+        raise UsageError(
             f"{flag} {p}: cannot write in {base} ({err.strerror or err}); choose a writable folder."
         ) from None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from .._errors import UsageError
+
 
 def add_devices_flag(parser: argparse.ArgumentParser, use: str) -> None:
     """Add ``--devices``; ``use`` says in the help what this command does with the devices."""
@@ -42,7 +44,7 @@ def apply_devices_flag(args: argparse.Namespace) -> None:
     try:
         args.num_devices = use_cpu_devices(n)
     except RuntimeError as err:  # already initialised with another count: a usage error here
-        raise ValueError(f"--devices {args.devices}: {err}") from None
+        raise UsageError(f"--devices {args.devices}: {err}") from None
 
 
 def sharding_devices(args: argparse.Namespace):

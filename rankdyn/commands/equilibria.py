@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._errors import UsageError
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
 from ._devices import add_devices_flag
 from .simulate import add_model_flags, check_model_args
@@ -104,19 +105,19 @@ def _check(args):
     """Every flag, the memory estimate and the output folder, before any compute; the model's
     `ModelConfig` is returned."""
     if args.per_layer_weights:
-        raise ValueError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
+        raise UsageError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
     config = check_model_args(args)
     if config.has_dropout:
-        raise ValueError(
+        raise UsageError(
             "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
         )
     if args.starts < 1 or args.chunk < 1:
-        raise ValueError(f"--starts and --chunk must be >= 1, got {args.starts} and {args.chunk}.")
+        raise UsageError(f"--starts and --chunk must be >= 1, got {args.starts} and {args.chunk}.")
     if (
         min(args.deflation_rounds, args.max_steps, args.short_steps, args.forward_steps, args.minimise_steps)
         < 0
     ):
-        raise ValueError(
+        raise UsageError(
             "--deflation-rounds, --max-steps, --short-steps, --forward-steps and --minimise-steps "
             "must be >= 0."
         )
@@ -151,10 +152,10 @@ def _target_ranks(spec: str, n: int, d: int) -> list[int]:
     try:
         ks = [int(s) for s in spec.split(",") if s.strip()]
     except ValueError:
-        raise ValueError(f"--target-ranks must be 'all' or comma-separated integers, got {spec!r}.") from None
+        raise UsageError(f"--target-ranks must be 'all' or comma-separated integers, got {spec!r}.") from None
     bad = [k for k in ks if not 1 <= k <= min(n, d)]
     if bad:
-        raise ValueError(f"--target-ranks {bad} outside [1, min(n, d) = {min(n, d)}].")
+        raise UsageError(f"--target-ranks {bad} outside [1, min(n, d) = {min(n, d)}].")
     return ks
 
 
@@ -181,6 +182,7 @@ def run(args) -> int:
 
     from .._constructions import all_closed_form_equilibria
     from .._io import provenance, write_json
+    from ..cli import begin_compute
     from ..equilibria import equilibrium_census
     from ..equilibria._census import census_method
     from .simulate import layer_from_args
@@ -191,7 +193,8 @@ def run(args) -> int:
     try:  # refuse a --search that does not apply, before compute
         how = census_method(layer, args.search)
     except ValueError as err:
-        raise ValueError(f"--search {args.search}: {err}") from None
+        raise UsageError(f"--search {args.search}: {err}") from None
+    begin_compute()
     print(
         f"method: {how}"
         + {
@@ -245,6 +248,7 @@ def _plot(records, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .._io import savefig
     from ..plotting import plot_equilibria_moduli_grid
 
     # A panel per rank at a printable size, however many equilibria the census found.
@@ -254,7 +258,7 @@ def _plot(records, args) -> None:
         closed_form=[e["closed_form_match"] is not False for e in records],
         title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} d={args.d}",
     )
-    fig.savefig(args.out / "eigen_moduli.png", dpi=120)
+    savefig(fig, args.out / "eigen_moduli.png", dpi=120)
     plt.close(fig)
 
 

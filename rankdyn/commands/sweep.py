@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._errors import UsageError
 from ._checks import HelpFormatter, check_out_dir
 from ._devices import add_devices_flag
 
@@ -57,39 +58,61 @@ def _default_plot_axes(cfg):
     return pick if len(pick) == 2 else None
 
 
+def _announce(args, num: int) -> None:
+    """Print the cell count; refuse a grid whose dataset cannot fit, before the cells are checked."""
+    import tomllib
+
+    from .._memory import check_memory
+    from ..sweep import MAX_CELLS
+    from ..sweep._plan import CHECK_S_PER_CELL, grid_estimate
+
+    print(f"sweep {args.config}: {num} cells", flush=True)
+    if num > (args.max_cells or MAX_CELLS):
+        return  # the loader refuses it with the --max-cells fix
+    est = grid_estimate(tomllib.loads(args.config.read_text()), num)
+    if est is not None:
+        check_memory(
+            est,
+            what=f"a grid of {num} cells",
+            fix="shorten the [axes], or lower layers, batch or the metrics.",
+        )
+    if num * CHECK_S_PER_CELL > 10:
+        print(
+            f"sweep {args.config}: checking the {num} cells takes about {num * CHECK_S_PER_CELL / 60:.0f} min "
+            f"(~{CHECK_S_PER_CELL * 1e3:.2f} ms per cell) before the first chunk starts",
+            flush=True,
+        )
+
+
 def run(args) -> int:
     import json
 
+    from ..cli import begin_compute
     from ..sweep import MAX_CELLS, load_sweep_config, run_sweep, sweep_plan
 
     if args.max_cells is not None and args.max_cells < 1:
-        raise ValueError(f"--max-cells must be a positive integer, got {args.max_cells}.")
-    announce = lambda num: print(f"sweep {args.config}: {num} cells", flush=True)  # noqa: E731
+        raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")
+    announce = lambda num: _announce(args, num)  # noqa: E731
     cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
     check_out_dir(args.out)
     plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
     if args.plot_axes:  # reject before any compute
         for a in plot_axes:
             if a not in cfg.axes:
-                raise ValueError(
+                raise UsageError(
                     f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(cfg.axes)}."
                 )
         if plot_axes[0] == plot_axes[1]:
-            raise ValueError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
+            raise UsageError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
     plan = sweep_plan(cfg)
     print(
         f"sweep {cfg.name!r}: {cfg.num_cells} cells {dict(zip(cfg.axes, cfg.shape))}, "
-        f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}"
+        f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}",
+        flush=True,
     )
-    try:
-        ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
-    except KeyboardInterrupt:  # finished chunks are on disk (atomic writes); the one in flight is lost
-        done = len(list((args.out / "chunks").glob("chunk_*.npz")))
-        print(
-            f"\ninterrupted: {done} of {len(plan.chunks)} chunk(s) saved in {args.out / 'chunks'}; "
-            f"continue with: rankdyn sweep {args.config} --out {args.out} --resume"
-        )
-        return 130
+    begin_compute()  # run_sweep's own checks (folder, memory) raise UsageError
+    # Ctrl-C: rankdyn.cli prints how many chunks are saved (atomic writes) and the --resume command.
+    ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
     timing = json.loads((args.out / "timing.json").read_text())
     print(
         f"wrote {args.out / 'sweep.nc'}: {len(ds.data_vars)} variables; computed {timing['chunks_computed']} "
@@ -107,6 +130,7 @@ def _plots(ds, out: Path, plot_axes) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .._io import savefig
     from ..plotting import plot_sweep_mu, plot_sweep_rank, plot_sweep_rate
 
     written = []
@@ -117,7 +141,7 @@ def _plots(ds, out: Path, plot_axes) -> list[Path]:
         figs.append(("final_rank.png", lambda: plot_sweep_rank(ds)))
     for name, make in figs:
         fig = make()
-        fig.savefig(out / name, dpi=110)
+        savefig(fig, out / name, dpi=110)
         plt.close(fig)
         written.append(out / name)
     return written

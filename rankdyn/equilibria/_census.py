@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
+from .._errors import UsageError
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._dedupe import deduplicate
@@ -72,18 +73,18 @@ def census_method(layer: SelfAttentionLayer, search: str = "auto") -> str:
         ValueError: for an unknown ``search`` or one that does not apply to ``layer``.
     """
     if search not in SEARCHES:
-        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}.")
+        raise UsageError(f"search must be one of {SEARCHES}, got {search!r}.")
     exact = _exact_parameter(layer) is not None
     tree = is_acyclic(layer) and layer.placement == "post"
     if search == "auto":
         return "exact" if exact else ("tree-search" if tree else "joint-search")
     if search == "exact" and not exact:
-        raise ValueError(
+        raise UsageError(
             "search='exact' needs the paper's system: causal mask, W_Q W_K^T = 0, post sphere-LN, "
             "one plain head and W_V = c (I + w S); use search='auto'."
         )
     if search == "tree-search" and not tree:
-        raise ValueError(
+        raise UsageError(
             "search='tree-search' needs a lower-triangular (acyclic) mask and post-LN; "
             "use search='joint-search'."
         )
@@ -184,13 +185,13 @@ def equilibrium_census(
             does not apply.
     """
     if layer.num_layers is not None:
-        raise ValueError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
+        raise UsageError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
     if layer.dropout > 0:
-        raise ValueError("dropout must be 0: a stochastic map has no fixed points.")
+        raise UsageError("dropout must be 0: a stochastic map has no fixed points.")
     if starts < 1 or chunk < 1 or tree_starts < 1:
-        raise ValueError(f"starts, chunk and tree_starts must be >= 1, got {starts}, {chunk}, {tree_starts}.")
+        raise UsageError(f"starts, chunk and tree_starts must be >= 1, got {starts}, {chunk}, {tree_starts}.")
     if min(deflation_rounds, max_steps, short_steps, forward_steps, minimise_steps) < 0:
-        raise ValueError(
+        raise UsageError(
             "deflation_rounds, max_steps, short_steps, forward_steps and minimise_steps must be >= 0."
         )
     for name, v in (
@@ -201,7 +202,7 @@ def equilibrium_census(
         ("learning_rate", learning_rate),
     ):
         if v is not None and not (np.isfinite(v) and v >= 0):
-            raise ValueError(f"{name} must be finite and >= 0, got {v}.")
+            raise UsageError(f"{name} must be finite and >= 0, got {v}.")
     n, d = layer.num_tokens, layer.dim
     how = census_method(layer, search)
     group = symmetry_group(layer)

@@ -32,6 +32,7 @@ from ._report import render_target, write_report
 
 __all__ = [
     "TARGETS",
+    "CHECKPOINT_TARGETS",
     "VERDICTS",
     "CLAIM_VERDICTS",
     "OPEN_QUESTION_VERDICTS",
@@ -54,7 +55,13 @@ TARGETS: dict[str, str] = {
     "ablation": "rankdyn.experiments.ablation",
     "geometry": "rankdyn.experiments.geometry",
     "undirected": "rankdyn.experiments.undirected",
+    "pretrained-ablation": "rankdyn.experiments.pretrained_ablation",
+    "pretrained-temperature": "rankdyn.experiments.pretrained_temperature",
 }
+
+#: The targets that run on a trained checkpoint (their ``run`` takes ``checkpoint=``: a path or a
+#: loaded `rankdyn.checkpoints.Checkpoint`; default MiniLM when installed).
+CHECKPOINT_TARGETS = ("geometry", "pretrained-ablation", "pretrained-temperature")
 
 #: The verdicts a claim of the paper may get (computed from its numbers, never hard-coded).
 #: "not testable here" means the target could not run what its checks need on this machine
@@ -107,7 +114,9 @@ def _check_result(name: str, res) -> dict:
     return res
 
 
-def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool = True) -> dict:
+def run_targets(
+    names, out, quick: bool = False, seed: int = 0, progress: bool = True, checkpoint=None
+) -> dict:
     """Run the named targets, write ``out/<target>.json`` and ``out/report.md``.
 
     Arguments:
@@ -116,6 +125,8 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
         quick: reduced sizes (every target documents what it reduced).
         seed: base PRNG seed passed to every target.
         progress: show an overall progress bar.
+        checkpoint: a trained checkpoint (folder or zip) for the targets that take one (default:
+            MiniLM when installed); the others never see it.
 
     Returns:
         ``{"results": {name: result dict}, "runtime_s": float, "report": Path, "failed": [names]}``.
@@ -143,7 +154,10 @@ def run_targets(names, out, quick: bool = False, seed: int = 0, progress: bool =
         t0, c0 = time.perf_counter(), time.process_time()
         try:
             mod = importlib.import_module(TARGETS[name])
-            kw = {"cache": cache} if "cache" in inspect.signature(mod.run).parameters else {}
+            params = inspect.signature(mod.run).parameters
+            kw = {"cache": cache} if "cache" in params else {}
+            if checkpoint is not None and "checkpoint" in params:
+                kw["checkpoint"] = checkpoint
             # Per step of real work inside the target, with an ETA from its measured steps.
             with target_progress(name, enabled=progress):
                 res = _check_result(name, mod.run(out, quick=quick, seed=seed, **kw))

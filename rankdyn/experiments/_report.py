@@ -231,13 +231,20 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
     lines.append("")
     for name, res in results.items():
         lines += _summary_section(res, out)
-        (out / "report" / f"{name}.md").write_text(render_target(res, out))
+        _write_text(out / "report" / f"{name}.md", render_target(res, out))
     if len(lines) > MAX_LINES:
         raise ValueError(
             f"report.md would have {len(lines)} lines (limit {MAX_LINES}); shorten the targets' "
             "key numbers or checks."
         )
     path = out / "report.md"
-    path.write_text("\n".join(lines))
-    (out / "report" / "provenance.json").write_text(json.dumps(prov, indent=1))
+    _write_text(path, "\n".join(lines))
+    _write_text(out / "report" / "provenance.json", json.dumps(prov, indent=1))
     return path
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Atomically, with the umask's mode (`rankdyn._io.atomic_write`)."""
+    from .._io import atomic_write
+
+    atomic_write(path, lambda f: f.write(text), binary=False)

@@ -239,8 +239,9 @@ def save_figure(fig, path) -> str:
 
     import matplotlib.pyplot as plt
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    from .._io import savefig
+
     tidy_log_ticks(fig)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    savefig(fig, Path(path), dpi=110, bbox_inches="tight")  # atomic: no half-written PNG
     plt.close(fig)
     return str(getattr(path, "name", path))

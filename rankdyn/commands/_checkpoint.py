@@ -1,0 +1,280 @@
+"""``rankdyn simulate --checkpoint``: a trained checkpoint's layer stack on real tokens.
+
+``--checkpoint DIR|ZIP (--text FILE | --input-ids FILE.npy) [--variant V] [--mask M] [--window K]
+[--n N] [--batch B] [--layers T]``: the trained weights replace every random-model flag, so any
+other model flag is refused (one error line naming it) rather than silently ignored. Defaults
+differ from the random model's: ``--layers`` is the checkpoint's depth, ``--n`` 128 and
+``--mask`` the checkpoint's own (complete for BERT, causal for GPT-2). ``--input-ids`` sets the
+batch and ``n`` from its shape. The run writes ``OUT/input_ids.npy`` (int32, batch x n) next to
+the usual ``metrics.json``, table and ``mu.png``; the provenance names the weights by sha256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+from .._errors import UsageError
+
+__all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint"]
+
+#: Flags of `add_model_flags` that a checkpoint run still reads; every other model flag is refused.
+_ALLOWED = ("mask", "window", "seed", "x64", "n")
+#: Flags (dests) whose default depends on whether --checkpoint is given: their use is recorded.
+_RECORDED = ("n", "batch", "layers", "mask", "window")
+_EXPLICIT = "_checkpoint_explicit_flags"
+#: A random model's flags that must have a default when no group titled "model" is found.
+_FALLBACK_MODEL = ("d", "dqk", "norm", "ln", "value", "w", "jordan_k", "qk", "x0", "per_layer_weights")
+_FALLBACK_MODEL += ("heads", "skip", "mlp", "dropout", "attn_dropout", "hidden_dropout")
+_DEFAULT_N = 128
+
+
+def _recording(cls):
+    """A subclass of the argparse action ``cls`` that notes, per parse, which flags were given."""
+
+    class Recording(cls):
+        def __call__(self, parser, namespace, values, option_string=None):
+            given = getattr(namespace, _EXPLICIT, None) or {}
+            given[self.dest] = option_string
+            setattr(namespace, _EXPLICIT, given)
+            super().__call__(parser, namespace, values, option_string)
+
+    Recording.__name__ = f"Recording{cls.__name__}"
+    return Recording
+
+
+def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    """Add the ``checkpoint`` flag group to the simulate parser (after the model flags)."""
+    from .._checkpoints import VARIANTS
+
+    g = p.add_argument_group(
+        "trained checkpoint (replaces the random model; docs/theory.md#trained-checkpoints)"
+    )
+    g.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="DIR|ZIP",
+        help="HF-layout BERT or GPT-2 folder or zip (config.json + model.safetensors [+ tokenizer.json])",
+    )
+    g.add_argument(
+        "--text", type=Path, default=None, metavar="FILE", help="text tokenised into --batch excerpts"
+    )
+    g.add_argument(
+        "--input-ids",
+        type=Path,
+        default=None,
+        metavar="FILE.npy",
+        help="token ids (batch, n): set --batch and --n",
+    )
+    g.add_argument(
+        "--variant", choices=VARIANTS, default=None, help="full (as trained) or a SAN variant (default: full)"
+    )
+    model = next((a for a in p._action_groups if a.title == "model"), None)
+    dests = {a.dest for a in model._group_actions} if model is not None else set(_FALLBACK_MODEL)
+    p.set_defaults(**{_EXPLICIT: None})
+    for action in p._actions:
+        if action.dest in dests - set(_ALLOWED) or action.dest in _RECORDED:
+            action.__class__ = _recording(type(action))
+
+
+def checkpoint_requested(args: argparse.Namespace) -> bool:
+    """True for a checkpoint run. Removes the recording attribute; refuses checkpoint-only flags without one."""
+    given = vars(args).pop(_EXPLICIT, None) or {}
+    args.checkpoint_flags_given = given  # read by run_checkpoint, removed there
+    if args.checkpoint is None:
+        del args.checkpoint_flags_given
+        for flag in ("text", "input_ids", "variant"):
+            if getattr(args, flag) is not None:
+                raise UsageError(
+                    f"--{flag.replace('_', '-')} needs --checkpoint DIR|ZIP (the trained weights to run)."
+                )
+        for dest in ("checkpoint", "text", "input_ids", "variant"):
+            delattr(args, dest)  # a random-model run's config stays as before
+        return False
+    return True
+
+
+def _refuse_model_flags(args, given: dict) -> None:
+    for dest, flag in given.items():
+        if dest not in _ALLOWED and dest not in _RECORDED:
+            raise UsageError(
+                f"{flag} does not apply with --checkpoint (the trained weights define the model); "
+                f"drop {flag} (only --mask, --window, --n, --seed and --x64 are read with a checkpoint)."
+            )
+
+
+def _check_inputs(args, ckpt, given: dict):
+    """The token ids of the run, from --text or --input-ids, checked before any compute."""
+    import numpy as np
+
+    if (args.text is None) == (args.input_ids is None):
+        raise UsageError("--checkpoint needs exactly one of --text FILE or --input-ids FILE.npy.")
+    if args.input_ids is not None:
+        where = f"--input-ids {args.input_ids}"
+        try:
+            raw = np.load(args.input_ids, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise UsageError(
+                f"{where}: cannot read a .npy array ({err}); save one with numpy.save."
+            ) from None
+        ids = ckpt.check_ids(raw, where=where)
+        for dest, value in (("batch", ids.shape[0]), ("n", ids.shape[1])):
+            if dest in given and getattr(args, dest) != value:
+                raise UsageError(
+                    f"--{dest} {getattr(args, dest)} disagrees with {where} of shape {ids.shape}, which sets "
+                    f"--batch and --n; drop --{dest}."
+                )
+        return ids, {"input_ids": str(args.input_ids)}
+    n = args.n if "n" in given else _DEFAULT_N
+    if not 1 <= n <= ckpt.max_positions:
+        raise UsageError(
+            f"--n {n}: the checkpoint has {ckpt.max_positions} positions (max_position_embeddings); "
+            f"use --n {min(_DEFAULT_N, ckpt.max_positions)} or at most {ckpt.max_positions}."
+        )
+    if args.batch < 1:
+        raise UsageError(f"--batch {args.batch}: expected at least one excerpt.")
+    try:
+        data = args.text.read_bytes()
+    except OSError as err:
+        raise UsageError(
+            f"--text {args.text}: cannot read it ({err.strerror or err}); give a text file."
+        ) from None
+    text = data.decode("utf-8", errors="replace")
+    ids = ckpt.tokenize_text(text, n, args.batch, where=f"--text {args.text}")
+    return ids, {"text": str(args.text), "text_sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _mask_of(args, ckpt, given: dict):
+    from .._config import MASKS_WITH_WINDOW
+
+    mask = args.mask if "mask" in given else ckpt.own_mask
+    if args.window != 1 and mask not in MASKS_WITH_WINDOW:
+        raise UsageError(
+            f"--window {args.window} is ignored by the mask {mask!r}; drop --window or choose one of "
+            f"{', '.join(MASKS_WITH_WINDOW)} with --mask."
+        )
+    return mask
+
+
+def run_checkpoint(args) -> int:
+    """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
+    import jax
+    import numpy as np
+
+    from .._checkpoints import load_checkpoint
+    from .._graph import graph_info
+    from .._io import CompileTimer, provenance, write_json
+    from .._memory import MemoryEstimate, check_memory
+    from .._observe import parse_metrics
+    from .._scan import auto_chunk, estimate_parts
+    from .._simulate import simulate
+    from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
+    from ._table import plot_names, save_figures
+    from .simulate import _print_table
+
+    given = args.__dict__.pop("checkpoint_flags_given")
+    _refuse_model_flags(args, given)
+    check_seed_flag(args.seed)  # recorded with the result (a checkpoint run draws nothing)
+    names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
+    plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
+    check_nonnegative(args, "layers")
+    check_nonnegative(args, "batch", "save_every", minimum=1)
+    check_positive(args, "rank_tol")
+    if args.chunk is not None and args.chunk < 1:
+        raise UsageError(f"--chunk must be a positive number of excerpts, got {args.chunk}; e.g. --chunk 64.")
+    try:
+        ckpt = load_checkpoint(args.checkpoint)
+    except UsageError as err:  # "checkpoint PATH: ..." -> "--checkpoint PATH: ..."
+        raise UsageError(f"--{err}") from None
+    mask = _mask_of(args, ckpt, given)
+    layers = args.layers if "layers" in given else ckpt.num_layers
+    if layers % args.save_every:
+        raise UsageError(
+            f"--layers {layers} is not a multiple of --save-every {args.save_every}; choose a divisor."
+        )
+    ids, source = _check_inputs(args, ckpt, given)
+    batch, n = ids.shape
+    try:
+        layer = ckpt.layers(n, args.variant or "full", mask, window=args.window)
+    except ValueError as err:
+        raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
+    item = ckpt.dtype.itemsize
+    chunk = min(args.chunk or auto_chunk(batch, n, ckpt.d, item, jax.default_backend()), batch)
+    parts = estimate_parts(
+        num=batch,
+        chunk=chunk,
+        n=n,
+        d=ckpt.d,
+        heads=ckpt.heads,
+        itemsize=item,
+        num_saved=layers // args.save_every + 1,
+        num_metrics=len(names),
+        per_trajectory=args.per_trajectory,
+        save_states=False,
+    )
+    weights = sum(int(np.prod(a.shape)) for a in jax.tree.leaves((ckpt.blocks, ckpt.embeddings))) * item
+    est = MemoryEstimate(parts | {"weights": weights})
+    check_memory(
+        est,
+        fix="lower --batch or --n, or use a smaller --chunk.",
+        what=f"--checkpoint --batch {batch} --n {n}",
+    )
+    check_out_dir(args.out)
+
+    x0 = ckpt.embed(ids)
+    with CompileTimer() as timer:
+        traj = simulate(
+            layer,
+            x0,
+            layers,
+            save_every=args.save_every,
+            rank_tol=args.rank_tol,
+            metrics=names,
+            per_trajectory=args.per_trajectory,
+            chunk=args.chunk,
+            progress=not args.no_progress,
+            devices=_devices(args),
+        )
+        jax.block_until_ready(traj.summary)
+    info = graph_info(np.asarray(layer.mask))
+    summary = traj.summary.to_dict()
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    config |= {"variant": args.variant or "full", "mask": mask, "n": n, "batch": batch, "layers": layers}
+    result = {
+        "config": config,
+        "checkpoint": ckpt.provenance() | {"own_mask": ckpt.own_mask, "placement": ckpt.placement},
+        "inputs": source | {"input_ids_file": "input_ids.npy"},
+        "graph": info.to_dict(),
+        "layers": np.asarray(traj.layers),
+        "metrics": summary,
+        "count": np.asarray(traj.summary.count).astype(int),
+        "flags": {
+            "nonfinite": int(traj.summary.nonfinite),
+            "degenerate_ln": int(traj.summary.degenerate),
+            "batch": batch,
+        },
+        "memory_estimate_bytes": est.total,
+        "timing": {"compile_s": timer.compile_s, "run_s": timer.run_s},
+        "provenance": provenance() | {"checkpoint_path": ckpt.path, "weights_sha256": ckpt.sha256},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    np.save(args.out / "input_ids.npy", ids.astype(np.int32))
+    if args.per_trajectory:
+        arrays = {k: np.asarray(v) for k, v in traj.metrics.items()}
+        arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate)}
+        np.savez(args.out / "per_trajectory.npz", **arrays, layers=np.asarray(traj.layers))
+        result["per_trajectory_file"] = "per_trajectory.npz"
+    write_json(args.out / "metrics.json", result)
+    if summary:
+        title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"
+        save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
+    _print_table(traj, summary, info, result, args.metrics)
+    return 0
+
+
+def _devices(args):
+    from ._devices import sharding_devices
+
+    return sharding_devices(args)
