@@ -43,7 +43,7 @@ cat "$OUT/env.txt"
 #    compiles). Both metric sets: the default metrics (the batched SVD path, cuSOLVER on GPU) and
 #    mu-only; one device (--devices all only splits CPUs). The JSON is rewritten after each
 #    configuration, so a timeout keeps the configurations already measured.
-timeout 170 "$PY" benchmarks/simulate_speed.py --json "$OUT/simulate_speed_gpu.json" --no-readme --repeats 1 \
+timeout 170 "$PY" benchmarks/simulate_speed.py --json "$OUT/simulate_speed_gpu.json" --no-readme --repeats 3 \
   --metrics default,mu --devices 1 > "$OUT/simulate_speed_gpu.txt" 2>&1
 echo "simulate_speed exit code $? after $(( $(date +%s) - start )) s"
 tail -n 20 "$OUT/simulate_speed_gpu.txt"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -27,7 +28,7 @@ from jax import lax
 from ._sharding import map_sharded
 from ._stats import chunk_stats, merge_stacked, merge_stats
 
-__all__ = ["scan_depth", "run_batch", "auto_chunk", "estimate_parts"]
+__all__ = ["ScanState", "DepthPlan", "scan_depth", "run_batch", "auto_chunk", "estimate_parts"]
 
 
 def _finite(values: dict, x) -> jax.Array:
@@ -47,15 +48,47 @@ def _eps_start(layer, x):
     return jnp.min(jnp.where(layer.mask, a, jnp.inf), axis=(1, 2, 3))
 
 
+class ScanState(NamedTuple):
+    """The carry of the depth scan for a chunk of ``c`` trajectories (named fields, so callers
+    and new flags never depend on an argument order).
+
+    Attributes:
+        x: token matrices ``(c, n, d)``.
+        degenerate: ``(c,)`` True once a normalisation met a zero row.
+        nonfinite: ``(c,)`` True once the state or a recorded value was NaN or infinite.
+        valid: ``(c,)`` True for real members (False for the padding of a last chunk).
+        keys: per-trajectory dropout keys ``(c, ...)``, or None without dropout.
+    """
+
+    x: jax.Array
+    degenerate: jax.Array
+    nonfinite: jax.Array
+    valid: jax.Array
+    keys: jax.Array | None = None
+
+    @classmethod
+    def start(cls, x, keys=None, valid=None) -> "ScanState":
+        """A fresh chunk: no flags set, every member valid unless ``valid`` says otherwise."""
+        flags = jnp.zeros(x.shape[0], bool)
+        return cls(x, flags, flags, ~flags if valid is None else valid, keys)
+
+
+class DepthPlan(NamedTuple):
+    """What one compiled depth piece does (all static: each combination is one program)."""
+
+    num_blocks: int
+    save_every: int
+    include_start: bool = False
+    per_trajectory: bool = False
+    save_states: bool = False
+    eps: bool = True
+
+
 def scan_depth(
     layer,
     observe,
     reduce,
-    x,
-    degenerate,
-    nonfinite,
-    valid,
-    keys,
+    state: ScanState,
     block0,
     num_blocks: int,
     save_every: int,
@@ -64,20 +97,21 @@ def scan_depth(
     save_states: bool = False,
     eps: bool = True,
 ):
-    r"""Advance a chunk ``x`` ``(c, n, d)`` by ``num_blocks * save_every`` layers from block ``block0``.
+    r"""Advance a chunk ``state`` by ``num_blocks * save_every`` layers from block ``block0``.
 
     Layer $t$ is ``layer(x, t, key=fold_in(keys[i], t))`` for trajectory $i$ (keys only with
     dropout). After each block the observer's values (and ``eps_min``) are passed to
-    ``reduce(values, ok)``, with ``ok`` = member is real (``valid``) and finite; only the reduced
-    output is stacked over blocks, so memory does not grow with the chunk times depth unless
-    the reducer keeps per-trajectory values. With ``include_start`` the state ``x`` itself is
-    recorded first (layer 0, with $\epsilon$ of $A^{(0)}$) by a no-op first block, so the
-    observer is traced once.
+    ``reduce(values, ok)``, with ``ok`` = member is real (``state.valid``) and finite; only the
+    reduced output is stacked over blocks, so memory does not grow with the chunk times depth
+    unless the reducer keeps per-trajectory values. With ``include_start`` the state ``x``
+    itself is recorded first (layer 0, with $\epsilon$ of $A^{(0)}$) by a no-op first block, so
+    the observer is traced once.
 
     Returns:
-        ``((x, degenerate, nonfinite), ys)``: the final states, the per-trajectory flags, and
-        per record the reducer's output (and the states if ``save_states``).
+        ``(state, ys)``: the `ScanState` after the last layer, and per record the reducer's
+        output (and the states if ``save_states``).
     """
+    keys, valid = state.keys, state.valid
 
     def one_layer(carry, t):
         x, bad = carry
@@ -110,7 +144,8 @@ def scan_depth(
     blocks = block0 + jnp.arange(num_blocks)
     if include_start:
         blocks = jnp.concatenate([jnp.full((1,), -1, blocks.dtype), blocks])
-    return lax.scan(one_block, (x, degenerate, nonfinite), blocks)
+    (x, bad, nonfinite), ys = lax.scan(one_block, (state.x, state.degenerate, state.nonfinite), blocks)
+    return state._replace(x=x, degenerate=bad, nonfinite=nonfinite), ys
 
 
 _stats_only = chunk_stats
@@ -133,138 +168,58 @@ def _source(x0):
     return x0 if hasattr(x0, "sample") else _ArraySource(x0)
 
 
-def _chunk_program(
-    layer,
-    observe,
-    x,
-    degenerate,
-    nonfinite,
-    valid,
-    keys,
-    block0,
-    num_blocks,
-    save_every,
-    include_start,
-    per_trajectory,
-    save_states,
-    eps,
-    mesh,
-):
-    reduce = _with_values if per_trajectory else _stats_only
+def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh):
+    """One depth piece of a chunk, on one device or split over ``mesh``.
 
-    def local(model, batched):
+    Returns ``(state, stats, values, states)``: statistics merged over the devices' shares,
+    per-trajectory values and states batch-first (or None).
+    """
+    reduce = _with_values if plan.per_trajectory else _stats_only
+
+    def local(model, state_):
         layer_, observe_, block0_ = model
-        x_, bad_, nf_, valid_, keys_ = batched
-        (x_, bad_, nf_), ys = scan_depth(
+        state_, ys = scan_depth(
             layer_,
             observe_,
             reduce,
-            x_,
-            bad_,
-            nf_,
-            valid_,
-            keys_,
+            state_,
             block0_,
-            num_blocks,
-            save_every,
-            include_start=include_start,
-            save_states=save_states,
-            eps=eps,
+            plan.num_blocks,
+            plan.save_every,
+            include_start=plan.include_start,
+            save_states=plan.save_states,
+            eps=plan.eps,
         )
-        ys, states = ys if save_states else (ys, None)
-        stats, values = ys if per_trajectory else (ys, None)
+        ys, states = ys if plan.save_states else (ys, None)
+        stats, values = ys if plan.per_trajectory else (ys, None)
         # Batch-first outputs, so that a device mesh concatenates them along its axis: the
         # statistics of this device's share get a leading axis of length 1.
         stats = jax.tree.map(lambda v: v[None], stats)
         values = None if values is None else jax.tree.map(lambda v: jnp.moveaxis(v, 0, 1), values)
         states = None if states is None else jnp.moveaxis(states, 0, 1)
-        return x_, bad_, nf_, stats, values, states
+        return state_, stats, values, states
 
-    batched = (x, degenerate, nonfinite, valid, keys)
     if mesh is None:
-        out = local((layer, observe, block0), batched)
+        out = local((layer, observe, block0), state)
     else:
-        out = map_sharded(local, mesh, (layer, observe, block0), batched)
-    x, degenerate, nonfinite, stats, values, states = out
-    return x, degenerate, nonfinite, valid, keys, merge_stacked(stats), values, states
+        out = map_sharded(local, mesh, (layer, observe, block0), state)
+    state, stats, values, states = out
+    return state, merge_stacked(stats), values, states
 
 
 @eqx.filter_jit
-def _first(
-    layer,
-    observe,
-    source,
-    drop_key,
-    start,
-    num,
-    chunk: int,
-    num_blocks: int,
-    save_every: int,
-    per_trajectory: bool,
-    save_states: bool,
-    eps: bool,
-    mesh,
-):
+def _first(layer, observe, source, drop_key, start, num, chunk: int, plan: DepthPlan, mesh):
     """Draw a chunk's initial tokens and run its first depth piece, recording layer 0 too."""
     index = start + jnp.arange(chunk)
-    valid = index < num
-    x = source.sample(index)
     keys = None if drop_key is None else jax.vmap(lambda i: jr.fold_in(drop_key, i))(index)
-    flags = jnp.zeros(valid.shape, bool)
-    return _chunk_program(
-        layer,
-        observe,
-        x,
-        flags,
-        flags,
-        valid,
-        keys,
-        jnp.zeros((), start.dtype),
-        num_blocks,
-        save_every,
-        True,
-        per_trajectory,
-        save_states,
-        eps,
-        mesh,
-    )
+    state = ScanState.start(source.sample(index), keys, valid=index < num)
+    return _chunk_program(layer, observe, state, jnp.zeros((), start.dtype), plan, mesh)
 
 
 @eqx.filter_jit
-def _advance(
-    layer,
-    observe,
-    x,
-    degenerate,
-    nonfinite,
-    valid,
-    keys,
-    block0,
-    num_blocks: int,
-    save_every: int,
-    per_trajectory: bool,
-    save_states: bool,
-    eps: bool,
-    mesh,
-):
+def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh):
     """Continue a chunk by one depth piece (progress mode)."""
-    return _chunk_program(
-        layer,
-        observe,
-        x,
-        degenerate,
-        nonfinite,
-        valid,
-        keys,
-        block0,
-        num_blocks,
-        save_every,
-        False,
-        per_trajectory,
-        save_states,
-        eps,
-        mesh,
-    )
+    return _chunk_program(layer, observe, state, block0, plan, mesh)
 
 
 _merge = eqx.filter_jit(merge_stats)
@@ -365,20 +320,9 @@ def run_batch(
     num_arr = jnp.asarray(num)
     for start in range(0, num, chunk):
         nb = min(piece, num_blocks)
-        x, bad, nonfinite, valid, keys, stats, values, states = _first(
-            layer,
-            observe,
-            source,
-            drop_key,
-            jnp.asarray(start),
-            num_arr,
-            chunk,
-            nb,
-            save_every,
-            per_trajectory,
-            save_states,
-            eps,
-            mesh,
+        plan = DepthPlan(nb, save_every, True, per_trajectory, save_states, eps)
+        state, stats, values, states = _first(
+            layer, observe, source, drop_key, jnp.asarray(start), num_arr, chunk, plan, mesh
         )
         stat_parts, value_parts, state_parts = [stats], [values], [states]
         b = nb
@@ -386,22 +330,8 @@ def run_batch(
             bar.update(min(chunk, num - start) * nb * save_every)
         while b < num_blocks:
             nb = min(piece, num_blocks - b)
-            x, bad, nonfinite, _, _, s, v, st = _advance(
-                layer,
-                observe,
-                x,
-                bad,
-                nonfinite,
-                valid,
-                keys,
-                jnp.asarray(b),
-                nb,
-                save_every,
-                per_trajectory,
-                save_states,
-                eps,
-                mesh,
-            )
+            plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
+            state, s, v, st = _advance(layer, observe, state, jnp.asarray(b), plan, mesh)
             stat_parts.append(s)
             value_parts.append(v)
             state_parts.append(st)
@@ -412,12 +342,12 @@ def run_batch(
             jax.tree.map(lambda *p: jnp.concatenate(p), *stat_parts) if len(stat_parts) > 1 else stat_parts[0]
         )
         acc = stats if acc is None else _merge(acc, stats)
-        nf, dg = _flag_counts(valid, nonfinite, bad)
+        nf, dg = _flag_counts(state.valid, state.nonfinite, state.degenerate)
         nonfinite_count, degenerate_count = nonfinite_count + nf, degenerate_count + dg
         if per_trajectory or save_states:
             per["values"].append(_join_values(value_parts) if per_trajectory else None)
-            per["nonfinite"].append(nonfinite)
-            per["degenerate"].append(bad)
+            per["nonfinite"].append(state.nonfinite)
+            per["degenerate"].append(state.degenerate)
             if save_states:
                 per["states"].append(
                     jnp.concatenate(state_parts, axis=1) if len(state_parts) > 1 else state_parts[0]

@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
+from ._autotune import tuned_chunk
 from ._errors import UsageError
 from ._floors import RANK_TOL
 from ._init import TokenSampler
@@ -235,9 +236,11 @@ def simulate(
         rank_tol: relative tolerance of the numerical rank in the default metrics.
         key: PRNG key, required when the layer uses dropout (trajectory i uses ``fold_in(key, i)``).
         progress: show a progress bar (each chunk's depth is split into ~20 compiled pieces).
-        chunk: trajectories advanced together (vmapped) at a time. Default: about 2 MiB of
-            tokens per chunk on CPU (cache-sized), the whole batch on accelerators. Results do
-            not depend on it beyond rounding.
+        chunk: trajectories advanced together (vmapped) at a time. Default on one CPU device:
+            the fastest of a few cache-sized candidates, measured at the first sizeable run of
+            a shape and remembered per machine (`rankdyn._autotune`; ``RANKDYN_CHUNK_TUNING=0``
+            keeps the rule: about 2 MiB of tokens per chunk); the whole batch on accelerators.
+            Results do not depend on it beyond rounding (at most 4 ulps per metric).
         devices: split each chunk over devices (`jax.sharding`, mesh axis ``"batch"``): None
             (default) runs on the default device; ``"all"``, an int k (first k devices), a list
             of devices or a `rankdyn.internal.batch_mesh`.
@@ -277,6 +280,13 @@ def simulate(
         share = -(-num // (1 if mesh is None else mesh.devices.size))
         backend = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
         chunk = auto_chunk(max(share, 1), n, d, itemsize, backend)
+        if mesh is None and backend == "cpu" and not isinstance(x0, jax.core.Tracer):
+            # Measured once per machine and shape (rankdyn._autotune), as XLA autotunes.
+            flat0 = x0 if sampler else x0.reshape((num, n, d))
+            drop = key if layer.dropout > 0 else None
+            chunk = tuned_chunk(
+                layer, observe, flat0, num, num_layers, save_every=save_every, eps=eps, drop_key=drop
+            )
     elif isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
         raise UsageError(f"chunk must be a positive integer or None, got {chunk!r}.")
     chunk = min(int(chunk), num)

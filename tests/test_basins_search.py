@@ -80,20 +80,20 @@ def test_search_value_matrix_tiny():
     w = rd.weights.bidiagonal(2, 2.0)
     r0 = rd.search_value_matrix(key, steps=0, w_init=w, **kw)
     r1 = rd.search_value_matrix(key, steps=0, w_init=3.0 * w, **kw)
-    assert r0["before"] == pytest.approx(r1["before"], rel=1e-12) and r0["before"] == r0["after"]
+    assert r0.before == pytest.approx(r1.before, rel=1e-12) and r0.before == r0.after
     # the 2-D example keeps rank 2 for ~6% of sphere inputs (docs/theory.md#constructions: 5-10%)
-    assert r0["frac_rank_ge2_before"][0] > 0.02 and r0["before"] > 0.005
+    assert r0.frac_rank_ge2_before[0] > 0.02 and r0.before > 0.005
     r = rd.search_value_matrix(key, steps=3, loss="linear", stages=1, restarts=2, select_every=1, **kw)
-    assert len(r["history"]) == 3 and np.all(np.isfinite(r["history"]))
-    assert abs(np.linalg.norm(np.asarray(r["w_v"])) - np.sqrt(2)) < 1e-12
-    assert np.isfinite(r["after"]) and 0 <= r["frac_rank_ge2_after"][0] <= 1
+    assert len(r.history) == 3 and np.all(np.isfinite(r.history))
+    assert abs(np.linalg.norm(np.asarray(r.w_v)) - np.sqrt(2)) < 1e-12
+    assert np.isfinite(r.after) and 0 <= r.frac_rank_ge2_after[0] <= 1
     # Restarts run vmapped but must stay independent (Adam state and gradient clipping per
     # restart): restart 0 of a 2-restart run is the 1-restart run.
     r_one = rd.search_value_matrix(key, steps=3, loss="linear", stages=1, restarts=1, select_every=1, **kw)
-    assert r["restart_scores"][0] == pytest.approx(r_one["restart_scores"][0], rel=1e-12)
-    assert r["selected"]["score"] == pytest.approx(max(r["restart_scores"]), rel=1e-12)
+    assert r.restart_scores[0] == pytest.approx(r_one.restart_scores[0], rel=1e-12)
+    assert r.selected["score"] == pytest.approx(max(r.restart_scores), rel=1e-12)
     ru = rd.search_value_matrix(key, steps=0, parametrization="upper", **kw)
-    assert np.asarray(ru["w_v"])[1, 0] == 0.0
+    assert np.asarray(ru.w_v)[1, 0] == 0.0
     with pytest.raises(ValueError, match="loss"):
         rd.search_value_matrix(key, steps=0, loss="bad", **kw)
     with pytest.raises(ValueError, match="restarts"):
@@ -125,6 +125,6 @@ def test_search_finds_known_counterexample():
     frac_paper, _ = _held_out_rank2_fraction(rd.weights.bidiagonal(3, 4.0), held_out)
     assert frac_paper > 0.02  # the measurement itself sees the known counterexample
     r = rd.search_value_matrix(key, mask="causal", n=3, d=3, num_layers=20)
-    frac, mean_s2 = _held_out_rank2_fraction(np.asarray(r["w_v"]), held_out)
-    assert frac > 0.01, (frac, r["selected"], r["restart_scores"])
+    frac, mean_s2 = _held_out_rank2_fraction(np.asarray(r.w_v), held_out)
+    assert frac > 0.01, (frac, r.selected, r.restart_scores)
     assert mean_s2 > 1e-3

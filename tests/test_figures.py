@@ -236,8 +236,13 @@ def _theory_figures():
         "spec_joint": {(2, 2, 2.0): 0.35},
     }  # fmt: skip
     yield "positive_measure", plotting.plot_positive_measure(pm)
-    best = {m: {"uniform": 0.3, "bert": 1e-12} for m in ("causal", "complete", "window")}
-    yield "undirected", plotting.plot_undirected(best, best, num_layers=64)
+    pts = [
+        dict(n=n, mask=m, attention=a, share=sh, lo=max(sh - 0.01, 0.0), hi=sh + 0.01, paper=0.05 if m == "causal" else 0.0)
+        for n in (3, 6)
+        for m in ("causal", "complete", "window", "window2")
+        for a, sh in (("uniform", 0.0), ("symmetric", 0.07), ("generic", 0.004))
+    ]  # fmt: skip
+    yield "undirected", plotting.plot_undirected(pts, title="share keeping rank >= 2")
 
 
 @pytest.mark.slow  # 15 figures drawn: about 20 s of CPU

@@ -112,11 +112,7 @@ def test_streamed_program_holds_no_batch_by_layers_array(getkey):
                 jnp.asarray(0),
                 jnp.asarray(batch),
                 chunk,
-                blocks,
-                1,
-                per_trajectory,
-                False,
-                True,
+                _scan.DepthPlan(blocks, 1, True, per_trajectory, False, True),
                 None,
             )
         )(sampler, layer)

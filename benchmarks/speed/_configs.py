@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 CONFIGS = {
     # name: n, d, dqk, layers, batch, mask, per-layer weights. bert is sized to finish: an SVD of
     # one 128 x 768 matrix costs ~30 ms in LAPACK via JAX and ~160 ms in PyTorch on this CPU.
@@ -9,18 +11,24 @@ CONFIGS = {
     "bert": dict(n=128, d=768, dqk=64, layers=16, batch=8, mask="complete", per_layer=True),
     "long": dict(n=16, d=16, dqk=16, layers=10_000, batch=128, mask="causal", per_layer=False),
 }
-QUICK = {
-    "small": dict(layers=16, batch=256),
-    "bert": dict(layers=4, batch=2),
-    "long": dict(layers=500, batch=64),
-}
+#: ``--quick`` (the lead's final run, ~2 min on 2 cores): small and bert at full size with
+#: mu-only metrics, and small's default metrics (an SVD per trajectory and layer) on 256 of
+#: its trajectories; long is not run.
+QUICK_CONFIGS = ("small", "bert")
+QUICK_METRICS = {"small": ("mu", "default"), "bert": ("mu",)}
+QUICK_DEFAULT_BATCH = 256
 
 #: rankdyn's `metrics=` for each metric set timed: every default metric, or mu and eps_min only.
 METRICS = {"default": None, "mu": "mu,eps_min"}
 
 
-def config(name: str, quick: bool) -> dict:
-    return dict(CONFIGS[name], **(QUICK[name] if quick else {}))
+def config(name: str, quick: bool, metrics: str = "mu") -> dict:
+    cfg = dict(CONFIGS[name])
+    if os.environ.get("RANKDYN_BENCH_TINY") == "1":  # checks the script itself, in seconds
+        cfg.update(layers=min(cfg["layers"], 4), batch=min(cfg["batch"], 16))
+    if quick and metrics == "default":
+        cfg["batch"] = min(cfg["batch"], QUICK_DEFAULT_BATCH)
+    return cfg
 
 
 def model_flops(cfg) -> float:

@@ -2,8 +2,10 @@
 
 `rankdyn.use_cpu_devices` must run before JAX initialises, so each variant is a fresh process
 (``python benchmarks/simulate_speed.py --_child CONFIG DEVICES METRICS``) that prints one JSON line.
-Timed: the second call on the same batch (a warm-up on fewer trajectories left small eager
-programs to compile in the timed call, ~2 s under load); the timed call's compiles are reported.
+Timed: ``--repeats`` calls after a warm-up call on the same batch (a warm-up on fewer
+trajectories left small eager programs to compile in the timed call); median and spread, the
+timed calls' compiles, the chunk chosen, and on 1 device the hand-written JAX loop
+(`_reference_jax`) in the same process.
 """
 
 from __future__ import annotations
@@ -14,55 +16,62 @@ import subprocess
 import sys
 
 
-def child(name: str, devices: str, metrics: str, quick: bool) -> None:
+def child(name: str, devices: str, metrics: str, quick: bool, repeats: int = 3) -> None:
     import rankdyn as rd
 
     if devices == "all":
         rd.use_cpu_devices("all")  # before any JAX operation
     import jax
 
+    from rankdyn._autotune import tuned_chunk
     from rankdyn._io import CompileTimer
+    from rankdyn._observe import MetricObserver, parse_metrics
 
     from ._configs import METRICS, build, config
-    from ._hardware import Clock
+    from ._repeat import repeat
 
-    cfg = config(name, quick)
+    cfg = config(name, quick, metrics)
     layer, x0 = build(cfg)
     k = len(jax.devices()) if devices == "all" else 1
-    warm = cfg["batch"]
 
     def run(x):
         tr = rd.simulate(layer, x, cfg["layers"], metrics=METRICS[metrics], devices=None if k == 1 else "all")
         jax.block_until_ready(tr.summary)
         return tr
 
-    with CompileTimer() as ct, Clock() as cw:
-        run(x0[:warm])
-    with CompileTimer() as c2, Clock() as c:
+    # The warm-up is the same call: it compiles, and on one CPU device measures the chunk
+    # (rankdyn._autotune, cached per machine), so the timed calls run what a second call runs.
+    with CompileTimer() as ct:
         tr = run(x0)
-    print(
-        json.dumps(
-            {
-                "devices": len(jax.devices()),
-                "nproc_env": os.environ.get("NPROC"),
-                "wall_s": c.wall,
-                "cpu_s": c.cpu,
-                "cores_busy": c.cpu / c.wall,
-                "compile_s": ct.compile_s,
-                "warmup_batch": warm,
-                "warmup_wall_s": cw.wall,
-                "compiles_timed_call": c2.compiles,
-                "compile_s_timed_call": c2.compile_s,
-                "mu_mean_last": float(tr.summary.mean["mu"][-1]),
-            }
-        )
-    )
+    out = {"devices": len(jax.devices()), "nproc_env": os.environ.get("NPROC"), "compile_s": ct.compile_s}
+    if k == 1 and jax.default_backend() == "cpu":
+        obs = MetricObserver(parse_metrics(METRICS[metrics]))
+        eps = METRICS[metrics] is None or "eps_min" in METRICS[metrics]
+        out["chunk"] = tuned_chunk(layer, obs, x0, cfg["batch"], cfg["layers"], save_every=1, eps=eps)
+    with CompileTimer() as c2:
+        out |= repeat(lambda: run(x0), repeats)
+    out |= {"compiles_timed_calls": c2.compiles, "compile_s_timed_calls": c2.compile_s}
+    out["cores_busy"] = out["cpu_s"] / out["wall_s"]
+    out["mu_mean_last"] = float(tr.summary.mean["mu"][-1])
+    if k == 1 and metrics == "mu":
+        # The floor simulate is held to, in the same process and conditions.
+        from ._reference_jax import jax_inputs, make_jax_loop
+
+        wq, wk, wv, mask, dqk = jax_inputs(layer)
+        loop = make_jax_loop(cfg["layers"], cfg["per_layer"], dqk)
+        ref = jax.block_until_ready(loop(x0, wq, wk, wv, mask))
+        out["jax_loop"] = repeat(lambda: jax.block_until_ready(loop(x0, wq, wk, wv, mask)), repeats)
+        out["jax_loop"]["mu_mean_last"] = float(ref["mu"]["mean"][-1])
+    print(json.dumps(out))
 
 
-def run_child(script: str, name: str, devices: str, metrics: str, quick: bool, timeout_s: float) -> dict:
+def run_child(
+    script: str, name: str, devices: str, metrics: str, quick: bool, timeout_s: float, repeats: int = 3
+) -> dict:
     """Start the child in a clean environment (no inherited XLA_FLAGS/NPROC) and parse its JSON line."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NPROC")}
-    cmd = [sys.executable, script, "--_child", name, devices, metrics] + (["--quick"] if quick else [])
+    cmd = [sys.executable, script, "--_child", name, devices, metrics, "--repeats", str(repeats)]
+    cmd += ["--quick"] if quick else []
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:

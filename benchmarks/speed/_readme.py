@@ -1,16 +1,19 @@
-"""The speed table of `benchmarks/README.md`, rewritten between markers by each full run."""
+"""The speed tables of `benchmarks/README.md`, rewritten between markers by each unloaded run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-BEGIN, END = "<!-- BEGIN simulate_speed -->", "<!-- END simulate_speed -->"
+from ._repeat import spread
+
+MARKERS = {
+    False: ("<!-- BEGIN simulate_speed -->", "<!-- END simulate_speed -->"),
+    True: ("<!-- BEGIN simulate_speed_quick -->", "<!-- END simulate_speed_quick -->"),
+}
 
 
-def _run(r) -> str:
-    if not r or r.get("status", "ok") != "ok":
-        return (r or {}).get("status", "-")
-    return f"{r['wall_s']:.2f} ({r['cpu_s']:.2f})"
+def _ok(r) -> bool:
+    return bool(r) and r.get("status", "ok") == "ok"
 
 
 def _x(a, b) -> str:
@@ -19,62 +22,57 @@ def _x(a, b) -> str:
 
 def table(report) -> str:
     pk = report["peak"]
+    note = " **Loaded machine, not comparable.**" if report.get("loaded") else ""
     lines = [
         f"Measured {report['date']} on {report['device']}; load average before the run "
-        f"{report['loadavg_before'][0]:.1f}, after {report['loadavg_after'][0]:.1f}; "
+        f"{report['loadavg_before'][0]:.2f}, after {report['loadavg_after'][0]:.2f};{note} "
         + ", ".join(f"{k} {v}" for k, v in report["versions"].items())
         + ".",
-        f"Command: `{report['command']}`.",
+        f"Command: `{report['command']}`. Each figure: median wall seconds of "
+        f"{pk['repeats']} runs (min-max; median process CPU seconds).",
         "",
         f"Measured {pk['cores']}-core float32 matmul peak ({pk['size']}^3, best of {pk['repeats']}): JAX "
         f"{pk['jax_gflops']:.1f} GFLOP/s"
         + (f", PyTorch {pk['torch_gflops']:.1f}" if "torch_gflops" in pk else "")
         + f"; peak = {pk['peak_gflops']:.1f} GFLOP/s.",
         "",
-        "| config (n, d, layers, batch) | metrics | rankdyn 1 device s (cpu s) | rankdyn all cores s (cpu s) "
-        "| PyTorch s (cpu s) | vs PyTorch: 1 device / all cores | % of peak: 1 device / all cores / PyTorch "
-        "| cores busy (cpu/wall): 1 device / all cores / PyTorch |",
-        "|---|---|---|---|---|---|---|---|",
+        "| config (n, d, layers, batch) | metrics | rankdyn 1 device | rankdyn all cores | hand-written JAX loop "
+        "| PyTorch (faster form) | vs PyTorch: 1 device / all cores | simulate / JAX loop "
+        "| % of peak: 1 device / all cores / JAX loop / PyTorch | chunk | load before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in report["configs"]:
+    for c in report["rows"]:
         label = f"{c['config']} ({c['n']}, {c['d']}, {c['layers']}, {c['batch']})"
-        for m in c["metrics_sets"]:
-            one, many, tor = c["rankdyn"].get(f"{m}/1"), c["rankdyn"].get(f"{m}/all"), c["torch"].get(m)
-            w = lambda r: r["wall_s"] if r and r.get("status", "ok") == "ok" else None  # noqa: E731
-            frac = lambda r: (
-                f"{100 * c['total_model_flops'] / r['wall_s'] / 1e9 / pk['peak_gflops']:.0f}%"
-                if w(r)
-                else "-"
-            )  # noqa: E731
-            busy = lambda r: f"{r['cpu_s'] / r['wall_s']:.2f}" if w(r) else "-"  # noqa: E731
-            lines.append(
-                f"| {label} | {m} | {_run(one)} | {_run(many)} | {_run(tor)} | {_x(w(tor), w(one))} / "
-                f"{_x(w(tor), w(many))} | {frac(one)} / {frac(many)} / {frac(tor)} | {busy(one)} / {busy(many)} / "
-                f"{busy(tor)} |"
-            )
-    lines += [
-        "",
-        "Default metrics against mu-only (rankdyn wall): "
-        + "; ".join(
-            f"{c['config']} {_x((c['rankdyn'].get(f'default/{d}') or {}).get('wall_s'), (c['rankdyn'].get(f'mu/{d}') or {}).get('wall_s'))} "
-            f"({'1 device' if d == '1' else 'all cores'})"
-            for c in report["configs"]
-            for d in ("1", "all")
-            if set(c["metrics_sets"]) >= {"default", "mu"}
+        one, many = c["rankdyn"].get("1"), c["rankdyn"].get("all")
+        loop = (one or {}).get("jax_loop")
+        tor = c["torch"].get(c.get("torch_best"))
+        w = lambda r: r["wall_s"] if _ok(r) else None  # noqa: E731
+
+        def frac(r):
+            if not w(r):
+                return "-"
+            return f"{100 * c['total_model_flops'] / r['wall_s'] / 1e9 / pk['peak_gflops']:.0f}%"
+
+        form = f" `{c['torch_best']}`" if tor else ""
+        lines.append(
+            f"| {label} | {c['metrics']} | {spread(one)} | {spread(many)} | {spread(loop)} | {spread(tor)}{form} "
+            f"| {_x(w(tor), w(one))} / {_x(w(tor), w(many))} | {_x(w(one), w(loop))} "
+            f"| {frac(one)} / {frac(many)} / {frac(loop)} / {frac(tor)} | {(one or {}).get('chunk', '-')} "
+            f"| {c['load_before']:.2f} / {c['load_after']:.2f} |"
         )
-        + ".",
-    ]
     agree = [
-        f"{c['config']} {m}: " + ", ".join(f"{k} {v:.1e}" for k, v in a["max_rel_err"].items())
-        for c in report["configs"]
-        for m, a in c.get("agreement", {}).items()
+        f"{c['config']} {c['metrics']}: "
+        + ", ".join(f"{k} {v:.1e}" for k, v in c["agreement"]["max_rel_err"].items())
+        for c in report["rows"]
+        if "agreement" in c
     ]
     if agree:
-        lines.append(
-            "PyTorch against rankdyn before timing, max relative error over the first "
-            f"{report['configs'][0]['agreement_layers']} layers (8 or fewer): " + "; ".join(agree) + "."
-        )
-    for c in report["configs"]:
+        lines += [
+            "",
+            "PyTorch (both formulations) against rankdyn before timing, max relative error over the first "
+            "8 layers: " + "; ".join(agree) + ".",
+        ]
+    for c in report["rows"]:
         if "memory" in c and "ratio" in c["memory"]:
             m = c["memory"]
             lines.append(
@@ -85,11 +83,12 @@ def table(report) -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: Path, text: str) -> None:
-    block = f"{BEGIN}\n{text}\n{END}"
+def write_readme(path: Path, text: str, quick: bool = False) -> None:
+    begin, end = MARKERS[quick]
+    block = f"{begin}\n{text}\n{end}"
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in old and END in old:
-        new = old[: old.index(BEGIN)] + block + old[old.index(END) + len(END) :]
+    if begin in old and end in old:
+        new = old[: old.index(begin)] + block + old[old.index(end) + len(end) :]
     else:
         new = old.rstrip("\n") + "\n\n## simulate speed (latest run)\n\n" + block + "\n"
     path.write_text(new)

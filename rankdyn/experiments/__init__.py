@@ -57,6 +57,10 @@ TARGETS: dict[str, str] = {
     "undirected": "rankdyn.experiments.undirected",
     "pretrained-ablation": "rankdyn.experiments.pretrained_ablation",
     "pretrained-temperature": "rankdyn.experiments.pretrained_temperature",
+    "flow-clustering": "rankdyn.experiments.flow_clustering",
+    "flow-metastability": "rankdyn.experiments.flow_metastability",
+    "flow-causal": "rankdyn.experiments.flow_causal",
+    "flow-limit": "rankdyn.experiments.flow_limit",
 }
 
 #: The targets that run on a trained checkpoint (their ``run`` takes ``checkpoint=``: a path or a

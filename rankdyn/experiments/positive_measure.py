@@ -111,13 +111,10 @@ def _values(values, ok):
 
 @eqx.filter_jit
 def _track_piece(layer, x, observe, block0, num_steps: int):
-    from .._scan import scan_depth
+    from .._scan import ScanState, scan_depth
 
-    flags = jnp.zeros(x.shape[0], bool)
-    (xf, _, _), v = scan_depth(
-        layer, observe, _values, x, flags, flags, ~flags, None, block0, num_steps, 1, eps=False
-    )
-    return xf, v[0], jnp.max(v, axis=0)
+    state, v = scan_depth(layer, observe, _values, ScanState.start(x), block0, num_steps, 1, eps=False)
+    return state.x, v[0], jnp.max(v, axis=0)
 
 
 #: Layers per compiled piece of `lemma13_track`: bounds the (steps, batch) values held at once.

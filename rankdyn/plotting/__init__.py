@@ -9,6 +9,10 @@ panels, legends outside the data, the round-off floor as a band) live in ``_styl
 from ._collapse import plot_metric_band as plot_metric_band
 from ._equilibria import plot_equilibria_moduli as plot_equilibria_moduli
 from ._equilibria import plot_equilibria_moduli_grid as plot_equilibria_moduli_grid
+from ._flow import plot_flow_metrics as plot_flow_metrics
+from ._flow import plot_order as plot_order
+from ._flow import plot_phase_diagram as plot_phase_diagram
+from ._flow import plot_staircases as plot_staircases
 from ._reproduce_sim import (
     plot_band_panels as plot_band_panels,
 )

@@ -1,58 +1,79 @@
-"""The ``undirected`` target's figure: best sigma_2 reached per mask and attention."""
+"""The ``undirected`` target's figure: share of held-out inputs that keep rank >= 2, with intervals."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from .._io import savefig
-from ._style import floor_band, legend_outside
+from ._style import legend_outside
 
-#: Values below this are drawn at it (sigma_2 at the rounding floor is ~1e-17, exactly 0 when
-#: uniform complete attention makes all tokens equal).
-FLOOR = 1e-18
+#: The bottom of the log axis; a share of 0 (or below this) is drawn there as an open
+#: down-triangle, labelled "0 / below axis", never as a point of the data.
+BOTTOM = 1e-4
 
 
-def plot_undirected(best, paper=None, *, num_layers=None, ax=None, path=None):
-    r"""Grouped bars (log scale): mean $\sigma_2$ of the final tokens reached by the $W_V$ search,
-    per mask (groups) and attention (bars), with the paper's $W_V = I + wS$ as markers.
+def plot_undirected(points, *, ax=None, path=None, title=None):
+    r"""Points with Wilson 95% intervals: per size $N = d$ (panel), mask (x) and attention
+    (colour), the share of held-out sphere inputs whose final tokens keep $\sigma_2 > 10^{-3}\sigma_1$
+    at the long evaluation depth, for the searched $W_V$ (and the paper's $W_V = I + wS$ as crosses
+    where its share is not 0).
 
     Arguments:
-        best: ``{mask: {attention: mean sigma_2 at depth T}}`` from the search.
-        paper: the same for the paper's bidiagonal $W_V$ (optional).
-        num_layers: depth T (for the title).
-        ax: matplotlib Axes (created when None).
+        points: list of dicts with ``n``, ``mask``, ``attention``, ``share``, ``lo``, ``hi``
+            (the interval) and optionally ``paper`` (the paper's W_V share).
+        ax: a matplotlib Axes for a single size (created, one panel per size, when None).
         path: save the figure here (and close it).
+        title: figure title.
 
     Returns:
         The Figure.
     """
     import matplotlib.pyplot as plt
 
+    ns = sorted({p["n"] for p in points})
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8.5, 4), layout="constrained")
+        fig, axes = plt.subplots(
+            1, len(ns), figsize=(max(3.2 * len(ns) + 2, 7.5), 3.8), layout="constrained", squeeze=False
+        )
+        axes = list(axes[0])
     else:
-        fig = ax.figure
-    masks = list(best)
-    atts = list(dict.fromkeys(a for m in masks for a in best[m]))
-    width = 0.8 / max(len(atts), 1)
-    x = np.arange(len(masks))
-    for j, a in enumerate(atts):
-        off = (j - (len(atts) - 1) / 2) * width
-        vals = np.array([max(float(best[m].get(a, np.nan)), FLOOR) for m in masks])
-        bars = ax.bar(x + off, vals, width * 0.9, label=f"search, {a} attention")
-        if paper is not None:
-            pv = np.array([max(float(paper[m].get(a, np.nan)), FLOOR) for m in masks])
-            ax.plot(x + off, pv, "k_", ms=18, mew=2, label="paper's W_V = I + wS" if j == 0 else None)
-        for b, v in zip(bars, vals):
-            ax.annotate(f"{v:.1e}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
-    ax.set_yscale("log")
-    ax.set_ylim(FLOOR / 2, 1.0)
-    ax.set_xticks(x, [m + (" (control)" if m == "causal" else "") for m in masks])
-    ax.set_ylabel(r"mean $\sigma_2$ of final tokens (held-out inputs)")
-    ax.set_title("best sigma_2 reached by the W_V search" + (f" at depth {num_layers}" if num_layers else ""))
-    legend_outside(ax)
-    # sigma_2 of unit-norm tokens: below the float64 round-off floor the final tokens are rank one.
-    floor_band(ax, np.float64, scale=1.0)
+        fig, axes = ax.figure, [ax]
+    atts = list(dict.fromkeys(p["attention"] for p in points))
+    colours = {a: f"C{i}" for i, a in enumerate(atts)}
+    labelled = set()
+    for axis, n in zip(axes, ns):
+        pts = [p for p in points if p["n"] == n]
+        masks = list(dict.fromkeys(p["mask"] for p in pts))
+        for p in pts:
+            j = atts.index(p["attention"])
+            x = masks.index(p["mask"]) + (j - (len(atts) - 1) / 2) * 0.22
+            c = colours[p["attention"]]
+            lab = None if p["attention"] in labelled else f"search, {p['attention']} attention"
+            labelled.add(p["attention"])
+            hi = max(p["hi"], BOTTOM)
+            if p["share"] >= BOTTOM:
+                lo = max(p["lo"], BOTTOM)
+                axis.errorbar(
+                    x, p["share"], yerr=[[p["share"] - lo], [hi - p["share"]]], fmt="o", color=c, label=lab
+                )
+            else:
+                # Below the axis: an open triangle at the bottom, the interval's top still drawn.
+                axis.vlines(x, BOTTOM, hi, color=c)
+                axis.plot(x, BOTTOM, "v", mfc="none", color=c, ms=8, label=lab)
+            if p.get("paper") is not None and p["paper"] >= BOTTOM:  # zeros: not drawn
+                pv = p["paper"]
+                lab2 = "paper's W_V = I + wS" if "paper" not in labelled else None
+                labelled.add("paper")
+                axis.plot(x, pv, "x", color="k", ms=7, label=lab2)
+        axis.set_yscale("log")
+        axis.set_ylim(BOTTOM / 1.5, 1.5)
+        axis.set_xticks(
+            range(len(masks)), [m + (" (control)" if m == "causal" else "") for m in masks], rotation=20
+        )
+        axis.set_title(f"N = d = {n}")
+        axis.set_ylabel("share keeping rank >= 2 (Wilson 95%)")
+    axes[-1].plot([], [], "v", mfc="none", color="0.3", label="0 / below axis")
+    legend_outside(axes[-1])
+    if title:
+        fig.suptitle(title)
     if path is not None:
         savefig(fig, path, dpi=110)
         plt.close(fig)

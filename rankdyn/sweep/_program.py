@@ -20,7 +20,7 @@ from .._config import ignored_fields
 from .._init import initial_tokens
 from .._observe import MetricObserver
 from .._params import PARAMS, param
-from .._scan import scan_depth
+from .._scan import ScanState, scan_depth
 from .._sharding import BATCH_AXIS, batch_mesh
 from .._stats import chunk_stats
 from ._params import cell_mask
@@ -109,21 +109,18 @@ def _program_impl(
     observe_final = MetricObserver(final, rank_tol)
 
     def one_cell(layer, x0c, keys_c):
-        flags = jnp.zeros(x0c.shape[0], bool)
-        (xf, bad, nonfinite), stats = scan_depth(
+        state = ScanState.start(x0c, keys_c if layer.dropout > 0 else None)
+        state, stats = scan_depth(
             layer,
             observe,
             _gathered_stats if sharded else chunk_stats,
-            x0c,
-            flags,
-            flags,
-            ~flags,
-            keys_c if layer.dropout > 0 else None,
+            state,
             jnp.zeros((), int),
             num_layers // save_every,
             save_every,
             include_start=True,
         )
+        xf, bad, nonfinite = state.x, state.degenerate, state.nonfinite
         return stats, jax.vmap(observe_final)(xf), bad, nonfinite
 
     return eqx.filter_vmap(one_cell)(layers, x0s, keys)

@@ -1,0 +1,1 @@
+"""The self-attention flow on the sphere (continuous time): field, integration, observables, equilibria."""

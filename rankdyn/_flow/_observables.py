@@ -1,0 +1,91 @@
+r"""What is recorded at each saved time of the flow: collapse metrics, clusters, energy, diameter.
+
+- The collapse metrics are the SVD-free ones of `rankdyn.metrics` (``mu``, ``mu_normalized``,
+  ``min_cos``, ...), computed by `rankdyn._observe.MetricObserver`.
+- ``clusters``: the number of connected components of the graph with an edge $i \sim j$ iff
+  $\langle x_i, x_j\rangle \ge$ ``cos_threshold`` (tokens on the sphere).
+- ``energy``: $E_\beta$ of `interaction_energy` (meaningful for $Q = K = V = I$).
+- ``diameter``: $\max_{i,j} |x_i - x_j|$; the tokens are $\epsilon$-clustered when it is $\le \epsilon$
+  (one cluster of diameter $\epsilon$), and ``clustered`` is that indicator (its batch mean is the
+  fraction of trajectories clustered at each time).
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, ArrayLike, Float
+
+from .._observe import MetricObserver
+from ._field import interaction_energy
+
+__all__ = ["FlowObserver", "cluster_count", "diameter", "FLOW_METRICS"]
+
+_HI = lax.Precision.HIGHEST
+#: The collapse metrics recorded by default (the SVD-free ones: cheap at every saved time).
+COLLAPSE = ("mu", "mu_normalized", "min_cos", "mean_abs_cos")
+#: Every metric `FlowObserver` records, in order.
+FLOW_METRICS = COLLAPSE + ("clusters", "energy", "diameter", "clustered")
+
+
+def cluster_count(x: Float[ArrayLike, "n d"], cos_threshold: float | Array = 0.99) -> Float[Array, ""]:
+    r"""Number of clusters: connected components of $\{(i, j) : \langle x_i, x_j\rangle \ge c\}$.
+
+    The transitive closure is taken by $\lceil \log_2 n\rceil$ Boolean squarings of the adjacency
+    (no loop over tokens), and each component is counted once, at its smallest index.
+
+    Arguments:
+        x: ``(n, d)`` unit tokens.
+        cos_threshold: the cosine $c$ above which two tokens are neighbours.
+
+    Returns:
+        The count, as a float scalar (so it can be averaged with the other metrics).
+    """
+    x = jnp.asarray(x)
+    n = x.shape[0]
+    g = jnp.matmul(x, x.T, precision=_HI)
+    reach = (g >= cos_threshold) | jnp.eye(n, dtype=bool)
+    for _ in range(max(1, math.ceil(math.log2(max(n, 2))))):
+        r = reach.astype(x.dtype)
+        reach = jnp.matmul(r, r, precision=_HI) > 0
+    earlier = jnp.tril(jnp.ones((n, n), bool), k=-1)
+    first = ~jnp.any(reach & earlier, axis=1)
+    return jnp.sum(first).astype(x.dtype)
+
+
+def diameter(x: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
+    r"""$\max_{i,j} |x_i - x_j|$, from the Gram matrix ($|x_i - x_j|^2 = 2 - 2\langle x_i, x_j\rangle$ on the sphere)."""
+    x = jnp.asarray(x)
+    g = jnp.matmul(x, x.T, precision=_HI)
+    sq = jnp.diagonal(g)[:, None] + jnp.diagonal(g)[None, :] - 2 * g
+    return jnp.sqrt(jnp.maximum(jnp.max(sq), 0))
+
+
+class FlowObserver(eqx.Module):
+    """``(x, beta) -> {name: scalar}``: the metrics of `FLOW_METRICS` for one ``(n, d)`` state.
+
+    Attributes:
+        cos_threshold: cosine above which two tokens belong to one cluster.
+        eps: diameter at or below which the tokens count as one cluster (``clustered``).
+    """
+
+    cos_threshold: Float[Array, ""]
+    eps: Float[Array, ""]
+    collapse: MetricObserver
+
+    def __init__(self, cos_threshold: float = 0.99, eps: float = 1e-2):
+        self.cos_threshold = jnp.asarray(cos_threshold)
+        self.eps = jnp.asarray(eps)
+        self.collapse = MetricObserver(COLLAPSE)
+
+    def __call__(self, x: Float[Array, "n d"], beta) -> dict[str, Float[Array, ""]]:
+        out = dict(self.collapse(x))
+        diam = diameter(x)
+        out["clusters"] = cluster_count(x, self.cos_threshold.astype(x.dtype))
+        out["energy"] = interaction_energy(x, beta)
+        out["diameter"] = diam
+        out["clustered"] = (diam <= self.eps.astype(x.dtype)).astype(x.dtype)
+        return out

@@ -1,0 +1,405 @@
+r"""Integrating the flow with Diffrax: batched over trajectories and temperatures, statistics streamed.
+
+The saved times $0 = t_0 < t_1 < \dots < t_{S-1} = T$ split $[0, T]$ into intervals. Each interval
+is one `diffrax.diffeqsolve` from the state of the previous one, and the state at its end is
+projected back to the sphere, $x_i \leftarrow x_i / |x_i|$ (the field is tangent, so the exact flow
+never leaves it). The largest $\big||x_i| - 1\big|$ met before a projection is reported as the
+``drift``: the integrator's own error, never silently absorbed. Solvers:
+
+- ``tsit5`` / ``dopri5``: adaptive, with a PID step-size controller (``rtol``, ``atol``);
+- ``euler`` / ``rk4``: fixed step ``dt`` (the last step of an interval is shortened to land on
+  the saved time), as the peers' scripts integrate.
+
+Trajectories are vmapped in chunks; temperatures are vmapped too (one compiled program for the
+whole phase diagram). At every saved time the `FlowObserver` metrics are folded into running
+batch statistics (`rankdyn._stats`, Chan's merge), so memory does not grow with the batch unless
+states or per-trajectory values are asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from .._errors import UsageError
+from .._stats import Summary, chunk_stats, merge_stats, summarize
+from ._field import FlowField
+from ._observables import FlowObserver
+
+__all__ = ["solve_flow", "FlowSolution", "SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "uniform_times"]
+
+SOLVERS = ("tsit5", "dopri5", "euler", "rk4")
+ADAPTIVE_SOLVERS = ("tsit5", "dopri5")
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-6, 1e-8
+
+
+class RK4(diffrax.AbstractERK):
+    """The classical fourth-order Runge-Kutta method (fixed step only: no error estimate)."""
+
+    tableau: ClassVar[diffrax.ButcherTableau] = diffrax.ButcherTableau(
+        c=np.array([0.5, 0.5, 1.0]),
+        b_sol=np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]),
+        b_error=np.zeros(4),
+        a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
+    )
+    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation.from_k
+
+    def order(self, terms):
+        return 4
+
+
+class ProjectedSolver(diffrax.AbstractSolver):
+    r"""A fixed-step solver followed by the projection $x_i \leftarrow x_i / |x_i|$ after every step.
+
+    The peers' explicit Euler with renormalisation is ``ProjectedSolver(diffrax.Euler())``; the
+    saved values between steps are the linear interpolation of the projected steps.
+    """
+
+    inner: diffrax.AbstractSolver
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar = diffrax.LocalLinearInterpolation
+
+    def order(self, terms):
+        return self.inner.order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.inner.init(terms, t0, t1, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, y_error, _, solver_state, result = self.inner.step(
+            terms, t0, t1, y0, args, solver_state, made_jump
+        )
+        y1 = y1 / jnp.linalg.norm(y1, axis=-1, keepdims=True)
+        return y1, y_error, dict(y0=y0, y1=y1), solver_state, result
+
+    def func(self, terms, t0, y0, args):
+        return self.inner.func(terms, t0, y0, args)
+
+
+def _solver(name: str):
+    """The Diffrax solver of a name; the fixed-step ones project to the sphere after every step."""
+    if name in ADAPTIVE_SOLVERS:
+        return {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5}[name]()
+    return ProjectedSolver({"euler": diffrax.Euler, "rk4": RK4}[name]())
+
+
+class FlowSolution(eqx.Module):
+    """The result of `solve_flow`. With a vector of temperatures every field has a leading beta axis.
+
+    Attributes:
+        times: ``(S,)`` the saved times.
+        beta: the temperature(s).
+        summary: batch statistics per saved time (`rankdyn._stats.Summary`; its ``layers`` are
+            the saved-time indices); a tuple of them, one per beta, for a vector of temperatures.
+        time_to_cluster: ``(batch,)`` first saved time at which the diameter is <= ``eps``
+            (inf if never).
+        drift: largest $||x_i| - 1|$ before a projection, over all trajectories and intervals.
+        steps_limit_hit: trajectories in which some interval stopped at ``max_steps`` (their
+            later values are NaN and left out of the statistics).
+        num_steps: solver steps taken, summed over trajectories and intervals.
+        values: metric name -> ``(batch, S)`` per-trajectory values, or None.
+        states: ``(S, batch, n, d)`` states from t = 0, or None.
+    """
+
+    times: Array
+    beta: Array
+    summary: Summary | tuple
+    time_to_cluster: Array
+    drift: Array
+    steps_limit_hit: Array
+    num_steps: Array
+    values: dict | None
+    states: Array | None
+
+    def stat(self, name: str, which: str = "mean") -> np.ndarray:
+        """One statistic of one metric, ``(S,)``, or ``(beta, S)`` for a vector of temperatures."""
+        if isinstance(self.summary, tuple):
+            return np.stack([np.asarray(getattr(s, which)[name]) for s in self.summary])
+        return np.asarray(getattr(self.summary, which)[name])
+
+
+def uniform_times(t1: float, saves: int) -> np.ndarray:
+    """``saves`` times uniform on ``[0, t1]`` (both ends included)."""
+    return np.linspace(0.0, float(t1), int(saves))
+
+
+def _check_positive(name, value, *, allow_zero=False):
+    ok = value is not None and np.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        rule = ">= 0" if allow_zero else "> 0"
+        raise UsageError(f"{name} must be finite and {rule}, got {value!r}.")
+    return float(value)
+
+
+def _validate(field, x0, t1, beta, times, saves, solver, rtol, atol, dt):
+    if not isinstance(field, FlowField):
+        raise UsageError(f"field must be a rankdyn.flow.FlowField, got {type(field).__name__}.")
+    if solver not in SOLVERS:
+        raise UsageError(f"solver must be one of {SOLVERS}, got {solver!r}.")
+    adaptive = solver in ADAPTIVE_SOLVERS
+    if adaptive and dt is not None:
+        raise UsageError(
+            f"dt applies to the fixed-step solvers (euler, rk4) only; {solver} chooses its own steps."
+        )
+    if not adaptive:
+        if dt is None:
+            raise UsageError(f"the fixed-step solver {solver} needs a step dt > 0 (e.g. dt=0.1).")
+        _check_positive("dt", dt)
+        if rtol is not None or atol is not None:
+            raise UsageError(f"rtol/atol apply to the adaptive solvers (tsit5, dopri5) only, not {solver}.")
+    rtol = DEFAULT_RTOL if rtol is None else _check_positive("rtol", rtol)
+    atol = DEFAULT_ATOL if atol is None else _check_positive("atol", atol)
+    b = np.asarray(beta, dtype=float)
+    if b.ndim > 1 or b.size == 0 or not np.all(np.isfinite(b)) or np.any(b < 0):
+        raise UsageError(f"beta must be a finite number >= 0 or a 1-D array of them, got {beta!r}.")
+    if times is None:
+        t1 = _check_positive("t1 (the time horizon T)", t1)
+        if isinstance(saves, bool) or not isinstance(saves, (int, np.integer)) or saves < 2:
+            raise UsageError(f"saves (the number of saved times) must be an integer >= 2, got {saves!r}.")
+        times = uniform_times(t1, saves)
+    else:
+        times = np.asarray(times, dtype=float)
+        if times.ndim != 1 or times.size < 2 or times[0] != 0 or np.any(np.diff(times) <= 0):
+            raise UsageError("times must be an increasing 1-D array starting at 0 with at least 2 entries.")
+    x0 = jnp.asarray(x0)
+    if x0.ndim == 2:
+        x0 = x0[None]
+    n, d = field.num_tokens, field.dim
+    if x0.ndim != 3 or x0.shape[1:] != (n, d) or x0.shape[0] < 1:
+        raise UsageError(f"x0 must be ({n}, {d}) or (batch, {n}, {d}) for this field, got shape {x0.shape}.")
+    if not bool(jnp.all(jnp.isfinite(x0))):
+        raise UsageError("x0 has non-finite entries; pass finite tokens.")
+    nrm = jnp.linalg.norm(x0, axis=-1, keepdims=True)
+    if bool(jnp.any(nrm == 0)):
+        raise UsageError("x0 has a zero token, which has no direction on the sphere; pass non-zero tokens.")
+    return x0 / nrm, b, times, adaptive, rtol, atol
+
+
+def _piece_length(intervals: int) -> int:
+    """Intervals per compiled piece: the smallest divisor of ``intervals`` >= intervals / 20 (equal
+    pieces share one compilation; about 20 of them give a progress bar something to show)."""
+    for p in range(max(1, math.ceil(intervals / 20)), intervals + 1):
+        if intervals % p == 0:
+            return p
+    return intervals
+
+
+@eqx.filter_jit
+def _piece(field, observer, x, beta, ts, real, cfg):
+    """Integrate ``x`` (``(nb, c, n, d)``) over ``ts`` (saving at each) and fold the statistics.
+
+    One `diffrax.diffeqsolve` per trajectory; the observer sees the state projected to the
+    sphere, and the drift is measured on the unprojected state at the saved times.
+    """
+    solver, controller, dt0, max_steps, keep_values, keep_states = cfg
+    term = diffrax.ODETerm(lambda t, y, b: field(y, b))
+
+    def one(x, b):
+        # Plain states at the saved times: an observer inside Diffrax's loop would be evaluated
+        # at every step under vmap (the save branch becomes a select), so it runs afterwards.
+        sol = diffrax.diffeqsolve(
+            term,
+            solver,
+            ts[0],
+            ts[-1],
+            dt0,
+            x,
+            args=b,
+            stepsize_controller=controller,
+            saveat=diffrax.SaveAt(ts=ts),
+            max_steps=max_steps,
+            throw=False,
+        )
+        ys = sol.ys
+        nrm = jnp.linalg.norm(ys, axis=-1, keepdims=True)
+        u = ys / nrm
+        saved = {
+            "obs": jax.vmap(observer, in_axes=(0, None))(u, b),
+            "drift": jnp.max(jnp.abs(nrm - 1), axis=(1, 2)),
+            "zero": jnp.any(nrm == 0, axis=(1, 2)),
+        }
+        if keep_states:
+            saved["x"] = u
+        return u[-1], saved, sol.result == diffrax.RESULTS.max_steps_reached, sol.stats["num_steps"]
+
+    x_end, saved, hit, steps = jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(x, beta)
+    vals = saved["obs"]
+    stats, ok = _fold(vals, real)
+    res = dict(
+        stats=stats,
+        clustered=vals["clustered"] > 0,
+        drift=jnp.max(
+            jnp.where(real[None, :, None], jnp.nan_to_num(saved["drift"], nan=0.0), 0), axis=(1, 2)
+        ),
+        hit=hit & real[None, :],
+        steps=jnp.sum(jnp.where(real[None, :], steps, 0)),
+        bad=jnp.any(~ok, axis=-1) & real[None, :],
+        zero=jnp.any(saved["zero"], axis=-1) & real[None, :],
+    )
+    if keep_values:
+        res["values"] = vals
+    if keep_states:
+        res["states"] = saved["x"]
+    return x_end, res
+
+
+def _fold(vals, real):
+    """Per-time statistics of ``vals`` (``(nb, c, p)`` each) over the real, finite members."""
+    ok = jnp.ones(next(iter(vals.values())).shape, bool) & real[None, :, None]
+    for v in vals.values():
+        ok = ok & jnp.isfinite(v)
+    stats = jax.vmap(jax.vmap(chunk_stats, in_axes=(1, 1)), in_axes=(0, 0))(vals, ok)
+    return stats, ok
+
+
+def solve_flow(
+    field: FlowField,
+    x0,
+    t1: float | None = None,
+    *,
+    beta,
+    times=None,
+    saves: int = 101,
+    solver: str = "tsit5",
+    rtol: float | None = None,
+    atol: float | None = None,
+    dt: float | None = None,
+    max_steps: int = 4096,
+    observer: FlowObserver | None = None,
+    save_states: bool = False,
+    per_trajectory: bool = False,
+    chunk: int | None = None,
+    progress: bool = False,
+) -> FlowSolution:
+    r"""Integrate the flow $\dot X = F_\beta(X)$ of ``field`` from ``x0`` and record its metrics.
+
+    Arguments:
+        field: a `FlowField` (SA or USA, mask, $Q, K, V$).
+        x0: ``(n, d)`` or ``(batch, n, d)`` initial tokens (rows are normalised to the sphere).
+        t1: the horizon $T$ (> 0), with ``saves`` saved times uniform on $[0, T]$.
+        beta: the temperature (>= 0), or a 1-D array of them (vmapped; same starts for each).
+        times: instead of ``t1``/``saves``, an increasing array of saved times starting at 0.
+        saves: number of saved times (>= 2), t = 0 included.
+        solver: ``"tsit5"``, ``"dopri5"`` (adaptive) or ``"euler"``, ``"rk4"`` (fixed step).
+        rtol, atol: PID controller tolerances (adaptive only; default 1e-6, 1e-8).
+        dt: the step of a fixed-step solver (required there, refused for adaptive ones).
+        max_steps: solver steps allowed per compiled piece (about a twentieth of the saved
+            intervals; `_piece_length`); reaching it is reported in
+            ``steps_limit_hit``, never raised.
+        observer: the metrics recorded (default `FlowObserver()`).
+        save_states: also return the states ``(S, batch, n, d)``.
+        per_trajectory: also return every trajectory's metrics.
+        chunk: trajectories vmapped together (default: all, at most 1024).
+        progress: show a progress bar.
+
+    Returns:
+        A `FlowSolution`.
+
+    Raises:
+        UsageError: on a bad solver, tolerance, step, horizon, temperature, time grid or ``x0``.
+    """
+    x0, betas, times, adaptive, rtol, atol = _validate(
+        field, x0, t1, beta, times, saves, solver, rtol, atol, dt
+    )
+    observer = FlowObserver() if observer is None else observer
+    dtype = x0.dtype
+    batch = x0.shape[0]
+    chunk = min(batch, 1024) if chunk is None else max(1, min(int(chunk), batch))
+    intervals = times.size - 1
+    p = _piece_length(intervals)
+    if adaptive:
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3)
+        dt0, steps_cap = None, int(max_steps)
+    else:
+        controller, dt0 = diffrax.ConstantStepSize(), float(dt)
+        span = float(np.max(times[p::p] - times[:-p:p]))
+        steps_cap = min(int(max_steps), int(math.ceil(span / dt0 + 1e-9)) + 1)
+    cfg = (_solver(solver), controller, dt0, steps_cap, per_trajectory, save_states)
+    bj = jnp.asarray(betas.reshape(-1), dtype)
+    ts = jnp.asarray(times, dtype)
+    num_chunks = math.ceil(batch / chunk)
+    bar = None
+    if progress:
+        from .._progress import progress_bar
+
+        bar = progress_bar(total=num_chunks * (intervals // p), desc="flow", unit="piece")
+    total = None
+    nb = bj.size
+    counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
+    ttc, drift, steps, values, states = [], np.zeros(nb), 0, [], []
+    for c in range(num_chunks):
+        xs = x0[c * chunk : (c + 1) * chunk]
+        n_real = xs.shape[0]
+        real = jnp.arange(chunk) < n_real
+        if n_real < chunk:  # pad with copies so every chunk has one shape (one compilation)
+            xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - n_real,) + xs.shape[1:])])
+        x = jnp.broadcast_to(xs, (nb,) + xs.shape)
+        pieces, clustered, vals_c, states_c = [], [], [], []
+        flags = {k: np.zeros((nb, chunk), bool) for k in counts}
+        for k in range(intervals // p):
+            x, r = _piece(field, observer, x, bj, ts[k * p : (k + 1) * p + 1], real, cfg)
+            # Every piece saves at its start too (one program for all); only the first keeps it.
+            cut = slice(0 if k == 0 else 1, None)
+            pieces.append(jax.tree.map(lambda a: a[:, cut], r["stats"]))
+            clustered.append(r["clustered"][..., cut])
+            drift = np.maximum(drift, np.asarray(r["drift"]))
+            for name in flags:
+                flags[name] |= np.asarray(r[name])
+            steps += int(r["steps"])
+            if per_trajectory:
+                vals_c.append({m: v[..., cut] for m, v in r["values"].items()})
+            if save_states:
+                states_c.append(r["states"][:, :, cut])
+            if bar is not None:
+                bar.update(1)
+        stats = jax.tree.map(lambda *a: jnp.concatenate(a, axis=1), *pieces)
+        total = stats if total is None else merge_stats(total, stats)
+        for name in counts:
+            counts[name] += flags[name].sum(axis=1)
+        cl = np.concatenate([np.asarray(a) for a in clustered], axis=-1)[:, :n_real]
+        ttc.append(np.where(cl.any(-1), times[np.argmax(cl, axis=-1)], np.inf))
+        if per_trajectory:
+            values.append(
+                {m: np.concatenate([np.asarray(v[m]) for v in vals_c], -1)[:, :n_real] for m in vals_c[0]}
+            )
+        if save_states:
+            states.append(np.concatenate([np.asarray(s) for s in states_c], axis=2)[:, :n_real])
+    if bar is not None:
+        bar.close()
+    scalar = np.ndim(betas) == 0
+    pick = (lambda a: a[0]) if scalar else (lambda a: a)
+    per_beta = [
+        summarize(
+            jax.tree.map(lambda a, i=i: a[i], total),
+            jnp.arange(times.size),
+            batch,
+            jnp.asarray(counts["bad"][i]),
+            jnp.asarray(counts["zero"][i]),
+        )
+        for i in range(nb)
+    ]
+    summary = per_beta[0] if scalar else tuple(per_beta)
+    vals_out = None
+    if per_trajectory:
+        vals_out = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}
+    states_out = None
+    if save_states:  # (nb, batch, S, n, d) -> (S, batch, n, d) per beta
+        states_out = pick(np.moveaxis(np.concatenate(states, axis=1), 2, 1))
+    return FlowSolution(
+        times=jnp.asarray(times),
+        beta=jnp.asarray(betas),
+        summary=summary,
+        time_to_cluster=jnp.asarray(pick(np.concatenate(ttc, axis=1))),
+        drift=jnp.asarray(pick(drift)),
+        steps_limit_hit=jnp.asarray(pick(counts["hit"])),
+        num_steps=jnp.asarray(steps),
+        values=vals_out,
+        states=None if states_out is None else jnp.asarray(states_out),
+    )

@@ -1,0 +1,164 @@
+r"""Target ``flow-causal``: the flow under the causal mask with $V = I$ collapses onto the first token.
+
+Karagodin, Polyanskiy and Rigollet ("Clustering in causal attention masking") study the SA flow
+with the causal mask, where token $i$ attends to tokens $j \le i$: the first token attends only to
+itself and, with $V = I$, does not move; they prove that every token converges to it (a single
+cluster at $x_1$), for general $Q, K$, and observe long-lived intermediate multi-cluster states,
+which they relate to a Rényi-parking picture. (Paraphrased from memory, not checked against the text.)
+
+Here: $n = 32$, $d = 3$, $Q = K = V = I$, several $\beta$; we measure the displacement of token 1,
+the distance of every token to it at $T$, and how long the intermediate multi-cluster states last
+(the longest plateau of the cluster count with $k \ge 2$).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from ._flow_runs import longest_plateau, unit_starts
+from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, verdict
+
+NAME = "flow-causal"
+CLAIM = (
+    "Karagodin, Polyanskiy, Rigollet: under causal masking with V = I, the first token does not move and every "
+    "token converges to it; intermediate multi-cluster states can last long (paraphrased from memory)."
+)
+N, D = 32, 3
+#: Distance to token 1 at T below which a token has converged, and the fraction of runs required.
+EPS, FRACTION = 1e-2, 0.95
+
+
+def _sizes(quick: bool) -> dict:
+    if quick:
+        return dict(betas=[1.0, 4.0], batch=32, t1=3000.0, saves=41)
+    return dict(betas=[0.5, 1.0, 2.0, 4.0, 8.0], batch=500, t1=3e4, saves=81)
+
+
+def compute(sz: dict, seed: int) -> dict:
+    from .._masks import causal_mask
+    from ..flow import FlowField, solve_flow
+
+    field = FlowField(causal_mask(N), D, "sa")
+    times = np.concatenate([[0.0], np.geomspace(0.1, sz["t1"], sz["saves"] - 1)])
+    x0 = unit_starts(seed, sz["batch"], N, D, salt=31)
+    sol = solve_flow(
+        field,
+        x0,
+        beta=np.asarray(sz["betas"]),
+        times=times,
+        rtol=1e-7,
+        atol=1e-10,
+        max_steps=20000,
+        per_trajectory=True,
+        save_states=True,
+    )
+    st = np.asarray(sol.states)  # (beta, S, batch, n, d)
+    moved = float(np.max(np.linalg.norm(st[:, :, :, 0] - st[:, :1, :, 0], axis=-1)))
+    dist = np.linalg.norm(st[:, -1] - st[:, -1, :, :1], axis=-1).max(axis=-1)  # (beta, batch)
+    cl = np.asarray(sol.values["clusters"])
+    rows = []
+    for i, b in enumerate(sz["betas"]):
+        pls = [longest_plateau(times, cl[i, j]) for j in range(sz["batch"])]
+        dur = [p["duration"] for p in pls if p is not None]
+        rows.append(
+            dict(
+                beta=float(b),
+                converged_fraction=float(np.mean(dist[i] <= EPS)),
+                max_distance_to_token1=float(dist[i].max()),
+                median_longest_plateau=float(np.median(dur)) if dur else float("nan"),
+                max_longest_plateau=float(np.max(dur)) if dur else float("nan"),
+                median_time_to_one_cluster=float(np.median(np.asarray(sol.time_to_cluster)[i])),
+            )
+        )
+    return dict(
+        times=times,
+        first_token_displacement=moved,
+        per_beta=rows,
+        steps_limit_hit=np.asarray(sol.steps_limit_hit).tolist(),
+        examples={
+            f"beta={b:g}": (cl[i, :4], np.asarray(sol.values["energy"])[i, :4])
+            for i, b in enumerate(sz["betas"])
+        },
+    )
+
+
+def checks(m: dict) -> list:
+    """Strict checks of the measured numbers (pure: tested on synthetic results)."""
+    out = [
+        check(
+            "token 1 does not move (displacement < 1e-12)",
+            m["first_token_displacement"] < 1e-12,
+            f"{m['first_token_displacement']:.2e}",
+        )
+    ]
+    for r in m["per_beta"]:
+        out.append(
+            check(
+                f"beta={r['beta']:g}: >= {FRACTION:.0%} of runs have every token within {EPS:g} of token 1 at T",
+                r["converged_fraction"] >= FRACTION,
+                f"{r['converged_fraction']:.3f} (largest distance {r['max_distance_to_token1']:.3g})",
+            )
+        )
+    out.append(
+        check("no run hit the solver's step limit", sum(m["steps_limit_hit"]) == 0, str(m["steps_limit_hit"]))
+    )
+    return out
+
+
+def run(out: Path, *, quick: bool, seed: int) -> dict:
+    from .. import plotting
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    sz = _sizes(quick)
+    with jax.enable_x64(True):
+        m = compute(sz, seed)
+    cs = checks(m)
+    ex = m.pop("examples")
+    plotting.plot_staircases(
+        m["times"][1:],
+        {k: v[0][:, 1:] for k, v in ex.items()},
+        {k: v[1][:, 1:] for k, v in ex.items()},
+        title=f"SA flow, causal mask, n={N}, d={D}: clusters and energy (4 starts per beta)",
+        path=out / "flow_causal.png",
+    )
+    return {
+        "name": NAME,
+        "claim": CLAIM,
+        "setting": dict(
+            sz,
+            n=N,
+            d=D,
+            mask="causal",
+            dynamics="sa",
+            qkv="identity",
+            eps=EPS,
+            dtype="float64",
+            cos_threshold=0.99,
+            solver="tsit5 rtol 1e-7 atol 1e-10",
+            seed=seed,
+            quick=quick,
+        ),
+        "measured": {k: v for k, v in m.items() if k != "times"},
+        "checks": checks_json(cs),
+        "key_numbers": {
+            f"converged at T, beta={r['beta']:g}": r["converged_fraction"] for r in m["per_beta"]
+        },
+        "verdict": verdict(cs),
+        "criterion": VERDICT_RULE,
+        "figures": ["flow_causal.png"],
+        "notes": (
+            "Intermediate multi-cluster states (longest plateau of the cluster count with k >= 2, median / max over runs): "
+            + ", ".join(
+                f"beta={r['beta']:g}: {r['median_longest_plateau']:.3g} / {r['max_longest_plateau']:.3g}"
+                for r in m["per_beta"]
+            )
+            + "; median time to one cluster: "
+            + ", ".join(f"beta={r['beta']:g}: {r['median_time_to_one_cluster']:.3g}" for r in m["per_beta"])
+            + "."
+        ),
+        "markdown": checks_markdown(cs),
+    }

@@ -1,0 +1,250 @@
+r"""Target ``flow-metastability``: long-lived multi-cluster states of the flow on the circle.
+
+Geshkovski, Koubbi, Polyanskiy and Rigollet study the SA flow with $Q = K = V = I$ on the circle
+($d = 2$): the tokens first gather into a few clusters within $O(1)$ time, and these clusters then
+persist for a time that grows like $e^{c\beta}$ before merging, so the interaction energy rises in a
+staircase. (Paraphrased from memory, not checked against the paper's text.) Here, for several
+$\beta$ (quick mode caps $\beta$ because the plateaus last $e^{c\beta}$):
+
+- the cluster count (cosine >= 0.99, connected components) of every trajectory, on a log-time
+  grid; its longest plateau with $k \ge 2$ clusters (after the initial transient) and the median
+  plateau duration per $\beta$, fitted as $\log(\text{duration}) = a + c\beta$;
+- the energy $E_\beta$ along each trajectory (a staircase: non-decreasing, flat on the plateaus);
+- the plateau configurations (largest $\beta$) refined to exact zeros of the field and classified
+  on the tangent space modulo rotation (`rankdyn.flow.classify_equilibrium`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from ._flow_runs import log_slope, longest_plateau, unit_starts
+from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, untestable, verdict
+
+NAME = "flow-metastability"
+CLAIM = (
+    "Geshkovski, Koubbi, Polyanskiy, Rigollet (dynamic metastability): on the circle, the SA flow with Q = K = V = I "
+    "forms a few clusters quickly, which stay for a time exponential in beta before merging; the energy increases in "
+    "a staircase, and the long-lived configurations sit near saddle points of the energy (paraphrased from memory)."
+)
+N, D = 32, 2
+#: Relative tolerance for "the energy does not decrease" and for "flat on a plateau".
+ENERGY_TOL, FLAT_FRACTION = 1e-8, 0.1
+
+
+def _sizes(quick: bool) -> dict:
+    if quick:
+        return dict(betas=[2.0, 3.0, 4.0], batch=10, t1=1e4, saves=45, refine=2)
+    return dict(betas=[2.0, 3.0, 4.0, 5.0, 6.0], batch=256, t1=1e6, saves=120, refine=8)
+
+
+def compute(sz: dict, seed: int) -> dict:
+    """Integrate, extract plateaus, refine and classify plateau states (the numbers only)."""
+    from .._masks import complete_mask
+    from ..flow import FlowField, classify_equilibrium, cluster_count, find_equilibria, solve_flow
+
+    field = FlowField(complete_mask(N), D, "sa")
+    times = np.concatenate([[0.0], np.geomspace(0.05, sz["t1"], sz["saves"] - 1)])
+    x0 = unit_starts(seed, sz["batch"], N, D, salt=21)
+    betas = np.asarray(sz["betas"], float)
+    sol = solve_flow(
+        field,
+        x0,
+        beta=betas,
+        times=times,
+        rtol=1e-7,
+        atol=1e-10,
+        max_steps=20000,
+        per_trajectory=True,
+        save_states=True,
+    )
+    clusters, energy = np.asarray(sol.values["clusters"]), np.asarray(sol.values["energy"])
+    per_beta = []
+    for i, b in enumerate(betas):
+        pls = [longest_plateau(times, clusters[i, j]) for j in range(sz["batch"])]
+        dur = np.array([p["duration"] for p in pls if p is not None])
+        cens = np.array([p["censored"] for p in pls if p is not None])
+        inc = np.diff(energy[i], axis=-1)
+        scale = np.max(np.abs(energy[i]))
+        flat = []
+        for j, p in enumerate(pls):
+            if p is None or p["censored"]:
+                continue
+            a, e = np.searchsorted(times, p["start"]) + 1, np.searchsorted(times, p["end"]) - 1
+            total = energy[i, j, -1] - energy[i, j, 0]
+            if e > a and total > 0:
+                flat.append(float((energy[i, j, e] - energy[i, j, a]) / total))
+        per_beta.append(
+            dict(
+                beta=float(b),
+                trajectories_with_plateau=int(dur.size),
+                median_plateau=float(np.median(dur)) if dur.size else float("nan"),
+                flat_fraction=float(np.mean(np.asarray(flat) < FLAT_FRACTION)) if flat else float("nan"),
+                censored_fraction=float(cens.mean()) if cens.size else float("nan"),
+                plateau_k=[p["k"] if p else None for p in pls],
+                min_energy_increment_rel=float(np.min(inc) / scale),
+                plateau_energy_share=flat,
+                final_clusters=clusters[i, :, -1].tolist(),
+            )
+        )
+    # Plateau states at the largest beta, refined to zeros of the field and classified.
+    ib = len(betas) - 1
+    starts, ks = [], []
+    for j in range(sz["batch"]):
+        p = longest_plateau(times, clusters[ib, j])
+        if p is not None and len(starts) < sz["refine"]:
+            starts.append(np.asarray(sol.states[ib, p["mid"], j]))
+            ks.append(p["k"])
+    saddles = []
+    if starts:
+        with jax.enable_x64(True):
+            xs, res, ok = find_equilibria(field, np.stack(starts), betas[ib])
+            for x, r, good, k in zip(np.asarray(xs), np.asarray(res), np.asarray(ok), ks):
+                c = classify_equilibrium(field, x, betas[ib], tol=1e-9)
+                saddles.append(
+                    dict(
+                        plateau_k=k,
+                        clusters=int(cluster_count(x, 0.99)),
+                        residual=float(r),
+                        converged=bool(good) and float(r) < 1e-10,
+                        **c.to_dict(),
+                    )
+                )
+    slope, icpt = log_slope(betas, [r["median_plateau"] for r in per_beta])
+    return dict(
+        times=times,
+        per_beta=per_beta,
+        fit_c=slope,
+        fit_a=icpt,
+        saddles=saddles,
+        steps_limit_hit=np.asarray(sol.steps_limit_hit).tolist(),
+        drift=float(np.max(sol.drift)),
+        examples={f"beta={b:g}": (clusters[i, :4], energy[i, :4]) for i, b in enumerate(betas)},
+    )
+
+
+def checks(m: dict) -> list:
+    """The strict checks of the measured numbers (a pure function: tested on synthetic results)."""
+    out = []
+    pb = m["per_beta"]
+    med = [r["median_plateau"] for r in pb]
+    has = all(r["trajectories_with_plateau"] > 0 for r in pb)
+    out.append(
+        check(
+            "every beta shows a multi-cluster plateau",
+            has,
+            ", ".join(f"beta={r['beta']:g}: {r['trajectories_with_plateau']}" for r in pb),
+        )
+    )
+    out.append(
+        check(
+            "median plateau length increases with beta",
+            has and bool(np.all(np.diff(med) > 0)),
+            ", ".join(f"{v:.3g}" for v in med),
+        )
+    )
+    out.append(
+        check(
+            "fitted log(plateau) = a + c beta has c > 0",
+            np.isfinite(m["fit_c"]) and m["fit_c"] > 0,
+            f"c = {m['fit_c']:.3g}",
+        )
+    )
+    worst = min(r["min_energy_increment_rel"] for r in pb)
+    out.append(
+        check("energy never decreases (relative step > -1e-8)", worst > -ENERGY_TOL, f"min {worst:.2e}")
+    )
+    # The staircase is the large-beta picture: judged at the largest beta (every beta is reported).
+    shares = pb[-1]["plateau_energy_share"]
+    if shares:
+        frac = float(np.mean(np.asarray(shares) < FLAT_FRACTION))
+        out.append(
+            check(
+                f"largest beta: energy flat on plateaus (< {FLAT_FRACTION:.0%} of its rise) for >= 80% of them",
+                frac >= 0.8,
+                f"{frac:.0%} of {len(shares)} ended plateaus",
+            )
+        )
+    else:
+        out.append(untestable("energy flat on plateaus", "no plateau ended before T"))
+    conv = [s for s in m["saddles"] if s["converged"] and s["clusters"] >= 2]
+    if conv:
+        ok = all(s["kind"] == "saddle" for s in conv)
+        out.append(
+            check(
+                "refined plateau configurations are saddles",
+                ok,
+                "; ".join(f"{s['clusters']} clusters: {s['kind']} of index {s['index']}" for s in conv),
+            )
+        )
+    else:
+        out.append(
+            untestable(
+                "refined plateau configurations are saddles",
+                "no plateau state converged to a multi-cluster zero of the field",
+            )
+        )
+    return out
+
+
+def run(out: Path, *, quick: bool, seed: int) -> dict:
+    """Run the target; write ``flow_metastability.png``; return the result dict."""
+    from .. import plotting
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    sz = _sizes(quick)
+    with jax.enable_x64(True):
+        m = compute(sz, seed)
+    cs = checks(m)
+    ex = m.pop("examples")
+    plotting.plot_staircases(
+        m["times"][1:],
+        {k: v[0][:, 1:] for k, v in ex.items()},
+        {k: v[1][:, 1:] for k, v in ex.items()},
+        title=f"SA flow on the circle, n={N}: cluster count and energy (4 starts per beta)",
+        path=out / "flow_metastability.png",
+    )
+    idx = sorted({s["index"] for s in m["saddles"] if s["converged"] and s["clusters"] >= 2})
+    return {
+        "name": NAME,
+        "claim": CLAIM,
+        "setting": dict(
+            sz,
+            n=N,
+            d=D,
+            mask="complete",
+            dynamics="sa",
+            qkv="identity",
+            dtype="float64",
+            cos_threshold=0.99,
+            solver="tsit5 rtol 1e-7 atol 1e-10",
+            seed=seed,
+            quick=quick,
+        ),
+        "measured": {k: v for k, v in m.items() if k != "times"},
+        "checks": checks_json(cs),
+        "key_numbers": {
+            "fit c (log plateau per unit beta)": m["fit_c"],
+            "median plateau at largest beta": m["per_beta"][-1]["median_plateau"],
+        },
+        "verdict": verdict(cs),
+        "criterion": VERDICT_RULE,
+        "figures": ["flow_metastability.png"],
+        "notes": (
+            "Median longest plateau per beta: "
+            + ", ".join(
+                f"beta={r['beta']:g}: {r['median_plateau']:.3g} ({r['censored_fraction']:.0%} censored at T)"
+                for r in m["per_beta"]
+            )
+            + "; fraction of ended plateaus on which the energy rises by < 10% of its total rise: "
+            + ", ".join(f"beta={r['beta']:g}: {r['flat_fraction']:.0%}" for r in m["per_beta"])
+            + f"; fit log(duration) = {m['fit_a']:.2f} + {m['fit_c']:.2f} beta. Saddle indices of refined plateau "
+            f"states: {idx or 'none converged'}. Plateaus still running at T are counted with their length up to T "
+            "(a lower bound), so the fit underestimates c when many are censored."
+        ),
+        "markdown": checks_markdown(cs),
+    }

@@ -1,0 +1,51 @@
+"""The self-attention flow on the sphere, in continuous time (docs/theory.md#continuous-time).
+
+Re-exports only: the field (`FlowField`, SA or USA with any mask and $Q, K, V$), its
+integration with Diffrax (`solve_flow`), the observables (`cluster_count`, `interaction_energy`,
+`FlowObserver`) and the equilibria with their classification (`find_equilibria`,
+`classify_equilibrium`).
+"""
+
+from ._flow._equilibria import Classification as Classification
+from ._flow._equilibria import classify_equilibrium as classify_equilibrium
+from ._flow._equilibria import find_equilibria as find_equilibria
+from ._flow._equilibria import rotation_invariant as rotation_invariant
+from ._flow._equilibria import tangent_jacobian as tangent_jacobian
+from ._flow._field import DYNAMICS as DYNAMICS
+from ._flow._field import FlowField as FlowField
+from ._flow._field import interaction_energy as interaction_energy
+from ._flow._field import tangent_project as tangent_project
+from ._flow._observables import FLOW_METRICS as FLOW_METRICS
+from ._flow._observables import FlowObserver as FlowObserver
+from ._flow._observables import cluster_count as cluster_count
+from ._flow._observables import diameter as diameter
+from ._flow._solve import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
+from ._flow._solve import RK4 as RK4
+from ._flow._solve import SOLVERS as SOLVERS
+from ._flow._solve import FlowSolution as FlowSolution
+from ._flow._solve import ProjectedSolver as ProjectedSolver
+from ._flow._solve import solve_flow as solve_flow
+from ._flow._solve import uniform_times as uniform_times
+
+__all__ = [
+    "ADAPTIVE_SOLVERS",
+    "Classification",
+    "DYNAMICS",
+    "FLOW_METRICS",
+    "FlowField",
+    "FlowObserver",
+    "FlowSolution",
+    "ProjectedSolver",
+    "RK4",
+    "SOLVERS",
+    "classify_equilibrium",
+    "cluster_count",
+    "diameter",
+    "find_equilibria",
+    "interaction_energy",
+    "rotation_invariant",
+    "solve_flow",
+    "tangent_jacobian",
+    "tangent_project",
+    "uniform_times",
+]

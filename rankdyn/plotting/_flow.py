@@ -1,0 +1,105 @@
+"""Figures of the self-attention flow (continuous time): metrics against t, the (t, beta) phase
+diagram, cluster staircases, and the convergence of the discrete map to the flow."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._reproduce_sim import save_figure
+from ._style import legend_outside, panel_grid
+
+TIME_LABEL = "time t"
+
+
+def plot_flow_metrics(times, metrics: dict, *, title: str = "", path=None):
+    """Three panels against t: the number of clusters, the interaction energy, and mu of the
+    normalised tokens (semi-log y); the batch mean with its min-max band.
+
+    Arguments:
+        times: ``(S,)`` saved times.
+        metrics: ``{name: {"mean", "min", "max": (S,)}}`` (`Summary.to_dict`).
+        title: figure title.
+        path: save there (PNG) and close the figure; otherwise return it.
+    """
+    t = np.asarray(times)
+    names = [("clusters", "clusters (cos >= threshold)", False), ("energy", "energy E_beta", False)]
+    names.append(("mu_normalized", "mu(LN X)", True))
+    fig, axes = panel_grid(len(names), 3)
+    for ax, (key, label, log) in zip(axes, names):
+        m = metrics[key]
+        mean, lo, hi = (np.asarray(m[s], dtype=float) for s in ("mean", "min", "max"))
+        ax.fill_between(t, lo, hi, color="C0", alpha=0.25, lw=0, label="min-max over the batch")
+        ax.plot(t, mean, color="C0", lw=1.4, label="batch mean")
+        if log:
+            ax.set_yscale("log")
+        ax.set_xlabel(TIME_LABEL)
+        ax.set_ylabel(label)
+    legend_outside(fig)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return save_figure(fig, path) if path is not None else fig
+
+
+def plot_phase_diagram(times, betas, fraction, *, title: str = "", path=None, ax=None):
+    """The fraction of starts clustered at time t, on the (t, beta) plane (colour: 0 to 1).
+
+    Arguments:
+        times: ``(S,)``; betas: ``(B,)``; fraction: ``(B, S)`` values in [0, 1].
+    """
+    import matplotlib.pyplot as plt
+
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")
+    t, b, f = np.asarray(times), np.asarray(betas), np.asarray(fraction, dtype=float)
+    mesh = ax.pcolormesh(t, b, f, vmin=0, vmax=1, shading="nearest", cmap="viridis")
+    ax.figure.colorbar(mesh, ax=ax, label="fraction of starts in one cluster")
+    ax.set_xlabel(TIME_LABEL)
+    ax.set_ylabel("beta")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return save_figure(ax.figure, path) if (own and path is not None) else ax
+
+
+def plot_staircases(times, clusters: dict, energy: dict, *, log_t: bool = True, title: str = "", path=None):
+    """Cluster count and energy of example trajectories against t, one colour per beta.
+
+    Arguments:
+        times: ``(S,)`` saved times.
+        clusters, energy: ``{label: (k, S)}`` example trajectories per beta label.
+    """
+    t = np.asarray(times)
+    fig, axes = panel_grid(2, 2)
+    for i, (lab, c) in enumerate(clusters.items()):
+        for j, row in enumerate(np.atleast_2d(c)):
+            axes[0].step(
+                t, row, where="post", color=f"C{i}", lw=1.0, alpha=0.8, label=lab if j == 0 else None
+            )
+        for j, row in enumerate(np.atleast_2d(energy[lab])):
+            axes[1].plot(t, row, color=f"C{i}", lw=1.0, alpha=0.8, label=lab if j == 0 else None)
+    axes[0].set_ylabel("clusters")
+    axes[1].set_ylabel("energy E_beta")
+    for ax in axes:
+        ax.set_xlabel(TIME_LABEL)
+        if log_t:
+            ax.set_xscale("log")
+    legend_outside(fig)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return save_figure(fig, path) if path is not None else fig
+
+
+def plot_order(hs, errors, order: float, *, title: str = "", path=None):
+    """Error of the discrete map at fixed T against its step h (log-log), with the fitted slope."""
+    import matplotlib.pyplot as plt
+
+    h, e = np.asarray(hs, dtype=float), np.asarray(errors, dtype=float)
+    fig, ax = plt.subplots(figsize=(5.2, 3.6), layout="constrained")
+    ax.loglog(h, e, "o-", color="C0", label="max |X_h(T) - X(T)|")
+    ax.loglog(h, e[-1] * (h / h[-1]) ** order, ls="--", color="0.4", label=f"slope {order:.2f} (fit)")
+    ax.set_xlabel("step h")
+    ax.set_ylabel("error at time T")
+    legend_outside(ax)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)

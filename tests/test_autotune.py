@@ -1,0 +1,63 @@
+"""The measured chunk choice of `simulate` (rankdyn._autotune): it picks one of its candidates,
+remembers it per machine, and no candidate moves a result by more than the 4-ulp chunk contract."""
+
+import jax.random as jr
+import numpy as np
+import pytest
+from helpers import ulp_distance
+
+import rankdyn as rd
+from rankdyn import _autotune
+from rankdyn._observe import MetricObserver, parse_metrics
+from rankdyn._scan import auto_chunk
+
+
+@pytest.mark.slow  # ~12 s: 4 timed candidates + 4 simulate programs
+def test_tuned_chunk_is_a_candidate_cached_and_within_four_ulps(getkey, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANKDYN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_autotune, "_memory", {})
+    n, d, num, depth = 4, 3, 40, 12
+    layer = rd.make_layer(getkey(), n=n, d=d, mask="causal")
+    x0 = rd.initial_tokens(getkey(), "sphere", n, d, batch=num)
+    names = "mu,eps_min,min_cos,row_norm_min"
+    obs = MetricObserver(parse_metrics(names))
+    cands = _autotune.candidates(auto_chunk(num, n, d, 8, "cpu"), num)
+    assert cands == [2, 10, 20, 40]
+    # A small run keeps the rule without timing anything.
+    assert _autotune.tuned_chunk(layer, obs, x0, num, depth, save_every=1, eps=True) == 40
+    assert not (tmp_path / "chunks.json").exists()
+    best = _autotune.tuned_chunk(layer, obs, x0, num, depth, save_every=1, eps=True, force=True)
+    assert best in cands and (tmp_path / "chunks.json").exists()
+
+    # Remembered: a fresh process (empty memory) reads the file and times nothing.
+    def no_timing(*a, **k):
+        raise AssertionError("re-measured a cached shape")
+
+    monkeypatch.setattr(_autotune, "_memory", {})
+    monkeypatch.setattr(_autotune, "_time_chunk", no_timing)
+    monkeypatch.setattr(_autotune, "TUNE_MIN_FLOPS", 0.0)
+    assert _autotune.tuned_chunk(layer, obs, x0, num, depth, save_every=1, eps=True) == best
+
+    # Whatever the machine picks, every trajectory's metrics agree with every other candidate's
+    # to 4 ulps; batch means differ only by the order of the sum over chunks.
+    sim = lambda x, c: rd.simulate(layer, x, depth, chunk=c, metrics=names, per_trajectory=True)  # noqa: E731
+    runs = [sim(x0, c) for c in cands] + [sim(x0, None)]  # the last: the tuned default
+    for r in runs:
+        for k, v in runs[0].metrics.items():
+            assert ulp_distance(r.metrics[k], v) <= 4, k
+            vals = np.asarray(r.metrics[k])
+            tol = num * np.finfo(float).eps * np.abs(vals).mean(axis=0)
+            assert np.all(np.abs(np.asarray(r.summary.mean[k]) - vals.mean(axis=0)) <= tol), k
+            assert ulp_distance(r.summary.min[k], runs[0].summary.min[k]) <= 4, k
+    # Control: a different trajectory is far beyond 4 ulps, so the check can fail.
+    other = sim(jr.permutation(getkey(), x0), cands[0])
+    assert ulp_distance(other.metrics["mu"], runs[0].metrics["mu"]) > 4
+
+
+def test_tuning_off_by_environment(getkey, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANKDYN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("RANKDYN_CHUNK_TUNING", "0")
+    layer = rd.make_layer(getkey(), n=4, d=3, mask="causal")
+    x0 = rd.initial_tokens(getkey(), "sphere", 4, 3, batch=40)
+    got = _autotune.tuned_chunk(layer, None, x0, 40, 5, save_every=1, eps=True, force=True)
+    assert got == auto_chunk(40, 4, 3, 8, "cpu") and not (tmp_path / "chunks.json").exists()

@@ -1,0 +1,159 @@
+"""``rankdyn flow``'s bad input (refused before compute) and the flow targets' checks on synthetic
+results that must fail."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rankdyn.cli import main
+from rankdyn.experiments import TARGETS, flow_causal, flow_clustering, flow_limit, flow_metastability
+from rankdyn.experiments._flow_runs import longest_plateau, plateaus
+
+BAD = {
+    "beta<0": (["--beta", "-1"], "--beta"),
+    "beta nan": (["--beta", "nan"], "--beta"),
+    "beta inf": (["--beta", "inf"], "--beta"),
+    "T=0": (["--time", "0"], "--time"),
+    "d=1": (["--d", "1"], "--d"),
+    "n=0": (["--n", "0"], "--n"),
+    "saves=1": (["--saves", "1"], "--saves"),
+    "dt<=0": (["--solver", "euler", "--dt", "0"], "--dt"),
+    "dt adaptive": (["--dt", "0.1"], "--dt"),
+    "fixed no dt": (["--solver", "rk4"], "--dt"),
+    "rtol<=0": (["--rtol", "0"], "--rtol"),
+    "atol<0": (["--atol=-1e-9"], "--atol"),
+    "rtol fixed": (["--solver", "euler", "--dt", "0.1", "--rtol", "1e-6"], "--rtol"),
+    "batch=0": (["--batch", "0"], "--batch"),
+}
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    import rankdyn._flow._solve as solve
+
+    def computed(*a, **k):
+        raise AssertionError("compute was reached although the input is bad")
+
+    monkeypatch.setattr(solve, "solve_flow", computed)
+
+
+def test_cli_bad_input_is_one_error_line_exit_2(tmp_path, capsys, no_compute):
+    for name, (argv, flag) in BAD.items():
+        rc = main(["flow", *argv, "--out", str(tmp_path / "o"), "--no-progress"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2, name
+        assert len(err) == 1 and err[0].startswith("rankdyn flow: error:") and flag in err[0], (name, err)
+        assert "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_writes_metrics_states_and_figure(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(
+        [
+            "flow",
+            "--n",
+            "5",
+            "--d",
+            "3",
+            "--batch",
+            "3",
+            "--time",
+            "2",
+            "--saves",
+            "5",
+            "--x64",
+            "--save-states",
+            "--solver",
+            "rk4",
+            "--dt",
+            "0.1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    r = json.loads((out / "metrics.json").read_text())
+    assert len(r["times"]) == 5 and r["times"][0] == 0 and r["times"][-1] == 2
+    for name in ("clusters", "energy", "mu_normalized", "diameter"):
+        assert len(r["metrics"][name]["mean"]) == 5
+    assert r["seed"] == 0 and "provenance" in r and r["config"]["beta"] == 1.0
+    assert r["solver"]["steps_limit_hit"] == 0 and r["solver"]["drift_from_sphere"] < 1e-12
+    states = np.load(out / "states.npy")
+    assert states.shape == (5, 3, 5, 3)
+    np.testing.assert_allclose(np.linalg.norm(states, axis=-1), 1.0, atol=1e-12)
+    assert (out / "flow.png").stat().st_size > 0
+    assert "flow:" in capsys.readouterr().out
+
+
+def test_step_limit_is_reported(tmp_path, capsys):
+    from rankdyn.flow import FlowField, solve_flow
+    from rankdyn.masks import complete_mask
+
+    f = FlowField(complete_mask(4), 3)
+    x0 = np.random.default_rng(0).normal(size=(2, 4, 3))
+    sol = solve_flow(f, x0, 50.0, beta=1.0, saves=3, solver="rk4", dt=0.1, max_steps=5)
+    assert int(sol.steps_limit_hit) == 2
+
+
+def test_targets_registered():
+    for name in ("flow-clustering", "flow-metastability", "flow-causal", "flow-limit"):
+        assert name in TARGETS
+
+
+def test_plateaus():
+    t = np.arange(8.0)
+    c = [9, 4, 4, 2, 2, 2, 1, 1]
+    ps = plateaus(t, c)
+    assert [(p["k"], p["start"], p["end"]) for p in ps] == [(4, 1.0, 3.0), (2, 3.0, 6.0)]
+    assert longest_plateau(t, c)["k"] == 2 and longest_plateau(t, [5, 1, 1]) is None
+
+
+def _statuses(checks):
+    return [c.passed for c in checks]
+
+
+def test_target_checks_fail_on_wrong_results():
+    good = dict(
+        betas=[1.0, 2.0],
+        fraction=[[0, 0.5, 1.0], [0, 0.7, 1.0]],
+        final_fraction=[1.0, 1.0],
+        final_clusters_max=[1, 1],
+        steps_limit_hit=[0, 0],
+    )
+    assert all(_statuses(flow_clustering.checks(good)))
+    bad = dict(good, fraction=[[0, 0.9, 0.5], [0, 0.7, 0.95]], final_fraction=[0.5, 0.95])
+    assert _statuses(flow_clustering.checks(bad)).count(False) == 3
+
+    lim = dict(hs=[0.1, 0.05, 0.025], settings={"causal": dict(errors=[0.1, 0.05, 0.025], order=1.0)})
+    assert all(_statuses(flow_limit.checks(lim)))
+    wrong = dict(hs=[0.1, 0.05, 0.025], settings={"causal": dict(errors=[0.1, 0.025, 0.00625], order=2.0)})
+    assert _statuses(flow_limit.checks(wrong)) == [True, False]
+
+    row = dict(beta=1.0, converged_fraction=1.0, max_distance_to_token1=1e-4)
+    cz = dict(first_token_displacement=0.0, per_beta=[row], steps_limit_hit=[0])
+    assert all(_statuses(flow_causal.checks(cz)))
+    moved = dict(cz, first_token_displacement=1e-3, per_beta=[dict(row, converged_fraction=0.5)])
+    assert not any(_statuses(flow_causal.checks(moved))[:2])
+
+    def pb(beta, med, flat=(0.01, 0.02)):
+        return dict(
+            beta=beta,
+            trajectories_with_plateau=3,
+            median_plateau=med,
+            min_energy_increment_rel=0.0,
+            plateau_energy_share=list(flat),
+        )
+
+    saddle = dict(converged=True, clusters=2, kind="saddle", index=1)
+    meta = dict(per_beta=[pb(1.0, 3.0), pb(2.0, 20.0)], fit_c=1.9, saddles=[saddle])
+    assert all(_statuses(flow_metastability.checks(meta)))
+    flat_then_stable = dict(
+        meta,
+        per_beta=[pb(1.0, 30.0), pb(2.0, 20.0, (0.5, 0.6))],
+        fit_c=-0.4,
+        saddles=[dict(saddle, kind="stable", index=0)],
+    )
+    assert _statuses(flow_metastability.checks(flat_then_stable)) == [True, False, False, True, False, False]
