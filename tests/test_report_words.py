@@ -72,3 +72,20 @@ def test_number_formatting_has_three_significant_digits():
     assert nested.splitlines()[0] == "| mask | first 10 layers | all layers |"
     assert nested.splitlines()[2] == "| causal | 0.912 | 0.333 |"
     assert not re.search(r"\d{5,}", flat + nested)
+
+
+def test_report_of_every_target_fits_the_line_limit(tmp_path):
+    """`rankdyn reproduce --quick` writes one section per target: with all of them (each with key
+    numbers, checks and a figure) the short report must stay within MAX_LINES (it did not with
+    16 targets at 14 lines each)."""
+    from rankdyn.experiments import TARGETS
+    from rankdyn.experiments._report import MAX_LINES
+
+    (tmp_path / "f.png").write_bytes(b"")
+    results = {
+        name: _result(name, "partially", [P, F, U], key_numbers={"a": 1.0, "b": 2.0}, figures=["f.png"])
+        for name in TARGETS
+    }
+    text = write_report(tmp_path, results, runtime_s=1.0, quick=True, seed=0).read_text()
+    assert len(text.splitlines()) <= MAX_LINES
+    assert all(f"## {name}: partially" in text for name in TARGETS)

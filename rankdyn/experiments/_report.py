@@ -138,26 +138,25 @@ def render_target(res: dict, out: Path | None = None, prefix: str = "../") -> st
 
 
 def _summary_section(res: dict, out: Path) -> list[str]:
-    """A target's part of the short report: paragraph, key numbers, checks, main figure."""
+    """A target's part of the short report: title, one paragraph (claim, key numbers, checks,
+    link to the full listing) and the main figure, so that every target fits in eight lines."""
     name = res["name"]
-    claim = " ".join(str(res.get("claim", "")).split())
-    lines = [f'<a id="{name}"></a>', "", f"## {name}: {_verdict_text(res)}", "", claim, ""]
+    parts = [" ".join(str(res.get("claim", "")).split())]
     key = res.get("key_numbers") or {}
     if key:
-        lines.append(
+        parts.append(
             "Key numbers: "
             + "; ".join(f"{k} {_fmt_value(float(v)) if _is_num(v) else v}" for k, v in key.items())
             + "."
         )
-        lines.append("")
     checks = res.get("checks") or []
     if checks:
-        lines.append("Checks: " + "; ".join(f"{c['name']}: {c['status']}" for c in checks) + ".")
-        lines.append("")
+        parts.append("Checks: " + "; ".join(f"{c['name']}: {c['status']}" for c in checks) + ".")
+    parts.append(f"Full listing: [report/{name}.md](report/{name}.md).")
+    lines = [f'<a id="{name}"></a>', "", f"## {name}: {_verdict_text(res)}", "", " ".join(parts), ""]
     figs = res.get("figures") or []
     if figs:
         lines += [_figure(out, figs[0], "", f"{name}: main figure"), ""]
-    lines += [f"Full listing: [report/{name}.md](report/{name}.md).", ""]
     return lines
 
 
