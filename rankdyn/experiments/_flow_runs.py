@@ -60,3 +60,38 @@ def log_slope(x, y) -> tuple[float, float]:
         return float("nan"), float("nan")
     c, a = np.polyfit(x[ok], np.log(y[ok]), 1)
     return float(c), float(a)
+
+
+def step_limit_check(m: dict):
+    """The check every flow target makes: no trajectory stopped at the solver's step limit."""
+    from ._verdict import check
+
+    return check(
+        "no run hit the solver's step limit", sum(m["steps_limit_hit"]) == 0, str(m["steps_limit_hit"])
+    )
+
+
+def compute_float64(out, compute, sizes: dict, seed: int):
+    """Create ``out`` and run a flow target's ``compute(sizes, seed)`` in float64 (the targets'
+    tolerances are float64 ones); returns ``(Path(out), measured)``."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with jax.enable_x64(True):
+        return out, compute(sizes, seed)
+
+
+def plot_examples(m: dict, title: str, path) -> None:
+    """Cluster-count and energy staircases of the example starts (``m["examples"]``, removed
+    from ``m`` so that the JSON holds only the summary)."""
+    from .. import plotting
+
+    ex = m.pop("examples")
+    plotting.plot_staircases(
+        m["times"][1:],
+        {k: v[0][:, 1:] for k, v in ex.items()},
+        {k: v[1][:, 1:] for k, v in ex.items()},
+        title=title,
+        path=path,
+    )

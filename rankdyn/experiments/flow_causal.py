@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
 import numpy as np
 
-from ._flow_runs import longest_plateau, unit_starts
+from ._flow_runs import compute_float64, longest_plateau, plot_examples, step_limit_check, unit_starts
 from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, verdict
 
 NAME = "flow-causal"
@@ -102,28 +101,19 @@ def checks(m: dict) -> list:
                 f"{r['converged_fraction']:.3f} (largest distance {r['max_distance_to_token1']:.3g})",
             )
         )
-    out.append(
-        check("no run hit the solver's step limit", sum(m["steps_limit_hit"]) == 0, str(m["steps_limit_hit"]))
-    )
+    out.append(step_limit_check(m))
     return out
 
 
 def run(out: Path, *, quick: bool, seed: int) -> dict:
-    from .. import plotting
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     sz = _sizes(quick)
-    with jax.enable_x64(True):
-        m = compute(sz, seed)
+    out, m = compute_float64(out, compute, sz, seed)
     cs = checks(m)
-    ex = m.pop("examples")
-    plotting.plot_staircases(
-        m["times"][1:],
-        {k: v[0][:, 1:] for k, v in ex.items()},
-        {k: v[1][:, 1:] for k, v in ex.items()},
-        title=f"SA flow, causal mask, n={N}, d={D}: clusters and energy (4 starts per beta)",
-        path=out / "flow_causal.png",
+    plot_examples(
+        m,
+        f"SA flow, causal mask, n={N}, d={D}: clusters and energy (4 starts per beta)",
+        out / "flow_causal.png",
     )
     return {
         "name": NAME,

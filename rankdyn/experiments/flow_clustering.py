@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jax
 import numpy as np
 
-from ._flow_runs import unit_starts
+from ._flow_runs import compute_float64, step_limit_check, unit_starts
 from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, verdict
 
 NAME = "flow-clustering"
@@ -80,20 +79,15 @@ def checks(m: dict) -> list:
     out.append(
         check("the clustered fraction never decreases in t", drop >= 0, f"largest drop {max(-drop, 0):.3g}")
     )
-    out.append(
-        check("no run hit the solver's step limit", sum(m["steps_limit_hit"]) == 0, str(m["steps_limit_hit"]))
-    )
+    out.append(step_limit_check(m))
     return out
 
 
 def run(out: Path, *, quick: bool, seed: int) -> dict:
     from .. import plotting
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     sz = _sizes(quick)
-    with jax.enable_x64(True):
-        m = compute(sz, seed)
+    out, m = compute_float64(out, compute, sz, seed)
     cs = checks(m)
     plotting.plot_phase_diagram(
         m["times"][1:],

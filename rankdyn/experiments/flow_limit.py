@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._flow_runs import unit_starts
+from ._flow_runs import compute_float64, unit_starts
 from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, verdict
 
 NAME = "flow-limit"
@@ -92,11 +92,8 @@ def checks(m: dict) -> list:
 def run(out: Path, *, quick: bool, seed: int) -> dict:
     from .. import plotting
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     sz = _sizes(quick)
-    with jax.enable_x64(True):
-        m = compute(sz, seed)
+    out, m = compute_float64(out, compute, sz, seed)
     cs = checks(m)
     r = m["settings"]["causal"]
     plotting.plot_order(

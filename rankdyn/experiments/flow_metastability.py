@@ -21,7 +21,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ._flow_runs import log_slope, longest_plateau, unit_starts
+from ._flow_runs import compute_float64, log_slope, longest_plateau, plot_examples, unit_starts
 from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, untestable, verdict
 
 NAME = "flow-metastability"
@@ -192,21 +192,14 @@ def checks(m: dict) -> list:
 
 def run(out: Path, *, quick: bool, seed: int) -> dict:
     """Run the target; write ``flow_metastability.png``; return the result dict."""
-    from .. import plotting
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     sz = _sizes(quick)
-    with jax.enable_x64(True):
-        m = compute(sz, seed)
+    out, m = compute_float64(out, compute, sz, seed)
     cs = checks(m)
-    ex = m.pop("examples")
-    plotting.plot_staircases(
-        m["times"][1:],
-        {k: v[0][:, 1:] for k, v in ex.items()},
-        {k: v[1][:, 1:] for k, v in ex.items()},
-        title=f"SA flow on the circle, n={N}: cluster count and energy (4 starts per beta)",
-        path=out / "flow_metastability.png",
+    plot_examples(
+        m,
+        f"SA flow on the circle, n={N}: cluster count and energy (4 starts per beta)",
+        out / "flow_metastability.png",
     )
     idx = sorted({s["index"] for s in m["saddles"] if s["converged"] and s["clusters"] >= 2})
     return {
