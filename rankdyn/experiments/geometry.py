@@ -18,7 +18,14 @@ import numpy as np
 
 from . import _verdict as V
 from ._runs import band
-from .pretrained_common import checkpoint_or_none, excerpt_ids, model_label, model_setting, not_testable
+from .pretrained_common import (
+    checkpoint_or_none,
+    excerpt_ids,
+    excerpt_sizes,
+    model_label,
+    model_setting,
+    not_testable,
+)
 
 NAME = "geometry"
 CLAIM = (
@@ -46,10 +53,6 @@ CHECK_NAMES = (
 SHOWN = 3
 
 
-def sizes(quick: bool) -> dict:
-    return {"n": 128, "batch": 8 if quick else 1000, "chunk": 8 if quick else 25}
-
-
 def run(
     out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
 ) -> dict:
@@ -61,7 +64,7 @@ def run(
     ckpt = checkpoint_or_none(checkpoint, cache)
     if ckpt is None:
         return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    sz = dict(sizes(quick) if size is None else size)
+    sz = dict(excerpt_sizes(quick) if size is None else size)
     ids, corpus = excerpt_ids(ckpt, sz["n"], sz["batch"], cache)
     batch, n = ids.shape
     depth = ckpt.num_layers

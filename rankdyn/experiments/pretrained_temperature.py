@@ -23,6 +23,7 @@ from ._runs import band, with_masks
 from .pretrained_common import (
     checkpoint_or_none,
     excerpt_ids,
+    excerpt_sizes,
     model_label,
     model_setting,
     not_testable,
@@ -45,10 +46,6 @@ CHECK_NAMES = (
 )
 
 
-def sizes(quick: bool) -> dict:
-    return {"n": 128, "batch": 8 if quick else 1000, "chunk": 8 if quick else 25}
-
-
 def run(
     out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
 ) -> dict:
@@ -58,7 +55,7 @@ def run(
     ckpt = checkpoint_or_none(checkpoint, cache)
     if ckpt is None:
         return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    sz = dict(sizes(quick) if size is None else size)
+    sz = dict(excerpt_sizes(quick) if size is None else size)
     depth = ckpt.num_layers
     ids, corpus = excerpt_ids(ckpt, sz["n"], sz["batch"], cache)
     n = ids.shape[1]
