@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
+from rankdyn._io import cpu_model  # noqa: E402
 from rankdyn.flow import FlowField, solve_flow  # noqa: E402
 from rankdyn.masks import complete_mask  # noqa: E402
 
@@ -45,16 +45,6 @@ def numpy_euler(x, beta, t1, dt):
         x = x + dt * (y - np.sum(x * y, axis=1, keepdims=True) * x)
         x = x / np.linalg.norm(x, axis=1, keepdims=True)
     return x
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def timed(fn):

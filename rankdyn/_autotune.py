@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
+from ._io import cpu_model
 from ._scan import DepthPlan, _first, _source, auto_chunk
 
 __all__ = ["tuned_chunk", "candidates"]
@@ -37,16 +37,6 @@ TUNE_MIN_FLOPS = 1e11
 #: Model FLOPs of one timed candidate run (tens of ms), enough to rise above timer noise.
 _TIMED_FLOPS = 2e9
 _memory: dict[str, int] = {}
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _cache_file() -> Path:
@@ -73,7 +63,7 @@ def _key(layer, observe, x0, save_every: int, eps: bool) -> str:
     obs = f"{type(observe).__name__}:{','.join(getattr(observe, 'names', ()))}"
     variant = f"{layer.placement},skip={layer.skip},mlp={layer.weights.mlp is not None}"
     shape = f"n={layer.num_tokens},d={layer.dim},heads={layer.num_heads},{jnp.dtype(x0.dtype).name}"
-    return f"{_cpu()}|{os.cpu_count()}|{shape}|{variant}|{obs}|k={save_every},eps={eps}"
+    return f"{cpu_model()}|{os.cpu_count()}|{shape}|{variant}|{obs}|k={save_every},eps={eps}"
 
 
 def _time_chunk(layer, observe, source, drop_key, chunk: int, num: int, save_every: int, eps: bool, work):

@@ -23,7 +23,16 @@ import numpy as np
 
 from ._errors import UsageError
 
-__all__ = ["to_jsonable", "write_json", "provenance", "atomic_path", "atomic_write", "savez", "savefig"]
+__all__ = [
+    "cpu_model",
+    "to_jsonable",
+    "write_json",
+    "provenance",
+    "atomic_path",
+    "atomic_write",
+    "savez",
+    "savefig",
+]
 
 
 def to_jsonable(obj):
@@ -50,6 +59,18 @@ def to_jsonable(obj):
 
 #: Packages whose versions are stored with every result (the ones that change its numbers).
 _VERSIONED = ("rankdyn", "jax", "jaxlib", "equinox", "optimistix", "lineax", "optax", "numpy", "scipy")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; the platform's processor string elsewhere): recorded
+    next to every speed figure and part of the chunk-autotune cache key, since machines differ."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def package_version(name: str) -> str:

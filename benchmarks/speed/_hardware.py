@@ -6,7 +6,8 @@ import math
 import os
 import platform
 import time
-from pathlib import Path
+
+from rankdyn._io import cpu_model
 
 
 def cores() -> int:
@@ -17,14 +18,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+cpu_name = cpu_model  # the library's one definition (rankdyn._io)
 
 
 def device_name() -> str:
