@@ -127,9 +127,11 @@ def test_target_checks_fail_on_wrong_results():
     bad = dict(good, fraction=[[0, 0.9, 0.5], [0, 0.7, 0.95]], final_fraction=[0.5, 0.95])
     assert _statuses(flow_clustering.checks(bad)).count(False) == 3
 
-    lim = dict(hs=[0.1, 0.05, 0.025], settings={"causal": dict(errors=[0.1, 0.05, 0.025], order=1.0)})
+    FL = flow_limit
+    hs = (0.1, 0.05, 0.025)
+    lim = FL.FlowLimitMeasured(hs, {"causal": FL.SettingErrors((0.1, 0.05, 0.025), 1.0)})
     assert all(_statuses(flow_limit.checks(lim)))
-    wrong = dict(hs=[0.1, 0.05, 0.025], settings={"causal": dict(errors=[0.1, 0.025, 0.00625], order=2.0)})
+    wrong = FL.FlowLimitMeasured(hs, {"causal": FL.SettingErrors((0.1, 0.025, 0.00625), 2.0)})
     assert _statuses(flow_limit.checks(wrong)) == [True, False]
 
     row = dict(beta=1.0, converged_fraction=1.0, max_distance_to_token1=1e-4)

@@ -12,6 +12,7 @@ smallest $h$ (the asymptotic regime).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -19,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._flow_runs import compute_float64, unit_starts
-from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, verdict
+from ._target import Measured, TargetResult
+from ._verdict import Check, check
 
 NAME = "flow-limit"
 CLAIM = (
@@ -47,7 +49,24 @@ def _discrete(mask, q, k, v, x0, h, steps):
     return jax.lax.fori_loop(0, steps, step, x0)
 
 
-def compute(sz: dict, seed: int) -> dict:
+@dataclasses.dataclass(frozen=True)
+class SettingErrors(Measured):
+    """One setting (mask and random Q, K, V): the error at T per step size and the fitted order."""
+
+    errors: tuple[float, ...]
+    order: float
+    reference_steps_limit_hit: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowLimitMeasured(Measured):
+    """The step sizes and, per setting name, its `SettingErrors`."""
+
+    hs: tuple[float, ...]
+    settings: dict[str, SettingErrors]
+
+
+def compute(sz: dict, seed: int) -> FlowLimitMeasured:
     from .._masks import causal_mask, complete_mask
     from ..flow import FlowField, solve_flow
 
@@ -66,15 +85,16 @@ def compute(sz: dict, seed: int) -> dict:
             errs.append(float(np.max(np.abs(np.asarray(xh) - xr))))
         # The order is an h -> 0 statement: fitted on the three smallest steps.
         slope = float(np.polyfit(np.log(sz["hs"][-3:]), np.log(errs[-3:]), 1)[0])
-        out[name] = dict(errors=errs, order=slope, reference_steps_limit_hit=int(ref.steps_limit_hit))
-    return dict(hs=list(sz["hs"]), settings=out)
+        out[name] = SettingErrors(tuple(errs), slope, int(ref.steps_limit_hit))
+    return FlowLimitMeasured(tuple(sz["hs"]), out)
 
 
-def checks(m: dict) -> list:
+def checks(m: FlowLimitMeasured) -> list[Check]:
     """Strict checks of the measured numbers (pure: tested on synthetic results)."""
     out = []
-    for name, r in m["settings"].items():
-        e = np.asarray(r["errors"])
+    lo, hi = ORDER_RANGE
+    for name, r in m.settings.items():
+        e = np.asarray(r.errors)
         out.append(
             check(
                 f"{name}: error decreases as h halves",
@@ -82,49 +102,48 @@ def checks(m: dict) -> list:
                 ", ".join(f"{v:.3g}" for v in e),
             )
         )
-        lo, hi = ORDER_RANGE
         out.append(
-            check(f"{name}: fitted order in [{lo}, {hi}]", lo <= r["order"] <= hi, f"order {r['order']:.3f}")
+            check(f"{name}: fitted order in [{lo}, {hi}]", lo <= r.order <= hi, f"order {r.order:.3f}")
         )
     return out
 
 
-def run(out: Path, *, quick: bool, seed: int) -> dict:
+def render(out: Path, m: FlowLimitMeasured, cs: list[Check]) -> tuple[list[str], str]:
+    """The error-vs-h figure (causal setting) and the notes, from the numbers."""
     from .. import plotting
 
-    sz = _sizes(quick)
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    r = m["settings"]["causal"]
+    r = m.settings["causal"]
     plotting.plot_order(
-        m["hs"],
-        r["errors"],
-        r["order"],
+        m.hs,
+        r.errors,
+        r.order,
         title=f"skip + post-LN map vs SA flow, causal mask, random Q K V, T={T:g}",
         path=out / "flow_limit.png",
     )
-    return {
-        "name": NAME,
-        "claim": CLAIM,
-        "setting": dict(
-            sz,
-            n=N,
-            d=D,
-            beta=BETA,
-            T=T,
-            dtype="float64",
-            reference="tsit5 rtol 1e-12 atol 1e-14",
-            seed=seed,
-            quick=quick,
-        ),
-        "measured": m,
-        "checks": checks_json(cs),
-        "key_numbers": {f"order ({k})": v["order"] for k, v in m["settings"].items()},
-        "verdict": verdict(cs),
-        "criterion": VERDICT_RULE,
-        "figures": ["flow_limit.png"],
-        "notes": "Fitted orders: "
-        + ", ".join(f"{k}: {v['order']:.3f}" for k, v in m["settings"].items())
-        + ".",
-        "markdown": checks_markdown(cs),
-    }
+    lo, hi = ORDER_RANGE
+    inside = [k for k, v in m.settings.items() if lo <= v.order <= hi]
+    notes = "Fitted orders: " + ", ".join(f"{k}: {v.order:.3f}" for k, v in m.settings.items()) + "."
+    notes += f" {len(inside)} of {len(m.settings)} settings have an order in [{lo}, {hi}], " + (
+        "as a first-order method should."
+        if len(inside) == len(m.settings)
+        else "so the first-order claim is not met."
+    )
+    return ["flow_limit.png"], notes
+
+
+def run(out: Path, *, quick: bool, seed: int) -> dict:
+    sz = _sizes(quick)
+    out, m = compute_float64(out, compute, sz, seed)
+    cs = checks(m)
+    figures, notes = render(out, m, cs)
+    setting = dict(sz, n=N, d=D, beta=BETA, T=T, dtype="float64", reference="tsit5 rtol 1e-12 atol 1e-14")
+    return TargetResult(
+        NAME,
+        CLAIM,
+        dict(setting, seed=seed, quick=quick),
+        m,
+        cs,
+        figures=figures,
+        notes=notes,
+        key_numbers={f"order ({k})": v.order for k, v in m.settings.items()},
+    ).to_dict()

@@ -1,0 +1,116 @@
+"""The shape every reproduce target shares: compute -> checks -> render, assembled once here.
+
+A target module is three parts:
+
+1. ``compute(sizes, seed) -> <Target>Measured``: the numbers, as a frozen dataclass deriving from
+   `Measured` (its ``to_dict`` is the target JSON's ``measured``). No checks, no figures, no prose.
+2. ``checks(measured) -> list[Check]``: pure functions of the measured result that feed
+   `_verdict.verdict`. A test feeds each target's ``checks`` a synthetic result that must fail.
+3. ``render(out, measured, checks) -> (figures, notes)``: figures and prose, the prose generated
+   from the numbers (a sentence states a conclusion only when the numbers say so).
+
+``run`` composes them and returns `TargetResult.to_dict()`, so the result's keys (`RESULT_KEYS`)
+are assembled in one place for every target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._verdict import VERDICT_RULE, Check, checks_json, checks_markdown, verdict
+
+__all__ = ["Measured", "TargetResult", "jsonable"]
+
+
+def jsonable(x: Any) -> Any:
+    """Arrays, NumPy scalars, tuples and nested dataclasses as plain JSON values (lists, floats)."""
+    if isinstance(x, Measured):
+        return x.to_dict()
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if hasattr(x, "to_dict") and callable(x.to_dict):
+        return x.to_dict()
+    if isinstance(x, Mapping):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """Base of a target's typed compute result: a frozen dataclass of its measured numbers."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON values (the target JSON's ``measured``)."""
+        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetResult:
+    """What a target returns, before it becomes the JSON of ``out/<target>.json``.
+
+    Attributes:
+        name, claim: the target's ``NAME`` and ``CLAIM``.
+        setting: sizes, seed, dtype and every other input that made the numbers.
+        measured: the typed compute result (`Measured`) or a plain dict.
+        checks: the checks, in report order.
+        figures: file names of the PNGs written into the output folder.
+        notes: prose generated from the numbers.
+        key_numbers: label -> number for the short report.
+        model: the model measured, when it stands in for the paper's (shown next to the verdict).
+        tables: extra Markdown after the checks table (the report's "Tables" section).
+        verdict_word: the verdict when it is not `_verdict.verdict` of the checks (an open
+            question's `open_question_verdict`), with ``criterion`` its rule.
+        criterion: the rule the verdict follows, in words.
+        extra: further top-level keys of the JSON (kept for file-format compatibility).
+    """
+
+    name: str
+    claim: str
+    setting: Mapping[str, Any]
+    measured: Any
+    checks: Sequence[Check]
+    figures: Sequence[str] = ()
+    notes: str = ""
+    key_numbers: Mapping[str, Any] | None = None
+    model: str | None = None
+    tables: str = ""
+    verdict_word: str | None = None
+    criterion: str = VERDICT_RULE
+    extra: Mapping[str, Any] | None = None
+
+    @property
+    def verdict(self) -> str:
+        return self.verdict_word if self.verdict_word is not None else verdict(self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result dict of the reproduce contract (``experiments.RESULT_KEYS`` and the optional keys)."""
+        md = checks_markdown(self.checks)
+        if self.tables:
+            md += "\n\n" + self.tables.strip("\n")
+        res = {
+            "name": self.name,
+            "claim": self.claim,
+            "setting": jsonable(self.setting),
+            "measured": jsonable(self.measured),
+            "checks": checks_json(self.checks),
+            "key_numbers": jsonable(dict(self.key_numbers or {})),
+            "verdict": self.verdict,
+            "criterion": self.criterion,
+            "figures": list(self.figures),
+            "notes": self.notes,
+            "markdown": md,
+        }
+        if self.model is not None:
+            res["model"] = self.model
+        res.update(jsonable(dict(self.extra or {})))
+        return res
