@@ -83,6 +83,25 @@ def _head_einsum(spec: str, a, b, precision):
     return res[None]
 
 
+#: Contraction widths from which the projections of `_project` share one GEMM.
+_CONCAT_MIN_D = int(__import__("os").environ.get("RANKDYN_CONCAT_MIN_D", "256"))
+
+
+def _project(x, weights, precision):
+    r"""$x W_i + b_i$ for each ``(W_i, b_i)`` (heads first; ``b_i`` None for no bias).
+
+    For a wide contraction (``d >= _CONCAT_MIN_D``, e.g. BERT's 768) one GEMM against the
+    concatenated weights runs closer to the peak than narrow ones; for a narrow one (n=32, d=64)
+    copying that GEMM's column blocks apart cost two passes over the tokens per layer (~10% of
+    the run), so each product is its own GEMM there.
+    """
+    if len(weights) == 1 or x.shape[-1] < _CONCAT_MIN_D:
+        return [_add_bias(_head_einsum("nd,hdk->hnk", x, w, precision), b) for w, b in weights]
+    proj = _head_einsum("nd,hdk->hnk", x, jnp.concatenate([w for w, _ in weights], axis=-1), precision)
+    cuts = list(itertools.accumulate(w.shape[-1] for w, _ in weights))[:-1]
+    return [_add_bias(p, b) for p, (_, b) in zip(jnp.split(proj, cuts, axis=-1), weights)]
+
+
 class AttentionWeights(eqx.Module):
     """The trainable arrays of a layer: per head ``w_q, w_k (heads, d, dk)``, ``w_v (heads, d, dv)``,
     optional ``w_o (heads * dv, d)`` and `MLPWeights`; all with an optional leading layer axis.
@@ -319,8 +338,7 @@ class SelfAttentionLayer(eqx.Module):
 
         Where it needs fewer FLOPs (`_fold_qk`), $W_Q W_K^\top / \sqrt{d_{QK}}$ is folded into one
         ``(d, d)`` matrix per head; it does not depend on the tokens, so under ``vmap`` it is
-        computed once per layer for the whole batch. The products with ``x`` are one GEMM
-        against the concatenated weights (wider matrices run closer to the machine's peak).
+        computed once per layer for the whole batch. The products with ``x`` are `_project`-ed.
         """
         prec = _PRECISIONS[self.precision]
         d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
@@ -328,23 +346,16 @@ class SelfAttentionLayer(eqx.Module):
         # A query or key bias adds terms that the folded product cannot hold.
         fold = _fold_qk(x.shape[0], d, dk) and w.b_q is None and w.b_k is None
         if fold:
-            right = [jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale]
+            right = [(jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale, None)]
         else:
-            right = [w.w_q, w.w_k]
-        if with_values:
-            right.append(w.w_v)
-        proj = _head_einsum("nd,hdk->hnk", x, jnp.concatenate(right, axis=-1), prec)
-        cuts = list(itertools.accumulate(r.shape[-1] for r in right))[:-1]
-        parts = jnp.split(proj, cuts, axis=-1)
-        if not fold:
-            parts = [_add_bias(parts[0], w.b_q), _add_bias(parts[1], w.b_k)] + parts[2:]
-        if with_values:
-            parts[-1] = _add_bias(parts[-1], w.b_v)
+            right = [(w.w_q, w.b_q), (w.w_k, w.b_k)]
+        parts = _project(x, right + ([(w.w_v, w.b_v)] if with_values else []), prec)
         if fold:
             scores = _head_einsum("hne,me->hnm", parts[0], x, prec)
         else:
             scores = _head_einsum("hnk,hmk->hnm", parts[0], parts[1], prec) * scale
-        return (scores, parts[-1]) if with_values else scores
+        xv = parts[-1] if with_values else None
+        return (scores, xv) if with_values else scores
 
     def __call__(
         self, x: Float[Array, "n d"], t=0, *, key: PRNGKeyArray | None = None

@@ -49,6 +49,11 @@ def test_streamed_stats_equal_numpy_over_per_trajectory_values_for_any_chunking(
     assert ok[:, 0].all() and ok[:, -1].sum() == 7  # the case does exercise the exclusion
     np.testing.assert_array_equal(np.asarray(ref.nonfinite), ~ok[:, -1])
     for chunk in (B, 4, 3):  # one chunk; ragged last chunks of 3 and of 2
+        # The oracle is the same chunking's per-trajectory values: chunkings agree to a few ulps
+        # only, which these argmax-like (huge-score) dynamics amplify to O(1) within 12 layers.
+        per = rd.simulate(layer, x0, T, save_every=2, per_trajectory=True, chunk=chunk)
+        vals = {k: np.asarray(v) for k, v in per.metrics.items()}
+        ok = np.all([np.isfinite(v) for v in vals.values()], axis=0)
         tr = rd.simulate(layer, x0, T, save_every=2, chunk=chunk)
         assert tr.metrics is None and tr.nonfinite is None  # only statistics were kept
         np.testing.assert_array_equal(np.asarray(tr.summary.count), ok.sum(0))
