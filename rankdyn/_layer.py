@@ -84,7 +84,7 @@ def _head_einsum(spec: str, a, b, precision):
 
 
 #: Contraction widths from which the projections of `_project` share one GEMM.
-_CONCAT_MIN_D = int(__import__("os").environ.get("RANKDYN_CONCAT_MIN_D", "256"))
+_CONCAT_MIN_D = 256
 
 
 def _project(x, weights, precision):

@@ -97,7 +97,10 @@ def cosine_matrix(x: Float[Array, "n d"]) -> Float[Array, "n n"]:
 
 
 def min_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
-    r"""$\phi = \min_{i,j} \cos(X_i, X_j)$ (Corollary 1 needs $\phi^{(0)} \ge 0$; `docs/theory.md#metrics`)."""
+    r"""$\phi = \min_{i,j} \cos(X_i, X_j)$, the smallest token cosine.
+
+    Corollary 1 needs $\phi^{(0)} \ge 0$ (`docs/theory.md#metrics`).
+    """
     return jnp.min(cosine_matrix(x))
 
 
@@ -137,7 +140,10 @@ def stable_rank(s: Float[Array, " k"]) -> Float[Array, ""]:
 
 
 def effective_rank(s: Float[Array, " k"]) -> Float[Array, ""]:
-    r"""Roy & Vetterli effective rank $\exp(H(p))$, $p_i = \sigma_i / \sum_j \sigma_j$; 0 for a zero matrix."""
+    r"""Roy & Vetterli effective rank $\exp(H(p))$, $p_i = \sigma_i / \sum_j \sigma_j$.
+
+    0 for a zero matrix.
+    """
     total = jnp.sum(s)
     p = s / jnp.where(total > 0, total, 1.0)
     erank = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)))

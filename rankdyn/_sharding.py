@@ -77,7 +77,8 @@ def shard_batch(x: ArrayLike, mesh: Mesh | None = None) -> Array:
     k = mesh.devices.size
     if x.ndim == 0 or x.shape[0] % k:
         raise ValueError(
-            f"the leading axis ({x.shape[0] if x.ndim else 'scalar'}) must be a multiple of the {k} device(s)."
+            f"the leading axis ({x.shape[0] if x.ndim else 'scalar'}) must be a multiple of the "
+            f"{k} device(s)."
         )
     return jax.device_put(x, NamedSharding(mesh, PartitionSpec(BATCH_AXIS)))
 

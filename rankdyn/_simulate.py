@@ -135,7 +135,10 @@ def _max_norm(a: np.ndarray, axes: int) -> float:
 
 
 def _spectral_norm(w) -> float:
-    r"""$\max_t \|W_t\|_2$ over the leading axes of ``w`` ``(..., d, k)``, from the float64 Gram's top eigenvalue."""
+    r"""$\max_t \|W_t\|_2$ over the leading axes of ``w`` ``(..., d, k)``.
+
+    From the top eigenvalue of each float64 Gram matrix (of the smaller side).
+    """
     a = np.asarray(w, np.float64)
     g = np.swapaxes(a, -1, -2) @ a if a.shape[-1] <= a.shape[-2] else a @ np.swapaxes(a, -1, -2)
     return float(np.sqrt(max(float(np.max(np.linalg.eigvalsh(g)[..., -1])), 0.0)))
@@ -155,7 +158,8 @@ def _check_logits(layer, x0, dtype) -> None:
     if dqk < fi.tiny:  # subnormal: flushed to zero on CPUs, so 1/sqrt(dqk) is infinite
         raise UsageError(
             f"dqk = {dqk:g} is below the smallest normal {dtype.name} ({fi.tiny:.3g}); its 1/sqrt(dqk) "
-            f"overflows the attention logits. Use dqk >= {fi.tiny:.3g}{' or float64' if dtype != np.float64 else ''}."
+            f"overflows the attention logits. Use dqk >= {fi.tiny:.3g}"
+            f"{' or float64' if dtype != np.float64 else ''}."
         )
     w = layer.weights
     if isinstance(x0, TokenSampler):
@@ -175,7 +179,8 @@ def _check_logits(layer, x0, dtype) -> None:
         bound = _spectral_norm(w.w_q) * _spectral_norm(w.w_k) * scale
     if not bound < fi.max / 16:  # /16: headroom for the folded product and the softmax's sums
         raise UsageError(
-            f"the attention logits can reach about {bound:.3g} (||W_Q|| ||W_K|| r^2 / sqrt(dqk), r = {r:.3g}), "
+            f"the attention logits can reach about {bound:.3g} "
+            f"(||W_Q|| ||W_K|| r^2 / sqrt(dqk), r = {r:.3g}), "
             f"beyond what {dtype.name} holds ({fi.max:.3g}): the run would be all NaN. Lower qk_std, "
             f"raise dqk{', or use float64' if dtype != np.float64 else ''}."
         )

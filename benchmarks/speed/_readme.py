@@ -36,7 +36,8 @@ def table(report) -> str:
         + (f", PyTorch {pk['torch_gflops']:.1f}" if "torch_gflops" in pk else "")
         + f"; peak = {pk['peak_gflops']:.1f} GFLOP/s.",
         "",
-        "| config (n, d, layers, batch) | metrics | rankdyn 1 device | rankdyn all cores | hand-written JAX loop "
+        "| config (n, d, layers, batch) | metrics | rankdyn 1 device | rankdyn all cores "
+        "| hand-written JAX loop "
         "| PyTorch (faster form) | vs PyTorch: 1 device / all cores | simulate / JAX loop "
         "| % of peak: 1 device / all cores / JAX loop / PyTorch | chunk | load before / after |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -55,7 +56,8 @@ def table(report) -> str:
 
         form = f" `{c['torch_best']}`" if tor else ""
         lines.append(
-            f"| {label} | {c['metrics']} | {spread(one)} | {spread(many)} | {spread(loop)} | {spread(tor)}{form} "
+            f"| {label} | {c['metrics']} | {spread(one)} | {spread(many)} | {spread(loop)} "
+            f"| {spread(tor)}{form} "
             f"| {_x(w(tor), w(one))} / {_x(w(tor), w(many))} | {_x(w(one), w(loop))} "
             f"| {frac(one)} / {frac(many)} / {frac(loop)} / {frac(tor)} | {(one or {}).get('chunk', '-')} "
             f"| {c['load_before']:.2f} / {c['load_after']:.2f} |"
@@ -72,15 +74,40 @@ def table(report) -> str:
             "PyTorch (both formulations) against rankdyn before timing, max relative error over the first "
             "8 layers: " + "; ".join(agree) + ".",
         ]
+    lines += _scaling(report)
     for c in report["rows"]:
         if "memory" in c and "ratio" in c["memory"]:
             m = c["memory"]
             lines.append(
-                f"Peak RSS `{c['config']}` (mu, eps_min, streamed): {m[str(c['layers'])]['peak_rss_bytes'] / 2**20:.0f}"
+                f"Peak RSS `{c['config']}` (mu, eps_min, streamed): "
+                f"{m[str(c['layers'])]['peak_rss_bytes'] / 2**20:.0f}"
                 f" MiB at {c['layers']} layers vs {m['128']['peak_rss_bytes'] / 2**20:.0f} MiB at 128 "
                 f"(ratio {m['ratio']:.3f})."
             )
     return "\n".join(lines)
+
+
+def _scaling(report) -> list[str]:
+    r"""The cores model of benchmarks/README.md from each row's 1-device and all-cores CPU seconds.
+
+    $T(K) = W / K + c$ with $W$ = CPU seconds on 1 device and $c = (\mathrm{CPU}_{all} - W) / k$
+    the per-device overhead measured on the run's $k$ cores; expected speed-up $W / T(K)$.
+    """
+    out = []
+    for c in report["rows"]:
+        one, many = c["rankdyn"].get("1"), c["rankdyn"].get("all")
+        k = (many or {}).get("devices")
+        if not (_ok(one) and _ok(many) and k and k > 1):
+            continue
+        work, over = one["cpu_s"], max(0.0, (many["cpu_s"] - one["cpu_s"]) / k)
+        exp = ", ".join(f"{n} cores {work / (work / n + over):.1f}x" for n in (k, 8, 16))
+        out.append(
+            f"Cores model, {c['config']} {c['metrics']}: W = {work:.2f} CPU s on 1 device, per-device "
+            f"overhead c = {over:.2f} s (from {many['cpu_s']:.2f} CPU s on {k} devices); expected speed-up "
+            f"W / (W/K + c): {exp}; measured wall 1 device / {k} devices: "
+            f"{one['wall_s'] / many['wall_s']:.2f}x."
+        )
+    return [""] + out if out else []
 
 
 def write_readme(path: Path, text: str, quick: bool = False) -> None:
