@@ -19,14 +19,9 @@ RUN_MAX_LINES = 60
 
 #: Targets not yet split into compute -> checks -> render (each on its own line: remove yours).
 PENDING = {
-    "masks-collapse",
-    "temperature",
-    "layernorm-orthogonal",
-    "depth-table",
     "counterexample-2d",
     "equilibria-ranks",
     "positive-measure",
-    "ablation",
     "geometry",
     "undirected",
     "pretrained-ablation",
