@@ -61,8 +61,8 @@ class AblationRow(Measured):
     nonfinite: int
     degenerate_ln: int
     #: The layers of ``*_shallow`` and ``*_depth`` (the JSON keys are ``mu_12``, ``ratio_128``...).
-    shallow: int = dataclasses.field(default=SHALLOW, metadata={"json": False})
-    depth: int = dataclasses.field(default=128, metadata={"json": False})
+    shallow: int = internal()
+    depth: int = internal()
 
     def to_dict(self) -> dict:
         names = {
