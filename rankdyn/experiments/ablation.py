@@ -106,6 +106,17 @@ class AblationMeasured(SimMeasured):
 
 
 def compute(sz: dict, seed: int, *, cache: dict | None = None) -> AblationMeasured:
+    """The ablation grid (`_ablation_runs.ablation_runs`, memoised in ``cache``) summarised per
+    (variant, mask, dropout mode).
+
+    Arguments:
+        sz: the grid's sizes (`_ablation_runs.ablation_sizes`, ``modes`` included).
+        seed: base PRNG seed.
+        cache: a dict owned by the caller (one per ``rankdyn reproduce`` call).
+
+    Returns:
+        The summary rows, the graph facts, the SAN's row-norm factors, the curves and the setting.
+    """
     res = ablation_runs(False, seed, sz, cache=cache)
     layers, runs, setting = res["layers"], res["runs"], res["setting"]
     depth = setting["depth"]

@@ -144,6 +144,17 @@ class DepthTableMeasured(SimMeasured):
 
 
 def compute(sz: dict, seed: int) -> DepthTableMeasured:
+    r"""Run the post-LN SAN $X \leftarrow \mathrm{LN}(A X W_V)$ in the three `MODES` (one program).
+
+    Arguments:
+        sz: ``n, d, dk, dqk, batch, depth`` (`sizes`).
+        seed: ``PRNGKey(seed)`` splits into the weights', inputs' and dropout keys (shared by every
+            mask and mode: common random numbers).
+
+    Returns:
+        Per mode and mask the table statistics, the graph facts, the zero-row model of the
+        attention-dropout mode, the curves and the setting.
+    """
     from .._init import initial_tokens
     from .._layer import SelfAttentionLayer
     from .._norms import make_norm

@@ -115,6 +115,18 @@ class LayerNormMeasured(SimMeasured):
 
 
 def compute(sz: dict, seed: int) -> LayerNormMeasured:
+    r"""Run every case of `CASES` with post-LN $X \leftarrow \mathrm{LN}(A X W_V)$ and pre-LN (one program).
+
+    Arguments:
+        sz: ``n, d, batch, depth, save_every`` (`sizes`), with ``n <= d`` (Theorem 2's full rank).
+        seed: ``PRNGKey(seed)`` splits into the weights' and the inputs' keys.
+
+    Returns:
+        Per case its bound, fitted rate, mu and min cosine; the pre/post gap; curves and setting.
+
+    Raises:
+        UsageError: ``n > d``.
+    """
     from .._init import initial_tokens
 
     n, d, batch, depth, every = sz["n"], sz["d"], sz["batch"], sz["depth"], sz["save_every"]

@@ -109,6 +109,15 @@ def ordered(g: dict[str, float]) -> bool:
 
 
 def compute(sz: dict, seed: int) -> MasksCollapseMeasured:
+    r"""Run the SAN $X \leftarrow A X W_V$ (eq. 2) under every mask of `MASKS` as one vmapped program.
+
+    Arguments:
+        sz: ``n, d, batch, depth`` (`sizes`).
+        seed: ``PRNGKey(seed)`` splits into the weights' and the inputs' keys.
+
+    Returns:
+        The per-mask rates, bounds and ratios, the curves of the figure and the setting.
+    """
     from .._init import initial_tokens
 
     n, d, batch, depth = sz["n"], sz["d"], sz["batch"], sz["depth"]

@@ -105,6 +105,18 @@ class TemperatureMeasured(SimMeasured):
 
 
 def compute(sz: dict, seed: int) -> TemperatureMeasured:
+    r"""Run the masks-collapse SAN for every (mask, $d_{QK}$) of `PAPER_MASKS` x `DQKS` as one program.
+
+    The scores are divided by $\sqrt{d_{QK}}$, so a small $d_{QK}$ sharpens attention.
+
+    Arguments:
+        sz: ``n, d, batch, depth, weight_layers`` (`sizes`).
+        seed: the same keys as masks-collapse (same weights and inputs).
+
+    Returns:
+        The early and late per-layer factors, the median layer-0 eps, Spearman correlations, effects
+        and spreads per mask, the curves at the paper's three temperatures and the setting.
+    """
     from .._init import initial_tokens
 
     n, d, batch, depth = sz["n"], sz["d"], sz["batch"], sz["depth"]
