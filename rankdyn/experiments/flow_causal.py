@@ -64,8 +64,8 @@ class FlowCausalMeasured(OffJsonMeasured):
     first_token_displacement: float
     per_beta: tuple[CausalBeta, ...]
     steps_limit_hit: tuple[int, ...]
-    times: np.ndarray = off_json(default=None)
-    examples: dict = off_json(default=None)
+    times: np.ndarray | None = off_json(default=None)
+    examples: dict | None = off_json(default=None)
 
 
 def compute(sz: dict, seed: int) -> FlowCausalMeasured:

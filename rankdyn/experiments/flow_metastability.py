@@ -95,8 +95,8 @@ class FlowMetastabilityMeasured(OffJsonMeasured):
     saddles: tuple[PlateauState, ...]
     steps_limit_hit: tuple[int, ...] = ()
     drift: float = 0.0
-    times: np.ndarray = off_json(default=None)
-    examples: dict = off_json(default=None)
+    times: np.ndarray | None = off_json(default=None)
+    examples: dict | None = off_json(default=None)
 
 
 def _per_beta(b, times, clusters, energy) -> PlateauStats:

@@ -27,6 +27,7 @@ from .pretrained_common import (
     criterion,
     excerpt_ids,
     excerpt_sizes,
+    measure,
     model_run,
     not_testable,
 )
@@ -79,9 +80,9 @@ class GeometryMeasured(OffJsonMeasured):
     initial_fraction_nonneg: float
     full_rank: int = off_json()
     rank_tol: float = off_json(default=float("nan"))
-    bands: dict = off_json(default=None)
-    initial_cosines: np.ndarray = off_json(default=None)
-    run: ModelRun = off_json(default=None)
+    bands: dict | None = off_json(default=None)
+    initial_cosines: np.ndarray | None = off_json(default=None)
+    run: ModelRun | None = off_json(default=None)
 
 
 def compute(sz: dict, seed: int, *, ckpt, cache: dict | None = None) -> GeometryMeasured:
@@ -239,10 +240,13 @@ def render(
         f"{m.initial_fraction_nonneg:.3g}"
     )
     # Each conclusion is the one its check reached.
+    cond = ", so Corollary 1's condition phi(0) >= 0"
     if passed[CHECK_NAMES[4]]:
-        notes += ", so Corollary 1's condition phi(0) >= 0 holds on every excerpt."
+        notes += f"{cond} holds on every excerpt."
+    elif m.initial_fraction_nonneg == 0:
+        notes += f"{cond} fails on every excerpt."
     else:
-        notes += ", so Corollary 1's condition phi(0) >= 0 fails on some excerpts."
+        notes += f"{cond} fails on {1 - m.initial_fraction_nonneg:.0%} of them."
     if passed[CHECK_NAMES[0]]:
         notes += f" The token matrix keeps full rank {m.full_rank} at every layer."
     else:
@@ -255,13 +259,13 @@ def render(
 def run(
     out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
 ) -> dict:
-    out = Path(out)
     ckpt = checkpoint_or_none(checkpoint, cache)
     if ckpt is None:
         return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    m = compute(dict(excerpt_sizes(quick) if size is None else size), seed, ckpt=ckpt, cache=cache)
-    cs = checks(m)
-    figures, notes = render(out, m, cs, quick=quick)
+    sz = excerpt_sizes(quick) if size is None else size
+    m, cs, figures, notes = measure(
+        compute, checks, render, out, sz, ckpt=ckpt, seed=seed, quick=quick, cache=cache
+    )
     r = m.run
     metrics = {
         "num_rank": f"#(s > {m.rank_tol:g} s_max)",
@@ -269,7 +273,7 @@ def run(
         "mean_abs_cos": "mean |cos| over pairs i != j",
         "stable_rank": "||X||_F^2/||X||_2^2",
     }
-    setting = {"model": r.model, "corpus": r.corpus, "n": r.n, "batch": r.batch}
+    setting = r.setting()
     setting.update(depth=r.model["num_layers"], variant="full", mask=r.model["own_mask"])
     setting.update(rank_tol=m.rank_tol, full_rank=m.full_rank, seed=seed, dtype=r.model["dtype"])
     return TargetResult(

@@ -27,6 +27,7 @@ from .pretrained_common import (
     checkpoint_or_none,
     criterion,
     excerpt_ids,
+    measure,
     model_run,
     not_testable,
     run_chunked,
@@ -97,8 +98,8 @@ class PretrainedAblationMeasured(OffJsonMeasured):
     layers: np.ndarray
     depth: int = off_json()
     own: int = off_json(default=0)
-    panels: dict = off_json(default=None)
-    run: ModelRun = off_json(default=None)
+    panels: dict | None = off_json(default=None)
+    run: ModelRun | None = off_json(default=None)
 
     def row(self, label: str, mask: str) -> AblationRow:
         return self.summary[f"{label}|{mask}"]
@@ -244,15 +245,15 @@ def render(
 def run(
     out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
 ) -> dict:
-    out = Path(out)
     ckpt = checkpoint_or_none(checkpoint, cache)
     if ckpt is None:
         return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    m = compute(dict(sizes(quick) if size is None else size), seed, ckpt=ckpt, cache=cache)
-    cs = checks(m)
-    figures, notes = render(out, m, cs, quick=quick)
+    sz = sizes(quick) if size is None else size
+    m, cs, figures, notes = measure(
+        compute, checks, render, out, sz, ckpt=ckpt, seed=seed, quick=quick, cache=cache
+    )
     r = m.run
-    setting = {"model": r.model, "corpus": r.corpus, "n": r.n, "batch": r.batch, "depth": m.depth}
+    setting = dict(r.setting(), depth=m.depth)
     setting.update(own_depth=m.own, masks=list(PAPER_MASKS), window=1, variants=VARIANTS, seed=seed)
     seed_note = "deterministic: the excerpts are the first ones of the corpus and eval mode has no randomness"
     return TargetResult(

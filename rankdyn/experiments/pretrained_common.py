@@ -36,6 +36,7 @@ __all__ = [
     "ModelRun",
     "model_run",
     "criterion",
+    "measure",
     "run_chunked",
 ]
 
@@ -138,6 +139,10 @@ class ModelRun:
         """Architecture, file name and sha256 prefix, for figure titles."""
         return f"{self.model['arch']} {self.file} (sha256 {self.model['sha256'][:12]})"
 
+    def setting(self) -> dict:
+        """The first keys of a pretrained target's ``setting``: model, corpus, n, batch."""
+        return {"model": self.model, "corpus": self.corpus, "n": self.n, "batch": self.batch}
+
     @property
     def text(self) -> str:
         """The corpus in words (name, Python version, sha256 prefix)."""
@@ -149,6 +154,15 @@ def model_run(ckpt, corpus: dict, ids) -> ModelRun:
     """The `ModelRun` of ``ckpt`` on the excerpts ``ids (batch, n)`` with their corpus record."""
     batch, n = np.shape(ids)
     return ModelRun(model_setting(ckpt), model_label(ckpt), corpus, int(n), int(batch))
+
+
+def measure(compute, checks, render, out, sizes: dict, *, ckpt, seed: int, quick: bool, cache):
+    """A pretrained target's compute -> checks -> render on ``ckpt``: ``(measured, checks, figures,
+    notes)`` (its ``run`` adds the setting and assembles the `TargetResult`)."""
+    m = compute(dict(sizes), seed, ckpt=ckpt, cache=cache)
+    cs = checks(m)
+    figures, notes = render(Path(out), m, cs, quick=quick)
+    return m, cs, figures, notes
 
 
 def criterion(check_names) -> str:

@@ -29,6 +29,7 @@ from .pretrained_common import (
     criterion,
     excerpt_ids,
     excerpt_sizes,
+    measure,
     model_run,
     not_testable,
     run_chunked,
@@ -63,8 +64,8 @@ class PretrainedTemperatureMeasured(OffJsonMeasured):
     ratio: dict[str, np.ndarray]
     layers: np.ndarray
     trained_dqk: float = off_json(default=float("nan"))
-    panels: dict = off_json(default=None)
-    run: ModelRun = off_json(default=None)
+    panels: dict | None = off_json(default=None)
+    run: ModelRun | None = off_json(default=None)
 
     def of(self, mask: str, factor: float) -> np.ndarray:
         """mu_t/mu_0 along depth for ``mask`` at ``factor`` x the trained d_QK."""
@@ -178,15 +179,15 @@ def render(
 def run(
     out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
 ) -> dict:
-    out = Path(out)
     ckpt = checkpoint_or_none(checkpoint, cache)
     if ckpt is None:
         return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    m = compute(dict(excerpt_sizes(quick) if size is None else size), seed, ckpt=ckpt, cache=cache)
-    cs = checks(m)
-    figures, notes = render(out, m, cs, quick=quick)
+    sz = excerpt_sizes(quick) if size is None else size
+    m, cs, figures, notes = measure(
+        compute, checks, render, out, sz, ckpt=ckpt, seed=seed, quick=quick, cache=cache
+    )
     r = m.run
-    setting = {"model": r.model, "corpus": r.corpus, "n": r.n, "batch": r.batch}
+    setting = r.setting()
     setting.update(depth=r.model["num_layers"], trained_dqk=m.trained_dqk, dqk_factors=list(FACTORS))
     setting.update(masks=list(PAPER_MASKS), variant="san", seed=seed, dtype=r.model["dtype"])
     return TargetResult(
