@@ -197,3 +197,17 @@ def test_flow_metastability_checks_fail_on_wrong_results():
     assert _statuses(FM.checks(wrong)) == [True, False, False, False, False, False]
     keys = {"per_beta", "fit_c", "fit_a", "saddles", "steps_limit_hit", "drift"}
     assert set(meta.to_dict()) == keys and meta.to_dict()["saddles"][0]["kind"] == "saddle"
+
+
+def test_flow_clustering_notes_follow_the_numbers(tmp_path, monkeypatch):
+    import rankdyn.plotting
+
+    drawn = []
+    monkeypatch.setattr(rankdyn.plotting, "plot_phase_diagram", lambda *a, **k: drawn.append(k["path"]))
+    good = _clustering([1.0, 1.0], [[0, 0.5, 1.0], [0, 0.7, 1.0]])
+    figures, notes = flow_clustering.render(tmp_path, good, flow_clustering.checks(good))
+    assert drawn == [tmp_path / figures[0]]
+    assert "for every beta" in notes and "counts against" not in notes
+    bad = _clustering([1.0, 0.5], [[0, 0.5, 1.0], [0, 0.7, 0.5]])
+    _, notes = flow_clustering.render(tmp_path, bad, flow_clustering.checks(bad))
+    assert "Below 99% at T for beta = 2;" in notes and "for every beta" not in notes
