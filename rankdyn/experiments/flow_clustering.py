@@ -58,7 +58,7 @@ class FlowClusteringMeasured(OffJsonMeasured):
     drift: float
     times: np.ndarray = off_json()
     fraction: np.ndarray = off_json()
-    batch: int = off_json(default=0)
+    batch: int = off_json()
 
 
 def compute(sz: dict, seed: int) -> FlowClusteringMeasured:
