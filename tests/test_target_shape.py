@@ -22,13 +22,7 @@ PENDING = {
     "counterexample-2d",
     "equilibria-ranks",
     "positive-measure",
-    "geometry",
     "undirected",
-    "pretrained-ablation",
-    "pretrained-temperature",
-    "flow-clustering",
-    "flow-metastability",
-    "flow-causal",
 }
 
 
