@@ -1,37 +1,13 @@
 """Pieces shared by the simulation targets (masks-collapse, temperature, layernorm-orthogonal,
-depth-table, ablation): a `Measured` whose JSON leaves out what only the figures need, and the
-geometric mean over samples that their rate fits use.
+depth-table, ablation): the geometric mean over samples that their rate fits use, and the range
+of some numbers as text for their notes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import numpy as np
 
-from ._target import Measured, jsonable
-
-__all__ = ["SimMeasured", "internal", "geo_mean", "ratio_text"]
-
-
-def internal():
-    """A field carried from compute to render (curves, the setting) but left out of the JSON's
-    ``measured``, which keeps exactly the keys it had before the split."""
-    return dataclasses.field(metadata={"json": False})
-
-
-@dataclasses.dataclass(frozen=True)
-class SimMeasured(Measured):
-    """A `Measured` whose ``to_dict`` skips `internal` fields."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON fields (not the `internal` ones) as JSON values."""
-        return {
-            f.name: jsonable(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.metadata.get("json", True)
-        }
+__all__ = ["geo_mean", "ratio_text"]
 
 
 def geo_mean(v: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -44,6 +20,6 @@ def geo_mean(v: np.ndarray, ok: np.ndarray) -> np.ndarray:
 
 
 def ratio_text(values) -> str:
-    """``"a"`` or ``"a to b"``: the range of some ratios to 3 significant digits."""
+    """``"a"`` or ``"a to b"``: the range of some numbers to 3 significant digits."""
     lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
     return f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g} to {hi:.3g}"

@@ -18,8 +18,8 @@ import numpy as np
 from . import _verdict as V
 from ._ablation_runs import DROPOUT_MODES, ablation_runs, ablation_sizes
 from ._masktable import MASK_LABELS, PAPER_MASKS
+from ._measured import OffJsonMeasured, off_json
 from ._runs import band
-from ._simtarget import SimMeasured, internal
 from ._target import Measured, TargetResult
 
 NAME = "ablation"
@@ -61,8 +61,8 @@ class AblationRow(Measured):
     nonfinite: int
     degenerate_ln: int
     #: The layers of ``*_shallow`` and ``*_depth`` (the JSON keys are ``mu_12``, ``ratio_128``...).
-    shallow: int = internal()
-    depth: int = internal()
+    shallow: int = off_json()
+    depth: int = off_json()
 
     def to_dict(self) -> dict:
         names = {
@@ -79,20 +79,20 @@ class AblationRow(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class AblationMeasured(SimMeasured):
+class AblationMeasured(OffJsonMeasured):
     """``"<variant>|<mask>|<mode>"`` -> `AblationRow`, and the graph facts of the masks. The JSON
     also lists the verdict of every dropout mode (`mode_verdicts`, from these numbers)."""
 
     summary: dict[str, AblationRow]
     masks: dict[str, dict]
-    layers: np.ndarray = internal()
+    layers: np.ndarray = off_json()
     #: ``"<variant>: <mask label>"`` -> dropout mode -> band of mu (a panel each, for the figures).
-    panels: dict = internal()
+    panels: dict = off_json()
     #: SAN, eval mode: mask -> per-layer factor of the mean row norm over the first `SHALLOW` layers.
-    san_norm_factor: dict = internal()
+    san_norm_factor: dict = off_json()
     #: The dropout modes that ran (`DROPOUT_MODES` order).
-    modes: tuple = internal()
-    setting: dict = internal()
+    modes: tuple = off_json()
+    setting: dict = off_json()
 
     def row(self, variant: str, mask: str, mode: str) -> AblationRow:
         return self.summary[f"{variant}|{mask}|{mode}"]

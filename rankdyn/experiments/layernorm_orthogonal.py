@@ -30,8 +30,9 @@ from .._rates import bound_rate, fit_rate_window, log10_bound_gap
 from . import _verdict as V
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, mask_table, masks_for
+from ._measured import OffJsonMeasured, off_json
 from ._runs import band, rebuild, san_layer, simulate_many, stack
-from ._simtarget import SimMeasured, geo_mean, internal, ratio_text
+from ._simtarget import geo_mean, ratio_text
 from ._target import Measured, TargetResult
 
 NAME = "layernorm-orthogonal"
@@ -96,17 +97,17 @@ class LayerNormCase(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerNormMeasured(SimMeasured):
+class LayerNormMeasured(OffJsonMeasured):
     """The cases ``"<placement>/<mask>/<x0>"`` and the largest pre- vs post-LN gap of mu_T/mu_0."""
 
     cases: dict[str, LayerNormCase]
     max_log10_gap_pre_vs_post_mu_ratio: float
-    layers: np.ndarray = internal()
+    layers: np.ndarray = off_json()
     #: panel title -> case label -> band (mu, then 1 - min cosine), for the figure.
-    panels: dict = internal()
+    panels: dict = off_json()
     #: mask -> the largest neighbourhood of a token (eps of uniform attention is 1 / that).
-    neighbours: dict = internal()
-    setting: dict = internal()
+    neighbours: dict = off_json()
+    setting: dict = off_json()
 
     @property
     def scored(self) -> dict[str, LayerNormCase]:

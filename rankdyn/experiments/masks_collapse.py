@@ -24,9 +24,10 @@ from .._rates import bound_rate, fit_rate_window, log10_bound_gap
 from . import _verdict as V
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
+from ._measured import OffJsonMeasured, off_json
 from ._report import format_table
 from ._runs import band, san_layer, simulate_stacked, with_masks
-from ._simtarget import SimMeasured, geo_mean, internal, ratio_text
+from ._simtarget import geo_mean, ratio_text
 from ._target import Measured, TargetResult
 
 NAME = "masks-collapse"
@@ -84,15 +85,15 @@ class MaskCollapse(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class MasksCollapseMeasured(SimMeasured):
+class MasksCollapseMeasured(OffJsonMeasured):
     """Per mask a `MaskCollapse`; the saved layers; the curves and the setting for render."""
 
     per_mask: dict[str, MaskCollapse]
     layers_saved: int
-    layers: np.ndarray = internal()
+    layers: np.ndarray = off_json()
     #: quantity -> mask label -> band (mean, std over samples).
-    bands: dict = internal()
-    setting: dict = internal()
+    bands: dict = off_json()
+    setting: dict = off_json()
 
     def factors(self, early: bool) -> dict[str, float]:
         """Average per-layer factor of mu(LN(X)) of the paper masks, first `EARLY` layers or all."""

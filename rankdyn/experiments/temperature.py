@@ -23,8 +23,9 @@ from . import _verdict as V
 from . import masks_collapse as MC
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
+from ._measured import OffJsonMeasured, off_json
 from ._runs import band, san_layer, simulate_stacked, stack
-from ._simtarget import SimMeasured, geo_mean, internal
+from ._simtarget import geo_mean
 from ._target import TargetResult
 
 NAME = "temperature"
@@ -65,7 +66,7 @@ def _spearman(x, y) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class TemperatureMeasured(SimMeasured):
+class TemperatureMeasured(OffJsonMeasured):
     """Per mask (of `PAPER_MASKS`), one value per temperature of `DQKS` (early and late rates,
     median layer-0 eps) or one number (Spearman, effect, spreads)."""
 
@@ -76,10 +77,10 @@ class TemperatureMeasured(SimMeasured):
     effect_1_64_minus_64: dict[str, float]
     spread_shallow: dict[str, float]
     spread_deep: dict[str, float]
-    layers: np.ndarray = internal()
+    layers: np.ndarray = off_json()
     #: "d_QK = q" -> mask label -> band of mu, for the paper's three temperatures.
-    curves: dict = internal()
-    setting: dict = internal()
+    curves: dict = off_json()
+    setting: dict = off_json()
 
     @property
     def monotone(self) -> dict[str, bool]:
