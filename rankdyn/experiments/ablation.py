@@ -18,9 +18,8 @@ import numpy as np
 from . import _verdict as V
 from ._ablation_runs import DROPOUT_MODES, ablation_runs, ablation_sizes
 from ._masktable import MASK_LABELS, PAPER_MASKS
-from ._measured import OffJsonMeasured, off_json
 from ._runs import band
-from ._target import Measured, TargetResult
+from ._target import Measured, TargetResult, off_json
 
 NAME = "ablation"
 CLAIM = (
@@ -79,7 +78,7 @@ class AblationRow(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class AblationMeasured(OffJsonMeasured):
+class AblationMeasured(Measured):
     """``"<variant>|<mask>|<mode>"`` -> `AblationRow`, and the graph facts of the masks. The JSON
     also lists the verdict of every dropout mode (`mode_verdicts`, from these numbers)."""
 

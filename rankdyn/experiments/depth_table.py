@@ -29,10 +29,9 @@ import numpy as np
 from . import _verdict as V
 from ._dtype import float_dtype
 from ._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
-from ._measured import OffJsonMeasured, off_json
 from ._observers import observe_zero_rows
 from ._runs import band, simulate_many, with_masks
-from ._target import Measured, TargetResult
+from ._target import Measured, TargetResult, off_json
 from ._zero_rows import LIVE_COLLAPSED, QUASI, STRONG, ZeroRowModel, mechanism_verdict, zero_row_model
 from ._zero_rows import mechanism_checks as _mechanism_checks
 
@@ -106,7 +105,7 @@ class MaskStats(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class DepthTableMeasured(OffJsonMeasured):
+class DepthTableMeasured(Measured):
     """Per mode and mask a `MaskStats`; the graph facts; per mask the `ZeroRowModel` of the
     attention-dropout mode. The JSON also lists the per-mode checks and verdicts and the mechanism
     checks, all computed from these numbers by the pure functions below."""

@@ -30,10 +30,9 @@ from .._rates import bound_rate, fit_rate_window, log10_bound_gap
 from . import _verdict as V
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, mask_table, masks_for
-from ._measured import OffJsonMeasured, off_json
 from ._runs import band, rebuild, san_layer, simulate_many, stack
 from ._simtarget import geo_mean, ratio_text
-from ._target import Measured, TargetResult
+from ._target import Measured, TargetResult, off_json
 
 NAME = "layernorm-orthogonal"
 CLAIM = (
@@ -97,7 +96,7 @@ class LayerNormCase(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerNormMeasured(OffJsonMeasured):
+class LayerNormMeasured(Measured):
     """The cases ``"<placement>/<mask>/<x0>"`` and the largest pre- vs post-LN gap of mu_T/mu_0."""
 
     cases: dict[str, LayerNormCase]

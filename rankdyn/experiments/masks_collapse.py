@@ -24,11 +24,10 @@ from .._rates import bound_rate, fit_rate_window, log10_bound_gap
 from . import _verdict as V
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
-from ._measured import OffJsonMeasured, off_json
 from ._report import format_table
 from ._runs import band, san_layer, simulate_stacked, with_masks
 from ._simtarget import geo_mean, ratio_text
-from ._target import Measured, TargetResult
+from ._target import Measured, TargetResult, off_json
 
 NAME = "masks-collapse"
 CLAIM = (
@@ -85,7 +84,7 @@ class MaskCollapse(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class MasksCollapseMeasured(OffJsonMeasured):
+class MasksCollapseMeasured(Measured):
     """Per mask a `MaskCollapse`; the saved layers; the curves and the setting for render."""
 
     per_mask: dict[str, MaskCollapse]

@@ -23,10 +23,9 @@ from . import _verdict as V
 from . import masks_collapse as MC
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
-from ._measured import OffJsonMeasured, off_json
 from ._runs import band, san_layer, simulate_stacked, stack
 from ._simtarget import geo_mean
-from ._target import TargetResult
+from ._target import Measured, TargetResult, off_json
 
 NAME = "temperature"
 CLAIM = (
@@ -66,7 +65,7 @@ def _spearman(x, y) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class TemperatureMeasured(OffJsonMeasured):
+class TemperatureMeasured(Measured):
     """Per mask (of `PAPER_MASKS`), one value per temperature of `DQKS` (early and late rates,
     median layer-0 eps) or one number (Spearman, effect, spreads)."""
 
