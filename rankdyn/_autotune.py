@@ -37,6 +37,9 @@ TUNE_MIN_FLOPS = 1e11
 #: Model FLOPs of one timed candidate run (tens of ms), enough to rise above timer noise.
 _TIMED_FLOPS = 2e9
 _memory: dict[str, int] = {}
+#: Part of the cache key: raised when the compiled layer or scan changes enough that choices
+#: measured with the previous program may no longer be the fastest (2: no cond, split GEMMs).
+_PROGRAM_VERSION = 2
 
 
 def _cache_file() -> Path:
@@ -63,7 +66,9 @@ def _key(layer, observe, x0, save_every: int, eps: bool) -> str:
     obs = f"{type(observe).__name__}:{','.join(getattr(observe, 'names', ()))}"
     variant = f"{layer.placement},skip={layer.skip},mlp={layer.weights.mlp is not None}"
     shape = f"n={layer.num_tokens},d={layer.dim},heads={layer.num_heads},{jnp.dtype(x0.dtype).name}"
-    return f"{cpu_model()}|{os.cpu_count()}|{shape}|{variant}|{obs}|k={save_every},eps={eps}"
+    return (
+        f"{cpu_model()}|{os.cpu_count()}|{shape}|{variant}|{obs}|k={save_every},eps={eps}|v{_PROGRAM_VERSION}"
+    )
 
 
 def _time_chunk(layer, observe, source, drop_key, chunk: int, num: int, save_every: int, eps: bool, work):
