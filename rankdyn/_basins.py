@@ -22,6 +22,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from ._floors import KEEPS_RANK_TOL
 from ._layer import SelfAttentionLayer
 from ._metrics import mu, numerical_rank, singular_values
 from ._simulate import simulate
@@ -50,8 +51,10 @@ def wilson_interval(
     return lo, hi
 
 
-def rank_classifier(tol: float = 1e-3) -> Callable[[Float[Array, "n d"]], Int[Array, ""]]:
+def rank_classifier(tol: float = KEEPS_RANK_TOL) -> Callable[[Float[Array, "n d"]], Int[Array, ""]]:
     """A classifier returning the numerical rank of the final tokens: #{sigma_i > tol * sigma_1}.
+
+    ``tol`` defaults to `rankdyn._floors.KEEPS_RANK_TOL` (1e-3), the threshold of "keeps rank".
 
     The tolerance is explicit because convergence is slow: at finite depth a collapsing
     trajectory still has small nonzero singular values (e.g. ~1/(wT) in the 2-D example).

@@ -67,7 +67,7 @@ class SearchResult:
         before_long, after_long: the same at depth ``eval_factor * T``.
         frac_rank_ge2_before, frac_rank_ge2_after, frac_rank_full_before, frac_rank_full_after:
             ``(at T, at eval_factor * T)`` fractions of held-out inputs with sigma_2 (resp.
-            sigma_min) > 1e-3 sigma_1.
+            sigma_min) > ``KEEPS_RANK_TOL`` (1e-3) sigma_1 (`rankdyn._floors`).
         selected: restart, step, depth and selection score of the returned W_V (None without steps).
         restart_scores: best selection score per restart; history: training value per step of the selected restart.
         w_v_singular_values, w_v_eigenvalues (``[re, im]``), seconds.

@@ -11,6 +11,9 @@ not 0, so every threshold that separates "collapsed" or "equal" from "not" depen
   and the reproduce targets use it.
 - `RANK_TOL`: the numerical rank of a trajectory's token matrix counts the singular values above
   ``RANK_TOL`` times the largest one (``--rank-tol``); `RANK_METRICS` are the metrics that read it.
+- `KEEPS_RANK_TOL`: a trajectory "keeps rank k" at finite depth when $\sigma_k > 10^{-3}\sigma_1$
+  (collapse is slow, so a collapsing state still has small nonzero $\sigma_k$ at depth): the
+  counterexample search's fractions and `rankdyn.rank_classifier`.
 - `scaled_tol`: a tolerance given in float64 terms, scaled to another dtype by
   $(\epsilon/\epsilon_{64})^{1/2}$ (equal in float64; e.g. 1e-8 becomes 2.3e-4 in float32), for the
   equilibrium tolerances (closed-form matching, rank, deduplication, the marginal band).
@@ -28,6 +31,7 @@ __all__ = [
     "FIT_FLOOR_EPS",
     "RANK_TOL",
     "RANK_METRICS",
+    "KEEPS_RANK_TOL",
     "EQUILIBRIUM_RANK_TOL",
     "round_off_floor",
     "fit_floor",
@@ -43,6 +47,8 @@ FIT_FLOOR_EPS = 1000.0
 RANK_TOL = 1e-6
 #: The metrics that read the rank tolerance.
 RANK_METRICS = ("num_rank",)
+#: Relative threshold of "keeps rank k" at finite depth: sigma_k > KEEPS_RANK_TOL * sigma_1.
+KEEPS_RANK_TOL = 1e-3
 #: Relative rank tolerance of an equilibrium in float64 (accurate to ~1e-14); `scaled_tol` for others.
 EQUILIBRIUM_RANK_TOL = 1e-8
 

@@ -29,7 +29,7 @@ import jax.random as jr
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from ._masks import mask_from_adjacency
+from ._masks import check_fixed_attention, mask_from_adjacency
 from ._mlp import MLPWeights
 from ._norms import AbstractNorm, SphereNorm
 
@@ -246,7 +246,10 @@ class SelfAttentionLayer(eqx.Module):
             fixed_attention = jnp.asarray(fixed_attention)
             if fixed_attention.shape != (n, n):
                 raise ValueError(f"fixed_attention must be ({n}, {n}), got {fixed_attention.shape}.")
-        dqk = jnp.asarray(float(dk) if dqk is None else dqk)
+            check_fixed_attention(self.mask, fixed_attention)
+        from ._params import default_dqk  # here: _params imports this module (PLACEMENTS)
+
+        dqk = jnp.asarray(default_dqk(dk) if dqk is None else dqk)
         if dqk.ndim != 0:
             raise ValueError(f"dqk must be a scalar (vmap the layer to sweep it), got shape {dqk.shape}.")
         if not isinstance(dqk, jax.core.Tracer) and not float(dqk) > 0:

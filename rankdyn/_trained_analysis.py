@@ -34,6 +34,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
 from ._errors import UsageError
+from ._floors import RANK_TOL
 from ._layer import SelfAttentionLayer
 from ._masks import make_mask
 from ._norms import SphereNorm
@@ -232,7 +233,7 @@ def attractor_census(
     steps: int = 1000,
     x0s: Float[ArrayLike, "m n d"] | None = None,
     tol: float | None = None,
-    rank_rtol: float = 1e-6,
+    rank_rtol: float = RANK_TOL,
 ) -> dict:
     r"""Where the iterates of $F$ end from random (or given) starts: fixed points by rank, 2-cycles, neither.
 
@@ -243,7 +244,7 @@ def attractor_census(
         steps: iterations before the residuals are measured.
         x0s: optional starts ``(m, n, d)`` (normalised first), e.g. real token embeddings.
         tol: residual under which a point counts as fixed (default 1e-8 in float64, 1e-4 in float32).
-        rank_rtol: relative singular-value tolerance of the rank.
+        rank_rtol: relative singular-value tolerance of the rank (`rankdyn._floors.RANK_TOL`).
 
     Returns:
         ``{"x": end points, "fixed": bool (m,), "period2": bool (m,) (2-cycles that are not fixed),

@@ -9,6 +9,8 @@ import pytest
 from helpers import small_layer, sphere_tokens
 
 import rankdyn as rd
+from rankdyn._errors import UsageError
+from rankdyn._params import default_dqk
 
 
 @pytest.mark.parametrize("mask", ["causal", "window", "random"])
@@ -175,3 +177,19 @@ def test_bad_layer_inputs_raise(getkey):
         rd.make_layer(getkey(), n=3, d=4, value="unitary")
     with pytest.raises(ValueError, match="Jordan block size"):
         rd.make_layer(getkey(), n=3, d=4, value="jordan", jordan_k=5)
+
+
+def test_fixed_attention_outside_the_mask_is_refused_at_construction():
+    # A fixed A replaces the masked softmax: weight where the mask has no edge would run another
+    # graph than the layer reports, so it is refused before any compute (issue 18).
+    n = d = 3
+    mask = rd.masks.causal_mask(n)
+    w = jnp.eye(d)
+    with pytest.raises(UsageError, match=r"fixed_attention.*outside the mask.*\(0, 1\).*renormalise"):
+        rd.SelfAttentionLayer(mask, w, w, w, fixed_attention=np.full((n, n), 1 / n))
+    ok = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]  # on the mask: accepted
+    layer = rd.SelfAttentionLayer(mask, w, w, w, fixed_attention=ok)
+    np.testing.assert_array_equal(np.asarray(layer.attention(jnp.eye(n, d)))[0], ok)
+    # The key width is the default temperature, from the one definition in rankdyn._params.
+    narrow = rd.SelfAttentionLayer(mask, jnp.zeros((d, 2)), jnp.zeros((d, 2)), w)
+    assert (float(layer.dqk), float(narrow.dqk)) == (default_dqk(d), default_dqk(2)) == (3.0, 2.0)
