@@ -1,4 +1,6 @@
-r"""Basins of attraction: where random inputs end after ``T`` layers (docs/theory.md#constructions, docs/theory.md#stability).
+r"""Basins of attraction: where random inputs end after ``T`` layers.
+
+(docs/theory.md#constructions, docs/theory.md#stability.)
 
 For a sampler of initial tokens, a layer and a horizon $T$, `basin_fractions` runs
 $X^{(T)} = F^{T}(X^{(0)})$ for many inputs (chunked, one compiled program per chunk size) and
@@ -6,8 +8,9 @@ counts the classes of the final states given by a ``classify`` function (the num
 or the nearest known equilibrium). Fractions come with Wilson 95% intervals, which stay
 inside $[0, 1]$ and are honest for the rare events found here (a few percent of starts).
 
-Because convergence near the paper's equilibria is algebraic (docs/theory.md#ambiguities-and-choices), fractions depend on
-$T$; always report the horizon with them (the result dict does).
+Because convergence near the paper's equilibria is algebraic
+(docs/theory.md#ambiguities-and-choices), fractions depend on $T$;
+always report the horizon with them (the result dict does).
 """
 
 from __future__ import annotations

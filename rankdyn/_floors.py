@@ -96,7 +96,9 @@ def fit_floor(dtype, scale: float = 1.0) -> float:
 
 
 def scaled_tol(tol64: float, dtype) -> float:
-    r"""``tol64`` (a tolerance in float64 terms) scaled to ``dtype``: $tol_{64} (\epsilon/\epsilon_{64})^{1/2}$.
+    r"""``tol64`` (a tolerance in float64 terms) scaled to ``dtype``.
+
+    $tol_{64} (\epsilon/\epsilon_{64})^{1/2}$.
 
     The square root keeps a tolerance as far above the dtype's round-off, in orders of magnitude,
     as it is in float64 halfway down: 1e-8 stays 1e-8 in float64 and is 2.3e-4 in float32.

@@ -359,7 +359,8 @@ class SelfAttentionLayer(eqx.Module):
         """
         if self.has_dropout and key is None:
             raise ValueError(
-                f"this layer has dropout (attn_dropout={self.attn_dropout}, hidden_dropout={self.hidden_dropout}): "
+                f"this layer has dropout (attn_dropout={self.attn_dropout}, "
+                f"hidden_dropout={self.hidden_dropout}): "
                 "pass `key=` (simulate does it given a key)."
             )
         w = self.weights_at(t)

@@ -1,6 +1,7 @@
 r"""Trained weights as a dynamical system: value/output spectra and the equilibria of one trained layer.
 
-Two questions the theorems raise about a trained transformer (docs/theory.md#trained-weights-as-a-dynamical-system):
+Two questions the theorems raise about a trained transformer
+(docs/theory.md#trained-weights-as-a-dynamical-system):
 
 1. Are the trained value maps close to the orthogonal case of Theorem 2 / Corollary 1, and do
    they satisfy the boundedness assumption $\|W_V\|_2 \le 1$? `matrix_summary` and
@@ -172,7 +173,9 @@ def theory_layer(
 
 
 def collapsed_equilibria(w_vo: Float[ArrayLike, "d d"], *, imag_tol: float = 1e-9) -> list[dict]:
-    r"""The collapsed (rank-one, $\mu = 0$) equilibria $X = \mathbf 1 x^\top$ of `theory_layer`, in closed form.
+    r"""The collapsed (rank-one, $\mu = 0$) equilibria $X = \mathbf 1 x^\top$ of `theory_layer`.
+
+    In closed form.
 
     Every attention row sums to 1, so on $X = \mathbf 1 x^\top$ every head gives $A^h X = X$ and
     $F(X) = \mathbf 1\, \mathrm{LN}(x W_{VO})$: $X$ is fixed iff $x W_{VO} = \lambda x$ with

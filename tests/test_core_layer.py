@@ -1,4 +1,7 @@
-"""Oracles for the layer map: attention, normalisations, invariances (docs/theory.md#the-model, issue 'rankdyn core')."""
+"""Oracles for the layer map: attention, normalisations, invariances.
+
+(docs/theory.md#the-model, issue 'rankdyn core'.)
+"""
 
 import equinox as eqx
 import jax
