@@ -18,6 +18,10 @@ not 0, so every threshold that separates "collapsed" or "equal" from "not" depen
   $(\epsilon/\epsilon_{64})^{1/2}$ (equal in float64; e.g. 1e-8 becomes 2.3e-4 in float32), for the
   equilibrium tolerances (closed-form matching, rank, deduplication, the marginal band).
 - `default_residual_tol`: the success threshold of the equilibrium solvers.
+- `merge_tol`: the distance under which two computed equilibria are one, from the dtype's eps and
+  the points' own error estimates (their conditioning): ``MERGE_EPS`` eps plus ``MERGE_ERRORS``
+  times the two estimates. In float32 it is about 1.2e-4 for well-conditioned points (it was the
+  scaled 1e-6, 2.3e-2, which merged distinct equilibria closer than that).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ __all__ = [
     "fit_floor",
     "scaled_tol",
     "default_residual_tol",
+    "MERGE_EPS",
+    "MERGE_ERRORS",
+    "merge_tol",
 ]
 
 #: Multiple of the machine epsilon below which a relative collapse metric is round-off.
@@ -51,6 +58,12 @@ RANK_METRICS = ("num_rank",)
 KEEPS_RANK_TOL = 1e-3
 #: Relative rank tolerance of an equilibrium in float64 (accurate to ~1e-14); `scaled_tol` for others.
 EQUILIBRIUM_RANK_TOL = 1e-8
+
+#: Rounding floor of the distance of two equal equilibria (unit-norm tokens), in machine epsilons.
+MERGE_EPS = 1000.0
+#: Two equilibria with error estimates e_a, e_b are one within MERGE_ERRORS (e_a + e_b) (+ the floor):
+#: an estimate (a last Newton correction, or sqrt(residual) at a double root) may be low by a few.
+MERGE_ERRORS = 10.0
 
 _EPS64 = float(np.finfo(np.float64).eps)
 
@@ -121,3 +134,19 @@ def default_residual_tol(dtype) -> float:
             "tell an equilibrium apart; build the layer with dtype=float32 or float64."
         )
     return 1e-10 if bits == 64 else 1e-5
+
+
+def merge_tol(dtype, error_a=0.0, error_b=0.0) -> float:
+    r"""Distance under which two computed equilibria are the same point.
+
+    $\text{MERGE\_EPS}\,\epsilon + \text{MERGE\_ERRORS}\,(e_a + e_b)$, with $e_a, e_b$ the
+    points' error estimates (e.g. `rankdyn.equilibria.polish_tokens`'s): the eps term is the rounding
+    of unit-norm coordinates, the estimates carry each point's conditioning (a double root is
+    pinned only to $\sqrt{\text{residual}}$). Two distinct equilibria closer than this cannot be
+    told apart at that accuracy; farther ones are kept apart however close (0.058 at n = d = 6).
+
+    Returns:
+        1.2e-4 in float32 and 2.2e-13 in float64 for exact points (``error_a = error_b = 0``).
+    """
+    dt = _floating(dtype, "merge_tol")
+    return float(MERGE_EPS * np.finfo(dt).eps + MERGE_ERRORS * (error_a + error_b))

@@ -30,7 +30,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
-from .._floors import default_residual_tol, scaled_tol
+from .._floors import default_residual_tol
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._deflation import _log_deflation
@@ -185,7 +185,7 @@ def tree_search(
     min_rounds: int = 2,
     max_steps: int = 60,
     residual_tol: float | None = None,
-    dedup_tol: float = 1e-6,
+    dedup_tol: float | None = None,
     chunk: int = 4096,
     max_members: int = 100_000,
     power: float | None = None,
@@ -202,8 +202,10 @@ def tree_search(
         max_steps: Gauss--Newton steps per start.
         residual_tol: a token is a solution when $\|F_i - x_i\| \le$ this (default
             `rankdyn._floors.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
-        dedup_tol: max-abs distance under which two solutions of one token are one (float64
-            terms, scaled to the layer's dtype by `rankdyn._floors.scaled_tol`).
+        dedup_tol: max-abs distance under which two solutions of one token are one (default
+            $0.1\sqrt{\text{residual\_tol}}$: 1e-6 in float64, 3.2e-4 in float32; a solution with
+            residual $r$ lies within $\sim r$ of a simple root and $\sim\sqrt r$ of a double one,
+            and copies left apart here are merged by the census after polishing).
         chunk: starts per compiled batch.
         max_members: refuse to continue past this many partial equilibria.
         t: layer index.
@@ -221,7 +223,7 @@ def tree_search(
     dt = np.asarray(layer.weights.w_v).dtype
     # Tolerances follow the dtype: a float32 token is accurate to ~1e-7, never to 1e-10.
     residual_tol = default_residual_tol(dt) if residual_tol is None else float(residual_tol)
-    dedup_tol = scaled_tol(dedup_tol, dt)
+    dedup_tol = 0.1 * np.sqrt(residual_tol) if dedup_tol is None else float(dedup_tol)
     power = float(d + 1 if power is None else power)
     first = first_token_solutions(_value_matrix(layer)) if _plain_first_token(layer) else None
     prefixes = np.zeros((1, n, d), dt)
