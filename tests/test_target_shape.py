@@ -27,13 +27,7 @@ PENDING = {
     "equilibria-ranks",
     "positive-measure",
     "ablation",
-    "geometry",
     "undirected",
-    "pretrained-ablation",
-    "pretrained-temperature",
-    "flow-clustering",
-    "flow-metastability",
-    "flow-causal",
 }
 
 
