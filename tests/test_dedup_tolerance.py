@@ -33,3 +33,16 @@ def test_float32_dedup_keeps_close_distinct_equilibria_and_merges_copies():
     old = deduplicate(xs, res, tol=scaled_tol(1e-6, np.float32), symmetries=group)
     assert len(old) == 1  # the old float32 rule (2.3e-2) merged A into B: this test can fail
     assert merge_tol(np.float32) < 2e-4 and merge_tol(np.float64) < 1e-12
+
+
+def test_float32_polish_refines_and_does_not_jump_to_another_equilibrium():
+    # Float64 points through a float32 layer once gave Newton steps of O(1): A and B of the 2-D
+    # example (w = 1.001, token 2 0.09 apart) were "polished" onto the collapsed point.
+    from rankdyn.equilibria._tree import polish_tokens
+
+    ex = rd.theory.example_2d(1.001)
+    layer = rd.theory.uniform_causal_layer(2, 2, jnp.asarray(ex["W_V"], jnp.float32))
+    xs = np.stack([np.asarray(ex[k], np.float32) for k in ("X_A", "X_B")])
+    xs = np.concatenate([xs, -xs])  # the sign images too
+    out, res, err = polish_tokens(layer, xs)
+    assert np.abs(out - xs).max() < 1e-4 and res.max() < 1e-5 and err.max() < 1e-4
