@@ -28,7 +28,6 @@ PENDING = {
     "positive-measure",
     "ablation",
     "geometry",
-    "undirected",
     "pretrained-ablation",
     "pretrained-temperature",
     "flow-clustering",

@@ -41,9 +41,11 @@ def query_key(key, att: str, d: int, dtype):
     return bert_uniform(kq, (d, d), dtype), bert_uniform(kk, (d, d), dtype)
 
 
-def settings_for(n: int, key, masks=None, atts=ATTENTION) -> list[tuple[str, str, object]]:
+def settings_for(n: int, key, masks=None, atts=ATTENTION, pairs=None) -> list[tuple[str, str, object]]:
     """``[(mask, attention, layer)]`` for size n = d; one W_Q, W_K draw per family (from ``key``),
-    shared by the masks, so that settings differ by one factor at a time."""
+    shared by the masks, so that settings differ by one factor at a time. ``pairs`` (a list of
+    ``(mask, attention)``) keeps only those settings; each one's layer is the same as in the
+    full grid (the draws depend on the family only)."""
     from .._layer import SelfAttentionLayer
     from .._masks import make_mask
 
@@ -53,6 +55,8 @@ def settings_for(n: int, key, masks=None, atts=ATTENTION) -> list[tuple[str, str
         if masks is not None and m not in masks:
             continue
         for att in atts:
+            if pairs is not None and (m, att) not in pairs:
+                continue
             w_q, w_k = query_key(jr.fold_in(key, ATTENTION.index(att)), att, n, dt)
             out.append(
                 (m, att, SelfAttentionLayer(make_mask(name, n, window=win), w_q, w_k, jnp.eye(n, dtype=dt)))
