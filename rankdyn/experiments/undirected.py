@@ -380,8 +380,8 @@ def render(out: Path, m: UndirectedMeasured, cs: list[V.Check]) -> tuple[list[st
         f"{finding}. {m.scope}. Symmetric logits (W_Q = W_K or uniform): "
         + ("; ".join(sym) if sym else "no higher-rank state found")
         + ". Evidence, not proof: a search that finds nothing says little beyond its scope. "
-        f"Stable equilibria are looked for as attractors of {m.basin_trials} uniform starts per found W_V at depth "
-        f"{m.basin_depth} (a basin below ~1/{m.basin_trials} is missed)"
+        f"Stable equilibria are looked for as attractors of {m.basin_trials} uniform starts per found W_V "
+        f"at depth {m.basin_depth} (a basin below ~1/{m.basin_trials} is missed)"
         + (f"; the full census (N in {list(m.census_ns)}) cross-checks that" if m.census_ns else "")
         + ". "
     )
