@@ -27,12 +27,6 @@ PENDING = {
     "equilibria-ranks",
     "positive-measure",
     "ablation",
-    "geometry",
-    "pretrained-ablation",
-    "pretrained-temperature",
-    "flow-clustering",
-    "flow-metastability",
-    "flow-causal",
 }
 
 
