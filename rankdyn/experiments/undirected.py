@@ -81,26 +81,26 @@ def _sizes(quick: bool) -> dict:
             census_ns=(),
             basin_trials=1024,
         )
-    # Full mode, cut to fit 30 minutes from the measured cost (at N = 6, 12 settings x 8 restarts
-    # x 64 inputs: 1.1-2.7 CPU s per Adam step at training depth 2-64, 10.5 CPU s per selection at
-    # T = 1000, on the loaded 2-core machine): T = 500 (attractors and basins still at depth
-    # 1000), 32 inputs per step, sigma_2 only in the main pass (sigma_min on the window masks is
-    # the axis cut), and the complete mask's harder pass (both objectives, 16 restarts, deeper
-    # curriculum, the causal control at the same budget) for N = 3, 4 only.
+    # Full mode, sized from measured costs. A first full run (batch 32, T = 500, 32 selection
+    # inputs; 13.2 CPU-min) lost the positive control at every size: with a basin of a few
+    # percent, 32 inputs per step see about one that keeps its rank. The quick run's search
+    # (T = 200, selection every 20 steps) with 64 inputs per step keeps it at N = 3 and 6
+    # (measured: ~16 CPU s per setting at N = 6). The complete mask's harder pass (both
+    # objectives, 16 restarts, deeper curriculum, the causal control at the same budget) runs
+    # at N = 3 only, and sigma_min is searched on the complete mask only: the axes cut.
     return dict(
         common,
         ns=(3, 4, 5, 6),
         pairs=None,
-        num_layers=500,
-        eval_factor=2,
-        batch=32,
-        steps=150,
-        select_every=50,
+        num_layers=200,
+        eval_factor=5,
+        batch=64,
+        steps=160,
         train_depth=32,
         eval_batch=512,
-        select_batch=32,
+        select_batch=64,
         objectives=("sigma_2",),
-        hard=dict(restarts=16, steps=200, train_depth=64, objectives=("sigma_2", "sigma_min"), ns=(3, 4)),
+        hard=dict(restarts=16, steps=160, train_depth=64, objectives=("sigma_2", "sigma_min"), ns=(3,)),
         census_starts=256,
         census_ns=(3,),
         basin_trials=2048,
