@@ -234,5 +234,38 @@ def paper_values(key, settings, sz: dict, w: float) -> list:
     ]
 
 
+def results_table(runs, cells) -> str:
+    """The report's table: one row per ``(cell, search)`` of ``runs`` (held-out fractions,
+    attractors with what is proven, the census)."""
+    rows = [
+        "| N | mask | attention | pass | objective | frac rank>=2 (T / long) | frac full rank (T / long) | "
+        "stable rank>=2 attractors (existence / stability proven) | "
+        "census: by rank; stable / marginal rank>=2 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for tag, search in runs:
+        s = cells[tag][search]
+        n, mask, att = tag[2:].split("/")
+        pname, obj = search.split("_", 1)
+        a, c = s["attractors"], s.get("census")
+        cen = (
+            f"{', '.join(f'{k}: {v}' for k, v in c['by_rank'].items())}; "
+            f"{c['stable_rank_ge2']} / {c['marginal_rank_ge2']}"
+            if c
+            else "-"
+        )
+        stab = sum(
+            e.get("classification") == "stable" and bool(e["certificate"].get("stability_proven"))
+            for e in a["rank_ge2"]
+        )
+        rows.append(
+            f"| {n} | {mask} | {att} | {pname} | {obj} | "
+            f"{s['frac_rank_ge2'][0]:.3f} / {s['frac_rank_ge2'][1]:.3f} | "
+            f"{s['frac_rank_full'][0]:.3f} / {s['frac_rank_full'][1]:.3f} | "
+            f"{a['stable_rank_ge2']} ({a['proven_stable_rank_ge2']} / {stab}) | {cen} |"
+        )
+    return "\n".join(rows)
+
+
 def jax_x64():
     return jax.enable_x64(True)

@@ -334,38 +334,6 @@ def checks(m: UndirectedMeasured) -> list[V.Check]:
     return out
 
 
-def table(m: UndirectedMeasured) -> str:
-    """One row per setting and search: held-out fractions, attractors and the census."""
-    rows = [
-        "| N | mask | attention | pass | objective | frac rank>=2 (T / long) | frac full rank (T / long) | "
-        "stable rank>=2 attractors (existence / stability proven) | "
-        "census: by rank; stable / marginal rank>=2 |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for tag, search in m.runs:
-        s = m.cells[tag][search]
-        n, mask, att = tag[2:].split("/")
-        pname, obj = search.split("_", 1)
-        a, c = s["attractors"], s.get("census")
-        cen = (
-            f"{', '.join(f'{k}: {v}' for k, v in c['by_rank'].items())}; "
-            f"{c['stable_rank_ge2']} / {c['marginal_rank_ge2']}"
-            if c
-            else "-"
-        )
-        stab = sum(
-            e.get("classification") == "stable" and bool(e["certificate"].get("stability_proven"))
-            for e in a["rank_ge2"]
-        )
-        rows.append(
-            f"| {n} | {mask} | {att} | {pname} | {obj} | "
-            f"{s['frac_rank_ge2'][0]:.3f} / {s['frac_rank_ge2'][1]:.3f} | "
-            f"{s['frac_rank_full'][0]:.3f} / {s['frac_rank_full'][1]:.3f} | "
-            f"{a['stable_rank_ge2']} ({a['proven_stable_rank_ge2']} / {stab}) | {cen} |"
-        )
-    return "\n".join(rows)
-
-
 def render(out: Path, m: UndirectedMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
     """The figure and the notes (the finding, its scope, what is proven), from the numbers."""
     from .. import plotting
@@ -445,7 +413,7 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
         figures=figures,
         notes=notes,
         key_numbers=key_numbers,
-        tables=table(m),
+        tables=U.results_table(m.runs, m.cells),
         verdict_word=v,
         criterion=criterion,
         extra={"certificates": list(certs)},
