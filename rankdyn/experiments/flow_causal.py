@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ._flow_runs import compute_float64, longest_plateau, plot_examples, step_limit_check, unit_starts
-from ._measured import OffJsonMeasured, off_json
-from ._target import Measured, TargetResult
+from ._target import Measured, TargetResult, off_json
 from ._verdict import Check, check
 
 NAME = "flow-causal"
@@ -56,7 +55,7 @@ class CausalBeta(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowCausalMeasured(OffJsonMeasured):
+class FlowCausalMeasured(Measured):
     """The largest displacement of token 1, the `CausalBeta` rows and the step-limit count per
     beta. Off the JSON: the saved times and the cluster-count and energy series of 4 example
     starts per beta (``{"beta=b": (clusters, energy)}``) for the figure."""

@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ._flow_runs import compute_float64, step_limit_check, unit_starts
-from ._measured import OffJsonMeasured, off_json
-from ._target import TargetResult
+from ._target import Measured, TargetResult, off_json
 from ._verdict import Check, check
 
 NAME = "flow-clustering"
@@ -44,7 +43,7 @@ def _sizes(quick: bool) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowClusteringMeasured(OffJsonMeasured):
+class FlowClusteringMeasured(Measured):
     """Per beta: the fraction of starts in one cluster at T, the most clusters any start has left
     at T and the median time to one cluster; the step-limit count and the largest drift off the
     sphere. Off the JSON: the saved times, the clustered fraction at every save ``(beta, saves)``

@@ -23,8 +23,7 @@ import jax
 import numpy as np
 
 from ._flow_runs import compute_float64, log_slope, longest_plateau, plot_examples, unit_starts
-from ._measured import OffJsonMeasured, off_json
-from ._target import Measured, TargetResult
+from ._target import Measured, TargetResult, off_json
 from ._verdict import Check, check, untestable
 
 NAME = "flow-metastability"
@@ -84,7 +83,7 @@ class PlateauState(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlowMetastabilityMeasured(OffJsonMeasured):
+class FlowMetastabilityMeasured(Measured):
     """`PlateauStats` per beta, the fit ``log(median plateau) = fit_a + fit_c beta``, the refined
     `PlateauState`s, the step-limit count per beta and the largest drift off the sphere. Off the
     JSON: the saved times and 4 example starts per beta (``{"beta=b": (clusters, energy)}``)."""

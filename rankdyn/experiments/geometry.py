@@ -18,9 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _verdict as V
-from ._measured import OffJsonMeasured, off_json
 from ._runs import band
-from ._target import TargetResult
+from ._target import Measured, TargetResult, off_json
 from .pretrained_common import (
     ModelRun,
     checkpoint_or_none,
@@ -61,7 +60,7 @@ SIGMA_FLOOR, DOMINANCE = 1e-3, 2.0
 
 
 @dataclasses.dataclass(frozen=True)
-class GeometryMeasured(OffJsonMeasured):
+class GeometryMeasured(Measured):
     """Per layer (means over excerpts): numerical rank (and its minimum), sigma_min, sigma_max,
     mean |cos| and stable rank; the full spectra ``(shown, layers, min(n, d))`` of the excerpts
     ``spectra_excerpts``; per excerpt the smallest initial pairwise cosine, and the fraction of

@@ -18,10 +18,9 @@ import numpy as np
 
 from . import _verdict as V
 from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
-from ._measured import OffJsonMeasured, off_json
 from ._observers import cheap_observe
 from ._runs import band, with_masks
-from ._target import Measured, TargetResult
+from ._target import Measured, TargetResult, off_json
 from .pretrained_common import (
     ModelRun,
     checkpoint_or_none,
@@ -89,7 +88,7 @@ class AblationRow(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainedAblationMeasured(OffJsonMeasured):
+class PretrainedAblationMeasured(Measured):
     """The `AblationRow` of every ``f"{label}|{mask}"`` and the layer indices. Off the JSON: the depth
     run and the checkpoint's own, the mu bands per variant and mask (for the figures) and the
     `ModelRun`."""

@@ -19,10 +19,9 @@ import numpy as np
 
 from . import _verdict as V
 from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
-from ._measured import OffJsonMeasured, off_json
 from ._observers import cheap_observe
 from ._runs import band, with_masks
-from ._target import TargetResult
+from ._target import Measured, TargetResult, off_json
 from .pretrained_common import (
     ModelRun,
     checkpoint_or_none,
@@ -56,7 +55,7 @@ def _fmt(f: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainedTemperatureMeasured(OffJsonMeasured):
+class PretrainedTemperatureMeasured(Measured):
     """``ratio[f"{mask}|{factor}"]``: the mean mu_t/mu_0 along depth (layers 0..L) per mask and d_QK
     factor (factor written ``1/64``, ``1``, ``64``), and the layer indices. Off the JSON: the trained
     d_QK, the mu bands per mask and factor (for the figure) and the `ModelRun`."""
