@@ -22,7 +22,6 @@ PENDING = {
     "counterexample-2d",
     "equilibria-ranks",
     "positive-measure",
-    "undirected",
 }
 
 
