@@ -40,7 +40,8 @@ def test_counterexample_2d_tiny(tmp_path):
     _check_contract(res, ce, tmp_path, steps)
     m = res["measured"]["w=2"]
     step = res["setting"]["basin_step"]
-    # Oracle (docs/theory.md#constructions): the basin of B is the single arc (theta_A, 270) with theta_A = 120 deg at w = 2.
+    # Oracle (docs/theory.md#constructions): the basin of B is the single arc (theta_A, 270) with
+    # theta_A = 120 deg at w = 2.
     assert m["basin_num_arcs"] == 1 and m["basin_undecided"] == 0
     assert m["theta_A_deg"] == pytest.approx(120.0, abs=1e-12)
     assert max(abs(e) for e in m["basin_boundary_error_deg"]) <= step / 2 + 1e-9
@@ -96,7 +97,8 @@ def test_positive_measure_tiny(tmp_path):
         res = pm.run(tmp_path, quick=True, seed=0, tiny=True)
     _check_contract(res, pm, tmp_path, steps)
     lem = next(v for k, v in res["measured"].items() if k.startswith("lemma13 d=3, w=2"))
-    # Lemma 13 at d = 3 (docs/theory.md#constructions: no violations): every start keeps X_(2,d-1) <= -1/w and rank 2.
+    # Lemma 13 at d = 3 (docs/theory.md#constructions: no violations): every start keeps
+    # X_(2,d-1) <= -1/w and rank 2.
     assert lem["paper"]["noncollapse"] == lem["paper"]["samples"]
     assert lem["paper"]["invariance_violated_any_step"] == 0
     assert lem["paper"]["token1_stayed_at_e_d"]
@@ -114,12 +116,13 @@ def test_positive_measure_tiny(tmp_path):
 def test_lemma13_track_matches_states():
     """The per-step running max equals the max over a saved trajectory (reference: simulate)."""
     from rankdyn._constructions import lemma13_sample, uniform_causal_layer
+    from rankdyn.experiments._positive_measure_runs import lemma13_track
 
     with jax.enable_x64(True):
         d, w, steps = 4, 3.0, 12
         layer = uniform_causal_layer(2, d, rd.weights.bidiagonal(d, w))
         x0 = lemma13_sample(jax.random.PRNGKey(1), d, w, 16)
-        xf, first, mx = pm.lemma13_track(layer, x0, steps, d - 2)
+        xf, first, mx = lemma13_track(layer, x0, steps, d - 2)
         st = np.asarray(rd.simulate(layer, x0, steps, save_states=True, observe=lambda x: {}).states)
     np.testing.assert_allclose(np.asarray(xf), st[:, -1], atol=1e-14)
     np.testing.assert_allclose(np.asarray(first), st[:, 1, 1, d - 2], atol=1e-14)
