@@ -27,6 +27,7 @@ __all__ = [
     "NoLNRun",
     "basin_run",
     "joint_run",
+    "fig1_runs",
 ]
 
 
@@ -301,3 +302,47 @@ def joint_run(layer, ex: dict, sz: dict, reference: float | None) -> JointRun:
         theta2=jt["theta2"],
         noncollapse=jt["noncollapse"],
     )
+
+
+def fig1_runs(ex: dict, jt: JointRun, sz: dict):
+    r"""The Fig. 1 trajectories at the w of ``ex``: with LN (joint dynamics) from a grid start of
+    ``jt`` that keeps rank 2 and one that collapses, and without LN from the first.
+
+    Returns:
+        ``(starts, sigma_ratio, states_ln, noln)``: the two starts ``(theta1, theta2)`` (deg) and
+        $\sigma_2/\sigma_1$ at the end of their LN runs (keyed "non-collapsing", "collapsing"),
+        the LN states ``(2, traj_steps + 1, 2, 2)``, and W_V label -> `NoLNRun`.
+    """
+    from .._constructions import uniform_causal_layer
+    from .._simulate import simulate
+    from .._weights import spectral_normalized
+
+    starts = {
+        "non-collapsing": pick_start(jt.theta1, jt.theta2, jt.noncollapse[-1], 75.0, 200.0, True),
+        "collapsing": pick_start(jt.theta1, jt.theta2, jt.noncollapse[-1], 30.0, 200.0, False),
+    }
+    x_keep, x_fall = (jnp.asarray(_tokens(np.array(t))) for t in starts.values())
+    layer_ln = uniform_causal_layer(2, 2, ex["W_V"])
+    tr_ln = simulate(
+        layer_ln, jnp.stack([x_keep, x_fall]), sz["traj_steps"], save_states=True, observe=_observe_ratio
+    )
+    # No LN: the paper's matrix as printed, and rescaled to spectral norm 1 (A3,
+    # docs/theory.md#ambiguities-and-choices).
+    noln = {}
+    for label, wv in (("W_V", ex["W_V"]), ("W_V/||W_V||_2", spectral_normalized(ex["W_V"]))):
+        layer_no = uniform_causal_layer(2, 2, wv, placement="none")
+        tr_no = simulate(layer_no, x_keep, sz["noln_steps"], save_states=True, observe=_observe_noln)
+        mu = np.asarray(tr_no.metrics["mu"])
+        states = np.asarray(tr_no.states)
+        noln[label] = NoLNRun(
+            steps=sz["noln_steps"],
+            mu_0=float(mu[0]),
+            mu_T=float(mu[-1]),
+            one_minus_cos_T=float(1 - np.asarray(tr_no.metrics["cos"])[-1]),
+            row_norm_T=np.linalg.norm(states[-1], axis=-1),
+            states=states,
+        )
+    r_ln = np.asarray(tr_ln.metrics["ratio"])[:, -1]
+    r_ln = np.asarray(tr_ln.metrics["ratio"])[:, -1]
+    ratio = {"non-collapsing": float(r_ln[0]), "collapsing": float(r_ln[1])}
+    return starts, ratio, np.asarray(tr_ln.states), noln

@@ -15,9 +15,17 @@ import numpy as np
 
 from ._intervals import wilson_interval
 from ._observers import observe_sigma_ratio as _observe_ratio
-from ._target import Measured
+from ._target import Measured, jsonable
 
-__all__ = ["lemma13_track", "lemma13_frozen", "joint_fractions", "Lemma13Condition", "Fractions"]
+__all__ = [
+    "lemma13_track",
+    "lemma13_frozen",
+    "joint_fractions",
+    "Lemma13Condition",
+    "Fractions",
+    "LemmaCase",
+    "JointCase",
+]
 
 
 #: JSON names of the `Lemma13Condition` fields that are not Python identifiers.
@@ -65,6 +73,58 @@ class Fractions(Measured):
     excluded: int
     fraction: np.ndarray
     wilson95: tuple[tuple[float, float], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class LemmaCase(Measured):
+    """Lemma 13 at one $(d, w)$ ($N = 2$, token 1 at $e_d$, ``steps`` layers): per reading of
+    condition (41) a `Lemma13Condition`, and the reference first-step overshoot rate."""
+
+    d: int
+    w: float
+    steps: int
+    conditions: dict[str, Lemma13Condition]
+    spec_first_step_overshoot: float | tuple[float, float] | None
+
+    @property
+    def key(self) -> str:
+        return f"lemma13 d={self.d}, w={self.w:g} (N=2, token 1 at e_d, T={self.steps})"
+
+    def to_dict(self) -> dict:
+        out = {c: r.to_dict() for c, r in self.conditions.items()}
+        out["spec_first_step_overshoot"] = jsonable(self.spec_first_step_overshoot)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class JointCase(Measured):
+    """The joint dynamics at one $(N, d, w)$: `Fractions` from uniform random inputs and with token
+    1 set to $e_d$, and the reference fraction at T = 20000."""
+
+    n: int
+    d: int
+    w: float
+    random: Fractions
+    token1_at_e_d: Fractions
+    spec_random_fraction_T20000: float | None
+
+    @property
+    def key(self) -> str:
+        return f"joint N={self.n}, d={self.d}, w={self.w:g}"
+
+    def to_dict(self) -> dict:
+        r, e = self.random, self.token1_at_e_d
+        return jsonable(
+            {
+                "horizons": r.horizons,
+                "random_fraction": r.fraction,
+                "random_wilson95": r.wilson95,
+                "token1_at_e_d_fraction": e.fraction,
+                "token1_at_e_d_wilson95": e.wilson95,
+                "valid_samples": [r.valid, e.valid],
+                "spec_random_fraction_T20000": self.spec_random_fraction_T20000,
+            }
+        )
 
 
 def _token2_coord(coord):

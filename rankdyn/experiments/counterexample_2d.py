@@ -23,12 +23,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
 
-from ._circle import BasinRun, JointRun, NoLNRun, _observe_noln, _tokens, basin_run, joint_run, pick_start
+from ._circle import BasinRun, JointRun, NoLNRun, basin_run, fig1_runs, joint_run
 from ._figure_data import MeasuredWithFigureData, figure_data
-from ._observers import observe_sigma_ratio as _observe_ratio
 from ._target import TargetResult, jsonable
 from ._verdict import VERDICT_RULE, Check, check
 
@@ -132,8 +130,6 @@ def compute(sz: dict, seed: int) -> Counterexample2DMeasured:
     """Every run, in float64 (call inside ``jax.enable_x64``); ``seed`` is unused (angle grids)."""
     from .._constructions import example_2d, uniform_causal_layer
     from .._progress import step_done
-    from .._simulate import simulate
-    from .._weights import spectral_normalized
 
     basins, joints = {}, {}
     # 1-2. first-token ratio and basin of B, per w
@@ -150,43 +146,17 @@ def compute(sz: dict, seed: int) -> Counterexample2DMeasured:
     # 4. Fig. 1 trajectories: with LN (joint dynamics) and without LN
     w0 = 2.0 if 2.0 in joints else sz["joint_ws"][0]
     ex = example_2d(w0)
-    jt = joints[w0]
-    starts = {
-        "non-collapsing": pick_start(jt.theta1, jt.theta2, jt.noncollapse[-1], 75.0, 200.0, True),
-        "collapsing": pick_start(jt.theta1, jt.theta2, jt.noncollapse[-1], 30.0, 200.0, False),
-    }
-    x_keep, x_fall = (jnp.asarray(_tokens(np.array(t))) for t in starts.values())
-    layer_ln = uniform_causal_layer(2, 2, ex["W_V"])
-    tr_ln = simulate(
-        layer_ln, jnp.stack([x_keep, x_fall]), sz["traj_steps"], save_states=True, observe=_observe_ratio
-    )
-    # No LN: the paper's matrix as printed, and rescaled to spectral norm 1 (A3,
-    # docs/theory.md#ambiguities-and-choices).
-    noln = {}
-    for label, wv in (("W_V", ex["W_V"]), ("W_V/||W_V||_2", spectral_normalized(ex["W_V"]))):
-        layer_no = uniform_causal_layer(2, 2, wv, placement="none")
-        tr_no = simulate(layer_no, x_keep, sz["noln_steps"], save_states=True, observe=_observe_noln)
-        mu = np.asarray(tr_no.metrics["mu"])
-        states = np.asarray(tr_no.states)
-        noln[label] = NoLNRun(
-            steps=sz["noln_steps"],
-            mu_0=float(mu[0]),
-            mu_T=float(mu[-1]),
-            one_minus_cos_T=float(1 - np.asarray(tr_no.metrics["cos"])[-1]),
-            row_norm_T=np.linalg.norm(states[-1], axis=-1),
-            states=states,
-        )
-    r_ln = np.asarray(tr_ln.metrics["ratio"])[:, -1]
+    starts, ratio_ln, states_ln, noln = fig1_runs(ex, joints[w0], sz)
     return Counterexample2DMeasured(
         basins=basins,
         joints=joints,
         noln=noln,
         fig1_starts=starts,
-        fig1_sigma_ratio={"non-collapsing": float(r_ln[0]), "collapsing": float(r_ln[1])},
+        fig1_sigma_ratio=ratio_ln,
         basin_step_deg=float(sz["basin_step"]),
         fig1_w=float(w0),
         fig1_example=ex,
-        fig1_states_ln=np.asarray(tr_ln.states),
+        fig1_states_ln=states_ln,
     )
 
 

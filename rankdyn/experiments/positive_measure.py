@@ -29,8 +29,15 @@ import jax.random as jr
 import numpy as np
 
 from ._intervals import wilson_interval
-from ._positive_measure_runs import Fractions, Lemma13Condition, joint_fractions, lemma13_frozen
-from ._target import Measured, TargetResult, jsonable
+from ._positive_measure_runs import (
+    Fractions,
+    JointCase,
+    Lemma13Condition,
+    LemmaCase,
+    joint_fractions,
+    lemma13_frozen,
+)
+from ._target import Measured, TargetResult
 from ._verdict import VERDICT_RULE, Check, check
 
 NAME = "positive-measure"
@@ -110,58 +117,6 @@ CRITERION = (
     "with token 1 at e_d (all configurations). The per-step invariance X_(2,d-1) <= -1/w is reported, not "
     "judged (it is a proof step, not the claim). " + VERDICT_RULE
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class LemmaCase(Measured):
-    """Lemma 13 at one $(d, w)$ ($N = 2$, token 1 at $e_d$, ``steps`` layers): per reading of
-    condition (41) a `Lemma13Condition`, and the reference first-step overshoot rate."""
-
-    d: int
-    w: float
-    steps: int
-    conditions: dict[str, Lemma13Condition]
-    spec_first_step_overshoot: float | tuple[float, float] | None
-
-    @property
-    def key(self) -> str:
-        return f"lemma13 d={self.d}, w={self.w:g} (N=2, token 1 at e_d, T={self.steps})"
-
-    def to_dict(self) -> dict:
-        out = {c: r.to_dict() for c, r in self.conditions.items()}
-        out["spec_first_step_overshoot"] = jsonable(self.spec_first_step_overshoot)
-        return out
-
-
-@dataclasses.dataclass(frozen=True)
-class JointCase(Measured):
-    """The joint dynamics at one $(N, d, w)$: `Fractions` from uniform random inputs and with token
-    1 set to $e_d$, and the reference fraction at T = 20000."""
-
-    n: int
-    d: int
-    w: float
-    random: Fractions
-    token1_at_e_d: Fractions
-    spec_random_fraction_T20000: float | None
-
-    @property
-    def key(self) -> str:
-        return f"joint N={self.n}, d={self.d}, w={self.w:g}"
-
-    def to_dict(self) -> dict:
-        r, e = self.random, self.token1_at_e_d
-        return jsonable(
-            {
-                "horizons": r.horizons,
-                "random_fraction": r.fraction,
-                "random_wilson95": r.wilson95,
-                "token1_at_e_d_fraction": e.fraction,
-                "token1_at_e_d_wilson95": e.wilson95,
-                "valid_samples": [r.valid, e.valid],
-                "spec_random_fraction_T20000": self.spec_random_fraction_T20000,
-            }
-        )
 
 
 @dataclasses.dataclass(frozen=True)
