@@ -27,6 +27,16 @@ from ._equilibria_runs import Census, RankFamily, RankSummary, analyse, np_map, 
 from ._target import Measured, TargetResult
 from ._verdict import VERDICT_RULE, Check, check
 
+__all__ = [
+    "EquilibriaRanksMeasured",
+    "WorkedExample",
+    "Census",
+    "RankFamily",
+    "RankSummary",
+    "analyse",
+    "np_map",
+]
+
 NAME = "equilibria-ranks"
 CLAIM = (
     "Theorem 3 (item 1) and App. F.1-F.2: with the causal mask, uniform attention and the bidiagonal "
@@ -58,8 +68,6 @@ def _sizes(quick: bool, tiny: bool) -> dict:
         return dict(ns=(4, 6, 8), w_factors=(1.0,))
     return dict(ns=(4, 6, 8), w_factors=(1.0, 2.0))
 
-
-__all__ = ["Census", "RankFamily", "RankSummary", "analyse", "np_map"]
 
 #: The verdict's rule in words (the target's ``criterion``).
 CRITERION = (

@@ -40,6 +40,8 @@ from ._positive_measure_runs import (
 from ._target import Measured, TargetResult
 from ._verdict import VERDICT_RULE, Check, check
 
+__all__ = ["Fractions", "Lemma13Condition", "LemmaCase", "JointCase", "PositiveMeasureMeasured"]
+
 NAME = "positive-measure"
 CLAIM = (
     "Theorem 3 (item 2) and Lemma 13 (App. F.3): with the causal mask, uniform attention, post-LN and the "
@@ -106,8 +108,6 @@ def _sizes(quick: bool, tiny: bool) -> dict:
         save_every=100,
     )
 
-
-__all__ = ["Fractions", "Lemma13Condition", "LemmaCase", "JointCase", "PositiveMeasureMeasured"]
 
 #: The verdict's rule in words (the target's ``criterion``).
 CRITERION = (
