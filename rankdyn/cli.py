@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rankdyn",
         description="Token dynamics of masked self-attention with LayerNorm (Wu et al., NeurIPS 2024).",
     )
+    from ._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"rankdyn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"rankdyn.commands.{name}").add_parser(sub)

@@ -1,6 +1,7 @@
 """``rankdyn flow``'s bad input (refused before compute) and the flow targets' checks on synthetic
 results that must fail."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -115,18 +116,38 @@ def _statuses(checks):
     return [c.passed for c in checks]
 
 
-def test_target_checks_fail_on_wrong_results():
-    good = dict(
-        betas=[1.0, 2.0],
-        fraction=[[0, 0.5, 1.0], [0, 0.7, 1.0]],
-        final_fraction=[1.0, 1.0],
-        final_clusters_max=[1, 1],
-        steps_limit_hit=[0, 0],
+def _clustering(final, fraction, steps=(0, 0)):
+    return flow_clustering.FlowClusteringMeasured(
+        betas=(1.0, 2.0),
+        final_fraction=tuple(final),
+        final_clusters_max=(1.0, 1.0),
+        median_time_to_cluster=(5.0, 3.0),
+        steps_limit_hit=tuple(steps),
+        drift=1e-15,
+        times=np.array([0.0, 1.0, 10.0]),
+        fraction=np.array(fraction),
+        batch=10,
     )
-    assert all(_statuses(flow_clustering.checks(good)))
-    bad = dict(good, fraction=[[0, 0.9, 0.5], [0, 0.7, 0.95]], final_fraction=[0.5, 0.95])
-    assert _statuses(flow_clustering.checks(bad)).count(False) == 3
 
+
+def test_flow_clustering_checks_fail_on_wrong_results():
+    good = _clustering([1.0, 1.0], [[0, 0.5, 1.0], [0, 0.7, 1.0]])
+    assert all(_statuses(flow_clustering.checks(good)))
+    # Too few clustered at T, a fraction that drops (a clustered run came apart), a step-limit hit.
+    bad = _clustering([0.5, 0.95], [[0, 0.9, 0.5], [0, 0.7, 0.95]], steps=(0, 3))
+    assert _statuses(flow_clustering.checks(bad)) == [False, False, False, False]
+    # The JSON keeps the summary: the full series are off it.
+    assert set(good.to_dict()) == {
+        "betas",
+        "final_fraction",
+        "final_clusters_max",
+        "median_time_to_cluster",
+        "steps_limit_hit",
+        "drift",
+    }
+
+
+def test_flow_limit_checks_fail_on_wrong_results():
     FL = flow_limit
     hs = (0.1, 0.05, 0.025)
     lim = FL.FlowLimitMeasured(hs, {"causal": FL.SettingErrors((0.1, 0.05, 0.025), 1.0)})
@@ -134,28 +155,59 @@ def test_target_checks_fail_on_wrong_results():
     wrong = FL.FlowLimitMeasured(hs, {"causal": FL.SettingErrors((0.1, 0.025, 0.00625), 2.0)})
     assert _statuses(flow_limit.checks(wrong)) == [True, False]
 
-    row = dict(beta=1.0, converged_fraction=1.0, max_distance_to_token1=1e-4)
-    cz = dict(first_token_displacement=0.0, per_beta=[row], steps_limit_hit=[0])
-    assert all(_statuses(flow_causal.checks(cz)))
-    moved = dict(cz, first_token_displacement=1e-3, per_beta=[dict(row, converged_fraction=0.5)])
-    assert not any(_statuses(flow_causal.checks(moved))[:2])
 
-    def pb(beta, med, flat=(0.01, 0.02)):
-        return dict(
-            beta=beta,
-            trajectories_with_plateau=3,
-            median_plateau=med,
-            min_energy_increment_rel=0.0,
-            plateau_energy_share=list(flat),
-        )
-
-    saddle = dict(converged=True, clusters=2, kind="saddle", index=1)
-    meta = dict(per_beta=[pb(1.0, 3.0), pb(2.0, 20.0)], fit_c=1.9, saddles=[saddle])
-    assert all(_statuses(flow_metastability.checks(meta)))
-    flat_then_stable = dict(
-        meta,
-        per_beta=[pb(1.0, 30.0), pb(2.0, 20.0, (0.5, 0.6))],
-        fit_c=-0.4,
-        saddles=[dict(saddle, kind="stable", index=0)],
+def test_flow_causal_checks_fail_on_wrong_results():
+    FC = flow_causal
+    row = FC.CausalBeta(beta=1.0, converged_fraction=1.0, max_distance_to_token1=1e-4)
+    good = FC.FlowCausalMeasured(first_token_displacement=0.0, per_beta=(row,), steps_limit_hit=(0,))
+    assert all(_statuses(FC.checks(good)))
+    moved = FC.FlowCausalMeasured(
+        first_token_displacement=1e-3,
+        per_beta=(FC.CausalBeta(beta=1.0, converged_fraction=0.5, max_distance_to_token1=0.3),),
+        steps_limit_hit=(2,),
     )
-    assert _statuses(flow_metastability.checks(flat_then_stable)) == [True, False, False, True, False, False]
+    assert _statuses(FC.checks(moved)) == [False, False, False]
+    assert set(good.to_dict()) == {"first_token_displacement", "per_beta", "steps_limit_hit"}
+
+
+def _stats(beta, med, flat=(0.01, 0.02), step=0.0):
+    return flow_metastability.PlateauStats(
+        beta=beta,
+        trajectories_with_plateau=3,
+        median_plateau=med,
+        min_energy_increment_rel=step,
+        plateau_energy_share=tuple(flat),
+    )
+
+
+def test_flow_metastability_checks_fail_on_wrong_results():
+    FM = flow_metastability
+    saddle = FM.PlateauState(plateau_k=2, clusters=2, residual=1e-12, converged=True, kind="saddle", index=1)
+    meta = FM.FlowMetastabilityMeasured(
+        per_beta=(_stats(1.0, 3.0), _stats(2.0, 20.0)), fit_c=1.9, fit_a=0.0, saddles=(saddle,)
+    )
+    assert all(_statuses(FM.checks(meta)))
+    # Plateaus that shorten with beta, an energy that drops and rises on its plateaus, a stable state.
+    wrong = FM.FlowMetastabilityMeasured(
+        per_beta=(_stats(1.0, 30.0), _stats(2.0, 20.0, (0.5, 0.6), step=-1e-3)),
+        fit_c=-0.4,
+        fit_a=0.0,
+        saddles=(dataclasses.replace(saddle, kind="stable", index=0),),
+    )
+    assert _statuses(FM.checks(wrong)) == [True, False, False, False, False, False]
+    keys = {"per_beta", "fit_c", "fit_a", "saddles", "steps_limit_hit", "drift"}
+    assert set(meta.to_dict()) == keys and meta.to_dict()["saddles"][0]["kind"] == "saddle"
+
+
+def test_flow_clustering_notes_follow_the_numbers(tmp_path, monkeypatch):
+    import rankdyn.plotting
+
+    drawn = []
+    monkeypatch.setattr(rankdyn.plotting, "plot_phase_diagram", lambda *a, **k: drawn.append(k["path"]))
+    good = _clustering([1.0, 1.0], [[0, 0.5, 1.0], [0, 0.7, 1.0]])
+    figures, notes = flow_clustering.render(tmp_path, good, flow_clustering.checks(good))
+    assert drawn == [tmp_path / figures[0]]
+    assert "for every beta" in notes and "counts against" not in notes
+    bad = _clustering([1.0, 0.5], [[0, 0.5, 1.0], [0, 0.7, 0.5]])
+    _, notes = flow_clustering.render(tmp_path, bad, flow_clustering.checks(bad))
+    assert "Below 99% at T for beta = 2;" in notes and "for every beta" not in notes

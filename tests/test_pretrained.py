@@ -88,27 +88,33 @@ def test_collapsed_equilibria_are_fixed_and_the_census_finds_the_stable_one(getk
 
 
 # ----------------------------------------------------------------------------- checks must fail
-def _ablation_summary(san_ratio, full_ratio, skip_range=(1.0, 50.0)):
+def _ablation(san_ratio, full_ratio, skip_range=(1.0, 50.0), depth=PA.DEEP):
     rows = {}
     for label in PA.VARIANTS.values():
         for m in PAPER_MASKS:
             r = {"SAN": san_ratio[m], "SAN+LN": 0.5, "SAN+skip": skip_range[1]}.get(label, full_ratio)
             lo, hi = skip_range if label == "SAN+skip" else (min(r, 1.0), max(r, 1.0))
-            rows[f"{label}|{m}"] = {"ratio_T": r, "ratio_min": lo, "ratio_max": hi}
-    return rows
+            rows[f"{label}|{m}"] = PA.AblationRow(label, m, ratio_T=r, ratio_min=lo, ratio_max=hi)
+    return PA.PretrainedAblationMeasured(rows, np.arange(depth + 1), depth=depth, own=6)
 
 
 def test_pretrained_ablation_checks_fail_on_wrong_results():
     good_san = {"complete": 1e-6, "causal": 1e-3, "window": 0.3, "window-uni": 0.5}
-    good = PA.checks(_ablation_summary(good_san, 0.8), PA.DEEP)
+    good = PA.checks(_ablation(good_san, 0.8))
     assert V.verdict(good) == "reproduced"
     # SAN that does not collapse, global masks slower than local, the full model collapsing.
     bad_san = {"complete": 2.0, "causal": 0.9, "window": 1e-3, "window-uni": 1e-4}
-    bad = PA.checks(_ablation_summary(bad_san, 1e-3, skip_range=(0.5, 2.0)), PA.DEEP)
+    bad = PA.checks(_ablation(bad_san, 1e-3, skip_range=(0.5, 2.0)))
     assert [c.passed for c in bad] == [False] * 5
     assert V.verdict(bad) == "not reproduced"
     # Quick (own depth): the 128-layer checks are not testable, which caps the verdict.
-    assert V.verdict(PA.checks(_ablation_summary(good_san, 0.8), 6)) == "partially"
+    assert V.verdict(PA.checks(_ablation(good_san, 0.8, depth=6))) == "partially"
+    assert set(_ablation(good_san, 0.8).to_dict()) == {"summary", "layers"}
+
+
+def _temperature(ratios):
+    ratio = {f"{m}|{PT._fmt(f)}": v for (m, f), v in ratios.items()}
+    return PT.PretrainedTemperatureMeasured(ratio, np.arange(7))
 
 
 def test_pretrained_temperature_checks_fail_on_reversed_temperatures():
@@ -121,33 +127,43 @@ def test_pretrained_temperature_checks_fail_on_reversed_temperatures():
     }
     # An effect that saturates: larger early than late.
     good.update({("complete", f): np.maximum(rate[f] ** t, rate[f] ** 3) for f in rate})
-    assert [c.passed for c in PT.checks(good)] == [True, True, True]
-    reversed_ = {(m, f): v for (m, f), v in good.items() for f in [{1 / 64: 64.0, 64.0: 1 / 64, 1.0: 1.0}[f]]}
-    bad = PT.checks(reversed_)
-    assert not bad[0].passed and V.verdict(bad) != "reproduced"
+    assert [c.passed for c in PT.checks(_temperature(good))] == [True, True, True]
+    swap = {1 / 64: 64.0, 64.0: 1 / 64, 1.0: 1.0}
+    bad = PT.checks(_temperature({(m, swap[f]): v for (m, f), v in good.items()}))
+    assert [c.passed for c in bad] == [False, False, False] and V.verdict(bad) == "not reproduced"
+    assert set(_temperature(good).to_dict()) == {"ratio", "layers"}
+
+
+def _geometry(**kw):
+    layers = 4
+    base = dict(
+        num_rank_min=8.0,
+        num_rank=np.full(layers, 8.0),
+        sigma_min=np.array([1.0, 0.8, 0.6, 0.5]),
+        sigma_max=np.full(layers, 3.0),
+        mean_abs_cos=np.array([0.1, 0.2, 0.3, 0.4]),
+        stable_rank=np.full(layers, 1.5),
+        spectra_excerpts=np.array([0, 1, 2]),
+        spectra=np.tile(np.array([3.0, 1.0, 0.5]), (3, layers, 1)),
+        initial_min_cos=np.array([0.1, 0.05]),
+        initial_fraction_nonneg=1.0,
+        full_rank=8,
+    )
+    return G.GeometryMeasured(**{**base, **kw})
 
 
 def test_geometry_checks_fail_on_rank_loss_and_negative_cosines():
-    layers = 4
-    good = {
-        "num_rank_min": 8.0,
-        "sigma_min": np.array([1.0, 0.8, 0.6, 0.5]),
-        "mean_abs_cos": np.array([0.1, 0.2, 0.3, 0.4]),
-        "spectra": np.tile(np.array([3.0, 1.0, 0.5]), (3, layers, 1)),
-        "initial_min_cos": np.array([0.1, 0.05]),
-        "initial_fraction_nonneg": 1.0,
-    }
-    assert V.verdict(G.checks(good, 8)) == "reproduced"
-    bad = dict(
-        good,
+    assert V.verdict(G.checks(_geometry())) == "reproduced"
+    bad = _geometry(
         num_rank_min=5.0,
         sigma_min=np.array([1.0, 1e-2, 1e-5, 1e-6]),
         mean_abs_cos=np.array([0.4, 0.3, 0.2, 0.1]),
-        spectra=np.tile(np.array([1.0, 1.0, 0.5]), (3, layers, 1)),
+        spectra=np.tile(np.array([1.0, 1.0, 0.5]), (3, 4, 1)),
         initial_min_cos=np.array([-0.2, 0.05]),
         initial_fraction_nonneg=0.5,
     )
-    assert [c.passed for c in G.checks(bad, 8)] == [False] * 5
+    assert [c.passed for c in G.checks(bad)] == [False] * 5
+    assert "initial_cosines" not in _geometry().to_dict() and "full_rank" not in _geometry().to_dict()
 
 
 # ----------------------------------------------------------------------------- end to end

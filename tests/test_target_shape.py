@@ -24,13 +24,7 @@ PENDING = {
     "layernorm-orthogonal",
     "depth-table",
     "ablation",
-    "geometry",
     "undirected",
-    "pretrained-ablation",
-    "pretrained-temperature",
-    "flow-clustering",
-    "flow-metastability",
-    "flow-causal",
 }
 
 

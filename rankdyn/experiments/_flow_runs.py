@@ -62,13 +62,13 @@ def log_slope(x, y) -> tuple[float, float]:
     return float(c), float(a)
 
 
-def step_limit_check(m: dict):
-    """The check every flow target makes: no trajectory stopped at the solver's step limit."""
+def step_limit_check(steps_limit_hit):
+    """The check every flow target makes: no trajectory stopped at the solver's step limit
+    (``steps_limit_hit``: the count per beta)."""
     from ._verdict import check
 
-    return check(
-        "no run hit the solver's step limit", sum(m["steps_limit_hit"]) == 0, str(m["steps_limit_hit"])
-    )
+    hit = list(steps_limit_hit)
+    return check("no run hit the solver's step limit", sum(hit) == 0, str(hit))
 
 
 def compute_float64(out, compute, sizes: dict, seed: int):
@@ -82,16 +82,16 @@ def compute_float64(out, compute, sizes: dict, seed: int):
         return out, compute(sizes, seed)
 
 
-def plot_examples(m: dict, title: str, path) -> None:
-    """Cluster-count and energy staircases of the example starts (``m["examples"]``, removed
-    from ``m`` so that the JSON holds only the summary)."""
+def plot_examples(times, examples: dict, title: str, path) -> None:
+    """Cluster-count and energy staircases of the example starts: ``examples[label] = (clusters,
+    energy)``, each ``(starts, saves)`` on ``times`` (the first save, t = 0, is left out of the
+    log-time axis)."""
     from .. import plotting
 
-    ex = m.pop("examples")
     plotting.plot_staircases(
-        m["times"][1:],
-        {k: v[0][:, 1:] for k, v in ex.items()},
-        {k: v[1][:, 1:] for k, v in ex.items()},
+        np.asarray(times)[1:],
+        {k: np.asarray(v[0])[:, 1:] for k, v in examples.items()},
+        {k: np.asarray(v[1])[:, 1:] for k, v in examples.items()},
         title=title,
         path=path,
     )

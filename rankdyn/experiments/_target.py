@@ -23,7 +23,7 @@ import numpy as np
 
 from ._verdict import VERDICT_RULE, Check, checks_json, checks_markdown, verdict
 
-__all__ = ["Measured", "TargetResult", "jsonable"]
+__all__ = ["Measured", "TargetResult", "jsonable", "off_json"]
 
 
 def jsonable(x: Any) -> Any:
@@ -45,13 +45,28 @@ def jsonable(x: Any) -> Any:
     return x
 
 
+def off_json(**kwargs: Any) -> Any:
+    """A `Measured` field kept out of its JSON (``dataclasses.field`` with ``metadata["json"] = False``).
+
+    A target's ``measured`` JSON is a summary (the file format keeps it small), while its checks and
+    figures may need the full series it was computed from (every saved time, example trajectories,
+    the bands of a figure): such fields are in the typed result, so the checks stay pure functions
+    of it, but not in the JSON.
+    """
+    return dataclasses.field(metadata={"json": False}, **kwargs)
+
+
 @dataclasses.dataclass(frozen=True)
 class Measured:
     """Base of a target's typed compute result: a frozen dataclass of its measured numbers."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as JSON values (the target JSON's ``measured``)."""
-        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """The fields not declared with `off_json`, as JSON values (the target JSON's ``measured``)."""
+        return {
+            f.name: jsonable(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.metadata.get("json", True)
+        }
 
 
 @dataclasses.dataclass(frozen=True)

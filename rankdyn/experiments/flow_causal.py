@@ -13,21 +13,25 @@ the distance of every token to it at $T$, and how long the intermediate multi-cl
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 from ._flow_runs import compute_float64, longest_plateau, plot_examples, step_limit_check, unit_starts
-from ._verdict import VERDICT_RULE, check, checks_json, checks_markdown, verdict
+from ._target import Measured, TargetResult, off_json
+from ._verdict import Check, check
 
 NAME = "flow-causal"
 CLAIM = (
-    "Karagodin, Polyanskiy, Rigollet: under causal masking with V = I, the first token does not move and every "
-    "token converges to it; intermediate multi-cluster states can last long (paraphrased from memory)."
+    "Karagodin, Polyanskiy, Rigollet: under causal masking with V = I, the first token does not move and "
+    "every token converges to it; intermediate multi-cluster states can last long (paraphrased from memory)."
 )
 N, D = 32, 3
 #: Distance to token 1 at T below which a token has converged, and the fraction of runs required.
 EPS, FRACTION = 1e-2, 0.95
+#: Largest displacement of token 1 that counts as "does not move" (float64 round-off over the run).
+STILL = 1e-12
 
 
 def _sizes(quick: bool) -> dict:
@@ -36,7 +40,34 @@ def _sizes(quick: bool) -> dict:
     return dict(betas=[0.5, 1.0, 2.0, 4.0, 8.0], batch=500, t1=3e4, saves=81)
 
 
-def compute(sz: dict, seed: int) -> dict:
+@dataclasses.dataclass(frozen=True)
+class CausalBeta(Measured):
+    """One beta: the fraction of runs with every token within `EPS` of token 1 at T, the largest
+    such distance, the longest multi-cluster plateau (median and max over runs) and the median
+    time to one cluster."""
+
+    beta: float
+    converged_fraction: float
+    max_distance_to_token1: float
+    median_longest_plateau: float = float("nan")
+    max_longest_plateau: float = float("nan")
+    median_time_to_one_cluster: float = float("nan")
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowCausalMeasured(Measured):
+    """The largest displacement of token 1, the `CausalBeta` rows and the step-limit count per
+    beta. Off the JSON: the saved times and the cluster-count and energy series of 4 example
+    starts per beta (``{"beta=b": (clusters, energy)}``) for the figure."""
+
+    first_token_displacement: float
+    per_beta: tuple[CausalBeta, ...]
+    steps_limit_hit: tuple[int, ...]
+    times: np.ndarray | None = off_json(default=None)
+    examples: dict | None = off_json(default=None)
+
+
+def compute(sz: dict, seed: int) -> FlowCausalMeasured:
     from .._masks import causal_mask
     from ..flow import FlowField, solve_flow
 
@@ -63,7 +94,7 @@ def compute(sz: dict, seed: int) -> dict:
         pls = [longest_plateau(times, cl[i, j]) for j in range(sz["batch"])]
         dur = [p["duration"] for p in pls if p is not None]
         rows.append(
-            dict(
+            CausalBeta(
                 beta=float(b),
                 converged_fraction=float(np.mean(dist[i] <= EPS)),
                 max_distance_to_token1=float(dist[i].max()),
@@ -72,83 +103,83 @@ def compute(sz: dict, seed: int) -> dict:
                 median_time_to_one_cluster=float(np.median(np.asarray(sol.time_to_cluster)[i])),
             )
         )
-    return dict(
-        times=times,
+    energy = np.asarray(sol.values["energy"])
+    return FlowCausalMeasured(
         first_token_displacement=moved,
-        per_beta=rows,
-        steps_limit_hit=np.asarray(sol.steps_limit_hit).tolist(),
-        examples={
-            f"beta={b:g}": (cl[i, :4], np.asarray(sol.values["energy"])[i, :4])
-            for i, b in enumerate(sz["betas"])
-        },
+        per_beta=tuple(rows),
+        steps_limit_hit=tuple(np.asarray(sol.steps_limit_hit).tolist()),
+        times=times,
+        examples={f"beta={b:g}": (cl[i, :4], energy[i, :4]) for i, b in enumerate(sz["betas"])},
     )
 
 
-def checks(m: dict) -> list:
+def checks(m: FlowCausalMeasured) -> list[Check]:
     """Strict checks of the measured numbers (pure: tested on synthetic results)."""
     out = [
         check(
-            "token 1 does not move (displacement < 1e-12)",
-            m["first_token_displacement"] < 1e-12,
-            f"{m['first_token_displacement']:.2e}",
+            f"token 1 does not move (displacement < {STILL:g})",
+            m.first_token_displacement < STILL,
+            f"{m.first_token_displacement:.2e}",
         )
     ]
-    for r in m["per_beta"]:
+    for r in m.per_beta:
         out.append(
             check(
-                f"beta={r['beta']:g}: >= {FRACTION:.0%} of runs have every token within {EPS:g} of token 1 at T",
-                r["converged_fraction"] >= FRACTION,
-                f"{r['converged_fraction']:.3f} (largest distance {r['max_distance_to_token1']:.3g})",
+                f"beta={r.beta:g}: >= {FRACTION:.0%} of runs have every token within {EPS:g} of token 1 at T",
+                r.converged_fraction >= FRACTION,
+                f"{r.converged_fraction:.3f} (largest distance {r.max_distance_to_token1:.3g})",
             )
         )
-    out.append(step_limit_check(m))
+    out.append(step_limit_check(m.steps_limit_hit))
     return out
 
 
-def run(out: Path, *, quick: bool, seed: int) -> dict:
-
-    sz = _sizes(quick)
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
+def render(out: Path, m: FlowCausalMeasured, cs: list[Check]) -> tuple[list[str], str]:
+    """The staircases of the example starts and the notes, from the numbers."""
     plot_examples(
-        m,
+        m.times,
+        m.examples,
         f"SA flow, causal mask, n={N}, d={D}: clusters and energy (4 starts per beta)",
         out / "flow_causal.png",
     )
-    return {
-        "name": NAME,
-        "claim": CLAIM,
-        "setting": dict(
-            sz,
-            n=N,
-            d=D,
-            mask="causal",
-            dynamics="sa",
-            qkv="identity",
-            eps=EPS,
-            dtype="float64",
-            cos_threshold=0.99,
-            solver="tsit5 rtol 1e-7 atol 1e-10",
-            seed=seed,
-            quick=quick,
-        ),
-        "measured": {k: v for k, v in m.items() if k != "times"},
-        "checks": checks_json(cs),
-        "key_numbers": {
-            f"converged at T, beta={r['beta']:g}": r["converged_fraction"] for r in m["per_beta"]
-        },
-        "verdict": verdict(cs),
-        "criterion": VERDICT_RULE,
-        "figures": ["flow_causal.png"],
-        "notes": (
-            "Intermediate multi-cluster states (longest plateau of the cluster count with k >= 2, median / max over runs): "
-            + ", ".join(
-                f"beta={r['beta']:g}: {r['median_longest_plateau']:.3g} / {r['max_longest_plateau']:.3g}"
-                for r in m["per_beta"]
-            )
-            + "; median time to one cluster: "
-            + ", ".join(f"beta={r['beta']:g}: {r['median_time_to_one_cluster']:.3g}" for r in m["per_beta"])
-            + "."
-        ),
-        "markdown": checks_markdown(cs),
-    }
+    rows = m.per_beta
+    notes = (
+        "Intermediate multi-cluster states (longest plateau of the cluster count with k >= 2, "
+        "median / max over runs): "
+        + ", ".join(
+            f"beta={r.beta:g}: {r.median_longest_plateau:.3g} / {r.max_longest_plateau:.3g}" for r in rows
+        )
+        + "; median time to one cluster: "
+        + ", ".join(f"beta={r.beta:g}: {r.median_time_to_one_cluster:.3g}" for r in rows)
+        + "."
+    )
+    moved = m.first_token_displacement
+    notes += f" Token 1 moved by at most {moved:.2e}" + (
+        ", so it stays put as the claim says." if moved < STILL else f", more than the {STILL:g} allowed."
+    )
+    short = [f"{r.beta:g}" for r in rows if r.converged_fraction < FRACTION]
+    if short:
+        notes += f" Fewer than {FRACTION:.0%} of runs reached token 1 by T for beta = {', '.join(short)}."
+    else:
+        notes += (
+            f" At every beta at least {FRACTION:.0%} of runs have every token within {EPS:g} of token 1 at T."
+        )
+    return ["flow_causal.png"], notes
+
+
+def run(out: Path, *, quick: bool, seed: int) -> dict:
+    sz = _sizes(quick)
+    out, m = compute_float64(out, compute, sz, seed)
+    cs = checks(m)
+    figures, notes = render(out, m, cs)
+    setting = dict(sz, n=N, d=D, mask="causal", dynamics="sa", qkv="identity", eps=EPS, dtype="float64")
+    return TargetResult(
+        NAME,
+        CLAIM,
+        dict(setting, cos_threshold=0.99, solver="tsit5 rtol 1e-7 atol 1e-10", seed=seed, quick=quick),
+        m,
+        cs,
+        figures=figures,
+        notes=notes,
+        key_numbers={f"converged at T, beta={r.beta:g}": r.converged_fraction for r in m.per_beta},
+    ).to_dict()

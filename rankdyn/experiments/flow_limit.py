@@ -25,8 +25,8 @@ from ._verdict import Check, check
 
 NAME = "flow-limit"
 CLAIM = (
-    "The discrete skip + post-LN map X <- LN(X + h A(X) X V) is a first-order time step of the self-attention "
-    "flow: its error at fixed T tends to 0 as h -> 0, with order 1."
+    "The discrete skip + post-LN map X <- LN(X + h A(X) X V) is a first-order time step of the "
+    "self-attention flow: its error at fixed T tends to 0 as h -> 0, with order 1."
 )
 N, D, BETA, T = 8, 3, 1.0, 2.0
 #: Accepted range of the fitted order.

