@@ -17,6 +17,8 @@ from rankdyn.experiments import RESULT_KEYS, VERDICTS
 from rankdyn.experiments import counterexample_2d as ce
 from rankdyn.experiments import equilibria_ranks as er
 from rankdyn.experiments import positive_measure as pm
+from rankdyn.experiments._circle import _tokens
+from rankdyn.experiments._intervals import wilson_interval
 
 
 def _check_contract(res, module, out, steps):
@@ -59,7 +61,7 @@ def test_basin_points_on_both_sides_of_a():
         ex = rd._constructions.example_2d(3.0)
         layer = rd._constructions.uniform_causal_layer(2, 2, ex["W_V"])
         th = np.array([ex["theta_A"] - 0.01, ex["theta_A"] + 0.01, 269.99, 270.01])
-        x2 = ce._tokens(th)
+        x2 = _tokens(th)
         x0 = jnp.asarray(np.stack([np.broadcast_to([0.0, 1.0], x2.shape), x2], axis=-2))
         xf = np.asarray(rd.simulate(layer, x0, 600, save_states=True, save_every=600).states[:, -1, 1])
     b, e = np.asarray(ex["B"]), np.array([0.0, 1.0])
@@ -132,10 +134,10 @@ def test_lemma13_track_matches_states():
 def test_wilson_interval():
     z = 1.959963984540054
     # Closed form at 0 successes: [0, z^2 / (n + z^2)].
-    assert pm.wilson_interval(0, 10) == (0.0, pytest.approx(z**2 / (10 + z**2)))
-    lo, hi = pm.wilson_interval(5, 10)
+    assert wilson_interval(0, 10) == (0.0, pytest.approx(z**2 / (10 + z**2)))
+    lo, hi = wilson_interval(5, 10)
     assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2365931, abs=1e-6)
-    assert pm.wilson_interval(10, 10)[1] == 1.0
+    assert wilson_interval(10, 10)[1] == 1.0
     with pytest.raises(ValueError):
-        pm.wilson_interval(11, 10)
-    assert math.isclose(sum(pm.wilson_interval(3, 400)) / 2, (3 / 400 + z**2 / 800) / (1 + z**2 / 400))
+        wilson_interval(11, 10)
+    assert math.isclose(sum(wilson_interval(3, 400)) / 2, (3 / 400 + z**2 / 800) / (1 + z**2 / 400))

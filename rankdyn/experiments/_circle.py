@@ -8,9 +8,9 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ._figure_data import MeasuredWithFigureData, figure_data
 from ._observers import observe_sigma_ratio as _observe_ratio
 from ._observers import sigma_ratio as _sigma_ratio
+from ._target import Measured, off_json
 
 __all__ = [
     "_tokens",
@@ -212,11 +212,11 @@ def pick_start(theta1, theta2, noncollapse_end, theta1_want: float, theta2_want:
 
 
 @dataclasses.dataclass(frozen=True)
-class BasinRun(MeasuredWithFigureData):
+class BasinRun(Measured):
     """One w with token 1 at (0, 1): token 1's ratio increments and the basin of B of token 2.
 
-    The figure data are the angle grid (deg) and the per-start outcome (1 = converged to B, 0 =
-    converged to (0, 1), -1 = neither), as `basin_of_b` returns them.
+    The `off_json` fields (figure data) are the angle grid (deg) and the per-start outcome
+    (1 = converged to B, 0 = converged to (0, 1), -1 = neither), as `basin_of_b` returns them.
     """
 
     theta_A_deg: float
@@ -229,15 +229,16 @@ class BasinRun(MeasuredWithFigureData):
     basin_num_arcs: int
     basin_undecided: int
     basin_fraction_of_circle: float
-    angles: np.ndarray = figure_data()
-    outcome: np.ndarray = figure_data()
+    angles: np.ndarray = off_json(default=None, repr=False, compare=False)
+    outcome: np.ndarray = off_json(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class JointRun(MeasuredWithFigureData):
+class JointRun(Measured):
     """One w in the joint dynamics: the non-collapse fraction per horizon with Wilson 95% intervals.
 
-    The figure data are the grid (deg) and the per-start outcome ``(len(horizons), n1, n2)``.
+    The `off_json` fields (figure data) are the grid (deg) and the per-start outcome
+    ``(len(horizons), n1, n2)``.
     """
 
     horizons: tuple[int, ...]
@@ -248,21 +249,21 @@ class JointRun(MeasuredWithFigureData):
     num_starts_degenerate: int
     min_theta1_deg_noncollapse: float
     spec_fraction_at_20000: float | None
-    theta1: np.ndarray = figure_data()
-    theta2: np.ndarray = figure_data()
-    noncollapse: np.ndarray = figure_data()
+    theta1: np.ndarray = off_json(default=None, repr=False, compare=False)
+    theta2: np.ndarray = off_json(default=None, repr=False, compare=False)
+    noncollapse: np.ndarray = off_json(default=None, repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class NoLNRun(MeasuredWithFigureData):
-    """The run without LN from the Fig. 1 start; its states (figure data) are drawn."""
+class NoLNRun(Measured):
+    """The run without LN from the Fig. 1 start; its states (`off_json`) are drawn."""
 
     steps: int
     mu_0: float
     mu_T: float
     one_minus_cos_T: float
     row_norm_T: np.ndarray
-    states: np.ndarray = figure_data()
+    states: np.ndarray = off_json(default=None, repr=False, compare=False)
 
 
 def basin_run(layer, ex: dict, sz: dict) -> BasinRun:

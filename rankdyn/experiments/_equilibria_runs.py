@@ -9,8 +9,7 @@ import itertools
 import jax.numpy as jnp
 import numpy as np
 
-from ._figure_data import MeasuredWithFigureData, figure_data
-from ._target import Measured, jsonable
+from ._target import Measured, jsonable, off_json
 
 __all__ = ["np_map", "census_table", "analyse", "Census", "RankSummary", "RankFamily", "rank_family"]
 
@@ -189,11 +188,11 @@ class RankSummary(Measured):
 
 
 @dataclasses.dataclass(frozen=True)
-class RankFamily(MeasuredWithFigureData):
+class RankFamily(Measured):
     """Every closed-form equilibrium at one $(N = d, w)$: per rank a `RankSummary`, the App. F.2
     bound of the full-rank ones, and the exact census (None beyond ``CENSUS_MAX_N``).
 
-    The figure data are the per-equilibrium arrays of `analyse` (``k``, ``stable_rank``,
+    The `off_json` field ``arrays`` holds the per-equilibrium arrays of `analyse` (``k``, ``stable_rank``,
     ``spectral_radius``, ``classification``, ``neutral_dims``, ``contracting_dims``,
     ``sigma_k_rel``), which the figure and the notes read.
     """
@@ -206,7 +205,7 @@ class RankFamily(MeasuredWithFigureData):
     full_rank_bound_holds: bool
     full_rank_all_unstable: bool
     census: Census | None = None
-    arrays: dict | None = figure_data()
+    arrays: dict | None = off_json(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> str:

@@ -26,8 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ._circle import BasinRun, JointRun, NoLNRun, basin_run, fig1_runs, joint_run
-from ._figure_data import MeasuredWithFigureData, figure_data
-from ._target import TargetResult, jsonable
+from ._target import Measured, TargetResult, jsonable, off_json
 from ._verdict import VERDICT_RULE, Check, check
 
 NAME = "counterexample-2d"
@@ -95,9 +94,9 @@ CRITERION = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Counterexample2DMeasured(MeasuredWithFigureData):
+class Counterexample2DMeasured(Measured):
     """Every run of the target; ``to_dict`` gives the JSON's keys (``"w=2"``, ``"joint w=2"``,
-    ``"no-LN W_V"``, the Fig. 1 starts), the figure data stay out of it.
+    ``"no-LN W_V"``, the Fig. 1 starts); the `off_json` fields stay out of it.
 
     Attributes:
         basins: w -> `BasinRun`; joints: w -> `JointRun`; noln: W_V label -> `NoLNRun`.
@@ -112,10 +111,10 @@ class Counterexample2DMeasured(MeasuredWithFigureData):
     noln: dict[str, NoLNRun]
     fig1_starts: dict[str, tuple[float, float]]
     fig1_sigma_ratio: dict[str, float]
-    basin_step_deg: float = figure_data(1.0)
-    fig1_w: float = figure_data(2.0)
-    fig1_example: dict | None = figure_data()
-    fig1_states_ln: np.ndarray | None = figure_data()
+    basin_step_deg: float = off_json()
+    fig1_w: float | None = off_json(default=None)
+    fig1_example: dict | None = off_json(default=None, repr=False, compare=False)
+    fig1_states_ln: np.ndarray | None = off_json(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         out = {f"w={w:g}": b.to_dict() for w, b in self.basins.items()}
