@@ -94,7 +94,7 @@ def test_depth_table_tiny(tmp_path):
     )
     _check_contract(res, tmp_path, "depth-table")
     stats = res["measured"]["stats"]
-    assert res["setting"]["table_layers"] == (0, 2, 4, 6, 8)
+    assert list(res["setting"]["table_layers"]) == [0, 2, 4, 6, 8]
     # Same inputs for every mask and mode: identical layer-0 mu.
     mu0 = [stats[mode][m]["mu_mean"][0] for mode in T.MODES for m in PAPER_MASKS]
     np.testing.assert_allclose(mu0, mu0[0], rtol=1e-12)

@@ -122,10 +122,13 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
             m: {"attn_dropout": DROPOUT_MODES[m][0], "hidden_dropout": DROPOUT_MODES[m][1]} for m in modes
         },
         "variants": {v[0]: {"skip": v[1], "post_layernorm": v[2], "mlp": v[3]} for v in VARIANTS},
-        "weights": "per-layer, U(+-1/sqrt(fan_in)) for W_Q, W_K, W_V, W_O, MLP (std ~0.0208 vs BERT N(0,0.02)); no biases",
+        # std of U(+-1/sqrt(fan_in)) is 1/sqrt(3 fan_in): 0.0208 at BERT's d = 768, larger at quick sizes.
+        "weights": "per-layer, U(+-1/sqrt(fan_in)) for W_Q, W_K, W_V, W_O, MLP (std "
+        f"{1 / (3 * d) ** 0.5:.3g} at fan_in d = {d} vs BERT N(0,0.02)); no biases",
         "dqk": d // heads,
         "ln": "centred LayerNorm, gain 1, bias 0, eps 1e-12, after the skip (post-LN)",
-        "x0": "bert (centred LN of Gaussian embeddings with a shared direction, common_weight 1, token norm sqrt(d))",
+        "x0": "bert (centred LN of Gaussian embeddings with a shared direction, common_weight 1, token norm "
+        "sqrt(d))",
         "mlp_ratio": 4,
         "rank_tol": rank_tol,
         "keys": "PRNGKey(seed) split into (weights, inputs, dropout)",

@@ -20,5 +20,6 @@ def float_dtype():
 
 
 def rel_floor(dtype) -> float:
-    """Relative floor of the rate fits: below ``mu_rel`` of this size, mu is noise (`rankdyn._floors.fit_floor`)."""
+    """Relative floor of the rate fits: below ``mu_rel`` of this size, mu is noise
+    (`rankdyn._floors.fit_floor`)."""
     return fit_floor(jnp.dtype(dtype))

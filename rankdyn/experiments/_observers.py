@@ -32,7 +32,8 @@ def full_observe(rank_tol):
 
 
 def sigma_ratio(x):
-    r"""$\sigma_2/\sigma_1$ of one token matrix: 0 at rank one (rank >= 2 iff > 1e-2, docs/theory.md#metrics)."""
+    r"""$\sigma_2/\sigma_1$ of one token matrix: 0 at rank one (rank >= 2 iff > 1e-2,
+    docs/theory.md#metrics)."""
     s = jnp.linalg.svd(x, compute_uv=False)
     return s[1] / jnp.where(s[0] > 0, s[0], 1.0)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ._verdict import VERDICT_RULE, Check, checks_json, checks_markdown, verdict
+from ._verdict import VERDICT_RULE, Check, checks_json, verdict
 
 __all__ = ["Measured", "TargetResult", "jsonable", "off_json"]
 
@@ -109,9 +109,6 @@ class TargetResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The result dict of the reproduce contract (``experiments.RESULT_KEYS`` and the optional keys)."""
-        md = checks_markdown(self.checks)
-        if self.tables:
-            md += "\n\n" + self.tables.strip("\n")
         res = {
             "name": self.name,
             "claim": self.claim,
@@ -123,7 +120,8 @@ class TargetResult:
             "criterion": self.criterion,
             "figures": list(self.figures),
             "notes": self.notes,
-            "markdown": md,
+            # The checks have their own table in the report (from "checks"): markdown is the rest.
+            "markdown": self.tables.strip("\n"),
         }
         if self.model is not None:
             res["model"] = self.model

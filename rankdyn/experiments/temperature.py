@@ -10,6 +10,7 @@ array field of the layer, so the sweep never recompiles.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import equinox as eqx
@@ -23,19 +24,25 @@ from . import masks_collapse as MC
 from ._dtype import float_dtype, rel_floor
 from ._masktable import MASK_LABELS, PAPER_MASKS, masks_for
 from ._runs import band, san_layer, simulate_stacked, stack
+from ._simtarget import geo_mean
+from ._target import Measured, TargetResult, off_json
 
 NAME = "temperature"
 CLAIM = (
-    "Theorem 1 implication (paper Fig. 3 and Fig. 7): a smaller temperature d_QK (sharper attention, smaller eps) "
-    "slows the initial rate of rank collapse for every mask; the effect is larger with global attention than "
-    "with sparse masks, and larger in shallow layers than in deep ones."
+    "Theorem 1 implication (paper Fig. 3 and Fig. 7): a smaller temperature d_QK (sharper attention, smaller "
+    "eps) slows the initial rate of rank collapse for every mask; the effect is larger with global attention "
+    "than with sparse masks, and larger in shallow layers than in deep ones."
 )
 
 #: Swept temperatures 2^-6 .. 2^6; indices 0, 6, 12 are the paper's 1/64, 1, 64.
 DQKS = 2.0 ** np.arange(-6, 7)
 PAPER_DQKS = (1 / 64, 1.0, 64.0)
+#: Index of each paper temperature in `DQKS`.
+PAPER_INDEX = {q: int(np.argmin(np.abs(DQKS - q))) for q in PAPER_DQKS}
 #: Layers of the "early" rate fit (0..EARLY) and the "late" one (EARLY..depth).
 EARLY = 4
+#: "Decreases with d_QK": Spearman rank correlation of the early factor with log d_QK at most this.
+SPEARMAN_MAX = -0.8
 
 
 def sizes(quick: bool) -> dict:
@@ -57,12 +64,61 @@ def _spearman(x, y) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
-    from .._init import initial_tokens
-    from ..plotting import plot_band_panels, plot_rate_vs_dqk, save_figure
+@dataclasses.dataclass(frozen=True)
+class TemperatureMeasured(Measured):
+    """Per mask (of `PAPER_MASKS`), one value per temperature of `DQKS` (early and late rates,
+    median layer-0 eps) or one number (Spearman, effect, spreads)."""
 
-    out = Path(out)
-    sz = dict(sizes(quick) if size is None else size)
+    early_rate: dict[str, list[float]]
+    late_rate: dict[str, list[float]]
+    median_eps_layer0: dict[str, list[float]]
+    spearman: dict[str, float]
+    effect_1_64_minus_64: dict[str, float]
+    spread_shallow: dict[str, float]
+    spread_deep: dict[str, float]
+    layers: np.ndarray = off_json()
+    #: "d_QK = q" -> mask label -> band of mu, for the paper's three temperatures.
+    curves: dict = off_json()
+    setting: dict = off_json()
+
+    @property
+    def monotone(self) -> dict[str, bool]:
+        """Per mask: the early factor decreases with d_QK (Spearman <= `SPEARMAN_MAX`)."""
+        return {m: bool(np.isfinite(r) and r <= SPEARMAN_MAX) for m, r in self.spearman.items()}
+
+    @property
+    def complete_effect_largest(self) -> bool:
+        """The effect of the temperature is larger for the complete mask than for both windows."""
+        e = self.effect_1_64_minus_64
+        return bool(e["complete"] > max(e["window"], e["window-uni"]))
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        # The JSON's order: the two derived booleans sit next to the numbers they come from.
+        keys = ("early_rate", "late_rate", "median_eps_layer0", "spearman")
+        return (
+            {k: d[k] for k in keys}
+            | {"monotone": self.monotone, "effect_1_64_minus_64": d["effect_1_64_minus_64"]}
+            | {"complete_effect_largest": self.complete_effect_largest}
+            | {k: d[k] for k in ("spread_shallow", "spread_deep")}
+        )
+
+
+def compute(sz: dict, seed: int) -> TemperatureMeasured:
+    r"""Run the masks-collapse SAN for every (mask, $d_{QK}$) of `PAPER_MASKS` x `DQKS` as one program.
+
+    The scores are divided by $\sqrt{d_{QK}}$, so a small $d_{QK}$ sharpens attention.
+
+    Arguments:
+        sz: ``n, d, batch, depth, weight_layers`` (`sizes`).
+        seed: the same keys as masks-collapse (same weights and inputs).
+
+    Returns:
+        The early and late per-layer factors, the median layer-0 eps, Spearman correlations, effects
+        and spreads per mask, the curves at the paper's three temperatures and the setting.
+    """
+    from .._init import initial_tokens
+
     n, d, batch, depth = sz["n"], sz["d"], sz["batch"], sz["depth"]
     dtype = float_dtype()
     floor = rel_floor(dtype)
@@ -79,161 +135,167 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         for q in DQKS
     ]
     layers, met, nonfinite, _ = simulate_stacked(stack(configs), x0, depth)
-    nm, nq = len(masks), len(DQKS)
-
-    def reshape(v):
-        return v.reshape((nm, nq) + v.shape[1:])
-
-    mu_all, rel_all, eps_all, bad = (
-        reshape(met["mu"]),
-        reshape(met["mu_rel"]),
-        reshape(met["eps_min"]),
-        reshape(nonfinite),
-    )
+    shape = (len(masks), len(DQKS))
+    mu_all, rel_all, eps_all = (met[k].reshape(shape + met[k].shape[1:]) for k in ("mu", "mu_rel", "eps_min"))
+    bad = nonfinite.reshape(shape + nonfinite.shape[1:])
     early, late, eps_med, curves = {}, {}, {}, {}
     for i, name in enumerate(masks):
         e_r, l_r, em = [], [], []
-        for j, q in enumerate(DQKS):
+        for j in range(len(DQKS)):
             ok = ~bad[i, j]
-            gm = np.exp(np.mean(np.log(np.maximum(mu_all[i, j][ok], 1e-300)), axis=0))
-            gr = np.exp(np.mean(np.log(np.maximum(rel_all[i, j][ok], 1e-300)), axis=0))
+            gm, gr = geo_mean(mu_all[i, j], ok), geo_mean(rel_all[i, j], ok)
             e_r.append(fit_rate_window(layers, gm, gr, floor, start=0, stop=EARLY, tail=False)[0])
             l_r.append(fit_rate_window(layers, gm, gr, floor, start=EARLY, stop=depth, tail=False)[0])
             em.append(float(np.median(eps_all[i, j][ok][:, 0])))
         early[name], late[name], eps_med[name] = e_r, l_r, em
-    idx = {q: int(np.argmin(np.abs(DQKS - q))) for q in PAPER_DQKS}
-    for q in PAPER_DQKS:
+    for q, j in PAPER_INDEX.items():
         curves[f"d_QK = {q:g}"] = {
-            MASK_LABELS[m]: band(mu_all[i, idx[q]], ~bad[i, idx[q]]) for i, m in enumerate(masks)
+            MASK_LABELS[m]: band(mu_all[i, j], ~bad[i, j]) for i, m in enumerate(masks)
         }
+    lo, hi = PAPER_INDEX[1 / 64], PAPER_INDEX[64.0]
+    return TemperatureMeasured(
+        early_rate=early,
+        late_rate=late,
+        median_eps_layer0=eps_med,
+        spearman={m: _spearman(np.log(DQKS), early[m]) for m in masks},
+        effect_1_64_minus_64={m: float(early[m][lo] - early[m][hi]) for m in masks},
+        spread_shallow={m: float(np.nanmax(early[m]) - np.nanmin(early[m])) for m in masks},
+        spread_deep={
+            m: float(np.nanmax(late[m]) - np.nanmin(late[m])) if np.isfinite(late[m]).any() else float("nan")
+            for m in masks
+        },
+        layers=layers,
+        curves=curves,
+        setting=_setting(sz, seed, dtype, floor),
+    )
 
-    # Criteria: (1) early factor decreases with d_QK for every mask (Spearman <= -0.8);
-    # (2) the effect (early factor at 1/64 minus at 64) is larger for complete than for both windows.
-    rho = {m: _spearman(np.log(DQKS), early[m]) for m in masks}
-    monotone = {m: bool(np.isfinite(rho[m]) and rho[m] <= -0.8) for m in masks}
 
-    def effect(m):
-        a, b = early[m][idx[1 / 64]], early[m][idx[64.0]]
-        return a - b
-
-    eff = {m: float(effect(m)) for m in masks}
-    global_larger = bool(eff["complete"] > max(eff["window"], eff["window-uni"]))
-    shallow = {m: float(np.nanmax(early[m]) - np.nanmin(early[m])) for m in masks}
-    deep = {
-        m: float(np.nanmax(late[m]) - np.nanmin(late[m])) if np.isfinite(late[m]).any() else float("nan")
-        for m in masks
+def _setting(sz: dict, seed: int, dtype, floor: float) -> dict:
+    return {
+        **sz,
+        "seed": seed,
+        "dtype": str(np.dtype(dtype)),
+        "masks": list(PAPER_MASKS),
+        "dqk_sweep": DQKS,
+        "paper_dqks": PAPER_DQKS,
+        "early_layers": [0, EARLY],
+        "model": "masks-collapse SAN (no LN, per-layer Haar-orthogonal W_V, BERT-uniform W_Q/W_K), same "
+        "weights and inputs as masks-collapse at this seed",
+        "x0": "gaussian N(0,1)",
+        "keys": "PRNGKey(seed) -> (weights, inputs)",
     }
-    check_list = [
+
+
+def checks(m: TemperatureMeasured) -> list[V.Check]:
+    """(1) the early factor decreases with d_QK for every mask; (2) the effect (early factor at
+    1/64 minus at 64) is larger for the complete mask than for both windows."""
+    out = [
         V.check(
-            f"{MASK_LABELS[m]}: early factor decreases with d_QK (Spearman <= -0.8)",
-            monotone[m],
-            f"Spearman {rho[m]:.3g}",
+            f"{MASK_LABELS[k]}: early factor decreases with d_QK (Spearman <= {SPEARMAN_MAX:g})",
+            m.monotone[k],
+            f"Spearman {m.spearman[k]:.3g}",
         )
-        for m in masks
+        for k in m.spearman
     ]
-    check_list.append(
+    out.append(
         V.check(
             "temperature effect larger for complete than both windows",
-            global_larger,
-            ", ".join(f"{MASK_LABELS[m]} {e:.3g}" for m, e in eff.items()),
+            m.complete_effect_largest,
+            ", ".join(f"{MASK_LABELS[k]} {e:.3g}" for k, e in m.effect_1_64_minus_64.items()),
         )
     )
-    checks = V.checks_json(check_list)
-    verdict = V.verdict(check_list)
+    return out
 
-    fig = plot_band_panels(
-        layers,
-        curves,
-        ncols=3,
-        dtype=dtype,
-        suptitle=f"SAN without LN, mu vs depth at three temperatures (n={n}, d={d})",
-    )
-    figs = [save_figure(fig, out / "temperature_mu.png")]
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
-    plot_rate_vs_dqk(DQKS, {MASK_LABELS[m]: early[m] for m in masks}, ax=ax, marks=PAPER_DQKS)
-    ax.set_title(f"early per-layer factor of mu (layers 0..{EARLY})", fontsize=9)
-    figs.append(save_figure(fig, out / "temperature_rate.png"))
-
+def table(m: TemperatureMeasured) -> str:
+    """Early factor at the paper's temperatures, the Spearman correlation and the effect, per mask."""
     head = (
         "| mask | "
         + " | ".join(f"d_QK={q:g}" for q in PAPER_DQKS)
         + " | Spearman(log d_QK, rate) | effect 1/64 - 64 |"
     )
     rows = [head, "|" + "---|" * (len(PAPER_DQKS) + 3)]
-    for m in masks:
+    for k, e in m.early_rate.items():
         rows.append(
-            f"| {MASK_LABELS[m]} | "
-            + " | ".join(f"{early[m][idx[q]]:.3g}" for q in PAPER_DQKS)
-            + f" | {rho[m]:.2f} | {eff[m]:.3g} |"
+            f"| {MASK_LABELS[k]} | "
+            + " | ".join(f"{e[PAPER_INDEX[q]]:.3g}" for q in PAPER_DQKS)
+            + f" | {m.spearman[k]:.2f} | {m.effect_1_64_minus_64[k]:.3g} |"
         )
-    notes = (
-        "Early rate = exp(slope) of log(geometric-mean mu) over layers 0..%d, points at the round-off floor "
-        "(mu/||X||_F <= %.2g) left out; where mu reached the floor before two points were usable the upper estimate floor^(1/t_hit) is used. "
-        "Shallow vs deep: the spread of the factor over d_QK is %s in layers 0..%d and %s in layers %d..%d "
-        "(reported; deep-layer rates of masks that already collapsed are undefined)."
-        % (
-            EARLY,
-            floor,
-            {m: round(v, 3) for m, v in shallow.items()},
-            EARLY,
-            {m: round(v, 3) for m, v in deep.items()},
-            EARLY,
-            depth,
-        )
+    return "\n".join(rows)
+
+
+def render(out: Path, m: TemperatureMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
+    """mu against depth at the paper's temperatures, the early factor against d_QK, and the notes."""
+    from ..plotting import plot_band_panels, plot_rate_vs_dqk, save_figure
+
+    s = m.setting
+    fig = plot_band_panels(
+        m.layers,
+        m.curves,
+        ncols=3,
+        dtype=s["dtype"],
+        suptitle=f"SAN without LN, mu vs depth at three temperatures (n={s['n']}, d={s['d']})",
     )
-    for m in (m for m, v in monotone.items() if not v):
-        hi = [r for q, r in zip(DQKS, early[m]) if q >= 1]
-        notes += (
-            f" {MASK_LABELS[m]}: not monotone (Spearman {rho[m]:.2f}); for d_QK >= 1 its early factor only ranges "
-            f"over [{np.nanmin(hi):.3g}, {np.nanmax(hi):.3g}] although the median layer-0 eps changes from "
-            f"{eps_med[m][idx[1.0]]:.3g} (d_QK=1) to {eps_med[m][idx[64.0]]:.3g} (d_QK=64). eps enters only the upper "
-            "bound of Theorem 1: sharper attention that sends many queries to the same few keys also merges tokens "
-            "quickly, so a smaller eps need not slow the actual collapse"
+    figs = [save_figure(fig, out / "temperature_mu.png")]
+    ax = plot_rate_vs_dqk(DQKS, {MASK_LABELS[k]: v for k, v in m.early_rate.items()}, marks=PAPER_DQKS)
+    ax.set_title(f"early per-layer factor of mu (layers 0..{EARLY})", fontsize=9)
+    figs.append(save_figure(ax.figure, out / "temperature_rate.png"))
+    return figs, notes(m)
+
+
+def notes(m: TemperatureMeasured) -> str:
+    """The prose, from the numbers: the fit, the spreads, and why a mask is not monotone."""
+    floor, depth = rel_floor(m.setting["dtype"]), m.setting["depth"]
+    text = (
+        f"Early rate = exp(slope) of log(geometric-mean mu) over layers 0..{EARLY}, points at the round-off "
+        f"floor (mu/||X||_F <= {floor:.2g}) left out; where mu reached the floor before two points were "
+        "usable the upper estimate floor^(1/t_hit) is used. Shallow vs deep: the spread of the factor over "
+        f"d_QK is { {k: round(v, 3) for k, v in m.spread_shallow.items()} } in layers 0..{EARLY} and "
+        f"{ {k: round(v, 3) for k, v in m.spread_deep.items()} } in layers {EARLY}..{depth} (reported; "
+        "deep-layer rates of masks that already collapsed are undefined)."
+    )
+    eps, i1, i64, i0 = m.median_eps_layer0, PAPER_INDEX[1.0], PAPER_INDEX[64.0], PAPER_INDEX[1 / 64]
+    for k in (k for k, v in m.monotone.items() if not v):
+        early = m.early_rate[k]
+        hi = [r for q, r in zip(DQKS, early) if q >= 1]
+        text += (
+            f" {MASK_LABELS[k]}: not monotone (Spearman {m.spearman[k]:.2f}); for d_QK >= 1 its early factor "
+            f"only ranges over [{np.nanmin(hi):.3g}, {np.nanmax(hi):.3g}] although the median layer-0 eps "
+            f"changes from {eps[k][i1]:.3g} (d_QK=1) to {eps[k][i64]:.3g} (d_QK=64). eps enters only the "
+            "upper bound of Theorem 1: sharper attention that sends many queries to the same few keys also "
+            "merges tokens quickly, so a smaller eps need not slow the actual collapse"
         )
-        a, b = early[m][idx[1 / 64]], early[m][idx[1.0]]
-        notes += (
+        a, b = early[i0], early[i1]
+        text += (
             f"; from d_QK = 1/64 to 1 the factor falls from {a:.3g} to {b:.3g}."
             if a > b
             else f"; even from d_QK = 1/64 to 1 it does not fall ({a:.3g} -> {b:.3g})."
         )
-    return {
-        "name": NAME,
-        "claim": CLAIM,
-        "setting": {
-            **sz,
-            "seed": seed,
-            "dtype": str(np.dtype(dtype)),
-            "masks": list(PAPER_MASKS),
-            "dqk_sweep": DQKS,
-            "paper_dqks": PAPER_DQKS,
-            "early_layers": [0, EARLY],
-            "model": "masks-collapse SAN (no LN, per-layer Haar-orthogonal W_V, BERT-uniform W_Q/W_K), same weights "
-            "and inputs as masks-collapse at this seed",
-            "x0": "gaussian N(0,1)",
-            "keys": "PRNGKey(seed) -> (weights, inputs)",
+    return text
+
+
+def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
+    out = Path(out)
+    m = compute(dict(sizes(quick) if size is None else size), seed)
+    cs = checks(m)
+    figures, text = render(out, m, cs)
+    criterion = (
+        f"checks: for each of the four masks the early per-layer factor (layers 0..{EARLY}) decreases with "
+        f"d_QK (Spearman rank correlation with log d_QK <= {SPEARMAN_MAX:g}); the effect factor(1/64) - "
+        "factor(64) is larger for the complete mask than for both windows. " + V.VERDICT_RULE
+    )
+    return TargetResult(
+        NAME,
+        CLAIM,
+        m.setting,
+        m,
+        cs,
+        figures=figures,
+        notes=text,
+        key_numbers={
+            f"effect factor(1/64) - factor(64), {MASK_LABELS[k]}": e
+            for k, e in m.effect_1_64_minus_64.items()
         },
-        "measured": {
-            "early_rate": early,
-            "late_rate": late,
-            "median_eps_layer0": eps_med,
-            "spearman": rho,
-            "monotone": monotone,
-            "effect_1_64_minus_64": eff,
-            "complete_effect_largest": global_larger,
-            "spread_shallow": shallow,
-            "spread_deep": deep,
-        },
-        "verdict": verdict,
-        "checks": checks,
-        "key_numbers": {f"effect factor(1/64) - factor(64), {MASK_LABELS[m]}": e for m, e in eff.items()},
-        "criterion": (
-            f"checks: for each of the four masks the early per-layer factor (layers 0..{EARLY}) decreases with d_QK "
-            "(Spearman rank correlation with log d_QK <= -0.8); the effect factor(1/64) - factor(64) is larger "
-            "for the complete mask than for both windows. " + V.VERDICT_RULE
-        ),
-        "figures": figs,
-        "notes": notes,
-        "markdown": "\n".join(rows),
-    }
+        tables=table(m),
+        criterion=criterion,
+    ).to_dict()
