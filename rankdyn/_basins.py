@@ -1,4 +1,6 @@
-r"""Basins of attraction: where random inputs end after ``T`` layers (docs/theory.md#constructions, docs/theory.md#stability).
+r"""Basins of attraction: where random inputs end after ``T`` layers.
+
+(docs/theory.md#constructions, docs/theory.md#stability.)
 
 For a sampler of initial tokens, a layer and a horizon $T$, `basin_fractions` runs
 $X^{(T)} = F^{T}(X^{(0)})$ for many inputs (chunked, one compiled program per chunk size) and
@@ -6,8 +8,9 @@ counts the classes of the final states given by a ``classify`` function (the num
 or the nearest known equilibrium). Fractions come with Wilson 95% intervals, which stay
 inside $[0, 1]$ and are honest for the rare events found here (a few percent of starts).
 
-Because convergence near the paper's equilibria is algebraic (docs/theory.md#ambiguities-and-choices), fractions depend on
-$T$; always report the horizon with them (the result dict does).
+Because convergence near the paper's equilibria is algebraic
+(docs/theory.md#ambiguities-and-choices), fractions depend on $T$;
+always report the horizon with them (the result dict does).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from ._floors import KEEPS_RANK_TOL
 from ._layer import SelfAttentionLayer
 from ._metrics import mu, numerical_rank, singular_values
 from ._simulate import simulate
@@ -50,8 +54,10 @@ def wilson_interval(
     return lo, hi
 
 
-def rank_classifier(tol: float = 1e-3) -> Callable[[Float[Array, "n d"]], Int[Array, ""]]:
+def rank_classifier(tol: float = KEEPS_RANK_TOL) -> Callable[[Float[Array, "n d"]], Int[Array, ""]]:
     """A classifier returning the numerical rank of the final tokens: #{sigma_i > tol * sigma_1}.
+
+    ``tol`` defaults to `rankdyn._floors.KEEPS_RANK_TOL` (1e-3), the threshold of "keeps rank".
 
     The tolerance is explicit because convergence is slow: at finite depth a collapsing
     trajectory still has small nonzero singular values (e.g. ~1/(wT) in the 2-D example).

@@ -14,10 +14,18 @@ with the float64 weights taken as exact rationals, a certificate of a point $\ti
   tangent space of $(\mathbb S^{d-1})^n$) at that precision;
 - an interval **Krawczyk** test (mpmath.iv): with $\mathbf X = \tilde X + [-r, r]^{nd}$,
   $C \approx DG(\tilde X)^{-1}$ and $\mathbf J \supseteq \{DG(Y) : Y \in \mathbf X\}$,
-  $$K = \tilde X - C\,G(\tilde X) + (I - C\mathbf J)(\mathbf X - \tilde X) \subset \operatorname{int}\mathbf X$$
+  $$K = \tilde X - C\,G(\tilde X) + (I - C\mathbf J)(\mathbf X - \tilde X)
+  \subset \operatorname{int}\mathbf X$$
   proves that $\mathbf X$ holds exactly one zero of $G$, i.e. one equilibrium within $r$ of
   $\tilde X$ in the max-norm. ($DF$ maps into the tangent space, so $DG = DF - I$ is singular
   only if 1 is a multiplier; a stable point has none.)
+- an interval bound on the spectral radius (`stability_bound`): with $\mathbf M \supseteq
+  \{DF(Y) : Y \in \mathbf X\}$, $V$ approximate eigenvectors of its midpoint and $W \approx V^{-1}$,
+  $P = WV$ and $\delta = \|I - P\|_\infty < 1$, the matrix $C = V^{-1} DF(X^*) V = P^{-1} Q$,
+  $Q \in W \mathbf M V$, has $|C_{ij}| \le |Q_{ij}| + \frac{\delta}{1-\delta}\sum_k |Q_{kj}|$, so by
+  Gershgorin $\rho(DF(X^*)) \le \max_i \sum_j \sup |C_{ij}|$ at the equilibrium $X^*$ of the box.
+  ($DF$ maps into the tangent space, so its spectrum is the tangent multipliers and zeros: a bound
+  below 1 proves linear stability on $(\mathbb S^{d-1})^n$.)
 
 Derivatives come from a small forward-mode dual number over mpmath numbers or intervals
 (`_Dual`), so the interval Jacobian encloses the true one over the whole box. Used by the
@@ -32,6 +40,7 @@ __all__ = [
     "refine",
     "krawczyk",
     "tangent_multipliers",
+    "stability_bound",
     "certify",
     "layer_weights",
     "weights_from_hex",
@@ -261,6 +270,60 @@ def tangent_multipliers(x, weights: dict, *, dps: int = 50) -> list:
         return sorted(eig, key=lambda z: -abs(z))
 
 
+def stability_bound(x, weights: dict, radius, *, dps: int = 50) -> dict:
+    r"""Rigorous upper bound on $\rho(DF(X^*))$ for every $X^*$ in the box ``x + [-radius, radius]``.
+
+    The interval Jacobian over the box, a similarity by approximate eigenvectors with a
+    rigorously enclosed inverse, then Gershgorin (module docstring): every eigenvalue of
+    $DF(Y)$, $Y$ in the box, has modulus at most the bound.
+
+    Arguments:
+        x: the centre (numbers or decimal strings; a list of n lists of d).
+        weights: `layer_weights` (float64 values, used exactly).
+        radius: the half-width of the box in the max-norm.
+        dps: working precision.
+
+    Returns:
+        ``{"bound": str, "delta": str}``: the bound (upper end of an interval, 20 digits) and
+        $\delta = \|I - WV\|_\infty$ (``bound`` is ``"inf"`` when $\delta \ge 1$).
+    """
+    iv = mpmath.iv
+    with mpmath.workdps(dps):
+        old = iv.dps
+        iv.dps = dps
+        try:
+            centre = [[mpmath.mpf(v) for v in row] for row in x]
+            r = mpmath.mpf(radius)
+            w = _weights_in(iv, weights)
+            box = [[iv.mpf([c - r, c + r]) for c in row] for row in centre]
+            _, jbox = _residual_and_jacobian(iv, box, w)
+            m = len(jbox)
+            dfm = [[jbox[a][b] + (1 if a == b else 0) for b in range(m)] for a in range(m)]
+            _, vec = mpmath.eig(mpmath.matrix([[e.mid for e in row] for row in dfm]))
+            inv = mpmath.inverse(vec)
+            cx = lambda z: iv.mpc(mpmath.re(z), mpmath.im(z))  # noqa: E731 - exact at this precision
+            vi = [[cx(vec[a, b]) for b in range(m)] for a in range(m)]
+            wi = [[cx(inv[a, b]) for b in range(m)] for a in range(m)]
+            zero = iv.mpc(0, 0)
+            mv = [[sum((dfm[a][k] * vi[k][b] for k in range(m)), zero) for b in range(m)] for a in range(m)]
+            q = [[sum((wi[a][k] * mv[k][b] for k in range(m)), zero) for b in range(m)] for a in range(m)]
+            p = [[sum((wi[a][k] * vi[k][b] for k in range(m)), zero) for b in range(m)] for a in range(m)]
+            sup = lambda z: iv.mpf(abs(z).b)  # noqa: E731 - upper end of |z|, an exact point interval
+            # Every sum below is formed in interval arithmetic, its upper end taken: rounded up.
+            delta = max(
+                sum((sup(p[a][b] - (1 if a == b else 0)) for b in range(m)), iv.mpf(0)).b for a in range(m)
+            )
+            if delta >= 1:
+                return {"bound": "inf", "delta": mpmath.nstr(delta, 6)}
+            eps = iv.mpf((iv.mpf(delta) / (1 - iv.mpf(delta))).b)
+            qs = [[sup(q[a][b]) for b in range(m)] for a in range(m)]
+            col = [sum((qs[k][b] for k in range(m)), iv.mpf(0)) for b in range(m)]
+            bound = max(sum((qs[a][b] + eps * col[b] for b in range(m)), iv.mpf(0)).b for a in range(m))
+            return {"bound": mpmath.nstr(mpmath.mpf(bound), 20), "delta": mpmath.nstr(delta, 6)}
+        finally:
+            iv.dps = old
+
+
 def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = "1e-30") -> dict:
     """Refine, prove and linearise one equilibrium; the JSON-ready ``certificate`` entry.
 
@@ -272,13 +335,16 @@ def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = 
     Returns:
         dict with ``point`` (decimal strings), ``weights`` (float64 hex, mask as bools),
         ``radius``, ``residual``, ``newton_iterations``, ``multipliers`` (``[re, im]`` strings),
-        ``spectral_radius``, ``method``, ``proven``, ``krawczyk_margin``, ``dps``.
+        ``spectral_radius``, ``method``, ``proven``, ``krawczyk_margin``, ``spectral_radius_bound``
+        (`stability_bound` over the Krawczyk box), ``stability_proven`` (existence proven and the
+        bound below 1), ``dps``.
     """
     pt, res, it = refine(x, weights, dps=dps)
     with mpmath.workdps(dps):
         point = [[mpmath.nstr(v, digits, strip_zeros=False) for v in row] for row in pt]
     kz = krawczyk(point, weights, radius, dps=dps)
     mult = tangent_multipliers(point, weights, dps=dps)
+    stab = stability_bound(point, weights, kz["radius"], dps=dps)
     with mpmath.workdps(dps):
         rho = max(abs(z) for z in mult)
         mult_s = [[mpmath.nstr(mpmath.re(z), 20), mpmath.nstr(mpmath.im(z), 20)] for z in mult]
@@ -293,9 +359,13 @@ def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = 
         "spectral_radius": rho_s,
         "method": (
             f"Newton on F - id in mpmath at {dps} digits; interval Krawczyk test (mpmath.iv, forward-mode "
-            "interval Jacobian over the box) of the max-norm box of this radius; tangent multipliers by mpmath.eig"
+            "interval Jacobian over the box) of the max-norm box of this radius; tangent multipliers by "
+            "mpmath.eig; "
+            "spectral radius bounded over the box by eigenvector similarity (enclosed inverse) and Gershgorin"
         ),
         "proven": kz["proven"],
         "krawczyk_margin": kz["margin"],
+        "spectral_radius_bound": stab["bound"],
+        "stability_proven": bool(kz["proven"] and stab["bound"] != "inf" and mpmath.mpf(stab["bound"]) < 1),
         "dps": dps,
     }

@@ -246,7 +246,8 @@ def _check_types(v: Mapping[str, Any], name: Names) -> dict[str, float]:
             raise UsageError(f"unknown {p.what} {show(p.name, x)}; expected one of {', '.join(p.choices)}.")
         if p.kind == "ln" and not (isinstance(x, AbstractNorm) or x in p.choices):
             raise UsageError(
-                f"unknown {p.what} {show(p.name, x)}; expected one of {', '.join(p.choices)} or an AbstractNorm."
+                f"unknown {p.what} {show(p.name, x)}; expected one of {', '.join(p.choices)} or an "
+                "AbstractNorm."
             )
         if p.kind == "mask" and isinstance(x, str) and x not in p.choices:
             raise UsageError(f"unknown {p.what} {show(p.name, x)}; expected one of {', '.join(p.choices)}.")
@@ -317,8 +318,9 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         )
     if mask == "dilated" and w_ * v["dilation"] > n - 1:
         raise UsageError(
-            f"{show('window', w_)} dilated hops of {v['dilation']} tokens reach {w_ * v['dilation']} tokens away, "
-            f"beyond the last of {show('n', n)} tokens; use {name('window')} <= {(n - 1) // v['dilation']}."
+            f"{show('window', w_)} dilated hops of {v['dilation']} tokens reach "
+            f"{w_ * v['dilation']} tokens away, beyond the last of {show('n', n)} tokens; use "
+            f"{name('window')} <= {(n - 1) // v['dilation']}."
         )
     if mask == "global" and v["num_global"] > n:
         raise UsageError(f"{show('num_global', v['num_global'])} must be in [0, n = {n}].")

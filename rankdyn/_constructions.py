@@ -1,4 +1,6 @@
-r"""Closed-form counterexamples of the paper: the 2-D example and equilibria of every rank (docs/theory.md#constructions).
+r"""Closed-form counterexamples of the paper: the 2-D example and equilibria of every rank.
+
+(docs/theory.md#constructions.)
 
 All constructions use the **causal mask**, $W_Q = W_K = 0$ (so $A_{ij} = 1/i$ for $j \le i$,
 constant in $t$), a constant $W_V$ and the paper's post-LN (rows onto the unit sphere):
@@ -144,7 +146,9 @@ def rank_k_equilibrium(
     *,
     dtype=None,
 ) -> Float[Array, "n d"]:
-    r"""The closed-form rank-$k$ equilibrium for the full-bidiagonal $W_V = I + wS$ (docs/theory.md#constructions).
+    r"""The closed-form rank-$k$ equilibrium for the full-bidiagonal $W_V = I + wS$.
+
+    (docs/theory.md#constructions.)
 
     With $c = n - k + 1$: tokens $1..c$ equal $s_0 e_d$ (so $\beta_c = 1/c$); token $p = c + 1$
     solves $X_p (I - W_V) = s_0 c\, e_d$ with $\beta_p = 1$,
@@ -215,7 +219,9 @@ def rank_k_equilibrium(
 def all_closed_form_equilibria(
     n: int, d: int, w: float | int, *, dtype=None
 ) -> list[tuple[int, Float[Array, "n d"]]]:
-    r"""Every closed-form equilibrium of docs/theory.md#constructions for the full-bidiagonal $W_V$ at this ``w``.
+    r"""Every closed-form equilibrium for the full-bidiagonal $W_V$ at this ``w``.
+
+    (docs/theory.md#constructions.)
 
     For each rank $k = 1..\min(n, d)$ that is valid at ``w`` (``k = 1`` always; ``k >= 2`` needs
     $w \ge c = n - k + 1$), all $2^k$ sign choices ($s_0$ and $s_{c+1..n}$), with duplicates
@@ -258,7 +264,9 @@ def lemma13_condition(x2: Float[Array, " d"], w: ArrayLike, *, condition: str = 
 def lemma13_sample(
     key: PRNGKeyArray, d: int, w: ArrayLike, batch: int, *, condition: str = "proof", dtype=None
 ) -> Float[Array, "batch 2 d"]:
-    r"""Inputs $(X_1, X_2)$ satisfying Lemma 13 (docs/theory.md#constructions): $X_1 = e_d$, $X_2$ in the valid set.
+    r"""Inputs $(X_1, X_2)$ satisfying Lemma 13: $X_1 = e_d$, $X_2$ in the valid set.
+
+    (docs/theory.md#constructions.)
 
     The valid set (see `lemma13_condition`) has positive measure on $\mathbb S^{d-1}$; this
     sampler has a positive density on all of it (it is not the uniform distribution on the

@@ -1,4 +1,6 @@
-r"""Search for value matrices that keep the token rank high at depth (paper App. F.4; docs/theory.md#constructions).
+r"""Search for value matrices that keep the token rank high at depth.
+
+(Paper App. F.4; docs/theory.md#constructions.)
 
 The paper builds counterexamples by hand for the causal mask (Theorem 3) and leaves open whether
 LN can sustain higher-rank states under **undirected** masks (App. F.4: the authors conjecture
@@ -9,9 +11,10 @@ X^{(t+1)} = \mathrm{LN}\big(A^{(t)} X^{(t)} W_V\big)\ \text{(eq. 3)},$$
 
 with $\phi$ the second singular value ($\sigma_2$, rank > 1), the smallest ($\sigma_{\min}$, the
 strict "full rank is kept" measure) or the effective rank of the final tokens, by Adam (Optax)
-through a differentiable ``lax.scan`` over depth (one compiled program for every stage of the curriculum, vmapped over settings and restarts), with a depth
-curriculum, restarts and checkpoint selection at depth $T$. $W_Q, W_K$ are zero (uniform
-attention over the mask) or fixed random (BERT-style) weights. Since post-LN dynamics are
+through a differentiable ``lax.scan`` over depth (one compiled program for every stage of the
+curriculum, vmapped over settings and restarts), with a depth curriculum, restarts and checkpoint
+selection at depth $T$. $W_Q, W_K$ are zero (uniform attention over the mask) or fixed random
+(BERT-style) weights. Since post-LN dynamics are
 invariant under $W_V \to cW_V$, the parameter is used as $\sqrt d\, W_V/\|W_V\|_F$.
 
 Positive control: with the causal mask and uniform attention the paper's bidiagonal $W_V$
@@ -67,9 +70,10 @@ class SearchResult:
         before_long, after_long: the same at depth ``eval_factor * T``.
         frac_rank_ge2_before, frac_rank_ge2_after, frac_rank_full_before, frac_rank_full_after:
             ``(at T, at eval_factor * T)`` fractions of held-out inputs with sigma_2 (resp.
-            sigma_min) > 1e-3 sigma_1.
+            sigma_min) > ``KEEPS_RANK_TOL`` (1e-3) sigma_1 (`rankdyn._floors`).
         selected: restart, step, depth and selection score of the returned W_V (None without steps).
-        restart_scores: best selection score per restart; history: training value per step of the selected restart.
+        restart_scores: best selection score per restart; history: training value per step of the
+            selected restart.
         w_v_singular_values, w_v_eigenvalues (``[re, im]``), seconds.
     """
 
@@ -329,7 +333,8 @@ def search_value_matrix(
 
     Arguments:
         key: PRNG key (W_V inits, Q/K weights, input batches, selection and evaluation sets).
-        mask: a `rankdyn.masks.make_mask` name (``causal``, ``complete``, ``window`` ...) or a bool ``(n, n)`` array.
+        mask: a `rankdyn.masks.make_mask` name (``causal``, ``complete``, ``window`` ...) or a bool
+            ``(n, n)`` array.
         n, d: tokens and dimension.
         qk: ``"zero"`` (uniform attention over the mask; with the complete mask this makes all
             tokens equal after one layer), ``"bert"`` / ``"gaussian"`` (fixed random $W_Q, W_K$,

@@ -50,7 +50,8 @@ def _batch_shape(batch) -> tuple[int, ...]:
     shape = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
     if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in shape):
         raise ValueError(
-            f"batch must be a positive integer, a tuple of positive integers or None (one sample), got {batch!r}; "
+            "batch must be a positive integer, a tuple of positive integers or None (one sample), got "
+            f"{batch!r}; "
             "e.g. batch=256."
         )
     return tuple(int(b) for b in shape)

@@ -29,7 +29,7 @@ import jax.random as jr
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from ._masks import mask_from_adjacency
+from ._masks import check_fixed_attention, mask_from_adjacency
 from ._mlp import MLPWeights
 from ._norms import AbstractNorm, SphereNorm
 
@@ -228,7 +228,6 @@ class SelfAttentionLayer(eqx.Module):
                 f"w_v {w_v.shape} must agree with w_q {w_q.shape} in layers, heads and input width d."
             )
         heads, d, dk, dv = w_q.shape[-3], w_q.shape[-2], w_q.shape[-1], w_v.shape[-1]
-        n = self.mask.shape[0]
         if w_o is None:
             if heads != 1 or dv != d:
                 raise ValueError(
@@ -243,10 +242,10 @@ class SelfAttentionLayer(eqx.Module):
         if mlp is not None and mlp.w1.shape[-2] != d:
             raise ValueError(f"mlp.w1 must map from d = {d}, got shape {mlp.w1.shape}.")
         if fixed_attention is not None:
-            fixed_attention = jnp.asarray(fixed_attention)
-            if fixed_attention.shape != (n, n):
-                raise ValueError(f"fixed_attention must be ({n}, {n}), got {fixed_attention.shape}.")
-        dqk = jnp.asarray(float(dk) if dqk is None else dqk)
+            fixed_attention = check_fixed_attention(self.mask, jnp.asarray(fixed_attention))
+        from ._params import default_dqk  # here: _params imports this module (PLACEMENTS)
+
+        dqk = jnp.asarray(default_dqk(dk) if dqk is None else dqk)
         if dqk.ndim != 0:
             raise ValueError(f"dqk must be a scalar (vmap the layer to sweep it), got shape {dqk.shape}.")
         if not isinstance(dqk, jax.core.Tracer) and not float(dqk) > 0:
@@ -356,7 +355,8 @@ class SelfAttentionLayer(eqx.Module):
         """
         if self.has_dropout and key is None:
             raise ValueError(
-                f"this layer has dropout (attn_dropout={self.attn_dropout}, hidden_dropout={self.hidden_dropout}): "
+                f"this layer has dropout (attn_dropout={self.attn_dropout}, "
+                f"hidden_dropout={self.hidden_dropout}): "
                 "pass `key=` (simulate does it given a key)."
             )
         w = self.weights_at(t)

@@ -10,8 +10,11 @@ algorithms on the host (`rankdyn.graph_info`), and become a JAX array field of t
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from jaxtyping import Bool
+
+from ._errors import UsageError
 
 __all__ = [
     "complete_mask",
@@ -136,6 +139,37 @@ def mask_from_adjacency(adjacency) -> Bool[np.ndarray, "n n"]:
             "to attend to itself. Fix: `np.fill_diagonal(mask, True)`."
         )
     return m.copy()
+
+
+def check_fixed_attention(mask, fixed_attention):
+    r"""``fixed_attention`` checked against ``mask``: its shape, and no weight where the mask has no edge.
+
+    A fixed $A$ replaces $\mathrm{softmax}_{\mathcal G}$, which is 0 off the graph
+    (eq. 1); an $A_{ij} \ne 0$ with $M_{ij} = 0$ would silently run a different graph than the
+    layer (and its symmetry group, equilibria and reports) says. Traced arrays are not checked.
+
+    Returns:
+        ``fixed_attention`` unchanged.
+
+    Raises:
+        UsageError: naming ``fixed_attention``, its shape or the first offending entries, and the fix.
+    """
+    n = mask.shape[0]
+    if fixed_attention.shape != (n, n):
+        raise UsageError(f"fixed_attention must be ({n}, {n}) like the mask, got {fixed_attention.shape}.")
+    if any(isinstance(a, jax.core.Tracer) for a in (mask, fixed_attention)):
+        return fixed_attention
+    m, a = np.asarray(mask, bool), np.asarray(fixed_attention)
+    bad = np.argwhere(~m & (a != 0))
+    if bad.size:
+        shown = ", ".join(f"({i}, {j})" for i, j in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise UsageError(
+            f"fixed_attention has weight outside the mask at {len(bad)} entries [{shown}] (row i, "
+            "column j: token i attends to j where the mask forbids it); zero those entries and "
+            "renormalise the rows (e.g. `a = a * mask; a /= a.sum(1, keepdims=True)`), or pass the "
+            "mask that A's support is."
+        )
+    return fixed_attention
 
 
 def make_mask(

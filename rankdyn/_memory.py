@@ -127,6 +127,7 @@ def check_memory(
         return
     big = estimate.largest
     raise UsageError(
-        f"{what} needs about {format_bytes(estimate.total)} ({big}: {format_bytes(estimate.parts[big])}), but only "
+        f"{what} needs about {format_bytes(estimate.total)} ({big}: {format_bytes(estimate.parts[big])}), "
+        "but only "
         f"{format_bytes(avail)} of {where} is available. Fix: {fix}"
     )

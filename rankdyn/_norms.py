@@ -115,7 +115,10 @@ class LayerNorm(AbstractNorm):
 
 
 def make_norm(name: str, d: int | None = None, *, radius: float | None = None) -> AbstractNorm:
-    """Build a normalisation by CLI name: ``sphere`` (paper, radius 1 unless given), ``rms``, ``layernorm``."""
+    """Build a normalisation by CLI name.
+
+    ``sphere`` (the paper's, radius 1 unless given), ``rms`` or ``layernorm``.
+    """
     if name == "sphere":
         return SphereNorm(1.0 if radius is None else radius)
     if name == "rms":

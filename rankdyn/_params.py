@@ -257,7 +257,11 @@ def param(name: str) -> Param:
 
 
 def default_dqk(d: int, heads: int = 1) -> float:
-    r"""The default temperature: the key width $d_{QK} = d / h$ (eq. 1)."""
+    r"""The default temperature: the key width $d_{QK} = d / h$ (eq. 1), the one definition.
+
+    `rankdyn.ModelConfig` (hence `make_layer` and the CLI), the sweep and `SelfAttentionLayer`
+    (with its key width ``w_q.shape[-1]`` as ``d`` and ``heads=1``) all fill an unset ``dqk`` here.
+    """
     return float(d // heads)
 
 

@@ -1,6 +1,7 @@
 r"""Trained weights as a dynamical system: value/output spectra and the equilibria of one trained layer.
 
-Two questions the theorems raise about a trained transformer (docs/theory.md#trained-weights-as-a-dynamical-system):
+Two questions the theorems raise about a trained transformer
+(docs/theory.md#trained-weights-as-a-dynamical-system):
 
 1. Are the trained value maps close to the orthogonal case of Theorem 2 / Corollary 1, and do
    they satisfy the boundedness assumption $\|W_V\|_2 \le 1$? `matrix_summary` and
@@ -34,6 +35,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
 from ._errors import UsageError
+from ._floors import RANK_TOL
 from ._layer import SelfAttentionLayer
 from ._masks import make_mask
 from ._norms import SphereNorm
@@ -171,7 +173,9 @@ def theory_layer(
 
 
 def collapsed_equilibria(w_vo: Float[ArrayLike, "d d"], *, imag_tol: float = 1e-9) -> list[dict]:
-    r"""The collapsed (rank-one, $\mu = 0$) equilibria $X = \mathbf 1 x^\top$ of `theory_layer`, in closed form.
+    r"""The collapsed (rank-one, $\mu = 0$) equilibria $X = \mathbf 1 x^\top$ of `theory_layer`.
+
+    In closed form.
 
     Every attention row sums to 1, so on $X = \mathbf 1 x^\top$ every head gives $A^h X = X$ and
     $F(X) = \mathbf 1\, \mathrm{LN}(x W_{VO})$: $X$ is fixed iff $x W_{VO} = \lambda x$ with
@@ -232,7 +236,7 @@ def attractor_census(
     steps: int = 1000,
     x0s: Float[ArrayLike, "m n d"] | None = None,
     tol: float | None = None,
-    rank_rtol: float = 1e-6,
+    rank_rtol: float = RANK_TOL,
 ) -> dict:
     r"""Where the iterates of $F$ end from random (or given) starts: fixed points by rank, 2-cycles, neither.
 
@@ -243,7 +247,7 @@ def attractor_census(
         steps: iterations before the residuals are measured.
         x0s: optional starts ``(m, n, d)`` (normalised first), e.g. real token embeddings.
         tol: residual under which a point counts as fixed (default 1e-8 in float64, 1e-4 in float32).
-        rank_rtol: relative singular-value tolerance of the rank.
+        rank_rtol: relative singular-value tolerance of the rank (`rankdyn._floors.RANK_TOL`).
 
     Returns:
         ``{"x": end points, "fixed": bool (m,), "period2": bool (m,) (2-cycles that are not fixed),

@@ -1,4 +1,6 @@
-r"""Weight families for value, query and key matrices (docs/theory.md#the-model, docs/theory.md#constructions, docs/theory.md#experiments).
+r"""Weight families for value, query and key matrices.
+
+(docs/theory.md#the-model, docs/theory.md#constructions, docs/theory.md#experiments.)
 
 Every random family takes an explicit ``key`` and returns a fresh array, so a sweep over
 seeds is a ``jax.vmap`` over keys. The value families cover the theorems' hypotheses:

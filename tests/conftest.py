@@ -1,7 +1,7 @@
 """Test configuration: float64, strict dtype and rank promotion, and a `getkey` fixture.
 
-Library code never touches JAX's global config; tests choose float64 here (docs/theory.md#experiments: mu falls
-below 1e-300 without LN, which float32 cannot represent).
+Library code never touches JAX's global config; tests choose float64 here
+(docs/theory.md#experiments: mu falls below 1e-300 without LN, which float32 cannot represent).
 """
 
 import itertools

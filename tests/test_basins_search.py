@@ -16,7 +16,8 @@ def test_wilson_interval_known_values():
 
 def test_basin_fractions_2d_grid_exact():
     """Token 1 frozen at (0, 1), token 2 on a 0.5-degree grid: exactly the grid points inside
-    (theta_A, 270) = (120, 270) degrees (300 of 720) reach B, the rest collapse (paper App. E; docs/theory.md#constructions).
+    (theta_A, 270) = (120, 270) degrees (300 of 720) reach B, the rest collapse (paper App. E;
+    docs/theory.md#constructions).
     Chunks of 256 (uneven last chunk) must not change the counts."""
     ex = rd.theory.example_2d(2.0)
     layer = rd.theory.uniform_causal_layer(2, 2, ex["W_V"])

@@ -16,7 +16,10 @@ def _residuals(layer, xs):
 
 
 def test_rank_k_closed_forms_are_equilibria_of_every_rank():
-    """docs/theory.md#constructions: for w >= N every rank k = 1..N has 2^k distinct equilibria (N = d = 5, w = 5)."""
+    """For w >= N every rank k = 1..N has 2^k distinct equilibria (N = d = 5, w = 5).
+
+    docs/theory.md#constructions.
+    """
     n = d = 5
     w = 5.5
     eqs = rd.theory.all_closed_form_equilibria(n, d, w)
@@ -123,7 +126,10 @@ def test_uniform_causal_attention():
 
 
 def test_2d_first_token_ratio_grows_by_w():
-    """docs/theory.md#constructions: X_{1,2}/X_{1,1} increases by exactly w per step, the sign of X_{1,1} is kept."""
+    """X_{1,2}/X_{1,1} increases by exactly w per step, the sign of X_{1,1} is kept.
+
+    docs/theory.md#constructions.
+    """
     w = 2.0
     ex = rd.theory.example_2d(w)
     layer = rd.theory.uniform_causal_layer(2, 2, ex["W_V"])
@@ -141,7 +147,8 @@ def test_2d_first_token_ratio_grows_by_w():
 
 def test_2d_points_and_basin_arc():
     """Token 1 frozen at (0, 1) (an exact fixed point): token 2 converges to B iff its angle lies in
-    the open arc (theta_A, 270 deg); checked on a 0.5-degree grid for w = 1.5, 2, 3 (docs/theory.md#constructions)."""
+    the open arc (theta_A, 270 deg); checked on a 0.5-degree grid for w = 1.5, 2, 3
+    (docs/theory.md#constructions)."""
     for w in (1.5, 2.0, 3.0):
         ex = rd.theory.example_2d(w)
         s = math.sqrt(1 - 1 / w**2)

@@ -1,4 +1,7 @@
-"""Oracles for the layer map: attention, normalisations, invariances (docs/theory.md#the-model, issue 'rankdyn core')."""
+"""Oracles for the layer map: attention, normalisations, invariances.
+
+(docs/theory.md#the-model, issue 'rankdyn core'.)
+"""
 
 import equinox as eqx
 import jax
@@ -9,6 +12,8 @@ import pytest
 from helpers import small_layer, sphere_tokens
 
 import rankdyn as rd
+from rankdyn._errors import UsageError
+from rankdyn._params import default_dqk
 
 
 @pytest.mark.parametrize("mask", ["causal", "window", "random"])
@@ -142,8 +147,10 @@ def test_multihead_skip_mlp_dropout_layer_runs(getkey):
     )
     assert layer.num_heads == 4 and layer.num_layers == 3
     x = rd.initial_tokens(getkey(), "bert", 8, 16)
-    y1, _ = layer(x, 1, key=getkey())
-    y2, _ = layer(x, 1, key=getkey())
+    # One compiled call for both draws (eager dispatch of this layer costs more than its compile).
+    call = eqx.filter_jit(lambda lay, x, k: lay(x, 1, key=k))
+    y1, _ = call(layer, x, getkey())
+    y2, _ = call(layer, x, getkey())
     assert y1.shape == (8, 16) and not np.allclose(np.asarray(y1), np.asarray(y2))  # dropout is random
     with pytest.raises(ValueError, match="key"):
         layer(x, 0)
@@ -175,3 +182,19 @@ def test_bad_layer_inputs_raise(getkey):
         rd.make_layer(getkey(), n=3, d=4, value="unitary")
     with pytest.raises(ValueError, match="Jordan block size"):
         rd.make_layer(getkey(), n=3, d=4, value="jordan", jordan_k=5)
+
+
+def test_fixed_attention_outside_the_mask_is_refused_at_construction():
+    # A fixed A replaces the masked softmax: weight where the mask has no edge would run another
+    # graph than the layer reports, so it is refused before any compute (issue 18).
+    n = d = 3
+    mask = rd.masks.causal_mask(n)
+    w = jnp.eye(d)
+    with pytest.raises(UsageError, match=r"fixed_attention.*outside the mask.*\(0, 1\).*renormalise"):
+        rd.SelfAttentionLayer(mask, w, w, w, fixed_attention=np.full((n, n), 1 / n))
+    ok = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]  # on the mask: accepted
+    layer = rd.SelfAttentionLayer(mask, w, w, w, fixed_attention=ok)
+    np.testing.assert_array_equal(np.asarray(layer.attention(jnp.eye(n, d)))[0], ok)
+    # The key width is the default temperature, from the one definition in rankdyn._params.
+    narrow = rd.SelfAttentionLayer(mask, jnp.zeros((d, 2)), jnp.zeros((d, 2)), w)
+    assert (float(layer.dqk), float(narrow.dqk)) == (default_dqk(d), default_dqk(2)) == (3.0, 2.0)

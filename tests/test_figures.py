@@ -171,7 +171,9 @@ def _sim_figures():
     yield "layernorm_orthogonal_rates", fig
     # depth_table.run: eval vs train mode per mask.
     yield "depth_table_mu", plotting.plot_band_panels(
-        LAYERS, {f"{m}, {p}": {"eval": _band(0.9), "train": _band(0.8)} for p in ("eval", "train") for m in MASKS[:3]},
+        LAYERS,
+        {f"{m}, {p}": {"eval": _band(0.9), "train": _band(0.8)}
+         for p in ("eval", "train") for m in MASKS[:3]},
         ncols=3, dtype=dt, suptitle="t",
     )  # fmt: skip
     # ablation.depth_figure: a row per variant, a column per mask; the SAN collapses to 1e-40.
@@ -212,8 +214,8 @@ def _theory_figures():
         plotting.plot_counterexample_2d(0.5 * states, np.stack([states, states]), ex, title_w=2.0),
     )
     angles = np.arange(0, 360, 2.0)
-    basins = {w: {"angles": angles, "outcome": (angles > 120) & (angles < 270), "predicted_arc": (121.0, 270.0)}
-              for w in (1.5, 2.0, 3.0)}  # fmt: skip
+    arc = {"angles": angles, "outcome": (angles > 120) & (angles < 270), "predicted_arc": (121.0, 270.0)}
+    basins = {w: arc for w in (1.5, 2.0, 3.0)}
     hor = [100, 1000]
     joint = {"theta1": np.linspace(-80, 80, 9), "theta2": np.linspace(0, 350, 8), "horizons": hor,
              "noncollapse": np.random.default_rng(0).random((2, 9, 8)) > 0.5, "fraction": [0.3, 0.28],
@@ -232,12 +234,14 @@ def _theory_figures():
     pm = {
         "lemma": {(3, 2.0): {"paper": {"noncollapse": 30, "samples": 64, "invariance_violated_any_step": 2},
                              "proof": {"noncollapse": 64, "samples": 64, "invariance_violated_any_step": 0}}},
-        "joint": {(2, 2, 2.0): {"random": frac, "token1_at_e_d": frac}, (3, 3, 2.0): {"random": frac, "token1_at_e_d": frac}},
+        "joint": {(2, 2, 2.0): {"random": frac, "token1_at_e_d": frac},
+                  (3, 3, 2.0): {"random": frac, "token1_at_e_d": frac}},
         "spec_joint": {(2, 2, 2.0): 0.35},
     }  # fmt: skip
     yield "positive_measure", plotting.plot_positive_measure(pm)
     pts = [
-        dict(n=n, mask=m, attention=a, share=sh, lo=max(sh - 0.01, 0.0), hi=sh + 0.01, paper=0.05 if m == "causal" else 0.0)
+        dict(n=n, mask=m, attention=a, share=sh, lo=max(sh - 0.01, 0.0), hi=sh + 0.01,
+             paper=0.05 if m == "causal" else 0.0)
         for n in (3, 6)
         for m in ("causal", "complete", "window", "window2")
         for a, sh in (("uniform", 0.0), ("symmetric", 0.07), ("generic", 0.004))

@@ -1,4 +1,7 @@
-"""Oracles for the linearisation on the product of spheres (docs/theory.md#constructions, docs/theory.md#stability)."""
+"""Oracles for the linearisation on the product of spheres.
+
+(docs/theory.md#constructions, docs/theory.md#stability.)
+"""
 
 import math
 

@@ -71,22 +71,38 @@ def _check_certificate(cert, tokens):
     assert np.max(np.abs(pt - t)) < 1e-14
     assert np.max(np.abs(_np_map(pt, w) - pt)) < 1e-14
     assert mpmath.mpf(cert["residual"]) < mpmath.mpf("1e-40")
+    # Stability by intervals, re-run from the strings: the bound holds for the NumPy map's
+    # central-difference spectral radius (the radial directions add zeros only).
+    bound = mpmath.mpf(C.stability_bound(cert["point"], w, cert["radius"], dps=cert["dps"])["bound"])
+    assert str(bound) == str(mpmath.mpf(cert["spectral_radius_bound"]))
+    assert cert["stability_proven"] == (bound < 1) and bound >= _rho_fd(pt, w) - 1e-6
+
+
+def _rho_fd(pt, w):
+    """Spectral radius of DF by central differences of the NumPy map (radial directions: zeros)."""
+    m = pt.size
+    jac = np.zeros((m, m))
+    for k in range(m):
+        e = np.zeros(m)
+        e[k] = 1e-6
+        jac[:, k] = (
+            _np_map(pt + e.reshape(pt.shape), w) - _np_map(pt - e.reshape(pt.shape), w)
+        ).ravel() / 2e-6
+    return float(np.max(np.abs(np.linalg.eigvals(jac))))
 
 
 def test_certificate_rechecks_and_can_fail():
     x, w = _stable_window_point()
     cert = C.certify(x.tolist(), w)
-    assert cert["proven"] and float(cert["spectral_radius"]) < 1
+    assert cert["proven"] and float(cert["spectral_radius"]) < 1 and cert["stability_proven"]
     _check_certificate(cert, x)
     # The 50-digit multipliers agree with central differences of the NumPy map on the tangent space.
     pt = np.array([[float(v) for v in row] for row in cert["point"]])
-    jac = np.zeros((9, 9))
-    for k in range(9):
-        e = np.zeros(9)
-        e[k] = 1e-6
-        jac[:, k] = (_np_map(pt + e.reshape(3, 3), w) - _np_map(pt - e.reshape(3, 3), w)).ravel() / 2e-6
-    rho_fd = np.max(np.abs(np.linalg.eigvals(jac)))  # the radial directions add zeros only
-    assert abs(rho_fd - float(cert["spectral_radius"])) < 1e-6
+    assert abs(_rho_fd(pt, w) - float(cert["spectral_radius"])) < 1e-6
+    # The interval bound covers the whole box: a wider box gives a larger (still valid) bound, and
+    # a map whose equilibrium is unstable (W_V scaled the other way round) is not proven stable.
+    wide = mpmath.mpf(C.stability_bound(cert["point"], w, "1e-3")["bound"])
+    assert wide > mpmath.mpf(cert["spectral_radius_bound"]) >= mpmath.mpf(cert["spectral_radius"])
     # A box that does not contain the equilibrium is not proven (the test can fail).
     off = [[mpmath.nstr(mpmath.mpf(v) + mpmath.mpf("1e-20"), 45) for v in row] for row in cert["point"]]
     assert not C.krawczyk(off, w, "1e-30")["proven"]
@@ -104,7 +120,7 @@ def test_undirected_quick(tmp_path):
     png = tmp_path / "undirected.png"
     assert r["figures"] == ["undirected.png"] and png.stat().st_size > 10_000
     m = r["measured"]
-    assert {f"N=3/{k}/{a}" for k in ("causal", "complete", "window") for a in und.ATTENTION} <= set(m)
+    assert {f"N=3/{k}/{a}" for k, a in und.QUICK_PAIRS} <= set(m)
     # Oracle: uniform attention over the complete mask averages every token to the same vector
     # in one layer, so nothing of rank >= 2 can survive, and no attractor has rank >= 2.
     cu = m["N=3/complete/uniform"]["main_sigma_2"]
@@ -117,6 +133,11 @@ def test_undirected_quick(tmp_path):
     row = next(x for x in (tmp_path / "report.md").read_text().splitlines() if x.startswith("| [undirected]"))
     assert r["checks"] and row.split("|")[3].strip() != "-"
     assert (r["verdict"], m["finding"]) == und.verdict(True, m["undirected_settings_with_higher_rank"])
+    # The finding the quick run exists for: a certified stable rank-2 equilibrium under the
+    # complete mask with symmetric logits, existence and stability proven by intervals.
+    cs = m["N=3/complete/symmetric"]["main_sigma_2"]["attractors"]
+    assert r["verdict"] == "counterexample found" and cs["proven_stable_rank_ge2"] >= 1
+    assert any(e["certificate"]["stability_proven"] for e in cs["rank_ge2"] if "certificate" in e)
     # Every stored certificate re-checks from the JSON alone.
     for tag, entry in m.items():
         if not (isinstance(entry, dict) and tag.startswith("N=")):
@@ -143,3 +164,44 @@ def test_depth_table_verdict_follows_the_mechanism():
     checks["eval"] = T.pattern_checks(rebuttal, "eval")
     v, _, sentence = T.mechanism_verdict({**verdicts, "eval": "reproduced"}, checks, "eval", 0.5)
     assert v == "reproduced" and sentence == ""
+
+
+def _synthetic(control=True, paper=0.04, cu=1e-17, proven=True, rho="0.92", bound="0.92"):
+    """A synthetic `UndirectedMeasured`: every check passes with the defaults."""
+    cert = {"proven": proven, "spectral_radius": rho, "spectral_radius_bound": bound}
+    cert["stability_proven"] = proven and float(bound) < 1
+    summ = {"mean_phi_T": cu}
+    cells = {
+        "N=3/causal/uniform": {"paper_W_V": {"frac_rank_ge2": [paper, paper]}},
+        "N=3/complete/uniform": {"main_sigma_2": summ},
+    }
+    return und.UndirectedMeasured(
+        cells=cells,
+        runs=(),
+        controls={"N=3 main sigma_2": control},
+        found=("N = d = 3, complete mask, symmetric attention (main sigma_2 search)",),
+        certificates=(cert,),
+        points=(),
+        scope="scope",
+        eval_factor=5,
+        basin_trials=1024,
+        basin_depth=1000,
+        census_ns=(),
+        num_layers=200,
+    )
+
+
+def test_checks_fail_on_synthetic_results():
+    """`checks` is a pure function of the measured numbers: each bad number fails its check."""
+    assert all(c.passed for c in und.checks(_synthetic()))
+    for bad, failing in (
+        (dict(control=False), {0}),
+        (dict(paper=0.005), {1}),
+        (dict(cu=1e-9), {2}),
+        (dict(proven=False), {3, 4}),  # no existence proof: no stability proof either
+        (dict(bound="1.01"), {4}),
+    ):
+        cs = und.checks(_synthetic(**bad))
+        assert {i for i, c in enumerate(cs) if not c.passed} == failing, bad
+    m = _synthetic()
+    assert m.symmetric_found == list(m.found) and m.to_dict()["certificates_stability_proven"] == 1

@@ -53,7 +53,10 @@ def _refuse(config: dict, where: str, rules: dict) -> None:
 
 
 def _heads(w: np.ndarray, heads: int) -> jnp.ndarray:
-    """``(layers, d, heads * k)`` -> ``(layers, heads, d, k)``; biases ``(layers, heads * k)`` -> ``(layers, heads, k)``."""
+    """``(layers, d, heads * k)`` -> ``(layers, heads, d, k)``.
+
+    Biases: ``(layers, heads * k)`` -> ``(layers, heads, k)``.
+    """
     # Reshaped on the host: NumPy avoids compiling a JAX program per transpose.
     if w.ndim == 2:
         return jnp.asarray(w.reshape(w.shape[0], heads, -1))

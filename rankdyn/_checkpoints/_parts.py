@@ -69,8 +69,9 @@ class Tensors:
         t = self.raw.tensors[key]
         if tuple(t.shape) != tuple(shape):
             raise UsageError(
-                f"{where}: tensor {key!r} has shape {tuple(t.shape)} but config.json ({self.implied}) implies "
-                f"{tuple(shape)}; the weights and config.json do not match (re-save both with save_pretrained)."
+                f"{where}: tensor {key!r} has shape {tuple(t.shape)} but config.json ({self.implied}) "
+                f"implies {tuple(shape)}; the weights and config.json do not match (re-save both with "
+                "save_pretrained)."
             )
         if not np.issubdtype(t.dtype, np.floating) and t.dtype.name != "bfloat16":
             raise UsageError(f"{where}: tensor {key!r} has dtype {t.dtype}, expected floating-point weights.")
@@ -84,7 +85,10 @@ class Tensors:
 
 
 def find_prefix(raw: RawCheckpoint, anchor: str) -> str:
-    """The prefix before the architecture's keys (``""``, ``bert.``, ``transformer.``...), found from ``anchor``."""
+    """The prefix before the architecture's keys, found from ``anchor``.
+
+    E.g. ``""``, ``bert.``, ``transformer.``.
+    """
     hits = sorted((k[: -len(anchor)] for k in raw.tensors if k.endswith(anchor)), key=len)
     if not hits:
         raise UsageError(

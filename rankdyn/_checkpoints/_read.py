@@ -92,7 +92,8 @@ def parse_safetensors(data: bytes, where: str) -> dict[str, np.ndarray]:
     (size,) = struct.unpack("<Q", data[:8])
     if size > len(data) - 8:
         raise UsageError(
-            f"{bad} (header of {size} bytes in a {len(data)}-byte file: truncated?); re-download or re-save it."
+            f"{bad} (header of {size} bytes in a {len(data)}-byte file: truncated?); re-download or re-save "
+            "it."
         )
     try:
         header = json.loads(data[8 : 8 + size])

@@ -10,7 +10,7 @@ variants of the paper's ablation take each layer's trained weights:
 | ``full`` | the trained block (attention, MLP, both LayerNorms, skips) |
 | ``san`` | $A(X) X W_V W_O$ with every bias, no LN, no skip, no MLP |
 | ``san-skip`` | $X + \mathrm{SA}(X)$ |
-| ``san-ln`` | the attention LN in its own position: $\mathrm{LN}_1(\mathrm{SA}(X))$ (BERT), $\mathrm{SA}(\mathrm{ln}_1 X)$ (GPT-2) |
+| ``san-ln`` | LN in place: $\mathrm{LN}_1(\mathrm{SA}(X))$ (BERT), $\mathrm{SA}(\mathrm{ln}_1 X)$ (GPT-2) |
 | ``san-skip-ln`` | $\mathrm{LN}_1(X + \mathrm{SA}(X))$ (BERT), $X + \mathrm{SA}(\mathrm{ln}_1 X)$ (GPT-2) |
 """
 

@@ -77,7 +77,8 @@ def check_ids(ids, *, vocab_size: int, max_positions: int, where: str = "ids") -
     a = np.asarray(ids)
     if a.ndim != 2:
         raise UsageError(
-            f"{where}: token ids must have rank 2 (batch, n), got shape {a.shape}; e.g. save ids[None] for one excerpt."
+            f"{where}: token ids must have rank 2 (batch, n), got shape {a.shape}; e.g. save ids[None] for "
+            "one excerpt."
         )
     if 0 in a.shape:
         raise UsageError(f"{where}: token ids have an empty axis (shape {a.shape}); give at least one token.")
@@ -88,7 +89,8 @@ def check_ids(ids, *, vocab_size: int, max_positions: int, where: str = "ids") -
     if np.any(bad):
         i = tuple(int(v) for v in np.argwhere(bad)[0])
         raise UsageError(
-            f"{where}: {int(bad.sum())} token ids are outside the vocabulary [0, {vocab_size}), e.g. {a[i]} at {i}; "
+            f"{where}: {int(bad.sum())} token ids are outside the vocabulary [0, {vocab_size}), e.g. {a[i]} "
+            f"at {i}; "
             "tokenise with this checkpoint's tokenizer."
         )
     if a.shape[1] > max_positions:

@@ -5,7 +5,8 @@ $N(i)$ and matrices $Q, K, V$ (docs/theory.md#continuous-time):
 
 $$\text{SA:}\quad \dot x_i = P_{x_i}\Big(\frac{\sum_{j \in N(i)} e^{\beta \langle Q x_i, K x_j\rangle} V x_j}
 {\sum_{j \in N(i)} e^{\beta \langle Q x_i, K x_j\rangle}}\Big),\qquad
-\text{USA:}\quad \dot x_i = P_{x_i}\Big(\frac1n \sum_{j \in N(i)} e^{\beta \langle Q x_i, K x_j\rangle} V x_j\Big),$$
+\text{USA:}\quad \dot x_i = P_{x_i}\Big(\frac1n \sum_{j \in N(i)} e^{\beta \langle Q x_i, K x_j\rangle}
+ V x_j\Big),$$
 
 with $P_x y = y - \langle x, y\rangle x / |x|^2$ (the tangent projection; on the sphere it is the
 usual $y - \langle x, y\rangle x$, and off it the exact flow still keeps every $|x_i|$ constant, so
@@ -46,7 +47,8 @@ def _matrix(name: str, value, d: int) -> np.ndarray | Array:
     arr = np.asarray(value, dtype=float)
     if arr.shape != (d, d):
         raise UsageError(
-            f"{name} must be a square (d, d) = ({d}, {d}) matrix acting on the tokens, got shape {arr.shape}; "
+            f"{name} must be a square (d, d) = ({d}, {d}) matrix acting on the tokens, got shape "
+            f"{arr.shape}; "
             "pass a d x d matrix (or None for the identity)."
         )
     if not np.all(np.isfinite(arr)):

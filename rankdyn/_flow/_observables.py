@@ -57,7 +57,10 @@ def cluster_count(x: Float[ArrayLike, "n d"], cos_threshold: float | Array = 0.9
 
 
 def diameter(x: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
-    r"""$\max_{i,j} |x_i - x_j|$, from the Gram matrix ($|x_i - x_j|^2 = 2 - 2\langle x_i, x_j\rangle$ on the sphere)."""
+    r"""$\max_{i,j} |x_i - x_j|$, from the Gram matrix.
+
+    On the sphere $|x_i - x_j|^2 = 2 - 2\langle x_i, x_j\rangle$.
+    """
     x = jnp.asarray(x)
     g = jnp.matmul(x, x.T, precision=_HI)
     sq = jnp.diagonal(g)[:, None] + jnp.diagonal(g)[None, :] - 2 * g

@@ -82,7 +82,10 @@ def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
 
 
 def checkpoint_requested(args: argparse.Namespace) -> bool:
-    """True for a checkpoint run. Removes the recording attribute; refuses checkpoint-only flags without one."""
+    """True for a checkpoint run.
+
+    Removes the recording attribute; refuses checkpoint-only flags without one.
+    """
     given = vars(args).pop(_EXPLICIT, None) or {}
     args.checkpoint_flags_given = given  # read by run_checkpoint, removed there
     if args.checkpoint is None:

@@ -2,7 +2,8 @@
 
 A thin wrapper of `rankdyn.equilibrium_census`: it picks the enumeration (exact for the paper's
 system, token-by-token tree search for other acyclic masks, joint search otherwise), prints
-which one, and matches closed forms when the model is the paper's construction (App. F.1, `docs/theory.md#constructions`).
+which one, and matches closed forms when the model is the paper's construction (App. F.1,
+`docs/theory.md#constructions`).
 Writes ``equilibria.json`` and ``eigen_moduli.png``.
 """
 
@@ -337,7 +338,8 @@ def _plot(records, args) -> None:
         [e.moduli for e in records],
         [e.rank for e in records],
         closed_form=[e.closed_form_match is not False for e in records],
-        title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} d={args.d}",
+        title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} "
+        f"d={args.d}",
     )
     savefig(fig, args.out / "eigen_moduli.png", dpi=120)
     plt.close(fig)

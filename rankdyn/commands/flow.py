@@ -23,8 +23,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "flow",
         help="integrate the continuous-time self-attention flow on the sphere",
-        description="Integrate the SA or USA flow dx_i/dt = P_{x_i}(sum_j a_ij x_j) on the sphere (Q = K = V = I) "
-        "for a batch of uniform random starts; save metrics per saved time (metrics.json) and a figure (flow.png).",
+        description="Integrate the SA or USA flow dx_i/dt = P_{x_i}(sum_j a_ij x_j) on the sphere (Q = K = V "
+        "= I) "
+        "for a batch of uniform random starts; save metrics per saved time (metrics.json) and a figure "
+        "(flow.png).",
         formatter_class=HelpFormatter,
     )
     p.add_argument(
@@ -87,7 +89,8 @@ def check_args(args: argparse.Namespace) -> None:
         for flag in ("rtol", "atol"):
             if getattr(args, flag) is not None:
                 raise UsageError(
-                    f"--{flag} applies to the adaptive solvers (tsit5, dopri5) only, not --solver {args.solver}."
+                    f"--{flag} applies to the adaptive solvers (tsit5, dopri5) only, not --solver "
+                    f"{args.solver}."
                 )
     for flag in ("rtol", "atol"):
         v = getattr(args, flag)
@@ -163,7 +166,8 @@ def run(args) -> int:
     plot_flow_metrics(sol.times, result["metrics"], title=title, path=args.out / "flow.png")
     m = result["metrics"]
     print(
-        f"flow: {args.batch} trajectories to T = {args.time:g}; clusters (mean) {m['clusters']['mean'][0]:.3g} -> "
+        f"flow: {args.batch} trajectories to T = {args.time:g}; clusters (mean) "
+        f"{m['clusters']['mean'][0]:.3g} -> "
         f"{m['clusters']['mean'][-1]:.3g}; one cluster (diameter <= eps) reached by "
         f"{result['time_to_cluster']['fraction_reached']:.1%}; drift from the sphere {float(sol.drift):.2e}; "
         f"{int(sol.num_steps)} solver steps; wrote {args.out / 'metrics.json'}"

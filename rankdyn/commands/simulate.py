@@ -55,7 +55,8 @@ def add_parser(sub) -> None:
         "--rank-tol",
         type=float,
         default=None,
-        help=f"relative tolerance of the numerical rank, read by {', '.join(RANK_METRICS)} (default: {RANK_TOL})",
+        help=f"relative tolerance of the numerical rank, read by {', '.join(RANK_METRICS)} "
+        f"(default: {RANK_TOL})",
     )
     p.add_argument("--metrics", default="all", help=metrics_help())
     p.add_argument(
@@ -137,7 +138,9 @@ def check_run_args(args, config):
 #: The flags that shrink each part of the depth scan's estimate (`rankdyn._scan.estimate_parts`).
 _MEMORY_FIXES = {
     "working set of one chunk": "lower --n, --d or --heads, or use a smaller --chunk.",
-    "per-layer metrics": "raise --save-every, or drop --per-trajectory (without it only statistics are kept).",
+    "per-layer metrics": (
+        "raise --save-every, or drop --per-trajectory (without it only statistics are kept)."
+    ),
     "weights": "drop --per-layer-weights, or lower --layers or --d.",
 }
 
@@ -299,12 +302,13 @@ def _print_table(traj, summary, info, result, asked: str = "all") -> None:
         )
     if flagged:
         print(
-            f"* mu/||X||_F <= {floor:.1e} = {ROUND_OFF_EPS:g} eps({dtype.name}): round-off floor, collapsed as far as "
-            f"{dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}."
+            f"* mu/||X||_F <= {floor:.1e} = {ROUND_OFF_EPS:g} eps({dtype.name}): round-off floor, collapsed "
+            f"as far as {dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}."
         )
     f, t = result["flags"], result["timing"]
     print(
-        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} underflow={f.get('underflow', 0)} "
+        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} "
+        f"underflow={f.get('underflow', 0)} "
         f"of {f['batch']}; "
         f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
     )

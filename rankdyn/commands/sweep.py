@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "sweep",
         help="run a parameter grid described in a TOML file (resumable)",
-        description="Run every cell of the grid in CONFIG.toml ([axes] x [fixed]), writing one chunk file per "
+        description="Run every cell of the grid in CONFIG.toml ([axes] x [fixed]), writing one chunk file "
+        "per "
         "group of cells as it finishes (DIR/chunks), the labelled dataset DIR/sweep.nc and summary plots "
         "(mu_curves.png, rate_heatmap.png, final_rank.png). An interrupted sweep continues with --resume.",
         formatter_class=HelpFormatter,
@@ -78,7 +79,8 @@ def _announce(args, num: int) -> None:
         )
     if num * CHECK_S_PER_CELL > 10:
         print(
-            f"sweep {args.config}: checking the {num} cells takes about {num * CHECK_S_PER_CELL / 60:.0f} min "
+            f"sweep {args.config}: checking the {num} cells takes about {num * CHECK_S_PER_CELL / 60:.0f} "
+            "min "
             f"(~{CHECK_S_PER_CELL * 1e3:.2f} ms per cell) before the first chunk starts",
             flush=True,
         )

@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
 from .._errors import UsageError
-from .._floors import EQUILIBRIUM_RANK_TOL, default_residual_tol, scaled_tol
+from .._floors import EQUILIBRIUM_RANK_TOL, MERGE_ERRORS, default_residual_tol, merge_tol, scaled_tol
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._dedupe import deduplicate
@@ -196,7 +196,9 @@ def equilibrium_census(
     elif how == "tree-search":
         tree = tree_search(layer, key, starts=tree_starts, residual_tol=residual_tol)
         xs, _, errs = polish_tokens(layer, tree.x)
-        classes = deduplicate(xs, errs, tol=scaled_tol(1e-6, dtype), symmetries=group)
+        # Each pair at its own accuracy: eps and the polished error estimates (was the scaled 1e-6,
+        # 2.3e-2 in float32, which merged distinct equilibria closer than that).
+        classes = deduplicate(xs, errs, tol=merge_tol(dtype), symmetries=group, errors=MERGE_ERRORS * errs)
         errs = np.array([errs[c.members].max() for c in classes])
         xs = np.stack([c.x for c in classes]) if classes else np.zeros((0, n, d))
         counts, steps, first = [c.count for c in classes], [None] * len(xs), ["tree"] * len(xs)

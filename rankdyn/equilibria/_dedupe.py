@@ -41,8 +41,13 @@ def deduplicate(
     tol: float = 2e-2,
     symmetries: "SymmetryGroup | dict | None" = None,
     known: Sequence[np.ndarray] = (),
+    errors: "Float[ArrayLike, ' m'] | None" = None,
 ) -> list[EquilibriumClass]:
     r"""Group equilibria that coincide up to symmetry (max-abs distance below ``tol``).
+
+    With ``errors`` (per-point error estimates, already multiplied by any safety factor) the
+    threshold of a point $a$ against a class representative $b$ is ``tol`` $+ e_a + e_b$: each
+    pair is compared at its own accuracy (`rankdyn._floors.merge_tol`).
 
     Greedy clustering in order of increasing residual: each point joins the first class whose
     representative is within ``tol`` of some image of it, else starts a new class.
@@ -58,6 +63,7 @@ def deduplicate(
         known: representatives of classes found earlier (e.g. a previous deflation round); a
             point matching one of them gets class index ``< len(known)``. Those classes are
             returned first, possibly with no members.
+        errors: per-point error estimates ``(m,)`` added to ``tol`` pairwise (known classes: 0).
 
     Returns:
         A list of `EquilibriumClass`, known classes first, then new ones in order of discovery.
@@ -67,7 +73,11 @@ def deduplicate(
     if xs.ndim != 3 or res.shape != xs.shape[:1]:
         raise ValueError(f"xs must be (m, n, d) and residuals (m,), got {xs.shape} and {res.shape}.")
     group = symmetries or trivial_group()
+    err = np.zeros(len(xs)) if errors is None else np.asarray(errors, dtype=float)
+    if err.shape != res.shape:
+        raise ValueError(f"errors must be (m,) like residuals, got {err.shape}.")
     reps = [np.asarray(k) for k in known]
+    rep_err = [0.0] * len(reps)
     rep_res = [math.inf] * len(reps)
     members: list[list[int]] = [[] for _ in reps]
     order = np.argsort(res, kind="stable")
@@ -75,11 +85,12 @@ def deduplicate(
         x = xs[i]
         found = -1
         for c, r in enumerate(reps):
-            if group_distance(r, x, group) <= tol:
+            if group_distance(r, x, group) <= tol + err[i] + rep_err[c]:
                 found = c
                 break
         if found < 0:
             reps.append(x)
+            rep_err.append(float(err[i]))
             rep_res.append(float(res[i]))
             members.append([int(i)])
         else:

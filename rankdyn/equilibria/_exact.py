@@ -18,7 +18,8 @@ convention $(xS)_m = x_{m-1}$) the equation is $x\,(\mu I - wS) = sW$ with $\mu 
   step lowers $a$ by one, a root step keeps it), only the tail $a..d$ of size $K + 1$ matters
   and, with $\mu = w\nu$,
 
-  $$Q(\nu) = \nu^{2K+2} - w^{-2}\,\Big\|\sum_{k=0}^{K} \nu^{K-k}\, (b S^k)\Big\|^2 = 0,\qquad b = (sW)_{a..d},$$
+  $$Q(\nu) = \nu^{2K+2} - w^{-2}\,\Big\|\sum_{k=0}^{K} \nu^{K-k}\, (b S^k)\Big\|^2 = 0,
+  \qquad b = (sW)_{a..d},$$
 
   of degree $2K + 2$ with $Q(0) = -w^{2K-2} b_1^2 \ne 0$; the real roots with
   $\lambda = 1 + w\nu > 0$ are the solutions.

@@ -34,7 +34,8 @@ $R$ except the $X_j$, so a new solve from the same starts finds other equilibria
 the multiplicity above, $p$ must exceed the order of the root (default ``p = d + 1``).
 
 **Rank bias** (``target_rank=k``). In the Adam phase we add
-$\lambda\,\big(\sum_{j>k}\sigma_j^2 / \sum_j \sigma_j^2 + \mathrm{relu}(\log\tau - \log(\sigma_k/\sigma_1))\big)$,
+$\lambda\,\big(r_k + \mathrm{relu}(\log\tau - \log(\sigma_k/\sigma_1))\big)$ with
+$r_k = \sum_{j>k}\sigma_j^2 / \sum_j \sigma_j^2$,
 annealed linearly to 0 so that the final Newton phase solves the unbiased equations.
 """
 

@@ -66,8 +66,8 @@ class StabilityReport:
         eigenvalues: complex multipliers, sorted by decreasing modulus.
         moduli: their raw moduli (classification uses cluster-averaged ones, see `cluster_means`).
         spectral_radius: the largest (cluster-averaged) modulus.
-        classification: ``"stable"`` (all |lambda| < 1 - tol), ``"unstable"`` (some |lambda| > 1 + tol) or ``"marginal"`` (none outside,
-            some within tol of 1).
+        classification: ``"stable"`` (all |lambda| < 1 - tol), ``"unstable"`` (some
+            |lambda| > 1 + tol) or ``"marginal"`` (none outside, some within tol of 1).
         unstable_dims: number of expanding directions, #{|lambda| > 1 + tol}.
         neutral_dims: number of neutral directions, #{| |lambda| - 1 | <= tol} (non-hyperbolic
             tokens and symmetry directions).

@@ -30,7 +30,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
-from .._floors import default_residual_tol, scaled_tol
+from .._floors import default_residual_tol
 from .._layer import SelfAttentionLayer
 from .._norms import SphereNorm
 from ._deflation import _log_deflation
@@ -145,7 +145,9 @@ def _newton_correction(layer, x, i, t):
     s = jnp.linalg.svd(jac, compute_uv=False)
     # The radial direction is always in the kernel (the residual is scale-invariant in z): the
     # conditioning of the token is that of the other d - 1 singular values.
-    return jnp.linalg.norm(jnp.linalg.pinv(jac, rtol=1e-10) @ r), jnp.linalg.norm(r), s[0], s[-2]
+    # The cut-off follows the dtype: in float32 that kernel direction is rounding noise ~1e-7.
+    rtol = max(1e-10, 1e3 * float(jnp.finfo(y.dtype).eps))
+    return jnp.linalg.norm(jnp.linalg.pinv(jac, rtol=rtol) @ r), jnp.linalg.norm(r), s[0], s[-2]
 
 
 @eqx.filter_jit
@@ -185,7 +187,7 @@ def tree_search(
     min_rounds: int = 2,
     max_steps: int = 60,
     residual_tol: float | None = None,
-    dedup_tol: float = 1e-6,
+    dedup_tol: float | None = None,
     chunk: int = 4096,
     max_members: int = 100_000,
     power: float | None = None,
@@ -202,8 +204,10 @@ def tree_search(
         max_steps: Gauss--Newton steps per start.
         residual_tol: a token is a solution when $\|F_i - x_i\| \le$ this (default
             `rankdyn._floors.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
-        dedup_tol: max-abs distance under which two solutions of one token are one (float64
-            terms, scaled to the layer's dtype by `rankdyn._floors.scaled_tol`).
+        dedup_tol: max-abs distance under which two solutions of one token are one (default
+            $0.1\sqrt{\text{residual\_tol}}$: 1e-6 in float64, 3.2e-4 in float32; a solution with
+            residual $r$ lies within $\sim r$ of a simple root and $\sim\sqrt r$ of a double one,
+            and copies left apart here are merged by the census after polishing).
         chunk: starts per compiled batch.
         max_members: refuse to continue past this many partial equilibria.
         t: layer index.
@@ -221,7 +225,7 @@ def tree_search(
     dt = np.asarray(layer.weights.w_v).dtype
     # Tolerances follow the dtype: a float32 token is accurate to ~1e-7, never to 1e-10.
     residual_tol = default_residual_tol(dt) if residual_tol is None else float(residual_tol)
-    dedup_tol = scaled_tol(dedup_tol, dt)
+    dedup_tol = 0.1 * np.sqrt(residual_tol) if dedup_tol is None else float(dedup_tol)
     power = float(d + 1 if power is None else power)
     first = first_token_solutions(_value_matrix(layer)) if _plain_first_token(layer) else None
     prefixes = np.zeros((1, n, d), dt)
@@ -312,6 +316,8 @@ def polish_tokens(
     The first token is replaced by the nearest exact solution (`first_token_solutions`) when the
     layer allows it; each later token is polished by Gauss--Newton given the earlier ones, and
     coordinates below ``snap_tol`` are tried at exactly 0 (kept if the residual is no worse).
+    Tokens are solved in the layer's dtype, and a token that would move by more than 0.1 keeps
+    its value (polishing refines, it does not jump to another equilibrium).
     The error estimate is the largest per-token pseudo-inverse Newton correction (0 for an
     exact first token), or $\sqrt{\|r_i\| / \|J_i\|}$ where a token's Jacobian is singular
     (a conservative bound for a double root), plus rounding.
@@ -327,25 +333,36 @@ def polish_tokens(
     if exact_first:
         dist = np.max(np.abs(xs[:, None, 0] - first[None]), axis=-1)
         xs[:, 0] = first[np.argmin(dist, axis=1)]
-    far = np.full((m, 1, d), 1e3)
+    # Solve in the layer's dtype: float64 points through a float32 layer give a Jacobian whose
+    # radial null direction is float32 noise (~1e-8, above a float64 SVD cut-off), and Newton
+    # steps of O(1) that jumped to another equilibrium (measured: the 2-D example, w = 1.01).
+    dt = np.asarray(layer.weights.w_v).dtype
+    far = np.full((m, 1, d), 1e3, dt)
     chunk = max(1, 1 << int(np.ceil(np.log2(m))))
     for i in range(1 if exact_first else 0, n):
-        y, r = _chunked(layer, xs, i, xs[:, i], far, t, max_steps, float(d + 1), chunk)
+        y, r = _chunked(layer, xs.astype(dt), i, xs[:, i].astype(dt), far, t, max_steps, float(d + 1), chunk)
         # Degenerate tokens (a multiplier 1 in their own block, e.g. chain steps) keep ~1e-8
         # garbage in coordinates whose exact value is 0: Newton cannot see them to first
         # order. Snap tiny coordinates to 0, re-polish, and keep the snapped token when it is
         # at least as good.
-        free = (np.abs(y) >= snap_tol).astype(float)
-        y2, r2 = _chunked(layer, xs, i, y * free, far, t, max_steps, float(d + 1), chunk, free)
+        free = (np.abs(y) >= snap_tol).astype(dt)
+        y2, r2 = _chunked(layer, xs.astype(dt), i, y * free, far, t, max_steps, float(d + 1), chunk, free)
         better = (r2 <= np.maximum(r, 4 * np.finfo(float).eps))[:, None]
-        xs[:, i] = np.where(better, y2, y)
-    corr, res_tok, smax, smin = (np.array(a) for a in _corrections(layer, jnp.asarray(xs), t))
+        y = np.where(better, y2, y)
+        # Polishing refines, it does not search: a token that moved by more than 0.1 went to
+        # another equilibrium (float32 Newton near a bifurcation moved tokens by ~1); it keeps its
+        # found value. Joint-search points are off by at most ~1e-2 (degenerate tokens).
+        stay = (np.max(np.abs(y - xs[:, i]), axis=-1) > 0.1)[:, None]
+        xs[:, i] = np.where(stay, xs[:, i], y)
+    corr, res_tok, smax, smin = (
+        np.array(a, dtype=float) for a in _corrections(layer, jnp.asarray(xs, dt), t)
+    )
     # At a degenerate token (smallest relevant singular value ~ 0) the Newton correction says
     # nothing; a root of multiplicity >= 2 is pinned only to ~ sqrt(residual / ||J||).
-    degenerate = smin <= 1e-6 * smax
+    degenerate = smin <= max(1e-6, 1e3 * float(np.finfo(dt).eps)) * smax
     corr = np.where(degenerate, np.maximum(corr, np.sqrt(res_tok / np.maximum(smax, 1e-300))), corr)
     if exact_first:
         corr[:, 0] = 0.0
-    fx = np.asarray(jax.vmap(lambda x: layer(x, t)[0])(jnp.asarray(xs)))
+    fx = np.asarray(jax.vmap(lambda x: layer(x, t)[0])(jnp.asarray(xs, dt)))
     res = np.linalg.norm((fx - xs).reshape(m, -1), axis=-1)
     return xs, res, corr.max(axis=1) + 2 * np.finfo(float).eps

@@ -41,9 +41,11 @@ def query_key(key, att: str, d: int, dtype):
     return bert_uniform(kq, (d, d), dtype), bert_uniform(kk, (d, d), dtype)
 
 
-def settings_for(n: int, key, masks=None, atts=ATTENTION) -> list[tuple[str, str, object]]:
+def settings_for(n: int, key, masks=None, atts=ATTENTION, pairs=None) -> list[tuple[str, str, object]]:
     """``[(mask, attention, layer)]`` for size n = d; one W_Q, W_K draw per family (from ``key``),
-    shared by the masks, so that settings differ by one factor at a time."""
+    shared by the masks, so that settings differ by one factor at a time. ``pairs`` (a list of
+    ``(mask, attention)``) keeps only those settings; each one's layer is the same as in the
+    full grid (the draws depend on the family only)."""
     from .._layer import SelfAttentionLayer
     from .._masks import make_mask
 
@@ -53,6 +55,8 @@ def settings_for(n: int, key, masks=None, atts=ATTENTION) -> list[tuple[str, str
         if masks is not None and m not in masks:
             continue
         for att in atts:
+            if pairs is not None and (m, att) not in pairs:
+                continue
             w_q, w_k = query_key(jr.fold_in(key, ATTENTION.index(att)), att, n, dt)
             out.append(
                 (m, att, SelfAttentionLayer(make_mask(name, n, window=win), w_q, w_k, jnp.eye(n, dtype=dt)))
@@ -228,6 +232,39 @@ def paper_values(key, settings, sz: dict, w: float) -> list:
         }
         for r in res
     ]
+
+
+def results_table(runs, cells) -> str:
+    """The report's table: one row per ``(cell, search)`` of ``runs`` (held-out fractions,
+    attractors with what is proven, the census)."""
+    rows = [
+        "| N | mask | attention | pass | objective | frac rank>=2 (T / long) | frac full rank (T / long) | "
+        "stable rank>=2 attractors (existence / stability proven) | "
+        "census: by rank; stable / marginal rank>=2 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for tag, search in runs:
+        s = cells[tag][search]
+        n, mask, att = tag[2:].split("/")
+        pname, obj = search.split("_", 1)
+        a, c = s["attractors"], s.get("census")
+        cen = (
+            f"{', '.join(f'{k}: {v}' for k, v in c['by_rank'].items())}; "
+            f"{c['stable_rank_ge2']} / {c['marginal_rank_ge2']}"
+            if c
+            else "-"
+        )
+        stab = sum(
+            e.get("classification") == "stable" and bool(e["certificate"].get("stability_proven"))
+            for e in a["rank_ge2"]
+        )
+        rows.append(
+            f"| {n} | {mask} | {att} | {pname} | {obj} | "
+            f"{s['frac_rank_ge2'][0]:.3f} / {s['frac_rank_ge2'][1]:.3f} | "
+            f"{s['frac_rank_full'][0]:.3f} / {s['frac_rank_full'][1]:.3f} | "
+            f"{a['stable_rank_ge2']} ({a['proven_stable_rank_ge2']} / {stab}) | {cen} |"
+        )
+    return "\n".join(rows)
 
 
 def jax_x64():

@@ -1,4 +1,7 @@
-r"""Figures of the trained-checkpoint targets and notebook 05: singular spectra, initial cosines, weight spectra."""
+r"""Figures of the trained-checkpoint targets and notebook 05.
+
+Singular spectra, initial cosines, weight spectra.
+"""
 
 from __future__ import annotations
 
@@ -69,7 +72,9 @@ def plot_initial_cosines(cos, excerpts, *, path=None):
 
 
 def plot_weight_spectra(reports: dict, *, path=None):
-    r"""Singular values of $W_V$ (all heads) and of $W_{VO} = \sum_h W_V^h W_O^h$ per layer, with the line $\sigma = 1$.
+    r"""Singular values of $W_V$ (all heads) and of $W_{VO} = \sum_h W_V^h W_O^h$ per layer.
+
+    With the line $\sigma = 1$.
 
     Arguments:
         reports: ``{layer label: rankdyn._trained_analysis.value_output_report(...)}``.

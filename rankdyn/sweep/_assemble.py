@@ -139,7 +139,10 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         "versions": json.dumps(manifest["versions"], sort_keys=True),
         "per_layer_metrics": ",".join(names),
         "final_metrics": ",".join(cfg.final),
-        "stat_note": "mean and std over the trajectories of each cell finite at that layer (non-finite ones are counted in nonfinite)",
+        "stat_note": (
+            "mean and std over the trajectories of each cell finite at that layer (non-finite ones are "
+            "counted in nonfinite)"
+        ),
     }
     ds = xr.Dataset(variables, coords=coords, attrs=attrs)
     ds["mu_rate"].attrs["long_name"] = "fitted per-layer collapse factor exp(slope of log mean mu)"

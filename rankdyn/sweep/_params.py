@@ -142,7 +142,8 @@ def _check_cell(p: dict, axes: Mapping) -> None:
     cell_config(p, axes)
     if p["layers"] % p["save_every"]:
         raise UsageError(
-            f"{_where('layers', axes)} = {p['layers']} is not a multiple of [fixed] save_every = {p['save_every']}."
+            f"{_where('layers', axes)} = {p['layers']} is not a multiple of [fixed] save_every = "
+            f"{p['save_every']}."
         )
 
 

@@ -187,7 +187,8 @@ def parse_sweep_config(
         announce(num_cells)
     if num_cells > max_cells:
         raise UsageError(
-            f"the grid has {num_cells} cells ({' x '.join(f'{k}:{len(v)}' for k, v in axes.items())}), above the "
+            f"the grid has {num_cells} cells ({' x '.join(f'{k}:{len(v)}' for k, v in axes.items())}), above "
+            "the "
             f"limit of {max_cells}; shorten the [axes] or raise the limit (--max-cells {num_cells})."
         )
     fixed: dict[str, Any] = {}
@@ -216,7 +217,8 @@ def parse_sweep_config(
     if "per_layer" in obs and "metrics" in obs:
         raise UsageError("[observe] has both per_layer and metrics (the same setting); keep one.")
     if "metrics" in obs:
-        # The syntax of `rankdyn simulate --metrics`: "all", "mu,min_cos" or a list; eps_min is always recorded.
+        # The syntax of `rankdyn simulate --metrics`: "all", "mu,min_cos" or a list; eps_min is always
+        # recorded.
         per_layer = tuple(
             k for k in parse_metrics(obs["metrics"], where="[observe] metrics") if k != "eps_min"
         )
@@ -282,7 +284,8 @@ def _validate_cells(cfg: SweepConfig) -> None:
         _check_cell(p, cfg.axes)
         if cfg.rate_start >= p["layers"]:
             raise UsageError(
-                f"[observe] rate_start = {cfg.rate_start} is not below {_where('layers', cfg.axes)} = {p['layers']}: "
+                f"[observe] rate_start = {cfg.rate_start} is not below {_where('layers', cfg.axes)} = "
+                f"{p['layers']}: "
                 "the rate would be fitted on no layer; lower rate_start."
             )
         mk = tuple(p[k] for k in keys)

@@ -80,7 +80,8 @@ def _prepare_dir(cfg: SweepConfig, out: Path, plan: SweepPlan, resume: bool) -> 
         except (ValueError, UnicodeDecodeError) as err:
             raise UsageError(
                 f"{str(manifest)!r} is damaged ({err}); the chunks in {str(out / 'chunks')!r} cannot be "
-                f"matched to it. Delete the folder {str(out)!r} and run the sweep again (or choose another --out)."
+                f"matched to it. Delete the folder {str(out)!r} and run the sweep again (or choose another "
+                "--out)."
             ) from None
         if old.get("config_hash") != cfg.hash:
             raise UsageError(
