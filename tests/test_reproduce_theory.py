@@ -17,6 +17,8 @@ from rankdyn.experiments import RESULT_KEYS, VERDICTS
 from rankdyn.experiments import counterexample_2d as ce
 from rankdyn.experiments import equilibria_ranks as er
 from rankdyn.experiments import positive_measure as pm
+from rankdyn.experiments._circle import _tokens
+from rankdyn.experiments._intervals import wilson_interval
 
 
 def _check_contract(res, module, out, steps):
@@ -40,7 +42,8 @@ def test_counterexample_2d_tiny(tmp_path):
     _check_contract(res, ce, tmp_path, steps)
     m = res["measured"]["w=2"]
     step = res["setting"]["basin_step"]
-    # Oracle (docs/theory.md#constructions): the basin of B is the single arc (theta_A, 270) with theta_A = 120 deg at w = 2.
+    # Oracle (docs/theory.md#constructions): the basin of B is the single arc (theta_A, 270) with
+    # theta_A = 120 deg at w = 2.
     assert m["basin_num_arcs"] == 1 and m["basin_undecided"] == 0
     assert m["theta_A_deg"] == pytest.approx(120.0, abs=1e-12)
     assert max(abs(e) for e in m["basin_boundary_error_deg"]) <= step / 2 + 1e-9
@@ -58,7 +61,7 @@ def test_basin_points_on_both_sides_of_a():
         ex = rd._constructions.example_2d(3.0)
         layer = rd._constructions.uniform_causal_layer(2, 2, ex["W_V"])
         th = np.array([ex["theta_A"] - 0.01, ex["theta_A"] + 0.01, 269.99, 270.01])
-        x2 = ce._tokens(th)
+        x2 = _tokens(th)
         x0 = jnp.asarray(np.stack([np.broadcast_to([0.0, 1.0], x2.shape), x2], axis=-2))
         xf = np.asarray(rd.simulate(layer, x0, 600, save_states=True, save_every=600).states[:, -1, 1])
     b, e = np.asarray(ex["B"]), np.array([0.0, 1.0])
@@ -96,7 +99,8 @@ def test_positive_measure_tiny(tmp_path):
         res = pm.run(tmp_path, quick=True, seed=0, tiny=True)
     _check_contract(res, pm, tmp_path, steps)
     lem = next(v for k, v in res["measured"].items() if k.startswith("lemma13 d=3, w=2"))
-    # Lemma 13 at d = 3 (docs/theory.md#constructions: no violations): every start keeps X_(2,d-1) <= -1/w and rank 2.
+    # Lemma 13 at d = 3 (docs/theory.md#constructions: no violations): every start keeps
+    # X_(2,d-1) <= -1/w and rank 2.
     assert lem["paper"]["noncollapse"] == lem["paper"]["samples"]
     assert lem["paper"]["invariance_violated_any_step"] == 0
     assert lem["paper"]["token1_stayed_at_e_d"]
@@ -114,12 +118,13 @@ def test_positive_measure_tiny(tmp_path):
 def test_lemma13_track_matches_states():
     """The per-step running max equals the max over a saved trajectory (reference: simulate)."""
     from rankdyn._constructions import lemma13_sample, uniform_causal_layer
+    from rankdyn.experiments._positive_measure_runs import lemma13_track
 
     with jax.enable_x64(True):
         d, w, steps = 4, 3.0, 12
         layer = uniform_causal_layer(2, d, rd.weights.bidiagonal(d, w))
         x0 = lemma13_sample(jax.random.PRNGKey(1), d, w, 16)
-        xf, first, mx = pm.lemma13_track(layer, x0, steps, d - 2)
+        xf, first, mx = lemma13_track(layer, x0, steps, d - 2)
         st = np.asarray(rd.simulate(layer, x0, steps, save_states=True, observe=lambda x: {}).states)
     np.testing.assert_allclose(np.asarray(xf), st[:, -1], atol=1e-14)
     np.testing.assert_allclose(np.asarray(first), st[:, 1, 1, d - 2], atol=1e-14)
@@ -129,10 +134,10 @@ def test_lemma13_track_matches_states():
 def test_wilson_interval():
     z = 1.959963984540054
     # Closed form at 0 successes: [0, z^2 / (n + z^2)].
-    assert pm.wilson_interval(0, 10) == (0.0, pytest.approx(z**2 / (10 + z**2)))
-    lo, hi = pm.wilson_interval(5, 10)
+    assert wilson_interval(0, 10) == (0.0, pytest.approx(z**2 / (10 + z**2)))
+    lo, hi = wilson_interval(5, 10)
     assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2365931, abs=1e-6)
-    assert pm.wilson_interval(10, 10)[1] == 1.0
+    assert wilson_interval(10, 10)[1] == 1.0
     with pytest.raises(ValueError):
-        pm.wilson_interval(11, 10)
-    assert math.isclose(sum(pm.wilson_interval(3, 400)) / 2, (3 / 400 + z**2 / 800) / (1 + z**2 / 400))
+        wilson_interval(11, 10)
+    assert math.isclose(sum(wilson_interval(3, 400)) / 2, (3 / 400 + z**2 / 800) / (1 + z**2 / 400))

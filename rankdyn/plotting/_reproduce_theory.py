@@ -113,8 +113,8 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     and the non-collapse fraction against the horizon (Wilson 95% bars).
 
     Arguments:
-        basins: ``{w: counterexample_2d.basin_of_b(...)}``.
-        joints: ``{w: counterexample_2d.joint_noncollapse(...)}``.
+        basins: ``{w: experiments._circle.basin_of_b(...)}`` (the keys it reads).
+        joints: ``{w: experiments._circle.joint_noncollapse(...)}`` (the keys it reads).
         reference: ``{w: fraction}`` reference values at T = 20000 (our earlier re-simulation,
             see docs/theory.md#experiments), drawn as stars.
         path: save the figure here (and close it).
@@ -295,7 +295,7 @@ def plot_positive_measure(results: dict, *, path=None):
     Arguments:
         results: ``{"lemma": {(d, w): {condition: dict}}, "joint": {(n, d, w): {"random": ...,
             "token1_at_e_d": ...}}, "spec_joint": {(n, d, w): fraction}}`` as built by
-            `rankdyn.experiments.positive_measure.run`.
+            `rankdyn.experiments.positive_measure.render`.
         path: save the figure here (and close it).
     """
     import matplotlib.pyplot as plt
