@@ -29,7 +29,8 @@ def rank_objective(x: Float[Array, "n d"], objective: str = "sigma_min") -> Floa
 
     ``sigma_2``: the second singular value, 0 iff rank one (the paper's "no rank collapse" is
     ``sigma_2 > 0``); ``sigma_min``: the smallest, 0 iff rank-deficient (full rank is strict: the
-    paper's full-rank equilibria are saddles, docs/theory.md#stability); ``eff_rank``: Roy-Vetterli effective rank.
+    paper's full-rank equilibria are saddles, docs/theory.md#stability); ``eff_rank``: Roy-Vetterli
+    effective rank.
     """
     s = singular_values(x)
     if objective == "sigma_2":

@@ -17,11 +17,8 @@ from rankdyn.experiments._verdict import check, untestable
 #: Longest ``run`` a target may have: composing compute, checks and render takes a few lines.
 RUN_MAX_LINES = 60
 
-#: Targets not yet split into compute -> checks -> render (each on its own line: remove yours).
-PENDING: set[str] = set()  # every target is split
 
-
-@pytest.mark.parametrize("name", [n for n in TARGETS if n not in PENDING])
+@pytest.mark.parametrize("name", list(TARGETS))
 def test_target_is_compute_checks_render(name):
     mod = importlib.import_module(TARGETS[name])
     for part in ("compute", "checks", "render", "run"):

@@ -93,7 +93,8 @@ def resolve_targets(names) -> list[str]:
     unknown = [n for n in names if n != "all" and n not in TARGETS]
     if "all" in names and (unknown or len(names) > 1):
         raise ValueError(
-            f"'all' cannot be combined with other names (got {', '.join(map(repr, names))}); pass 'all' alone "
+            f"'all' cannot be combined with other names (got {', '.join(map(repr, names))}); "
+            "pass 'all' alone "
             f"or a list of targets from: {', '.join(TARGETS)}."
         )
     if "all" in names:

@@ -210,12 +210,13 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
     lines = [
         "# rankdyn reproduce: report",
         "",
-        "Wu, Ajorlou, Wang, Jegelka, Jadbabaie, *On the Role of Attention Masks and LayerNorm in Transformers*, "
-        "NeurIPS 2024. Each verdict is computed from the target's checks. A claim of the paper is: reproduced = "
-        "every check testable and passed; partially = at least half of the testable checks pass, or a check could "
-        "not fail here; not reproduced = otherwise; not testable here = no check could fail here. An open "
-        "question (the authors' conjecture) is: counterexample found; no evidence against (none found, positive "
-        "control passed); inconclusive (none found, control missed). A verdict followed by (model: ...) was "
+        "Wu, Ajorlou, Wang, Jegelka, Jadbabaie, *On the Role of Attention Masks and LayerNorm in "
+        "Transformers*, NeurIPS 2024. Each verdict is computed from the target's checks. A claim of the "
+        "paper is: reproduced = every check testable and passed; partially = at least half of the testable "
+        "checks pass, or a check could not fail here; not reproduced = otherwise; not testable here = no "
+        "check could fail here. An open question (the authors' conjecture) is: counterexample found; no "
+        "evidence against (none found, positive control passed); inconclusive (none found, control missed). "
+        "A verdict followed by (model: ...) was "
         "measured on that model. The model, theorems and settings are explained in rankdyn's docs/theory.md.",
         "",
         f"Mode: {'quick (reduced sizes)' if quick else 'full'}; seed {seed}; total {runtime_s:.1f} s; "
