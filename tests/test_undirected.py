@@ -133,11 +133,13 @@ def test_undirected_quick(tmp_path):
     row = next(x for x in (tmp_path / "report.md").read_text().splitlines() if x.startswith("| [undirected]"))
     assert r["checks"] and row.split("|")[3].strip() != "-"
     assert (r["verdict"], m["finding"]) == und.verdict(True, m["undirected_settings_with_higher_rank"])
-    # The finding the quick run exists for: a certified stable rank-2 equilibrium under the
-    # complete mask with symmetric logits, existence and stability proven by intervals.
-    cs = m["N=3/complete/symmetric"]["main_sigma_2"]["attractors"]
-    assert r["verdict"] == "counterexample found" and cs["proven_stable_rank_ge2"] >= 1
-    assert any(e["certificate"]["stability_proven"] for e in cs["rank_ge2"] if "certificate" in e)
+    # The finding the quick run exists for: stable rank-2 equilibria under undirected masks (the
+    # complete mask with symmetric logits among them), existence and stability proven by intervals
+    # in this run, from the stored certificates (the chaotic search need not find them again).
+    stored = m["stored_certificates"]
+    assert {c["setting"] for c in stored} >= {"N=3/complete/symmetric", "N=3/window/symmetric"}
+    assert all(c["existence_proven"] and c["stability_proven"] and c["undirected"] for c in stored)
+    assert r["verdict"] == "counterexample found"
     # Every stored certificate re-checks from the JSON alone.
     for tag, entry in m.items():
         if not (isinstance(entry, dict) and tag.startswith("N=")):
@@ -205,3 +207,17 @@ def test_checks_fail_on_synthetic_results():
         assert {i for i, c in enumerate(cs) if not c.passed} == failing, bad
     m = _synthetic()
     assert m.symmetric_found == list(m.found) and m.to_dict()["certificates_stability_proven"] == 1
+
+
+def test_stored_certificates_fail_when_tampered():
+    """A stored point moved by 1e-20, or the weights of another map, no longer re-prove."""
+    from rankdyn.experiments import _undirected_known as K
+
+    (c,) = [c for c in K.load(3) if c["setting"] == "N=3/window/generic"]
+    assert K.stored_check(K.recheck([c])).passed
+    moved = dict(
+        c, point=[[mpmath.nstr(mpmath.mpf(v) + mpmath.mpf("1e-20"), 45) for v in r] for r in c["point"]]
+    )
+    other = dict(c, weights=dict(c["weights"], w_v=c["weights"]["w_q"]))
+    bad = K.recheck([moved, other])
+    assert [b["existence_proven"] for b in bad] == [False, False] and not K.stored_check(bad).passed

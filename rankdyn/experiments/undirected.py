@@ -33,6 +33,7 @@ from pathlib import Path
 
 import jax.random as jr
 
+from . import _undirected_known as K
 from . import _undirected_search as U
 from . import _verdict as V
 from ._flow_runs import compute_float64
@@ -58,7 +59,14 @@ def _sizes(quick: bool) -> dict:
     # happens at training depths 8-32, deeper training only refines, and the selection and
     # evaluation at depth T keep only what survives there.
     common = dict(
-        lr=3e-2, select_every=20, restarts=8, dps=50, max_certificates=2, basin_depth=1000, deflation_rounds=0
+        lr=3e-2,
+        select_every=20,
+        restarts=8,
+        dps=50,
+        max_certificates=2,
+        basin_depth=1000,
+        deflation_rounds=0,
+        stored_max_n=None,
     )
     if quick:
         # CI budget (~30 s quiet; 44 CPU s measured under load): only the settings its checks and
@@ -82,6 +90,8 @@ def _sizes(quick: bool) -> dict:
             census_starts=128,
             census_ns=(),
             basin_trials=1024,
+            # Stored certificates re-proven: N = 3 only (N = 5 costs ~6 s of mpmath each).
+            stored_max_n=3,
         )
     # Full mode, sized from measured costs. A first full run (batch 32, T = 500, 32 selection
     # inputs; 13.2 CPU-min) lost the positive control at every size: with a basin of a few
@@ -169,6 +179,7 @@ class UndirectedMeasured(Measured):
     basin_depth: int
     census_ns: tuple
     num_layers: int
+    stored: tuple = ()
 
     @property
     def symmetric_found(self) -> list[str]:
@@ -186,6 +197,7 @@ class UndirectedMeasured(Measured):
             "certificates": len(certs),
             "certificates_proven": sum(bool(c["proven"]) for c in certs),
             "certificates_stability_proven": sum(bool(c.get("stability_proven")) for c in certs),
+            "stored_certificates": jsonable(self.stored),
         }
 
 
@@ -269,6 +281,9 @@ def compute(sz: dict, seed: int) -> UndirectedMeasured:
                         n=n, mask=m, attention=att, share=share, lo=lo, hi=hi, paper=p["frac_rank_ge2"][1]
                     )
                     points.append(pt)
+    # The stored certificates (`_undirected_known`): proofs re-run now, whatever the search found.
+    stored = tuple(K.recheck(K.load(sz["stored_max_n"])))
+    found += K.found_sentences(stored)
     return UndirectedMeasured(
         cells=cells,
         runs=tuple(runs),
@@ -282,6 +297,7 @@ def compute(sz: dict, seed: int) -> UndirectedMeasured:
         basin_depth=sz["basin_depth"],
         census_ns=tuple(sz["census_ns"]),
         num_layers=sz["num_layers"],
+        stored=stored,
     )
 
 
@@ -309,6 +325,8 @@ def checks(m: UndirectedMeasured) -> list[V.Check]:
             f"max mean sigma_2 {max(cu, default=float('nan')):.3g}",
         ),
     ]
+    if m.stored:
+        out.append(K.stored_check(m.stored))
     if not m.certificates:
         return out + [
             V.untestable(
@@ -365,6 +383,7 @@ def render(out: Path, m: UndirectedMeasured, cs: list[V.Check]) -> tuple[list[st
             f"weights); of the {len(stable)} with 50-digit spectral radius < 1, {len(proven)} are also "
             "proven stable (an interval bound < 1 on the spectral radius of DF over that box)."
         )
+    notes += K.stored_notes(m.stored)
     return ["undirected.png"], notes
 
 
