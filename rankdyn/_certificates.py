@@ -42,6 +42,7 @@ __all__ = [
     "tangent_multipliers",
     "stability_bound",
     "certify",
+    "prove",
     "layer_weights",
     "weights_from_hex",
 ]
@@ -324,6 +325,25 @@ def stability_bound(x, weights: dict, radius, *, dps: int = 50) -> dict:
             iv.dps = old
 
 
+def prove(point, weights: dict, radius, *, dps: int = 50) -> dict:
+    """The two interval proofs of a stored point: existence (`krawczyk`) and stability
+    (`stability_bound` over the Krawczyk box).
+
+    Returns:
+        ``{"proven", "radius", "krawczyk_margin", "spectral_radius_bound", "stability_proven"}``:
+        ``stability_proven`` is existence proven and the bound below 1.
+    """
+    kz = krawczyk(point, weights, radius, dps=dps)
+    stab = stability_bound(point, weights, kz["radius"], dps=dps)
+    return {
+        "proven": kz["proven"],
+        "radius": kz["radius"],
+        "krawczyk_margin": kz["margin"],
+        "spectral_radius_bound": stab["bound"],
+        "stability_proven": bool(kz["proven"] and stab["bound"] != "inf" and mpmath.mpf(stab["bound"]) < 1),
+    }
+
+
 def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = "1e-30") -> dict:
     """Refine, prove and linearise one equilibrium; the JSON-ready ``certificate`` entry.
 
@@ -342,9 +362,8 @@ def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = 
     pt, res, it = refine(x, weights, dps=dps)
     with mpmath.workdps(dps):
         point = [[mpmath.nstr(v, digits, strip_zeros=False) for v in row] for row in pt]
-    kz = krawczyk(point, weights, radius, dps=dps)
+    pr = prove(point, weights, radius, dps=dps)
     mult = tangent_multipliers(point, weights, dps=dps)
-    stab = stability_bound(point, weights, kz["radius"], dps=dps)
     with mpmath.workdps(dps):
         rho = max(abs(z) for z in mult)
         mult_s = [[mpmath.nstr(mpmath.re(z), 20), mpmath.nstr(mpmath.im(z), 20)] for z in mult]
@@ -352,7 +371,7 @@ def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = 
     return {
         "point": point,
         "weights": {"mask": weights["mask"], **{k: _hex(weights[k]) for k in ("w_q", "w_k", "w_v", "dqk")}},
-        "radius": kz["radius"],
+        "radius": pr["radius"],
         "residual": res_s,
         "newton_iterations": it,
         "multipliers": mult_s,
@@ -363,9 +382,9 @@ def certify(x, weights: dict, *, dps: int = 50, digits: int = 45, radius: str = 
             "mpmath.eig; "
             "spectral radius bounded over the box by eigenvector similarity (enclosed inverse) and Gershgorin"
         ),
-        "proven": kz["proven"],
-        "krawczyk_margin": kz["margin"],
-        "spectral_radius_bound": stab["bound"],
-        "stability_proven": bool(kz["proven"] and stab["bound"] != "inf" and mpmath.mpf(stab["bound"]) < 1),
+        "proven": pr["proven"],
+        "krawczyk_margin": pr["krawczyk_margin"],
+        "spectral_radius_bound": pr["spectral_radius_bound"],
+        "stability_proven": pr["stability_proven"],
         "dps": dps,
     }

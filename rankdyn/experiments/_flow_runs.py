@@ -71,17 +71,6 @@ def step_limit_check(steps_limit_hit):
     return check("no run hit the solver's step limit", sum(hit) == 0, str(hit))
 
 
-def compute_float64(out, compute, sizes: dict, seed: int):
-    """Create ``out`` and run a flow target's ``compute(sizes, seed)`` in float64 (the targets'
-    tolerances are float64 ones); returns ``(Path(out), measured)``."""
-    from pathlib import Path
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with jax.enable_x64(True):
-        return out, compute(sizes, seed)
-
-
 def plot_examples(times, examples: dict, title: str, path) -> None:
     """Cluster-count and energy staircases of the example starts: ``examples[label] = (clusters,
     energy)``, each ``(starts, saves)`` on ``times`` (the first save, t = 0, is left out of the

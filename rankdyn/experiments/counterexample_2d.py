@@ -340,7 +340,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     ``seed`` is recorded but unused: every input here is a deterministic angle grid.
     """
     from .._progress import plan_steps
-    from ._flow_runs import compute_float64
+    from ._dtype import compute_float64
 
     sz = _sizes(quick, tiny)
     plan_steps(len(sz["basin_ws"]) + len(sz["joint_ws"]))  # progress: one step per w and part

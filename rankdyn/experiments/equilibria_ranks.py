@@ -280,7 +280,7 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     ``seed`` is recorded but unused: every equilibrium is in closed form.
     """
     from .._progress import plan_steps
-    from ._flow_runs import compute_float64
+    from ._dtype import compute_float64
 
     sz = _sizes(quick, tiny)
     plan_steps(len(sz["ns"]) * len(sz["w_factors"]))  # progress: one step per (N, w) analysis

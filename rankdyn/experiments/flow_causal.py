@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._flow_runs import compute_float64, longest_plateau, plot_examples, step_limit_check, unit_starts
+from ._dtype import compute_float64
+from ._flow_runs import longest_plateau, plot_examples, step_limit_check, unit_starts
 from ._target import Measured, TargetResult, off_json
 from ._verdict import Check, check
 

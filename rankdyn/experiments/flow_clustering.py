@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._flow_runs import compute_float64, step_limit_check, unit_starts
+from ._dtype import compute_float64
+from ._flow_runs import step_limit_check, unit_starts
 from ._target import Measured, TargetResult, off_json
 from ._verdict import Check, check
 

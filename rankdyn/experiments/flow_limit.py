@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._flow_runs import compute_float64, unit_starts
+from ._dtype import compute_float64
+from ._flow_runs import unit_starts
 from ._target import Measured, TargetResult
 from ._verdict import Check, check
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ._flow_runs import compute_float64, log_slope, longest_plateau, plot_examples, unit_starts
+from ._dtype import compute_float64
+from ._flow_runs import log_slope, longest_plateau, plot_examples, unit_starts
 from ._target import Measured, TargetResult, off_json
 from ._verdict import Check, check, untestable
 

@@ -326,7 +326,7 @@ def render(out: Path, m: PositiveMeasureMeasured, cs: list[Check]) -> tuple[list
 def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     """Run the target; write ``positive_measure.png`` into ``out``; return the result dict."""
     from .._progress import plan_steps
-    from ._flow_runs import compute_float64
+    from ._dtype import compute_float64
 
     sz = _sizes(quick, tiny)
     plan_steps(len(sz["lemma_cases"]) + len(sz["joint_cases"]))  # progress: one step per case

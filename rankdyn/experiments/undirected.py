@@ -36,7 +36,7 @@ import jax.random as jr
 from . import _undirected_known as K
 from . import _undirected_search as U
 from . import _verdict as V
-from ._flow_runs import compute_float64
+from ._dtype import compute_float64
 from ._target import Measured, TargetResult, jsonable
 
 NAME = "undirected"
