@@ -14,9 +14,14 @@ SPMD program does), every worker blocks waiting for chunks that no free worker i
 a deadlock with all threads asleep in a futex wait (see ``benchmarks/README.md``, "Several
 devices", for the reproducer and the native stacks). A pool with more threads than LAPACK
 calls that can block at once cannot deadlock this way, so `use_cpu_devices` makes the pool
-``2 * num_devices`` threads (XLA reads its size from the ``NPROC`` environment variable when
-the CPU client is created). Upstream removed the parallel path from open-source builds after
-0.11.0 (jax-ml/jax#36927).
+``num_devices + cores`` threads (`pool_threads`; XLA reads its size from the ``NPROC``
+environment variable when the CPU client is created): one per device that may block in a LAPACK
+call, plus one per core to run the chunks. The extra threads also matter on ONE device: XLA's
+default pool (one thread per core) leaves one core idle while the calling worker waits, so a
+batched SVD ran on a single core; measured on 2 cores, `simulate` with the default metrics
+(n 32, d 64, 256 trajectories, 128 layers) took 2.9-3.4 s wall with 2 pool threads and 2.4 s
+with 3 (`benchmarks/README.md`, "Several devices"). Upstream removed the parallel path from
+open-source builds after 0.11.0 (jax-ml/jax#36927).
 """
 
 from __future__ import annotations
@@ -24,10 +29,7 @@ from __future__ import annotations
 import os
 import warnings
 
-__all__ = ["available_cores", "resolve_num_devices", "use_cpu_devices"]
-
-#: XLA:CPU's intra-op pool gets this many threads per host device (see the module docstring).
-POOL_THREADS_PER_DEVICE = 2
+__all__ = ["available_cores", "pool_threads", "resolve_num_devices", "use_cpu_devices"]
 
 
 def available_cores() -> int:
@@ -36,6 +38,14 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 1
+
+
+def pool_threads(num_devices: int) -> int:
+    """Threads of XLA:CPU's intra-op pool for ``num_devices`` host devices: one per device (its
+    batched LAPACK call may block a worker) plus one per core (to run the chunks it waits for).
+    At least ``2 * num_devices`` (``num_devices <= cores``), so no device can starve (module
+    docstring)."""
+    return num_devices + available_cores()
 
 
 def resolve_num_devices(n: int | str = "all", *, flag: str = "n") -> int:
@@ -74,9 +84,11 @@ def use_cpu_devices(n: int | str = "all") -> int:
     Call it at the top of a script, **before** any JAX array is created or `jax.devices()` is
     called; then pass ``devices="all"`` to `rankdyn.simulate` (or let `rankdyn.run_sweep` shard
     by itself). It sets ``jax_num_cpu_devices`` and sizes XLA:CPU's intra-op thread pool to
-    ``2 * n`` threads through the ``NPROC`` environment variable (a larger ``NPROC`` already set
-    is kept): with one thread per device, batched LAPACK calls of several devices can deadlock
-    on jaxlib 0.10 (module docstring). Library code never calls this: it changes process-wide
+    ``n + cores`` threads (`pool_threads`) through the ``NPROC`` environment variable (a larger
+    ``NPROC`` already set is kept): with one thread per device, batched LAPACK calls of several
+    devices can deadlock on jaxlib 0.10, and even on one device a batched SVD runs on one core
+    (module docstring). ``use_cpu_devices(1)`` is therefore worth calling in a one-device script
+    that computes the default (SVD) metrics. Library code never calls this: it changes process-wide
     configuration, which only the program's author (or the CLI's ``--devices``) may decide.
 
     Arguments:
@@ -101,7 +113,7 @@ def use_cpu_devices(n: int | str = "all") -> int:
                 "effect; call rankdyn.use_cpu_devices() before any JAX operation (array creation, "
                 "jax.devices()), or start a new Python process."
             )
-        if n > 1 and int(os.environ.get("NPROC", "0") or 0) < POOL_THREADS_PER_DEVICE * n:
+        if n > 1 and int(os.environ.get("NPROC", "0") or 0) < 2 * n:
             warnings.warn(
                 f"JAX was initialised with {n} CPU devices before use_cpu_devices() could size XLA's thread "
                 "pool; sharded batched LAPACK calls (SVD metrics) may deadlock on jaxlib 0.10. Call "
@@ -110,7 +122,7 @@ def use_cpu_devices(n: int | str = "all") -> int:
                 stacklevel=2,
             )
         return n
-    pool = POOL_THREADS_PER_DEVICE * n
+    pool = pool_threads(n)
     current = os.environ.get("NPROC", "")
     if not (current.isdigit() and int(current) >= pool):
         os.environ["NPROC"] = str(pool)  # read by XLA:CPU when the client is created

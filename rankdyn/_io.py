@@ -108,6 +108,8 @@ def provenance() -> dict:
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
         "x64": bool(jax.config.jax_enable_x64),
+        # The compiler flags of the process (the CLI's --quick adds an optimisation level).
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

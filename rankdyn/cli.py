@@ -1,9 +1,10 @@
 """The ``rankdyn`` command line: thin wrappers that parse flags and call the public API.
 
 Each subcommand lives in ``rankdyn/commands/<name>.py`` and exposes ``add_parser(subparsers)``
-(which sets ``func``). This module only dispatches. ``--devices`` (default: one CPU device per
-core, `rankdyn.use_cpu_devices`) and ``--x64`` are applied here, before any array is created:
-library code never changes JAX's global configuration.
+(which sets ``func``, and ``before_jax`` for process-wide XLA flags). This module only
+dispatches. ``--devices`` (default: one CPU device per core, `rankdyn.use_cpu_devices`), a
+command's ``before_jax`` and ``--x64`` are applied here, before any array is created: library
+code never changes JAX's global configuration.
 
 Exit codes: 0 success; 2 a problem the user can fix (`rankdyn._errors.UsageError`, or a
 ``ValueError`` raised while the arguments are checked, before compute: one ``error:`` line, no
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             apply_devices_flag(args)
         except ValueError as err:
             return _error(args, err)
+    if hasattr(args, "before_jax"):  # process-wide XLA configuration, also before JAX starts
+        args.before_jax(args)
     if getattr(args, "x64", False):
         import jax
 

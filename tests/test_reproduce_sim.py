@@ -294,3 +294,42 @@ def test_cli_bad_targets(tmp_path, capsys, argv):
     assert rc == 2
     assert "error:" in err and "geometry" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+QUICK_FLAGS_SCRIPT = """
+import json, os, sys
+import rankdyn.experiments as ex
+from rankdyn._io import provenance
+from rankdyn.cli import main
+
+ex.run_targets = lambda names, out, **kw: {"results": {}, "runtime_s": 0.0, "report": out, "failed": []}
+main(["reproduce", "temperature", "--out", sys.argv[1], "--devices", "1", *sys.argv[2:]])
+print(json.dumps(provenance()["xla_flags"]))
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, env_flags, want",
+    [
+        (["--quick"], "", "--xla_backend_optimization_level=1"),
+        ([], "", ""),
+        (["--quick"], "--xla_backend_optimization_level=3", "--xla_backend_optimization_level=3"),
+        (
+            ["--quick"],
+            "--xla_cpu_enable_fast_math=false",
+            "--xla_cpu_enable_fast_math=false --xla_backend_optimization_level=1",
+        ),
+    ],
+)
+def test_quick_compiles_at_level_one_unless_the_user_chose(tmp_path, extra, env_flags, want):
+    """`reproduce --quick` in a fresh process adds the optimisation level to XLA_FLAGS before JAX
+    starts (and the results record it); a level the user set, and non-quick runs, are left alone."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"XLA_FLAGS": env_flags}
+    cmd = [sys.executable, "-c", QUICK_FLAGS_SCRIPT, str(tmp_path / "out"), *extra]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == want

@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_sharded_simulate_equals_single_device():
-    # NPROC: XLA pool of 2 threads per device, as rankdyn.use_cpu_devices sets (which refuses 4 on 2 cores).
+    # NPROC: at least 2 pool threads per device, as rankdyn.use_cpu_devices sets (it refuses 4 on 2 cores).
     env = dict(
         os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu", NPROC="8"
     )
@@ -117,6 +117,24 @@ def test_use_cpu_devices_checks_its_argument_and_a_running_jax():
     if have < cores:
         with pytest.raises(RuntimeError, match="already initialised with"):
             rd.use_cpu_devices(have + 1)
+
+
+def test_use_cpu_devices_sizes_the_pool_one_thread_per_device_plus_one_per_core():
+    """A fresh process: the pool XLA will read (NPROC) is n + cores, also for one device (where
+    XLA's default of one thread per core leaves a batched SVD on one core), and a larger NPROC
+    already set is kept."""
+    from rankdyn._devices import available_cores, pool_threads
+
+    cores = available_cores()
+    assert pool_threads(1) == cores + 1 and pool_threads(cores) == 2 * cores
+    script = "import os, rankdyn as rd; rd.use_cpu_devices({n}); print(os.environ['NPROC'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NPROC")}
+    for n, env_n, want in ((1, env, cores + 1), ("'all'", env, 2 * cores), (1, env | {"NPROC": "64"}, 64)):
+        out = subprocess.run(
+            [sys.executable, "-c", script.format(n=n)], env=env_n, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        assert int(out.stdout.split()[-1]) == want, (n, out.stdout)
 
 
 # Sharded SVD metrics on 2 devices, repeated: with jaxlib 0.10's one-thread-per-core pool this

@@ -8,7 +8,9 @@ CONFIGS = {
     # name: n, d, dqk, layers, batch, mask, per-layer weights. bert is sized to finish: an SVD of
     # one 128 x 768 matrix costs ~30 ms in LAPACK via JAX and ~160 ms in PyTorch on this CPU.
     "small": dict(n=32, d=64, dqk=64, layers=128, batch=1024, mask="causal", per_layer=False),
-    "bert": dict(n=128, d=768, dqk=64, layers=16, batch=8, mask="complete", per_layer=True),
+    # dqk is the key width of the single head that `build` makes (d_QK = d), which the FLOP
+    # counts use; `build` checks it against the layer it builds.
+    "bert": dict(n=128, d=768, dqk=768, layers=16, batch=8, mask="complete", per_layer=True),
     "long": dict(n=16, d=16, dqk=16, layers=10_000, batch=128, mask="causal", per_layer=False),
 }
 #: ``--quick`` (the lead's final run, ~2 min on 2 cores): small and bert at full size with
@@ -66,4 +68,9 @@ def build(cfg, seed: int = 0):
         dtype=jnp.float32,
     )
     x0 = rd.initial_tokens(k2, "sphere", cfg["n"], cfg["d"], batch=cfg["batch"], dtype=jnp.float32)
+    # The FLOP counts (model_flops) read cfg["dqk"]: it must be the width the layer has. (It once
+    # said 64 for bert while the layer was 768 wide: % of peak was 2.5x too low.)
+    width = layer.weights.w_q.shape[-1]
+    if width != cfg["dqk"] or float(layer.dqk) != cfg["dqk"]:
+        raise ValueError(f"config says dqk {cfg['dqk']}, the layer has key width {width}, dqk {layer.dqk}")
     return layer, x0

@@ -19,8 +19,9 @@ import sys
 def child(name: str, devices: str, metrics: str, quick: bool, repeats: int = 3) -> None:
     import rankdyn as rd
 
-    if devices == "all":
-        rd.use_cpu_devices("all")  # before any JAX operation
+    # Before any JAX operation, as the CLI does (`--devices 1|all`): also on one device, where the
+    # pool's extra thread lets a batched SVD use both cores (rankdyn._devices.pool_threads).
+    rd.use_cpu_devices("all" if devices == "all" else 1)
     import jax
 
     from rankdyn._autotune import tuned_chunk
