@@ -74,6 +74,19 @@ def table(report) -> str:
             "PyTorch (both formulations) against rankdyn before timing, max relative error over the first "
             "8 layers: " + "; ".join(agree) + ".",
         ]
+    flops = {
+        c["config"]: (c.get("executed_flops_per_layer_traj", 0), c["model_flops_per_layer_traj"])
+        for c in report["rows"]
+    }
+    folded = [f"{k} {ex / 1e6:.3g} of {m / 1e6:.3g}" for k, (ex, m) in flops.items() if 0 < ex < m]
+    if folded:
+        lines += [
+            "",
+            "% of peak counts the model FLOPs (Q, K, V projections, QK^T, AV). rankdyn folds W_Q W_K^T into "
+            "one d x d matrix where that saves FLOPs, so it executes fewer (MFLOP per layer and trajectory, "
+            "executed of model: " + "; ".join(folded) + "; the fold itself, once per layer for the batch, "
+            "not counted); the JAX loop and PyTorch execute the model FLOPs.",
+        ]
     lines += _scaling(report)
     for c in report["rows"]:
         if "memory" in c and "ratio" in c["memory"]:
