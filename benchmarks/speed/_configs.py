@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 
 CONFIGS = {
-    # name: n, d, dqk, layers, batch, mask, per-layer weights. bert is sized to finish: an SVD of
-    # one 128 x 768 matrix costs ~30 ms in LAPACK via JAX and ~160 ms in PyTorch on this CPU.
+    # name: n, d, dqk, layers, batch, mask, per-layer weights. bert is sized to finish (an SVD of
+    # one 128 x 768 matrix costs ~30 ms in LAPACK via JAX and ~160 ms in PyTorch on this CPU) and
+    # to run long enough (~1.5 s a call at 32 trajectories) to measure above the host's noise.
     "small": dict(n=32, d=64, dqk=64, layers=128, batch=1024, mask="causal", per_layer=False),
     # dqk is the key width of the single head that `build` makes (d_QK = d), which the FLOP
     # counts use; `build` checks it against the layer it builds.
-    "bert": dict(n=128, d=768, dqk=768, layers=16, batch=8, mask="complete", per_layer=True),
+    "bert": dict(n=128, d=768, dqk=768, layers=16, batch=32, mask="complete", per_layer=True),
     "long": dict(n=16, d=16, dqk=16, layers=10_000, batch=128, mask="causal", per_layer=False),
 }
 #: ``--quick`` (the lead's final run, ~2 min on 2 cores): small and bert at full size with
