@@ -333,3 +333,15 @@ def test_quick_compiles_at_level_one_unless_the_user_chose(tmp_path, extra, env_
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == want
+
+
+def test_report_names_the_xla_flags_it_was_compiled_with(tmp_path, monkeypatch):
+    _fake_modules(monkeypatch)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=1")
+    ex.run_targets(["fake"], tmp_path, quick=True, seed=0, progress=False)
+    mode = next(
+        line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("Mode:")
+    )
+    assert "XLA_FLAGS `--xla_backend_optimization_level=1`" in mode
+    prov = json.loads((tmp_path / "fake.json").read_text())["provenance"]
+    assert prov["xla_flags"] == "--xla_backend_optimization_level=1"

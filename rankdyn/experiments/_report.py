@@ -220,7 +220,9 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         "measured on that model. The model, theorems and settings are explained in rankdyn's docs/theory.md.",
         "",
         f"Mode: {'quick (reduced sizes)' if quick else 'full'}; seed {seed}; total {runtime_s:.1f} s; "
-        f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}. Verdicts: "
+        f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}"
+        + (f", XLA_FLAGS `{prov['xla_flags']}`" if prov.get("xla_flags") else "")
+        + ". Verdicts: "
         + ", ".join(f"{k} {v}" for k, v in counts.items())
         + ".",
         "",
