@@ -31,7 +31,9 @@ def table(report) -> str:
         f"Command: `{report['command']}`. Each figure: median wall seconds of "
         f"{pk['repeats']} runs (min-max; median process CPU seconds).",
         "",
-        f"Measured {pk['cores']}-core float32 matmul peak ({pk['size']}^3, best of {pk['repeats']}): JAX "
+        f"Measured {pk['cores']}-core float32 matmul peak at the start ({pk['size']}^3, best of "
+        f"{pk['repeats']}; each row's % of peak uses the larger of the peaks measured right before and after "
+        "that row, in GFLOP/s in its own column): JAX "
         f"{pk['jax_gflops']:.1f} GFLOP/s"
         + (f", PyTorch {pk['torch_gflops']:.1f}" if "torch_gflops" in pk else "")
         + f"; peak = {pk['peak_gflops']:.1f} GFLOP/s.",
@@ -39,8 +41,9 @@ def table(report) -> str:
         "| config (n, d, layers, batch) | metrics | rankdyn 1 device | rankdyn all cores "
         "| hand-written JAX loop "
         "| PyTorch (faster form) | vs PyTorch: 1 device / all cores | simulate / JAX loop "
-        "| % of peak: 1 device / all cores / JAX loop / PyTorch | chunk | load before / after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| % of peak: 1 device / all cores / JAX loop / PyTorch | peak before / after the row "
+        "| chunk | load before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in report["rows"]:
         label = f"{c['config']} ({c['n']}, {c['d']}, {c['layers']}, {c['batch']})"
@@ -49,17 +52,20 @@ def table(report) -> str:
         tor = c["torch"].get(c.get("torch_best"))
         w = lambda r: r["wall_s"] if _ok(r) else None  # noqa: E731
 
+        row_peak = c.get("peak", pk)["peak_gflops"]  # the row's own (older runs: the run's)
+
         def frac(r):
             if not w(r):
                 return "-"
-            return f"{100 * c['total_model_flops'] / r['wall_s'] / 1e9 / pk['peak_gflops']:.0f}%"
+            return f"{100 * c['total_model_flops'] / r['wall_s'] / 1e9 / row_peak:.0f}%"
 
         form = f" `{c['torch_best']}`" if tor else ""
         lines.append(
             f"| {label} | {c['metrics']} | {spread(one)} | {spread(many)} | {spread(loop)} "
             f"| {spread(tor)}{form} "
             f"| {_x(w(tor), w(one))} / {_x(w(tor), w(many))} | {_x(w(one), w(loop))} "
-            f"| {frac(one)} / {frac(many)} / {frac(loop)} / {frac(tor)} | {(one or {}).get('chunk', '-')} "
+            f"| {frac(one)} / {frac(many)} / {frac(loop)} / {frac(tor)} | {_peaks(c)} "
+            f"| {(one or {}).get('chunk', '-')} "
             f"| {c['load_before']:.2f} / {c['load_after']:.2f} |"
         )
     agree = [
@@ -98,6 +104,11 @@ def table(report) -> str:
                 f"(ratio {m['ratio']:.3f})."
             )
     return "\n".join(lines)
+
+
+def _peaks(c) -> str:
+    pk = c.get("peak")
+    return f"{pk['before_gflops']:.0f} / {pk['after_gflops']:.0f}" if pk and "before_gflops" in pk else "-"
 
 
 def _scaling(report) -> list[str]:
