@@ -6,10 +6,11 @@ observer: on the 2-core Intel dev box, n = 16, d = 32 ran fastest at 64 trajecto
 of tokens) but n = 32, d = 64 at 128-256 (1-2 MiB), and 4x too large a chunk cost 1.2-1.6x
 (process CPU time, `benchmarks/chunk_speed.py`). So, like XLA's autotuning, the first
 sizeable run of a shape (>= 1e11 model FLOPs) times a few candidates around the cache-sized rule
-(`rankdyn._scan.auto_chunk`): one chunk each, over a few layers, best of three, and keeps the
-fastest per trajectory. The choice is stored in ``$RANKDYN_CACHE_DIR/chunks.json`` (default
-``~/.cache/rankdyn``) keyed by CPU model, core count, shape, dtype, layer variant and observer,
-so later runs and processes reuse it. ``RANKDYN_CHUNK_TUNING=0`` turns it off (the rule only).
+(`rankdyn._scan.auto_chunk`): one chunk each, over a few layers, best of three rounds (the
+candidates in turn within each round), and keeps the fastest per trajectory. The choice is
+stored in ``$RANKDYN_CACHE_DIR/chunks.json`` (default ``~/.cache/rankdyn``) keyed by CPU model,
+core count, shape, dtype, layer variant and observer, so later runs and processes reuse it.
+``RANKDYN_CHUNK_TUNING=0`` turns it off (the rule only).
 
 Chunking changes only the order of batched floating-point work, so results under any choice
 agree to the device/chunk contract (at most 4 ulps per metric; ``tests/test_scan_stats.py``).
@@ -38,8 +39,9 @@ TUNE_MIN_FLOPS = 1e11
 _TIMED_FLOPS = 2e9
 _memory: dict[str, int] = {}
 #: Part of the cache key: raised when the compiled layer or scan changes enough that choices
-#: measured with the previous program may no longer be the fastest (2: no cond, split GEMMs).
-_PROGRAM_VERSION = 2
+#: measured with the previous program may no longer be the fastest (2: no cond, split GEMMs;
+#: 3: candidates timed in turn, after choices measured one candidate after another on a drifting host).
+_PROGRAM_VERSION = 3
 
 
 def _cache_file() -> Path:
@@ -71,18 +73,26 @@ def _key(layer, observe, x0, save_every: int, eps: bool) -> str:
     )
 
 
-def _time_chunk(layer, observe, source, drop_key, chunk: int, num: int, save_every: int, eps: bool, work):
-    """Best-of-three wall seconds per trajectory-layer of one chunk over a few blocks."""
+def _chunk_run(layer, observe, source, drop_key, chunk: int, num: int, save_every: int, eps: bool, work):
+    """A compiled, warmed-up run of one chunk over a few blocks, and its trajectory-layers."""
     blocks = max(1, min(64, round(_TIMED_FLOPS / (chunk * save_every * work))))
     plan = DepthPlan(blocks, save_every, True, False, False, eps)
     args = (layer, observe, source, drop_key, jnp.asarray(0), jnp.asarray(num), chunk, plan, None)
     jax.block_until_ready(_first(*args))  # compile and warm up
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        jax.block_until_ready(_first(*args))
-        best = min(best, time.perf_counter() - t0)
-    return best / (chunk * blocks * save_every)
+    return (lambda: jax.block_until_ready(_first(*args))), chunk * blocks * save_every
+
+
+def _time_chunks(runs: dict, rounds: int = 3) -> dict:
+    """Best-of-``rounds`` wall seconds per trajectory-layer of each candidate, the candidates
+    timed in turn within each round, so that a drift of the machine's speed (measured 2x within
+    minutes on a shared host) hits every candidate alike instead of the last ones."""
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(rounds):
+        for c, (run, _) in runs.items():
+            t0 = time.perf_counter()
+            run()
+            best[c] = min(best[c], time.perf_counter() - t0)
+    return {c: best[c] / units for c, (_, units) in runs.items()}
 
 
 def tuned_chunk(
@@ -115,7 +125,8 @@ def tuned_chunk(
     if key in _memory and not force:
         return max(1, min(num, int(_memory[key])))
     source = _source(x0)
-    cost = {c: _time_chunk(layer, observe, source, drop_key, c, num, save_every, eps, work) for c in cands}
+    runs = {c: _chunk_run(layer, observe, source, drop_key, c, num, save_every, eps, work) for c in cands}
+    cost = _time_chunks(runs)
     best = min(cost, key=cost.get)
     _memory[key] = best
     try:

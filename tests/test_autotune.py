@@ -34,7 +34,7 @@ def test_tuned_chunk_is_a_candidate_cached_and_within_four_ulps(getkey, tmp_path
         raise AssertionError("re-measured a cached shape")
 
     monkeypatch.setattr(_autotune, "_memory", {})
-    monkeypatch.setattr(_autotune, "_time_chunk", no_timing)
+    monkeypatch.setattr(_autotune, "_chunk_run", no_timing)
     monkeypatch.setattr(_autotune, "TUNE_MIN_FLOPS", 0.0)
     assert _autotune.tuned_chunk(layer, obs, x0, num, depth, save_every=1, eps=True) == best
 
@@ -61,3 +61,13 @@ def test_tuning_off_by_environment(getkey, tmp_path, monkeypatch):
     x0 = rd.initial_tokens(getkey(), "sphere", 4, 3, batch=40)
     got = _autotune.tuned_chunk(layer, None, x0, 40, 5, save_every=1, eps=True, force=True)
     assert got == auto_chunk(40, 4, 3, 8, "cpu") and not (tmp_path / "chunks.json").exists()
+
+
+def test_candidates_are_timed_in_turn_and_scored_per_trajectory_layer():
+    """Round-robin timing (a machine whose speed drifts during tuning must not favour the
+    candidates timed first), best of three rounds, divided by each run's trajectory-layers."""
+    order = []
+    runs = {c: ((lambda c=c: order.append(c)), units) for c, units in ((16, 1.0), (64, 4.0), (256, 16.0))}
+    cost = _autotune._time_chunks(runs)
+    assert order == [16, 64, 256] * 3
+    assert set(cost) == {16, 64, 256} and all(v >= 0 for v in cost.values())
