@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     print(f"matmul peak: {report['peak']}", flush=True)
     report["rows"] = []
     for name, m in rows:
-        # This host's matmul throughput drifted 2x within minutes (150 to 306 GFLOP/s at 4096^3,
+        # This host's matmul throughput drifted 2x within minutes (150 to 312 GFLOP/s at 4096^3,
         # 2026-12-01), so each row also gets the peak measured right before and after it, and
         # its "% of peak" is taken against the larger of those two (the conservative figure).
         before = matmul_peak(4096, args.repeats)
