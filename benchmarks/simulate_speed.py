@@ -183,11 +183,12 @@ def main(argv=None) -> int:
     report["peak"] = matmul_peak(4096, args.repeats) | {"repeats": args.repeats}
     print(f"matmul peak: {report['peak']}", flush=True)
     report["rows"] = []
+    before = report["peak"]
     for name, m in rows:
         # This host's matmul throughput drifted 2x within minutes (150 to 312 GFLOP/s at 4096^3,
-        # 2026-12-01), so each row also gets the peak measured right before and after it, and
-        # its "% of peak" is taken against the larger of those two (the conservative figure).
-        before = matmul_peak(4096, args.repeats)
+        # 2026-12-01), so each row also gets the peak measured right before and after it (one
+        # measurement between two rows serves both), and its "% of peak" is taken against the
+        # larger of those two (the conservative figure).
         res = bench_row(name, m, args)
         after = matmul_peak(4096, args.repeats)
         res["peak"] = {
@@ -195,6 +196,7 @@ def main(argv=None) -> int:
             "after_gflops": after["peak_gflops"],
             "peak_gflops": max(before["peak_gflops"], after["peak_gflops"]),
         }
+        before = after
         if name == "long" and m == "mu" and not args.no_memory:
             from speed._memory import bench_memory
 

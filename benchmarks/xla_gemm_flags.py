@@ -12,21 +12,21 @@ warm-up; prints one line.
 from __future__ import annotations
 
 import os
-import time
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speed._repeat import repeat  # noqa: E402
+
 
 def best(f, *args, reps: int = 5) -> float:
+    """Best wall seconds of ``reps`` calls of ``f(*args)`` after a warm-up (compile) call."""
     f(*args).block_until_ready()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f(*args).block_until_ready()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    return repeat(lambda: f(*args).block_until_ready(), reps)["wall_min_s"]
 
 
 def main() -> None:

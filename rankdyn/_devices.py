@@ -31,6 +31,10 @@ import warnings
 
 __all__ = ["available_cores", "pool_threads", "resolve_num_devices", "use_cpu_devices"]
 
+#: The fewest pool threads per host device with which sharded LAPACK calls cannot deadlock (one
+#: that may block, one that runs chunks); `pool_threads` gives at least this many.
+MIN_THREADS_PER_DEVICE = 2
+
 
 def available_cores() -> int:
     """CPU cores this process may run on (its affinity mask, else ``os.cpu_count()``)."""
@@ -43,8 +47,8 @@ def available_cores() -> int:
 def pool_threads(num_devices: int) -> int:
     """Threads of XLA:CPU's intra-op pool for ``num_devices`` host devices: one per device (its
     batched LAPACK call may block a worker) plus one per core (to run the chunks it waits for).
-    At least ``2 * num_devices`` (``num_devices <= cores``), so no device can starve (module
-    docstring)."""
+    At least ``MIN_THREADS_PER_DEVICE * num_devices`` (``num_devices <= cores``), so no device
+    can starve (module docstring)."""
     return num_devices + available_cores()
 
 
@@ -113,7 +117,7 @@ def use_cpu_devices(n: int | str = "all") -> int:
                 "effect; call rankdyn.use_cpu_devices() before any JAX operation (array creation, "
                 "jax.devices()), or start a new Python process."
             )
-        if n > 1 and int(os.environ.get("NPROC", "0") or 0) < 2 * n:
+        if n > 1 and int(os.environ.get("NPROC", "0") or 0) < MIN_THREADS_PER_DEVICE * n:
             warnings.warn(
                 f"JAX was initialised with {n} CPU devices before use_cpu_devices() could size XLA's thread "
                 "pool; sharded batched LAPACK calls (SVD metrics) may deadlock on jaxlib 0.10. Call "
