@@ -3,12 +3,16 @@
 Modules, one concept each: `_solve` (`find_equilibria` on an Optimistix solver, `RESULTS`),
 `_symmetry` (the discrete symmetry group), `_dedupe` (classes modulo symmetry), `_exact` (the
 exact census of the paper's system), `_tree` (token-by-token search for acyclic masks),
-`_joint` (the joint batched search with deflation), `_continuation` (following equilibria
-in ``w`` or the temperature), `_census` (the
+`_joint` (the joint batched search with deflation), `_continuation` (`continue_branch`: pseudo-arclength
+continuation in any layer parameter, on `_arclength`, `_bifurcations`, `_quotient`, `_branch`), `_census` (the
 pipeline behind ``rankdyn equilibria``) and `_stability` (multipliers on the tangent space).
 """
 
+from ._branch import BRANCH_RESULTS as BRANCH_RESULTS
+from ._branch import Bifurcation as Bifurcation
+from ._branch import Branch as Branch
 from ._census import equilibrium_census as equilibrium_census
+from ._continuation import continue_branch as continue_branch
 from ._continuation import continue_equilibria as continue_equilibria
 from ._dedupe import EquilibriumClass as EquilibriumClass
 from ._dedupe import deduplicate as deduplicate
@@ -26,6 +30,7 @@ from ._linearise import (
 from ._linearise import (
     tangent_jacobian as tangent_jacobian,
 )
+from ._quotient import commuting_rotations as commuting_rotations
 from ._results import CensusResult as CensusResult
 from ._results import EquilibriumRecord as EquilibriumRecord
 from ._results import JointOptions as JointOptions

@@ -1,31 +1,233 @@
-r"""Natural-parameter continuation of equilibria in a layer parameter (``w``, the temperature ...).
+r"""Continuation of equilibria in a layer parameter: `continue_branch` (pseudo-arclength) and the
+deprecated natural-parameter `continue_equilibria`.
 
-Equilibria of $F_p(X) = \mathrm{LN}(A_p(X) X W_{V,p})$ move continuously with a parameter $p$
-as long as they stay regular on the sphere product; a census at one value therefore seeds the
-search at the next. `continue_equilibria` walks a list of values, starts `find_equilibria` at
-value $p_{k+1}$ from the equilibria found at $p_k$, and reports per step how many branches
-were kept, lost (the solve failed: a fold or a bifurcation between the two values, or a step
-too large) and merged (two branches met, up to symmetry). It complements the random-start
-searches for masks where no exact census exists: the branches of a known solution set at one
-parameter value become starts everywhere else.
+`continue_branch` follows one branch $\{(X, p) : F_p(X) = X\}$ from one equilibrium by
+pseudo-arclength continuation (`rankdyn.equilibria._arclength`: predictor along the branch
+tangent, Newton on the bordered system, step adaptation), through folds, and locates the
+bifurcations on it (`rankdyn.equilibria._bifurcations`). The multipliers $+1$ of continuous
+symmetries are quotiented out first (`rankdyn.equilibria._quotient`).
 
-Because layers are `equinox` modules whose parameters are arrays, every value reuses one
-compiled solve.
+`continue_equilibria` (deprecated in 0.3.x, kept with its behaviour: use `continue_branch`)
+walks a list of values, starts `find_equilibria` at value $p_{k+1}$ from the equilibria found at
+$p_k$, and reports per step how many branches were kept, lost (the solve failed: often a fold,
+which it cannot pass) and merged (two branches met, up to symmetry).
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from .._errors import UsageError
 from .._layer import SelfAttentionLayer
+from .._progress import progress_bar
+from ._arclength import (
+    LayerFamily,
+    Newton,
+    arclength_constraint,
+    check_start,
+    correct,
+    fixed_parameter,
+    is_stable,
+    null_space,
+    reduced_multipliers,
+    tangent_at,
+)
+from ._bifurcations import detect, locate, test_function
+from ._branch import BRANCH_RESULTS, Branch
 from ._dedupe import deduplicate
+from ._quotient import commuting_rotations
 from ._solve import RESULTS, find_equilibria
 from ._symmetry import symmetry_group
 
-__all__ = ["continue_equilibria"]
+__all__ = ["continue_branch", "continue_equilibria"]
+
+
+def continue_branch(
+    family: Callable[[float], SelfAttentionLayer],
+    x_start: Float[ArrayLike, "n d"],
+    p_start: float,
+    p_end: float,
+    *,
+    ds: float | None = None,
+    max_steps: int = 400,
+    ds_min: float | None = None,
+    ds_max: float | None = None,
+    residual_tol: float | None = None,
+    stability_tol: float = 1e-6,
+    num_multipliers: int = 16,
+    max_turn: float = 0.5,
+    symmetries: bool = True,
+    locate_bifurcations: bool = True,
+    param_name: str = "p",
+    progress: bool = False,
+) -> Branch:
+    r"""Follow one branch of equilibria $F_p(X) = X$ in $p$ by pseudo-arclength continuation.
+
+    Predictor $(X_k + \Delta s\,\dot X_k,\ p_k + \Delta s\,\dot p_k)$ (retracted onto the
+    spheres), corrector: Newton on the bordered system
+
+    $$B^\top\big(F_p(X) - X\big) = 0,\qquad \dot X_k^\top(X - X_k) + \dot p_k (p - p_k) = \Delta s$$
+
+    on the slice orthogonal to the continuous-symmetry orbits (`rankdyn.equilibria._arclength`).
+    Bifurcations are detected by test functions on the reduced multipliers and $\dot p$ and
+    located by bracketing (`rankdyn.equilibria._bifurcations`). Branch switching at a branch
+    point is not done: continue the other branch from its own start.
+
+    Arguments:
+        family: ``p -> SelfAttentionLayer`` of one structure (any mask, heads, skip, MLP, a
+            trained layer); only its arrays may depend on ``p``.
+        x_start: one equilibrium ``(n, d)`` of ``family(p_start)``.
+        p_start, p_end: the parameter interval; the branch starts towards ``p_end`` and stops
+            when $p$ leaves $[\min, \max]$ (its last point is then solved at that end).
+        ds: first arclength step (default $|p_\mathrm{end} - p_\mathrm{start}| / 50$);
+            ``ds_min`` (default ``1e-6 ds``) and ``ds_max`` (default ``4 ds``) bound it.
+        max_steps: continuation steps (accepted points) at most.
+        residual_tol: corrector tolerance on $\|F_p(X) - X\|_F$ and the start's check
+            (default `default_residual_tol`: 1e-10 in float64).
+        stability_tol: ``stable`` means every reduced multiplier has modulus $< 1 -$ this.
+        num_multipliers: how many leading multipliers each point keeps.
+        max_turn: a step whose tangent turns by more than this angle (radians) is retried smaller.
+        symmetries: quotient out the rotations commuting with the layer (`commuting_rotations`).
+        locate_bifurcations: locate the detected bifurcations (else report the bracket's end).
+        param_name: the parameter's name, for reports.
+        progress: show a progress bar (one per branch).
+
+    Returns:
+        A `Branch`; ``result`` is `BRANCH_RESULTS` ``parameter_end``, ``max_steps_reached``,
+        ``newton_failed`` or ``nonfinite``.
+
+    Raises:
+        UsageError: if ``p_start == p_end``, the start is non-finite, misshapen or not an
+            equilibrium (the message gives the residual and the tolerance), the family does not
+            depend on the parameter, or a setting is out of range.
+    """
+    p0, p1 = float(p_start), float(p_end)
+    if not (math.isfinite(p0) and math.isfinite(p1)):
+        raise UsageError(f"p_start and p_end must be finite, got {p0} and {p1}.")
+    if p0 == p1:
+        raise UsageError(f"p_start and p_end are equal ({p0:g}): give an interval to continue over.")
+    span = abs(p1 - p0)
+    ds = span / 50 if ds is None else float(ds)
+    if not (math.isfinite(ds) and ds > 0):
+        raise UsageError(f"ds must be finite and > 0, got {ds}.")
+    ds_min = 1e-6 * ds if ds_min is None else float(ds_min)
+    ds_max = 4 * ds if ds_max is None else float(ds_max)
+    if not 0 < ds_min <= ds <= ds_max:
+        raise UsageError(f"need 0 < ds_min <= ds <= ds_max, got {ds_min}, {ds}, {ds_max}.")
+    if max_steps < 1:
+        raise UsageError(f"max_steps must be >= 1, got {max_steps}.")
+    fam = LayerFamily(family)
+    x, tol = check_start(fam, x_start, p0, residual_tol)
+    if not fam.reads_parameter(p0):
+        raise UsageError(
+            f"the family does not depend on {param_name}: no array of family({p0:g}) changes with it, so "
+            "there is no branch to follow; choose a parameter the layer reads."
+        )
+    layer0 = fam(p0)
+    gens = commuting_rotations(layer0) if symmetries else np.zeros((0, layer0.dim, layer0.dim))
+    newton = Newton(tol=tol, max_step=max(0.5, 10 * ds_max))
+    lo, hi = min(p0, p1), max(p0, p1)
+    n = layer0.num_tokens
+
+    pt, _, why = correct(fam, x, p0, fixed_parameter(p0, x.size), gens, newton)
+    if pt is None:
+        raise UsageError(f"x_start could not be polished at p = {p0:g} ({why}); is it an equilibrium?")
+    _, nullity = null_space(pt, 1)
+    extra = max(0, nullity - 1)
+    tangent = tangent_at(pt, None, extra, direction=math.copysign(1.0, p1 - p0))
+    pts, tans, eigs, arcs = [pt], [tangent], [reduced_multipliers(pt, n)], [0.0]
+    bifs = []
+    result = BRANCH_RESULTS.max_steps_reached
+    bar = progress_bar(total=max_steps, desc=f"branch in {param_name}", disable=not progress, leave=False)
+    step = ds
+    while len(pts) <= max_steps:
+        last, (tx, tp) = pts[-1], tans[-1]
+        p_pred = last.p + step * tp
+        # A predictor beyond an end: the last point is solved at that end (natural parameter).
+        at_end = p_pred > hi or p_pred < lo
+        if at_end:
+            bound = hi if p_pred > hi else lo
+            s = (bound - last.p) / tp
+            con = fixed_parameter(bound, x.size)
+        else:
+            s = step
+            con = arclength_constraint(last.x, last.p, tx, tp, s)
+        guess = last.x + s * tx.reshape(last.x.shape)
+        if last.basis.shape[0] != last.basis.shape[1]:
+            guess = guess / np.linalg.norm(guess, axis=-1, keepdims=True)
+        new, iters, why = correct(fam, guess, last.p + s * tp, con, gens, newton)
+        turned = False
+        if new is not None:
+            new_tan = tangent_at(new, (tx, tp), extra)
+            turned = float(new_tan[0] @ tx + new_tan[1] * tp) < math.cos(max_turn)
+        if new is None or turned:
+            if why == "nonfinite" and step <= ds_min:
+                result = BRANCH_RESULTS.nonfinite
+                break
+            step *= 0.5
+            if step < ds_min:
+                result = BRANCH_RESULTS.newton_failed
+                break
+            continue
+        eig = reduced_multipliers(new, n)
+        for kind in detect(eigs[-1], tp, eig, new_tan[1], stability_tol):
+            fa, fb = (test_function(kind, e, t) for e, t in ((eigs[-1], tp), (eig, new_tan[1])))
+            # Without location the same sign on both ends makes `locate` report the better end.
+            fb = fb if locate_bifurcations else fa
+            bif = locate(
+                kind,
+                fam,
+                last,
+                (tx, tp),
+                s,
+                fa,
+                fb,
+                new,
+                step=len(pts) - 1,
+                extra=extra,
+                generators=gens,
+                newton=newton,
+            )
+            bifs.append(bif)
+        arcs.append(arcs[-1] + float(np.sqrt(np.sum((new.x - last.x) ** 2) + (new.p - last.p) ** 2)))
+        pts.append(new)
+        tans.append(new_tan)
+        eigs.append(eig)
+        bar.update(1)
+        bar.set_postfix({param_name: f"{new.p:.6g}"}, refresh=False)
+        if at_end:
+            result = BRANCH_RESULTS.parameter_end
+            break
+        if iters <= 3:
+            step = min(step * 1.5, ds_max)
+        elif iters >= 7:
+            step = max(step * 0.7, ds_min)
+    bar.close()
+    k = num_multipliers
+    mult = np.full((len(pts), k), np.nan + 0j)
+    for i, e in enumerate(eigs):
+        mult[i, : min(k, e.size)] = e[:k]
+    return Branch(
+        params=np.array([q.p for q in pts]),
+        points=np.stack([q.x for q in pts]),
+        multipliers=mult,
+        stable=np.array([is_stable(e, stability_tol) for e in eigs]),
+        tangents_p=np.array([t[1] for t in tans]),
+        residuals=np.array([q.residual for q in pts]),
+        arclength=np.array(arcs),
+        bifurcations=tuple(bifs),
+        result=result,
+        symmetry_dims=int(pt.sym),
+        neutral_dims=int(extra),
+        space="tangent" if pt.basis.shape[0] != pt.basis.shape[1] else "full",
+        tol=float(stability_tol),
+        param_name=param_name,
+    )
 
 
 def continue_equilibria(
@@ -58,7 +260,17 @@ def continue_equilibria(
 
     Raises:
         ValueError: on an empty ``values`` or starts of the wrong shape.
+
+    Deprecated: natural-parameter stepping loses a branch at every fold; `continue_branch`
+    follows it through the fold and locates the bifurcations. Kept, with its behaviour, for code
+    written against 0.3.
     """
+    warnings.warn(
+        "continue_equilibria is deprecated: use continue_branch (pseudo-arclength, passes folds, locates "
+        "bifurcations).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     values = [float(v) for v in values]
     if not values:
         raise ValueError("values must list at least one parameter value.")
