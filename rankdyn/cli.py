@@ -27,7 +27,9 @@ from pathlib import Path
 from ._errors import UsageError
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
-COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "plot", "flow")
+COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "continue", "plot", "flow")
+#: A command whose module name differs from it (``continue`` is a Python keyword).
+_MODULES = {"continue": "continuation"}
 
 #: Set by `begin_compute`: a plain ValueError after it is an internal error, not a usage error.
 _phase = {"computing": False}
@@ -48,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rankdyn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"rankdyn.commands.{name}").add_parser(sub)
+        importlib.import_module(f"rankdyn.commands.{_MODULES.get(name, name)}").add_parser(sub)
     return parser
 
 

@@ -51,12 +51,17 @@ from ._stability import block_eigvals, cluster_means
 __all__ = ["LayerFamily", "Point", "evaluate", "correct", "tangent_at"]
 
 
+def _scale(p: float) -> float:
+    return max(abs(float(p)), 1e-3)
+
+
 class LayerFamily:
     r"""A family ``p -> SelfAttentionLayer`` with the parameter derivative of its arrays.
 
     Arguments:
         family: the callable; every value must give a layer of the same structure.
-        h: relative central-difference step of $\partial_p$ (``h * max(1, |p|)``).
+        h: relative central-difference step of $\partial_p$ (``h * |p|``, or ``h * 1e-3`` near 0:
+            a positive parameter such as the temperature stays positive).
 
     Raises:
         UsageError: if the layers differ in structure, or do not depend on ``p`` at all.
@@ -71,7 +76,7 @@ class LayerFamily:
 
     def at(self, p: float):
         """``(layer, d layer / dp)``: the layer and the derivative of its floating arrays."""
-        h = self.h * max(1.0, abs(p))
+        h = self.h * _scale(p)
         layer = self.family(float(p))
         plus, minus = (eqx.filter(self.family(float(p) + s), eqx.is_inexact_array) for s in (h, -h))
         here = eqx.filter(layer, eqx.is_inexact_array)
@@ -85,9 +90,15 @@ class LayerFamily:
         return layer, jax.tree.map(lambda a, b: (a - b) / (2 * h), plus, minus)
 
     def reads_parameter(self, p: float) -> bool:
-        """Whether any array of the layer changes with the parameter near ``p``."""
-        _, dl = self.at(p)
-        return any(float(jnp.max(jnp.abs(a))) > 0 for a in jax.tree.leaves(dl))
+        """Whether the map changes with the parameter near ``p``: at a random point of the sphere
+        product, $F_{p+\\delta}(X) \\ne F_{p-\\delta}(X)$ with $\\delta = 10^{-3}|p|$ (or $10^{-6}$ near 0) (an array
+        may change while the map does not, e.g. the temperature under uniform attention)."""
+        delta = 1e-3 * _scale(p)
+        lo, hi = self.family(float(p) - delta), self.family(float(p) + delta)
+        dt = lo.weights.w_v.dtype
+        x = jax.random.normal(jax.random.PRNGKey(1), (lo.num_tokens, lo.dim), dt)
+        x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+        return float(jnp.max(jnp.abs(hi(x)[0] - lo(x)[0]))) > 0
 
 
 @eqx.filter_jit

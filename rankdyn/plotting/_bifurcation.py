@@ -1,0 +1,101 @@
+"""Bifurcation diagrams: the parameter against a scalar measure of the equilibria along each branch.
+
+As in BifurcationKit's diagrams: stable stretches solid, unstable (or marginal) dashed, and the
+located bifurcation points marked and labelled by kind.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["plot_bifurcation", "equilibrium_measure", "MEASURES"]
+
+#: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis.
+MEASURES = ("sigma_min", "min_cos")
+
+_MARKERS = {"fold": "o", "branch-point": "s", "period-doubling": "D", "neimark-sacker": "^"}
+_SHORT = {"fold": "LP", "branch-point": "BP", "period-doubling": "PD", "neimark-sacker": "NS"}
+
+
+def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray:
+    """``sigma_min``: the smallest singular value of each ``X (n, d)``; ``min_cos``: the smallest
+    cosine between two tokens. ``points`` is ``(n, d)`` or ``(k, n, d)``.
+
+    Raises:
+        ValueError: for another ``measure``.
+    """
+    x = np.asarray(points, dtype=float)
+    one = x.ndim == 2
+    x = x[None] if one else x
+    if measure == "sigma_min":
+        out = np.linalg.svd(x, compute_uv=False)[:, -1]
+    elif measure == "min_cos":
+        u = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        out = np.min(np.einsum("kid,kjd->kij", u, u), axis=(1, 2))
+    else:
+        raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}.")
+    return out[0] if one else out
+
+
+def _get(b, name):
+    return b[name] if isinstance(b, dict) else getattr(b, name)
+
+
+def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=None, title=None, xlabel=None):
+    """Bifurcation diagram of one or several branches (`Branch` objects or their ``to_dict()``).
+
+    Arguments:
+        branches: the branches.
+        ax: matplotlib Axes (created when None).
+        measure: the y axis, one of `MEASURES`.
+        labels: one legend label per branch (default ``branch i``).
+        title, xlabel: the title and the x label (default the branches' ``param_name``).
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    seen = set()
+    for i, b in enumerate(branches):
+        p = np.asarray(_get(b, "params"), dtype=float)
+        y = equilibrium_measure(np.asarray(_get(b, "points")), measure)
+        stable = np.asarray(_get(b, "stable"), dtype=bool)
+        color = colors[i % len(colors)]
+        label = labels[i] if labels is not None else f"branch {i}"
+        # One segment per pair of points: solid where both ends are stable, dashed otherwise.
+        for j in range(len(p) - 1):
+            solid = stable[j] and stable[j + 1]
+            ax.plot(
+                p[j : j + 2], y[j : j + 2], color=color, ls="-" if solid else "--", lw=1.8 if solid else 1.2
+            )
+        ax.plot([], [], color=color, label=label)
+        for bif in _get(b, "bifurcations"):
+            kind = _get(bif, "kind")
+            yb = equilibrium_measure(np.asarray(_get(bif, "point")), measure)
+            pb = float(_get(bif, "param"))
+            ax.scatter(
+                [pb],
+                [yb],
+                marker=_MARKERS[kind],
+                s=45,
+                color="k",
+                zorder=5,
+                label=None if kind in seen else kind,
+            )
+            seen.add(kind)
+            ax.annotate(
+                f"{_SHORT[kind]} {pb:.4g}", (pb, yb), textcoords="offset points", xytext=(5, 5), fontsize=8
+            )
+    ax.plot([], [], color="0.3", ls="-", label="stable")
+    ax.plot([], [], color="0.3", ls="--", label="unstable / marginal")
+    names = {_get(b, "param_name") for b in branches}
+    ax.set_xlabel(xlabel or (names.pop() if len(names) == 1 else "parameter"))
+    ax.set_ylabel({"sigma_min": "smallest singular value of X", "min_cos": "min cos between tokens"}[measure])
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return ax
