@@ -90,9 +90,9 @@ class LayerFamily:
         return layer, jax.tree.map(lambda a, b: (a - b) / (2 * h), plus, minus)
 
     def reads_parameter(self, p: float) -> bool:
-        """Whether the map changes with the parameter near ``p``: at a random point of the sphere
-        product, $F_{p+\\delta}(X) \\ne F_{p-\\delta}(X)$ with $\\delta = 10^{-3}|p|$ (or $10^{-6}$ near 0) (an array
-        may change while the map does not, e.g. the temperature under uniform attention)."""
+        r"""Whether the map changes with the parameter near ``p``: at a random point of the sphere
+        product, $F_{p+\delta}(X) \ne F_{p-\delta}(X)$ with $\delta = 10^{-3}|p|$ ($10^{-6}$ near 0).
+        An array may change while the map does not (the temperature under uniform attention)."""
         delta = 1e-3 * _scale(p)
         lo, hi = self.family(float(p) - delta), self.family(float(p) + delta)
         dt = lo.weights.w_v.dtype

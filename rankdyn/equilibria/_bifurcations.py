@@ -33,19 +33,31 @@ from ._arclength import (
     tangent_at,
 )
 from ._branch import Bifurcation
+from ._stability import cluster_means
 
-__all__ = ["unstable_count", "crossing_kind", "test_function", "detect", "locate"]
+__all__ = ["drop_neutral", "unstable_count", "crossing_kind", "test_function", "detect", "locate"]
 
 #: Imaginary parts below this (relative to 1) count as real multipliers.
 REAL_TOL = 1e-8
 
 
+def drop_neutral(eig: np.ndarray, k: int) -> np.ndarray:
+    """``eig`` without the ``k`` multipliers nearest $+1$ (those that are 1 along the whole branch:
+    the degenerate directions found at the start, `continue_branch`'s ``neutral_dims``)."""
+    if k <= 0:
+        return eig
+    keep = np.argsort(np.abs(eig - 1), kind="stable")[k:]
+    return eig[np.sort(keep)]
+
+
 def unstable_count(eig: np.ndarray, tol: float) -> int:
-    """#{|lambda| > 1 + tol}."""
-    return int(np.sum(np.abs(eig) > 1 + tol))
+    """#{|lambda| > 1 + tol} over cluster-averaged multipliers (`cluster_means`: a defective
+    multiplier 1, split by rounding into ``1 + O(eps ** (1/m))``, stays 1)."""
+    return int(np.sum(np.abs(cluster_means(eig)) > 1 + tol))
 
 
 def _nearest_outside_band(eig: np.ndarray, tol: float):
+    eig = cluster_means(eig)
     gap = np.abs(np.abs(eig) - 1)
     keep = gap > tol
     if not np.any(keep):
@@ -66,10 +78,12 @@ def crossing_kind(eig_a: np.ndarray, eig_b: np.ndarray, tol: float) -> str:
     return "+1" if z.real > 0 else "-1"
 
 
-def test_function(kind: str, eig: np.ndarray, tangent_p: float) -> float:
-    r"""$\psi$ of one kind (module docstring) at a point with multipliers ``eig``."""
+def test_function(kind: str, eig: np.ndarray, tangent_p: float, neutral: int = 0) -> float:
+    r"""$\psi$ of one kind (module docstring) at a point with multipliers ``eig`` (less the
+    ``neutral`` ones nearest 1, `drop_neutral`)."""
     if kind == "fold":
         return float(tangent_p)
+    eig = drop_neutral(eig, neutral)
     real = np.abs(eig.imag) <= REAL_TOL * np.maximum(1.0, np.abs(eig))
     if kind == "branch-point":
         cand = eig.real[real]
@@ -81,9 +95,10 @@ def test_function(kind: str, eig: np.ndarray, tangent_p: float) -> float:
     return float(cand[np.argmin(np.abs(cand - 1))] - 1) if cand.size else np.nan
 
 
-def detect(eig_a, tp_a: float, eig_b, tp_b: float, tol: float) -> list[str]:
+def detect(eig_a, tp_a: float, eig_b, tp_b: float, tol: float, neutral: int = 0) -> list[str]:
     """The kinds of bifurcation between two consecutive branch points (usually none)."""
     kinds = []
+    eig_a, eig_b = drop_neutral(eig_a, neutral), drop_neutral(eig_b, neutral)
     fold = np.sign(tp_a) != np.sign(tp_b) and tp_a != 0 and tp_b != 0
     if unstable_count(eig_a, tol) != unstable_count(eig_b, tol):
         how = crossing_kind(eig_a, eig_b, tol)
@@ -109,6 +124,7 @@ def locate(
     *,
     step: int,
     extra: int,
+    neutral: int = 0,
     generators: np.ndarray,
     newton: Newton,
     s_tol: float = 1e-13,
@@ -149,7 +165,7 @@ def locate(
             break
         eig = reduced_multipliers(pt, n)
         _, tpc = tangent_at(pt, (tx, tp), extra)
-        fc = test_function(kind, eig, tpc)
+        fc = test_function(kind, eig, tpc, neutral)
         if not np.isfinite(fc):
             break
         if abs(fc) < abs(best[1]):

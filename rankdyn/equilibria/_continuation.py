@@ -140,13 +140,25 @@ def continue_branch(
     _, nullity = null_space(pt, 1)
     extra = max(0, nullity - 1)
     tangent = tangent_at(pt, None, extra, direction=math.copysign(1.0, p1 - p0))
-    pts, tans, eigs, arcs = [pt], [tangent], [reduced_multipliers(pt, n)], [0.0]
+    eig0 = reduced_multipliers(pt, n)
+    # A degenerate start (kernel beyond the tangent) has multipliers 1 along the whole branch,
+    # defective ones included (algebraic multiplicity above the kernel's dimension): the
+    # detection leaves out as many as lie within the clustering radius of 1 at the start.
+    neutral = 0 if extra == 0 else max(extra, int(np.sum(np.abs(eig0 - 1) <= 1e-3)))
+    pts, tans, eigs, arcs = [pt], [tangent], [eig0], [0.0]
     bifs = []
     result = BRANCH_RESULTS.max_steps_reached
     bar = progress_bar(total=max_steps, desc=f"branch in {param_name}", disable=not progress, leave=False)
     step = ds
     while len(pts) <= max_steps:
         last, (tx, tp) = pts[-1], tans[-1]
+        if extra and len(pts) >= 2:
+            # Degenerate branch (kernel beyond the tangent): the linear tangent mixes in the kernel
+            # (e.g. it moves the paper's first token off e_d, where Newton then converges only
+            # linearly); the secant through the last two points follows the branch instead.
+            sec = np.concatenate([(last.x - pts[-2].x).reshape(-1), [last.p - pts[-2].p]])
+            sec = sec / np.linalg.norm(sec)
+            tx, tp = sec[:-1], float(sec[-1])
         p_pred = last.p + step * tp
         # A predictor beyond an end: the last point is solved at that end (natural parameter).
         at_end = p_pred > hi or p_pred < lo
@@ -175,8 +187,8 @@ def continue_branch(
                 break
             continue
         eig = reduced_multipliers(new, n)
-        for kind in detect(eigs[-1], tp, eig, new_tan[1], stability_tol):
-            fa, fb = (test_function(kind, e, t) for e, t in ((eigs[-1], tp), (eig, new_tan[1])))
+        for kind in detect(eigs[-1], tp, eig, new_tan[1], stability_tol, neutral):
+            fa, fb = (test_function(kind, e, t, neutral) for e, t in ((eigs[-1], tp), (eig, new_tan[1])))
             # Without location the same sign on both ends makes `locate` report the better end.
             fb = fb if locate_bifurcations else fa
             bif = locate(
@@ -190,6 +202,7 @@ def continue_branch(
                 new,
                 step=len(pts) - 1,
                 extra=extra,
+                neutral=neutral,
                 generators=gens,
                 newton=newton,
             )
@@ -205,7 +218,9 @@ def continue_branch(
             break
         if iters <= 3:
             step = min(step * 1.5, ds_max)
-        elif iters >= 7:
+        elif iters >= newton.max_iter:
+            # Only a corrector that needed every iteration shrinks the step: at a degenerate root
+            # (the paper's first token) Newton converges linearly at any step size.
             step = max(step * 0.7, ds_min)
     bar.close()
     k = num_multipliers
