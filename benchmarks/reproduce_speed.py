@@ -4,7 +4,7 @@
 
 Runs the targets in one process and in the order of `rankdyn.experiments.TARGETS`, exactly as
 ``rankdyn reproduce --quick --devices 1`` does (one shared cache, so a later target reuses what
-an earlier one computed), and wraps each target's ``run`` in `rankdyn._io.CompileTimer`
+an earlier one computed), and wraps each target's ``run`` in `rankdyn._run._io.CompileTimer`
 (``jax.monitoring`` duration events: tracing, lowering and XLA compiles). CPU seconds are the
 process's (every thread), so they hold on a loaded machine; wall seconds do not. The load
 average before and after is recorded next to the figures.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def _timed(run, name, rows, json_path=None):
-    from rankdyn._io import CompileTimer
+    from rankdyn._run._io import CompileTimer
 
     @functools.wraps(run)  # keeps the signature: run_targets looks for a ``cache`` keyword
     def wrapper(*a, **kw):

@@ -24,7 +24,7 @@ import pytest
 import xarray as xr
 
 import rankdyn as rd
-from rankdyn import _io
+from rankdyn._run import _io
 from rankdyn.cli import main
 from rankdyn.sweep import NETCDF_ENGINE
 

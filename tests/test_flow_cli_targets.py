@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from rankdyn.cli import main
-from rankdyn.experiments import TARGETS, flow_causal, flow_clustering, flow_limit, flow_metastability
-from rankdyn.experiments._flow_runs import longest_plateau, plateaus
+from rankdyn.experiments import TARGETS
+from rankdyn.experiments.flow import flow_causal, flow_clustering, flow_limit, flow_metastability
+from rankdyn.experiments.flow._flow_runs import longest_plateau, plateaus
 
 BAD = {
     "beta<0": (["--beta", "-1"], "--beta"),

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rankdyn import _trained_analysis as TA
+from rankdyn._trained import _analysis as TA
 from rankdyn.experiments import _verdict as V
-from rankdyn.experiments import geometry as G
-from rankdyn.experiments import pretrained_ablation as PA
-from rankdyn.experiments import pretrained_temperature as PT
 from rankdyn.experiments._masktable import PAPER_MASKS
+from rankdyn.experiments.pretrained import geometry as G
+from rankdyn.experiments.pretrained import pretrained_ablation as PA
+from rankdyn.experiments.pretrained import pretrained_temperature as PT
 
 
 # ----------------------------------------------------------------------------- analysis

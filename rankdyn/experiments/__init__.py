@@ -45,22 +45,22 @@ __all__ = [
 
 #: Target name -> module path, in the order of the issue ("rankdyn reproduce").
 TARGETS: dict[str, str] = {
-    "masks-collapse": "rankdyn.experiments.masks_collapse",
-    "temperature": "rankdyn.experiments.temperature",
-    "layernorm-orthogonal": "rankdyn.experiments.layernorm_orthogonal",
-    "depth-table": "rankdyn.experiments.depth_table",
-    "counterexample-2d": "rankdyn.experiments.counterexample_2d",
-    "equilibria-ranks": "rankdyn.experiments.equilibria_ranks",
-    "positive-measure": "rankdyn.experiments.positive_measure",
-    "ablation": "rankdyn.experiments.ablation",
-    "geometry": "rankdyn.experiments.geometry",
-    "undirected": "rankdyn.experiments.undirected",
-    "pretrained-ablation": "rankdyn.experiments.pretrained_ablation",
-    "pretrained-temperature": "rankdyn.experiments.pretrained_temperature",
-    "flow-clustering": "rankdyn.experiments.flow_clustering",
-    "flow-metastability": "rankdyn.experiments.flow_metastability",
-    "flow-causal": "rankdyn.experiments.flow_causal",
-    "flow-limit": "rankdyn.experiments.flow_limit",
+    "masks-collapse": "rankdyn.experiments.sim.masks_collapse",
+    "temperature": "rankdyn.experiments.sim.temperature",
+    "layernorm-orthogonal": "rankdyn.experiments.sim.layernorm_orthogonal",
+    "depth-table": "rankdyn.experiments.sim.depth_table",
+    "counterexample-2d": "rankdyn.experiments.theory.counterexample_2d",
+    "equilibria-ranks": "rankdyn.experiments.theory.equilibria_ranks",
+    "positive-measure": "rankdyn.experiments.theory.positive_measure",
+    "ablation": "rankdyn.experiments.sim.ablation",
+    "geometry": "rankdyn.experiments.pretrained.geometry",
+    "undirected": "rankdyn.experiments.theory.undirected",
+    "pretrained-ablation": "rankdyn.experiments.pretrained.pretrained_ablation",
+    "pretrained-temperature": "rankdyn.experiments.pretrained.pretrained_temperature",
+    "flow-clustering": "rankdyn.experiments.flow.flow_clustering",
+    "flow-metastability": "rankdyn.experiments.flow.flow_metastability",
+    "flow-causal": "rankdyn.experiments.flow.flow_causal",
+    "flow-limit": "rankdyn.experiments.flow.flow_limit",
 }
 
 #: The targets that run on a trained checkpoint (their ``run`` takes ``checkpoint=``: a path or a
@@ -138,8 +138,8 @@ def run_targets(
         A target that raises is recorded with verdict ``"error"`` and its traceback; the others
         still run.
     """
-    from .._io import provenance, write_json
-    from .._progress import target_progress
+    from .._run._io import provenance, write_json
+    from .._run._progress import target_progress
 
     names = resolve_targets(names)
     out = Path(out)
@@ -150,7 +150,7 @@ def run_targets(
     t_start = time.perf_counter()
     bar = None
     if progress:
-        from .._progress import progress_bar as tqdm
+        from .._run._progress import progress_bar as tqdm
 
         bar = tqdm(total=len(names), desc="reproduce", unit="target")
     for name in names:
