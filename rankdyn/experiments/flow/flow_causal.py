@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._dtype import compute_float64
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check
 from ._flow_runs import longest_plateau, plot_examples, step_limit_check, unit_starts
 
@@ -35,7 +34,7 @@ EPS, FRACTION = 1e-2, 0.95
 STILL = 1e-12
 
 
-def _sizes(quick: bool) -> dict:
+def sizes(quick: bool) -> dict:
     if quick:
         return dict(betas=[1.0, 4.0], batch=32, t1=3000.0, saves=41)
     return dict(betas=[0.5, 1.0, 2.0, 4.0, 8.0], batch=500, t1=3e4, saves=81)
@@ -135,7 +134,7 @@ def checks(m: FlowCausalMeasured) -> list[Check]:
     return out
 
 
-def render(out: Path, m: FlowCausalMeasured, cs: list[Check]) -> tuple[list[str], str]:
+def render(out: Path, m: FlowCausalMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
     """The staircases of the example starts and the notes, from the numbers."""
     plot_examples(
         m.times,
@@ -165,22 +164,12 @@ def render(out: Path, m: FlowCausalMeasured, cs: list[Check]) -> tuple[list[str]
         notes += (
             f" At every beta at least {FRACTION:.0%} of runs have every token within {EPS:g} of token 1 at T."
         )
-    return ["flow_causal.png"], notes
+    return Rendered(["flow_causal.png"], notes)
 
 
-def run(out: Path, *, quick: bool, seed: int) -> dict:
-    sz = _sizes(quick)
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes = render(out, m, cs)
+def describe(m: FlowCausalMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
     setting = dict(sz, n=N, d=D, mask="causal", dynamics="sa", qkv="identity", eps=EPS, dtype="float64")
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         dict(setting, cos_threshold=0.99, solver="tsit5 rtol 1e-7 atol 1e-10", seed=seed, quick=quick),
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers={f"converged at T, beta={r.beta:g}": r.converged_fraction for r in m.per_beta},
-    ).to_dict()
+    )

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._dtype import compute_float64
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check
 from ._flow_runs import step_limit_check, unit_starts
 
@@ -37,7 +36,7 @@ N, D = 32, 3
 FRACTION = 0.99
 
 
-def _sizes(quick: bool) -> dict:
+def sizes(quick: bool) -> dict:
     if quick:
         return dict(betas=[0.5, 1.0, 2.0, 3.0], batch=48, t1=3000.0, saves=41)
     return dict(betas=[0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0], batch=1000, t1=1e5, saves=81)
@@ -106,7 +105,7 @@ def checks(m: FlowClusteringMeasured) -> list[Check]:
     return out
 
 
-def render(out: Path, m: FlowClusteringMeasured, cs: list[Check]) -> tuple[list[str], str]:
+def render(out: Path, m: FlowClusteringMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
     """The phase diagram (fraction clustered against t and beta) and the notes, from the numbers."""
     from ... import plotting
 
@@ -133,22 +132,12 @@ def render(out: Path, m: FlowClusteringMeasured, cs: list[Check]) -> tuple[list[
         )
     else:
         notes += f" At least {FRACTION:.0%} of the starts are in one cluster at T for every beta."
-    return ["flow_clustering.png"], notes
+    return Rendered(["flow_clustering.png"], notes)
 
 
-def run(out: Path, *, quick: bool, seed: int) -> dict:
-    sz = _sizes(quick)
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes = render(out, m, cs)
+def describe(m: FlowClusteringMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
     setting = dict(sz, n=N, d=D, mask="complete", dynamics="sa", qkv="identity", eps=1e-2, dtype="float64")
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         dict(setting, solver="tsit5 rtol 1e-6 atol 1e-9", seed=seed, quick=quick),
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers={f"clustered at T, beta={b:g}": f for b, f in zip(m.betas, m.final_fraction)},
-    ).to_dict()
+    )

@@ -19,8 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._dtype import compute_float64
-from .._target import Measured, TargetResult
+from .._target import Description, Measured, Rendered
 from .._verdict import Check, check
 from ._flow_runs import unit_starts
 
@@ -34,7 +33,7 @@ N, D, BETA, T = 8, 3, 1.0, 2.0
 ORDER_RANGE = (0.85, 1.15)
 
 
-def _sizes(quick: bool) -> dict:
+def sizes(quick: bool) -> dict:
     if quick:
         return dict(hs=[0.1, 0.05, 0.025, 0.0125], batch=4)
     return dict(hs=[0.2, 0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125], batch=32)
@@ -109,7 +108,7 @@ def checks(m: FlowLimitMeasured) -> list[Check]:
     return out
 
 
-def render(out: Path, m: FlowLimitMeasured, cs: list[Check]) -> tuple[list[str], str]:
+def render(out: Path, m: FlowLimitMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
     """The error-vs-h figure (causal setting) and the notes, from the numbers."""
     from ... import plotting
 
@@ -129,22 +128,12 @@ def render(out: Path, m: FlowLimitMeasured, cs: list[Check]) -> tuple[list[str],
         if len(inside) == len(m.settings)
         else "so the first-order claim is not met."
     )
-    return ["flow_limit.png"], notes
+    return Rendered(["flow_limit.png"], notes)
 
 
-def run(out: Path, *, quick: bool, seed: int) -> dict:
-    sz = _sizes(quick)
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes = render(out, m, cs)
+def describe(m: FlowLimitMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
     setting = dict(sz, n=N, d=D, beta=BETA, T=T, dtype="float64", reference="tsit5 rtol 1e-12 atol 1e-14")
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         dict(setting, seed=seed, quick=quick),
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers={f"order ({k})": v.order for k, v in m.settings.items()},
-    ).to_dict()
+    )

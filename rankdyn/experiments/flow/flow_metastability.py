@@ -22,8 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .._dtype import compute_float64
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check, untestable
 from ._flow_runs import log_slope, longest_plateau, plot_examples, unit_starts
 
@@ -41,7 +40,7 @@ ENERGY_TOL, FLAT_FRACTION = 1e-8, 0.1
 FLAT_SHARE = 0.8
 
 
-def _sizes(quick: bool) -> dict:
+def sizes(quick: bool) -> dict:
     if quick:
         return dict(betas=[2.0, 3.0, 4.0], batch=10, t1=1e4, saves=45, refine=2)
     return dict(betas=[2.0, 3.0, 4.0, 5.0, 6.0], batch=256, t1=1e6, saves=120, refine=8)
@@ -252,7 +251,7 @@ def checks(m: FlowMetastabilityMeasured) -> list[Check]:
     return out
 
 
-def render(out: Path, m: FlowMetastabilityMeasured, cs: list[Check]) -> tuple[list[str], str]:
+def render(out: Path, m: FlowMetastabilityMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
     """The staircases of the example starts and the notes, from the numbers."""
     plot_examples(
         m.times,
@@ -280,26 +279,17 @@ def render(out: Path, m: FlowMetastabilityMeasured, cs: list[Check]) -> tuple[li
         )
     else:
         notes += " No plateau was still running at T, so no duration in the fit is censored."
-    return ["flow_metastability.png"], notes
+    return Rendered(["flow_metastability.png"], notes)
 
 
-def run(out: Path, *, quick: bool, seed: int) -> dict:
-    """Run the target; write ``flow_metastability.png``; return the result dict."""
-    sz = _sizes(quick)
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes = render(out, m, cs)
+def describe(
+    m: FlowMetastabilityMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool
+) -> Description:
     setting = dict(sz, n=N, d=D, mask="complete", dynamics="sa", qkv="identity", dtype="float64")
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         dict(setting, cos_threshold=0.99, solver="tsit5 rtol 1e-7 atol 1e-10", seed=seed, quick=quick),
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers={
             "fit c (log plateau per unit beta)": m.fit_c,
             "median plateau at largest beta": m.per_beta[-1].median_plateau,
         },
-    ).to_dict()
+    )

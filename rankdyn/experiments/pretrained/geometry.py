@@ -19,16 +19,13 @@ import numpy as np
 
 from .. import _verdict as V
 from .._runs import band
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from .pretrained_common import (
     ModelRun,
-    checkpoint_or_none,
     criterion,
     excerpt_ids,
     excerpt_sizes,
-    measure,
     model_run,
-    not_testable,
 )
 
 NAME = "geometry"
@@ -82,6 +79,11 @@ class GeometryMeasured(Measured):
     bands: dict | None = off_json(default=None)
     initial_cosines: np.ndarray | None = off_json(default=None)
     run: ModelRun | None = off_json(default=None)
+
+
+def sizes(quick: bool) -> dict:
+    """The excerpts at the checkpoint's own depth (`pretrained_common.excerpt_sizes`)."""
+    return excerpt_sizes(quick)
 
 
 def compute(sz: dict, seed: int, *, ckpt, cache: dict | None = None) -> GeometryMeasured:
@@ -202,9 +204,7 @@ def table(m: GeometryMeasured) -> str:
     return "\n".join(rows)
 
 
-def render(
-    out: Path, m: GeometryMeasured, cs: list[V.Check], *, quick: bool = False
-) -> tuple[list[str], str]:
+def render(out: Path, m: GeometryMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """The three figures (Figs. 4, 8, 9) and the notes, from the numbers."""
     from ...plotting import plot_band_panels, save_figure
     from ...plotting._pretrained import plot_initial_cosines, plot_singular_spectra
@@ -252,19 +252,10 @@ def render(
         notes += f" The mean numerical rank drops to {m.num_rank_min:.4g} of {m.full_rank}."
     if quick:
         notes += f" QUICK MODE: {r.batch} excerpts."
-    return figs, notes
+    return Rendered(figs, notes, table(m))
 
 
-def run(
-    out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
-) -> dict:
-    ckpt = checkpoint_or_none(checkpoint, cache)
-    if ckpt is None:
-        return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    sz = excerpt_sizes(quick) if size is None else size
-    m, cs, figures, notes = measure(
-        compute, checks, render, out, sz, ckpt=ckpt, seed=seed, quick=quick, cache=cache
-    )
+def describe(m: GeometryMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     r = m.run
     metrics = {
         "num_rank": f"#(s > {m.rank_tol:g} s_max)",
@@ -275,14 +266,8 @@ def run(
     setting = r.setting()
     setting.update(depth=r.model["num_layers"], variant="full", mask=r.model["own_mask"])
     setting.update(rank_tol=m.rank_tol, full_rank=m.full_rank, seed=seed, dtype=r.model["dtype"])
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         dict(setting, metrics=metrics),
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers={
             "mean |cos| layer 0": float(m.mean_abs_cos[0]),
             "mean |cos| last layer": float(m.mean_abs_cos[-1]),
@@ -290,6 +275,5 @@ def run(
         },
         # The report's summary row names the model the verdict is about.
         model=r.label + f", as trained (variant full, {r.model['own_mask']} mask)",
-        tables=table(m),
         criterion=criterion(CHECK_NAMES),
-    ).to_dict()
+    )

@@ -20,15 +20,12 @@ from .. import _verdict as V
 from .._masktable import MASK_LABELS, PAPER_MASKS, masks_for
 from .._observers import cheap_observe
 from .._runs import band, with_masks
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from .pretrained_common import (
     ModelRun,
-    checkpoint_or_none,
     criterion,
     excerpt_ids,
-    measure,
     model_run,
-    not_testable,
     run_chunked,
 )
 
@@ -195,9 +192,7 @@ def table(m: PretrainedAblationMeasured) -> str:
     return "\n".join(rows)
 
 
-def render(
-    out: Path, m: PretrainedAblationMeasured, cs: list[V.Check], *, quick: bool = False
-) -> tuple[list[str], str]:
+def render(out: Path, m: PretrainedAblationMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """The mu-vs-depth figures (own depth, and the cycled deep stack when run) and the notes."""
     from ...plotting import plot_band_panels, save_figure
 
@@ -238,35 +233,21 @@ def render(
         notes += f" QUICK MODE: {r.corpus['excerpts']} excerpts, own depth {own} only."
     if depth < DEEP:
         notes += f" Checks a4, a5 need {DEEP} layers; this run has {depth}."
-    return figs, notes
+    return Rendered(figs, notes, table(m))
 
 
-def run(
-    out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
-) -> dict:
-    ckpt = checkpoint_or_none(checkpoint, cache)
-    if ckpt is None:
-        return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    sz = sizes(quick) if size is None else size
-    m, cs, figures, notes = measure(
-        compute, checks, render, out, sz, ckpt=ckpt, seed=seed, quick=quick, cache=cache
-    )
+def describe(
+    m: PretrainedAblationMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool
+) -> Description:
     r = m.run
     setting = dict(r.setting(), depth=m.depth)
     setting.update(own_depth=m.own, masks=list(PAPER_MASKS), window=1, variants=VARIANTS, seed=seed)
     seed_note = "deterministic: the excerpts are the first ones of the corpus and eval mode has no randomness"
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         dict(setting, seed_note=seed_note, dtype=r.model["dtype"]),
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers={
             f"full mu({m.depth})/mu(0), {MASK_LABELS[k]}": m.row("full", k).ratio_T for k in PAPER_MASKS
         },
         model=r.label,
-        tables=table(m),
         criterion=criterion(CHECK_NAMES),
-    ).to_dict()
+    )

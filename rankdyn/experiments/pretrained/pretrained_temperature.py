@@ -21,16 +21,13 @@ from .. import _verdict as V
 from .._masktable import MASK_LABELS, PAPER_MASKS, masks_for
 from .._observers import cheap_observe
 from .._runs import band, with_masks
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from .pretrained_common import (
     ModelRun,
-    checkpoint_or_none,
     criterion,
     excerpt_ids,
     excerpt_sizes,
-    measure,
     model_run,
-    not_testable,
     run_chunked,
 )
 
@@ -69,6 +66,11 @@ class PretrainedTemperatureMeasured(Measured):
     def of(self, mask: str, factor: float) -> np.ndarray:
         """mu_t/mu_0 along depth for ``mask`` at ``factor`` x the trained d_QK."""
         return np.asarray(self.ratio[f"{mask}|{_fmt(factor)}"])
+
+
+def sizes(quick: bool) -> dict:
+    """The excerpts at the checkpoint's own depth (`pretrained_common.excerpt_sizes`)."""
+    return excerpt_sizes(quick)
 
 
 def compute(sz: dict, seed: int, *, ckpt, cache: dict | None = None) -> PretrainedTemperatureMeasured:
@@ -140,7 +142,7 @@ def table(m: PretrainedTemperatureMeasured) -> str:
 
 def render(
     out: Path, m: PretrainedTemperatureMeasured, cs: list[V.Check], *, quick: bool = False
-) -> tuple[list[str], str]:
+) -> Rendered:
     """The mu-vs-depth figure per mask and temperature and the notes, from the numbers."""
     from ...plotting import plot_band_panels, save_figure
 
@@ -172,35 +174,21 @@ def render(
     )
     if quick:
         notes += f" QUICK MODE: {r.corpus['excerpts']} excerpts."
-    return figs, notes
+    return Rendered(figs, notes, table(m))
 
 
-def run(
-    out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None, checkpoint=None
-) -> dict:
-    ckpt = checkpoint_or_none(checkpoint, cache)
-    if ckpt is None:
-        return not_testable(NAME, CLAIM, CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint)
-    sz = excerpt_sizes(quick) if size is None else size
-    m, cs, figures, notes = measure(
-        compute, checks, render, out, sz, ckpt=ckpt, seed=seed, quick=quick, cache=cache
-    )
+def describe(
+    m: PretrainedTemperatureMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool
+) -> Description:
     r = m.run
     setting = r.setting()
     setting.update(depth=r.model["num_layers"], trained_dqk=m.trained_dqk, dqk_factors=list(FACTORS))
     setting.update(masks=list(PAPER_MASKS), variant="san", seed=seed, dtype=r.model["dtype"])
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         setting,
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers={
             f"complete mu(L)/mu(0), d_QK x {_fmt(f)}": float(m.of("complete", f)[-1]) for f in FACTORS
         },
         model=r.label + ", pure SAN",
-        tables=table(m),
         criterion=criterion(CHECK_NAMES),
-    ).to_dict()
+    )

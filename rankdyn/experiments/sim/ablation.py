@@ -18,7 +18,7 @@ import numpy as np
 from .. import _verdict as V
 from .._masktable import MASK_LABELS, PAPER_MASKS
 from .._runs import band
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from ._ablation_runs import DROPOUT_MODES, ablation_runs, ablation_sizes
 
 NAME = "ablation"
@@ -102,6 +102,11 @@ class AblationMeasured(Measured):
 
     def to_dict(self) -> dict:
         return super().to_dict() | {"mode_verdicts": mode_verdicts(self)}
+
+
+def sizes(quick: bool) -> dict:
+    """The grid's sizes (`_ablation_runs.ablation_sizes`: the runs are shared with geometry)."""
+    return ablation_sizes(quick)
 
 
 def compute(sz: dict, seed: int, *, cache: dict | None = None) -> AblationMeasured:
@@ -259,7 +264,7 @@ def depth_figure(layers, panels: dict, setting: dict, view: int):
     )
 
 
-def render(out: Path, m: AblationMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
+def render(out: Path, m: AblationMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """The depth figures (all layers and the first `SHALLOW`) and the notes from the numbers."""
     from ...plotting import save_figure
 
@@ -267,7 +272,7 @@ def render(out: Path, m: AblationMeasured, cs: list[V.Check]) -> tuple[list[str]
         save_figure(depth_figure(m.layers, m.panels, m.setting, view), out / f"ablation_depth{view}.png")
         for view in (m.setting["depth"], m.shallow)
     ]
-    return figs, notes(m)
+    return Rendered(figs, notes(m), table(m))
 
 
 def notes(m: AblationMeasured) -> str:
@@ -345,11 +350,7 @@ def _ln_notes(m: AblationMeasured) -> str:
     return text.strip()
 
 
-def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: dict | None = None) -> dict:
-    out = Path(out)
-    m = compute(dict(ablation_sizes(quick) if size is None else size), seed, cache=cache)
-    cs = checks(m)
-    figures, text = render(out, m, cs)
+def describe(m: AblationMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     best, depth, modes = best_mode(m), m.setting["depth"], ", ".join(m.modes)
     criterion = (
         f"c1: SAN mu_{depth}/mu_0 < 1e-2 and mu_{m.shallow}/mu_0 < 0.5 for all masks; c2: SAN at layer "
@@ -363,15 +364,4 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None, cache: d
         f"{v} {MASK_LABELS[k]} mu_T/mu_0 ({p or best})": m.row(v, k, p or best).ratio_depth
         for v, k, p in KEY_ROWS
     }
-    return TargetResult(
-        NAME,
-        CLAIM,
-        m.setting,
-        m,
-        cs,
-        figures=figures,
-        notes=text,
-        key_numbers=key_numbers,
-        tables=table(m),
-        criterion=criterion,
-    ).to_dict()
+    return Description(m.setting, key_numbers=key_numbers, criterion=criterion)

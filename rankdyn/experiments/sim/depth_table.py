@@ -31,7 +31,7 @@ from .._dtype import float_dtype
 from .._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
 from .._observers import observe_zero_rows
 from .._runs import band, simulate_many, with_masks
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from ._zero_rows import LIVE_COLLAPSED, QUASI, STRONG, ZeroRowModel, mechanism_verdict, zero_row_model
 from ._zero_rows import mechanism_checks as _mechanism_checks
 
@@ -42,7 +42,8 @@ __all__ = [
     "compute",
     "checks",
     "render",
-    "run",
+    "sizes",
+    "describe",
     "pattern_checks",
     "mechanism_verdict",
 ]
@@ -302,7 +303,7 @@ def table(m: DepthTableMeasured) -> str:
     return "\n".join(md)
 
 
-def render(out: Path, m: DepthTableMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
+def render(out: Path, m: DepthTableMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """mu against depth per mode and mask, and the notes from the numbers."""
     from ...plotting import plot_band_panels, save_figure
 
@@ -315,7 +316,7 @@ def render(out: Path, m: DepthTableMeasured, cs: list[V.Check]) -> tuple[list[st
         suptitle=f"{s['depth']}-layer SAN + centred LN, orthogonal W_V, n={s['n']}, d={s['d']}: eval vs "
         "train mode",
     )
-    return [save_figure(fig, out / "depth_table_mu.png")], notes(m)
+    return Rendered([save_figure(fig, out / "depth_table_mu.png")], notes(m), table(m))
 
 
 def _collapsed(x: float) -> str:
@@ -374,11 +375,7 @@ def notes(m: DepthTableMeasured) -> str:
     return text
 
 
-def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
-    out = Path(out)
-    m = compute(dict(sizes(quick) if size is None else size), seed)
-    cs = checks(m)
-    figures, text = render(out, m, cs)
+def describe(m: DepthTableMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     r = {mode: m.ratios(mode) for mode in MODES}
     att = m.stats["attn-dropout"]["causal"]
     best = best_mode(mode_verdicts(m))
@@ -398,15 +395,4 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "live-token mu/||X|| at T, causal": att.mu_rel_nonzero_T,
         "attn+hidden complete": r["attn+hidden-dropout"]["complete"],
     }
-    return TargetResult(
-        NAME,
-        CLAIM,
-        m.setting,
-        m,
-        cs,
-        figures=figures,
-        notes=text,
-        key_numbers=key_numbers,
-        tables=table(m),
-        criterion=criterion,
-    ).to_dict()
+    return Description(m.setting, key_numbers=key_numbers, criterion=criterion)

@@ -31,7 +31,7 @@ from .. import _verdict as V
 from .._dtype import float_dtype, rel_floor
 from .._masktable import MASK_LABELS, mask_table, masks_for
 from .._runs import band, rebuild, san_layer, simulate_many, stack
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from ._rate_summary import geo_mean, ratio_text
 
 NAME = "layernorm-orthogonal"
@@ -270,7 +270,7 @@ def table(m: LayerNormMeasured) -> str:
     return "\n".join(rows)
 
 
-def render(out: Path, m: LayerNormMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
+def render(out: Path, m: LayerNormMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """mu and 1 - min cosine per placement, fitted rates against the bounds, and the notes."""
     from ...plotting import plot_band_panels, plot_rates_vs_bounds, save_figure
 
@@ -291,7 +291,7 @@ def render(out: Path, m: LayerNormMeasured, cs: list[V.Check]) -> tuple[list[str
         title="fitted per-layer factor vs Theorem 2 / Corollary 1 bound",
     )
     figs.append(save_figure(ax.figure, out / "layernorm_orthogonal_rates.png"))
-    return figs, notes(m, cs)
+    return Rendered(figs, notes(m, cs), table(m))
 
 
 def notes(m: LayerNormMeasured, cs: list[V.Check]) -> str:
@@ -350,11 +350,7 @@ def notes(m: LayerNormMeasured, cs: list[V.Check]) -> str:
     return text
 
 
-def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
-    out = Path(out)
-    m = compute(dict(sizes(quick) if size is None else size), seed)
-    cs = checks(m)
-    figures, text = render(out, m, cs)
+def describe(m: LayerNormMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     criterion = (
         "for each case inside the hypotheses (complete and window +-1 from sphere inputs; causal and uni "
         f"window from nonnegative inputs) and each placement: mean mu at the last layer < {COLLAPSED_TEXT} x "
@@ -362,15 +358,8 @@ def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
         "eps^(2r))^(1/(2r)); Corollary 1: (1-c eps^(2r))^(1/(2r)), c centers) with the measured "
         "eps. " + V.VERDICT_RULE
     )
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         m.setting,
-        m,
-        cs,
-        figures=figures,
-        notes=text,
         key_numbers={f"{k} mu_T/mu_0": v.mu_ratio for k, v in list(m.scored.items())[:4]},
-        tables=table(m),
         criterion=criterion,
-    ).to_dict()
+    )

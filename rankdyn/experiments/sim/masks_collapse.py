@@ -26,7 +26,7 @@ from .._dtype import float_dtype, rel_floor
 from .._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
 from .._report import format_table
 from .._runs import band, san_layer, simulate_stacked, with_masks
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from ._rate_summary import geo_mean, ratio_text
 
 NAME = "masks-collapse"
@@ -238,7 +238,7 @@ def table(m: MasksCollapseMeasured) -> str:
     return "\n".join(rows)
 
 
-def render(out: Path, m: MasksCollapseMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
+def render(out: Path, m: MasksCollapseMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """The four-curve figure, the fitted-vs-bound figure, and the notes from the numbers."""
     from ...plotting import plot_band_panels, plot_rates_vs_bounds, save_figure
 
@@ -266,7 +266,7 @@ def render(out: Path, m: MasksCollapseMeasured, cs: list[V.Check]) -> tuple[list
         title="Theorem 1: fitted per-layer factor vs (1-eps^r)^(1/r)",
     )
     figs.append(save_figure(ax.figure, out / "masks_collapse_rates.png"))
-    return figs, notes(m)
+    return Rendered(figs, notes(m), table(m))
 
 
 def notes(m: MasksCollapseMeasured) -> str:
@@ -341,26 +341,15 @@ def _ordering_notes(m: MasksCollapseMeasured) -> str:
     return text
 
 
-def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
-    out = Path(out)
-    m = compute(dict(sizes(quick) if size is None else size), seed)
-    cs = checks(m)
-    figures, text = render(out, m, cs)
+def describe(m: MasksCollapseMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     criterion = (
         "checks: every mask decays (mean mu and mean mu(LN(X)) at the last layer below 0.9 x layer 0, fitted "
         "per-layer rate < 1); every fitted rate <= Theorem 1's (1-eps^r)^(1/r) with the measured eps and "
         f"radius; over the first {EARLY} layers (BERT depth, Fig. 2) the average per-layer factor of "
         "mu(LN(X)) satisfies max(complete, causal) < window < uni window. " + V.VERDICT_RULE
     )
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         m.setting,
-        m,
-        cs,
-        figures=figures,
-        notes=text,
         key_numbers={f"fitted rate {MASK_LABELS[k]}": m.per_mask[k].fitted_rate for k in PAPER_MASKS},
-        tables=table(m),
         criterion=criterion,
-    ).to_dict()
+    )

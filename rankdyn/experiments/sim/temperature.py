@@ -23,7 +23,7 @@ from .. import _verdict as V
 from .._dtype import float_dtype, rel_floor
 from .._masktable import MASK_LABELS, PAPER_MASKS, masks_for
 from .._runs import band, san_layer, simulate_stacked, stack
-from .._target import Measured, TargetResult, off_json
+from .._target import Description, Measured, Rendered, off_json
 from . import masks_collapse as MC
 from ._rate_summary import geo_mean
 
@@ -224,7 +224,7 @@ def table(m: TemperatureMeasured) -> str:
     return "\n".join(rows)
 
 
-def render(out: Path, m: TemperatureMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
+def render(out: Path, m: TemperatureMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """mu against depth at the paper's temperatures, the early factor against d_QK, and the notes."""
     from ...plotting import plot_band_panels, plot_rate_vs_dqk, save_figure
 
@@ -240,7 +240,7 @@ def render(out: Path, m: TemperatureMeasured, cs: list[V.Check]) -> tuple[list[s
     ax = plot_rate_vs_dqk(DQKS, {MASK_LABELS[k]: v for k, v in m.early_rate.items()}, marks=PAPER_DQKS)
     ax.set_title(f"early per-layer factor of mu (layers 0..{EARLY})", fontsize=9)
     figs.append(save_figure(ax.figure, out / "temperature_rate.png"))
-    return figs, notes(m)
+    return Rendered(figs, notes(m), table(m))
 
 
 def notes(m: TemperatureMeasured) -> str:
@@ -274,28 +274,17 @@ def notes(m: TemperatureMeasured) -> str:
     return text
 
 
-def run(out: Path, *, quick: bool, seed: int, size: dict | None = None) -> dict:
-    out = Path(out)
-    m = compute(dict(sizes(quick) if size is None else size), seed)
-    cs = checks(m)
-    figures, text = render(out, m, cs)
+def describe(m: TemperatureMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     criterion = (
         f"checks: for each of the four masks the early per-layer factor (layers 0..{EARLY}) decreases with "
         f"d_QK (Spearman rank correlation with log d_QK <= {SPEARMAN_MAX:g}); the effect factor(1/64) - "
         "factor(64) is larger for the complete mask than for both windows. " + V.VERDICT_RULE
     )
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         m.setting,
-        m,
-        cs,
-        figures=figures,
-        notes=text,
         key_numbers={
             f"effect factor(1/64) - factor(64), {MASK_LABELS[k]}": e
             for k, e in m.effect_1_64_minus_64.items()
         },
-        tables=table(m),
         criterion=criterion,
-    ).to_dict()
+    )

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._target import Measured, TargetResult, jsonable, off_json
+from .._target import Description, Measured, Rendered, jsonable, off_json
 from .._verdict import VERDICT_RULE, Check, check
 from ._counterexample_2d_runs import BasinRun, JointRun, NoLNRun, basin_run, fig1_runs, joint_run
 
@@ -43,7 +43,7 @@ CLAIM = (
 REFERENCE_JOINT_FRACTION = {1.5: 0.055, 2.0: 0.071, 5.0: 0.098}
 
 
-def _sizes(quick: bool, tiny: bool) -> dict:
+def sizes(quick: bool, tiny: bool = False) -> dict:
     """Every size of the run; ``tiny`` is for the unit tests."""
     if tiny:
         return dict(
@@ -127,9 +127,10 @@ class Counterexample2DMeasured(Measured):
 
 def compute(sz: dict, seed: int) -> Counterexample2DMeasured:
     """Every run, in float64 (call inside ``jax.enable_x64``); ``seed`` is unused (angle grids)."""
-    from ..._run._progress import step_done
+    from ..._run._progress import plan_steps, step_done
     from ..._theory._constructions import example_2d, uniform_causal_layer
 
+    plan_steps(len(sz["basin_ws"]) + len(sz["joint_ws"]))  # progress: one step per w and part
     basins, joints = {}, {}
     # 1-2. first-token ratio and basin of B, per w
     for w in sz["basin_ws"]:
@@ -299,7 +300,7 @@ def _tables(m: Counterexample2DMeasured, horizons) -> str:
     return "\n".join(rows)
 
 
-def render(out: Path, m: Counterexample2DMeasured, cs: list[Check]) -> tuple[list[str], str, str]:
+def render(out: Path, m: Counterexample2DMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
     """The Fig. 1 and basin figures, the notes and the tables, from the numbers."""
     from ... import plotting
 
@@ -331,22 +332,13 @@ def render(out: Path, m: Counterexample2DMeasured, cs: list[Check]) -> tuple[lis
     horizons = next(iter(m.joints.values())).horizons if m.joints else ()
     notes = _joint_notes(m, horizons) + _basin_notes(m) + _noln_notes(m)
     figures = ["counterexample_2d_trajectories.png", "counterexample_2d_basin.png"]
-    return figures, " ".join(notes), _tables(m, horizons)
+    return Rendered(figures, " ".join(notes), _tables(m, horizons))
 
 
-def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
-    """Run the target; write ``counterexample_2d_*.png`` into ``out``; return the result dict.
-
-    ``seed`` is recorded but unused: every input here is a deterministic angle grid.
-    """
-    from ..._run._progress import plan_steps
-    from .._dtype import compute_float64
-
-    sz = _sizes(quick, tiny)
-    plan_steps(len(sz["basin_ws"]) + len(sz["joint_ws"]))  # progress: one step per w and part
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes, tables = render(out, m, cs)
+def describe(
+    m: Counterexample2DMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool
+) -> Description:
+    """The setting (``seed`` is recorded but unused: every input here is a deterministic angle grid)."""
     setting = {
         "n": 2,
         "d": 2,
@@ -369,15 +361,4 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
     key["max basin boundary error (deg)"] = max(
         (abs(e) for b in m.basins.values() for e in b.basin_boundary_error_deg), default=float("nan")
     )
-    return TargetResult(
-        NAME,
-        CLAIM,
-        setting,
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
-        key_numbers=key,
-        tables=tables,
-        criterion=CRITERION,
-    ).to_dict()
+    return Description(setting, key_numbers=key, criterion=CRITERION)

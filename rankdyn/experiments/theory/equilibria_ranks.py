@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._target import Measured, TargetResult
+from .._target import Description, Measured, Rendered
 from .._verdict import VERDICT_RULE, Check, check
 from ._equilibria_runs import Census, RankFamily, RankSummary, analyse, np_map, rank_family
 
@@ -61,7 +61,7 @@ EARLIER_STABILITY_N4 = {
 }
 
 
-def _sizes(quick: bool, tiny: bool) -> dict:
+def sizes(quick: bool, tiny: bool = False) -> dict:
     if tiny:
         return dict(ns=(4,), w_factors=(1.0,))
     if quick:
@@ -104,11 +104,12 @@ class EquilibriaRanksMeasured(Measured):
 
 
 def compute(sz: dict, seed: int) -> EquilibriaRanksMeasured:
-    """Every family of `_sizes` and the worked example, in float64 (call inside
+    """Every family of `sizes` and the worked example, in float64 (call inside
     ``jax.enable_x64``); ``seed`` is unused (every equilibrium is in closed form)."""
-    from ..._run._progress import step_done
+    from ..._run._progress import plan_steps, step_done
     from ..._theory._constructions import rank_k_equilibrium
 
+    plan_steps(len(sz["ns"]) * len(sz["w_factors"]))  # progress: one step per (N, w) analysis
     families = []
     for n in sz["ns"]:
         for fac in sz["w_factors"]:
@@ -265,28 +266,17 @@ def _tables(m: EquilibriaRanksMeasured) -> str:
     return "\n".join(rows + census)
 
 
-def render(out: Path, m: EquilibriaRanksMeasured, cs: list[Check]) -> tuple[list[str], str, str]:
+def render(out: Path, m: EquilibriaRanksMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
     """The stable-rank / multiplier figure, the notes and the tables, from the numbers."""
     from ... import plotting
 
     results = [dict(f.arrays, n=f.n, w=f.w, bound_full_rank=f.full_rank_bound) for f in m.families]
     plotting.plot_equilibria_ranks(results, path=out / "equilibria_ranks.png")
-    return ["equilibria_ranks.png"], _notes(m), _tables(m)
+    return Rendered(["equilibria_ranks.png"], _notes(m), _tables(m))
 
 
-def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
-    """Run the target; write ``equilibria_ranks.png`` into ``out``; return the result dict.
-
-    ``seed`` is recorded but unused: every equilibrium is in closed form.
-    """
-    from ..._run._progress import plan_steps
-    from .._dtype import compute_float64
-
-    sz = _sizes(quick, tiny)
-    plan_steps(len(sz["ns"]) * len(sz["w_factors"]))  # progress: one step per (N, w) analysis
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes, tables = render(out, m, cs)
+def describe(m: EquilibriaRanksMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
+    """The setting (``seed`` is recorded but unused: every equilibrium is in closed form)."""
     setting = {
         "ns (N = d)": list(sz["ns"]),
         "w": [float(n) * f for n in sz["ns"] for f in sz["w_factors"]],
@@ -306,15 +296,4 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         f"max full-rank SRank / bound (N={f.n}, w={f.w:g})": f.full_rank_stable_rank_max / f.full_rank_bound
         for f in m.families
     }
-    return TargetResult(
-        NAME,
-        CLAIM,
-        setting,
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
-        key_numbers=key,
-        tables=tables,
-        criterion=CRITERION,
-    ).to_dict()
+    return Description(setting, key_numbers=key, criterion=CRITERION)

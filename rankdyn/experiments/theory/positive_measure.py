@@ -28,7 +28,7 @@ from pathlib import Path
 import jax.random as jr
 import numpy as np
 
-from .._target import Measured, TargetResult
+from .._target import Description, Measured, Rendered
 from .._verdict import VERDICT_RULE, Check, check
 from ._intervals import wilson_interval
 from ._positive_measure_runs import (
@@ -74,7 +74,7 @@ def _fmt_spec(v) -> str:
     return f"{100 * v:.0f}%"
 
 
-def _sizes(quick: bool, tiny: bool) -> dict:
+def sizes(quick: bool, tiny: bool = False) -> dict:
     if tiny:
         return dict(
             lemma_cases=((3, 2.0),),
@@ -137,9 +137,10 @@ class PositiveMeasureMeasured(Measured):
 
 
 def compute(sz: dict, seed: int) -> PositiveMeasureMeasured:
-    """Every case of `_sizes`, in float64 (call inside ``jax.enable_x64``)."""
-    from ..._run._progress import step_done
+    """Every case of `sizes`, in float64 (call inside ``jax.enable_x64``)."""
+    from ..._run._progress import plan_steps, step_done
 
+    plan_steps(len(sz["lemma_cases"]) + len(sz["joint_cases"]))  # progress: one step per case
     key = jr.PRNGKey(seed)
     lemma, joint = [], []
     for j, (d, w) in enumerate(sz["lemma_cases"]):
@@ -303,7 +304,7 @@ def _tables(m: PositiveMeasureMeasured, horizons) -> str:
     return "\n".join(rows)
 
 
-def render(out: Path, m: PositiveMeasureMeasured, cs: list[Check]) -> tuple[list[str], str, str]:
+def render(out: Path, m: PositiveMeasureMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
     """The fraction-vs-horizon and Lemma 13 figure, the notes and the tables, from the numbers."""
     from ... import plotting
 
@@ -320,19 +321,10 @@ def render(out: Path, m: PositiveMeasureMeasured, cs: list[Check]) -> tuple[list
     )
     horizons = m.joint[0].random.horizons if m.joint else (0,)
     notes = _lemma_notes(m) + _joint_notes(m, horizons)
-    return ["positive_measure.png"], " ".join(notes), _tables(m, horizons)
+    return Rendered(["positive_measure.png"], " ".join(notes), _tables(m, horizons))
 
 
-def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
-    """Run the target; write ``positive_measure.png`` into ``out``; return the result dict."""
-    from ..._run._progress import plan_steps
-    from .._dtype import compute_float64
-
-    sz = _sizes(quick, tiny)
-    plan_steps(len(sz["lemma_cases"]) + len(sz["joint_cases"]))  # progress: one step per case
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes, tables = render(out, m, cs)
+def describe(m: PositiveMeasureMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
     setting = {
         "mask": "causal",
         "attention": "uniform (W_Q = W_K = 0)",
@@ -348,15 +340,4 @@ def run(out: Path, *, quick: bool, seed: int, tiny: bool = False) -> dict:
         **sz,
     }
     key = {f"random non-collapse, {c.key}": c.random.fraction[-1] for c in m.joint if c.n == c.d}
-    return TargetResult(
-        NAME,
-        CLAIM,
-        setting,
-        m,
-        cs,
-        figures=figures,
-        notes=notes,
-        key_numbers=key,
-        tables=tables,
-        criterion=CRITERION,
-    ).to_dict()
+    return Description(setting, key_numbers=key, criterion=CRITERION)

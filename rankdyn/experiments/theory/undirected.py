@@ -34,8 +34,7 @@ from pathlib import Path
 import jax.random as jr
 
 from .. import _verdict as V
-from .._dtype import compute_float64
-from .._target import Measured, TargetResult, jsonable
+from .._target import Description, Measured, Rendered, jsonable
 from . import _undirected_known as K
 from . import _undirected_search as U
 
@@ -54,7 +53,7 @@ PAPER_W = 4.0
 QUICK_PAIRS = (("causal", "uniform"), ("complete", "uniform"), ("complete", "symmetric"))
 
 
-def _sizes(quick: bool) -> dict:
+def sizes(quick: bool) -> dict:
     # Settings and restarts run vmapped (one program per size and objective); the discovery
     # happens at training depths 8-32, deeper training only refines, and the selection and
     # evaluation at depth T keep only what survives there.
@@ -352,7 +351,7 @@ def checks(m: UndirectedMeasured) -> list[V.Check]:
     return out
 
 
-def render(out: Path, m: UndirectedMeasured, cs: list[V.Check]) -> tuple[list[str], str]:
+def render(out: Path, m: UndirectedMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """The figure and the notes (the finding, its scope, what is proven), from the numbers."""
     from ... import plotting
 
@@ -384,15 +383,10 @@ def render(out: Path, m: UndirectedMeasured, cs: list[V.Check]) -> tuple[list[st
             "proven stable (an interval bound < 1 on the spectral radius of DF over that box)."
         )
     notes += K.stored_notes(m.stored)
-    return ["undirected.png"], notes
+    return Rendered(["undirected.png"], notes)
 
 
-def run(out: Path, *, quick: bool, seed: int) -> dict:
-    """Run the target; write ``undirected.png`` into ``out``; return the result dict."""
-    sz = _sizes(quick)
-    out, m = compute_float64(out, compute, sz, seed)
-    cs = checks(m)
-    figures, notes = render(out, m, cs)
+def describe(m: UndirectedMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     v, finding = verdict(cs[0].passed and cs[1].passed, list(m.found))
     long_t = sz["eval_factor"] * sz["num_layers"]
     setting = {
@@ -423,17 +417,11 @@ def run(out: Path, *, quick: bool, seed: int) -> dict:
         "threshold, for the objective searched) or a stable rank >= 2 equilibrium (attractor or census). "
         "Marginal equilibria are reported, not judged."
     )
-    return TargetResult(
-        NAME,
-        CLAIM,
+    return Description(
         setting,
-        dict(m.to_dict(), finding=finding),
-        cs,
-        figures=figures,
-        notes=notes,
         key_numbers=key_numbers,
-        tables=U.results_table(m.runs, m.cells),
-        verdict_word=v,
         criterion=criterion,
+        verdict_word=v,
+        measured=dict(m.to_dict(), finding=finding),
         extra={"certificates": list(certs)},
-    ).to_dict()
+    )
