@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._params import param
+from .._model._params import param
 from ._checks import HelpFormatter, check_out_dir, check_positive
 from ._devices import add_devices_flag
 from .simulate import add_model_flags, check_model_args
@@ -146,8 +146,8 @@ def run(args) -> int:
     import jax.random as jr
     import numpy as np
 
-    from .._build import build_layer
-    from .._io import provenance, write_json
+    from .._model._build import build_layer
+    from .._run._io import provenance, write_json
     from ..cli import begin_compute
     from ..equilibria import continue_branch, equilibrium_census
     from ..equilibria._arclength import LayerFamily, check_start
@@ -232,7 +232,7 @@ def _plot(branches, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .._io import savefig
+    from .._run._io import savefig
     from ..plotting import plot_bifurcation
 
     fig, ax = plt.subplots(figsize=(8, 4.8))

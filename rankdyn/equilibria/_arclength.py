@@ -42,8 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import UsageError
-from .._floors import default_residual_tol
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
+from .._observe._tolerances import default_residual_tol
 from ._linearise import _use_tangent, tangent_basis
 from ._quotient import orbit_complement
 from ._stability import block_eigvals, cluster_means

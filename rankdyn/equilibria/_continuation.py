@@ -23,8 +23,8 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from .._errors import UsageError
-from .._layer import SelfAttentionLayer
-from .._progress import progress_bar
+from .._model._layer import SelfAttentionLayer
+from .._run._progress import progress_bar
 from ._arclength import (
     LayerFamily,
     Newton,

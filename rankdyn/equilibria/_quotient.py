@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
 
 __all__ = ["commuting_rotations", "orbit_complement", "MAX_ROTATION_DIM"]
 

@@ -1,0 +1,257 @@
+r"""Target ``bifurcation``: folds of the rank-2 equilibria of a causal family, located by continuation.
+
+For $n = d = 2$, the causal mask, uniform attention ($W_Q = W_K = 0$), post-LN on the circle and
+$W_V = \begin{pmatrix} p & w \\ 0 & 1\end{pmatrix}$ with $p = 3/4$, `docs/theory.md`
+("Continuation and bifurcations") derives two families of rank-2 equilibria:
+
+- family A, token 1 at $(0, \pm 1)$ (the left eigenvector of eigenvalue 1): exists iff
+  $|w| \ge w_A = \sqrt{2p - p^2}$, born in a fold at $w_A$;
+- family B, token 1 on the left eigenvector $(p - 1, w)$ of eigenvalue $p$: exists for every
+  $w$ when $p \le 1/2$, else iff $|w| \ge w_B = \sqrt{2p - 1}$, born in a fold at $w_B$.
+
+The target runs the census at $w = $ ``W_START`` (where all of them exist), continues every
+rank-2 class down in $w$ with `continue_branch`, and checks that each branch turns at one fold,
+located within ``FOLD_TOL`` of its closed form, and comes back to ``W_START`` on the other
+class of its family. A second check continues the rank-1 equilibrium $x_1 = x_2 = (0, 1)$ in
+$p$ at fixed $w$: its multipliers are $p$ (token 1) and $p/2$ (token 2), so two branch points
+(transcritical: family B and family A cross it) sit at $p = 1$ and $p = 2$, with no fold.
+The full run adds the temperature family of a BERT-like layer (complete mask, BERT-uniform
+$W_Q, W_K, W_V$), whose bifurcations have no closed form: it is reported, not checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from .._target import Description, Measured, Rendered, off_json
+from .._verdict import Check, check
+
+NAME = "bifurcation"
+CLAIM = (
+    "Pseudo-arclength continuation passes the folds where the rank-2 equilibria of the causal n = d = 2 "
+    "family with W_V = [[p, w], [0, 1]] are born, and locates them at the closed forms w = sqrt(2p - p^2) "
+    "(token 1 at (0, +-1)) and w = sqrt(2p - 1) (token 1 on the other eigenvector); the rank-1 branch in p "
+    "has branch points at p = 1 and p = 2."
+)
+P, W_START, W_END, W_FIXED = 0.75, 1.3, 0.4, 0.8
+P_RANGE = (0.5, 2.5)
+#: Largest accepted distance of a located bifurcation from its closed form.
+FOLD_TOL = 1e-6
+
+
+def closed_form_folds(p: float = P) -> dict[str, float]:
+    """$w_A = \\sqrt{2p - p^2}$ and $w_B = \\sqrt{2p - 1}$ (``nan`` for $p \\le 1/2$: no fold)."""
+    return {"A": float(np.sqrt(2 * p - p * p)), "B": float(np.sqrt(2 * p - 1)) if p > 0.5 else float("nan")}
+
+
+def family_layer(p: float, w: float):
+    """The causal, uniform-attention, post-LN layer with $W_V = [[p, w], [0, 1]]$ (n = d = 2)."""
+    import jax.numpy as jnp
+
+    from ..._theory._constructions import uniform_causal_layer
+
+    return uniform_causal_layer(2, 2, jnp.array([[p, w], [0.0, 1.0]]))
+
+
+def sizes(quick: bool) -> dict:
+    """Quick: 12 steps across each interval; full: 40, and the BERT-like temperature family."""
+    return dict(divisions=12, bert=False) if quick else dict(divisions=40, bert=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class BranchSummary(Measured):
+    """One continued branch: its family, end status, parameter range, folds and stability."""
+
+    family: str
+    status: str
+    param_min: float
+    param_end: float
+    points: int
+    folds: tuple[float, ...]
+    branch_points: tuple[float, ...]
+    other: tuple[str, ...]
+    stable_before: bool
+    stable_after: bool
+    end_distance: float
+
+
+@dataclasses.dataclass(frozen=True)
+class BifurcationMeasured(Measured):
+    """The w-branches (from the census), the p-branch and, in the full run, the BERT-like d_QK branches."""
+
+    p: float
+    closed_form: dict
+    census_classes: int
+    w_branches: tuple[BranchSummary, ...]
+    p_branch: BranchSummary
+    bert_branches: tuple[BranchSummary, ...] = ()
+    branches: tuple = off_json(default=())
+
+
+def _family_of(x: np.ndarray) -> str:
+    """A if token 1 is at (0, +-1), else B."""
+    return "A" if abs(x[0, 0]) < 1e-6 else "B"
+
+
+def _summary(br, family: str) -> BranchSummary:
+    folds = tuple(b.param for b in br.bifurcations if b.kind == "fold")
+    bps = tuple(b.param for b in br.bifurcations if b.kind == "branch-point")
+    other = tuple(b.kind for b in br.bifurcations if b.kind not in ("fold", "branch-point"))
+    fold_step = next((b.step for b in br.bifurcations if b.kind == "fold"), None)
+    before = bool(br.stable[0])
+    after = bool(br.stable[fold_step + 1]) if fold_step is not None else before
+    dist = float(np.max(np.abs(br.points[-1] - br.points[0])))
+    ends = (float(br.params.min()), float(br.params[-1]))
+    return BranchSummary(family, br.status, *ends, len(br), folds, bps, other, before, after, dist)
+
+
+def _bert_branches(seed: int, divisions: int):
+    """The temperature family of a BERT-like layer: census at d_QK = 4, continued down to 0.25."""
+    import jax.random as jr
+
+    from ..._model._layer import SelfAttentionLayer
+    from ..._model._weights import bert_uniform
+    from ...equilibria import continue_branch, equilibrium_census
+
+    n, d = 3, 4
+    kq, kk, kv, kc = jr.split(jr.PRNGKey(seed), 4)
+    wq, wk, wv = (bert_uniform(k, (d, d)) for k in (kq, kk, kv))
+    fam = lambda t: SelfAttentionLayer(np.ones((n, n), bool), wq, wk, wv, dqk=t)  # noqa: E731
+    census = equilibrium_census(fam(4.0), kc, starts=512, chunk=512, progress=False)
+    out = []
+    for e in census.equilibria:
+        br = continue_branch(
+            fam, e.tokens, 4.0, 0.25, ds=3.75 / divisions, max_steps=4 * divisions, param_name="dqk"
+        )
+        out.append(br)
+    return out
+
+
+def compute(sz: dict, seed: int) -> BifurcationMeasured:
+    import jax.random as jr
+
+    from ...equilibria import continue_branch, equilibrium_census
+
+    census = equilibrium_census(family_layer(P, W_START), jr.PRNGKey(seed), progress=False)
+    starts = [np.asarray(e.tokens) for e in census.equilibria if e.rank == 2]
+    ds = (W_START - W_END) / sz["divisions"]
+    w_fam = lambda w: family_layer(P, w)  # noqa: E731
+    branches, summaries = [], []
+    for x in starts:
+        br = continue_branch(w_fam, x, W_START, W_END, ds=ds, max_steps=8 * sz["divisions"], param_name="w")
+        branches.append(br)
+        summaries.append(_summary(br, _family_of(x)))
+    p_fam = lambda p: family_layer(p, W_FIXED)  # noqa: E731
+    x1 = np.array([[0.0, 1.0], [0.0, 1.0]])
+    pbr = continue_branch(p_fam, x1, *P_RANGE, ds=(P_RANGE[1] - P_RANGE[0]) / sz["divisions"], param_name="p")
+    branches.append(pbr)
+    bert = _bert_branches(seed, sz["divisions"]) if sz["bert"] else []
+    return BifurcationMeasured(
+        P,
+        closed_form_folds(P),
+        len(census.equilibria),
+        tuple(summaries),
+        _summary(pbr, "rank-1"),
+        tuple(_summary(b, "bert") for b in bert),
+        tuple(branches + bert),
+    )
+
+
+def checks(m: BifurcationMeasured) -> list[Check]:
+    """Strict checks of the measured numbers (pure: tested on synthetic results)."""
+    out = []
+    fams = sorted({b.family for b in m.w_branches})
+    out.append(check("census at w_start: both rank-2 families found", fams == ["A", "B"], f"families {fams}"))
+    for i, b in enumerate(m.w_branches):
+        ref = m.closed_form[b.family]
+        err = abs(b.folds[0] - ref) if len(b.folds) == 1 else float("inf")
+        out.append(
+            check(
+                f"branch {i} (family {b.family}): one fold, within {FOLD_TOL:g} of {ref:.10f}",
+                err <= FOLD_TOL,
+                f"folds {[f'{f:.12f}' for f in b.folds]}, error {err:.2e}",
+            )
+        )
+        # Past the fold the branch comes back to w_start on the other class of its family.
+        back = b.status == "parameter_end" and abs(b.param_end - W_START) <= 1e-12 and b.end_distance > 1e-3
+        out.append(
+            check(
+                f"branch {i}: passes the fold and returns to w = {W_START} at another equilibrium",
+                back,
+                f"{b.status}, min w {b.param_min:.6f}, last w {b.param_end:.6f}, {b.points} points, "
+                f"end-to-start distance {b.end_distance:.3g}",
+            )
+        )
+    a = [b for b in m.w_branches if b.family == "A"]
+    out.append(
+        check(
+            "family A: stability changes at the fold",
+            bool(a) and all(b.stable_before != b.stable_after for b in a),
+            "; ".join(f"stable before {b.stable_before}, after {b.stable_after}" for b in a),
+        )
+    )
+    pb = m.p_branch
+    bp = sorted(pb.branch_points)
+    err = max(abs(bp[0] - 1.0), abs(bp[1] - 2.0)) if len(bp) == 2 else float("inf")
+    out.append(
+        check(
+            f"rank-1 branch in p: branch points at p = 1 and 2 (within {FOLD_TOL:g}), no fold",
+            err <= FOLD_TOL and not pb.folds and not pb.other,
+            f"branch points {[f'{v:.12f}' for v in bp]}, folds {list(pb.folds)}, other {list(pb.other)}",
+        )
+    )
+    return out
+
+
+def render(out: Path, m: BifurcationMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
+    """The bifurcation diagram of the w-branches and the notes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..._run._io import savefig
+    from ...plotting import plot_bifurcation
+
+    wb = [b for b in m.branches if b.param_name == "w"]
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    labels = [f"family {s.family}" for s in m.w_branches]
+    plot_bifurcation(wb, ax=ax, labels=labels, title=f"n = d = 2, causal, uniform attention, p = {m.p}")
+    for fam, w in m.closed_form.items():
+        ax.axvline(w, color="0.6", lw=0.8, ls=":")
+        ax.annotate(f"w_{fam} closed form", (w, ax.get_ylim()[1]), fontsize=7, rotation=90, va="top")
+    fig.tight_layout()
+    savefig(fig, out / "bifurcation.png", dpi=120)
+    plt.close(fig)
+    errs = [abs(b.folds[0] - m.closed_form[b.family]) for b in m.w_branches if len(b.folds) == 1]
+    notes = (
+        f"{len(m.w_branches)} rank-2 classes of the census at w = {W_START} were continued; "
+        f"{len(errs)} turned at exactly one fold, the largest distance to the closed form being "
+        f"{max(errs) if errs else float('nan'):.2e}."
+    )
+    notes += " The rank-1 branch in p has branch points at " + ", ".join(
+        f"{v:.10f}" for v in m.p_branch.branch_points
+    )
+    notes += "."
+    if m.bert_branches:
+        found = [
+            f"branch {i}: {b.status}, folds {list(b.folds)}, branch points {list(b.branch_points)}, "
+            f"other {list(b.other)}, stable at d_QK = 4: {b.stable_before}"
+            for i, b in enumerate(m.bert_branches)
+        ]
+        notes += (
+            " BERT-like layer in d_QK from 4 to 0.25 (no closed form, not checked): " + "; ".join(found) + "."
+        )
+    return Rendered(["bifurcation.png"], notes)
+
+
+def describe(m: BifurcationMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
+    setting = dict(sz, n=2, d=2, p=P, w_start=W_START, w_end=W_END, w_fixed=W_FIXED, p_range=P_RANGE)
+    errs = [abs(b.folds[0] - m.closed_form[b.family]) for b in m.w_branches if len(b.folds) == 1]
+    return Description(
+        dict(setting, seed=seed, quick=quick, dtype="float64"),
+        key_numbers={"max fold error": max(errs) if errs else float("nan"), "w_A": m.closed_form["A"]},
+    )
