@@ -148,9 +148,9 @@ def run(args) -> int:
 
     from .._model._build import build_layer
     from .._run._io import provenance, write_json
-    from ..cli import begin_compute
     from ..equilibria import continue_branch, equilibrium_census
     from ..equilibria._arclength import LayerFamily, check_start
+    from ._phase import begin_compute
 
     config = _check(args)
     name = args.param
