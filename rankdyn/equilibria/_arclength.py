@@ -27,7 +27,8 @@ $\partial_p F_p$ is the JVP of the layer along $\partial_p$ of its floating-poin
 taken by a central difference of ``family(p \pm h)``: exact to rounding for arrays affine in
 $p$ (``w`` in $W_V$, the temperature $d_{QK}$, which the layer stores as an array), $O(h^2)$
 otherwise. Only the parameter derivative is differenced; $DF$ is exact (``jax.jacfwd``). For
-layers off the sphere product (``placement`` "none"/"pre") $B = I$ (the full space).
+layers off the unit sphere product (`on_unit_spheres`: pre-LN, no LN, affine or RMS LN, another
+radius) $B = I$ and there is no retraction (the full space).
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ import numpy as np
 
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
+from .._model._norms import SphereNorm
 from .._observe._tolerances import default_residual_tol
-from ._linearise import _use_tangent, tangent_basis
+from ._linearise import tangent_basis
 from ._quotient import orbit_complement
 from ._stability import block_eigvals, cluster_means
 
-__all__ = ["LayerFamily", "Point", "evaluate", "correct", "tangent_at"]
+__all__ = ["LayerFamily", "Point", "evaluate", "correct", "tangent_at", "on_unit_spheres"]
 
 
 def _scale(p: float) -> float:
@@ -60,6 +62,7 @@ class LayerFamily:
 
     Arguments:
         family: the callable; every value must give a layer of the same structure.
+        t: the layer index whose map is continued (a per-layer stack, e.g. a trained checkpoint).
         h: relative central-difference step of $\partial_p$ (``h * |p|``, or ``h * 1e-3`` near 0:
             a positive parameter such as the temperature stays positive).
 
@@ -67,9 +70,10 @@ class LayerFamily:
         UsageError: if the layers differ in structure, or do not depend on ``p`` at all.
     """
 
-    def __init__(self, family: Callable[[float], SelfAttentionLayer], h: float = 1e-5):
+    def __init__(self, family: Callable[[float], SelfAttentionLayer], h: float = 1e-5, t: int = 0):
         self.family = family
         self.h = float(h)
+        self.t = int(t)
 
     def __call__(self, p: float) -> SelfAttentionLayer:
         return self.family(float(p))
@@ -98,22 +102,22 @@ class LayerFamily:
         dt = lo.weights.w_v.dtype
         x = jax.random.normal(jax.random.PRNGKey(1), (lo.num_tokens, lo.dim), dt)
         x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-        return float(jnp.max(jnp.abs(hi(x)[0] - lo(x)[0]))) > 0
+        return float(jnp.max(jnp.abs(hi(x, self.t)[0] - lo(x, self.t)[0]))) > 0
 
 
 @eqx.filter_jit
-def _pieces(layer, dlayer, x):
+def _pieces(layer, dlayer, x, t):
     """``F(X) - X``, $DF(X)$ and $\\partial_p F$ (JVP along the arrays' derivative), flattened."""
     n, d = x.shape
     dyn, static = eqx.partition(layer, eqx.is_inexact_array)
 
     def f_of(arrays):
-        return eqx.combine(arrays, static)(x)[0]
+        return eqx.combine(arrays, static)(x, t)[0]
 
     with jax.default_matmul_precision("highest"):
         y, fp = jax.jvp(f_of, (dyn,), (dlayer,))
-        jac = jax.jacfwd(lambda z: layer(z)[0])(x)
-        degenerate = layer(x)[1].degenerate
+        jac = jax.jacfwd(lambda z: layer(z, t)[0])(x)
+        degenerate = layer(x, t)[1].degenerate
     return (y - x).reshape(-1), jac.reshape(n * d, n * d), fp.reshape(-1), degenerate
 
 
@@ -141,6 +145,19 @@ class Point:
     ok: bool
 
 
+def on_unit_spheres(layer: SelfAttentionLayer) -> bool:
+    """Whether the layer's outputs lie on $(\\mathbb S^{d-1})^n$: post-LN with the paper's unit-sphere
+    LN and no per-block norms. Affine or RMS LN, another radius, pre-LN or no LN: the full space."""
+    w = layer.weights
+    return (
+        layer.placement == "post"
+        and isinstance(layer.norm, SphereNorm)
+        and w.norm_attn is None
+        and w.norm_mlp is None
+        and float(layer.norm.radius) == 1.0
+    )
+
+
 def _retract(x: np.ndarray, sphere: bool) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True) if sphere else x
 
@@ -149,9 +166,11 @@ def evaluate(fam: LayerFamily, x: np.ndarray, p: float, generators: np.ndarray) 
     """The residual and linearisation of the bordered system at ``(x, p)``."""
     layer, dlayer = fam.at(p)
     dt = layer.weights.w_v.dtype
-    r, jac, fp, degen = (np.asarray(a, dtype=np.float64) for a in _pieces(layer, dlayer, jnp.asarray(x, dt)))
+    r, jac, fp, degen = (
+        np.asarray(a, dtype=np.float64) for a in _pieces(layer, dlayer, jnp.asarray(x, dt), fam.t)
+    )
     n, d = x.shape
-    sphere = _use_tangent(layer, "auto")
+    sphere = on_unit_spheres(layer)
     basis = np.asarray(tangent_basis(jnp.asarray(x)), dtype=np.float64) if sphere else np.eye(n * d)
     ok = bool(np.all(np.isfinite(r)) and np.all(np.isfinite(jac)) and np.all(np.isfinite(fp)) and not degen)
     if not ok:
@@ -212,7 +231,7 @@ def correct(
     Returns:
         ``(point or None, iterations, reason)``: reason ``"ok"``, ``"nonfinite"`` or ``"diverged"``.
     """
-    sphere = x.ndim == 2 and _use_tangent(fam(p), "auto")
+    sphere = on_unit_spheres(fam(p))
     step_norm = math.inf
     for it in range(newton.max_iter + 1):
         pt = evaluate(fam, x, p, generators)
@@ -297,10 +316,8 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         UsageError: naming the residual and the tolerance when the start is not an equilibrium.
     """
     layer = fam(p)
-    if layer.num_layers is not None:
-        raise UsageError(
-            "continue_branch needs one map: build the family with shared (not per-layer) weights."
-        )
+    if layer.num_layers is not None and not (0 <= fam.t < layer.num_layers or layer.cycle):
+        raise UsageError(f"t = {fam.t} is outside the layer stack's {layer.num_layers} layers.")
     if layer.has_dropout:
         raise UsageError("dropout must be 0: a stochastic map has no equilibria to continue.")
     x = np.asarray(x, dtype=np.float64)
@@ -311,7 +328,7 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         raise UsageError("x_start has non-finite entries (NaN or inf): pass a finite equilibrium.")
     tol = default_residual_tol(layer.weights.w_v.dtype) if residual_tol is None else float(residual_tol)
     dt = layer.weights.w_v.dtype
-    res = float(jnp.linalg.norm(layer(jnp.asarray(x, dt))[0] - jnp.asarray(x, dt)))
+    res = float(jnp.linalg.norm(layer(jnp.asarray(x, dt), fam.t)[0] - jnp.asarray(x, dt)))
     if not res <= tol:
         raise UsageError(
             f"x_start is not an equilibrium at p = {p:g}: ||F(X) - X||_F = {res:.3e} > residual_tol = "

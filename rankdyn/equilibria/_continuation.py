@@ -64,6 +64,7 @@ def continue_branch(
     symmetries: bool = True,
     locate_bifurcations: bool = True,
     param_name: str = "p",
+    t: int = 0,
     progress: bool = False,
 ) -> Branch:
     r"""Follow one branch of equilibria $F_p(X) = X$ in $p$ by pseudo-arclength continuation.
@@ -95,6 +96,8 @@ def continue_branch(
         symmetries: quotient out the rotations commuting with the layer (`commuting_rotations`).
         locate_bifurcations: locate the detected bifurcations (else report the bracket's end).
         param_name: the parameter's name, for reports.
+        t: the layer whose map is continued, for a per-layer stack (a trained checkpoint:
+            `Checkpoint.layers`); 0 otherwise.
         progress: show a progress bar (one per branch).
 
     Returns:
@@ -121,7 +124,7 @@ def continue_branch(
         raise UsageError(f"need 0 < ds_min <= ds <= ds_max, got {ds_min}, {ds}, {ds_max}.")
     if max_steps < 1:
         raise UsageError(f"max_steps must be >= 1, got {max_steps}.")
-    fam = LayerFamily(family)
+    fam = LayerFamily(family, t=t)
     x, tol = check_start(fam, x_start, p0, residual_tol)
     if not fam.reads_parameter(p0):
         raise UsageError(
@@ -129,7 +132,7 @@ def continue_branch(
             "there is no branch to follow; choose a parameter the layer reads."
         )
     layer0 = fam(p0)
-    gens = commuting_rotations(layer0) if symmetries else np.zeros((0, layer0.dim, layer0.dim))
+    gens = commuting_rotations(layer0, t=fam.t) if symmetries else np.zeros((0, layer0.dim, layer0.dim))
     newton = Newton(tol=tol, max_step=max(0.5, 10 * ds_max))
     lo, hi = min(p0, p1), max(p0, p1)
     n = layer0.num_tokens

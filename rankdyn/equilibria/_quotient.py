@@ -36,9 +36,9 @@ MAX_ROTATION_DIM = 16
 
 
 @eqx.filter_jit
-def _defects(layer, x, gens):
+def _defects(layer, x, gens, t):
     """``DF(X)[X Omega_j] - F(X) Omega_j`` for every generator (vmapped JVPs)."""
-    f = lambda y: layer(y)[0]
+    f = lambda y: layer(y, t)[0]
     with jax.default_matmul_precision("highest"):
         fx = f(x)
 
@@ -49,12 +49,12 @@ def _defects(layer, x, gens):
 
 
 def commuting_rotations(
-    layer: SelfAttentionLayer, *, points: int = 3, key=None, rtol: float = 1e-8
+    layer: SelfAttentionLayer, *, t: int = 0, points: int = 3, key=None, rtol: float = 1e-8
 ) -> np.ndarray:
     r"""Skew-symmetric generators $\Omega$ of the rotations $R$ with $F(XR) = F(X)R$.
 
     Arguments:
-        layer: a `SelfAttentionLayer` (shared weights).
+        layer: a `SelfAttentionLayer`; ``t``: the layer index of a per-layer stack.
         points: random points of the sphere product at which the linear condition is imposed.
         key: PRNG key of those points (default ``PRNGKey(0)``).
         rtol: singular values below ``rtol`` times the largest (or times 1) count as zero.
@@ -76,7 +76,7 @@ def commuting_rotations(
     for k in jr.split(key, points):
         x = jr.normal(k, (layer.num_tokens, d), dt)
         x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-        rows.append(np.asarray(_defects(layer, x, jnp.asarray(basis, dt)), dtype=np.float64).T)
+        rows.append(np.asarray(_defects(layer, x, jnp.asarray(basis, dt), t), dtype=np.float64).T)
     mat = np.concatenate(rows, axis=0)  # (points * n * d, #generators)
     _, sv, vt = np.linalg.svd(mat, full_matrices=True)
     scale = max(1.0, float(sv[0]) if sv.size else 1.0)
