@@ -32,7 +32,7 @@ from jaxtyping import Array
 from .._errors import UsageError
 from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
 from ._field import FlowField
-from ._observables import FlowObserver
+from ._observer import FlowObserver
 
 __all__ = ["solve_flow", "FlowSolution", "SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "uniform_times"]
 
