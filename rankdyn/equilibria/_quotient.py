@@ -53,6 +53,9 @@ def commuting_rotations(
 ) -> np.ndarray:
     r"""Skew-symmetric generators $\Omega$ of the rotations $R$ with $F(XR) = F(X)R$.
 
+    The null space, over $\Omega = \sum_{a<b} c_{ab}(E_{ab} - E_{ba})/\sqrt2$, of the stacked
+    linear maps $\Omega \mapsto DF(X_r)[X_r\Omega] - F(X_r)\Omega$ at ``points`` random $X_r$.
+
     Arguments:
         layer: a `SelfAttentionLayer`; ``t``: the layer index of a per-layer stack.
         points: random points of the sphere product at which the linear condition is imposed.
