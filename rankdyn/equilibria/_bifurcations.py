@@ -35,7 +35,15 @@ from ._arclength import (
 from ._branch import Bifurcation
 from ._stability import cluster_means
 
-__all__ = ["drop_neutral", "unstable_count", "crossing_kind", "test_function", "detect", "locate"]
+__all__ = [
+    "drop_neutral",
+    "locate_turn",
+    "unstable_count",
+    "crossing_kind",
+    "test_function",
+    "detect",
+    "locate",
+]
 
 #: Imaginary parts below this (relative to 1) count as real multipliers.
 REAL_TOL = 1e-8
@@ -187,3 +195,65 @@ def locate(
             break
     pt, val = best
     return Bifurcation(kind, pt.p, pt.x, step, val, bool(abs(sb - sa) <= width), it, bracket)
+
+
+def locate_turn(
+    fam: LayerFamily,
+    before: Point,
+    mid: Point,
+    after: Point,
+    *,
+    step: int,
+    generators: np.ndarray,
+    newton: Newton,
+    s_tol: float = 1e-12,
+    max_iter: int = 80,
+) -> Bifurcation:
+    r"""Locate a fold as the extremum of $p$ along the branch (for degenerate branches).
+
+    Where the kernel of $[G_X Q, G_p]$ is larger than the tangent, $\dot p$ is not a reliable
+    test function; the fold is then the turning point of $p(s)$ on the chord parameterisation
+    $\tau^\top (Y - Y_\mathrm{mid}) = s$, $\tau \propto Y_\mathrm{after} - Y_\mathrm{before}$,
+    $Y = (X, p)$, found by golden-section search over the two steps around the turn. Near a
+    fold $p(s) - p^* = O((s - s^*)^2)$, so the located parameter is as accurate as the corrector.
+
+    Returns:
+        A `Bifurcation` of kind ``"fold"`` (``test_value``: the bracket width in $s$).
+    """
+    ya, ym, yb = (np.concatenate([q.x.reshape(-1), [q.p]]) for q in (before, mid, after))
+    tau = (yb - ya) / np.linalg.norm(yb - ya)
+    tx, tp = tau[:-1], float(tau[-1])
+    lo, hi = float(tau @ (ya - ym)), float(tau @ (yb - ym))
+    sign = 1.0 if mid.p <= min(before.p, after.p) else -1.0  # minimise p at a left turn, else -p
+    sphere = mid.basis.shape[0] != mid.basis.shape[1]
+    cache: dict[float, Point | None] = {}
+
+    def p_at(sv: float) -> float:
+        guess = mid.x + sv * tx.reshape(mid.x.shape)
+        if sphere:
+            guess = guess / np.linalg.norm(guess, axis=-1, keepdims=True)
+        con = arclength_constraint(mid.x, mid.p, tx, tp, sv)
+        pt, _, _ = correct(fam, guess, mid.p + sv * tp, con, generators, newton)
+        cache[sv] = pt
+        return np.inf if pt is None else sign * pt.p
+
+    g = (np.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = p_at(c), p_at(d)
+    it = 0
+    for it in range(1, max_iter + 1):
+        if abs(b - a) <= s_tol * max(1.0, abs(hi - lo)):
+            break
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = p_at(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = p_at(d)
+    best = c if fc <= fd else d
+    pt = cache[best] or mid
+    done = cache[best] is not None and abs(b - a) <= s_tol * max(1.0, abs(hi - lo))
+    return Bifurcation("fold", pt.p, pt.x, step, float(b - a), bool(done), it, (before.p, after.p))

@@ -57,7 +57,8 @@ class Bifurcation:
             (a real multiplier crosses $-1$), ``"neimark-sacker"`` (a complex pair crosses $|\lambda| = 1$).
         param: the located parameter value.
         point: the located equilibrium ``(n, d)``.
-        step: index of the branch point before it (it lies between ``step`` and ``step + 1``).
+        step: index of the branch point before it (it lies between ``step`` and ``step + 1``; a
+            fold on a degenerate branch, located by `locate_turn`, within ``step`` and ``step + 2``).
         test_value: the test function at the located point (near 0 when ``located``).
         located: whether the bracketing solve converged to the corrector's tolerance.
         iterations: bracketing iterations used.

@@ -37,7 +37,7 @@ from ._arclength import (
     reduced_multipliers,
     tangent_at,
 )
-from ._bifurcations import detect, locate, test_function
+from ._bifurcations import detect, locate, locate_turn, test_function
 from ._branch import BRANCH_RESULTS, Branch
 from ._dedupe import deduplicate
 from ._quotient import commuting_rotations
@@ -190,7 +190,15 @@ def continue_branch(
                 break
             continue
         eig = reduced_multipliers(new, n)
-        for kind in detect(eigs[-1], tp, eig, new_tan[1], stability_tol, neutral):
+        # On a degenerate branch the turns of p itself (secants) mark the folds: the projected
+        # tangent's p component is not reliable there (`locate_turn`).
+        tp_a, tp_b = (last.p - pts[-2].p, new.p - last.p) if extra and len(pts) >= 2 else (tp, new_tan[1])
+        for kind in detect(eigs[-1], tp_a, eig, tp_b, stability_tol, neutral):
+            if extra and kind == "fold" and len(pts) >= 2:
+                bifs.append(
+                    locate_turn(fam, pts[-2], last, new, step=len(pts) - 2, generators=gens, newton=newton)
+                )
+                continue
             fa, fb = (test_function(kind, e, t, neutral) for e, t in ((eigs[-1], tp), (eig, new_tan[1])))
             # Without location the same sign on both ends makes `locate` report the better end.
             fb = fb if locate_bifurcations else fa

@@ -109,25 +109,24 @@ def _summary(br, family: str) -> BranchSummary:
 
 
 def _bert_branches(seed: int, divisions: int):
-    """The temperature family of a BERT-like layer: census at d_QK = 4, continued down to 0.25."""
+    """The temperature family of a BERT-like layer, as ``rankdyn continue --n 3 --d 4 --mask complete
+    --qk bert --value bert --param dqk --from 4 --to 0.25 --seed SEED`` builds it: census at
+    d_QK = 4, every class continued down to 0.25."""
     import jax.random as jr
 
-    from ..._model._layer import SelfAttentionLayer
-    from ..._model._weights import bert_uniform
+    from ..._model._build import make_layer
     from ...equilibria import continue_branch, equilibrium_census
 
-    n, d = 3, 4
-    kq, kk, kv, kc = jr.split(jr.PRNGKey(seed), 4)
-    wq, wk, wv = (bert_uniform(k, (d, d)) for k in (kq, kk, kv))
-    fam = lambda t: SelfAttentionLayer(np.ones((n, n), bool), wq, wk, wv, dqk=t)  # noqa: E731
-    census = equilibrium_census(fam(4.0), kc, starts=512, chunk=512, progress=False)
-    out = []
-    for e in census.equilibria:
-        br = continue_branch(
+    k_layer, k_x0 = jr.split(jr.PRNGKey(seed))
+    spec = dict(n=3, d=4, mask="complete", qk="bert", value="bert")
+    fam = lambda t: make_layer(k_layer, **spec, dqk=t)  # noqa: E731
+    census = equilibrium_census(fam(4.0), k_x0, progress=False)
+    return [
+        continue_branch(
             fam, e.tokens, 4.0, 0.25, ds=3.75 / divisions, max_steps=4 * divisions, param_name="dqk"
         )
-        out.append(br)
-    return out
+        for e in census.equilibria
+    ]
 
 
 def compute(sz: dict, seed: int) -> BifurcationMeasured:
@@ -236,6 +235,10 @@ def render(out: Path, m: BifurcationMeasured, cs: list[Check], *, quick: bool = 
         f"{v:.10f}" for v in m.p_branch.branch_points
     )
     notes += "."
+    if quick:
+        notes += " The BERT-like d_QK family runs in the full mode only."
+    elif not m.bert_branches:
+        notes += " BERT-like layer: the census at d_QK = 4 found no equilibrium to continue."
     if m.bert_branches:
         found = [
             f"branch {i}: {b.status}, folds {list(b.folds)}, branch points {list(b.branch_points)}, "
