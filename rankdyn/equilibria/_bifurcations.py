@@ -206,7 +206,7 @@ def locate_turn(
     step: int,
     generators: np.ndarray,
     newton: Newton,
-    s_tol: float = 1e-12,
+    s_tol: float = 1e-8,
     max_iter: int = 80,
 ) -> Bifurcation:
     r"""Locate a fold as the extremum of $p$ along the branch (for degenerate branches).
@@ -215,7 +215,8 @@ def locate_turn(
     test function; the fold is then the turning point of $p(s)$ on the chord parameterisation
     $\tau^\top (Y - Y_\mathrm{mid}) = s$, $\tau \propto Y_\mathrm{after} - Y_\mathrm{before}$,
     $Y = (X, p)$, found by golden-section search over the two steps around the turn. Near a
-    fold $p(s) - p^* = O((s - s^*)^2)$, so the located parameter is as accurate as the corrector.
+    fold $p(s) - p^* = O((s - s^*)^2)$, so the located parameter is as accurate as the corrector
+    once the bracket is below ``s_tol`` (relative; $10^{-8}$ puts $p$ at rounding).
 
     Returns:
         A `Bifurcation` of kind ``"fold"`` (``test_value``: the bracket width in $s$).
