@@ -158,6 +158,7 @@ def test_cli_continue_max_steps_and_refusals(tmp_path, capsys):
         "not an equilibrium": ["--param", "w", "--from", "1", "--to", "2", "--start",
                                str(tmp_path / "bad.npy")],
         "--to -1.0 for --param dqk": ["--qk", "bert", "--param", "dqk", "--from", "1", "--to", "-1"],
+        "n * d = 4096 is above 2048": ["--n", "64", "--d", "64", "--param", "w", "--from", "1", "--to", "2"],
     }  # fmt: skip
     for text, flags in refusals.items():
         assert main(base + flags + ["--out", str(tmp_path / "r")]) == 2, text

@@ -115,6 +115,13 @@ def _check(args):
     if args.max_steps < 1:
         raise UsageError(f"--max-steps {args.max_steps}: expected an integer >= 1.")
     check_positive(args, "residual_tol", "stability_tol")
+    from ..equilibria._arclength import MAX_STATE
+
+    if args.n * args.d > MAX_STATE:
+        raise UsageError(
+            f"--n {args.n} --d {args.d}: n * d = {args.n * args.d} is above {MAX_STATE} (dense (n d)^2 "
+            "Jacobians at every corrector step); lower --n or --d."
+        )
     check_out_dir(args.out)
     return config
 

@@ -53,6 +53,10 @@ from ._stability import block_eigvals, cluster_means
 __all__ = ["LayerFamily", "Point", "evaluate", "correct", "tangent_at", "on_unit_spheres"]
 
 
+#: Largest n * d: every corrector step forms the dense Jacobian (8 (n d)^2 bytes) and an SVD of it.
+MAX_STATE = 2048
+
+
 def _scale(p: float) -> float:
     return max(abs(float(p)), 1e-3)
 
@@ -322,6 +326,11 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         raise UsageError("dropout must be 0: a stochastic map has no equilibria to continue.")
     x = np.asarray(x, dtype=np.float64)
     n, d = layer.num_tokens, layer.dim
+    if n * d > MAX_STATE:
+        raise UsageError(
+            f"n * d = {n * d} is above {MAX_STATE}: the corrector forms dense (n d)^2 Jacobians and solves "
+            "them on the host; continue a smaller layer (fewer tokens)."
+        )
     if x.shape != (n, d):
         raise UsageError(f"x_start must be one equilibrium of shape (n, d) = ({n}, {d}), got {x.shape}.")
     if not np.all(np.isfinite(x)):
