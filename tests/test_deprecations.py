@@ -45,3 +45,27 @@ def test_cli_norm_is_a_deprecated_spelling_of_placement(capsys):
     assert "warning: --norm is deprecated" in capsys.readouterr().err  # a shell user sees it
     assert old.placement == parse(["simulate", "--placement", "pre"]).placement == "pre"
     assert capsys.readouterr().err == ""  # the flag itself is silent
+
+
+def test_stability_of_a_batch_is_one_report_and_the_list_is_deprecated():
+    """A batch gives one report with batch axes in front, equal point by point to the one-point ones."""
+    import rankdyn as rd
+
+    ex_b = rd.theory.example_2d(2.0)
+    layer = rd.theory.uniform_causal_layer(2, 2, ex_b["W_V"])
+    xs = np.stack([ex_b["X_B"], ex_b["X_A"]])
+    rep = rd.stability(layer, xs)
+    assert rep.batch_shape == (2,) and rep.eigenvalues.shape == (2, 2)
+    assert rep.classification.tolist() == ["marginal", "unstable"] and rep.unstable_dims.tolist() == [0, 1]
+    for i in range(2):
+        one = rd.stability(layer, xs[i])
+        np.testing.assert_array_equal(rep[i].eigenvalues, one.eigenvalues)
+        assert rep[i].to_dict() == one.to_dict()
+    assert rd.stability(layer, xs[None]).batch_shape == (1, 2)  # any batch axes
+    with pytest.warns(DeprecationWarning, match="iterating over it or taking its len"):
+        old = list(rep)
+    assert [r.classification for r in old] == ["marginal", "unstable"]
+    with pytest.warns(DeprecationWarning):
+        assert len(rep) == 2
+    with pytest.raises(TypeError):
+        len(rd.stability(layer, xs[0]))

@@ -262,7 +262,8 @@ def equilibrium_census(
             closed.append((int(kk), x))
     closed_hit = np.zeros(len(closed), bool)
     records = []
-    for j, (x, rep) in enumerate(zip(xs, reports)):
+    for j, x in enumerate(xs):
+        rep = reports[j]
         match = None
         if closed:
             dists = np.array([group_distance(cx, x, group) for _, cx in closed])
