@@ -69,3 +69,22 @@ def test_stability_of_a_batch_is_one_report_and_the_list_is_deprecated():
         assert len(rep) == 2
     with pytest.raises(TypeError):
         len(rd.stability(layer, xs[0]))
+
+
+def test_census_joint_keywords_are_deprecated():
+    """The joint search's settings go as joint=JointOptions(...); the keywords still work, with a warning."""
+    import jax.random as jr
+
+    import rankdyn as rd
+
+    layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, 2.0))
+    kw = dict(search="joint-search", progress=False)
+    opts = dict(starts=8, chunk=8, deflation_rounds=0)
+    new = rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(**opts), **kw)
+    with pytest.warns(DeprecationWarning, match=r"starts=, chunk=, deflation_rounds=\) is deprecated"):
+        old = rd.equilibrium_census(layer, jr.PRNGKey(0), **opts, **kw)
+    assert new.by_rank == old.by_rank and len(new.equilibria) == len(old.equilibria) > 0
+    for a, b in zip(new.equilibria, old.equilibria):
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
+        rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(), starts=8, **kw)
