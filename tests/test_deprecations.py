@@ -88,3 +88,31 @@ def test_census_joint_keywords_are_deprecated():
         np.testing.assert_array_equal(a.tokens, b.tokens)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
         rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(), starts=8, **kw)
+
+
+def test_flow_names_that_collided_with_equilibria_are_deprecated():
+    """rankdyn.flow.find_equilibria / tangent_jacobian (other types than rankdyn.equilibria's) are renamed."""
+    import rankdyn.flow as rf
+
+    with pytest.warns(DeprecationWarning, match="flow.find_equilibria is deprecated.*flow.find_zeros"):
+        assert rf.find_equilibria is rf.find_zeros
+    with pytest.warns(DeprecationWarning, match="flow.tangent_jacobian is deprecated.*flow.field_jacobian"):
+        from rankdyn.flow import tangent_jacobian
+    assert tangent_jacobian is rf.field_jacobian
+    with pytest.raises(AttributeError):
+        rf.no_such_name  # noqa: B018
+
+
+def test_find_equilibria_x0s_is_a_deprecated_spelling_of_x0():
+    """The starts are x0 everywhere (simulate, solve_flow, find_equilibria, attractor_census)."""
+    import rankdyn as rd
+
+    ex = rd.theory.example_2d(2.0)
+    layer = rd.theory.uniform_causal_layer(2, 2, ex["W_V"])
+    x0 = np.stack([ex["X_B"], ex["X_A"]])
+    new = rd.find_equilibria(layer, x0=x0)
+    with pytest.warns(DeprecationWarning, match=r"find_equilibria\(x0s=\) is deprecated.*use x0="):
+        old = rd.find_equilibria(layer, x0s=x0)
+    np.testing.assert_array_equal(np.asarray(new.x), np.asarray(old.x))
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
+        rd.find_equilibria(layer, x0, x0s=x0)
