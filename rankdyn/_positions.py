@@ -73,12 +73,12 @@ def relative_buckets(n: int, num_buckets: int = 32, max_distance: int = 128) -> 
     out = (-rel < 0).astype(np.int64) * half
     dist = np.abs(rel)
     exact = half // 2
-    with np.errstate(divide="ignore"):
-        large = exact + (
-            np.log(dist.astype(np.float32) / np.float32(exact))
-            / np.float32(math.log(max_distance / exact))
-            * np.float32(half - exact)
-        ).astype(np.int64)
+    # Distances below `exact` take the exact branch; max(dist, 1) keeps log(0) out of the other.
+    large = exact + (
+        np.log(np.maximum(dist, 1).astype(np.float32) / np.float32(exact))
+        / np.float32(math.log(max_distance / exact))
+        * np.float32(half - exact)
+    ).astype(np.int64)
     large = np.minimum(np.where(dist < exact, 0, large), half - 1)
     return out + np.where(dist < exact, dist, large)
 
