@@ -132,7 +132,7 @@ def test_mpnet_equals_hf_and_needs_its_position_bias(tiny):
     # The buckets against HF's own function, on distances up to 300 (the log-spaced branch).
     from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
-    from rankdyn._positions import relative_buckets
+    from rankdyn._model._positions import relative_buckets
 
     rel = torch.arange(300)[None, :] - torch.arange(300)[:, None]
     assert np.array_equal(relative_buckets(300), MPNetEncoder.relative_position_bucket(rel).numpy())

@@ -1,7 +1,7 @@
 """``rankdyn checkpoints``: the trained checkpoints rankdyn knows, where they are, how to get the rest.
 
 Each name it lists is accepted by ``rankdyn simulate --checkpoint NAME`` and by
-`rankdyn.checkpoints.load_checkpoint` (`rankdyn._checkpoints._installed`).
+`rankdyn.checkpoints.load_checkpoint` (`rankdyn._trained._installed`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _mb(size) -> str:
 
 
 def run(args) -> int:
-    from .._checkpoints._installed import installed
+    from .._trained._installed import installed
 
     found = installed()
     if args.json:
