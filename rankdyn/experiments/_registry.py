@@ -35,6 +35,8 @@ class Target:
             installed); without one every check is "not testable here".
         shares_runs: its ``compute`` takes ``cache=``, a dict shared by the targets of one
             `rankdyn.experiments.run_targets` call (the ablation runs reused by ``geometry``).
+        default_checkpoint: the name (`rankdyn checkpoints`) of the checkpoint it runs on
+            without ``--checkpoint``: ``minilm``, or ``smollm2`` for the causal decoder targets.
     """
 
     name: str
@@ -42,6 +44,7 @@ class Target:
     float64: bool = False
     needs_checkpoint: bool = False
     shares_runs: bool = False
+    default_checkpoint: str = "minilm"
 
     @property
     def family(self) -> str:
@@ -89,6 +92,12 @@ REGISTRY: tuple[Target, ...] = (
     Target("flow-metastability", _FLOW + "flow_metastability", float64=True),
     Target("flow-causal", _FLOW + "flow_causal", float64=True),
     Target("flow-limit", _FLOW + "flow_limit", float64=True),
+    Target(
+        "attention-sinks",
+        _PRETRAINED + "attention_sinks",
+        needs_checkpoint=True,
+        default_checkpoint="smollm2",
+    ),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
@@ -141,10 +150,16 @@ def run_target(
     if spec.needs_checkpoint:
         from .pretrained.pretrained_common import checkpoint_or_none, not_testable
 
-        ckpt = checkpoint_or_none(checkpoint, cache)
+        ckpt = checkpoint_or_none(checkpoint, cache, spec.default_checkpoint)
         if ckpt is None:
             return not_testable(
-                spec.name, mod.CLAIM, mod.CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint
+                spec.name,
+                mod.CLAIM,
+                mod.CHECK_NAMES,
+                quick=quick,
+                seed=seed,
+                checkpoint=checkpoint,
+                default=spec.default_checkpoint,
             )
         ctx["ckpt"] = ckpt
     sz = dict(mod.sizes(quick) if size is None else size)
