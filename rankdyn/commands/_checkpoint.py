@@ -300,6 +300,12 @@ def run_checkpoint(args) -> int:
         arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate)}
         np.savez(args.out / "per_trajectory.npz", **arrays, layers=np.asarray(traj.layers))
         result["per_trajectory_file"] = "per_trajectory.npz"
+    if args.attention_sinks:
+        from ._table import save_sinks
+
+        result["attention_sinks"] = save_sinks(
+            layer, x0, layers, args.out, title=f"{ckpt.arch} {config['variant']}"
+        )
     write_json(args.out / "metrics.json", result)
     if summary:
         title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"
