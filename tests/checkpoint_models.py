@@ -103,3 +103,139 @@ def rel_err(ours, ref) -> float:
 def edit_config(folder: Path, **changes) -> None:
     path = folder / "config.json"
     path.write_text(json.dumps(json.loads(path.read_text()) | changes))
+
+
+def llama(folder: Path, *, hidden=32, heads=4, kv_heads=2, intermediate=64, layers=2, theta=50.0, tied=False):
+    """A 2-layer LlamaModel (GQA: 4 query heads on 2 K/V heads, head width 8, RoPE base 50) saved to
+    ``folder`` (keys under ``model.``: LlamaForCausalLM); returns the float64 HF ``LlamaModel``.
+
+    ``initializer_range=1.0`` and a small ``rope_theta``: rotations of several radians within a few
+    positions, so a wrong rotary convention or head grouping moves the states by O(1)."""
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        num_hidden_layers=layers,
+        intermediate_size=intermediate,
+        vocab_size=VOCAB,
+        max_position_embeddings=32,
+        rope_theta=theta,
+        initializer_range=1.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=tied,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+    torch.manual_seed(2)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # RMSNorm gains are 1 at init: random gains make a misread norm visible
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.5 * torch.randn_like(p))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(folder, safe_serialization=True)
+    return model.model.double().eval()
+
+
+def mpnet(folder: Path):
+    """A 2-layer MPNetModel (d=16, 4 heads, 32 buckets) saved to ``folder``; returns the float64 model.
+
+    The relative-position table is drawn with std 3, so leaving it out moves the states by O(1)."""
+    import torch
+    import transformers
+
+    cfg = transformers.MPNetConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=24,
+        vocab_size=VOCAB,
+        max_position_embeddings=34,
+        initializer_range=1.0,
+    )
+    torch.manual_seed(3)
+    model = transformers.MPNetModel(cfg).eval()
+    with torch.no_grad():
+        model.encoder.relative_attention_bias.weight.normal_(0.0, 3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(folder, safe_serialization=True)
+    return model.double().eval()
+
+
+def llama_gguf(path: Path, hf_model, *, arch="llama", quant="Q8_0", heads_kv=None) -> Path:
+    """The weights of an HF ``LlamaModel`` written as a GGUF file the way llama.cpp's converter
+    writes them (Q and K rows permuted to interleaved pairs; 2-D weights quantised to ``quant``,
+    norms F32). ``arch``/``quant``/``heads_kv`` let a test write a file rankdyn must refuse."""
+    import gguf
+
+    cfg = hf_model.config
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    sd = {k: v.float().numpy() for k, v in hf_model.state_dict().items()}
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv if heads_kv is None else heads_kv)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_vocab_size(cfg.vocab_size)
+
+    def permute(x, n):  # llama.cpp convert_hf_to_gguf: halves -> interleaved pairs
+        return x.reshape(n, 2, x.shape[0] // n // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+    def put(name, x):
+        if x.ndim == 2:
+            q = gguf.GGMLQuantizationType[quant]
+            w.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(x, np.float32), q), raw_dtype=q)
+        else:
+            w.add_tensor(name, np.ascontiguousarray(x, np.float32))
+
+    put("token_embd.weight", sd["embed_tokens.weight"])
+    put("output_norm.weight", sd["norm.weight"])
+    names = {
+        "input_layernorm": "attn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "post_attention_layernorm": "ffn_norm",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in names.items():
+            x = sd[f"layers.{i}.{hf}.weight"]
+            x = permute(x, heads) if g == "attn_q" else permute(x, kv) if g == "attn_k" else x
+            put(f"blk.{i}.{g}.weight", x)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def dequantised(hf_model, quant="Q8_0"):
+    """A float64 copy of an HF model whose 2-D weights went through ``quant`` and back (the GGUF oracle)."""
+    import copy
+
+    import gguf
+    import torch
+
+    q = gguf.GGMLQuantizationType[quant]
+    out = copy.deepcopy(hf_model).float()
+    with torch.no_grad():
+        for _, p in out.named_parameters():
+            if p.ndim == 2:
+                x = p.numpy().astype(np.float32)
+                p.copy_(torch.as_tensor(gguf.quants.dequantize(gguf.quants.quantize(x, q), q)))
+    return out.double().eval()

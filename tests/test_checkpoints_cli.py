@@ -138,8 +138,8 @@ ROWS = {
         ["not a valid safetensors", "truncated"],
     ),
     "arch": (
-        lambda k, t: CK(_copy(k, t, model_type="llama")) + ["--text", str(k["text"])],
-        ["model_type 'llama' is not supported", "bert, gpt2"],
+        lambda k, t: CK(_copy(k, t, model_type="t5")) + ["--text", str(k["text"])],
+        ["model_type 't5' is not supported", "bert, gpt2, llama, mpnet"],
     ),
     "shapes": (
         lambda k, t: CK(_copy(k, t, intermediate_size=30)) + ["--text", str(k["text"])],

@@ -9,7 +9,8 @@ eq. (3); ``placement="none"`` gives eq. (2) and ``placement="pre"`` gives
 $X^{(t+1)} = A^{(t)} \mathrm{LN}(X^{(t)}) W_V^{(t)}$ (§4.2). Multi-head attention with an output
 projection, a skip connection and an MLP block are opt-in switches for the Fig. 2/6 ablations.
 Biases on $Q, K, V, O$, one normalisation per sub-block and layer, and a per-layer stack cycled
-beyond its depth serve trained checkpoints (`rankdyn.checkpoints`, docs/theory.md#trained-checkpoints).
+beyond its depth serve trained checkpoints (`rankdyn.checkpoints`, docs/theory.md#trained-checkpoints);
+rotary embeddings on $Q, K$ and a logit bias $R \mathrel{+}= B$ serve Llama and MPNet (`._positions`).
 
 Dropout follows BERT in train mode: ``attn_dropout`` (``attention_probs_dropout_prob``) zeroes
 entries of $A$ after the softmax, ``hidden_dropout`` (``hidden_dropout_prob``) zeroes entries of
@@ -28,8 +29,9 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from ._masks import check_fixed_attention, mask_from_adjacency
-from ._mlp import MLPWeights
+from ._mlp import GatedMLPWeights, MLPWeights
 from ._norms import AbstractNorm, SphereNorm
+from ._positions import Rotary, check_positions
 from ._products import _add_bias, _head_einsum, _project
 
 __all__ = [
@@ -82,7 +84,7 @@ class AttentionWeights(eqx.Module):
     w_k: Float[Array, "*layers heads d dk"]
     w_v: Float[Array, "*layers heads d dv"]
     w_o: Float[Array, "*layers hdv d"] | None = None
-    mlp: MLPWeights | None = None
+    mlp: MLPWeights | GatedMLPWeights | None = None
     b_q: Float[Array, "*layers heads dk"] | None = None
     b_k: Float[Array, "*layers heads dk"] | None = None
     b_v: Float[Array, "*layers heads dv"] | None = None
@@ -150,6 +152,8 @@ class SelfAttentionLayer(eqx.Module):
             sub-block (their arrays carry the layer axis of the weights); default ``norm`` for both.
         cycle: with per-layer weights, depth ``t`` uses the weights of layer ``t mod num_layers``
             (a trained stack iterated beyond its depth); without it a deeper run is refused.
+        rotary: optional `Rotary` tables ``(n, d_qk)`` applied to $X W_Q + b_Q$ and $X W_K + b_K$ (Llama).
+        logit_bias: optional ``(heads, n, n)`` added to the scaled scores, shared by all layers (MPNet).
 
     Raises:
         ValueError: on inconsistent shapes, a bad mask, an unknown placement, a dqk <= 0 or a
@@ -161,6 +165,8 @@ class SelfAttentionLayer(eqx.Module):
     mask: Bool[Array, "n n"]
     norm: AbstractNorm
     fixed_attention: Float[Array, "n n"] | None
+    rotary: Rotary | None
+    logit_bias: Float[Array, "heads n n"] | None
     placement: str = eqx.field(static=True)
     skip: bool = eqx.field(static=True)
     attn_dropout: float = eqx.field(static=True)
@@ -181,7 +187,7 @@ class SelfAttentionLayer(eqx.Module):
         norm: AbstractNorm | None = None,
         placement: str = "post",
         w_o: ArrayLike | None = None,
-        mlp: MLPWeights | None = None,
+        mlp: MLPWeights | GatedMLPWeights | None = None,
         skip: bool = False,
         attn_dropout: float = 0.0,
         hidden_dropout: float = 0.0,
@@ -195,6 +201,8 @@ class SelfAttentionLayer(eqx.Module):
         norm_attn: AbstractNorm | None = None,
         norm_mlp: AbstractNorm | None = None,
         cycle: bool = False,
+        rotary: Rotary | None = None,
+        logit_bias: ArrayLike | None = None,
     ):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
@@ -252,6 +260,7 @@ class SelfAttentionLayer(eqx.Module):
             w_q, w_k, w_v, w_o, mlp, **biases, norm_attn=norm_attn, norm_mlp=norm_mlp
         )
         self.cycle = bool(cycle)
+        self.rotary, self.logit_bias = check_positions(rotary, logit_bias, self.mask.shape[-1], heads, dk)
         self.dqk = dqk
         self.norm = SphereNorm() if norm is None else norm
         self.fixed_attention = fixed_attention
@@ -317,8 +326,8 @@ class SelfAttentionLayer(eqx.Module):
         prec = _PRECISIONS[self.precision]
         d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
         scale = (1.0 / jnp.sqrt(self.dqk)).astype(x.dtype)
-        # A query or key bias adds terms that the folded product cannot hold.
-        fold = _fold_qk(x.shape[0], d, dk) and w.b_q is None and w.b_k is None
+        # A query or key bias, or a rotation by position, adds terms the folded product cannot hold.
+        fold = _fold_qk(x.shape[0], d, dk) and w.b_q is None and w.b_k is None and self.rotary is None
         if fold:
             right = [(jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale, None)]
         else:
@@ -327,7 +336,12 @@ class SelfAttentionLayer(eqx.Module):
         if fold:
             scores = _head_einsum("hne,me->hnm", parts[0], x, prec)
         else:
-            scores = _head_einsum("hnk,hmk->hnm", parts[0], parts[1], prec) * scale
+            q, k = parts[0], parts[1]
+            if self.rotary is not None:
+                q, k = self.rotary(q), self.rotary(k)
+            scores = _head_einsum("hnk,hmk->hnm", q, k, prec) * scale
+        if self.logit_bias is not None:
+            scores = scores + self.logit_bias.astype(scores.dtype)
         xv = parts[-1] if with_values else None
         return (scores, xv) if with_values else scores
 

@@ -33,6 +33,7 @@ HF_ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh",
     "relu": "relu",
+    "silu": "silu",
 }
 
 

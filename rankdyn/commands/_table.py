@@ -155,3 +155,27 @@ def print_table(traj, summary, info, result, asked: str = "all") -> None:
         f"of {f['batch']}; "
         f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
     )
+
+
+def save_sinks(layer, x0, num_layers: int, out, *, title: str = "") -> dict:
+    """``--attention-sinks``: `rankdyn._run._sinks.attention_sinks` of the run's layer from its
+    initial tokens, written to ``out/sinks.json`` and ``out/attention_sinks.png``; returns the
+    summary recorded in ``metrics.json``."""
+    import numpy as np
+
+    from .._run._io import write_json
+    from .._run._sinks import attention_sinks
+    from ..plotting import plot_attention_sinks, save_figure
+
+    s = attention_sinks(layer, x0, num_layers)
+    write_json(out / "sinks.json", s.to_dict())
+    save_figure(plot_attention_sinks({"this run": s}, title=title), out / "attention_sinks.png")
+    ratio = s.sink_ratio[np.isfinite(s.sink_ratio)]
+    return {
+        "file": "sinks.json",
+        "figure": "attention_sinks.png",
+        "centers": list(s.centers),
+        "uniform_first": s.uniform_first,
+        "median_sink_ratio": float(np.median(ratio)) if ratio.size else None,
+        "cos_first_last": float(s.cos_first[-1]),
+    }

@@ -71,6 +71,12 @@ def add_parser(sub) -> None:
         help="also write every trajectory's metrics (per_trajectory.npz); memory grows with the batch",
     )
     p.add_argument(
+        "--attention-sinks",
+        action="store_true",
+        help="also measure the attention on token 0 and on the mask's centres per layer and head, and the "
+        "cosines to token 0 (sinks.json, attention_sinks.png; eval mode, no dropout)",
+    )
+    p.add_argument(
         "--chunk", type=int, default=None, help="trajectories advanced together (default: cache-sized on CPU)"
     )
     p.add_argument("--out", type=Path, default=Path("out/simulate"), help="output folder")
@@ -199,6 +205,10 @@ def run(args) -> int:
         return run_checkpoint(args)
     config = check_model_args(args)
     names, est = check_run_args(args, config)
+    if args.attention_sinks and config.has_dropout:
+        raise UsageError(
+            "--attention-sinks measures the eval-mode map: drop --attn-dropout / --hidden-dropout."
+        )
     begin_compute()
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
@@ -258,6 +268,12 @@ def run(args) -> int:
         }
         savez(args.out / "per_trajectory.npz", arrays)  # atomic: a full disk leaves no corrupt zip
         result["per_trajectory_file"] = "per_trajectory.npz"
+    if args.attention_sinks:
+        from .._model._tokens import initial_tokens
+        from ._table import save_sinks
+
+        x0_array = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
+        result["attention_sinks"] = save_sinks(layer, x0_array, args.layers, args.out)
     write_json(args.out / "metrics.json", result)
     if summary:
         _plot(traj, summary, args)

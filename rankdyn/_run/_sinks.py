@@ -1,0 +1,129 @@
+r"""Attention sinks: the attention mass on token 0 and on the mask's centres, per layer and head.
+
+For the attention $A^{(t,h)}$ that layer $t$ computes (from $\mathrm{LN}(X)$ for pre-norm layers),
+with the queries $\mathcal Q = \{1, \dots, n-1\}$ (token 0 attends only to itself under a causal mask),
+
+$$m_0^{(t,h)} = \operatorname{mean}_{b,\, i \in \mathcal Q} A^{(t,h)}_{i0}, \qquad
+m_C^{(t,h)} = \operatorname{mean}_{b,\, i \in \mathcal Q} \textstyle\sum_{j \in C} A^{(t,h)}_{ij},$$
+
+$C$ the centres of the mask graph (`rankdyn._model._graph.graph_info`: token 0 alone for the
+causal mask, where Theorem 1 says the tokens collapse toward it). The uniform attention over
+each row's neighbours gives the baselines $u_0 = \operatorname{mean}_i [0 \in \mathcal N_i]/|\mathcal N_i|$
+and $u_C$; $m_0 / u_0 \gg 1$ is an attention sink. Next to them, the mean cosine of the tokens
+$i \ge 1$ to token 0, and among themselves, at every depth $0..L$: whether the directions move
+toward token 0's or collapse among themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .._model._graph import graph_info
+
+__all__ = ["SinkStats", "attention_sinks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkStats:
+    """Per layer and head attention masses (``(layers, heads)``), their uniform baselines, and the
+    cosines per depth (``(layers + 1,)``); ``centers`` are the mask's centre tokens.
+
+    Attributes:
+        mass_first, mass_centers: $m_0$, $m_C$ (see the module docstring).
+        uniform_first, uniform_centers: $u_0$, $u_C$ (scalars).
+        cos_first: mean cosine of tokens $i \\ge 1$ to token 0, at depths $0..L$.
+        cos_others: mean cosine between distinct tokens $i, j \\ge 1$, at depths $0..L$.
+    """
+
+    mass_first: np.ndarray
+    mass_centers: np.ndarray
+    uniform_first: float
+    uniform_centers: float
+    cos_first: np.ndarray
+    cos_others: np.ndarray
+    centers: tuple[int, ...]
+
+    @property
+    def sink_ratio(self) -> np.ndarray:
+        """$m_0 / u_0$ per layer, averaged over heads."""
+        return self.mass_first.mean(axis=1) / self.uniform_first
+
+    def to_dict(self) -> dict:
+        d = {k: np.asarray(v).tolist() for k, v in dataclasses.asdict(self).items()}
+        d["sink_ratio"] = self.sink_ratio.tolist()
+        return d
+
+
+def _attention_used(layer, x, t):
+    """The attention matrices ``(heads, n, n)`` that layer ``t`` applies to ``x`` (eval mode)."""
+    w = layer.weights_at(t)
+    x_in = layer._norm(w, "attn")(x)[0] if layer.placement == "pre" else x
+    return layer._attention(x_in if layer.attention_from_normalized else x, w)
+
+
+def _cosines(x):
+    u = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+    c = u @ u.T
+    rest = c[1:, 1:]
+    m = rest.shape[0]
+    off = (jnp.sum(rest) - jnp.trace(rest)) / max(m * (m - 1), 1)
+    return jnp.mean(c[0, 1:]), off
+
+
+@eqx.filter_jit
+def _scan(layer, x0, centers, num_layers: int):
+    def step(x, t):
+        a = jax.vmap(lambda x1: _attention_used(layer, x1, t))(x)  # (batch, heads, n, n)
+        q = a[:, :, 1:, :]
+        first = jnp.mean(q[..., 0], axis=(0, 2))
+        cent = jnp.mean(jnp.sum(q * centers[None, None, None, :], axis=-1), axis=(0, 2))
+        y = jax.vmap(lambda x1: layer(x1, t)[0])(x)
+        return y, (first, cent, jax.vmap(_cosines)(y))
+
+    _, (first, cent, (cf, co)) = lax.scan(step, x0, jnp.arange(num_layers))
+    cf0, co0 = jax.vmap(_cosines)(x0)
+    cos_first = jnp.concatenate([jnp.mean(cf0)[None], jnp.mean(cf, axis=1)])
+    cos_others = jnp.concatenate([jnp.mean(co0)[None], jnp.mean(co, axis=1)])
+    return first, cent, cos_first, cos_others
+
+
+def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
+    """`SinkStats` of ``layer`` (a `SelfAttentionLayer`, random or trained) from ``x0`` over ``num_layers``.
+
+    Arguments:
+        layer: the layer map; per-layer weights are used as in `rankdyn.simulate`.
+        x0: ``(batch, n, d)`` initial tokens (e.g. a checkpoint's embeddings), ``n >= 3``.
+        num_layers: depth $L$.
+
+    Raises:
+        ValueError: for a layer with dropout (the eval-mode map is measured), ``n < 3`` or ``x0``
+            of the wrong rank.
+    """
+    x0 = jnp.asarray(x0)
+    if x0.ndim != 3 or x0.shape[1] < 3:
+        raise ValueError(f"x0 must be (batch, n, d) with n >= 3, got shape {x0.shape}.")
+    if layer.has_dropout:
+        raise ValueError("attention_sinks measures the eval-mode map: build the layer without dropout.")
+    mask = np.asarray(layer.mask)
+    info = graph_info(mask)
+    centers = np.zeros(mask.shape[0], bool)
+    centers[list(info.centers)] = True
+    deg = mask.sum(axis=1)
+    uniform_first = float(np.mean(mask[1:, 0] / deg[1:]))
+    uniform_centers = float(np.mean((mask[1:] & centers[None]).sum(axis=1) / deg[1:]))
+    first, cent, cf, co = _scan(layer, x0, jnp.asarray(centers, x0.dtype), int(num_layers))
+    return SinkStats(
+        mass_first=np.asarray(first),
+        mass_centers=np.asarray(cent),
+        uniform_first=uniform_first,
+        uniform_centers=uniform_centers,
+        cos_first=np.asarray(cf),
+        cos_others=np.asarray(co),
+        centers=tuple(int(c) for c in info.centers),
+    )

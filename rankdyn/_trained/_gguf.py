@@ -1,0 +1,203 @@
+r"""Reading a GGUF file (llama.cpp's format) as a Llama-family `RawCheckpoint` (docs/theory.md#modern-blocks).
+
+The ``gguf`` package parses the file and dequantises its tensors; this module maps the metadata
+to HF config names and the tensor names to HF's (``blk.{i}.attn_q`` -> ``layers.{i}.self_attn.q_proj``),
+so that one reader (`rankdyn._trained._modern.read_llama`) serves GGUF and safetensors.
+
+- llama.cpp's converter permutes the rows of ``attn_q`` and ``attn_k`` of each head from HF's
+  half-split rotary layout to interleaved pairs; the inverse permutation is applied here
+  (as HF's GGUF loader does), so the rotation is HF's ``rotate_half`` on both paths.
+- Quantised tensors are dequantised to float32 (exact for the block formats below: a float16
+  scale times a small integer, plus a float16 minimum) and then cast to the run's dtype.
+  Only the GGML types in `GGML_TYPES` are read; any other is refused by name.
+- The tokenizer is rebuilt from ``tokenizer.ggml.*`` (byte-level BPE, as ``tokenizer.json``).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .._errors import UsageError
+from ._read import RawCheckpoint
+
+__all__ = ["read_gguf", "GGML_TYPES"]
+
+#: GGML tensor types that are read (SmolLM2-135M-Instruct.Q4_1 uses F32, Q4_1 and Q8_0).
+GGML_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0")
+#: GGUF metadata (after the ``llama.`` prefix) -> HF config name.
+_CONFIG = {
+    "embedding_length": "hidden_size",
+    "block_count": "num_hidden_layers",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "feed_forward_length": "intermediate_size",
+    "context_length": "max_position_embeddings",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "rope.freq_base": "rope_theta",
+    "vocab_size": "vocab_size",
+}
+_BLOCK = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_TOP = {
+    "token_embd.weight": "embed_tokens.weight",
+    "output_norm.weight": "norm.weight",
+    "output.weight": "lm_head.weight",
+}
+#: Pre-tokenizers whose rule is known: byte-level GPT-2 splitting, SmolLM's with single digits.
+_PRE = ("gpt2", "smollm", "default")
+
+
+def _field(reader, key: str, where: str, required: bool = True):
+    f = reader.fields.get(key)
+    if f is None:
+        if required:
+            raise UsageError(
+                f"{where}: GGUF metadata has no key {key!r}; the file is incomplete (re-download it)."
+            )
+        return None
+    return f.contents()
+
+
+def _hf_name(name: str) -> str | None:
+    if name in _TOP:
+        return _TOP[name]
+    parts = name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] in _BLOCK and parts[3] == "weight":
+        return f"layers.{parts[1]}.{_BLOCK[parts[2]]}.weight"
+    return None
+
+
+def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's per-head row permutation of ``attn_q`` / ``attn_k`` (interleaved -> halves)."""
+    dim = w.shape[0] // heads // 2
+    return w.reshape(heads, dim, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _tokenizer_json(reader, where: str) -> str | None:
+    """A ``tokenizer.json`` text built from the GGUF tokenizer metadata (None if its rule is unknown)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+
+    if _field(reader, "tokenizer.ggml.model", where, required=False) != "gpt2":
+        return None
+    pre = _field(reader, "tokenizer.ggml.pre", where, required=False) or "default"
+    if pre not in _PRE:
+        return None
+    tokens = _field(reader, "tokenizer.ggml.tokens", where)
+    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges", where)]
+    tok = Tokenizer(BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre == "smollm":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
+    else:
+        tok.pre_tokenizer = byte_level
+    tok.decoder = decoders.ByteLevel()
+    types = _field(reader, "tokenizer.ggml.token_type", where, required=False)
+    if types is not None:  # type 3 = control tokens (<|im_start|> ...): matched whole, never split
+        from tokenizers import AddedToken
+
+        tok.add_special_tokens([AddedToken(t, special=True) for t, k in zip(tokens, types) if k == 3])
+    return tok.to_str()
+
+
+def read_gguf(path: Path) -> RawCheckpoint:
+    """Read a Llama-architecture ``.gguf`` file: an HF-style config, dequantised tensors, tokenizer.
+
+    Raises:
+        UsageError: for an unreadable or truncated file, an architecture other than ``llama``, a
+            GGML type outside `GGML_TYPES`, an unknown tensor, or a rope scaling rule; the
+            message names the file and the key or tensor.
+    """
+    import gguf
+
+    where = f"checkpoint {path}"
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError) as err:
+        raise UsageError(
+            f"{where}: not a readable GGUF file (truncated or corrupt: {err}); re-download it."
+        ) from None
+    arch = _field(reader, "general.architecture", where)
+    if arch != "llama":
+        raise UsageError(
+            f"{where}: GGUF general.architecture is {arch!r}; rankdyn reads GGUF files of architecture "
+            "'llama'."
+        )
+    config = {"model_type": "llama", "hidden_act": "silu"}
+    for key, name in _CONFIG.items():
+        value = _field(reader, f"llama.{key}", where, required=name not in ("vocab_size", "rope_theta"))
+        if value is not None:
+            config[name] = value
+    scaling = _field(reader, "llama.rope.scaling.type", where, required=False)
+    if scaling not in (None, "none"):
+        raise UsageError(
+            f"{where}: GGUF key 'llama.rope.scaling.type' is {scaling!r}; rankdyn implements only the "
+            "default rotary rule (no scaling)."
+        )
+    rope_dim = _field(reader, "llama.rope.dimension_count", where, required=False)
+    if rope_dim is not None:
+        config["head_dim"] = rope_dim
+    heads, kv = (
+        config["num_attention_heads"],
+        config.get("num_key_value_heads", config["num_attention_heads"]),
+    )
+    if not (isinstance(heads, int) and isinstance(kv, int) and heads > 0 and kv > 0 and heads % kv == 0):
+        raise UsageError(
+            f"{where}: GGUF keys 'llama.attention.head_count' {heads!r} and 'llama.attention.head_count_kv' "
+            f"{kv!r} are inconsistent (the first must be a positive multiple of the second)."
+        )
+    tensors, types = {}, collections.Counter()
+    for t in reader.tensors:
+        kind = t.tensor_type.name
+        if kind not in GGML_TYPES:
+            raise UsageError(
+                f"{where}: tensor {t.name!r} has GGML type {kind}, which rankdyn does not dequantise; "
+                f"supported: {', '.join(GGML_TYPES)}."
+            )
+        name = _hf_name(t.name)
+        if name is None:
+            raise UsageError(
+                f"{where}: tensor {t.name!r} is not part of the llama architecture rankdyn reads."
+            )
+        try:
+            w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        except (ValueError, NotImplementedError) as err:
+            raise UsageError(
+                f"{where}: tensor {t.name!r} cannot be dequantised ({err}); re-download it."
+            ) from None
+        if name.endswith("q_proj.weight"):
+            w = _unpermute(w, heads)
+        elif name.endswith("k_proj.weight"):
+            w = _unpermute(w, kv)
+        tensors[name] = w
+        types[kind] += 1
+    config.setdefault("vocab_size", int(tensors["embed_tokens.weight"].shape[0]) if tensors else 0)
+    config["tie_word_embeddings"] = "lm_head.weight" not in tensors
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(block)
+    return RawCheckpoint(
+        path=str(path),
+        config=json.loads(json.dumps(config)),
+        tensors=tensors,
+        sha256=digest.hexdigest(),
+        tokenizer_json=_tokenizer_json(reader, where),
+        quantization=dict(sorted(types.items())),
+    )

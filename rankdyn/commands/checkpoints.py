@@ -1,0 +1,47 @@
+"""``rankdyn checkpoints``: the trained checkpoints rankdyn knows, where they are, how to get the rest.
+
+Each name it lists is accepted by ``rankdyn simulate --checkpoint NAME`` and by
+`rankdyn.checkpoints.load_checkpoint` (`rankdyn._trained._installed`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ._checks import HelpFormatter
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "checkpoints",
+        help="list the trained checkpoints: installed ones and how to get the rest",
+        description="List the trained checkpoints rankdyn knows by name (accepted by --checkpoint NAME): "
+        "architecture, path and size of the installed ones, and the command that installs the rest.",
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--format", choices=("table", "json"), default="table", help="print the list as a table or as JSON"
+    )
+    p.set_defaults(func=run)
+
+
+def _mb(size) -> str:
+    return "-" if size is None else f"{size / 1e6:.0f} MB"
+
+
+def run(args) -> int:
+    from .._trained._installed import installed
+
+    found = installed()
+    if args.format == "json":
+        print(json.dumps([c.to_dict() for c in found], indent=2))
+        return 0
+    for c in found:
+        where = str(c.path) if c.path is not None else "not installed"
+        print(f"{c.name:8s} {c.architecture}\n         {_mb(c.size):>7s}  {where}")
+        if c.path is None:
+            print(f"         get it: {c.get}")
+    print("\nUse a name with: rankdyn simulate --checkpoint NAME --text FILE")
+    return 0

@@ -1,0 +1,114 @@
+"""The attention-sink observable against a Python loop over depth, and the attention-sinks target's checks.
+
+The loop calls the layer itself (`SelfAttentionLayer.attention` on the normalised tokens of a
+pre-norm layer, then the layer); the observable must match it to rounding. Reading the attention
+from the un-normalised tokens (a plausible bug for pre-norm blocks) must not match.
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import rankdyn as rd
+from rankdyn._run._sinks import SinkStats, attention_sinks
+from rankdyn.experiments.pretrained import attention_sinks as AS
+
+
+def _layer(key, n=6, d=4, heads=2, layers=3):
+    from rankdyn._model._masks import make_mask
+    from rankdyn._model._norms import RMSNorm
+
+    k = jr.split(key, 4)
+    return rd.SelfAttentionLayer(
+        make_mask("causal", n),
+        2.0 * jr.normal(k[0], (layers, heads, d, 3)),
+        2.0 * jr.normal(k[1], (layers, heads, d, 3)),
+        jr.normal(k[2], (layers, heads, d, 3)),
+        w_o=jr.normal(k[3], (layers, heads * 3, d)) / 3,
+        placement="pre",
+        norm=RMSNorm(),
+        skip=True,
+    )
+
+
+def _loop(layer, x0, num_layers, normalised=True):
+    first, cos = [], []
+    xs = np.asarray(x0)
+
+    def cos0(x):
+        u = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        return np.mean(np.einsum("bd,bnd->bn", u[:, 0], u[:, 1:]))
+
+    cos.append(cos0(xs))
+    for t in range(num_layers):
+        a = []
+        for x in map(jnp.asarray, xs):
+            xin = layer.norm(x)[0] if normalised else x
+            a.append(np.asarray(layer.attention(xin, t)))
+        a = np.stack(a)  # (batch, heads, n, n)
+        first.append(a[:, :, 1:, 0].mean(axis=(0, 2)))
+        xs = np.stack([np.asarray(layer(jnp.asarray(x), t)[0]) for x in xs])
+        cos.append(cos0(xs))
+    return np.stack(first), np.asarray(cos)
+
+
+def test_sinks_equal_a_loop_over_depth_and_need_the_normalised_tokens(getkey):
+    layer = _layer(getkey())
+    x0 = jr.normal(getkey(), (3, 6, 4))
+    s = attention_sinks(layer, x0, 3)
+    first, cos = _loop(layer, x0, 3)
+    assert np.allclose(s.mass_first, first, rtol=1e-12, atol=1e-14)
+    assert np.allclose(s.cos_first, cos, rtol=1e-12, atol=1e-14)
+    # Under the causal mask the only centre is token 0: both masses are the same numbers.
+    assert s.centers == (0,) and np.allclose(s.mass_centers, s.mass_first)
+    assert np.isclose(s.uniform_first, np.mean([1 / (i + 1) for i in range(1, 6)]))
+    wrong, _ = _loop(layer, x0, 3, normalised=False)
+    assert np.max(np.abs(wrong - first)) > 1e-3
+
+
+def _stats(ratio, cos_first, cos_others, u=0.1):
+    ratio = np.asarray(ratio, float)
+    return SinkStats(
+        mass_first=np.repeat((ratio * u)[:, None], 2, axis=1),
+        mass_centers=np.repeat((ratio * u)[:, None], 2, axis=1),
+        uniform_first=u,
+        uniform_centers=u,
+        cos_first=np.asarray(cos_first, float),
+        cos_others=np.asarray(cos_others, float),
+        centers=(0,),
+    )
+
+
+def test_checks_follow_the_numbers():
+    sink = _stats([5, 6, 7], [0.1, 0.5, 0.8], [0.1, 0.4, 0.6])
+    flat = _stats([1, 1.1, 0.9], [0.1, 0.3, 0.5], [0.1, 0.6, 0.9])
+    m = AS.AttentionSinksMeasured(
+        {"trained full": sink, "trained san-skip-ln": sink, "random full": flat}, {}, "causal"
+    )
+    assert [c.passed for c in AS.checks(m)] == [True, True, True, False]
+    # No sink in the trained model, a sink in the random one, directions not toward token 0: all fail.
+    swapped = dataclasses.replace(
+        m, stats={"trained full": flat, "trained san-skip-ln": flat, "random full": sink}
+    )
+    assert [c.passed for c in AS.checks(swapped)] == [False, False, False, False]
+    # Not a causal model: nothing is testable.
+    bert = dataclasses.replace(m, mask="complete")
+    assert all(c.passed is None for c in AS.checks(bert))
+
+
+def test_random_init_keeps_the_head_groups(tmp_path):
+    pytest.importorskip("transformers")
+    from checkpoint_models import llama
+
+    from rankdyn.checkpoints import load_checkpoint
+
+    llama(tmp_path)
+    ckpt = load_checkpoint(tmp_path)
+    r = AS.random_init(ckpt, seed=0)
+    wk = np.asarray(r.blocks.w_k)
+    assert np.array_equal(wk[:, 0], wk[:, 1]) and not np.array_equal(wk[:, 1], wk[:, 2])
+    assert abs(float(np.std(np.asarray(r.blocks.w_q))) - AS.INIT_STD) < 0.005
+    assert np.all(np.asarray(r.blocks.norm_attn.gain) == 1.0)
