@@ -28,6 +28,7 @@ from jaxtyping import Array, ArrayLike, Float
 from .._errors import UsageError
 from .._model._layer import AttentionWeights, SelfAttentionLayer
 from .._model._masks import MASK_NAMES, make_mask, mask_from_adjacency
+from .._model._names import VARIANTS as VARIANTS
 from .._model._norms import LayerNorm
 from ._arch import read_bert, read_gpt2
 from ._parts import SUPPORTED, Embeddings
@@ -36,7 +37,6 @@ from ._text import check_ids, excerpts
 
 __all__ = ["Checkpoint", "load_checkpoint", "VARIANTS"]
 
-VARIANTS = ("full", "san", "san-skip", "san-ln", "san-skip-ln")
 _READERS = {"bert": read_bert, "gpt2": read_gpt2}
 #: Each architecture's own mask and norm placement (what it was trained with).
 _OWN_MASK = {"bert": "complete", "gpt2": "causal"}

@@ -8,7 +8,7 @@ The table and the figures follow ``--metrics`` (and ``--plot``): a user who asks
 from __future__ import annotations
 
 from .._errors import UsageError
-from .._observe._observer import ALL_METRICS
+from .._observe._names import ALL_METRICS
 from ._checks import HelpFormatter
 
 #: One line per metric name of `rankdyn._observe._observer.ALL_METRICS`, for ``--help``

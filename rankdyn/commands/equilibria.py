@@ -269,6 +269,7 @@ def _is_paper_construction(args, layer) -> bool:
 
 
 def run(args) -> int:
+    config = _check(args)  # first: a refused command answers before JAX loads
     import jax.random as jr
     import numpy as np
 
@@ -279,7 +280,6 @@ def run(args) -> int:
     from ._phase import begin_compute
     from .simulate import layer_from_args
 
-    config = _check(args)
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
     layer = layer_from_args(args, k_layer, config)
     try:  # refuse a --search that does not apply, before compute

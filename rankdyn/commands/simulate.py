@@ -98,7 +98,7 @@ def check_run_args(args, config):
     Returns:
         ``(metric names, estimated peak bytes)``.
     """
-    from .._observe._observer import parse_metrics
+    from .._observe._names import parse_metrics
     from ._table import plot_names
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
@@ -125,13 +125,14 @@ def check_run_args(args, config):
             f"{', '.join(RANK_METRICS)}); drop it or add a rank metric."
         )
     args.rank_tol = RANK_TOL if args.rank_tol is None else args.rank_tol  # recorded as used
-    est = _check_memory(args, config, names)
     if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
         raise UsageError(
             f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
             "runs with different --seed values."
         )
     check_out_dir(args.out)
+    # Last: the estimate asks JAX for its backend, so every refusal above answers before JAX loads.
+    est = _check_memory(args, config, names)
     return names, est
 
 
@@ -183,6 +184,13 @@ def _check_memory(args, config, names) -> int:
 
 
 def run(args) -> int:
+    if checkpoint_requested(args):
+        from ._checkpoint import run_checkpoint
+
+        return run_checkpoint(args)
+    config = check_model_args(args)
+    names, est = check_run_args(args, config)
+    # JAX is imported once the flags are checked: a refused command answers at once.
     import jax
     import jax.random as jr
     import numpy as np
@@ -193,12 +201,6 @@ def run(args) -> int:
     from .._run._simulate import simulate
     from ._phase import begin_compute
 
-    if checkpoint_requested(args):
-        from ._checkpoint import run_checkpoint
-
-        return run_checkpoint(args)
-    config = check_model_args(args)
-    names, est = check_run_args(args, config)
     begin_compute()
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
