@@ -221,7 +221,7 @@ def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
     from .._observe._names import parse_metrics
     from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
-    from ._table import plot_names, print_table, save_figures
+    from ._table import plot_names, print_table, print_written, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
@@ -328,10 +328,13 @@ def run_checkpoint(args) -> int:
         np.savez(args.out / "per_trajectory.npz", **arrays, layers=np.asarray(traj.layers))
         result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
+    figures = []
     if summary:
         title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"
-        save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
+        figures = save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
     print_table(traj, summary, info, result, args.metrics)
+    written = ["metrics.json", "input_ids.npy", *result.get("per_trajectory_file", "").split(), *figures]
+    print_written(args.out, written)
     return 0
 
 

@@ -13,7 +13,7 @@ from .._observe._tolerances import RANK_METRICS, RANK_TOL
 from ._checkpoint import add_checkpoint_flags, checkpoint_requested
 from ._checks import check_nonnegative, check_out_dir, check_positive, model_config, model_flags
 from ._devices import add_devices_flag, sharding_devices
-from ._table import LineHelpFormatter, metrics_help, print_table
+from ._table import LineHelpFormatter, metrics_help, print_table, print_written
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -125,14 +125,14 @@ def check_run_args(args, config):
             f"{', '.join(RANK_METRICS)}); drop it or add a rank metric."
         )
     args.rank_tol = RANK_TOL if args.rank_tol is None else args.rank_tol  # recorded as used
+    check_out_dir(args.out)
+    # The estimate asks JAX for its backend: every refusal above answers before JAX loads.
+    est = _check_memory(args, config, names)
     if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
         raise UsageError(
             f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
             "runs with different --seed values."
         )
-    check_out_dir(args.out)
-    # Last: the estimate asks JAX for its backend, so every refusal above answers before JAX loads.
-    est = _check_memory(args, config, names)
     return names, est
 
 
@@ -261,14 +261,14 @@ def run(args) -> int:
         savez(args.out / "per_trajectory.npz", arrays)  # atomic: a full disk leaves no corrupt zip
         result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
-    if summary:
-        _plot(traj, summary, args)
+    figures = _plot(traj, summary, args) if summary else []
     print_table(traj, summary, info, result, args.metrics)
+    print_written(args.out, ["metrics.json", *result.get("per_trajectory_file", "").split(), *figures])
     return 0
 
 
-def _plot(traj, summary, args) -> None:
+def _plot(traj, summary, args) -> list[str]:
     from ._table import plot_names, save_figures
 
     title = f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}"
-    save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
+    return save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)

@@ -115,7 +115,7 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     Arguments:
         basins: ``{w: _counterexample_2d_runs.basin_of_b(...)}`` (experiments.theory; the keys it reads).
         joints: ``{w: _counterexample_2d_runs.joint_noncollapse(...)}`` (the keys it reads).
-        reference: ``{w: fraction}`` reference values at T = 20000 (our earlier re-simulation,
+        reference: ``{w: fraction}`` reference values at T = 20000 (a longer rankdyn run,
             see docs/theory.md#experiments), drawn as stars.
         path: save the figure here (and close it).
     """
@@ -197,7 +197,7 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
                 "*",
                 ms=10,
                 color=ax.lines[-1].get_color(),
-                label=f"earlier re-simulation, w={w:g}",
+                label=f"reference (longer run, T = 20000), w={w:g}",
             )
     ax.set_title("joint non-collapse fraction vs horizon")
     legend_outside(ax)
@@ -287,7 +287,7 @@ def plot_positive_measure(results: dict, *, path=None):
     r"""Non-collapse fraction against the horizon (joint dynamics, Wilson 95% bars) and the
     Lemma 13 frozen-token checks.
 
-    The reference fractions at $T = 20000$ (an earlier, longer re-simulation) are dotted
+    The reference fractions at $T = 20000$ (a longer rankdyn run, stored as a reference) are dotted
     horizontal lines in their series' colour, so they do not stretch the horizon axis beyond the
     horizons measured here. Series at the same horizons are dodged side by side; one legend for
     the two fraction panels sits right of the figure.
@@ -318,14 +318,17 @@ def plot_positive_measure(results: dict, *, path=None):
             e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=label, color=color, dodge=dodge
         )
     if spec:
-        ax0.plot([], [], color="0.4", ls=":", lw=1.2, label="earlier re-simulation at T = 20000")
+        ax0.plot([], [], color="0.4", ls=":", lw=1.2, label="reference: longer rankdyn run (T = 20000)")
     ax0.set_title("joint dynamics, uniform random inputs", fontsize=9)
     ax1.set_title("token 1 at e_d (exactly fixed), others random", fontsize=9)
 
     labels, keep, over = [], [], []
     for (d, w), res in results["lemma"].items():
         for cond, r in res.items():
-            labels.append(f"d={d} w={w:g}\n{cond}")
+            # "paper": condition (41) as printed, f <= sqrt(w^2 - 1); "proof": f <= w^2 - 1 (its proof).
+            labels.append(
+                f"d={d} w={w:g}\n" + {"paper": "(41) as printed", "proof": "(41) as in proof"}.get(cond, cond)
+            )
             keep.append(r["noncollapse"] / r["samples"])
             over.append(r["invariance_violated_any_step"] / r["samples"])
     x = np.arange(len(labels))
