@@ -44,18 +44,27 @@ def plot_phase_diagram(times, betas, fraction, *, title: str = "", path=None, ax
     """The fraction of starts clustered at time t, on the (t, beta) plane (colour: 0 to 1).
 
     Arguments:
-        times: ``(S,)``; betas: ``(B,)``; fraction: ``(B, S)`` values in [0, 1].
+        times: ``(S,)`` positive save times; betas: ``(B,)``; fraction: ``(B, S)`` values in [0, 1].
     """
     import matplotlib.pyplot as plt
 
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")
-    t, b, f = np.asarray(times), np.asarray(betas), np.asarray(fraction, dtype=float)
-    mesh = ax.pcolormesh(t, b, f, vmin=0, vmax=1, shading="nearest", cmap="viridis")
+    t, b, f = np.asarray(times, float), np.asarray(betas), np.asarray(fraction, dtype=float)
+    # One row per beta that was run (equal heights, a tick at each: no tick at a beta never run),
+    # and log time: the clustering happens within the first decades of a horizon of 1e3 - 1e5.
+    rows = np.arange(len(b) + 1) - 0.5
+    mid = np.sqrt(t[1:] * t[:-1])
+    edges = (
+        np.concatenate([[t[0] ** 2 / mid[0]], mid, [t[-1] ** 2 / mid[-1]]]) if t.size > 1 else t * [0.5, 2]
+    )
+    mesh = ax.pcolormesh(edges, rows, f, vmin=0, vmax=1, shading="flat", cmap="viridis")
     ax.figure.colorbar(mesh, ax=ax, label="fraction of starts in one cluster")
-    ax.set_xlabel(TIME_LABEL)
-    ax.set_ylabel("beta")
+    ax.set_xscale("log")
+    ax.set_yticks(np.arange(len(b)), [f"{v:g}" for v in b])
+    ax.set_xlabel(TIME_LABEL + " (log)")
+    ax.set_ylabel("beta (one row per value run)")
     if title:
         ax.set_title(title, fontsize=9)
     return save_figure(ax.figure, path) if (own and path is not None) else ax

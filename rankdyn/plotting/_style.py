@@ -21,6 +21,8 @@ from .._observe._tolerances import round_off_floor as round_off_floor  # noqa: E
 
 #: The x label of every against-depth plot.
 DEPTH_LABEL = "layer t"
+#: One dash pattern per curve label (with its colour): curves that coincide stay distinguishable.
+LINE_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 1.5, 1, 1.5)), (0, (3, 1, 1, 1, 1, 1)), (0, (9, 3)))
 _BAND_COLOR = "0.85"
 
 
@@ -137,6 +139,16 @@ def share_ylim(axes: Iterable) -> None:
         ax.set_ylim(lo, hi)
 
 
+#: The widest (and tallest) a figure may be, width over height: a wider strip does not fit a page.
+MAX_ASPECT = 3.0
+
+
+def printable_size(width: float, height: float) -> tuple[float, float]:
+    """``(width, height)`` in inches, the height raised where the figure would be wider than
+    `MAX_ASPECT`:1 (and the width where it would be taller)."""
+    return max(width, height / MAX_ASPECT), max(height, width / MAX_ASPECT)
+
+
 def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bool = False):
     """A constrained-layout figure with exactly ``num_panels`` axes (no empty slot is left visible)."""
     import math
@@ -148,7 +160,7 @@ def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bo
     fig, grid = plt.subplots(
         nrows,
         ncols,
-        figsize=(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.5),
+        figsize=printable_size(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.5),
         squeeze=False,
         sharey=sharey,
         layout="constrained",
