@@ -477,7 +477,8 @@ def _flow_clustering_measured():
     times = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 40)])
     frac = np.clip((np.log10(times[None] + 1e-3) + 1) / 3 * (1 + 0.2 * np.arange(4)[:, None]), 0, 1)
     return F.FlowClusteringMeasured(
-        betas=betas, final_fraction=tuple(float(f) for f in frac[:, -1]), final_clusters_max=(1.0, 1.0, 1.0, 2.0),
+        betas=betas, final_fraction=tuple(float(f) for f in frac[:, -1]),
+        final_clusters_max=(1.0, 1.0, 1.0, 2.0),
         median_time_to_cluster=(30.0, 40.0, 50.0, 80.0), steps_limit_hit=(0, 0, 0, 0), drift=1e-12,
         times=times, fraction=frac, batch=48,
     )  # fmt: skip
