@@ -410,7 +410,13 @@ def test_eigen_moduli_grid_is_printable_for_hundreds_of_equilibria():
         moduli, ranks, closed_form=(rng.random(len(ranks)) > 0.5).tolist(), title="t"
     )
     assert len(fig.axes) == 4
+    rows, cols = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
+    assert rows * cols == 4, f"{rows} x {cols} grid for 4 ranks: empty cells"
+    assert all("equilibria" not in ax.get_title() for ax in fig.axes)  # classes, as the CLI counts them
     check_figure(fig, "eigen_moduli")
+    one = plotting.plot_equilibria_moduli_grid([moduli[0]], [1], title="t")
+    assert one.axes[0].get_title() == "rank 1: 1 class"
+    plt.close(one)
 
 
 def test_checks_catch_a_cut_y_range_and_a_strip():

@@ -338,7 +338,8 @@ def _plot(records, args) -> None:
         [e.moduli for e in records],
         [e.rank for e in records],
         closed_form=[e.closed_form_match is not False for e in records],
-        title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} "
+        title=f"{len(records)} classes of equilibria (modulo sign): mask={args.mask} value={args.value} "
+        f"w={args.w} n={args.n} "
         f"d={args.d}",
     )
     savefig(fig, args.out / "eigen_moduli.png", dpi=120)
