@@ -185,6 +185,10 @@ def check_legend_matches(fig, name: str) -> None:
         for art, lab in zip(*ax.get_legend_handles_labels()):
             labelled.setdefault(lab, []).append((ax, art))
         drawn += [(ax, ln) for ln in _data_lines(ax) if _in_view(ax, ln.get_xdata(), ln.get_ydata()).any()]
+        # Reference lines (axhline, axvline) span the axes by construction.
+        drawn += [
+            (ax, ln) for ln in ax.get_lines() if ln.get_visible() and ln.get_transform() is not ax.transData
+        ]
     legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
     for leg in legends:
         for text in leg.get_texts():
@@ -332,7 +336,11 @@ def _sim_figures():
     }
     setting = {"n": 32, "d": 64, "heads": 4, "batch": 8, "dtype": dt}
     for view in (64, 12):
-        yield f"ablation_depth{view}", ablation.depth_figure(LAYERS, abl, setting, view)
+        fig = ablation.depth_figure(LAYERS, abl, setting, view)
+        # One y label per row (the row shares its range), and a row run in eval mode only says so.
+        assert sum(bool(ax.get_ylabel()) for ax in fig.axes) == len(variants)
+        assert sum("(eval only)" in ax.get_title() for ax in fig.axes) == 2 * len(MASKS)
+        yield f"ablation_depth{view}", fig
     # geometry.run: four quantities, linear y for the bounded ones.
     geo = {"num_rank": {m: {"mean": np.full(65, 32.0), "std": np.zeros(65)} for m in MASKS}}
     geo |= {"sigma_min": {m: _band(0.99) for m in MASKS}, "mean |cos|": {m: _band(1.0, 0.1) for m in MASKS}}

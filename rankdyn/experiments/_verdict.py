@@ -123,7 +123,7 @@ def verdict(checks: Sequence[Check]) -> str:
 def partially_why(checks_json: Sequence[dict]) -> str:
     """Why a verdict is "partially", in words, from the result's ``checks`` (`checks_json`): the
     failed checks and the ones that could not fail here (which cap the verdict at "partially")."""
-    failed = sum(c["status"] == "fail" for c in checks_json)
+    failed = sum(c["status"].lower() == "fail" for c in checks_json)
     untested = sum(c["status"] == "not testable here" for c in checks_json)
     parts = [f"{failed} check{'s' * (failed != 1)} failed"] if failed else []
     if untested:

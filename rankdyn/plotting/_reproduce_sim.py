@@ -135,6 +135,9 @@ def plot_band_panels(
     if sharey == "row":
         for row in range(0, len(axes), max(1, min(ncols, len(axes)))):
             share_ylim(axes[row : row + ncols])
+        for i, ax in enumerate(axes):  # a row shares its y range: its label once, on the left
+            if i % max(1, ncols):
+                ax.set_ylabel("")
     elif sharey:
         share_ylim(axes)
     if dtype is not None:

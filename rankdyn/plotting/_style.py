@@ -143,10 +143,10 @@ def share_ylim(axes: Iterable) -> None:
 MAX_ASPECT = 3.0
 
 
-def printable_size(width: float, height: float) -> tuple[float, float]:
+def printable_size(width: float | int, height: float | int) -> tuple[float, float]:
     """``(width, height)`` in inches, the height raised where the figure would be wider than
     `MAX_ASPECT`:1 (and the width where it would be taller)."""
-    return max(width, height / MAX_ASPECT), max(height, width / MAX_ASPECT)
+    return float(max(width, height / MAX_ASPECT)), float(max(height, width / MAX_ASPECT))
 
 
 def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bool = False):
