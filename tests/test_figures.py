@@ -515,6 +515,33 @@ def test_targets_render_figures_that_pass_every_check(tmp_path):
     check_figure(fig, "flow_clustering")
 
 
+def test_flow_limit_draws_every_setting_with_a_tick_at_every_step(tmp_path):
+    from rankdyn.experiments.flow import flow_limit as L
+
+    hs = (0.2, 0.1, 0.05, 0.025)
+    settings = {
+        k: L.SettingErrors(errors=tuple(float(c * h) for h in hs), order=1.0)
+        for k, c in (("causal", 1.0), ("complete", 3.0))
+    }
+    figs, _ = _render(L, L.FlowLimitMeasured(hs=hs, settings=settings), tmp_path)
+    fig = figs["flow_limit.png"]
+    check_figure_kept(fig, "flow_limit")
+    ax = fig.axes[0]
+    labels = " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert "causal" in labels and "complete" in labels, labels  # both settings checked, both drawn
+    check_ticks_were_run(ax.xaxis, hs, "flow_limit")
+    shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert sorted(shown, key=float) == sorted(f"{h:g}" for h in hs), shown  # the leftmost too
+    plt.close(fig)
+
+
+def check_figure_kept(fig, name):
+    """`check_figure` without closing the figure (the caller reads it further)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt, "close", lambda *a: None)
+        check_figure(fig, name)
+
+
 def test_every_check_fails_on_the_figure_it_targets():
     # Each generic check, on a figure drawn the way the issue's figure was: a check that cannot
     # fail would pass these too.

@@ -98,14 +98,32 @@ def plot_staircases(times, clusters: dict, energy: dict, *, log_t: bool = True, 
     return save_figure(fig, path) if path is not None else fig
 
 
-def plot_order(hs, errors, order: float, *, title: str = "", path=None):
-    """Error of the discrete map at fixed T against its step h (log-log), with the fitted slope."""
+def plot_order(hs, errors, order: float | dict, *, title: str = "", path=None):
+    """Error of the discrete map at fixed T against its step h (log-log), with the fitted slope.
+
+    Arguments:
+        hs: the steps run (each gets a tick, labelled with its value).
+        errors, order: one setting's errors at each h and fitted order, or ``{setting: errors}``
+            and ``{setting: order}`` to draw every setting that was checked.
+    """
     import matplotlib.pyplot as plt
 
-    h, e = np.asarray(hs, dtype=float), np.asarray(errors, dtype=float)
-    fig, ax = plt.subplots(figsize=(5.2, 3.6), layout="constrained")
-    ax.loglog(h, e, "o-", color="C0", label="max |X_h(T) - X(T)|")
-    ax.loglog(h, e[-1] * (h / h[-1]) ** order, ls="--", color="0.4", label=f"slope {order:.2f} (fit)")
+    from ._style import LINE_STYLES
+
+    h = np.asarray(hs, dtype=float)
+    series = errors if isinstance(errors, dict) else {"": errors}
+    orders = order if isinstance(order, dict) else {"": order}
+    fig, ax = plt.subplots(figsize=(5.8, 3.8), layout="constrained")
+    for k, (name, err) in enumerate(series.items()):
+        e, c = np.asarray(err, dtype=float), f"C{k}"
+        what = f"{name}: " if name else ""
+        ax.loglog(h, e, "os^D"[k % 4] + "-", color=c, label=f"{what}max |X_h(T) - X(T)|")
+        fit = e[-1] * (h / h[-1]) ** orders[name]
+        ax.loglog(h, fit, ls=LINE_STYLES[1 + k % (len(LINE_STYLES) - 1)], color=c, lw=0.9,
+                  label=f"{what}slope {orders[name]:.2f} (fit)")  # fmt: skip
+    # A labelled tick at every h that was run, and none elsewhere (the leftmost had none).
+    ax.set_xticks(h, [f"{v:g}" for v in h])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_xlabel("step h")
     ax.set_ylabel("error at time T")
     legend_outside(ax)

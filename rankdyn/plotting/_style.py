@@ -176,12 +176,14 @@ def tidy_log_ticks(fig) -> None:
     "6x10^0" when an axis spans under a decade, which clutters small panels). An axis spanning
     under two decades gets plain-number major ticks instead (1-2-5, or every digit under one
     decade: 0.6, 0.8, 1, 2), so it still carries numbers."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             if axis.get_scale() != "log" or getattr(axis.get_transform(), "base", 10) != 10:
                 continue
+            if isinstance(axis.get_major_locator(), FixedLocator):
+                continue  # ticks placed on purpose (at the values run): kept
             lo, hi = sorted(axis.get_view_interval())
             if lo > 0 and hi / lo < 100:
                 subs = (1.0, 2.0, 5.0) if hi / lo >= 10 else (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
