@@ -30,10 +30,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _commands(tmp: Path) -> dict[str, list[str]]:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    words = [f"w{i}" for i in range(40)]
     text = tmp / "short.txt"
-    text.write_text("A short text of a few words. " * 4)
-    ckpt = tmp / "ckpt"  # the token check must refuse before it would read this folder
+    text.write_text(" ".join(words))  # 40 tokens: 2 excerpts of n = 16 (14 text tokens), 64 asked for
+    # A BERT's config and tokenizer, and weights that are not a safetensors file: a refusal about
+    # the text (not about the weights) shows it came before the weights load.
+    ckpt = tmp / "ckpt"
     ckpt.mkdir(exist_ok=True)
+    (ckpt / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 64}))
+    (ckpt / "model.safetensors").write_bytes(b"not weights")
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2} | {w: i + 3 for i, w in enumerate(words)}
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(ckpt / "tokenizer.json"))
     return {
         "rankdyn --help": ["--help"],
         "rankdyn simulate --help": ["simulate", "--help"],
