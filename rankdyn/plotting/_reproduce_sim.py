@@ -92,7 +92,7 @@ def plot_band_panels(
         positive = [np.asarray(b["mean"], float)[sel] for b in curves.values()]
         positive = np.concatenate([m[np.isfinite(m) & (m > 0)] for m in positive] or [np.ones(1)])
         # Where a log panel's curve is exactly 0 it is drawn here (the floor, or a decade under
-        # the panel's data) and marked with a down-triangle, instead of vanishing off the axis.
+        # the panel's data), its first zero marked with a down-triangle: it does not vanish off the axis.
         zero_y = floor if floor is not None else 0.1 * float(positive.min(initial=1.0))
         for label, b in curves.items():
             mean = np.asarray(b["mean"], dtype=float)[sel]
@@ -151,10 +151,17 @@ def plot_band_panels(
 
 
 def _mark_exact_zero(ax) -> None:
-    """Say once per panel what the down-triangle means (a curve at exactly 0, drawn at the bottom)."""
+    """Say once per panel what the down-triangle means: the first layer a curve is exactly 0."""
     if not getattr(ax, "_rankdyn_zero_noted", False):
         ax._rankdyn_zero_noted = True
-        ax.text(0.02, 0.02, "v: exactly 0 from here", transform=ax.transAxes, fontsize=6, color="0.35")
+        ax.text(
+            0.02,
+            0.02,
+            "v: exactly 0 here (drawn at the bottom)",
+            transform=ax.transAxes,
+            fontsize=6,
+            color="0.35",
+        )
 
 
 def plot_rate_vs_dqk(dqks, rates: dict, *, ax=None, marks=None):
