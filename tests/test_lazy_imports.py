@@ -35,7 +35,7 @@ def _probe(*argv: str) -> tuple[int, bool, bool, str]:
     )
     line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT"))
     _, rc, jax, reader = line.split()
-    return int(rc), jax == "True", reader == "True", res.stderr
+    return int(rc), jax == "True", reader == "True", res.stdout + res.stderr  # stderr last
 
 
 @pytest.mark.parametrize(
@@ -60,6 +60,7 @@ def test_a_run_that_passes_the_checks_does_import_jax(tmp_path):
     rc, jax, _, err = _probe("simulate", "--n", "4", "--d", "4", "--layers", "1", "--batch", "2",
                              "--no-progress", "--out", str(tmp_path / "o"))  # fmt: skip
     assert rc == 0 and jax, err
+    assert f"wrote in {tmp_path / 'o'}: metrics.json, mu.png" in err  # simulate says what it wrote
 
 
 def _checkpoint_without_weights(folder: Path) -> Path:
