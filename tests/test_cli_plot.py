@@ -67,3 +67,31 @@ def test_bad_input_is_one_error_line(tmp_path, capsys, make, argv_tail, message)
     assert main(["plot", str(make(tmp_path)), *argv_tail]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rankdyn plot: error:") and message in err[0], err
+
+
+def test_overlay_has_a_title_and_shades_the_float32_floor(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rankdyn._observe._tolerances import round_off_floor
+    from rankdyn.plotting import plot_runs
+
+    # A SAN-like run that reaches float32 round-off (2 * 0.05^8 ~ 8e-11) next to a slow one.
+    runs = [
+        json.loads((_run(tmp_path, n, r) / "metrics.json").read_text()) for n, r in (("a", 0.05), ("b", 0.9))
+    ]
+    ax = plot_runs(runs, "mu", ["A", "B"], title="mu: 2 runs overlaid")
+    assert ax.get_title() == "mu: 2 runs overlaid"
+    floor = round_off_floor(np.float32, 2.0)
+    tops = [p.get_path().get_extents(p.get_transform() - ax.transData).y1 for p in ax.patches]
+    assert any(np.isclose(t, floor, rtol=1e-6) for t in tops), (tops, floor)
+    plt.close(ax.figure)
+    # Every run in float64 (--x64): the band is float64's, far below these curves' data.
+    for r in runs:
+        r["config"]["x64"] = True
+    ax = plot_runs(runs, "mu", ["A", "B"])
+    tops = [p.get_path().get_extents(p.get_transform() - ax.transData).y1 for p in ax.patches]
+    assert not any(np.isclose(t, floor, rtol=1e-6) for t in tops)
+    plt.close(ax.figure)

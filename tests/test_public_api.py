@@ -31,9 +31,9 @@ STORED = pathlib.Path(__file__).with_name("public_api.json")
 def _bound_names(module) -> list[str]:
     """The public names the namespace's own file binds (not what other imports left on it)."""
     tree = ast.parse(pathlib.Path(module.__file__).read_text())
-    names = {
-        a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
-    }
+    # rankdyn/__init__.py lists its names under ``if TYPE_CHECKING:`` (loaded on first use: rankdyn/_lazy.py).
+    body = tree.body + [n for top in tree.body if isinstance(top, ast.If) for n in top.body]
+    names = {a.asname or a.name for n in body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     names |= {
         t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)

@@ -53,7 +53,11 @@ def test_summary_table_cells_follow_their_header(tmp_path):
     ]
     assert CHECKS_HEADER == "checks: passed / testable / all"
     # 2 passes among the 3 checks that can fail, of 5 in all.
-    assert "| [a](#a) | partially | 2 / 3 / 5 | 1.0 |" in text
+    # A "partially" says why on its line: here one failed check and two that could not fail.
+    assert (
+        "| [a](#a) | partially: 1 check failed; 2 could not fail here (not testable) | 2 / 3 / 5 | 1.0 |"
+        in text
+    )
     assert "| not reproduced (model: random-init stand-in) | 0 / 1 / 1 |" in text
     assert "## geometry: not reproduced (model: random-init stand-in)" in text
     for w in VERDICTS:  # every word is rendered as it is, in the row and the section title

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .._errors import UsageError
-from ._norms import AbstractNorm
 from ._params import MASKS_WITH_WINDOW, PARAMS, SEED_MAX, default_dqk, given, param, range_error, reads
 
 __all__ = ["ModelConfig", "Names", "SEED_MAX", "MASKS_WITH_WINDOW", "ignored_fields", "check_seed"]
@@ -213,13 +211,33 @@ class _Renamed:
 
 def _concrete(v):
     """A Python scalar for a concrete number (None for a traced value, which is not checked)."""
-    if isinstance(v, jax.core.Tracer):
+    # JAX is not imported here (the CLI checks its flags before JAX loads): a value can only be a
+    # JAX array or tracer once JAX is loaded.
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(v, jax.core.Tracer):
         return None
-    if isinstance(v, (jax.Array, np.ndarray, np.generic)):
+    if isinstance(v, (np.ndarray, np.generic)) or (jax is not None and isinstance(v, jax.Array)):
         if np.ndim(v) != 0:
             return v  # shape problems are reported by the caller
         return np.asarray(v).item()
     return v
+
+
+def _is_norm(x) -> bool:
+    """``x`` is an `AbstractNorm` (imported only for a value that is not a name: it loads JAX)."""
+    from ._norms import AbstractNorm
+
+    return isinstance(x, AbstractNorm)
+
+
+def _is_floating(x) -> bool:
+    """``x`` names a floating dtype (NumPy's first; JAX's, e.g. bfloat16, only past NumPy's)."""
+    try:
+        return bool(np.issubdtype(np.dtype(x), np.floating))
+    except TypeError:
+        import jax.numpy as jnp
+
+        return bool(jnp.issubdtype(jnp.dtype(x), jnp.floating))
 
 
 def _check_types(v: Mapping[str, Any], name: Names) -> dict[str, float]:
@@ -244,7 +262,7 @@ def _check_types(v: Mapping[str, Any], name: Names) -> dict[str, float]:
             real[p.name] = float(x)
         if p.kind == "choice" and x not in p.choices:
             raise UsageError(f"unknown {p.what} {show(p.name, x)}; expected one of {', '.join(p.choices)}.")
-        if p.kind == "ln" and not (isinstance(x, AbstractNorm) or x in p.choices):
+        if p.kind == "ln" and not (x in p.choices or _is_norm(x)):
             raise UsageError(
                 f"unknown {p.what} {show(p.name, x)}; expected one of {', '.join(p.choices)} or an "
                 "AbstractNorm."
@@ -258,7 +276,7 @@ def _check_types(v: Mapping[str, Any], name: Names) -> dict[str, float]:
             )
         if p.kind == "dtype":
             try:
-                floating = x is None or jnp.issubdtype(jnp.dtype(x), jnp.floating)
+                floating = x is None or _is_floating(x)
             except TypeError:
                 floating = False
             if not floating:

@@ -30,6 +30,8 @@ from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from ._masks import check_fixed_attention, mask_from_adjacency
 from ._mlp import GatedMLPWeights, MLPWeights
+from ._names import PLACEMENTS as PLACEMENTS
+from ._names import default_dqk as default_dqk
 from ._norms import AbstractNorm, SphereNorm
 from ._positions import Rotary, check_positions
 from ._products import _add_bias, _head_einsum, _project
@@ -44,7 +46,6 @@ __all__ = [
     "masked_softmax",
 ]
 
-PLACEMENTS = ("none", "post", "pre")
 _PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
 
 
@@ -107,15 +108,6 @@ class LayerAux(eqx.Module):
 
     eps_min: Float[Array, ""]
     degenerate: Bool[Array, ""]
-
-
-def default_dqk(d: int, heads: int = 1) -> float:
-    r"""The default temperature: the key width $d_{QK} = d / h$ (eq. 1), the one definition.
-
-    `rankdyn.ModelConfig` (hence `make_layer` and the CLI), the sweep and `SelfAttentionLayer`
-    (with its key width ``w_q.shape[-1]`` as ``d`` and ``heads=1``) all fill an unset ``dqk`` here.
-    """
-    return float(d // heads)
 
 
 class SelfAttentionLayer(eqx.Module):

@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import Bool
 
 from .._errors import UsageError
+from ._names import MASK_NAMES as MASK_NAMES
 
 __all__ = [
     "complete_mask",
@@ -27,8 +28,6 @@ __all__ = [
     "make_mask",
     "MASK_NAMES",
 ]
-
-MASK_NAMES = ("complete", "causal", "window", "window-uni", "dilated", "global", "random")
 
 
 def _check_n(n: int) -> int:

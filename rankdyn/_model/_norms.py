@@ -18,9 +18,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-__all__ = ["AbstractNorm", "SphereNorm", "RMSNorm", "LayerNorm", "make_norm", "LN_NAMES"]
+from ._names import LN_NAMES as LN_NAMES
 
-LN_NAMES = ("sphere", "rms", "layernorm")
+__all__ = ["AbstractNorm", "SphereNorm", "RMSNorm", "LayerNorm", "make_norm", "LN_NAMES"]
 
 
 def _degenerate_rows(norms: Float[Array, " n"]) -> Bool[Array, " n"]:

@@ -26,11 +26,7 @@ from typing import Any
 import numpy as np
 
 from .._observe._tolerances import RANK_TOL
-from ._layer import PLACEMENTS, default_dqk
-from ._masks import MASK_NAMES
-from ._norms import LN_NAMES
-from ._tokens import X0_NAMES
-from ._weights import QK_NAMES, VALUE_NAMES
+from ._names import LN_NAMES, MASK_NAMES, PLACEMENTS, QK_NAMES, VALUE_NAMES, X0_NAMES, default_dqk
 
 __all__ = [
     "Param",

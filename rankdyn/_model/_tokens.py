@@ -17,9 +17,9 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-__all__ = ["initial_tokens", "TokenSampler", "X0_NAMES"]
+from ._names import X0_NAMES as X0_NAMES
 
-X0_NAMES = ("gaussian", "sphere", "nonneg", "bert")
+__all__ = ["initial_tokens", "TokenSampler", "X0_NAMES"]
 
 
 def _unit_rows(x):

@@ -15,6 +15,9 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ._names import QK_NAMES as QK_NAMES
+from ._names import VALUE_NAMES as VALUE_NAMES
+
 __all__ = [
     "orthogonal",
     "gaussian",
@@ -27,9 +30,6 @@ __all__ = [
     "VALUE_NAMES",
     "QK_NAMES",
 ]
-
-VALUE_NAMES = ("orthogonal", "gaussian", "bert", "identity", "scaled", "bidiagonal", "jordan")
-QK_NAMES = ("bert", "gaussian", "zero")
 
 
 def _dtype(dtype):

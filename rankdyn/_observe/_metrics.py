@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
+from ._names import METRIC_NAMES as METRIC_NAMES
 from ._spectral import _pow2_scale
 from ._spectral import singular_values as _accurate_singular_values
 from ._tolerances import RANK_TOL
@@ -46,23 +47,6 @@ __all__ = [
 ]
 
 _HI = lax.Precision.HIGHEST
-
-#: Metrics saved per layer by `rankdyn.simulate` (and written to ``metrics.json``).
-METRIC_NAMES = (
-    "mu",
-    "mu_rel",
-    "mu_normalized",
-    "row_norm_mean",
-    "row_norm_min",
-    "min_cos",
-    "mean_abs_cos",
-    "sigma_max",
-    "sigma_min",
-    "sigma_ratio",
-    "stable_rank",
-    "num_rank",
-    "eff_rank",
-)
 
 
 def mu(x: Float[Array, "n d"]) -> Float[Array, ""]:

@@ -16,39 +16,18 @@ from jaxtyping import Array, Float
 
 from .._errors import UsageError
 from ._metrics import METRIC_NAMES, collapse_metrics, direction_metrics
+from ._names import ALL_METRICS as ALL_METRICS
+from ._names import parse_metrics as parse_metrics
 from ._tolerances import RANK_TOL
 
 __all__ = ["MetricObserver", "ALL_METRICS", "SPECTRAL_METRICS", "CHEAP_METRICS", "parse_metrics"]
 
 #: Every name `--metrics` accepts: the collapse metrics and Theorem 1's epsilon.
-ALL_METRICS = METRIC_NAMES + ("eps_min",)
 #: The metrics that need singular values.
 SPECTRAL_METRICS = ("sigma_max", "sigma_min", "sigma_ratio", "stable_rank", "num_rank", "eff_rank")
 #: The metrics without an SVD (`rankdyn.metrics.direction_metrics`): cheap enough for every layer of
 #: large batches, the sweep's default ``per_layer``.
 CHEAP_METRICS = tuple(k for k in METRIC_NAMES if k not in SPECTRAL_METRICS)
-
-
-def parse_metrics(spec: str | Iterable[str] | None, *, where: str = "metrics") -> tuple[str, ...]:
-    """``"all"``, None, a comma-separated string or a list of names -> a tuple in canonical order.
-
-    Raises:
-        UsageError: naming ``where`` and listing the valid names, for unknown, empty or repeated names.
-    """
-    if spec is None or spec == "all":
-        return ALL_METRICS
-    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
-    if not names or any(not isinstance(k, str) or not k for k in names):
-        raise UsageError(
-            f"{where}: expected metric names separated by commas, got {spec!r}; "
-            f"valid names: all, {', '.join(ALL_METRICS)}."
-        )
-    bad = [k for k in names if k not in ALL_METRICS]
-    if bad:
-        raise UsageError(f"{where}: unknown metric {bad[0]!r}; valid names: all, {', '.join(ALL_METRICS)}.")
-    if len(set(names)) != len(names):
-        raise UsageError(f"{where}: a metric is named twice in {spec!r}; name each once.")
-    return tuple(k for k in ALL_METRICS if k in names)
 
 
 class MetricObserver(eqx.Module):

@@ -27,6 +27,7 @@ removed the parallel path from open-source builds after 0.11.0 (jax-ml/jax#36927
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 __all__ = ["available_cores", "pool_threads", "resolve_num_devices", "use_cpu_devices"]
@@ -76,6 +77,8 @@ def resolve_num_devices(n: int | str = "all", *, flag: str = "n") -> int:
 
 
 def _backends_initialized() -> bool:
+    if "jax" not in sys.modules:  # not imported yet: nothing is initialised (and nothing is loaded)
+        return False
     # jax exposes no public predicate; this private one has existed since jax 0.4.
     from jax._src import xla_bridge
 
@@ -106,10 +109,10 @@ def use_cpu_devices(n: int | str = "all") -> int:
         RuntimeError: if JAX is already initialised with a different number of CPU devices
             (move the call before the first JAX operation, or start a new process).
     """
-    import jax
-
     n = resolve_num_devices(n)
     if _backends_initialized():
+        import jax
+
         have = len(jax.devices("cpu"))
         if have != n:
             raise RuntimeError(
@@ -130,5 +133,8 @@ def use_cpu_devices(n: int | str = "all") -> int:
     current = os.environ.get("NPROC", "")
     if not (current.isdigit() and int(current) >= pool):
         os.environ["NPROC"] = str(pool)  # read by XLA:CPU when the client is created
-    jax.config.update("jax_num_cpu_devices", n)
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_num_cpu_devices", n)
+    else:  # JAX reads this variable when it is imported: the CLI's flag checks need no JAX import
+        os.environ["JAX_NUM_CPU_DEVICES"] = str(n)
     return n

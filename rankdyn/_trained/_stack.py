@@ -34,6 +34,7 @@ from .._model._layer import AttentionWeights, SelfAttentionLayer
 from .._model._masks import MASK_NAMES, make_mask, mask_from_adjacency
 from .._model._norms import AbstractNorm
 from .._model._positions import relative_bias, rotary
+from .._model._names import VARIANTS as VARIANTS
 from ._arch import read_bert, read_gpt2
 from ._gguf import read_gguf
 from ._installed import resolve_checkpoint
@@ -44,7 +45,6 @@ from ._text import check_ids, excerpts
 
 __all__ = ["Checkpoint", "load_checkpoint", "VARIANTS"]
 
-VARIANTS = ("full", "san", "san-skip", "san-ln", "san-skip-ln")
 _READERS = {"bert": read_bert, "gpt2": read_gpt2, "llama": read_llama, "mpnet": read_mpnet}
 #: Each architecture's own mask and norm placement (what it was trained with).
 _OWN_MASK = {"bert": "complete", "gpt2": "causal", "llama": "causal", "mpnet": "complete"}

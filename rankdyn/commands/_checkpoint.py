@@ -48,7 +48,7 @@ def _recording(cls):
 
 def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
     """Add the ``checkpoint`` flag group to the simulate parser (after the model flags)."""
-    from .._trained import VARIANTS
+    from .._model._names import VARIANTS
 
     g = p.add_argument_group(
         "trained checkpoint (replaces the random model; docs/theory.md#trained-checkpoints)"
@@ -153,6 +153,60 @@ def _check_inputs(args, ckpt, given: dict):
     return ids, {"text": str(args.text), "text_sha256": hashlib.sha256(data).hexdigest()}
 
 
+def _count_excerpts_before_loading(args, given: dict) -> None:
+    """Refuse a ``--text`` run whose text has fewer than ``--batch`` excerpts, before the weights load.
+
+    Reads only ``config.json`` and ``tokenizer.json`` (no weights, no JAX), so a too-short text is
+    refused in a second instead of after the model loads. It applies the rule of
+    `rankdyn._trained._text.excerpts` (BERT excerpts hold ``n - 2`` text tokens between
+    ``[CLS]`` and ``[SEP]``) and says nothing when it cannot tell: a missing or unreadable file,
+    another architecture or an ``--n`` out of range are left to the full check after loading.
+
+    Raises:
+        UsageError: the text has fewer than ``--batch`` excerpts (the message of the full check).
+    """
+    import json
+    import zipfile
+
+    if args.text is None or args.input_ids is not None or args.batch < 1:
+        return
+    path, files = Path(args.checkpoint), {}
+    try:
+        if path.is_dir():
+            files = {
+                k: (path / k).read_bytes() for k in ("config.json", "tokenizer.json") if (path / k).is_file()
+            }
+        elif path.is_file():
+            with zipfile.ZipFile(path) as z:
+                for want in ("config.json", "tokenizer.json"):  # the shallowest match, as the reader does
+                    hits = sorted(
+                        (m for m in z.namelist() if m.split("/")[-1] == want), key=lambda m: m.count("/")
+                    )
+                    files |= {want: z.read(hits[0])} if hits else {}
+        config = json.loads(files["config.json"])
+        text = args.text.read_bytes().decode("utf-8", errors="replace")
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return
+    arch = config.get("model_type") if isinstance(config, dict) else None
+    positions = config.get("max_position_embeddings", config.get("n_positions")) if arch else None
+    n = args.n if "n" in given else _DEFAULT_N
+    if arch not in ("bert", "gpt2") or "tokenizer.json" not in files or not 1 <= n <= (positions or 0):
+        return
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(files["tokenizer.json"].decode("utf-8", errors="replace"))
+    tok.no_truncation()
+    tok.no_padding()
+    count = len(tok.encode(text, add_special_tokens=False).ids)
+    body = n - (2 if arch == "bert" else 0)
+    if body >= 1 and count // body < args.batch:
+        what = "not even one excerpt" if count < body else f"only {count // body} excerpts"
+        raise UsageError(
+            f"--text {args.text}: the text has {count} tokens: {what} of {body} text tokens (n={n}), but "
+            f"batch={args.batch} were asked for; give a longer text or a smaller batch or n."
+        )
+
+
 def _mask_of(args, ckpt, given: dict):
     from .._model._config import MASKS_WITH_WINDOW
 
@@ -189,18 +243,9 @@ def architecture(ckpt, variant: str) -> dict:
 
 def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
-    import jax
-    import numpy as np
-
-    from .._model._graph import graph_info
-    from .._observe._observer import parse_metrics
-    from .._run._io import CompileTimer, provenance, write_json
-    from .._run._memory import MemoryEstimate, check_memory
-    from .._run._scan import auto_chunk, estimate_parts
-    from .._run._simulate import simulate
-    from .._trained import load_checkpoint
+    from .._observe._names import parse_metrics
     from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
-    from ._table import plot_names, print_table, save_figures
+    from ._table import plot_names, print_table, print_written, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
@@ -212,6 +257,18 @@ def run_checkpoint(args) -> int:
     check_positive(args, "rank_tol")
     if args.chunk is not None and args.chunk < 1:
         raise UsageError(f"--chunk must be a positive number of excerpts, got {args.chunk}; e.g. --chunk 64.")
+    _count_excerpts_before_loading(args, given)
+    # JAX and the weights load only now: every refusal above answers at once.
+    import jax
+    import numpy as np
+
+    from .._model._graph import graph_info
+    from .._run._io import CompileTimer, provenance, write_json
+    from .._run._memory import MemoryEstimate, check_memory
+    from .._run._scan import auto_chunk, estimate_parts
+    from .._run._simulate import simulate
+    from .._trained import load_checkpoint
+
     try:
         ckpt = load_checkpoint(args.checkpoint)
     except UsageError as err:  # "checkpoint PATH: ..." -> "--checkpoint PATH: ..."
@@ -307,10 +364,13 @@ def run_checkpoint(args) -> int:
             layer, x0, layers, args.out, title=f"{ckpt.arch} {config['variant']}"
         )
     write_json(args.out / "metrics.json", result)
+    figures = []
     if summary:
         title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"
-        save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
+        figures = save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
     print_table(traj, summary, info, result, args.metrics)
+    written = ["metrics.json", "input_ids.npy", *result.get("per_trajectory_file", "").split(), *figures]
+    print_written(args.out, written)
     return 0
 
 

@@ -13,10 +13,13 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import UsageError
-from .._model._config import ModelConfig, Names, check_seed
 from .._model._params import PARAMS, reads
+
+if TYPE_CHECKING:
+    from .._model._config import ModelConfig
 
 __all__ = [
     "HelpFormatter",
@@ -104,6 +107,9 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     the model reads are written back into ``args`` with the value used (``--w`` 2.0 for a
     bidiagonal W_V, ``--ln sphere``, ``--x0 sphere``), so the saved config says what ran.
     """
+    # Imported here: `_config` loads JAX, which ``--help`` and the flag checks do not need.
+    from .._model._config import ModelConfig, Names
+
     flags = dict(MODEL_FLAGS)
     values = {p.name: getattr(args, p.name) for p in PARAMS if p.flag and getattr(args, p.name) is not None}
     if args.dropout is not None:
@@ -145,6 +151,8 @@ def check_nonnegative(args: argparse.Namespace, *dests: str, minimum: int = 0) -
 
 def check_seed_flag(seed: int, flag: str = "--seed") -> None:
     """The seed rule of `ModelConfig`, for commands without a model (reproduce)."""
+    from .._model._config import Names, check_seed
+
     check_seed(seed, "seed", Names.flags({"seed": flag}))
 
 

@@ -8,7 +8,7 @@ The table and the figures follow ``--metrics`` (and ``--plot``): a user who asks
 from __future__ import annotations
 
 from .._errors import UsageError
-from .._observe._observer import ALL_METRICS
+from .._observe._names import ALL_METRICS
 from ._checks import HelpFormatter
 
 #: One line per metric name of `rankdyn._observe._observer.ALL_METRICS`, for ``--help``
@@ -116,12 +116,45 @@ def save_figures(traj, summary, names, title: str, out) -> list[str]:
     ]
 
 
+#: The most layer rows the table prints (about a screenful); beyond it, rows are elided and named.
+SCREEN_ROWS = 40
+
+
+def print_written(out, names) -> None:
+    """``wrote OUT/a, b, c``: the files a command wrote, as flow, equilibria, sweep and plot say."""
+    print(f"wrote {out}/{', '.join(names)}" if len(names) == 1 else f"wrote in {out}: {', '.join(names)}")
+
+
+def shown_rows(num: int, must: tuple[int, ...] = (), limit: int = SCREEN_ROWS) -> list[int]:
+    """The row indices the table prints: all of them up to ``limit``, else the first ``limit - 1``
+    (where the collapse happens), the last, and the ``must`` rows (the first layer at the floor)."""
+    if num <= limit:
+        return list(range(num))
+    return sorted(set(range(limit - 1)) | {num - 1} | set(must))
+
+
+def elided_ranges(values, shown) -> str:
+    """The layers not shown, as ranges (``1-4, 6``), or '' when every row is shown."""
+    out, run = [], []
+    for i, v in enumerate(values):
+        if i in shown:
+            out += [run] if run else []
+            run = []
+        else:
+            run.append(int(v))
+    out += [run] if run else []
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in out)
+
+
 def print_table(traj, summary, info, result, asked: str = "all") -> None:
-    """The summary table of ``rankdyn simulate`` (and of a checkpoint run) on stdout."""
+    """The summary table of ``rankdyn simulate`` (and of a checkpoint run) on stdout.
+
+    Every saved layer is a row up to `SCREEN_ROWS`; beyond that, the first rows, the last one and
+    the first layer at the round-off floor are printed, and a line names the layers left out.
+    """
     import numpy as np
 
     layers = np.asarray(traj.layers)
-    idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
     cols = table_columns(tuple(summary), asked)
     print(
         f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}"
@@ -133,6 +166,8 @@ def print_table(traj, summary, info, result, asked: str = "all") -> None:
     dtype = np.asarray(traj.summary.count).dtype  # the run's float dtype
     floor = round_off_floor(dtype)
     rel = np.asarray(summary["mu_rel"]["mean"]) if "mu_rel" in summary else None
+    first_floor = tuple(np.flatnonzero(rel <= floor)[:1].tolist()) if rel is not None else ()
+    idx = shown_rows(len(layers), first_floor)
     print("layer " + " ".join(f"{c:>14}" for c in cols))
     flagged = False
     for i in idx:
@@ -143,6 +178,9 @@ def print_table(traj, summary, info, result, asked: str = "all") -> None:
             + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols)
             + ("  * at floor" if at_floor else "")
         )
+    elided = elided_ranges(layers, set(idx))
+    if elided:
+        print(f"({len(layers) - len(idx)} saved layers not shown: {elided}; every layer is in metrics.json)")
     if flagged:
         print(
             f"* mu/||X||_F <= {floor:.1e} = {ROUND_OFF_EPS:g} eps({dtype.name}): round-off floor, collapsed "

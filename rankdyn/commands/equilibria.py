@@ -269,6 +269,7 @@ def _is_paper_construction(args, layer) -> bool:
 
 
 def run(args) -> int:
+    config = _check(args)  # first: a refused command answers before JAX loads
     import jax.random as jr
     import numpy as np
 
@@ -279,7 +280,6 @@ def run(args) -> int:
     from ._phase import begin_compute
     from .simulate import layer_from_args
 
-    config = _check(args)
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
     layer = layer_from_args(args, k_layer, config)
     try:  # refuse a --search that does not apply, before compute
@@ -340,7 +340,8 @@ def _plot(records, args) -> None:
         [e.moduli for e in records],
         [e.rank for e in records],
         closed_form=[e.closed_form_match is not False for e in records],
-        title=f"{len(records)} equilibria: mask={args.mask} value={args.value} w={args.w} n={args.n} "
+        title=f"{len(records)} classes of equilibria (modulo sign): mask={args.mask} value={args.value} "
+        f"w={args.w} n={args.n} "
         f"d={args.d}",
     )
     savefig(fig, args.out / "eigen_moduli.png", dpi=120)

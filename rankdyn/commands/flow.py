@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._model._masks import MASK_NAMES
+from .._model._names import MASK_NAMES
 from ._checks import HelpFormatter, check_out_dir, check_seed_flag
 
 SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4")

@@ -91,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     from ..plotting import plot_runs, save_figure
 
-    ax = plot_runs(runs, args.metric, labels, logx=args.logx)
+    ax = plot_runs(
+        runs, args.metric, labels, logx=args.logx, title=f"{args.metric}: {len(runs)} runs overlaid"
+    )
     save_figure(ax.figure, out)
     print(f"wrote {out} ({len(runs)} runs: {'; '.join(labels)})")
     return 0

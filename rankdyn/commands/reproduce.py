@@ -106,9 +106,13 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         checkpoint=checkpoint,
     )
-    print(f"{'target':24s} {'verdict':16s} {'time (s)':>9s}")
+    from ..experiments._verdict import partially_why
+
+    width = max(len("verdict"), *(len(r["verdict"]) for r in res["results"].values()))
+    print(f"{'target':24s} {'verdict':{width}s} {'time (s)':>9s}")
     for name, r in res["results"].items():
-        print(f"{name:24s} {r['verdict']:16s} {r['runtime_s']:9.1f}")
+        why = partially_why(r.get("checks", ())) if r["verdict"] == "partially" else ""
+        print(f"{name:24s} {r['verdict']:{width}s} {r['runtime_s']:9.1f}" + (f"  ({why})" if why else ""))
     print(f"total {res['runtime_s']:.1f} s; report: {res['report']}")
     if res["failed"]:
         print(f"failed targets: {', '.join(res['failed'])} (see report)")

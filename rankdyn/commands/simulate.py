@@ -13,7 +13,7 @@ from .._observe._tolerances import RANK_METRICS, RANK_TOL
 from ._checkpoint import add_checkpoint_flags, checkpoint_requested
 from ._checks import check_nonnegative, check_out_dir, check_positive, model_config, model_flags
 from ._devices import add_devices_flag, sharding_devices
-from ._table import LineHelpFormatter, metrics_help, print_table
+from ._table import LineHelpFormatter, metrics_help, print_table, print_written
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -104,7 +104,7 @@ def check_run_args(args, config):
     Returns:
         ``(metric names, estimated peak bytes)``.
     """
-    from .._observe._observer import parse_metrics
+    from .._observe._names import parse_metrics
     from ._table import plot_names
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
@@ -131,13 +131,14 @@ def check_run_args(args, config):
             f"{', '.join(RANK_METRICS)}); drop it or add a rank metric."
         )
     args.rank_tol = RANK_TOL if args.rank_tol is None else args.rank_tol  # recorded as used
+    check_out_dir(args.out)
+    # The estimate asks JAX for its backend: every refusal above answers before JAX loads.
     est = _check_memory(args, config, names)
     if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
         raise UsageError(
             f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
             "runs with different --seed values."
         )
-    check_out_dir(args.out)
     return names, est
 
 
@@ -189,16 +190,6 @@ def _check_memory(args, config, names) -> int:
 
 
 def run(args) -> int:
-    import jax
-    import jax.random as jr
-    import numpy as np
-
-    from .._model._graph import graph_info
-    from .._model._tokens import TokenSampler
-    from .._run._io import CompileTimer, provenance, savez, write_json
-    from .._run._simulate import simulate
-    from ._phase import begin_compute
-
     if checkpoint_requested(args):
         from ._checkpoint import run_checkpoint
 
@@ -209,6 +200,17 @@ def run(args) -> int:
         raise UsageError(
             "--attention-sinks measures the eval-mode map: drop --attn-dropout / --hidden-dropout."
         )
+    # JAX is imported once the flags are checked: a refused command answers at once.
+    import jax
+    import jax.random as jr
+    import numpy as np
+
+    from .._model._graph import graph_info
+    from .._model._tokens import TokenSampler
+    from .._run._io import CompileTimer, provenance, savez, write_json
+    from .._run._simulate import simulate
+    from ._phase import begin_compute
+
     begin_compute()
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
@@ -275,14 +277,14 @@ def run(args) -> int:
         x0_array = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
         result["attention_sinks"] = save_sinks(layer, x0_array, args.layers, args.out)
     write_json(args.out / "metrics.json", result)
-    if summary:
-        _plot(traj, summary, args)
+    figures = _plot(traj, summary, args) if summary else []
     print_table(traj, summary, info, result, args.metrics)
+    print_written(args.out, ["metrics.json", *result.get("per_trajectory_file", "").split(), *figures])
     return 0
 
 
-def _plot(traj, summary, args) -> None:
+def _plot(traj, summary, args) -> list[str]:
     from ._table import plot_names, save_figures
 
     title = f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}"
-    save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
+    return save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)

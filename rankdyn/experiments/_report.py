@@ -163,7 +163,11 @@ def _summary_section(res: dict, out: Path) -> list[str]:
 def _verdict_text(res: dict) -> str:
     """The verdict, with the model it was measured on when the target ran on a stand-in (the
     optional ``model`` field of a result, e.g. "random-init stand-in, no trained checkpoint")."""
-    return f"{res['verdict']} (model: {res['model']})" if res.get("model") else res["verdict"]
+    from ._verdict import partially_why
+
+    text = f"{res['verdict']} (model: {res['model']})" if res.get("model") else res["verdict"]
+    why = partially_why(res.get("checks", ())) if res["verdict"] == "partially" else ""
+    return f"{text}: {why}" if why else text
 
 
 #: Header of the summary table's checks column; `summary_row` fills it in the same order.
@@ -217,7 +221,8 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         "check could fail here. An open question (the authors' conjecture) is: counterexample found; no "
         "evidence against (none found, positive control passed); inconclusive (none found, control missed). "
         "A verdict followed by (model: ...) was "
-        "measured on that model. The model, theorems and settings are explained in rankdyn's docs/theory.md.",
+        "measured on that model. The model, theorems and settings are explained in rankdyn's docs/theory.md; "
+        "the words (marginal, closed-form, round-off floor, reference) in docs/glossary.md.",
         "",
         f"Mode: {'quick (reduced sizes)' if quick else 'full'}; seed {seed}; total {runtime_s:.1f} s; "
         f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}"

@@ -120,6 +120,17 @@ def verdict(checks: Sequence[Check]) -> str:
     return "not reproduced"
 
 
+def partially_why(checks_json: Sequence[dict]) -> str:
+    """Why a verdict is "partially", in words, from the result's ``checks`` (`checks_json`): the
+    failed checks and the ones that could not fail here (which cap the verdict at "partially")."""
+    failed = sum(c["status"].lower() == "fail" for c in checks_json)
+    untested = sum(c["status"] == "not testable here" for c in checks_json)
+    parts = [f"{failed} check{'s' * (failed != 1)} failed"] if failed else []
+    if untested:
+        parts.append(f"{untested} could not fail here (not testable)")
+    return "; ".join(parts)
+
+
 def open_question_verdict(found: bool, control_passed: bool) -> str:
     """The verdict of an open question (`OPEN_QUESTION_RULE`) searched with a positive control.
 

@@ -19,7 +19,7 @@ def plot_equilibria_moduli(
     """Multiplier moduli |lambda| of each equilibrium, equilibria grouped by rank.
 
     Arguments:
-        moduli: one list of eigenvalue moduli per equilibrium (tangent Jacobian).
+        moduli: one list of eigenvalue moduli per equilibrium class (tangent Jacobian).
         ranks: the rank of each equilibrium.
         closed_form: optional flags; equilibria matching a paper closed form are drawn as
             filled dots, the others as open circles.
@@ -99,7 +99,9 @@ def plot_equilibria_moduli_grid(
     ranks = np.asarray(ranks, int)
     cf = np.ones(len(ranks), bool) if closed_form is None else np.asarray(closed_form, bool)
     levels = sorted(set(ranks.tolist())) or [1]
-    fig, axes = panel_grid(len(levels), ncols, panel_size, sharey=True)
+    # Rows as full as they can be: 4 ranks on 2 x 2, not 3 + 1 with two empty cells.
+    rows = -(-len(levels) // max(1, ncols))
+    fig, axes = panel_grid(len(levels), -(-len(levels) // rows), panel_size, sharey=True)
     for ax, k in zip(axes, levels):
         idx = np.nonzero(ranks == k)[0]
         for closed in (True, False):  # one scatter per kind of marker: fast for thousands of points
@@ -114,7 +116,7 @@ def plot_equilibria_moduli_grid(
         ax.axhline(1.0, color="k", ls="--", lw=0.8)
         ax.set_yscale("log")
         ax.set_xlim(-1, max(len(idx), 1))
-        ax.set_title(f"rank {k}: {len(idx)} equilibria", fontsize=9)
+        ax.set_title(f"rank {k}: {len(idx)} {'class' if len(idx) == 1 else 'classes'}", fontsize=9)
         ax.set_xlabel("equilibrium (search order)", fontsize=8)
         ax.set_ylabel("|eigenvalue|, tangent Jacobian", fontsize=8)
     ax = axes[0]

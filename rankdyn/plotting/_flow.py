@@ -44,18 +44,27 @@ def plot_phase_diagram(times, betas, fraction, *, title: str = "", path=None, ax
     """The fraction of starts clustered at time t, on the (t, beta) plane (colour: 0 to 1).
 
     Arguments:
-        times: ``(S,)``; betas: ``(B,)``; fraction: ``(B, S)`` values in [0, 1].
+        times: ``(S,)`` positive save times; betas: ``(B,)``; fraction: ``(B, S)`` values in [0, 1].
     """
     import matplotlib.pyplot as plt
 
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")
-    t, b, f = np.asarray(times), np.asarray(betas), np.asarray(fraction, dtype=float)
-    mesh = ax.pcolormesh(t, b, f, vmin=0, vmax=1, shading="nearest", cmap="viridis")
+    t, b, f = np.asarray(times, float), np.asarray(betas), np.asarray(fraction, dtype=float)
+    # One row per beta that was run (equal heights, a tick at each: no tick at a beta never run),
+    # and log time: the clustering happens within the first decades of a horizon of 1e3 - 1e5.
+    rows = np.arange(len(b) + 1) - 0.5
+    mid = np.sqrt(t[1:] * t[:-1])
+    edges = (
+        np.concatenate([[t[0] ** 2 / mid[0]], mid, [t[-1] ** 2 / mid[-1]]]) if t.size > 1 else t * [0.5, 2]
+    )
+    mesh = ax.pcolormesh(edges, rows, f, vmin=0, vmax=1, shading="flat", cmap="viridis")
     ax.figure.colorbar(mesh, ax=ax, label="fraction of starts in one cluster")
-    ax.set_xlabel(TIME_LABEL)
-    ax.set_ylabel("beta")
+    ax.set_xscale("log")
+    ax.set_yticks(np.arange(len(b)), [f"{v:g}" for v in b])
+    ax.set_xlabel(TIME_LABEL + " (log)")
+    ax.set_ylabel("beta (one row per value run)")
     if title:
         ax.set_title(title, fontsize=9)
     return save_figure(ax.figure, path) if (own and path is not None) else ax
@@ -89,14 +98,32 @@ def plot_staircases(times, clusters: dict, energy: dict, *, log_t: bool = True, 
     return save_figure(fig, path) if path is not None else fig
 
 
-def plot_order(hs, errors, order: float, *, title: str = "", path=None):
-    """Error of the discrete map at fixed T against its step h (log-log), with the fitted slope."""
+def plot_order(hs, errors, order: float | dict, *, title: str = "", path=None):
+    """Error of the discrete map at fixed T against its step h (log-log), with the fitted slope.
+
+    Arguments:
+        hs: the steps run (each gets a tick, labelled with its value).
+        errors, order: one setting's errors at each h and fitted order, or ``{setting: errors}``
+            and ``{setting: order}`` to draw every setting that was checked.
+    """
     import matplotlib.pyplot as plt
 
-    h, e = np.asarray(hs, dtype=float), np.asarray(errors, dtype=float)
-    fig, ax = plt.subplots(figsize=(5.2, 3.6), layout="constrained")
-    ax.loglog(h, e, "o-", color="C0", label="max |X_h(T) - X(T)|")
-    ax.loglog(h, e[-1] * (h / h[-1]) ** order, ls="--", color="0.4", label=f"slope {order:.2f} (fit)")
+    from ._style import LINE_STYLES
+
+    h = np.asarray(hs, dtype=float)
+    series = errors if isinstance(errors, dict) else {"": errors}
+    orders = order if isinstance(order, dict) else {"": order}
+    fig, ax = plt.subplots(figsize=(5.8, 3.8), layout="constrained")
+    for k, (name, err) in enumerate(series.items()):
+        e, c = np.asarray(err, dtype=float), f"C{k}"
+        what = f"{name}: " if name else ""
+        ax.loglog(h, e, "os^D"[k % 4] + "-", color=c, label=f"{what}max |X_h(T) - X(T)|")
+        fit = e[-1] * (h / h[-1]) ** orders[name]
+        ax.loglog(h, fit, ls=LINE_STYLES[1 + k % (len(LINE_STYLES) - 1)], color=c, lw=0.9,
+                  label=f"{what}slope {orders[name]:.2f} (fit)")  # fmt: skip
+    # A labelled tick at every h that was run, and none elsewhere (the leftmost had none).
+    ax.set_xticks(h, [f"{v:g}" for v in h])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_xlabel("step h")
     ax.set_ylabel("error at time T")
     legend_outside(ax)

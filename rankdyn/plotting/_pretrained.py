@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._style import DEPTH_LABEL, legend_outside
+from ._style import DEPTH_LABEL, legend_outside, printable_size
 
 __all__ = [
     "plot_singular_spectra",
@@ -39,7 +39,7 @@ def plot_singular_spectra(spectra, excerpts, *, path=None):
     spectra = np.asarray(spectra)
     num, layers, _ = spectra.shape
     fig, axes = plt.subplots(
-        1, num, figsize=(3.4 * num, 2.8), squeeze=False, sharey=True, layout="constrained"
+        1, num, figsize=printable_size(3.4 * num, 2.8), squeeze=False, sharey=True, layout="constrained"
     )
     colors = plt.cm.viridis(np.linspace(0, 1, layers))
     for ax, s, e in zip(axes[0], spectra, excerpts):
@@ -64,7 +64,9 @@ def plot_initial_cosines(cos, excerpts, *, path=None):
     import matplotlib.pyplot as plt
 
     cos = np.asarray(cos)
-    fig, axes = plt.subplots(1, len(cos), figsize=(3.2 * len(cos), 3.0), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(cos), figsize=printable_size(3.2 * len(cos), 3.0), squeeze=False, layout="constrained"
+    )
     im = None
     for ax, c, e in zip(axes[0], cos, excerpts):
         im = ax.imshow(c, vmin=-1, vmax=1, cmap="RdBu_r")

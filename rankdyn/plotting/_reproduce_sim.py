@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from ._collapse import plot_metric_band
-from ._style import floor_band, legend_outside, panel_grid, round_off_floor, share_ylim, tidy_log_ticks
+from ._style import (
+    LINE_STYLES,
+    floor_band,
+    legend_outside,
+    panel_grid,
+    round_off_floor,
+    share_ylim,
+    tidy_log_ticks,
+)
 
 MU_LABEL = "mu (eq. 4), mean +- std"
 
@@ -64,9 +72,10 @@ def plot_band_panels(
     t = np.asarray(layers)
     sel = slice(None) if xmax is None else t <= xmax
     scales = {}
-    palette = {}  # one colour per curve label across panels
+    palette, dashes = {}, {}  # one colour and one dash pattern per curve label across panels
     for curves in panels.values():
         for label in curves:
+            dashes.setdefault(label, LINE_STYLES[len(palette) % len(LINE_STYLES)])
             palette.setdefault(label, f"C{len(palette) % 10}")
     for ax, (title, curves) in zip(axes, panels.items()):
         first = []
@@ -80,9 +89,19 @@ def plot_band_panels(
             dtype is not None and (floor_panels is None or title in floor_panels) and title not in linear_y
         )
         floor = round_off_floor(dtype, scales[title]) if banded else None
+        positive = [np.asarray(b["mean"], float)[sel] for b in curves.values()]
+        positive = np.concatenate([m[np.isfinite(m) & (m > 0)] for m in positive] or [np.ones(1)])
+        # Where a log panel's curve is exactly 0 it is drawn here (the floor, or a decade under
+        # the panel's data), its first zero marked with a down-triangle: it does not vanish off the axis.
+        zero_y = floor if floor is not None else 0.1 * float(positive.min(initial=1.0))
         for label, b in curves.items():
             mean = np.asarray(b["mean"], dtype=float)[sel]
             std = None if b.get("std") is None else np.asarray(b["std"], dtype=float)[sel]
+            style = b.get("linestyle", dashes[label])
+            if title not in linear_y and (zero := np.flatnonzero(mean <= 0)).size:
+                mean = np.where(mean <= 0, zero_y, mean)
+                ax.plot(t[sel][zero[0]], zero_y, "v", color=b.get("color", palette[label]), ms=5, zorder=3)
+                _mark_exact_zero(ax)
             if floor is not None and (below := np.nonzero(mean <= floor)[0]).size:
                 # Inside the round-off band the curve is float noise (spikes of one sample's
                 # rounding, e.g. near layer 350 of a long float32 run): drawn thin and faint, no
@@ -92,7 +111,7 @@ def plot_band_panels(
                     t[sel][cut - 1 :],
                     mean[cut - 1 :],
                     color=b.get("color", palette[label]),
-                    ls=b.get("linestyle"),
+                    ls=style,
                     lw=0.6,
                     alpha=0.45,
                 )
@@ -109,13 +128,16 @@ def plot_band_panels(
                 loglog=loglog,
                 log_y=title not in linear_y,
                 color=b.get("color", palette[label]),
-                linestyle=b.get("linestyle"),
+                linestyle=style,
             )
         ax.set_title(title, fontsize=9)
         ax.set_ylabel((ylabels or {}).get(title, ylabel), fontsize=8)
     if sharey == "row":
         for row in range(0, len(axes), max(1, min(ncols, len(axes)))):
             share_ylim(axes[row : row + ncols])
+        for i, ax in enumerate(axes):  # a row shares its y range: its label once, on the left
+            if i % max(1, ncols):
+                ax.set_ylabel("")
     elif sharey:
         share_ylim(axes)
     if dtype is not None:
@@ -126,6 +148,20 @@ def plot_band_panels(
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
+
+
+def _mark_exact_zero(ax) -> None:
+    """Say once per panel what the down-triangle means: the first layer a curve is exactly 0."""
+    if not getattr(ax, "_rankdyn_zero_noted", False):
+        ax._rankdyn_zero_noted = True
+        ax.text(
+            0.02,
+            0.02,
+            "v: exactly 0 here (drawn at the bottom)",
+            transform=ax.transAxes,
+            fontsize=6,
+            color="0.35",
+        )
 
 
 def plot_rate_vs_dqk(dqks, rates: dict, *, ax=None, marks=None):
@@ -152,7 +188,7 @@ def plot_rate_vs_dqk(dqks, rates: dict, *, ax=None, marks=None):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("d_QK (scores divided by sqrt(d_QK))")
-    ax.set_ylabel("1 - per-layer factor of mu")
+    ax.set_ylabel("decay per layer of mu (1 - factor)")
     legend_outside(ax)
     return ax
 
@@ -206,7 +242,7 @@ def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None):
             color="tab:orange",
             ms=7,
             clip_on=False,
-            label="1 - bound < 1e-16 (bound = 1 in double precision)",
+            label="bound = 1 in double precision (1 - bound < 1e-16): drawn on the bottom edge",
         )
     bad = np.isfinite(fit_gap) & (fit_gap <= 0)
     if bad.any():
@@ -222,7 +258,7 @@ def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None):
     ax.set_ylim(bottom=lo)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("1 - per-layer factor of mu")
+    ax.set_ylabel("decay per layer of mu (1 - factor)")
     if title:
         ax.set_title(title, fontsize=9)
     legend_outside(ax, below=True)

@@ -115,13 +115,15 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     Arguments:
         basins: ``{w: _counterexample_2d_runs.basin_of_b(...)}`` (experiments.theory; the keys it reads).
         joints: ``{w: _counterexample_2d_runs.joint_noncollapse(...)}`` (the keys it reads).
-        reference: ``{w: fraction}`` reference values at T = 20000 (our earlier re-simulation,
+        reference: ``{w: fraction}`` reference values at T = 20000 (a longer rankdyn run,
             see docs/theory.md#experiments), drawn as stars.
         path: save the figure here (and close it).
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.3), layout="constrained")
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), layout="constrained")
+    fig.delaxes(axes[1, 1])  # three panels on a 2 x 2 grid: a strip of three is too wide for a page
+    axes = [axes[0, 0], axes[0, 1], axes[1, 0]]
     ax = axes[0]
     for row, (w, bs) in enumerate(basins.items()):
         ang, out = np.asarray(bs["angles"]), np.asarray(bs["outcome"])
@@ -169,7 +171,7 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     jt = joints[w0]
     nonc = np.asarray(jt["noncollapse"][-1], dtype=float)
     th1, th2 = np.asarray(jt["theta1"]), np.asarray(jt["theta2"])
-    ax.imshow(
+    im = ax.imshow(
         nonc.T,
         origin="lower",
         aspect="auto",
@@ -183,13 +185,18 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
             th2[-1] + (th2[1] - th2[0]) / 2,
         ),
     )
+    bar = fig.colorbar(im, ax=ax, ticks=[0, 1], shrink=0.8)
+    bar.ax.set_yticklabels(["collapsed", "rank 2 kept"], fontsize=7)
     ax.set_xlabel("theta1 (deg)")
     ax.set_ylabel("theta2 (deg)")
     ax.set_title(f"joint dynamics w={w0:g}, T={jt['horizons'][-1]}: red = rank 2 kept")
 
     ax = axes[2]
-    for w, jt in joints.items():
-        plot_fraction_vs_horizon(jt["horizons"], jt["fraction"], jt["ci"], ax=ax, label=f"w={w:g}")
+    for j, (w, jt) in enumerate(joints.items()):
+        dodge = 1.08 ** (j - (len(joints) - 1) / 2)  # side by side: equal fractions stay visible
+        plot_fraction_vs_horizon(
+            jt["horizons"], jt["fraction"], jt["ci"], ax=ax, label=f"w={w:g}", dodge=dodge
+        )
         if reference and float(w) in reference:
             ax.plot(
                 [20000],
@@ -197,7 +204,7 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
                 "*",
                 ms=10,
                 color=ax.lines[-1].get_color(),
-                label=f"earlier re-simulation, w={w:g}",
+                label=f"reference (longer run, T = 20000), w={w:g}",
             )
     ax.set_title("joint non-collapse fraction vs horizon")
     legend_outside(ax)
@@ -244,7 +251,9 @@ def plot_fraction_vs_horizon(horizons, fraction, ci=None, *, ax=None, label=None
     ax.set_xscale("log")
     ax.set_xlabel("horizon T (steps)")
     ax.set_ylabel("non-collapse fraction")
-    ax.set_ylim(bottom=0)
+    # Room above the highest interval (a fraction near 1 has its bar's cap at 1): never clipped.
+    top = max(ax.get_ylim()[1], 1.08 * float(np.nanmax(f if yerr is None else f + yerr[1])))
+    ax.set_ylim(0, top)
     return ax
 
 
@@ -287,7 +296,7 @@ def plot_positive_measure(results: dict, *, path=None):
     r"""Non-collapse fraction against the horizon (joint dynamics, Wilson 95% bars) and the
     Lemma 13 frozen-token checks.
 
-    The reference fractions at $T = 20000$ (an earlier, longer re-simulation) are dotted
+    The reference fractions at $T = 20000$ (a longer rankdyn run, stored as a reference) are dotted
     horizontal lines in their series' colour, so they do not stretch the horizon axis beyond the
     horizons measured here. Series at the same horizons are dodged side by side; one legend for
     the two fraction panels sits right of the figure.
@@ -300,7 +309,9 @@ def plot_positive_measure(results: dict, *, path=None):
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
+    from ._style import printable_size
+
+    fig, (ax0, ax1, ax2) = plt.subplots(1, 3, figsize=printable_size(15, 4.4), layout="constrained")
     spec = results.get("spec_joint", {})
     num = max(len(results["joint"]), 1)
     for j, (key, res) in enumerate(results["joint"].items()):
@@ -312,20 +323,23 @@ def plot_positive_measure(results: dict, *, path=None):
             r["horizons"], r["fraction"], r["wilson95"], ax=ax0, label=label, color=color, dodge=dodge
         )
         if key in spec:
-            ax0.axhline(spec[key], color=color, ls=":", lw=1.2)
+            ax0.axhline(
+                spec[key], color=color, ls=":", lw=1.2, label=f"{label}: reference, longer run (T = 20000)"
+            )
         e = res["token1_at_e_d"]
         plot_fraction_vs_horizon(
             e["horizons"], e["fraction"], e["wilson95"], ax=ax1, label=label, color=color, dodge=dodge
         )
-    if spec:
-        ax0.plot([], [], color="0.4", ls=":", lw=1.2, label="earlier re-simulation at T = 20000")
     ax0.set_title("joint dynamics, uniform random inputs", fontsize=9)
     ax1.set_title("token 1 at e_d (exactly fixed), others random", fontsize=9)
 
     labels, keep, over = [], [], []
     for (d, w), res in results["lemma"].items():
         for cond, r in res.items():
-            labels.append(f"d={d} w={w:g}\n{cond}")
+            # "paper": condition (41) as printed, f <= sqrt(w^2 - 1); "proof": f <= w^2 - 1 (its proof).
+            labels.append(
+                f"d={d} w={w:g}\n" + {"paper": "(41) as printed", "proof": "(41) as in proof"}.get(cond, cond)
+            )
             keep.append(r["noncollapse"] / r["samples"])
             over.append(r["invariance_violated_any_step"] / r["samples"])
     x = np.arange(len(labels))

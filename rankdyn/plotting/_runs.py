@@ -37,8 +37,12 @@ def save_metric_figure(layers, mean, std, name: str, path, *, title: str = "", d
     return save_figure(fig, path)
 
 
-def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None):
+def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None, title: str | None = None):
     r"""Overlay one metric of several saved runs: mean $\pm$ std against depth, one curve per run.
+
+    On a log axis the round-off floor of the coarsest dtype among the runs (float32 unless every
+    run was ``--x64``) is shaded, at the largest first value of the curves, as the single-run
+    figure does: a curve flat there is round-off, not a plateau.
 
     Arguments:
         runs: ``metrics.json`` contents (dicts with ``layers`` and ``metrics[metric]``).
@@ -46,11 +50,15 @@ def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None):
         labels: one legend label per run.
         logx: log-log axes (layer 0 drawn at 0.5) instead of semi-log y.
         ax: axes to draw into (a new figure when None).
+        title: the axes' title (what is compared).
 
     Returns:
         The matplotlib ``Axes``.
     """
     import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ._style import floor_band
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 4), layout="constrained")
@@ -69,5 +77,13 @@ def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None):
             ylabel=f"{metric} (mean +- std)",
             linestyle=styles[i // 10 % len(styles)],  # colours repeat after 10 runs; styles tell them apart
         )
+    if log_y:
+        x64 = all(bool(run.get("config", {}).get("x64")) for run in runs)
+        firsts = [np.asarray(run["metrics"][metric]["mean"], float) for run in runs]
+        firsts = [m[np.isfinite(m) & (m > 0)][:1] for m in firsts]
+        scale = max((float(f[0]) for f in firsts if f.size), default=1.0)
+        floor_band(ax, np.float64 if x64 else np.float32, scale)
+    if title:
+        ax.set_title(title, fontsize=9)
     legend_outside(ax)
     return ax

@@ -21,6 +21,8 @@ from .._observe._tolerances import round_off_floor as round_off_floor  # noqa: E
 
 #: The x label of every against-depth plot.
 DEPTH_LABEL = "layer t"
+#: One dash pattern per curve label (with its colour): curves that coincide stay distinguishable.
+LINE_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 1.5, 1, 1.5)), (0, (3, 1, 1, 1, 1, 1)), (0, (9, 3)))
 _BAND_COLOR = "0.85"
 
 
@@ -137,6 +139,16 @@ def share_ylim(axes: Iterable) -> None:
         ax.set_ylim(lo, hi)
 
 
+#: The widest (and tallest) a figure may be, width over height: a wider strip does not fit a page.
+MAX_ASPECT = 3.0
+
+
+def printable_size(width: float | int, height: float | int) -> tuple[float, float]:
+    """``(width, height)`` in inches, the height raised where the figure would be wider than
+    `MAX_ASPECT`:1 (and the width where it would be taller)."""
+    return float(max(width, height / MAX_ASPECT)), float(max(height, width / MAX_ASPECT))
+
+
 def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bool = False):
     """A constrained-layout figure with exactly ``num_panels`` axes (no empty slot is left visible)."""
     import math
@@ -148,7 +160,7 @@ def panel_grid(num_panels: int, ncols: int, panel_size=(3.6, 2.8), *, sharey: bo
     fig, grid = plt.subplots(
         nrows,
         ncols,
-        figsize=(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.5),
+        figsize=printable_size(panel_size[0] * ncols + 1.6, panel_size[1] * nrows + 0.5),
         squeeze=False,
         sharey=sharey,
         layout="constrained",
@@ -164,12 +176,14 @@ def tidy_log_ticks(fig) -> None:
     "6x10^0" when an axis spans under a decade, which clutters small panels). An axis spanning
     under two decades gets plain-number major ticks instead (1-2-5, or every digit under one
     decade: 0.6, 0.8, 1, 2), so it still carries numbers."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             if axis.get_scale() != "log" or getattr(axis.get_transform(), "base", 10) != 10:
                 continue
+            if isinstance(axis.get_major_locator(), FixedLocator):
+                continue  # ticks placed on purpose (at the values run): kept
             lo, hi = sorted(axis.get_view_interval())
             if lo > 0 and hi / lo < 100:
                 subs = (1.0, 2.0, 5.0) if hi / lo >= 10 else (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)

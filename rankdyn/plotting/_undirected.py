@@ -39,6 +39,7 @@ def plot_undirected(points, *, ax=None, path=None, title=None):
     atts = list(dict.fromkeys(p["attention"] for p in points))
     colours = {a: f"C{i}" for i, a in enumerate(atts)}
     labelled = set()
+    below = False
     for axis, n in zip(axes, ns):
         pts = [p for p in points if p["n"] == n]
         masks = list(dict.fromkeys(p["mask"] for p in pts))
@@ -58,6 +59,7 @@ def plot_undirected(points, *, ax=None, path=None, title=None):
                 # Below the axis: an open triangle at the bottom, the interval's top still drawn.
                 axis.vlines(x, BOTTOM, hi, color=c)
                 axis.plot(x, BOTTOM, "v", mfc="none", color=c, ms=8, label=lab)
+                below = True
             if p.get("paper") is not None and p["paper"] >= BOTTOM:  # zeros: not drawn
                 pv = p["paper"]
                 lab2 = "paper's W_V = I + wS" if "paper" not in labelled else None
@@ -70,7 +72,8 @@ def plot_undirected(points, *, ax=None, path=None, title=None):
         )
         axis.set_title(f"N = d = {n}")
         axis.set_ylabel("share keeping rank >= 2 (Wilson 95%)")
-    axes[-1].plot([], [], "v", mfc="none", color="0.3", label="0 / below axis")
+    if below:  # said in place, not as a legend proxy that matches no drawn marker's colour
+        fig.text(0.01, 0.01, f"open triangles: share 0 (below the axis, drawn at {BOTTOM:g})", fontsize=7)
     legend_outside(axes[-1])
     if title:
         fig.suptitle(title)

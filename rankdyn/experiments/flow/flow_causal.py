@@ -25,7 +25,7 @@ from ._flow_runs import longest_plateau, plot_examples, step_limit_check, unit_s
 NAME = "flow-causal"
 CLAIM = (
     "Karagodin, Polyanskiy, Rigollet: under causal masking with V = I, the first token does not move and "
-    "every token converges to it; intermediate multi-cluster states can last long (paraphrased from memory)."
+    "every token converges to it; intermediate multi-cluster states can last long (our summary, unverified)."
 )
 N, D = 32, 3
 #: Distance to token 1 at T below which a token has converged, and the fraction of runs required.

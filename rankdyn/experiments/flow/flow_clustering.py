@@ -27,7 +27,7 @@ NAME = "flow-clustering"
 CLAIM = (
     "Geshkovski, Letrouit, Polyanskiy, Rigollet: for Q = K = V = I in d >= 3, almost every initial "
     "configuration of the self-attention flow converges to a single cluster (proved for USA and every beta, "
-    "for SA in their beta regimes; paraphrased from memory). Shown as the fraction of 1000 starts clustered "
+    "for SA in their beta regimes; our summary, unverified). Shown as the fraction of the starts clustered "
     "at time t against beta, n = 32."
 )
 N, D = 32, 3
@@ -92,14 +92,14 @@ def checks(m: FlowClusteringMeasured) -> list[Check]:
         check(
             f"beta={b:g}: >= {FRACTION:.0%} of starts in one cluster at T",
             f >= FRACTION,
-            f"{f:.3f} (at most {int(k)} clusters left)",
+            f"{f:.3f} (at most {int(k)} cluster{'s' * (int(k) != 1)} left)",
         )
         for b, f, k in zip(m.betas, m.final_fraction, m.final_clusters_max)
     ]
     # A single cluster is stable: once clustered, a run stays clustered (the fraction never drops).
     drop = float(np.min(np.diff(frac, axis=1))) if frac.shape[1] > 1 else 0.0
     out.append(
-        check("the clustered fraction never decreases in t", drop >= 0, f"largest drop {max(-drop, 0):.3g}")
+        check("the clustered fraction never decreases in t", drop >= 0, f"largest drop {max(0.0, -drop):.3g}")
     )
     out.append(step_limit_check(m.steps_limit_hit))
     return out

@@ -31,7 +31,7 @@ CLAIM = (
     "Geshkovski, Koubbi, Polyanskiy, Rigollet (dynamic metastability): on the circle, the SA flow with "
     "Q = K = V = I forms a few clusters quickly, which stay for a time exponential in beta before merging; "
     "the energy increases in a staircase, and the long-lived configurations sit near saddle points of the "
-    "energy (paraphrased from memory)."
+    "energy (our summary, unverified)."
 )
 N, D = 32, 2
 #: Relative tolerance for "the energy does not decrease" and for "flat on a plateau".

@@ -250,6 +250,8 @@ def depth_figure(layers, panels: dict, setting: dict, view: int):
     from ...plotting import plot_band_panels
 
     modes = list(dict.fromkeys(mode for curves in panels.values() for mode in curves))
+    # A variant run in fewer modes than the legend lists (no dropout to switch) says so in its title.
+    panels = {(f"{t} ({', '.join(c)} only)" if len(c) < len(modes) else t): c for t, c in panels.items()}
     return plot_band_panels(
         layers,
         panels,

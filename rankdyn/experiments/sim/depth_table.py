@@ -382,7 +382,7 @@ def describe(m: DepthTableMeasured, cs: list[V.Check], sz: dict, *, seed: int, q
     criterion = (
         f"per mode, four checks: complete and window mu_T/mu_0 < {DECREASE}; causal and uni window mu_T/mu_0 "
         f">= {DECREASE} (the rebuttal's pattern). The rebuttal does not say whether dropout was on, so the "
-        f"target's target's checks are those of the best-matching mode (here {best}) plus one mechanism "
+        f"target's checks are those of the best-matching mode (here {best}) plus one mechanism "
         "check: the pattern must also hold in eval mode (no dropout), else the match is dropout's zero rows "
         "and the verdict is at most partially; every mode's verdict is listed. " + V.VERDICT_RULE
     )

@@ -149,7 +149,8 @@ def compute(sz: dict, seed: int) -> TemperatureMeasured:
             em.append(float(np.median(eps_all[i, j][ok][:, 0])))
         early[name], late[name], eps_med[name] = e_r, l_r, em
     for q, j in PAPER_INDEX.items():
-        curves[f"d_QK = {q:g}"] = {
+        # Written as a power of two, as the rate figure's log2 axis labels the same temperatures.
+        curves[f"d_QK = 2^{int(np.log2(q))}"] = {
             MASK_LABELS[m]: band(mu_all[i, j], ~bad[i, j]) for i, m in enumerate(masks)
         }
     lo, hi = PAPER_INDEX[1 / 64], PAPER_INDEX[64.0]

@@ -1,0 +1,99 @@
+"""``rankdyn --help`` and the refusals that need no JAX never import it; the checkpoint run's token
+count is checked before the weights load.
+
+Speed itself is measured in benchmarks/cli_latency.py; here only what makes it fast is checked:
+which modules a process imported (``sys.modules`` in a fresh subprocess).
+"""
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.checkpoint_models import write_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Run the CLI in a fresh process; print its exit code and whether JAX / the weights reader loaded.
+_PROBE = """
+import sys
+from rankdyn.cli import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:
+    rc = e.code
+print("RESULT", rc, "jax" in sys.modules, "rankdyn._trained._read" in sys.modules)
+"""
+
+
+def _probe(*argv: str) -> tuple[int, bool, bool, str]:
+    res = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT"))
+    _, rc, jax, reader = line.split()
+    return int(rc), jax == "True", reader == "True", res.stdout + res.stderr  # stderr last
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--help",),
+        ("simulate", "--help"),
+        ("simulate", "--layers", "-1"),
+        ("simulate", "--n", "0"),
+        ("equilibria", "--n", "0"),
+        ("reproduce", "no-such-target"),
+    ],
+)
+def test_help_and_refusals_do_not_import_jax(argv):
+    rc, jax, _, err = _probe(*argv)
+    assert rc == (0 if "--help" in argv else 2), err
+    assert not jax, f"rankdyn {' '.join(argv)} imported JAX"
+
+
+def test_a_run_that_passes_the_checks_does_import_jax(tmp_path):
+    # The probe can see JAX: a valid one-layer simulate imports it.
+    rc, jax, _, err = _probe("simulate", "--n", "4", "--d", "4", "--layers", "1", "--batch", "2",
+                             "--no-progress", "--out", str(tmp_path / "o"))  # fmt: skip
+    assert rc == 0 and jax, err
+    assert f"wrote in {tmp_path / 'o'}: metrics.json, mu.png" in err  # simulate says what it wrote
+
+
+def _checkpoint_without_weights(folder: Path) -> Path:
+    """config.json and tokenizer.json of a BERT, and a model.safetensors that is not one: a run
+    that loads the weights is refused for them, so a refusal about the text proves it came first."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "max_position_embeddings": 24}))
+    (folder / "model.safetensors").write_bytes(b"not weights")
+    write_tokenizer(folder)
+    return folder
+
+
+def test_a_short_text_is_refused_before_the_weights_load(tmp_path):
+    from rankdyn._trained._text import excerpts
+
+    folder = _checkpoint_without_weights(tmp_path / "ckpt")
+    text = tmp_path / "short.txt"
+    text.write_text(" ".join(f"w{i}" for i in range(30)))  # 30 tokens: 2 excerpts of 14 at n=16
+    zipped = tmp_path / "ckpt.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        for f in folder.iterdir():
+            z.write(f, f"inner/{f.name}")
+    for path in (folder, zipped):
+        argv = ("simulate", "--checkpoint", str(path), "--text", str(text), "--n", "16")
+        rc, jax, reader, err = _probe(*argv, "--batch", "64")
+        assert rc == 2 and not jax and not reader, err
+        # The message of the full check (rankdyn._trained._text.excerpts), word for word.
+        with pytest.raises(Exception) as full:
+            excerpts(
+                (folder / "tokenizer.json").read_text(), text.read_text(), 16, 64, (1, 2), f"--text {text}"
+            )
+        assert err.strip().endswith(str(full.value)), (err, str(full.value))
+        assert "30 tokens: only 2 excerpts of 14" in err
+        # Two excerpts fit: the pre-check lets it through, and the weights are refused when read.
+        rc, _, reader, err = _probe(*argv, "--batch", "2")
+        assert rc == 2 and reader and "safetensors" in err, err
