@@ -32,9 +32,9 @@ from jaxtyping import Array, ArrayLike, Float
 from .._errors import UsageError
 from .._model._layer import AttentionWeights, SelfAttentionLayer
 from .._model._masks import MASK_NAMES, make_mask, mask_from_adjacency
+from .._model._names import VARIANTS as VARIANTS
 from .._model._norms import AbstractNorm
 from .._model._positions import relative_bias, rotary
-from .._model._names import VARIANTS as VARIANTS
 from ._arch import read_bert, read_gpt2
 from ._gguf import read_gguf
 from ._installed import resolve_checkpoint
