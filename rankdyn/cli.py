@@ -71,9 +71,12 @@ def interrupt_message(args, t0: float) -> str:
         chunks = Path(out) / "chunks"
         done = len(list(chunks.glob("chunk_*.npz"))) if chunks.is_dir() else 0
         flags = " --x64" if getattr(args, "x64", False) else ""
+        # A task (--task, or a SLURM array's) joins and resumes by itself: the same command again.
+        share = getattr(args, "task_share", None)
+        flags = f" --task {share.index}/{share.count}{flags}" if share else f" --resume{flags}"
         return (
             f"rankdyn sweep: interrupted; {done} chunk(s) are saved in {chunks}; continue with: "
-            f"rankdyn sweep {args.config} --out {out} --resume{flags}"
+            f"rankdyn sweep {args.config} --out {out}{flags}"
         )
     saved = _saved_since(out, t0) if out is not None else []
     what = (
