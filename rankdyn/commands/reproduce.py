@@ -50,8 +50,15 @@ def add_parser(sub) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="persistent JAX compilation cache: compile time dominates --quick runs, so a second run "
-        "with the same DIR is much faster",
+        help="persistent JAX compilation cache (default: $RANKDYN_CACHE_DIR/compile, $RANKDYN_CACHE_DIR "
+        "defaulting to ~/.cache/rankdyn): compile time dominates --quick runs, so a second run with the "
+        "same cache is several times faster, with identical numbers",
+    )
+    p.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="compile everything afresh, reading and writing no compilation cache (also: "
+        "RANKDYN_NO_COMPILE_CACHE=1)",
     )
     add_devices_flag(
         p, "Targets run on the first device: their batches are small and compile time dominates."
@@ -79,21 +86,69 @@ def quick_compile_flags(args: argparse.Namespace) -> None:
     os.environ["XLA_FLAGS"] = f"{flags} {QUICK_XLA_FLAG}".strip()
 
 
+def default_compile_cache() -> Path:
+    """``$RANKDYN_CACHE_DIR/compile`` (``~/.cache/rankdyn/compile`` by default), beside the
+    autotuner's ``chunks.json``."""
+    root = os.environ.get("RANKDYN_CACHE_DIR") or Path.home() / ".cache" / "rankdyn"
+    return Path(root) / "compile"
+
+
+def use_compile_cache(args: argparse.Namespace) -> Path | None:
+    """Turn on JAX's persistent compilation cache for this process; returns its folder or None.
+
+    Quick targets compile hundreds of small programs (most in well under a second, many under
+    JAX's default 1 s / minimum-size thresholds), so every program is cached:
+    ``jax_persistent_cache_min_compile_time_secs = 0`` and
+    ``jax_persistent_cache_min_entry_size_bytes = -1``. A cache hit loads the executable XLA
+    built before (the key covers the program, the XLA flags, the jaxlib version and the
+    device), so the numbers are the same as a fresh compile's.
+
+    ``--compile-cache DIR`` is used as given; without it, the default cache
+    (`default_compile_cache`) is used when this is a fresh process (JAX reads the cache setting
+    at its first compile, so a process that has compiled before keeps what it has) and neither
+    ``--no-compile-cache`` nor ``RANKDYN_NO_COMPILE_CACHE=1`` turns it off. A default folder that
+    cannot be written is skipped with a note; an explicit one is an error.
+
+    Raises:
+        UsageError: ``--compile-cache`` with ``--no-compile-cache``, or a ``--compile-cache`` folder
+            that is a file or cannot be written.
+    """
+    from .._devices import _backends_initialized
+    from .._errors import UsageError
+
+    if args.no_compile_cache and args.compile_cache is not None:
+        raise UsageError("--compile-cache and --no-compile-cache contradict each other: give one of them.")
+    folder = args.compile_cache
+    if folder is not None:
+        check_out_dir(folder, "--compile-cache")
+    elif args.no_compile_cache or os.environ.get("RANKDYN_NO_COMPILE_CACHE", "") not in ("", "0"):
+        return None
+    elif _backends_initialized():
+        return None  # main() called from Python after JAX work: its compile setting stays
+    else:
+        folder = default_compile_cache()
+        try:
+            check_out_dir(folder, "the compilation cache")
+        except UsageError as err:
+            print(f"rankdyn reproduce: no compilation cache ({err})", flush=True)
+            return None
+    import jax
+
+    # CLI-level configuration (library code never touches jax.config).
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return folder
+
+
 def run(args: argparse.Namespace) -> int:
     from ..experiments import resolve_targets, run_targets
 
     names = resolve_targets(args.targets)  # ValueError listing valid names -> clean CLI error
     check_seed_flag(args.seed)
     check_out_dir(args.out)
-    if args.compile_cache is not None:
-        check_out_dir(args.compile_cache, "--compile-cache")
-    if args.compile_cache is not None:
-        import jax
-
-        # CLI-level configuration (library code never touches jax.config).
-        args.compile_cache.mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    use_compile_cache(args)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
     from ..cli import begin_compute
 
