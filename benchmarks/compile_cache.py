@@ -18,7 +18,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -27,15 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from rankdyn._io import cpu_model
 
 
 def _run(targets: list[str], cache: Path, out: Path) -> dict:
@@ -125,7 +116,7 @@ def main(argv=None) -> int:
     report = {
         "command": "python benchmarks/compile_cache.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
-        "cpu": cpu_model(),
+        "cpu": cpu_model(),  # the library's one definition (rankdyn._io)
         "cores": os.cpu_count(),
         "cache_entries": entries,
         "cold": {k: v for k, v in cold.items() if k != "targets"},
