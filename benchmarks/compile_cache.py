@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rankdyn._io import cpu_model
+from rankdyn._run._io import cpu_model
 
 
 def _run(targets: list[str], cache: Path, out: Path) -> dict:
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     report = {
         "command": "python benchmarks/compile_cache.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
-        "cpu": cpu_model(),  # the library's one definition (rankdyn._io)
+        "cpu": cpu_model(),  # the library's one definition (rankdyn._run._io)
         "cores": os.cpu_count(),
         "cache_entries": entries,
         "cold": {k: v for k, v in cold.items() if k != "targets"},

@@ -5,10 +5,10 @@ r"""The speed limit at the program's own shapes: the layer's matmuls timed alone
 For one reference configuration (`speed/_configs.py`; default ``small``: n 32, d 64, 128 layers,
 1024 trajectories, post-LN, mu-only metrics, float32, one device) the layer's products are
 timed at the shapes `rankdyn.simulate` runs them: per chunk of ``c`` trajectories (the chunk the
-autotuner picks for this run, `rankdyn._autotune.tuned_chunk`), ``vmap`` over the chunk:
+autotuner picks for this run, `rankdyn._run._autotune.tuned_chunk`), ``vmap`` over the chunk:
 
 * the query-key projection, $X M$ with $M = W_Q W_K^\top/\sqrt{d_{QK}}$ folded where that saves
-  FLOPs (`rankdyn._layer._fold_qk`), as one ``(c n, d) x (d, d)`` GEMM (else $X W_Q$ and $X W_K$);
+  FLOPs (`rankdyn._model._layer._fold_qk`), as one ``(c n, d) x (d, d)`` GEMM (else $X W_Q$ and $X W_K$);
 * the value projection $X W_V$, ``(c n, d) x (d, d_V)``;
 * the scores $(X M) X^\top$, ``c`` batched ``(n, d) x (d, n)`` products;
 * $A (X W_V)$, ``c`` batched ``(n, n) x (n, d_V)`` products.
@@ -61,7 +61,7 @@ def _median_call(fn, repeats: int, inner: int) -> dict:
 
 def products(layer, chunk: int) -> list[dict]:
     """The layer's matmuls at the program's shapes: name, operand shapes, einsum spec, FLOPs."""
-    from rankdyn._layer import _fold_qk
+    from rankdyn._model._layer import _fold_qk
 
     w = layer.weights
     n, d = layer.num_tokens, layer.dim
@@ -164,9 +164,9 @@ def main(argv=None) -> int:
     rd.use_cpu_devices(1)  # simulate on one device, as the issue's "small" figure
     import torch
 
-    from rankdyn._autotune import tuned_chunk
-    from rankdyn._layer import _PRECISIONS
-    from rankdyn._observe import MetricObserver, parse_metrics
+    from rankdyn._model._layer import _PRECISIONS
+    from rankdyn._observe._observer import MetricObserver, parse_metrics
+    from rankdyn._run._autotune import tuned_chunk
 
     torch.set_num_threads(cores())
     load0 = load()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._masks import MASK_NAMES
+from .._model._masks import MASK_NAMES
 from ._checks import HelpFormatter, check_out_dir, check_seed_flag
 
 SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4")
@@ -105,10 +105,10 @@ def run(args) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from .._io import CompileTimer, provenance, write_json
-    from .._masks import make_mask
-    from ..cli import begin_compute
+    from .._model._masks import make_mask
+    from .._run._io import CompileTimer, provenance, write_json
     from ..flow import FlowField, solve_flow
+    from ._phase import begin_compute
 
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(mask, args.d, args.dynamics)

@@ -77,8 +77,8 @@ def quick_compile_flags(args: argparse.Namespace) -> None:
     """``--quick``: compile at `QUICK_XLA_FLAG`, by adding it to ``XLA_FLAGS`` before JAX creates
     its backend (XLA reads the variable once, then). A level the user set in ``XLA_FLAGS`` wins,
     and a JAX that is already running (``main()`` called from Python) keeps its flags; every
-    result records the ``XLA_FLAGS`` it was compiled with (`rankdyn._io.provenance`)."""
-    from .._devices import _backends_initialized
+    result records the ``XLA_FLAGS`` it was compiled with (`rankdyn._run._io.provenance`)."""
+    from .._run._devices import _backends_initialized
 
     flags = os.environ.get("XLA_FLAGS", "")
     if not args.quick or "xla_backend_optimization_level" in flags or _backends_initialized():
@@ -113,8 +113,8 @@ def use_compile_cache(args: argparse.Namespace) -> Path | None:
         UsageError: ``--compile-cache`` with ``--no-compile-cache``, or a ``--compile-cache`` folder
             that is a file or cannot be written.
     """
-    from .._devices import _backends_initialized
     from .._errors import UsageError
+    from .._run._devices import _backends_initialized
 
     if args.no_compile_cache and args.compile_cache is not None:
         raise UsageError("--compile-cache and --no-compile-cache contradict each other: give one of them.")
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     use_compile_cache(args)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
-    from ..cli import begin_compute
+    from ._phase import begin_compute
 
     begin_compute()
     res = run_targets(
