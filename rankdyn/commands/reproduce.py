@@ -60,8 +60,25 @@ def add_parser(sub) -> None:
         help="compile everything afresh, reading and writing no compilation cache (also: "
         "RANKDYN_NO_COMPILE_CACHE=1)",
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes, in 1..cores (default: one per core): the targets are dealt to N workers, "
+        "each pinned to its own share of the cores with one device; --jobs 1 runs them one after another "
+        "in this process",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the targets whose results in --out are complete (same --quick, --seed, --x64, "
+        "--checkpoint) and run the others; the report covers them all",
+    )
     add_devices_flag(
-        p, "Targets run on the first device: their batches are small and compile time dominates."
+        p,
+        "Targets run on the first device: their batches are small and compile time dominates "
+        "(with --jobs N > 1 every worker has one device; --devices is refused then).",
     )
     p.set_defaults(func=run, before_jax=quick_compile_flags)
 
@@ -148,27 +165,146 @@ def run(args: argparse.Namespace) -> int:
     names = resolve_targets(args.targets)  # ValueError listing valid names -> clean CLI error
     check_seed_flag(args.seed)
     check_out_dir(args.out)
-    use_compile_cache(args)
+    jobs = _jobs_flag(args)
+    cache = use_compile_cache(args)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
+    kept, todo = _resume(args, names)
     from ._phase import begin_compute
 
     begin_compute()
-    res = run_targets(
-        names,
-        args.out,
-        quick=args.quick,
-        seed=args.seed,
-        progress=not args.no_progress,
-        checkpoint=checkpoint,
-    )
+    res = {"results": {}, "failed": [], "runtime_s": 0.0, "report": args.out / "report.md"}
+    if todo:
+        res = _run(args, todo, checkpoint, jobs, cache, run_targets)
+    if kept:  # the report covers the kept targets too, in the order of TARGETS
+        from ..experiments import TARGETS, write_report
+
+        merged = kept | res["results"]
+        res["results"] = {n: merged[n] for n in TARGETS if n in merged}
+        res["report"] = write_report(
+            args.out, res["results"], runtime_s=res["runtime_s"], quick=args.quick, seed=args.seed
+        )
+        print(f"kept {len(kept)} complete target(s) from {args.out}: {', '.join(kept)}")
     print(f"{'target':24s} {'verdict':16s} {'time (s)':>9s}")
     for name, r in res["results"].items():
-        print(f"{name:24s} {r['verdict']:16s} {r['runtime_s']:9.1f}")
+        print(f"{name:24s} {r['verdict']:16s} {r.get('runtime_s', float('nan')):9.1f}")
     print(f"total {res['runtime_s']:.1f} s; report: {res['report']}")
     if res["failed"]:
         print(f"failed targets: {', '.join(res['failed'])} (see report)")
         return 1
     return 0
+
+
+def _jobs_flag(args) -> int:
+    """``--jobs``: an integer in 1..cores (default: the cores); refused with ``--devices`` above 1."""
+    from .._errors import UsageError
+    from .._run._devices import available_cores
+
+    cores = available_cores()
+    jobs = cores if args.jobs is None else args.jobs
+    if not 1 <= jobs <= cores:
+        raise UsageError(
+            f"--jobs {args.jobs}: the number of worker processes must be in 1..{cores} (this machine's "
+            f"cores; each worker gets its own share of them), e.g. --jobs {cores}; --jobs 1 runs the "
+            "targets one after another in this process."
+        )
+    if jobs > 1 and args.devices is not None:
+        raise UsageError(
+            f"--devices {args.devices} with --jobs {jobs}: every worker has one device on its own cores, "
+            "so --devices would be ignored; drop it, or pass --jobs 1 to run in this process on "
+            f"{args.devices} device(s)."
+        )
+    return jobs
+
+
+#: The flags that make a reproduce folder's results what they are; ``--resume`` keeps a
+#: target only if the folder's record of them equals this run's.
+_RUN_RECORD = ".reproduce-flags"  # JSON; no .json suffix, so no reader takes it for a target
+
+
+def _run_key(args) -> dict:
+    return {
+        "quick": bool(args.quick),
+        "seed": int(args.seed),
+        "x64": bool(args.x64),
+        "checkpoint": None if args.checkpoint is None else str(Path(args.checkpoint).resolve()),
+    }
+
+
+def _resume(args, names):
+    """``(kept results, targets to run)``: with ``--resume``, the complete targets of ``--out`` are
+    kept (a ``<target>.json`` with a verdict other than "error" and every figure it lists);
+    without it, everything runs. The folder's record of the run's flags is written either way.
+
+    Raises:
+        UsageError: ``--resume`` on a folder with no record, or one written with other flags.
+    """
+    import json
+
+    from .._errors import UsageError
+    from .._run._io import write_json
+    from ..experiments import VERDICTS
+
+    record, key = args.out / _RUN_RECORD, _run_key(args)
+    kept = {}
+    if args.resume:
+        try:
+            old = json.loads(record.read_text())
+        except (OSError, ValueError):
+            raise UsageError(
+                f"--resume: {str(args.out)!r} holds no record of an earlier reproduce run ({_RUN_RECORD}); "
+                "drop --resume to run every target."
+            ) from None
+        if old != key:
+            diff = ", ".join(
+                f"{k} {old.get(k)!r} there, {v!r} now" for k, v in key.items() if old.get(k) != v
+            )
+            raise UsageError(
+                f"--resume: {str(args.out)!r} was written with other flags ({diff}); resume with the same "
+                "--quick, --seed, --x64 and --checkpoint, or choose another --out."
+            )
+        for n in names:
+            try:
+                r = json.loads((args.out / f"{n}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            figures = r.get("figures", []) if isinstance(r, dict) else []
+            if (
+                isinstance(r, dict)
+                and r.get("verdict") in VERDICTS
+                and all((args.out / str(f)).exists() for f in figures)
+            ):
+                kept[n] = r
+    write_json(record, key)
+    return kept, [n for n in names if n not in kept]
+
+
+def _run(args, names, checkpoint, jobs, cache, run_targets) -> dict:
+    """Run ``names``: in this process (``--jobs 1``, or one work item), else in ``jobs`` workers."""
+    from ..experiments._jobs import run_parallel, work_items
+
+    if jobs == 1 or len(work_items(names)) == 1:
+        return run_targets(
+            names,
+            args.out,
+            quick=args.quick,
+            seed=args.seed,
+            progress=not args.no_progress,
+            checkpoint=checkpoint,
+        )
+    print(
+        f"rankdyn reproduce: {len(names)} target(s) in {min(jobs, len(work_items(names)))} worker processes"
+    )
+    return run_parallel(
+        names,
+        args.out,
+        jobs=jobs,
+        quick=args.quick,
+        seed=args.seed,
+        progress=not args.no_progress,
+        checkpoint=args.checkpoint,
+        x64=bool(args.x64),
+        compile_cache=None if cache is None else str(cache),
+    )
 
 
 def _checkpoint_flag(path, names):
