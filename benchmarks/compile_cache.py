@@ -1,6 +1,6 @@
 """`rankdyn reproduce --quick` cold (empty compilation cache) and warm, and whether the numbers agree.
 
-    python benchmarks/compile_cache.py [--targets all|T1,T2] [--cache DIR] [--json OUT]
+    python benchmarks/compile_cache.py [--targets all|T1,T2] [--jobs N] [--cache DIR] [--json OUT]
 
 Runs ``rankdyn reproduce TARGETS --quick --no-progress --compile-cache CACHE`` twice, each in a
 fresh process exactly as a user would: first with an empty cache (cold: every program compiled
@@ -29,9 +29,9 @@ from pathlib import Path
 from rankdyn._run._io import cpu_model
 
 
-def _run(targets: list[str], cache: Path, out: Path) -> dict:
+def _run(targets: list[str], cache: Path, out: Path, jobs: str | None) -> dict:
     cmd = [sys.executable, "-m", "rankdyn", "reproduce", *targets, "--quick", "--no-progress"]
-    cmd += ["--compile-cache", str(cache), "--out", str(out)]
+    cmd += ["--compile-cache", str(cache), "--out", str(out)] + ([] if jobs is None else ["--jobs", jobs])
     env = {k: v for k, v in os.environ.items() if k != "RANKDYN_NO_COMPILE_CACHE"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
@@ -98,6 +98,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--targets", default="all", help="comma-separated target names, or all")
     p.add_argument("--cache", type=Path, default=None, help="cache folder (must be empty or absent)")
+    p.add_argument(
+        "--jobs", default=None, help="passed to rankdyn reproduce (default: its own, one per core)"
+    )
     p.add_argument("--json", type=Path, default=None, help="write the report here")
     args = p.parse_args(argv)
     targets = args.targets.split(",")
@@ -106,9 +109,9 @@ def main(argv=None) -> int:
     if cache.exists() and any(cache.iterdir()):
         sys.exit(f"--cache {cache} is not empty: the cold run needs an empty cache")
     try:
-        cold = _run(targets, cache, work / "cold")
+        cold = _run(targets, cache, work / "cold", args.jobs)
         entries = sum(1 for _ in cache.iterdir()) if cache.exists() else 0
-        warm = _run(targets, cache, work / "warm")
+        warm = _run(targets, cache, work / "warm", args.jobs)
         diffs = compare(cold["targets"], warm["targets"])
     finally:
         if args.cache is None:

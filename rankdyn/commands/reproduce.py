@@ -65,7 +65,8 @@ def add_parser(sub) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="worker processes, in 1..cores (default: one per core): the targets are dealt to N workers, "
+        help="worker processes, in 1..cores (default: one per core; 1 with --devices): the targets are "
+        "dealt to N workers, "
         "each pinned to its own share of the cores with one device; --jobs 1 runs them one after another "
         "in this process",
     )
@@ -195,12 +196,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _jobs_flag(args) -> int:
-    """``--jobs``: an integer in 1..cores (default: the cores); refused with ``--devices`` above 1."""
+    """``--jobs``: an integer in 1..cores (default: the cores, or 1 with ``--devices``); refused
+    above 1 with ``--devices`` (every worker has one device)."""
     from .._errors import UsageError
     from .._run._devices import available_cores
 
     cores = available_cores()
-    jobs = cores if args.jobs is None else args.jobs
+    if args.jobs is None:  # default: one worker per core, unless --devices asks for this process
+        return 1 if args.devices is not None else cores
+    jobs = args.jobs
     if not 1 <= jobs <= cores:
         raise UsageError(
             f"--jobs {args.jobs}: the number of worker processes must be in 1..{cores} (this machine's "

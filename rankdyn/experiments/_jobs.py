@@ -58,18 +58,21 @@ def split_cores(num_workers: int, cores: list[int] | None = None) -> list[list[i
     return out
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     # Linux: the kernel sends SIGKILL to the worker when the parent dies (Ctrl-C exits it at
-    # once with os._exit, kill -9 too), so no worker keeps computing for nobody.
+    # once with os._exit, kill -9 too), so no worker keeps computing for nobody. A parent that
+    # died while this worker was still starting (importing) sent nothing: check, and leave.
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
         pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
-def _init_worker(slots, core_sets, env: dict, x64: bool, compile_cache: str | None) -> None:
+def _init_worker(parent: int, slots, core_sets, env: dict, x64: bool, compile_cache: str | None) -> None:
     """Pin this worker to its cores and configure JAX before it starts (one device)."""
-    _die_with_parent()
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends the workers
     with slots.get_lock():  # take the next free set of cores
         cores = core_sets[slots.value]
@@ -159,7 +162,7 @@ def run_parallel(
         max_workers=workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(slots, core_sets, env, x64, compile_cache),
+        initargs=(os.getpid(), slots, core_sets, env, x64, compile_cache),
     )
     started: dict[cf.Future, tuple[list[str], float]] = {}
     queue = list(items)
