@@ -197,13 +197,16 @@ def main(argv=None) -> int:
     joint["flops"] = 2 * joint["a"][0] * d * joint["b"][1]
     joint |= time_product(joint, prec, repeats, torch)
     # Lever: the products at the full batch, one chunk per layer.
+    print("levers: one [M | W_V] GEMM, the full batch ...", flush=True)
     full = products(layer, cfg["batch"])
     for r in full:
         r |= time_product(r, prec, repeats, torch)
     floor_full = sum(r["s"] for r in full)
 
+    print("timing simulate ...", flush=True)
     sim = time_simulate(layer, x0, cfg, repeats)
     sim_layer = sim["wall_s"] / cfg["layers"]
+    print(f"simulate {sim['wall_s']:.3f} s; timing the PyTorch loop and the peak ...", flush=True)
     loop = None if args.no_torch_loop else time_torch_loop(torch, layer, x0, cfg, repeats)
     peak = matmul_peak(4096, 2 if args.quick else 3)
     flops_layer = model_flops(cfg) * cfg["batch"]
