@@ -5,6 +5,7 @@ same files, the report the same targets in the same order, and every target's ``
 ``checks`` and ``verdict`` must be identical.
 """
 
+import argparse
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import time
 import pytest
 
 from rankdyn.cli import main as cli_main
+from rankdyn.commands.reproduce import _jobs_flag
 from rankdyn.experiments._jobs import split_cores, work_items
 
 
@@ -34,16 +36,23 @@ def test_bad_jobs_and_resume_refused_before_compute(tmp_path, capsys):
         (["--jobs", "0"], "--jobs 0: the number of worker processes must be in 1.."),
         (["--jobs=-2"], "--jobs -2: the number of worker processes must be in 1.."),
         (["--jobs", str(cores + 1)], f"must be in 1..{cores}"),
-        (["--jobs", "2", "--devices", "1"], "--devices 1 with --jobs 2"),
         (["--resume"], "holds no record of an earlier reproduce run"),
     ]:
-        if "--devices" in flags and cores < 2:
-            continue
         argv = ["reproduce", "temperature", "flow-limit", "--quick", "--out", str(out), *flags]
         assert cli_main(argv) == 2, flags
         err = capsys.readouterr().err
         assert message in err and err.count("error:") == 1 and "Traceback" not in err, err
         assert not out.exists()  # refused before anything was written
+
+
+def test_jobs_with_devices():
+    # Checked on the flags alone: an in-process --devices would reconfigure this test process's JAX.
+    ns = lambda jobs, devices: argparse.Namespace(jobs=jobs, devices=devices)  # noqa: E731
+    assert _jobs_flag(ns(None, "1")) == 1  # --devices alone: this process, as before
+    assert _jobs_flag(ns(None, None)) == len(os.sched_getaffinity(0))  # default: one worker per core
+    if len(os.sched_getaffinity(0)) >= 2:
+        with pytest.raises(ValueError, match="--devices 1 with --jobs 2: every worker has one device"):
+            _jobs_flag(ns(2, "1"))
 
 
 def _reproduce(out, *flags, env=None):
