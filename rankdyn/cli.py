@@ -66,9 +66,22 @@ def interrupt_message(args, t0: float) -> str:
         chunks = Path(out) / "chunks"
         done = len(list(chunks.glob("chunk_*.npz"))) if chunks.is_dir() else 0
         flags = " --x64" if getattr(args, "x64", False) else ""
+        # A task (--task, or a SLURM array's) joins and resumes by itself: the same command again.
+        share = getattr(args, "task_share", None)
+        flags = f" --task {share.index}/{share.count}{flags}" if share else f" --resume{flags}"
         return (
             f"rankdyn sweep: interrupted; {done} chunk(s) are saved in {chunks}; continue with: "
-            f"rankdyn sweep {args.config} --out {out} --resume{flags}"
+            f"rankdyn sweep {args.config} --out {out}{flags}"
+        )
+    if args.command == "reproduce" and out is not None:
+        # The workers (--jobs) die with this process; finished targets' JSON and figures stay.
+        done = sorted(p.stem for p in Path(out).glob("*.json") if p.stat().st_mtime >= t0 - 1)
+        argv = " ".join(a for a in sys.argv[1:] if a != "--resume") if sys.argv[1:2] == ["reproduce"] else ""
+        again = f"rankdyn {argv} --resume" if argv else "the same command with --resume"
+        return (
+            f"rankdyn reproduce: interrupted; {len(done)} target(s) finished and saved in {out}"
+            + (f" ({', '.join(done)})" if done else "")
+            + f"; continue with: {again}"
         )
     saved = _saved_since(out, t0) if out is not None else []
     what = (

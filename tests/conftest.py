@@ -5,11 +5,15 @@ Library code never touches JAX's global config; tests choose float64 here
 """
 
 import itertools
+import os
 
 import jax
 import jax.random as jr
 import pytest
 
+# `rankdyn reproduce` caches compiled programs by default; tests count compiles and must not
+# depend on what an earlier run left in ~/.cache (subprocesses inherit this too).
+os.environ.setdefault("RANKDYN_NO_COMPILE_CACHE", "1")
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -110,6 +110,8 @@ def provenance() -> dict:
         "x64": bool(jax.config.jax_enable_x64),
         # The compiler flags of the process (the CLI's --quick adds an optimisation level).
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        # The persistent compilation cache in effect (`rankdyn reproduce` sets one by default).
+        "compile_cache": jax.config.jax_compilation_cache_dir or None,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

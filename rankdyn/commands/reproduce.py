@@ -50,11 +50,36 @@ def add_parser(sub) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="persistent JAX compilation cache: compile time dominates --quick runs, so a second run "
-        "with the same DIR is much faster",
+        help="persistent JAX compilation cache (default: $RANKDYN_CACHE_DIR/compile, $RANKDYN_CACHE_DIR "
+        "defaulting to ~/.cache/rankdyn): compile time dominates --quick runs, so a second run with the "
+        "same cache is several times faster, with identical numbers",
+    )
+    p.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="compile everything afresh, reading and writing no compilation cache (also: "
+        "RANKDYN_NO_COMPILE_CACHE=1)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes, in 1..cores (default: one per core; 1 with --devices): the targets are "
+        "dealt to N workers, "
+        "each pinned to its own share of the cores with one device; --jobs 1 runs them one after another "
+        "in this process",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the targets whose results in --out are complete (same --quick, --seed, --x64, "
+        "--checkpoint) and run the others; the report covers them all",
     )
     add_devices_flag(
-        p, "Targets run on the first device: their batches are small and compile time dominates."
+        p,
+        "Targets run on the first device: their batches are small and compile time dominates "
+        "(with --jobs N > 1 every worker has one device; --devices is refused then).",
     )
     p.set_defaults(func=run, before_jax=quick_compile_flags)
 
@@ -79,45 +104,216 @@ def quick_compile_flags(args: argparse.Namespace) -> None:
     os.environ["XLA_FLAGS"] = f"{flags} {QUICK_XLA_FLAG}".strip()
 
 
+def default_compile_cache() -> Path:
+    """``$RANKDYN_CACHE_DIR/compile`` (``~/.cache/rankdyn/compile`` by default), beside the
+    autotuner's ``chunks.json``."""
+    root = os.environ.get("RANKDYN_CACHE_DIR") or Path.home() / ".cache" / "rankdyn"
+    return Path(root) / "compile"
+
+
+def use_compile_cache(args: argparse.Namespace) -> Path | None:
+    """Turn on JAX's persistent compilation cache for this process; returns its folder or None.
+
+    Quick targets compile hundreds of small programs (most in well under a second, many under
+    JAX's default 1 s / minimum-size thresholds), so every program is cached:
+    ``jax_persistent_cache_min_compile_time_secs = 0`` and
+    ``jax_persistent_cache_min_entry_size_bytes = -1``. A cache hit loads the executable XLA
+    built before (the key covers the program, the XLA flags, the jaxlib version and the
+    device), so the numbers are the same as a fresh compile's.
+
+    ``--compile-cache DIR`` is used as given; without it, the default cache
+    (`default_compile_cache`) is used when this is a fresh process (JAX reads the cache setting
+    at its first compile, so a process that has compiled before keeps what it has) and neither
+    ``--no-compile-cache`` nor ``RANKDYN_NO_COMPILE_CACHE=1`` turns it off. A default folder that
+    cannot be written is skipped with a note; an explicit one is an error.
+
+    Raises:
+        UsageError: ``--compile-cache`` with ``--no-compile-cache``, or a ``--compile-cache`` folder
+            that is a file or cannot be written.
+    """
+    from .._errors import UsageError
+    from .._run._devices import _backends_initialized
+
+    if args.no_compile_cache and args.compile_cache is not None:
+        raise UsageError("--compile-cache and --no-compile-cache contradict each other: give one of them.")
+    folder = args.compile_cache
+    if folder is not None:
+        check_out_dir(folder, "--compile-cache")
+    elif args.no_compile_cache or os.environ.get("RANKDYN_NO_COMPILE_CACHE", "") not in ("", "0"):
+        return None
+    elif _backends_initialized():
+        return None  # main() called from Python after JAX work: its compile setting stays
+    else:
+        folder = default_compile_cache()
+        try:
+            check_out_dir(folder, "the compilation cache")
+        except UsageError as err:
+            print(f"rankdyn reproduce: no compilation cache ({err})", flush=True)
+            return None
+    import jax
+
+    # CLI-level configuration (library code never touches jax.config).
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return folder
+
+
 def run(args: argparse.Namespace) -> int:
     from ..experiments import resolve_targets, run_targets
 
     names = resolve_targets(args.targets)  # ValueError listing valid names -> clean CLI error
     check_seed_flag(args.seed)
     check_out_dir(args.out)
-    if args.compile_cache is not None:
-        check_out_dir(args.compile_cache, "--compile-cache")
-    if args.compile_cache is not None:
-        import jax
-
-        # CLI-level configuration (library code never touches jax.config).
-        args.compile_cache.mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jobs = _jobs_flag(args)
+    cache = use_compile_cache(args)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
+    kept, todo = _resume(args, names)
     from ._phase import begin_compute
 
     begin_compute()
-    res = run_targets(
-        names,
-        args.out,
-        quick=args.quick,
-        seed=args.seed,
-        progress=not args.no_progress,
-        checkpoint=checkpoint,
-    )
+    res = {"results": {}, "failed": [], "runtime_s": 0.0, "report": args.out / "report.md"}
+    if todo:
+        res = _run(args, todo, checkpoint, jobs, cache, run_targets)
+    if kept:  # the report covers the kept targets too, in the order of TARGETS
+        from ..experiments import TARGETS, write_report
+
+        merged = kept | res["results"]
+        res["results"] = {n: merged[n] for n in TARGETS if n in merged}
+        res["report"] = write_report(
+            args.out, res["results"], runtime_s=res["runtime_s"], quick=args.quick, seed=args.seed
+        )
+        print(f"kept {len(kept)} complete target(s) from {args.out}: {', '.join(kept)}")
     from ..experiments._verdict import partially_why
 
     width = max(len("verdict"), *(len(r["verdict"]) for r in res["results"].values()))
     print(f"{'target':24s} {'verdict':{width}s} {'time (s)':>9s}")
     for name, r in res["results"].items():
         why = partially_why(r.get("checks", ())) if r["verdict"] == "partially" else ""
-        print(f"{name:24s} {r['verdict']:{width}s} {r['runtime_s']:9.1f}" + (f"  ({why})" if why else ""))
+        t = r.get("runtime_s", float("nan"))
+        print(f"{name:24s} {r['verdict']:{width}s} {t:9.1f}" + (f"  ({why})" if why else ""))
     print(f"total {res['runtime_s']:.1f} s; report: {res['report']}")
     if res["failed"]:
         print(f"failed targets: {', '.join(res['failed'])} (see report)")
         return 1
     return 0
+
+
+def _jobs_flag(args) -> int:
+    """``--jobs``: an integer in 1..cores (default: the cores, or 1 with ``--devices``); refused
+    above 1 with ``--devices`` (every worker has one device)."""
+    from .._errors import UsageError
+    from .._run._devices import available_cores
+
+    cores = available_cores()
+    if args.jobs is None:  # default: one worker per core, unless --devices asks for this process
+        return 1 if args.devices is not None else cores
+    jobs = args.jobs
+    if not 1 <= jobs <= cores:
+        raise UsageError(
+            f"--jobs {args.jobs}: the number of worker processes must be in 1..{cores} (this machine's "
+            f"cores; each worker gets its own share of them), e.g. --jobs {cores}; --jobs 1 runs the "
+            "targets one after another in this process."
+        )
+    if jobs > 1 and args.devices is not None:
+        raise UsageError(
+            f"--devices {args.devices} with --jobs {jobs}: every worker has one device on its own cores, "
+            "so --devices would be ignored; drop it, or pass --jobs 1 to run in this process on "
+            f"{args.devices} device(s)."
+        )
+    return jobs
+
+
+#: The flags that make a reproduce folder's results what they are; ``--resume`` keeps a
+#: target only if the folder's record of them equals this run's.
+_RUN_RECORD = ".reproduce-flags"  # JSON; no .json suffix, so no reader takes it for a target
+
+
+def _run_key(args) -> dict:
+    return {
+        "quick": bool(args.quick),
+        "seed": int(args.seed),
+        "x64": bool(args.x64),
+        "checkpoint": None if args.checkpoint is None else str(Path(args.checkpoint).resolve()),
+    }
+
+
+def _resume(args, names):
+    """``(kept results, targets to run)``: with ``--resume``, the complete targets of ``--out`` are
+    kept (a ``<target>.json`` with a verdict other than "error" and every figure it lists);
+    without it, everything runs. The folder's record of the run's flags is written either way.
+
+    Raises:
+        UsageError: ``--resume`` on a folder with no record, or one written with other flags.
+    """
+    import json
+
+    from .._errors import UsageError
+    from .._run._io import write_json
+    from ..experiments import VERDICTS
+
+    record, key = args.out / _RUN_RECORD, _run_key(args)
+    kept = {}
+    if args.resume:
+        try:
+            old = json.loads(record.read_text())
+        except (OSError, ValueError):
+            raise UsageError(
+                f"--resume: {str(args.out)!r} holds no record of an earlier reproduce run ({_RUN_RECORD}); "
+                "drop --resume to run every target."
+            ) from None
+        if old != key:
+            diff = ", ".join(
+                f"{k} {old.get(k)!r} there, {v!r} now" for k, v in key.items() if old.get(k) != v
+            )
+            raise UsageError(
+                f"--resume: {str(args.out)!r} was written with other flags ({diff}); resume with the same "
+                "--quick, --seed, --x64 and --checkpoint, or choose another --out."
+            )
+        for n in names:
+            try:
+                r = json.loads((args.out / f"{n}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            figures = r.get("figures", []) if isinstance(r, dict) else []
+            if (
+                isinstance(r, dict)
+                and r.get("verdict") in VERDICTS
+                and all((args.out / str(f)).exists() for f in figures)
+            ):
+                kept[n] = r
+    write_json(record, key)
+    return kept, [n for n in names if n not in kept]
+
+
+def _run(args, names, checkpoint, jobs, cache, run_targets) -> dict:
+    """Run ``names``: in this process (``--jobs 1``, or one work item), else in ``jobs`` workers."""
+    from ..experiments._jobs import run_parallel, work_items
+
+    if jobs == 1 or len(work_items(names)) == 1:
+        return run_targets(
+            names,
+            args.out,
+            quick=args.quick,
+            seed=args.seed,
+            progress=not args.no_progress,
+            checkpoint=checkpoint,
+        )
+    print(
+        f"rankdyn reproduce: {len(names)} target(s) in {min(jobs, len(work_items(names)))} worker processes"
+    )
+    return run_parallel(
+        names,
+        args.out,
+        jobs=jobs,
+        quick=args.quick,
+        seed=args.seed,
+        progress=not args.no_progress,
+        checkpoint=args.checkpoint,
+        x64=bool(args.x64),
+        compile_cache=None if cache is None else str(cache),
+    )
 
 
 def _checkpoint_flag(path, names):

@@ -22,11 +22,33 @@ def add_parser(sub) -> None:
         "(mu_curves.png, rate_heatmap.png, final_rank.png). An interrupted sweep continues with --resume.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument("config", type=Path, help="sweep description (TOML: [axes], [fixed], [observe], [run])")
     p.add_argument(
-        "--out", type=Path, required=True, help="output folder (new, or this sweep's with --resume)"
+        "config",
+        type=Path,
+        nargs="?",
+        help="sweep description (TOML: [axes], [fixed], [observe], [run]); not with --assemble",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="output folder (new, or this sweep's with --resume or --task)"
     )
     p.add_argument("--resume", action="store_true", help="compute only the chunks missing in --out")
+    p.add_argument(
+        "--task",
+        default=None,
+        metavar="I/N",
+        help="compute task I's share of the chunks (chunk i where i %% N == I, I in 0..N-1) into the "
+        "shared --out; joins a folder holding this sweep, resumes the task's own chunks, and the last "
+        "task to finish writes sweep.nc. Default: in a SLURM job array, I = SLURM_ARRAY_TASK_ID - "
+        "SLURM_ARRAY_TASK_MIN and N = SLURM_ARRAY_TASK_COUNT; elsewhere the whole sweep",
+    )
+    p.add_argument(
+        "--assemble",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write DIR/sweep.nc (and the plots) from the chunk files of a sweep folder, reading the "
+        "spec from DIR; refused, naming the missing chunks and their tasks, if any is missing",
+    )
     p.add_argument(
         "--plot-axes",
         nargs=2,
@@ -86,6 +108,66 @@ def _announce(args, num: int) -> None:
         )
 
 
+def _task(args):
+    """The task from --task, else from a SLURM job array's variables (said on stdout), else None."""
+    from ..sweep._tasks import parse_task, task_from_env
+
+    if args.task is not None:
+        return parse_task(args.task)
+    share, said = task_from_env()
+    if share is not None:
+        print(f"sweep: {said}; pass --task I/N to override", flush=True)
+    return share
+
+
+def _check_assemble_flags(args) -> None:
+    """--assemble reads everything from DIR: a flag that would be ignored is refused."""
+    given = [
+        (args.config is not None, f"CONFIG ({args.config})"),
+        (args.out is not None, "--out"),
+        (args.resume, "--resume"),
+        (args.task is not None, "--task"),
+        (args.max_cells is not None, "--max-cells"),
+        (args.x64, "--x64"),
+        (args.devices is not None, "--devices"),
+    ]
+    for present, what in given:
+        if present:
+            raise UsageError(
+                f"--assemble DIR reads the spec, dtype and chunks from DIR and computes nothing: drop {what}."
+            )
+
+
+def _assemble(args) -> int:
+    from ..sweep import assemble_folder
+
+    _check_assemble_flags(args)
+    check_out_dir(args.assemble)
+    cfg, ds = assemble_folder(
+        args.assemble, command=f"rankdyn sweep {args.assemble / 'config.toml'} --out {args.assemble}"
+    )
+    plot_axes = _plot_axes(args, cfg)
+    print(f"wrote {args.assemble / 'sweep.nc'}: {len(ds.data_vars)} variables from {cfg.num_cells} cells")
+    if not args.no_plots:
+        for name in _plots(ds, args.assemble, plot_axes):
+            print(f"wrote {name}")
+    return 0
+
+
+def _plot_axes(args, cfg):
+    """The --plot-axes (checked against the sweep's axes, before any compute) or the default pair."""
+    plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
+    if args.plot_axes:
+        for a in plot_axes:
+            if a not in cfg.axes:
+                raise UsageError(
+                    f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(cfg.axes)}."
+                )
+        if plot_axes[0] == plot_axes[1]:
+            raise UsageError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
+    return plot_axes
+
+
 def run(args) -> int:
     import json
 
@@ -94,32 +176,52 @@ def run(args) -> int:
 
     if args.max_cells is not None and args.max_cells < 1:
         raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")
+    if args.assemble is not None:
+        return _assemble(args)
+    if args.config is None or args.out is None:
+        raise UsageError(
+            "give the sweep's CONFIG.toml and --out DIR (or --assemble DIR to write a finished folder's "
+            "dataset)."
+        )
+    task = args.task_share = _task(args)  # the interrupt message names the task (rankdyn.cli)
+    if task is not None and args.resume:
+        raise UsageError(
+            f"--resume with {task.label}: a task always joins its folder and resumes its own chunks; "
+            "drop --resume."
+        )
     announce = lambda num: _announce(args, num)  # noqa: E731
     cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
     check_out_dir(args.out)
-    plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
-    if args.plot_axes:  # reject before any compute
-        for a in plot_axes:
-            if a not in cfg.axes:
-                raise UsageError(
-                    f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(cfg.axes)}."
-                )
-        if plot_axes[0] == plot_axes[1]:
-            raise UsageError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
+    plot_axes = _plot_axes(args, cfg)  # rejected before any compute
     plan = sweep_plan(cfg)
+    share = "" if task is None else f", {task.label}: {sum(map(task.owns, range(len(plan.chunks))))} of them"
     print(
         f"sweep {cfg.name!r}: {cfg.num_cells} cells {dict(zip(cfg.axes, cfg.shape))}, "
-        f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s) -> {args.out}",
+        f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s){share} -> {args.out}",
         flush=True,
     )
-    begin_compute()  # run_sweep's own checks (folder, memory) raise UsageError
+    begin_compute()  # run_sweep's own checks (folder, lock, memory) raise UsageError
     # Ctrl-C: rankdyn.cli prints how many chunks are saved (atomic writes) and the --resume command.
-    ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress)
-    timing = json.loads((args.out / "timing.json").read_text())
-    print(
-        f"wrote {args.out / 'sweep.nc'}: {len(ds.data_vars)} variables; computed {timing['chunks_computed']} "
-        f"chunk(s) in {timing['total_s']:.1f}s (compile {timing['compile_s']:.1f}s)"
+    ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress, task=task)
+    if task is None:
+        timing = json.loads((args.out / "timing.json").read_text())
+    else:
+        timing = json.loads(
+            (args.out / "tasks" / f"task_{task.index}_of_{task.count}.timing.json").read_text()
+        )
+    computed = (
+        f"computed {timing['chunks_computed']} chunk(s) in {timing['total_s']:.1f}s (compile "
+        f"{timing['compile_s']:.1f}s)"
     )
+    if ds is None:
+        print(
+            f"sweep {task.label}: {computed}; its {timing['chunks_owned']} chunk(s) are in "
+            f"{args.out / 'chunks'}; "
+            "other tasks' chunks are still missing: the last task to finish writes sweep.nc (or run "
+            f"rankdyn sweep --assemble {args.out} once they are done)"
+        )
+        return 0
+    print(f"wrote {args.out / 'sweep.nc'}: {len(ds.data_vars)} variables; {computed}")
     if not args.no_plots:
         for name in _plots(ds, args.out, plot_axes):
             print(f"wrote {name}")

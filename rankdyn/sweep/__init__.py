@@ -17,7 +17,8 @@ sweep gives the same ``DIR/sweep.nc`` as an uninterrupted one.
 
 Modules: `_params` (names, defaults, checks), `_schema` (TOML -> `SweepConfig`), `_plan` (groups
 and chunks), `_program` (the compiled program on `rankdyn._run._scan`), `_store` (folder, chunks,
-manifest, resume), `_assemble` (the xarray dataset).
+manifest, resume), `_assemble` (the xarray dataset), `_tasks` (a grid split into independent
+tasks, ``rankdyn sweep --task I/N``: chunk ownership and the locks).
 """
 
 from ._assemble import NETCDF_ENGINE as NETCDF_ENGINE
@@ -39,4 +40,7 @@ from ._schema import (
 from ._schema import (
     parse_sweep_config as parse_sweep_config,
 )
+from ._store import assemble_folder as assemble_folder
 from ._store import run_sweep as run_sweep
+from ._tasks import TaskShare as TaskShare
+from ._tasks import parse_task as parse_task

@@ -1,0 +1,55 @@
+"""`rankdyn reproduce`'s persistent compilation cache: where it lives, how it is turned off, and
+that a warm run (every program loaded from the cache) gives the cold run's numbers exactly."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rankdyn.cli import main as cli_main
+from rankdyn.commands.reproduce import default_compile_cache, use_compile_cache
+
+
+def test_default_cache_folder_and_switches(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RANKDYN_CACHE_DIR", str(tmp_path / "c"))
+    assert default_compile_cache() == tmp_path / "c" / "compile"
+    monkeypatch.delenv("RANKDYN_CACHE_DIR")
+    assert default_compile_cache() == __import__("pathlib").Path.home() / ".cache" / "rankdyn" / "compile"
+    off = argparse.Namespace(compile_cache=None, no_compile_cache=True)
+    assert use_compile_cache(off) is None
+    monkeypatch.setenv("RANKDYN_NO_COMPILE_CACHE", "1")
+    assert use_compile_cache(argparse.Namespace(compile_cache=None, no_compile_cache=False)) is None
+    # Both flags: refused before any compute, one error line.
+    argv = ["reproduce", "temperature", "--quick", "--out", str(tmp_path / "o")]
+    assert cli_main([*argv, "--compile-cache", str(tmp_path / "cc"), "--no-compile-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "--compile-cache and --no-compile-cache contradict" in err and err.count("error:") == 1
+    assert not (tmp_path / "o").exists() and not (tmp_path / "cc").exists()
+
+
+def _reproduce(tmp_path, name, extra, env):
+    out = tmp_path / name
+    cmd = [sys.executable, "-m", "rankdyn", "reproduce", "temperature", "--quick", "--no-progress"]
+    res = subprocess.run(
+        [*cmd, "--out", str(out), *extra], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads((out / "temperature.json").read_text())
+
+
+@pytest.mark.slow
+def test_warm_run_loads_every_program_and_gives_identical_numbers(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RANKDYN_NO_COMPILE_CACHE"}
+    env["RANKDYN_CACHE_DIR"] = str(tmp_path / "home_cache")  # the default, kept inside tmp_path
+    cold = _reproduce(tmp_path, "cold", [], env)
+    cache = tmp_path / "home_cache" / "compile"
+    entries = sorted(p.name for p in cache.iterdir())
+    assert len(entries) >= 5, entries  # small programs too: the size and time thresholds are off
+    assert cold["provenance"]["compile_cache"] == str(cache)
+    warm = _reproduce(tmp_path, "warm", [], env)
+    assert sorted(p.name for p in cache.iterdir()) == entries  # every program was found: none added
+    for key in ("measured", "checks", "verdict"):
+        assert json.dumps(warm[key], sort_keys=True) == json.dumps(cold[key], sort_keys=True), key

@@ -1,0 +1,175 @@
+"""`rankdyn reproduce --jobs N` and `--resume`: the same files and numbers as one process.
+
+The oracle is ``--jobs 1`` (today's runner, in one process): the workers' folder must hold the
+same files, the report the same targets in the same order, and every target's ``measured``,
+``checks`` and ``verdict`` must be identical.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rankdyn.cli import main as cli_main
+from rankdyn.commands.reproduce import _jobs_flag
+from rankdyn.experiments._jobs import split_cores, work_items
+
+
+def test_work_items_and_core_split():
+    items = work_items(["masks-collapse", "ablation", "geometry", "flow-limit"])
+    assert items == [["ablation", "geometry"], ["masks-collapse"], ["flow-limit"]]  # shared runs together
+    assert split_cores(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]  # disjoint, near-equal
+    assert split_cores(1, [3, 7]) == [[3, 7]]
+    with pytest.raises(ValueError):
+        split_cores(3, [0, 1])  # never more workers than cores
+
+
+def test_bad_jobs_and_resume_refused_before_compute(tmp_path, capsys):
+    out = tmp_path / "o"
+    cores = len(os.sched_getaffinity(0))
+    for flags, message in [
+        (["--jobs", "0"], "--jobs 0: the number of worker processes must be in 1.."),
+        (["--jobs=-2"], "--jobs -2: the number of worker processes must be in 1.."),
+        (["--jobs", str(cores + 1)], f"must be in 1..{cores}"),
+        (["--resume"], "holds no record of an earlier reproduce run"),
+    ]:
+        argv = ["reproduce", "temperature", "flow-limit", "--quick", "--out", str(out), *flags]
+        assert cli_main(argv) == 2, flags
+        err = capsys.readouterr().err
+        assert message in err and err.count("error:") == 1 and "Traceback" not in err, err
+        assert not out.exists()  # refused before anything was written
+
+
+def test_jobs_with_devices():
+    # Checked on the flags alone: an in-process --devices would reconfigure this test process's JAX.
+    ns = lambda jobs, devices: argparse.Namespace(jobs=jobs, devices=devices)  # noqa: E731
+    assert _jobs_flag(ns(None, "1")) == 1  # --devices alone: this process, as before
+    assert _jobs_flag(ns(None, None)) == len(os.sched_getaffinity(0))  # default: one worker per core
+    if len(os.sched_getaffinity(0)) >= 2:
+        with pytest.raises(ValueError, match="--devices 1 with --jobs 2: every worker has one device"):
+            _jobs_flag(ns(2, "1"))
+
+
+def _reproduce(out, *flags, env=None):
+    cmd = [sys.executable, "-m", "rankdyn", "reproduce", "temperature", "flow-limit", "--quick"]
+    res = subprocess.run(
+        [*cmd, "--no-progress", "--out", str(out), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _results(out):
+    return {n: json.loads((out / f"{n}.json").read_text()) for n in ("temperature", "flow-limit")}
+
+
+def _files(out):
+    return sorted(
+        str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs two cores")
+def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    _reproduce(one, "--jobs", "1")
+    res = _reproduce(two, "--jobs", "2")
+    assert "2 target(s) in 2 worker processes" in res.stdout
+    assert _files(one) == _files(two)  # the same JSON, figures and report listings
+    a, b = _results(one), _results(two)
+    for name in a:
+        for key in ("measured", "checks", "verdict"):
+            assert json.dumps(a[name][key], sort_keys=True) == json.dumps(b[name][key], sort_keys=True), (
+                name,
+                key,
+            )
+    assert b["temperature"]["provenance"]["devices"] == ["cpu:0"]  # a worker has one device
+    order = lambda out: [
+        ln for ln in (out / "report.md").read_text().splitlines() if "flow-limit" in ln or "temperature" in ln
+    ]  # noqa: E731
+    assert [ln.split("|")[1] for ln in order(one) if ln.startswith("|")] == [
+        ln.split("|")[1] for ln in order(two) if ln.startswith("|")
+    ]
+
+    # --resume: the complete target is kept, the missing one is run, the report covers both.
+    (two / "flow-limit.json").unlink()
+    kept_at = (two / "temperature.json").stat().st_mtime_ns
+    res = _reproduce(two, "--jobs", "2", "--resume")
+    assert "kept 1 complete target(s)" in res.stdout and "temperature" in res.stdout
+    assert (two / "temperature.json").stat().st_mtime_ns == kept_at
+    assert json.loads((two / "flow-limit.json").read_text())["measured"] == a["flow-limit"]["measured"]
+    report = (two / "report.md").read_text()
+    assert "temperature" in report and "flow-limit" in report
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs two cores")
+def test_ctrl_c_ends_every_worker_and_says_how_to_resume(tmp_path):
+    out = tmp_path / "o"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rankdyn",
+        "reproduce",
+        "temperature",
+        "flow-limit",
+        "--quick",
+        "--jobs",
+        "2",
+    ]
+    proc = subprocess.Popen(
+        [*cmd, "--no-progress", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A runner started in the background ignores SIGINT, and its children inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 120
+    workers = []
+    while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        workers = _children(proc.pid)
+    assert len(workers) >= 2, "the workers never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "rankdyn reproduce: interrupted" in err and "--resume" in err, err
+    # A worker still starting (importing JAX) when the parent died leaves as soon as it can run.
+    deadline = time.monotonic() + 60
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.5)
+        alive = [p for p in workers if _state(p) == "running"]
+    assert not alive, f"workers {alive} outlived the interrupted parent"
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs of the processes whose parent is ``pid`` that run rankdyn's worker (spawned Python)."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+                if int(stat[1]) == pid and "spawn_main" in open(f"/proc/{d}/cmdline").read():
+                    kids.append(int(d))
+            except OSError:
+                continue
+    return kids
+
+
+def _state(pid: int) -> str:
+    try:
+        return "zombie" if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z" else "running"
+    except OSError:
+        return "gone"
