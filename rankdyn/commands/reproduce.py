@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kept {len(kept)} complete target(s) from {args.out}: {', '.join(kept)}")
     from ..experiments._verdict import partially_why
 
-    width = max(len("verdict"), *(len(r["verdict"]) for r in res["results"].values()))
+    width = max([len("verdict"), *(len(r["verdict"]) for r in res["results"].values())])
     print(f"{'target':24s} {'verdict':{width}s} {'time (s)':>9s}")
     for name, r in res["results"].items():
         why = partially_why(r.get("checks", ())) if r["verdict"] == "partially" else ""
