@@ -31,6 +31,7 @@ from jaxtyping import Array
 
 from .._errors import UsageError
 from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
+from .._run._interrupt import check_interrupt
 from ._field import FlowField
 from ._observer import FlowObserver
 
@@ -368,6 +369,7 @@ def solve_flow(
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}
         for k in range(intervals // p):
             x, r = _piece(field, observer, x, bj, ts[k * p : (k + 1) * p + 1], real, cfg)
+            check_interrupt()  # after the compile and between pieces (CLI signals only)
             # Every piece saves at its start too (one program for all); only the first keeps it.
             cut = slice(0 if k == 0 else 1, None)
             pieces.append(jax.tree.map(lambda a: a[:, cut], r["stats"]))

@@ -26,6 +26,7 @@ import jax.random as jr
 from jax import lax
 
 from .._observe._stats import chunk_stats, merge_stacked, merge_stats
+from ._interrupt import check_interrupt
 from ._sharding import map_sharded
 
 __all__ = ["ScanState", "DepthPlan", "scan_depth", "run_batch", "auto_chunk", "estimate_parts"]
@@ -326,6 +327,7 @@ def run_batch(
         state, stats, values, states = _first(
             layer, observe, source, drop_key, jnp.asarray(start), num_arr, chunk, plan, mesh
         )
+        check_interrupt()  # after the first piece's compile and between chunks
         stat_parts, value_parts, state_parts = [stats], [values], [states]
         b = nb
         if bar is not None:
@@ -334,6 +336,7 @@ def run_batch(
             nb = min(piece, num_blocks - b)
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
             state, s, v, st = _advance(layer, observe, state, jnp.asarray(b), plan, mesh)
+            check_interrupt()
             stat_parts.append(s)
             value_parts.append(v)
             state_parts.append(st)
