@@ -102,6 +102,21 @@ def _interrupted(args, t0: float, signum: int) -> int:
     return 128 + int(signum)
 
 
+#: Commands that write one result into the folder ``--out``: it gets a result manifest.
+RESULT_COMMANDS = ("simulate", "flow", "equilibria", "continue", "lyapunov")
+
+
+def _run_command(args):
+    """``args.func(args)``; for a single-result command, with its files recorded in a manifest."""
+    out = getattr(args, "out", None)
+    if args.command not in RESULT_COMMANDS or out is None:
+        return args.func(args)
+    from ._run._result_files import recording_result
+
+    with recording_result(out, args.command):
+        return args.func(args)
+
+
 def _empty_out(argv) -> bool:
     """Whether the command line gives ``--out ""`` (or ``--out=``)."""
     argv = list(argv)
@@ -134,7 +149,7 @@ def _main(argv: list[str] | None) -> int:
         jax.config.update("jax_enable_x64", True)
     try:
         check_interrupt()
-        code = int(args.func(args) or 0)
+        code = int(_run_command(args) or 0)
         check_interrupt()  # a signal after the last check: the results are written; say so
         return code
     except UsageError as err:  # user errors: a clear message, no traceback

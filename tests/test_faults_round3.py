@@ -62,3 +62,113 @@ def test_empty_out_is_refused(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "--out is empty" in err
     assert list(tmp_path.iterdir()) == []
+
+
+# --- Data loss --------------------------------------------------------------------------------
+
+FLOW = ["flow", "--n", "4", "--d", "3", "--batch", "2", "--time", "1", "--saves", "3", "--no-progress"]
+SIM = ["simulate", "--n", "3", "--d", "3", "--layers", "2", "--batch", "2", "--no-progress", "--plot", "mu"]
+
+
+def test_flow_states_are_written_atomically(tmp_path, monkeypatch, capsys):
+    """A full disk halfway through ``states.npy``: the old code wrote it in place and left a
+    truncated file; now the temp file is removed, the error names the file, no states.npy."""
+    import errno
+
+    import numpy as np
+
+    real_save = np.save
+
+    def full_disk(file, arr, *a, **k):
+        target = open(file, "wb") if isinstance(file, (str, os.PathLike)) else file
+        target.write(b"\x93NUMPY half")  # a few bytes land, then the disk is full
+        target.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(np, "save", full_disk)
+    out = tmp_path / "o"
+    rc = main([*FLOW, "--save-states", "--out", str(out)])
+    monkeypatch.setattr(np, "save", real_save)
+    err = capsys.readouterr().err
+    assert rc == 2 and "states.npy" in err and "No space left" in err, err
+    assert not (out / "states.npy").exists()
+    assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.slow
+def test_reused_out_is_cleared_of_the_previous_result(tmp_path, capsys):
+    """A second run into the same folder without --per-trajectory and one figure fewer: the
+    previous run's ``per_trajectory.npz`` and ``min_cos.png`` (listed by its manifest) goes; a file rankdyn did not write stays; the
+    manifest lists exactly the new result with its hashes. The old code kept the stale file."""
+    import hashlib
+    import json
+
+    out = tmp_path / "o"
+    assert main([*SIM, "--per-trajectory", "--plot", "mu,min_cos", "--out", str(out)]) == 0
+    assert (out / "per_trajectory.npz").is_file() and (out / "min_cos.png").is_file()
+    (out / "notes.txt").write_text("mine")
+    assert main([*SIM, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert not (out / "per_trajectory.npz").exists() and not (out / "min_cos.png").exists()
+    assert (out / "mu.png").is_file() and (out / "notes.txt").read_text() == "mine"
+    files = json.loads((out / "rankdyn-result.json").read_text())["files"]
+    assert "metrics.json" in files and "notes.txt" not in files and "per_trajectory.npz" not in files
+    for name, digest in files.items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+
+
+def _fake_run(folder, metrics, manifest=None):
+    import json
+
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    if manifest is not None:
+        (folder / "rankdyn-result.json").write_text(json.dumps({"command": "simulate", "files": manifest}))
+
+
+GOOD = {
+    "config": {"mask": "causal"},
+    "layers": [0, 1],
+    "metrics": {"mu": {"mean": [1.0, 0.5], "std": [0, 0]}},
+}
+
+
+def test_plot_trusts_only_the_result_manifest(tmp_path, capsys):
+    """``metrics.json`` that does not match the folder's manifest (a run interrupted while it
+    replaced the result) is refused, naming the folder; the old reader plotted it."""
+    _fake_run(tmp_path / "a", GOOD, manifest={"metrics.json": "0" * 64})
+    rc = main(["plot", str(tmp_path / "a"), "--out", str(tmp_path / "f.png")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("error:") == 1 and "does not match rankdyn-result.json" in err
+    assert not (tmp_path / "f.png").exists()
+
+
+@pytest.mark.parametrize(
+    "metrics, words",
+    [
+        ([1, 2], "no per-layer metrics"),  # not a dict: was an AttributeError traceback
+        ({**GOOD, "metrics": {"mu": 3.0}}, "no per-layer mean"),  # a scalar metric
+        ({**GOOD, "metrics": {"mu": {"std": [0, 0]}}}, "no per-layer mean"),  # no "mean"
+    ],
+)
+def test_plot_refuses_odd_result_files(tmp_path, capsys, metrics, words):
+    _fake_run(tmp_path / "a", metrics)
+    rc = main(["plot", str(tmp_path / "a"), "--out", str(tmp_path / "f.png")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("error:") == 1 and words in err and "Traceback" not in err, err
+
+
+def test_plot_out_folder_or_under_a_file_is_refused(tmp_path, capsys):
+    _fake_run(tmp_path / "a", GOOD)
+    (tmp_path / "dir.png").mkdir()
+    (tmp_path / "file").write_text("x")
+    for out, words in [(tmp_path / "dir.png", "is a folder"), (tmp_path / "file" / "f.png", "is a file")]:
+        assert main(["plot", str(tmp_path / "a"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("error:") == 1 and words in err and "Traceback" not in err, err
+
+
+def test_plot_says_when_log_axis_drops_values(tmp_path, capsys):
+    _fake_run(tmp_path / "a", {**GOOD, "metrics": {"mu": {"mean": [1.0, 0.0], "std": [0, 0]}}})
+    assert main(["plot", str(tmp_path / "a"), "--out", str(tmp_path / "f.png")]) == 0
+    assert "1 non-positive value(s) of mu are not drawn on the log axis" in capsys.readouterr().err

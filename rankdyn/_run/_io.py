@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import UsageError
+from ._result_files import note_written
 
 __all__ = [
     "cpu_model",
@@ -181,6 +182,7 @@ def atomic_path(path, *, fsync: bool = False) -> Iterator[Path]:
                 os.fsync(f.fileno())
         os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
+        note_written(path)  # part of the result being recorded (rankdyn._run._result_files)
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -170,7 +170,7 @@ def run_checkpoint(args) -> int:
 
     from .._model._graph import graph_info
     from .._observe._observer import parse_metrics
-    from .._run._io import CompileTimer, provenance, write_json
+    from .._run._io import CompileTimer, atomic_write, provenance, savez, write_json
     from .._run._memory import MemoryEstimate, check_memory
     from .._run._scan import auto_chunk, estimate_parts
     from .._run._simulate import simulate
@@ -264,11 +264,11 @@ def run_checkpoint(args) -> int:
         "provenance": provenance() | {"checkpoint_path": ckpt.path, "weights_sha256": ckpt.sha256},
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    np.save(args.out / "input_ids.npy", ids.astype(np.int32))
+    atomic_write(args.out / "input_ids.npy", lambda f: np.save(f, ids.astype(np.int32)))
     if args.per_trajectory:
         arrays = {k: np.asarray(v) for k, v in traj.metrics.items()}
         arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate)}
-        np.savez(args.out / "per_trajectory.npz", **arrays, layers=np.asarray(traj.layers))
+        savez(args.out / "per_trajectory.npz", {**arrays, "layers": np.asarray(traj.layers)})
         result["per_trajectory_file"] = "per_trajectory.npz"
     write_json(args.out / "metrics.json", result)
     if summary:

@@ -106,7 +106,7 @@ def run(args) -> int:
     import numpy as np
 
     from .._model._masks import make_mask
-    from .._run._io import CompileTimer, provenance, write_json
+    from .._run._io import CompileTimer, atomic_write, provenance, write_json
     from ..flow import FlowField, solve_flow
     from ._phase import begin_compute
 
@@ -157,7 +157,7 @@ def run(args) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     if args.save_states:
-        np.save(args.out / "states.npy", np.asarray(sol.states))
+        atomic_write(args.out / "states.npy", lambda f: np.save(f, np.asarray(sol.states)))
         result["states_file"] = "states.npy"
     write_json(args.out / "metrics.json", result)
     from ..plotting import plot_flow_metrics
