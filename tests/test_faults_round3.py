@@ -98,8 +98,9 @@ def test_flow_states_are_written_atomically(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_reused_out_is_cleared_of_the_previous_result(tmp_path, capsys):
     """A second run into the same folder without --per-trajectory and one figure fewer: the
-    previous run's ``per_trajectory.npz`` and ``min_cos.png`` (listed by its manifest) goes; a file rankdyn did not write stays; the
-    manifest lists exactly the new result with its hashes. The old code kept the stale file."""
+    previous run's ``per_trajectory.npz`` and ``min_cos.png`` (listed by its manifest) go; a
+    file rankdyn did not write stays; the manifest lists exactly the new result with its
+    hashes. The old code kept the stale files."""
     import hashlib
     import json
 
