@@ -340,6 +340,7 @@ def test_equilibria_interrupt(tmp_path, monkeypatch, capsys):
     assert "rankdyn equilibria: interrupted" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_sigint_during_sweep_compile(tmp_path):
     """Ctrl-C while the sweep compiles: exit 130 and the resume line, never a crash (SIGSEGV)
     or a swallowed interrupt (a completed sweep). Three tries, each a fresh process."""
