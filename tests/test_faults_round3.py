@@ -173,3 +173,24 @@ def test_plot_says_when_log_axis_drops_values(tmp_path, capsys):
     _fake_run(tmp_path / "a", {**GOOD, "metrics": {"mu": {"mean": [1.0, 0.0], "std": [0, 0]}}})
     assert main(["plot", str(tmp_path / "a"), "--out", str(tmp_path / "f.png")]) == 0
     assert "1 non-positive value(s) of mu are not drawn on the log axis" in capsys.readouterr().err
+
+
+def test_reproduce_report_covers_every_result_in_the_folder(tmp_path):
+    """``reproduce T --out DIR`` over an earlier run: the report lists the earlier target's
+    result too (and says it is from an earlier run), and names an unreadable leftover. The old
+    writer reported T alone next to the other targets' files."""
+    import json
+
+    from rankdyn.experiments._report import write_report
+
+    def result(name, verdict):
+        return {"name": name, "claim": "c", "verdict": verdict, "checks": [], "runtime_s": 1.0, "figures": []}
+
+    (tmp_path / "temperature.json").write_text(json.dumps(result("temperature", "reproduced")))
+    (tmp_path / "ablation.json").write_text("{broken")
+    text = write_report(
+        tmp_path, {"masks-collapse": result("masks-collapse", "partially")}, runtime_s=1.0, quick=True, seed=0
+    ).read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| [")]
+    assert [r.split("]")[0][3:] for r in rows] == ["masks-collapse", "temperature"]
+    assert "from an earlier run" in text and "unreadable, not reported: ablation.json" in text
