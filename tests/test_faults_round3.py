@@ -194,3 +194,65 @@ def test_reproduce_report_covers_every_result_in_the_folder(tmp_path):
     rows = [ln for ln in text.splitlines() if ln.startswith("| [")]
     assert [r.split("]")[0][3:] for r in rows] == ["masks-collapse", "temperature"]
     assert "from an earlier run" in text and "unreadable, not reported: ablation.json" in text
+
+
+# --- Silently wrong ---------------------------------------------------------------------------
+
+
+class _FakeResources:
+    """Stands in for ``importlib.resources`` so that `load` reads a given certificates text."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def files(self, package):
+        return self
+
+    def joinpath(self, name):
+        return self
+
+    def read_text(self, *a, **k):
+        return self.text
+
+    def __str__(self):
+        return "undirected_certificates.json"
+
+
+def _certificate_variants():
+    import copy
+    import json
+    from importlib import resources
+
+    from rankdyn.experiments.theory import _undirected_known as K
+
+    shipped = json.loads(
+        resources.files(K.__package__).joinpath("data/undirected_certificates.json").read_text()
+    )
+    empty = {**shipped, "certificates": []}
+    relabelled = copy.deepcopy(shipped)
+    relabelled["certificates"][0]["setting"] = "N=3/window/generic"  # its W_Q = W_K: symmetric
+    remasked = copy.deepcopy(shipped)
+    remasked["certificates"][0]["setting"] = "N=3/complete/symmetric"  # its mask is a window
+    duplicated = {**shipped, "certificates": shipped["certificates"] + shipped["certificates"][:1]}
+    return K, [
+        (empty, "no certificates"),
+        (relabelled, "labelled attention 'generic'"),
+        (remasked, "labelled mask 'complete'"),
+        (duplicated, "duplicates certificate 0"),
+        ("{not json", "not valid JSON"),
+    ]
+
+
+def test_certificates_file_is_validated(monkeypatch):
+    """An empty list (the old code: verdict "no evidence against", exit 0), a relabelled
+    attention or mask (a finding under the wrong setting), a duplicate (counted twice) and broken
+    JSON are each refused, naming the entry; the shipped file loads."""
+    import json
+
+    K, variants = _certificate_variants()
+    assert len(K.load()) >= 1
+    for data, words in variants:
+        text = data if isinstance(data, str) else json.dumps(data)
+        monkeypatch.setattr(K, "resources", _FakeResources(text))
+        with pytest.raises(ValueError, match=words):
+            K.load()
