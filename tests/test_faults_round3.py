@@ -256,3 +256,46 @@ def test_certificates_file_is_validated(monkeypatch):
         monkeypatch.setattr(K, "resources", _FakeResources(text))
         with pytest.raises(ValueError, match=words):
             K.load()
+
+
+def _safetensors_bytes(header_text: str, body: bytes) -> bytes:
+    import struct
+
+    raw = header_text.encode()
+    return struct.pack("<Q", len(raw)) + raw + body
+
+
+def _safetensors_variants():
+    """A valid file (two float32 tensors of 2 elements) and the header faults of the audit."""
+    body = bytes(16)
+    a = '"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}'
+    b = '"b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}'
+    return _safetensors_bytes("{" + a + ", " + b + "}", body), [
+        ("overlap", "{" + a + ', "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}', body),
+        ("duplicated name", "{" + a + ", " + a.replace("[0, 8]", "[8, 16]") + "}", body),
+        ("float offsets", "{" + a.replace("[0, 8]", "[0.0, 8.0]") + ", " + b + "}", body),
+        ("float shape", "{" + a.replace("[2]", "[2.0]") + ", " + b + "}", body),
+        ("trailing bytes", "{" + a + ", " + b + "}", body + bytes(8)),
+        ("gap", "{" + a + ", " + b.replace("[8, 16]", "[12, 20]") + "}", bytes(20)),
+    ]
+
+
+def test_safetensors_header_is_validated_like_the_reference_library():
+    """Each header fault is refused by the ``safetensors`` package itself (the oracle) and, now,
+    by rankdyn, naming the file; the valid file is read the same by both. The old reader
+    accepted all six."""
+    import numpy as np
+    from safetensors.numpy import load as reference_load
+
+    from rankdyn._errors import UsageError
+    from rankdyn._trained._read import parse_safetensors
+
+    good, variants = _safetensors_variants()
+    ours, ref = parse_safetensors(good, "w.safetensors"), reference_load(good)
+    assert set(ours) == set(ref) and all(np.array_equal(ours[k], ref[k]) for k in ref)
+    for what, header, body in variants:
+        data = _safetensors_bytes(header, body)
+        with pytest.raises(Exception):  # the reference refuses it ...
+            reference_load(data)
+        with pytest.raises(UsageError, match="w.safetensors: not a valid safetensors file"):  # ... so do we
+            parse_safetensors(data, "w.safetensors")

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from .._errors import UsageError
+from ._safetensors_header import checked_header
 
 __all__ = ["RawCheckpoint", "read_checkpoint"]
 
@@ -95,13 +96,9 @@ def parse_safetensors(data: bytes, where: str) -> dict[str, np.ndarray]:
             f"{bad} (header of {size} bytes in a {len(data)}-byte file: truncated?); re-download or re-save "
             "it."
         )
-    try:
-        header = json.loads(data[8 : 8 + size])
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"{bad} (header is not JSON: {err}); re-save it.") from None
-    if not isinstance(header, dict):
-        raise UsageError(f"{bad} (header is not a JSON object); re-save it.")
     body = memoryview(data)[8 + size :]
+    # As the format specifies: unique names, integer shapes and offsets, tensors tiling the body.
+    header = checked_header(data[8 : 8 + size], len(body), {k: v.itemsize for k, v in _DTYPES.items()}, where)
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
