@@ -299,3 +299,74 @@ def test_safetensors_header_is_validated_like_the_reference_library():
             reference_load(data)
         with pytest.raises(UsageError, match="w.safetensors: not a valid safetensors file"):  # ... so do we
             parse_safetensors(data, "w.safetensors")
+
+
+def _checkpoint_files(folder, tokenizer=None):
+    """A minimal folder read_checkpoint accepts: a config and one valid safetensors tensor."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (folder / "model.safetensors").write_bytes(_safetensors_variants()[0])
+    if tokenizer is not None:
+        (folder / "tokenizer.json").write_bytes(tokenizer)
+    return folder
+
+
+def test_ambiguous_corrupt_and_oversized_zips_are_refused(tmp_path):
+    """Two checkpoints in one zip (the old reader mixed one's config with the other's
+    weights), an unknown compression method and a member over the cap: each one error naming
+    the zip; the refusal of the two-checkpoint zip lists what it holds. A sentence-transformers
+    layout (a second config.json in 1_Pooling/) is not ambiguous."""
+    import zipfile
+
+    from rankdyn._errors import UsageError
+    from rankdyn._trained import _zip_members
+    from rankdyn._trained._read import read_checkpoint
+
+    a, b = _checkpoint_files(tmp_path / "a"), _checkpoint_files(tmp_path / "b")
+    two = tmp_path / "two.zip"
+    with zipfile.ZipFile(two, "w") as z:
+        for folder in (a, b):
+            for f in folder.iterdir():
+                z.write(f, f"{folder.name}/{f.name}")
+    with pytest.raises(
+        UsageError, match=r"more than one checkpoint .*a/model.safetensors, b/model.safetensors"
+    ):
+        read_checkpoint(two)
+    pooled = tmp_path / "pooled.zip"
+    with zipfile.ZipFile(pooled, "w") as z:
+        for f in a.iterdir():
+            z.write(f, f.name)
+        z.writestr("1_Pooling/config.json", '{"pooling_mode_mean_tokens": true}')
+    assert read_checkpoint(pooled).config == {"model_type": "bert"}
+    odd = tmp_path / "odd.zip"
+    with zipfile.ZipFile(odd, "w") as z:
+        for f in a.iterdir():
+            z.write(f, f.name)
+    raw = bytearray(odd.read_bytes())
+    for sig in (b"PK\x03\x04", b"PK\x01\x02"):  # set the method of every entry to 99 (unknown)
+        at = raw.find(sig)
+        while at >= 0:
+            off = at + (8 if sig == b"PK\x03\x04" else 10)
+            raw[off : off + 2] = (99).to_bytes(2, "little")
+            at = raw.find(sig, at + 4)
+    odd.write_bytes(bytes(raw))
+    with pytest.raises(UsageError, match="odd.zip"):
+        read_checkpoint(odd)
+    with pytest.raises(UsageError, match="over the"):
+        _zip_members.zip_members(pooled, ("config.json", "model.safetensors"), "fix", max_bytes=8)
+    assert _zip_members.MAX_MEMBER_BYTES >= 440 * 10**6  # admits MPNet-base's model.safetensors
+
+
+def test_broken_tokenizer_and_non_utf8_files_are_refused(tmp_path):
+    """A ``tokenizer.json`` that is not UTF-8 (the old reader decoded it with replacement
+    characters) or that tokenizers cannot load (a traceback later): refused when read, naming
+    the file and, for bad bytes, the offset."""
+    from rankdyn._errors import UsageError
+    from rankdyn._trained._read import read_checkpoint
+
+    with pytest.raises(UsageError, match=r"tokenizer.json: not UTF-8 text \(byte 3"):
+        read_checkpoint(_checkpoint_files(tmp_path / "latin", tokenizer=b'{"a\xe9": 1}'))
+    with pytest.raises(UsageError, match="tokenizer.json: not a tokenizer.json"):
+        read_checkpoint(_checkpoint_files(tmp_path / "broken", tokenizer=b'{"version": "1.0"}'))

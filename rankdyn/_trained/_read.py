@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import struct
-import zipfile
 from pathlib import Path
 
 import ml_dtypes
@@ -21,6 +20,8 @@ import numpy as np
 
 from .._errors import UsageError
 from ._safetensors_header import checked_header
+from ._text_files import checked_tokenizer_json
+from ._zip_members import zip_members
 
 __all__ = ["RawCheckpoint", "read_checkpoint"]
 
@@ -59,20 +60,8 @@ def _members(path: Path) -> dict[str, bytes | Path]:
     """Name -> bytes (zip members) or Path (folder files) for the three files a checkpoint may hold."""
     if path.is_dir():
         return {name: path / name for name in (_CONFIG, _WEIGHTS, _TOKENIZER) if (path / name).is_file()}
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-            out = {}
-            for want in (_CONFIG, _WEIGHTS, _TOKENIZER):
-                # The files may sit in one folder inside the zip: take the shallowest match.
-                hits = sorted(
-                    (n for n in names if n == want or n.endswith("/" + want)), key=lambda n: n.count("/")
-                )
-                if hits:
-                    out[want] = z.read(hits[0])
-            return out
-    except (zipfile.BadZipFile, OSError, EOFError, zipfile.LargeZipFile) as err:
-        raise UsageError(f"checkpoint {path}: not a readable folder or zip file ({err}); {_FIX}.") from None
+    # One checkpoint per zip, size-capped, each failure one clear error (rankdyn._trained._zip_members).
+    return zip_members(path, (_CONFIG, _WEIGHTS, _TOKENIZER), _FIX)
 
 
 def _read_bytes(v: bytes | Path) -> bytes:
@@ -155,5 +144,7 @@ def read_checkpoint(path) -> RawCheckpoint:
         config=config,
         tensors=tensors,
         sha256=hashlib.sha256(data).hexdigest(),
-        tokenizer_json=None if tok is None else _read_bytes(tok).decode("utf-8", errors="replace"),
+        tokenizer_json=None
+        if tok is None
+        else checked_tokenizer_json(_read_bytes(tok), f"checkpoint {p}: tokenizer.json"),
     )

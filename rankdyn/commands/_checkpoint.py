@@ -146,7 +146,9 @@ def _check_inputs(args, ckpt, given: dict):
         raise UsageError(
             f"--text {args.text}: cannot read it ({err.strerror or err}); give a text file."
         ) from None
-    text = data.decode("utf-8", errors="replace")
+    from .._trained._text_files import utf8_text
+
+    text = utf8_text(data, f"--text {args.text}")  # never replacement characters
     ids = ckpt.tokenize_text(text, n, args.batch, where=f"--text {args.text}")
     return ids, {"text": str(args.text), "text_sha256": hashlib.sha256(data).hexdigest()}
 
