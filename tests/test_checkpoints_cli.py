@@ -159,7 +159,7 @@ ROWS = {
         ["has 3 tokens"],
     ),
     "text not utf8": (
-        lambda k, t: CK(k["bert"]) + ["--text", _latin1(t)],
+        lambda k, t: CK(k["bert"]) + ["--text", _latin1(t), "--n", "4", "--batch", "1"],
         ["--text", "latin1.txt: not UTF-8 text (byte 3"],
     ),
     "ids vocab": (
