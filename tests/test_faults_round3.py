@@ -370,3 +370,72 @@ def test_broken_tokenizer_and_non_utf8_files_are_refused(tmp_path):
         read_checkpoint(_checkpoint_files(tmp_path / "latin", tokenizer=b'{"a\xe9": 1}'))
     with pytest.raises(UsageError, match="tokenizer.json: not a tokenizer.json"):
         read_checkpoint(_checkpoint_files(tmp_path / "broken", tokenizer=b'{"version": "1.0"}'))
+
+
+def test_load_checkpoint_takes_floating_dtypes_only(tmp_path):
+    """``dtype=int32`` zeroed every weight and ``complex64`` was accepted: both refused now,
+    before the file is read."""
+    import jax.numpy as jnp
+
+    from rankdyn._errors import UsageError
+    from rankdyn.checkpoints import load_checkpoint
+
+    for dtype in (jnp.int32, jnp.complex64, bool):
+        with pytest.raises(UsageError, match="real floating dtype"):
+            load_checkpoint(tmp_path / "nope", dtype=dtype)
+
+
+def test_solve_flow_refuses_what_it_ignored_clamped_or_crashed_on():
+    """NaN / inf in ``times`` (NaN everywhere), float16 and complex ``x0``, ``t1`` or ``saves``
+    next to ``times`` (ignored), ``chunk <= 0`` (clamped), ``max_steps <= 0``, an observer that is
+    not one, and a call under ``jax.jit``: each one UsageError, before any compile."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rankdyn._errors import UsageError
+    from rankdyn.flow import FlowField, solve_flow
+
+    field = FlowField(np.ones((3, 3), bool), 2)
+    x0 = jnp.asarray(np.random.default_rng(0).normal(size=(3, 2)))
+    t = np.array([0.0, 1.0, 2.0])
+    cases = [
+        (dict(times=np.array([0.0, np.nan, 2.0])), "times must be finite"),
+        (dict(times=np.array([0.0, 1.0, np.inf])), "times must be finite"),
+        (dict(x0=x0.astype(jnp.float16), t1=1.0), "float32 or float64"),
+        (dict(x0=x0.astype(jnp.complex64), t1=1.0), "x0 must be real"),
+        (dict(times=t, t1=5.0), "either times= or t1"),
+        (dict(times=t, saves=7), "either times= or t1"),
+        (dict(t1=1.0, chunk=0), "chunk must be an integer >= 1"),
+        (dict(t1=1.0, max_steps=0), "max_steps must be an integer >= 1"),
+    ]
+    for kwargs, words in cases:
+        kwargs = {"x0": x0, **kwargs}
+        with pytest.raises(UsageError, match=words):
+            solve_flow(field, kwargs.pop("x0"), kwargs.pop("t1", None), beta=1.0, **kwargs)
+    from rankdyn._flow._arguments import check_flow_arguments  # the tests' type checker would stop it first
+    from rankdyn.flow import FlowObserver
+
+    with pytest.raises(UsageError, match="observe must be a rankdyn.flow.FlowObserver"):
+        check_flow_arguments(x0, 1.0, None, None, None, 10, lambda x: x, FlowObserver)
+    with pytest.raises(UsageError, match="cannot run under jax.jit"):
+        jax.jit(lambda x: solve_flow(field, x, 1.0, beta=1.0).summary)(x0)
+
+
+def test_energy_does_not_overflow_and_large_beta_names_x64(tmp_path, capsys):
+    """float32 at beta 90: the energy is finite and equals float64's (the old e^beta factor
+    overflowed to inf and nulled every metric); a beta whose energy cannot be represented is
+    refused naming --x64, before compute."""
+    import numpy as np
+
+    from rankdyn.flow import interaction_energy
+
+    x = np.random.default_rng(1).normal(size=(6, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    e32 = float(interaction_energy(x.astype(np.float32), 90.0))
+    g = x @ x.T
+    oracle = np.exp(90.0 * g).sum() / (2 * 90.0 * 36)  # NumPy float64, the formula itself
+    assert np.isfinite(e32) and abs(e32 / oracle - 1) < 1e-4
+    assert main(["flow", "--beta", "200", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--beta 200" in err and "--x64" in err

@@ -32,6 +32,7 @@ from jaxtyping import Array
 from .._errors import UsageError
 from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
 from .._run._interrupt import check_interrupt
+from ._arguments import check_flow_arguments
 from ._field import FlowField
 from ._observer import FlowObserver
 
@@ -279,7 +280,7 @@ def solve_flow(
     *,
     beta,
     times=None,
-    saves: int = 101,
+    saves: int | None = None,
     solver: str = "tsit5",
     rtol: float | None = None,
     atol: float | None = None,
@@ -300,7 +301,7 @@ def solve_flow(
         t1: the horizon $T$ (> 0), with ``saves`` saved times uniform on $[0, T]$.
         beta: the temperature (>= 0), or a 1-D array of them (vmapped; same starts for each).
         times: instead of ``t1``/``saves``, an increasing array of saved times starting at 0.
-        saves: number of saved times (>= 2), t = 0 included.
+        saves: number of saved times (>= 2, default 101), t = 0 included; not with ``times``.
         solver: ``"tsit5"``, ``"dopri5"`` (adaptive) or ``"euler"``, ``"rk4"`` (fixed step).
         rtol, atol: PID controller tolerances (adaptive only; default 1e-6, 1e-8).
         dt: the step of a fixed-step solver (required there, refused for adaptive ones).
@@ -320,6 +321,8 @@ def solve_flow(
     Raises:
         UsageError: on a bad solver, tolerance, step, horizon, temperature, time grid or ``x0``.
     """
+    check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe or observer, FlowObserver)
+    saves = 101 if saves is None else saves
     x0, betas, times, adaptive, rtol, atol = _validate(
         field, x0, t1, beta, times, saves, solver, rtol, atol, dt
     )
@@ -335,7 +338,7 @@ def solve_flow(
     observer = FlowObserver() if observe is None else observe
     dtype = x0.dtype
     batch = x0.shape[0]
-    chunk = min(batch, 1024) if chunk is None else max(1, min(int(chunk), batch))
+    chunk = min(batch, 1024) if chunk is None else min(int(chunk), batch)  # chunk >= 1: checked
     intervals = times.size - 1
     p = _piece_length(intervals)
     if adaptive:

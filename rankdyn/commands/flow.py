@@ -96,6 +96,9 @@ def check_args(args: argparse.Namespace) -> None:
         v = getattr(args, flag)
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"--{flag} must be finite and > 0, got {v}.")
+    from .._flow._arguments import check_beta_range
+
+    check_beta_range(args.beta, "float64" if args.x64 else "float32", args.dynamics)
     check_out_dir(args.out)
 
 
