@@ -162,6 +162,20 @@ ROWS = {
         lambda k, t: CK(k["bert"]) + ["--text", _latin1(t), "--n", "4", "--batch", "1"],
         ["--text", "latin1.txt: not UTF-8 text (byte 3"],
     ),
+    "dilated too wide": (  # issue 33: the random path's mask checks, on this path too
+        lambda k, t: (
+            CK(k["bert"])
+            + ["--text", str(k["text"]), "--n", "8", "--batch", "1", "--mask", "dilated", "--window", "5"]
+        ),
+        ["--window 5 dilated hops", "--window <= 1"],
+    ),
+    "rank-tol unread": (
+        lambda k, t: (
+            CK(k["bert"])
+            + ["--text", str(k["text"]), "--n", "8", "--batch", "1", "--metrics", "mu", "--rank-tol", "1e-3"]
+        ),
+        ["--rank-tol 0.001 is ignored"],
+    ),
     "ids vocab": (
         lambda k, t: CK(k["bert"]) + ["--input-ids", _npy(t, [[1, VOCAB]])],
         ["--input-ids", "outside the vocabulary [0, 40)"],

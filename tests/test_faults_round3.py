@@ -439,3 +439,36 @@ def test_energy_does_not_overflow_and_large_beta_names_x64(tmp_path, capsys):
     assert main(["flow", "--beta", "200", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "--beta 200" in err and "--x64" in err
+
+
+# --- Silently ignored ---------------------------------------------------------------------------
+
+
+def test_seed_reaches_the_random_mask_of_a_checkpoint_run(tmp_path, monkeypatch):
+    """``--mask random --seed s`` with ``--checkpoint``: the old code built the mask with seed 0
+    whatever ``--seed`` said (two seeds, one mu). The layers handed to simulate now differ, and
+    equal the random path's mask for that seed."""
+    pytest.importorskip("transformers")
+    import numpy as np
+    from checkpoint_models import WORDS, bert
+
+    import rankdyn._run._simulate
+    from rankdyn.masks import make_mask
+
+    (tmp_path / "bert").mkdir()
+    bert(tmp_path / "bert")
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(WORDS[i % len(WORDS)] for i in range(60)))
+    masks = []
+
+    def capture(layer, *a, **k):
+        masks.append(np.asarray(layer.mask))
+        raise KeyboardInterrupt  # stop before compute (exit 130)
+
+    monkeypatch.setattr(rankdyn._run._simulate, "simulate", capture)
+    for seed in (1, 2):
+        argv = ["simulate", "--checkpoint", str(tmp_path / "bert"), "--text", str(text), "--n", "12"]
+        argv += ["--batch", "1", "--mask", "random", "--seed", str(seed), "--out", str(tmp_path / f"o{seed}")]
+        assert main(argv) == 130
+    assert not np.array_equal(masks[0], masks[1])
+    assert np.array_equal(masks[1], make_mask("random", 12, seed=2))

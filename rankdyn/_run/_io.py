@@ -121,6 +121,7 @@ def provenance() -> dict:
 _USER_WRITE_ERRORS = {
     errno.ENOSPC: "free some space or choose another output folder",
     errno.EDQUOT: "free some space or choose another output folder",
+    errno.EFBIG: "raise the file-size limit (ulimit -f) or choose another output folder",
     errno.EACCES: "choose a folder you can write to",
     errno.EPERM: "choose a folder you can write to",
     errno.EROFS: "choose a folder on a writable file system",

@@ -202,8 +202,17 @@ def run_checkpoint(args) -> int:
         )
     ids, source = _check_inputs(args, ckpt, given)
     batch, n = ids.shape
+    from .._model._config import Names, check_mask_size
+    from .._model._masks import make_mask
+    from ._checks import check_rank_tol_read
+
+    # The random path's checks, on this path too (issue 33): one validation serves both.
+    check_mask_size(mask, n, args.window, 4, 1, Names.flags())
+    check_rank_tol_read(args, names)
+    # --seed reaches --mask random (it was built with seed 0 whatever --seed said).
+    mask_arg = make_mask("random", n, window=args.window, seed=args.seed) if mask == "random" else mask
     try:
-        layer = ckpt.layers(n, args.variant or "full", mask, window=args.window)
+        layer = ckpt.layers(n, args.variant or "full", mask_arg, window=args.window)
     except ValueError as err:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     item = ckpt.dtype.itemsize
@@ -229,6 +238,9 @@ def run_checkpoint(args) -> int:
     )
     check_out_dir(args.out)
 
+    from ._phase import begin_compute
+
+    begin_compute()  # every flag is checked: an error from here on is internal, not a usage error
     x0 = ckpt.embed(ids)
     with CompileTimer() as timer:
         traj = simulate(
