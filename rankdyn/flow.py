@@ -1,9 +1,9 @@
 """The self-attention flow on the sphere, in continuous time (docs/theory.md#continuous-time).
 
 Re-exports only: the field (`FlowField`, SA or USA with any mask and $Q, K, V$), its
-integration with Diffrax (`solve_flow`), the observables (`cluster_count`, `interaction_energy`,
-`FlowObserver`) and the equilibria with their classification (`find_equilibria`,
-`classify_equilibrium`).
+integration with Diffrax (`solve_flow`, its per-trajectory `RESULTS`), the observables
+(`cluster_count`, `interaction_energy`, `FlowObserver`) and the equilibria with their
+classification (`find_equilibria`, `classify_equilibrium`).
 """
 
 from ._flow._equilibria import Classification as Classification
@@ -20,6 +20,7 @@ from ._flow._observer import FlowObserver as FlowObserver
 from ._flow._observer import cluster_count as cluster_count
 from ._flow._observer import diameter as diameter
 from ._flow._solve import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
+from ._flow._solve import RESULTS as RESULTS
 from ._flow._solve import RK4 as RK4
 from ._flow._solve import SOLVERS as SOLVERS
 from ._flow._solve import FlowSolution as FlowSolution
@@ -36,6 +37,7 @@ __all__ = [
     "FlowObserver",
     "FlowSolution",
     "ProjectedSolver",
+    "RESULTS",
     "RK4",
     "SOLVERS",
     "classify_equilibrium",

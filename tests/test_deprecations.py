@@ -23,6 +23,19 @@ def test_solve_flow_observer_and_values_are_deprecated_spellings():
         solve_flow(field, x0, observe=FlowObserver(), observer=FlowObserver(), **kw)
 
 
+def test_solve_flow_time_first_states_are_deprecated():
+    """Without batch_first=True the states keep the old (S, batch, n, d) layout, with a warning."""
+    field = FlowField(causal_mask(3), 2, "sa")
+    x0 = np.array([[[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], [[0.6, 0.8], [0.0, 1.0], [0.8, -0.6]]])
+    kw = dict(t1=1.0, beta=1.0, saves=4, save_states=True)
+    new = solve_flow(field, x0, batch_first=True, **kw)
+    with pytest.warns(DeprecationWarning, match=r"\(S, batch, n, d\).*batch_first=True"):
+        old = solve_flow(field, x0, **kw)
+    assert new.states.shape == (2, 4, 3, 2) and old.states.shape == (4, 2, 3, 2)
+    np.testing.assert_array_equal(np.asarray(old.states), np.moveaxis(np.asarray(new.states), 0, 1))
+    np.testing.assert_allclose(np.asarray(new.states[:, 0]), x0 / np.linalg.norm(x0, axis=-1, keepdims=True))
+
+
 def test_cli_norm_is_a_deprecated_spelling_of_placement(capsys):
     from rankdyn.cli import build_parser
 

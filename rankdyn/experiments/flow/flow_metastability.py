@@ -143,6 +143,7 @@ def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
         max_steps=20000,
         per_trajectory=True,
         save_states=True,
+        batch_first=True,
     )
     clusters, energy = np.asarray(sol.metrics["clusters"]), np.asarray(sol.metrics["energy"])
     per_beta = [_per_beta(b, times, clusters[i], energy[i]) for i, b in enumerate(betas)]
@@ -152,7 +153,7 @@ def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
     for j in range(sz["batch"]):
         p = longest_plateau(times, clusters[ib, j])
         if p is not None and len(starts) < sz["refine"]:
-            starts.append(np.asarray(sol.states[ib, p["mid"], j]))
+            starts.append(np.asarray(sol.states[ib, j, p["mid"]]))
             ks.append(p["k"])
     saddles = []
     if starts:
