@@ -472,3 +472,61 @@ def test_seed_reaches_the_random_mask_of_a_checkpoint_run(tmp_path, monkeypatch)
         assert main(argv) == 130
     assert not np.array_equal(masks[0], masks[1])
     assert np.array_equal(masks[1], make_mask("random", 12, seed=2))
+
+
+# --- A zero row under a LayerNorm with eps ------------------------------------------------------
+
+
+def test_layernorm_with_eps_maps_a_zero_row_to_its_bias_like_numpy():
+    """BERT's centred LayerNorm with eps on a zero row and on a nearly-constant row, against a
+    NumPy LayerNorm: the formula, not NaN and not "divide by 1"; the flag is kept."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rankdyn._model._norms import LayerNorm
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 6))
+    x[1] = 0.0
+    x[2] = 3.0 + 1e-9 * rng.normal(size=6)  # spread far below eps's scale
+    gain, bias, eps = rng.normal(size=6), rng.normal(size=6), 1e-12
+
+    def numpy_ln(x):
+        xc = x - x.mean(-1, keepdims=True)
+        return gain * xc / np.sqrt((xc**2).mean(-1, keepdims=True) + eps) + bias
+
+    y, bad = LayerNorm(gain, bias, eps=eps)(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(y), numpy_ln(x), rtol=1e-6, atol=1e-9)
+    assert np.allclose(np.asarray(y)[1], bias) and bool(bad[1]) and not bool(bad[0])
+
+
+def test_a_zero_token_keeps_mu_and_only_its_cosines_are_nan(getkey):
+    """Attention dropout on a causal window without skip zeroes a row (both neighbours
+    dropped); under LayerNorm with eps it maps to the bias (here 0). mu is defined there and
+    reported, the cosines are NaN (undefined), the degenerate flag is set. The old scan dropped
+    every metric of such a trajectory (mu null from then on)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import rankdyn as rd
+
+    layer = rd.make_layer(
+        getkey(),
+        n=6,
+        d=4,
+        mask="causal",
+        window=1,
+        placement="post",
+        ln="layernorm",
+        skip=False,
+        attn_dropout=0.7,
+    )
+    x0 = jnp.asarray(np.random.default_rng(0).normal(size=(3, 6, 4)))
+    traj = rd.simulate(layer, x0, 6, metrics="mu,min_cos", key=getkey(), save_states=True)
+    states = np.asarray(traj.states)
+    zero = np.all(states == 0, axis=-1).any(axis=(0, 2))  # a saved layer with a zero token
+    assert zero.any(), "the case must produce a zero row"
+    mu = np.asarray(traj.summary.mean["mu"]) if hasattr(traj.summary, "mean") else None
+    assert mu is not None and np.all(np.isfinite(mu))
+    assert np.all(np.isnan(np.asarray(traj.summary.mean["min_cos"])[zero]))
+    assert int(traj.summary.degenerate) >= 1

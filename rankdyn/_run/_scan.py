@@ -132,7 +132,9 @@ def scan_depth(
         x_ok = jnp.all(jnp.isfinite(row_max), axis=-1)
         zero = jnp.any(row_max == 0, axis=-1)
         ok = _finite(values, x_ok)
-        ys = reduce(values, ok & valid)  # a zero token's NaN cosines are flagged degenerate, not non-finite
+        # A zero token with finite states still counts: mu and the norms are defined there, and
+        # only the metrics undefined at a zero row (its cosines) come out NaN, with the flag.
+        ys = reduce(values, (ok | (zero & x_ok)) & valid)
         return bad | zero, nonfinite | ~(ok | (zero & x_ok)), ((ys, x) if save_states else ys)
 
     def one_block(carry, b):
