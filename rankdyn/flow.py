@@ -3,14 +3,14 @@
 Re-exports only: the field (`FlowField`, SA or USA with any mask and $Q, K, V$), its
 integration with Diffrax (`solve_flow`, its per-trajectory `RESULTS`), the observables
 (`cluster_count`, `interaction_energy`, `FlowObserver`) and the equilibria with their
-classification (`find_equilibria`, `classify_equilibrium`).
+classification (`find_zeros`, `classify_equilibrium`).
 """
 
 from ._flow._equilibria import Classification as Classification
 from ._flow._equilibria import classify_equilibrium as classify_equilibrium
-from ._flow._equilibria import find_equilibria as find_equilibria
+from ._flow._equilibria import field_jacobian as field_jacobian
+from ._flow._equilibria import find_zeros as find_zeros
 from ._flow._equilibria import rotation_invariant as rotation_invariant
-from ._flow._equilibria import tangent_jacobian as tangent_jacobian
 from ._flow._field import DYNAMICS as DYNAMICS
 from ._flow._field import FlowField as FlowField
 from ._flow._field import interaction_energy as interaction_energy
@@ -43,11 +43,29 @@ __all__ = [
     "classify_equilibrium",
     "cluster_count",
     "diameter",
-    "find_equilibria",
+    "field_jacobian",
+    "find_zeros",
     "interaction_energy",
     "rotation_invariant",
     "solve_flow",
-    "tangent_jacobian",
     "tangent_project",
     "uniform_times",
 ]
+
+# Names of earlier versions that collided with rankdyn.equilibria's (other types): one more version.
+_RENAMED = {"find_equilibria": "find_zeros", "tangent_jacobian": "field_jacobian"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(
+            f"rankdyn.flow.{name} is deprecated and goes in the next version: use rankdyn.flow.{new} "
+            f"(rankdyn.equilibria.{name} is the layer map's, with other types)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module 'rankdyn.flow' has no attribute {name!r}")

@@ -13,7 +13,7 @@ from rankdyn.flow import (
     ProjectedSolver,
     classify_equilibrium,
     cluster_count,
-    find_equilibria,
+    find_zeros,
     interaction_energy,
     solve_flow,
 )
@@ -128,7 +128,7 @@ def test_single_cluster_is_stable_and_two_clusters_are_a_saddle():
         two = one.copy()
         two[n // 2 :, 0] = -1.0
         x0 = two + 0.03 * np.random.default_rng(d).normal(size=two.shape)
-        x, res, ok = find_equilibria(f, x0[None], beta)
+        x, res, ok = find_zeros(f, x0[None], beta)
         assert bool(ok[0]) and float(res[0]) < 1e-12
         c2 = classify_equilibrium(f, x[0], beta)
         assert c2.kind == "saddle" and c2.index == d - 1 and c2.orbit_dim == d - 1, c2.to_dict()

@@ -127,7 +127,7 @@ def _per_beta(b, times, clusters, energy) -> PlateauStats:
 def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
     """Integrate, extract plateaus, refine and classify plateau states (the numbers only)."""
     from ..._model._masks import complete_mask
-    from ...flow import FlowField, classify_equilibrium, cluster_count, find_equilibria, solve_flow
+    from ...flow import FlowField, classify_equilibrium, cluster_count, find_zeros, solve_flow
 
     field = FlowField(complete_mask(N), D, "sa")
     times = np.concatenate([[0.0], np.geomspace(0.05, sz["t1"], sz["saves"] - 1)])
@@ -158,7 +158,7 @@ def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
     saddles = []
     if starts:
         with jax.enable_x64(True):
-            xs, res, ok = find_equilibria(field, np.stack(starts), betas[ib])
+            xs, res, ok = find_zeros(field, np.stack(starts), betas[ib])
             for x, r, good, k in zip(np.asarray(xs), np.asarray(res), np.asarray(ok), ks):
                 c = classify_equilibrium(field, x, betas[ib], tol=1e-9).to_dict()
                 c["eigenvalues_real"] = tuple(c["eigenvalues_real"])
