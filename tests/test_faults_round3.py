@@ -488,16 +488,17 @@ def test_layernorm_with_eps_maps_a_zero_row_to_its_bias_like_numpy():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(4, 6))
     x[1] = 0.0
-    x[2] = 3.0 + 1e-9 * rng.normal(size=6)  # spread far below eps's scale
-    gain, bias, eps = rng.normal(size=6), rng.normal(size=6), 1e-12
+    x[2] = 3.0 + 1e-16 * np.arange(6)  # a spread at rounding level: flagged degenerate
+    gain, bias = rng.normal(size=6), rng.normal(size=6)
 
-    def numpy_ln(x):
+    def numpy_ln(x, eps):
         xc = x - x.mean(-1, keepdims=True)
         return gain * xc / np.sqrt((xc**2).mean(-1, keepdims=True) + eps) + bias
 
-    y, bad = LayerNorm(gain, bias, eps=eps)(jnp.asarray(x))
-    np.testing.assert_allclose(np.asarray(y), numpy_ln(x), rtol=1e-6, atol=1e-9)
-    assert np.allclose(np.asarray(y)[1], bias) and bool(bad[1]) and not bool(bad[0])
+    for eps in (1e-12, 1e-36):  # BERT's, and one below the row's spread (the old code divided by 1)
+        y, bad = LayerNorm(gain, bias, eps=eps)(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(y), numpy_ln(x, eps), rtol=1e-6, atol=1e-9)
+        assert np.allclose(np.asarray(y)[1], bias) and bool(bad[1]) and bool(bad[2]) and not bool(bad[0])
 
 
 def test_a_zero_token_keeps_mu_and_only_its_cosines_are_nan(getkey):
