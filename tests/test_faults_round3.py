@@ -70,6 +70,7 @@ FLOW = ["flow", "--n", "4", "--d", "3", "--batch", "2", "--time", "1", "--saves"
 SIM = ["simulate", "--n", "3", "--d", "3", "--layers", "2", "--batch", "2", "--no-progress", "--plot", "mu"]
 
 
+@pytest.mark.slow
 def test_flow_states_are_written_atomically(tmp_path, monkeypatch, capsys):
     """A full disk halfway through ``states.npy``: the old code wrote it in place and left a
     truncated file; now the temp file is removed, the error names the file, no states.npy."""
