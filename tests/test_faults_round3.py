@@ -532,3 +532,39 @@ def test_a_zero_token_keeps_mu_and_only_its_cosines_are_nan(getkey):
     assert mu is not None and np.all(np.isfinite(mu))
     assert np.all(np.isnan(np.asarray(traj.summary.mean["min_cos"])[zero]))
     assert int(traj.summary.degenerate) >= 1
+
+
+# --- Wrong causes and tracebacks ----------------------------------------------------------------
+
+
+def test_pooling_config_is_not_taken_for_the_model_config(tmp_path):
+    """Weights next to a sentence-transformers ``1_Pooling/config.json`` and no model config:
+    the old reader took the pooling config ("model_type None is not supported"); the refusal
+    now names the missing file."""
+    import zipfile
+
+    from rankdyn._errors import UsageError
+    from rankdyn.checkpoints import load_checkpoint
+
+    path = tmp_path / "pooled.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("model.safetensors", _safetensors_variants()[0])
+        z.writestr("1_Pooling/config.json", '{"pooling_mode_mean_tokens": true}')
+    with pytest.raises(UsageError, match="has no config.json"):
+        load_checkpoint(path)
+
+
+def test_file_size_limit_is_a_user_error(tmp_path):
+    """EFBIG (``ulimit -f``) is one error line naming the file, as ENOSPC is; it was a raw
+    OSError (a traceback)."""
+    import errno
+
+    from rankdyn._errors import UsageError
+    from rankdyn._run import _io
+
+    def too_big(f):
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+    with pytest.raises(UsageError, match="ulimit -f"):
+        _io.atomic_write(tmp_path / "big.json", too_big, binary=False)
+    assert list(tmp_path.iterdir()) == []
