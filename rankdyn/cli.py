@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
 
 from ._errors import UsageError
+from ._run._interrupt import (
+    check_interrupt,
+    install_interrupt_handlers,
+    interrupt_received,
+    restore_interrupt_handlers,
+)
 from .commands._phase import _phase, begin_compute  # noqa: F401 - begin_compute: the old home
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
@@ -92,41 +96,59 @@ def interrupt_message(args, t0: float) -> str:
     return f"rankdyn {args.command}: interrupted; {what}; run the same command again to redo it."
 
 
-def _install_sigint(args, t0: float):
-    """On Ctrl-C: the one-line message and exit 130 at once (after any file write in progress).
-
-    `os._exit` skips the interpreter's teardown: a KeyboardInterrupt raised inside JAX's compile
-    or dispatch machinery could be swallowed there, and tearing the interpreter down while XLA's
-    threads run could crash. Nothing is lost: every output file is written atomically.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return None  # someone else (a notebook, a test runner) handles Ctrl-C: leave it to them
-
-    from ._run._io import when_no_write
-
-    def leave():
-        sys.stdout.flush()
-        print(f"\n{interrupt_message(args, t0)}", file=sys.stderr, flush=True)
-        os._exit(130)
-
-    def handler(signum, frame):
-        when_no_write(leave)
-
-    return signal.signal(signal.SIGINT, handler)
-
-
 def _error(args, err) -> int:
     print(f"rankdyn {args.command}: error: {err}", file=sys.stderr)
     return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _phase["computing"] = False
+    # First thing, before any command module (and JAX) is imported: Ctrl-C and SIGTERM only set
+    # a flag, checked between chunks and after compiles (rankdyn._run._interrupt explains why).
+    installed = install_interrupt_handlers()
+    try:
+        return _main(argv)
+    finally:
+        if installed:
+            restore_interrupt_handlers()
+
+
+def _interrupted(args, t0: float, signum: int) -> int:
+    print(f"\n{interrupt_message(args, t0)}", file=sys.stderr, flush=True)
+    return 128 + int(signum)
+
+
+#: Commands that write one result into the folder ``--out``: it gets a result manifest.
+RESULT_COMMANDS = ("simulate", "flow", "equilibria", "continue", "lyapunov")
+
+
+def _run_command(args):
+    """``args.func(args)``; for a single-result command, with its files recorded in a manifest."""
+    out = getattr(args, "out", None)
+    if args.command not in RESULT_COMMANDS or out is None:
+        return args.func(args)
+    from ._run._result_files import recording_result
+
+    with recording_result(out, args.command):
+        return args.func(args)
+
+
+def _empty_out(argv) -> bool:
+    """Whether the command line gives ``--out ""`` (or ``--out=``)."""
+    argv = list(argv)
+    return "--out=" in argv or any(a == "--out" and b == "" for a, b in zip(argv, argv[1:]))
+
+
+def _main(argv: list[str] | None) -> int:
     t0 = time.time()
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # while the command modules import: nothing was started
+        print("\nrankdyn: interrupted; nothing was saved.", file=sys.stderr, flush=True)
+        return 128 + (interrupt_received() or signal.SIGINT)
+    _phase["computing"] = False
+    if _empty_out(sys.argv[1:] if argv is None else argv):  # type=Path reads "" as "."
+        return _error(args, "--out is empty; name an output folder (for the current one, --out .).")
     if hasattr(args, "devices"):
         from .commands._devices import apply_devices_flag
 
@@ -140,23 +162,23 @@ def main(argv: list[str] | None = None) -> int:
         import jax
 
         jax.config.update("jax_enable_x64", True)
-    previous = _install_sigint(args, t0)
     try:
-        return int(args.func(args) or 0)
+        check_interrupt()
+        code = int(_run_command(args) or 0)
+        check_interrupt()  # a signal after the last check: the results are written; say so
+        return code
     except UsageError as err:  # user errors: a clear message, no traceback
         return _error(args, err)
     except ValueError as err:
         if not _phase["computing"]:  # raised while the arguments were checked: the user's to fix
             return _error(args, err)
         return _internal(args)
-    except KeyboardInterrupt:
-        print(f"\n{interrupt_message(args, t0)}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # `Interrupted` (SIGINT / SIGTERM), or a plain Ctrl-C
+        return _interrupted(args, t0, getattr(err, "signum", signal.SIGINT))
     except Exception:
+        if interrupt_received() is not None:  # a signal broke a blocking call: not a bug
+            return _interrupted(args, t0, interrupt_received())
         return _internal(args)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
 
 
 def _internal(args) -> int:

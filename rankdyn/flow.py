@@ -19,14 +19,14 @@ from ._flow._observer import FLOW_METRICS as FLOW_METRICS
 from ._flow._observer import FlowObserver as FlowObserver
 from ._flow._observer import cluster_count as cluster_count
 from ._flow._observer import diameter as diameter
-from ._flow._solve import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
-from ._flow._solve import RESULTS as RESULTS
-from ._flow._solve import RK4 as RK4
-from ._flow._solve import SOLVERS as SOLVERS
 from ._flow._solve import FlowSolution as FlowSolution
-from ._flow._solve import ProjectedSolver as ProjectedSolver
 from ._flow._solve import solve_flow as solve_flow
 from ._flow._solve import uniform_times as uniform_times
+from ._flow._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
+from ._flow._solvers import RESULTS as RESULTS
+from ._flow._solvers import RK4 as RK4
+from ._flow._solvers import SOLVERS as SOLVERS
+from ._flow._solvers import ProjectedSolver as ProjectedSolver
 
 __all__ = [
     "ADAPTIVE_SOLVERS",

@@ -119,6 +119,11 @@ def _npy(tmp, array):
     return str(tmp / "ids.npy")
 
 
+def _latin1(tmp):  # issue 33: was decoded with replacement characters and run
+    (tmp / "latin1.txt").write_bytes("caf\u00e9 w1 w2".encode("latin-1"))
+    return str(tmp / "latin1.txt")
+
+
 def _short(tmp):
     (tmp / "short.txt").write_text("w1 w2 w3")
     return str(tmp / "short.txt")
@@ -152,6 +157,24 @@ ROWS = {
     "text short": (
         lambda k, t: CK(k["bert"]) + ["--text", _short(t), "--n", "9", "--batch", "1"],
         ["has 3 tokens"],
+    ),
+    "text not utf8": (
+        lambda k, t: CK(k["bert"]) + ["--text", _latin1(t), "--n", "4", "--batch", "1"],
+        ["--text", "latin1.txt: not UTF-8 text (byte 3"],
+    ),
+    "dilated too wide": (  # issue 33: the random path's mask checks, on this path too
+        lambda k, t: (
+            CK(k["bert"])
+            + ["--text", str(k["text"]), "--n", "8", "--batch", "1", "--mask", "dilated", "--window", "5"]
+        ),
+        ["--window 5 dilated hops", "--window <= 1"],
+    ),
+    "rank-tol unread": (
+        lambda k, t: (
+            CK(k["bert"])
+            + ["--text", str(k["text"]), "--n", "8", "--batch", "1", "--metrics", "mu", "--rank-tol", "1e-3"]
+        ),
+        ["--rank-tol 0.001 is ignored"],
     ),
     "ids vocab": (
         lambda k, t: CK(k["bert"]) + ["--input-ids", _npy(t, [[1, VOCAB]])],

@@ -19,6 +19,7 @@ $$E_\beta(X) = \frac{1}{2\beta n^2} \sum_{i,j=1}^n e^{\beta \langle x_i, x_j\ran
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -129,8 +130,11 @@ def interaction_energy(x: Float[ArrayLike, "n d"], beta) -> Float[Array, ""]:
 
     At $\beta = 0$ the formula is $1/(2\beta)$ plus a term that vanishes; there the function
     returns the limit of $E_\beta - 1/(2\beta)$, i.e. $\frac{1}{2n^2}\sum_{i,j}\langle x_i, x_j\rangle$,
-    which orders configurations the same way as $E_\beta$ for small $\beta$. The sum is
-    computed as $e^{\beta}\sum_{ij} e^{\beta(\langle x_i, x_j\rangle - 1)}$ (no overflow on the sphere).
+    which orders configurations the same way as $E_\beta$ for small $\beta$. The energy is
+    computed in log space, $\log E_\beta = \beta + \log\sum_{ij} e^{\beta(\langle x_i, x_j\rangle - 1)}
+    - \log(2\beta n^2)$, then exponentiated: no intermediate overflows (the old $e^\beta$ factor
+    overflowed float32 above $\beta \approx 88.7$ although $E_\beta$ itself was representable);
+    the result is inf only where $E_\beta$ itself exceeds the dtype's range.
 
     Arguments:
         x: ``(n, d)`` tokens on the sphere.
@@ -144,5 +148,6 @@ def interaction_energy(x: Float[ArrayLike, "n d"], beta) -> Float[Array, ""]:
     beta = jnp.asarray(beta, x.dtype)
     g = jnp.matmul(x, x.T, precision=_HI)
     safe = jnp.where(beta > 0, beta, 1.0)
-    e = jnp.exp(safe) * jnp.sum(jnp.exp(safe * (g - 1))) / (2 * safe * n**2)
+    log_e = safe + jax.nn.logsumexp(safe * (g - 1)) - jnp.log(2 * safe * n**2)
+    e = jnp.exp(log_e)
     return jnp.where(beta > 0, e, jnp.sum(g) / (2 * n**2))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import ClassVar
 
 import diffrax
 import equinox as eqx
@@ -31,78 +30,19 @@ from jaxtyping import Array
 
 from .._errors import UsageError
 from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
+from .._run._interrupt import check_interrupt
+from ._arguments import check_flow_arguments
 from ._field import FlowField
 from ._observer import FlowObserver
+from ._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
+from ._solvers import DEFAULT_ATOL as DEFAULT_ATOL
+from ._solvers import DEFAULT_RTOL as DEFAULT_RTOL
+from ._solvers import RESULTS, _check_positive, _solver_and_controller
+from ._solvers import RK4 as RK4
+from ._solvers import SOLVERS as SOLVERS
+from ._solvers import ProjectedSolver as ProjectedSolver
 
-__all__ = ["solve_flow", "FlowSolution", "RESULTS", "SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "uniform_times"]
-
-SOLVERS = ("tsit5", "dopri5", "euler", "rk4")
-ADAPTIVE_SOLVERS = ("tsit5", "dopri5")
-DEFAULT_RTOL, DEFAULT_ATOL = 1e-6, 1e-8
-
-
-class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
-    """Status of one trajectory of `solve_flow`: Diffrax's results plus one of ours.
-
-    ``successful`` means every interval was integrated within ``max_steps`` and every saved state
-    and metric is finite with no zero token; Diffrax's own outcomes (``max_steps_reached``, ...) are
-    promoted from ``diffrax.RESULTS``. The first failure met along the trajectory is kept.
-    """
-
-    nonfinite_state = (
-        "A saved state or recorded metric became NaN or infinite, or a token became zero (it has no "
-        "direction on the sphere). Try a smaller step or tighter tolerances."
-    )
-
-
-class RK4(diffrax.AbstractERK):
-    """The classical fourth-order Runge-Kutta method (fixed step only: no error estimate)."""
-
-    tableau: ClassVar[diffrax.ButcherTableau] = diffrax.ButcherTableau(
-        c=np.array([0.5, 0.5, 1.0]),
-        b_sol=np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]),
-        b_error=np.zeros(4),
-        a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
-    )
-    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation.from_k
-
-    def order(self, terms):
-        return 4
-
-
-class ProjectedSolver(diffrax.AbstractSolver):
-    r"""A fixed-step solver followed by the projection $x_i \leftarrow x_i / |x_i|$ after every step.
-
-    The peers' explicit Euler with renormalisation is ``ProjectedSolver(diffrax.Euler())``; the
-    saved values between steps are the linear interpolation of the projected steps.
-    """
-
-    inner: diffrax.AbstractSolver
-    term_structure: ClassVar = diffrax.AbstractTerm
-    interpolation_cls: ClassVar = diffrax.LocalLinearInterpolation
-
-    def order(self, terms):
-        return self.inner.order(terms)
-
-    def init(self, terms, t0, t1, y0, args):
-        return self.inner.init(terms, t0, t1, y0, args)
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        y1, y_error, _, solver_state, result = self.inner.step(
-            terms, t0, t1, y0, args, solver_state, made_jump
-        )
-        y1 = y1 / jnp.linalg.norm(y1, axis=-1, keepdims=True)
-        return y1, y_error, dict(y0=y0, y1=y1), solver_state, result
-
-    def func(self, terms, t0, y0, args):
-        return self.inner.func(terms, t0, y0, args)
-
-
-def _solver(name: str):
-    """The Diffrax solver of a name; the fixed-step ones project to the sphere after every step."""
-    if name in ADAPTIVE_SOLVERS:
-        return {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5}[name]()
-    return ProjectedSolver({"euler": diffrax.Euler, "rk4": RK4}[name]())
+__all__ = ["solve_flow", "FlowSolution", "uniform_times"]
 
 
 class FlowSolution(eqx.Module):
@@ -163,68 +103,6 @@ class FlowSolution(eqx.Module):
 def uniform_times(t1: float, saves: int) -> np.ndarray:
     """``saves`` times uniform on ``[0, t1]`` (both ends included)."""
     return np.linspace(0.0, float(t1), int(saves))
-
-
-def _check_positive(name, value, *, allow_zero=False):
-    ok = value is not None and np.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        rule = ">= 0" if allow_zero else "> 0"
-        raise UsageError(f"{name} must be finite and {rule}, got {value!r}.")
-    return float(value)
-
-
-def _solver_and_controller(solver, controller, rtol, atol, dt):
-    """The Diffrax solver and step-size controller, from names or objects; refuses ignored options.
-
-    A name (``SOLVERS``) builds today's pair: the adaptive ones a PID controller from ``rtol``,
-    ``atol``; the fixed-step ones `ProjectedSolver` with a constant step ``dt``. An object is used
-    as given, with ``stepsize_controller`` (default: a constant step with ``dt``, else the PID
-    controller), the way `diffrax.diffeqsolve` takes them.
-    """
-    if controller is not None and not isinstance(controller, diffrax.AbstractStepSizeController):
-        raise UsageError(
-            "stepsize_controller must be a diffrax step-size controller (e.g. diffrax.PIDController(...)), "
-            f"got {type(controller).__name__}."
-        )
-    if isinstance(solver, str):
-        if solver not in SOLVERS:
-            raise UsageError(f"solver must be one of {SOLVERS} or a diffrax solver, got {solver!r}.")
-        if controller is not None:
-            raise UsageError(
-                f"stepsize_controller goes with a diffrax solver object; the name {solver!r} builds its own "
-                "(rtol/atol for tsit5/dopri5, dt for euler/rk4)."
-            )
-        adaptive = solver in ADAPTIVE_SOLVERS
-        if adaptive and dt is not None:
-            raise UsageError(
-                f"dt applies to the fixed-step solvers (euler, rk4) only; {solver} chooses its own steps."
-            )
-        if not adaptive:
-            if dt is None:
-                raise UsageError(f"the fixed-step solver {solver} needs a step dt > 0 (e.g. dt=0.1).")
-            if rtol is not None or atol is not None:
-                raise UsageError(
-                    f"rtol/atol apply to the adaptive solvers (tsit5, dopri5) only, not {solver}."
-                )
-        solver = _solver(solver)
-    elif not isinstance(solver, diffrax.AbstractSolver):
-        raise UsageError(f"solver must be one of {SOLVERS} or a diffrax solver, got {type(solver).__name__}.")
-    elif controller is not None and (rtol is not None or atol is not None):
-        raise UsageError("rtol/atol would be ignored: set them on the stepsize_controller you pass.")
-    elif controller is None and dt is not None and (rtol is not None or atol is not None):
-        raise UsageError("rtol/atol apply to an adaptive controller; with dt the step is constant.")
-    if dt is not None:
-        _check_positive("dt", dt)
-    if controller is None:
-        if dt is not None:
-            controller = diffrax.ConstantStepSize()
-        else:
-            rtol = DEFAULT_RTOL if rtol is None else _check_positive("rtol", rtol)
-            atol = DEFAULT_ATOL if atol is None else _check_positive("atol", atol)
-            controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3)
-    if isinstance(controller, diffrax.ConstantStepSize) and dt is None:
-        raise UsageError("a constant step size needs a step dt > 0 (e.g. dt=0.1).")
-    return solver, controller
 
 
 def _validate(field, x0, t1, beta, times, saves):
@@ -358,7 +236,7 @@ def solve_flow(
     *,
     beta,
     times=None,
-    saves: int = 101,
+    saves: int | None = None,
     solver: str | diffrax.AbstractSolver = "tsit5",
     stepsize_controller: diffrax.AbstractStepSizeController | None = None,
     rtol: float | None = None,
@@ -382,7 +260,7 @@ def solve_flow(
         t1: the horizon $T$ (> 0), with ``saves`` saved times uniform on $[0, T]$.
         beta: the temperature (>= 0), or a 1-D array of them (vmapped; same starts for each).
         times: instead of ``t1``/``saves``, an increasing array of saved times starting at 0.
-        saves: number of saved times (>= 2), t = 0 included.
+        saves: number of saved times (>= 2, default 101), t = 0 included; not with ``times``.
         solver: a Diffrax solver object (e.g. ``diffrax.Tsit5()``, ``ProjectedSolver(RK4())``), or
             a name: ``"tsit5"``, ``"dopri5"`` (adaptive) or ``"euler"``, ``"rk4"`` (fixed step,
             projected to the sphere after every step), as on the command line.
@@ -417,6 +295,8 @@ def solve_flow(
             grid or ``x0``.
         RuntimeError: with ``throw=True``, when some trajectory did not succeed.
     """
+    check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe or observer, FlowObserver)
+    saves = 101 if saves is None else saves
     solver_obj, controller = _solver_and_controller(solver, stepsize_controller, rtol, atol, dt)
     x0, betas, times = _validate(field, x0, t1, beta, times, saves)
     if save_states and batch_first is None:
@@ -439,7 +319,7 @@ def solve_flow(
     observer = FlowObserver() if observe is None else observe
     dtype = x0.dtype
     batch = x0.shape[0]
-    chunk = min(batch, 1024) if chunk is None else max(1, min(int(chunk), batch))
+    chunk = min(batch, 1024) if chunk is None else min(int(chunk), batch)  # chunk >= 1: checked
     intervals = times.size - 1
     p = _piece_length(intervals)
     dt0 = None if dt is None else float(dt)
@@ -473,6 +353,7 @@ def solve_flow(
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}
         for k in range(intervals // p):
             x, r = _piece(field, observer, x, bj, ts[k * p : (k + 1) * p + 1], real, cfg)
+            check_interrupt()  # after the compile and between pieces (CLI signals only)
             # Every piece saves at its start too (one program for all); only the first keeps it.
             cut = slice(0 if k == 0 else 1, None)
             pieces.append(jax.tree.map(lambda a: a[:, cut], r["stats"]))

@@ -329,6 +329,20 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
                 f"{name('mask')} has shape {np.shape(mask)} but {show('n', n)}; give an (n, n) mask."
             )
         return
+    check_mask_size(mask, n, w_, v["dilation"], v["num_global"], name)
+
+
+def check_mask_size(mask: str, n: int, window: int, dilation: int, num_global: int, name: Names) -> None:
+    """The relations of a named mask to the number of tokens (one check for every path).
+
+    The random-model path (`ModelConfig`) and the checkpoint path of ``rankdyn simulate`` both
+    call it, so a window wider than the sequence is refused on each.
+
+    Raises:
+        UsageError: a window not narrower than ``n``, dilated hops past the last token, or more
+            global tokens than tokens.
+    """
+    show, w_, v = name.show, window, {"dilation": dilation, "num_global": num_global}
     if mask in _WIDTH_MASKS and w_ >= n:
         raise UsageError(
             f"{show('window', w_)} is not smaller than {show('n', n)} (mask {mask!r}): "

@@ -80,6 +80,8 @@ class RMSNorm(AbstractNorm):
         d = x.shape[-1]
         rms = jnp.sqrt(jnp.mean(x**2, axis=-1) + self.eps)
         y, bad = _safe_scale(x, rms, 1.0)
+        if self.eps > 0:  # defined for every row (a zero row maps to zero): the formula itself
+            y = x / rms[:, None]
         bad = bad | _degenerate_rows(jnp.linalg.norm(x, axis=-1) / jnp.sqrt(d))
         return (y if self.gain is None else y * self.gain[None, :]), bad
 
@@ -102,7 +104,9 @@ class LayerNorm(AbstractNorm):
     def __call__(self, x):
         xc = x - jnp.mean(x, axis=-1, keepdims=True)
         std = jnp.sqrt(jnp.mean(xc**2, axis=-1) + self.eps)
-        y, _ = _safe_scale(xc, std, 1.0)
+        # With eps > 0 the definition holds for every row (a zero row maps to the bias, as in
+        # BERT): divide by std itself. Only eps = 0 leaves a zero row undefined.
+        y = xc / std[:, None] if self.eps > 0 else _safe_scale(xc, std, 1.0)[0]
         # Degenerate = no spread across features (eps hides it from the division, not from us).
         bad = _degenerate_rows(jnp.linalg.norm(xc, axis=-1)) | (
             jnp.linalg.norm(xc, axis=-1) <= 16 * jnp.finfo(x.dtype).eps * jnp.linalg.norm(x, axis=-1)

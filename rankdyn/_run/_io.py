@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import UsageError
+from ._result_files import note_written
 
 __all__ = [
     "cpu_model",
@@ -122,6 +123,7 @@ def provenance() -> dict:
 _USER_WRITE_ERRORS = {
     errno.ENOSPC: "free some space or choose another output folder",
     errno.EDQUOT: "free some space or choose another output folder",
+    errno.EFBIG: "raise the file-size limit (ulimit -f) or choose another output folder",
     errno.EACCES: "choose a folder you can write to",
     errno.EPERM: "choose a folder you can write to",
     errno.EROFS: "choose a folder on a writable file system",
@@ -183,6 +185,7 @@ def atomic_path(path, *, fsync: bool = False) -> Iterator[Path]:
                 os.fsync(f.fileno())
         os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
+        note_written(path)  # part of the result being recorded (rankdyn._run._result_files)
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()

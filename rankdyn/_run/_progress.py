@@ -125,6 +125,12 @@ def plan_steps(total: int) -> None:
 
 
 def step_done(label: str = "") -> None:
-    """One step of the running target is done (no-op without `target_progress`)."""
+    """One step of the running target is done (no-op without `target_progress`).
+
+    Also where a reproduce target stops after Ctrl-C or SIGTERM (`check_interrupt`).
+    """
+    from ._interrupt import check_interrupt
+
+    check_interrupt()
     if (steps := _CURRENT.get()) is not None:
         steps.step(label)

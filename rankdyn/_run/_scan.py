@@ -26,6 +26,7 @@ import jax.random as jr
 from jax import lax
 
 from .._observe._stats import chunk_stats, merge_stacked, merge_stats
+from ._interrupt import check_interrupt
 from ._sharding import map_sharded
 
 __all__ = ["ScanState", "DepthPlan", "scan_depth", "run_batch", "auto_chunk", "estimate_parts"]
@@ -131,7 +132,9 @@ def scan_depth(
         x_ok = jnp.all(jnp.isfinite(row_max), axis=-1)
         zero = jnp.any(row_max == 0, axis=-1)
         ok = _finite(values, x_ok)
-        ys = reduce(values, ok & valid)  # a zero token's NaN cosines are flagged degenerate, not non-finite
+        # A zero token with finite states still counts: mu and the norms are defined there, and
+        # only the metrics undefined at a zero row (its cosines) come out NaN, with the flag.
+        ys = reduce(values, (ok | (zero & x_ok)) & valid)
         return bad | zero, nonfinite | ~(ok | (zero & x_ok)), ((ys, x) if save_states else ys)
 
     def one_block(carry, b):
@@ -326,6 +329,7 @@ def run_batch(
         state, stats, values, states = _first(
             layer, observe, source, drop_key, jnp.asarray(start), num_arr, chunk, plan, mesh
         )
+        check_interrupt()  # after the first piece's compile and between chunks
         stat_parts, value_parts, state_parts = [stats], [values], [states]
         b = nb
         if bar is not None:
@@ -334,6 +338,7 @@ def run_batch(
             nb = min(piece, num_blocks - b)
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
             state, s, v, st = _advance(layer, observe, state, jnp.asarray(b), plan, mesh)
+            check_interrupt()
             stat_parts.append(s)
             value_parts.append(v)
             state_parts.append(st)

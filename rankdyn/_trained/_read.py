@@ -14,13 +14,15 @@ import hashlib
 import io
 import json
 import struct
-import zipfile
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
 from .._errors import UsageError
+from ._safetensors_header import checked_header
+from ._text_files import checked_tokenizer_json
+from ._zip_members import zip_members
 
 __all__ = ["RawCheckpoint", "read_checkpoint"]
 
@@ -72,20 +74,8 @@ def _members(path: Path) -> dict[str, bytes | Path]:
         if data is None:
             return {name: path / name for name in (_CONFIG, _WEIGHTS, _TOKENIZER) if (path / name).is_file()}
         source = io.BytesIO(data)
-    try:
-        with zipfile.ZipFile(source) as z:
-            names = z.namelist()
-            out = {}
-            for want in (_CONFIG, _WEIGHTS, _TOKENIZER):
-                # The files may sit in one folder inside the zip: take the shallowest match.
-                hits = sorted(
-                    (n for n in names if n == want or n.endswith("/" + want)), key=lambda n: n.count("/")
-                )
-                if hits:
-                    out[want] = z.read(hits[0])
-            return out
-    except (zipfile.BadZipFile, OSError, EOFError, zipfile.LargeZipFile) as err:
-        raise UsageError(f"checkpoint {path}: not a readable folder or zip file ({err}); {_FIX}.") from None
+    # One checkpoint per zip, size-capped, each failure one clear error (rankdyn._trained._zip_members).
+    return zip_members(path, (_CONFIG, _WEIGHTS, _TOKENIZER), _FIX, source=source)
 
 
 def _read_bytes(v: bytes | Path) -> bytes:
@@ -109,13 +99,9 @@ def parse_safetensors(data: bytes, where: str) -> dict[str, np.ndarray]:
             f"{bad} (header of {size} bytes in a {len(data)}-byte file: truncated?); re-download or re-save "
             "it."
         )
-    try:
-        header = json.loads(data[8 : 8 + size])
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UsageError(f"{bad} (header is not JSON: {err}); re-save it.") from None
-    if not isinstance(header, dict):
-        raise UsageError(f"{bad} (header is not a JSON object); re-save it.")
     body = memoryview(data)[8 + size :]
+    # As the format specifies: unique names, integer shapes and offsets, tensors tiling the body.
+    header = checked_header(data[8 : 8 + size], len(body), {k: v.itemsize for k, v in _DTYPES.items()}, where)
     out = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -173,5 +159,7 @@ def read_checkpoint(path) -> RawCheckpoint:
         config=config,
         tensors=tensors,
         sha256=hashlib.sha256(data).hexdigest(),
-        tokenizer_json=None if tok is None else _read_bytes(tok).decode("utf-8", errors="replace"),
+        tokenizer_json=None
+        if tok is None
+        else checked_tokenizer_json(_read_bytes(tok), f"checkpoint {p}: tokenizer.json"),
     )

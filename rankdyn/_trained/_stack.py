@@ -303,8 +303,12 @@ def load_checkpoint(path, *, dtype=None) -> Checkpoint:
 
     Raises:
         UsageError: for a missing or corrupt file, an unsupported ``model_type`` (the message
-            lists the supported ones), or weights whose shapes do not match ``config.json``.
+            lists the supported ones), weights whose shapes do not match ``config.json``, or a
+            ``dtype`` that is not a real floating one.
     """
+    dt = jnp.zeros((), dtype if dtype is not None else float).dtype
+    if not jnp.issubdtype(dt, jnp.floating):  # int32 zeroed every weight; complex was accepted
+        raise UsageError(f"dtype {dt}: checkpoint weights need a real floating dtype (float32 or float64).")
     p = resolve_checkpoint(path)
     raw = read_gguf(p) if p.suffix.lower() == ".gguf" and p.is_file() else read_checkpoint(p)
     arch = raw.config.get("model_type")
@@ -313,7 +317,6 @@ def load_checkpoint(path, *, dtype=None) -> Checkpoint:
             f"checkpoint {raw.path}: model_type {arch!r} is not supported; supported architectures: "
             f"{', '.join(SUPPORTED)}."
         )
-    dt = jnp.zeros((), dtype if dtype is not None else float).dtype
     parts = _READERS[arch](raw, dt)
     parts |= parts.pop("extra", {})
     return Checkpoint(

@@ -148,7 +148,9 @@ def _check_inputs(args, ckpt, given: dict):
         raise UsageError(
             f"--text {args.text}: cannot read it ({err.strerror or err}); give a text file."
         ) from None
-    text = data.decode("utf-8", errors="replace")
+    from .._trained._text_files import utf8_text
+
+    text = utf8_text(data, f"--text {args.text}")  # never replacement characters
     ids = ckpt.tokenize_text(text, n, args.batch, where=f"--text {args.text}")
     return ids, {"text": str(args.text), "text_sha256": hashlib.sha256(data).hexdigest()}
 
@@ -263,7 +265,7 @@ def run_checkpoint(args) -> int:
     import numpy as np
 
     from .._model._graph import graph_info
-    from .._run._io import CompileTimer, provenance, write_json
+    from .._run._io import CompileTimer, atomic_write, provenance, savez, write_json
     from .._run._memory import MemoryEstimate, check_memory
     from .._run._scan import auto_chunk, estimate_parts
     from .._run._simulate import simulate
@@ -281,8 +283,17 @@ def run_checkpoint(args) -> int:
         )
     ids, source = _check_inputs(args, ckpt, given)
     batch, n = ids.shape
+    from .._model._config import Names, check_mask_size
+    from .._model._masks import make_mask
+    from ._checks import check_rank_tol_read
+
+    # The random path's checks, on this path too (issue 33): one validation serves both.
+    check_mask_size(mask, n, args.window, 4, 1, Names.flags())
+    check_rank_tol_read(args, names)
+    # --seed reaches --mask random (it was built with seed 0 whatever --seed said).
+    mask_arg = make_mask("random", n, window=args.window, seed=args.seed) if mask == "random" else mask
     try:
-        layer = ckpt.layers(n, args.variant or "full", mask, window=args.window)
+        layer = ckpt.layers(n, args.variant or "full", mask_arg, window=args.window)
     except ValueError as err:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     item = ckpt.dtype.itemsize
@@ -308,6 +319,9 @@ def run_checkpoint(args) -> int:
     )
     check_out_dir(args.out)
 
+    from ._phase import begin_compute
+
+    begin_compute()  # every flag is checked: an error from here on is internal, not a usage error
     x0 = ckpt.embed(ids)
     with CompileTimer() as timer:
         traj = simulate(
@@ -351,11 +365,11 @@ def run_checkpoint(args) -> int:
         "provenance": provenance() | {"checkpoint_path": ckpt.path, "weights_sha256": ckpt.sha256},
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    np.save(args.out / "input_ids.npy", ids.astype(np.int32))
+    atomic_write(args.out / "input_ids.npy", lambda f: np.save(f, ids.astype(np.int32)))
     if args.per_trajectory:
         arrays = {k: np.asarray(v) for k, v in traj.metrics.items()}
         arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate)}
-        np.savez(args.out / "per_trajectory.npz", **arrays, layers=np.asarray(traj.layers))
+        savez(args.out / "per_trajectory.npz", {**arrays, "layers": np.asarray(traj.layers)})
         result["per_trajectory_file"] = "per_trajectory.npz"
     if args.attention_sinks:
         from ._table import save_sinks

@@ -187,3 +187,14 @@ def check_out_dir(path: Path, flag: str = "--out") -> None:
         raise UsageError(
             f"{flag} {p}: cannot write in {base} ({err.strerror or err}); choose a writable folder."
         ) from None
+
+
+def check_rank_tol_read(args, names) -> None:
+    """``--rank-tol`` is refused when no recorded metric reads it (both simulate paths call this)."""
+    from .._observe._tolerances import RANK_METRICS
+
+    if args.rank_tol is not None and not set(RANK_METRICS) & set(names):
+        raise UsageError(
+            f"--rank-tol {args.rank_tol} is ignored: no metric of --metrics {args.metrics} reads it (only "
+            f"{', '.join(RANK_METRICS)}); drop it or add a rank metric."
+        )

@@ -97,6 +97,9 @@ def check_args(args: argparse.Namespace) -> None:
         v = getattr(args, flag)
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"--{flag} must be finite and > 0, got {v}.")
+    from .._flow._arguments import check_beta_range
+
+    check_beta_range(args.beta, "float64" if args.x64 else "float32", args.dynamics)
     check_out_dir(args.out)
 
 
@@ -107,7 +110,7 @@ def run(args) -> int:
     import numpy as np
 
     from .._model._masks import make_mask
-    from .._run._io import CompileTimer, provenance, write_json
+    from .._run._io import CompileTimer, atomic_write, provenance, write_json
     from ..flow import FlowField, solve_flow
     from ._phase import begin_compute
 
@@ -159,7 +162,7 @@ def run(args) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     if args.save_states:
-        np.save(args.out / "states.npy", np.asarray(sol.states))
+        atomic_write(args.out / "states.npy", lambda f: np.save(f, np.asarray(sol.states)))
         result["states_file"] = "states.npy"
     write_json(args.out / "metrics.json", result)
     from ..plotting import plot_flow_metrics

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from .._errors import UsageError
+from .._run._result_files import verified_result_file
 from ._checks import HelpFormatter
 
 #: Saved config keys that say how a run was made or stored, not which model it ran: never labels.
@@ -41,20 +43,20 @@ def load_runs(dirs, metric: str) -> list[dict]:
     """The ``metrics.json`` of each folder; raises `UsageError` naming the folder or the metric."""
     runs = []
     for d in dirs:
-        path = Path(d) / "metrics.json"
         if not Path(d).is_dir():
             raise UsageError(f"DIR {d}: no such folder; give output folders of `rankdyn simulate --out DIR`.")
+        path = verified_result_file(d, "metrics.json")  # only what the result manifest lists
         if not path.is_file():
             raise UsageError(
                 f"DIR {d}: no metrics.json; give a folder written by `rankdyn simulate --out DIR`."
             )
         try:
-            run = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
+            run = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise UsageError(
                 f"DIR {d}: metrics.json is not valid JSON ({err}); re-run rankdyn simulate."
             ) from None
-        if not isinstance(run.get("metrics"), dict) or "layers" not in run:
+        if not isinstance(run, dict) or not isinstance(run.get("metrics"), dict) or "layers" not in run:
             raise UsageError(f"DIR {d}: metrics.json has no per-layer metrics; is it from rankdyn simulate?")
         if metric not in run["metrics"]:
             have = ", ".join(run["metrics"]) or "none"
@@ -62,8 +64,32 @@ def load_runs(dirs, metric: str) -> list[dict]:
                 f"--metric {metric}: not recorded in {path} (it has: {have}); choose one of those, or re-run "
                 f"rankdyn simulate with --metrics {metric}."
             )
+        entry = run["metrics"][metric]
+        if not isinstance(entry, dict) or not isinstance(entry.get("mean"), list):
+            raise UsageError(
+                f"--metric {metric}: {path} holds no per-layer mean for it (expected an object with a "
+                "'mean' list, one value a saved layer); choose a per-layer metric."
+            )
         runs.append(run)
     return runs
+
+
+def check_figure_path(out: Path) -> None:
+    """``--out`` is a PNG path that can be written: not a folder, not under a file."""
+    if out.suffix.lower() != ".png":
+        raise UsageError(f"--out {out}: the figure is written as PNG; give a file name ending in .png.")
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give a file name ending in .png.")
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: {parent} is a file, so the figure cannot be written there.")
+
+
+def dropped_from_log_axis(runs, metric: str) -> int:
+    """How many per-layer means are <= 0: a log axis cannot show them (they are left out)."""
+    return sum(1 for run in runs for v in run["metrics"][metric]["mean"] if v is not None and v <= 0)
 
 
 def run_labels(runs, dirs) -> list[str]:
@@ -81,8 +107,7 @@ def run_labels(runs, dirs) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     out = args.out or Path(f"{args.metric}_overlay.png")
-    if out.suffix.lower() != ".png":
-        raise UsageError(f"--out {out}: the figure is written as PNG; give a file name ending in .png.")
+    check_figure_path(out)
     runs = load_runs(args.dirs, args.metric)
     labels = run_labels(runs, args.dirs)
 
@@ -96,4 +121,11 @@ def run(args: argparse.Namespace) -> int:
     )
     save_figure(ax.figure, out)
     print(f"wrote {out} ({len(runs)} runs: {'; '.join(labels)})")
+    from ..plotting._runs import LINEAR_METRICS
+
+    if args.metric not in LINEAR_METRICS and (dropped := dropped_from_log_axis(runs, args.metric)):
+        print(
+            f"note: {dropped} non-positive value(s) of {args.metric} are not drawn on the log axis.",
+            file=sys.stderr,
+        )
     return 0

@@ -11,7 +11,14 @@ from pathlib import Path
 from .._errors import UsageError
 from .._observe._tolerances import RANK_METRICS, RANK_TOL
 from ._checkpoint import add_checkpoint_flags, checkpoint_requested
-from ._checks import check_nonnegative, check_out_dir, check_positive, model_config, model_flags
+from ._checks import (
+    check_nonnegative,
+    check_out_dir,
+    check_positive,
+    check_rank_tol_read,
+    model_config,
+    model_flags,
+)
 from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter, metrics_help, print_table, print_written
 
@@ -125,11 +132,7 @@ def check_run_args(args, config):
         args.rank_tol is not None and not args.rank_tol < 1
     ):  # relative to sigma_max: 1 or more counts no singular value
         raise UsageError(f"--rank-tol {args.rank_tol}: expected a number in (0, 1), e.g. --rank-tol 1e-6.")
-    if args.rank_tol is not None and not set(RANK_METRICS) & set(names):
-        raise UsageError(
-            f"--rank-tol {args.rank_tol} is ignored: no metric of --metrics {args.metrics} reads it (only "
-            f"{', '.join(RANK_METRICS)}); drop it or add a rank metric."
-        )
+    check_rank_tol_read(args, names)
     args.rank_tol = RANK_TOL if args.rank_tol is None else args.rank_tol  # recorded as used
     check_out_dir(args.out)
     # The estimate asks JAX for its backend: every refusal above answers before JAX loads.

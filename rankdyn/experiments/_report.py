@@ -196,8 +196,39 @@ def _is_num(v) -> bool:
     )
 
 
+def earlier_results(out, results: dict) -> tuple[dict, list[str]]:
+    """The results of other targets already in ``out`` (``<target>.json`` of an earlier run).
+
+    ``rankdyn reproduce T --out DIR`` over an earlier run must not write a report of T alone
+    next to the other targets' JSON and figures: the report covers every result in the folder.
+
+    Returns:
+        ``(earlier, unreadable)``: name -> result dict of the readable ones, and the names whose
+        JSON cannot be read (the report lists them as such).
+    """
+    from . import TARGETS
+
+    earlier, unreadable = {}, []
+    for name in TARGETS:
+        path = Path(out) / f"{name}.json"
+        if name in results or not path.is_file():
+            continue
+        try:
+            res = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            res = None
+        if isinstance(res, dict) and isinstance(res.get("verdict"), str) and res.get("name") == name:
+            earlier[name] = res
+        else:
+            unreadable.append(name)
+    return earlier, unreadable
+
+
 def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int) -> Path:
     """Write ``out/report.md`` (summary, at most `MAX_LINES` lines) and ``out/report/<target>.md``.
+
+    Results of other targets already in ``out`` (an earlier run) are included and named as such
+    (`earlier_results`): the report covers every result in the folder.
 
     Raises:
         ValueError: if the summary would exceed `MAX_LINES` lines (a target's key numbers or
@@ -208,6 +239,8 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
     out = Path(out)
     (out / "report").mkdir(parents=True, exist_ok=True)
     prov = provenance()
+    earlier, unreadable = earlier_results(out, results)
+    results = {**results, **earlier}  # this run's targets first, then the earlier ones
     counts: dict[str, int] = {}
     for r in results.values():
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
@@ -231,6 +264,20 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         + ", ".join(f"{k} {v}" for k, v in counts.items())
         + ".",
         "",
+    ]
+    if earlier or unreadable:
+        lines += [
+            "Also in this folder, from an earlier run (its mode and seed are in its JSON): "
+            + ", ".join(earlier)
+            + (
+                f"; unreadable, not reported: {', '.join(f'{n}.json' for n in unreadable)}"
+                if unreadable
+                else ""
+            )
+            + ".",
+            "",
+        ]
+    lines += [
         f"| target | verdict | {CHECKS_HEADER} | wall (s) |",
         "|---|---|---|---|",
     ]

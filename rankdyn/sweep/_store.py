@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from .._errors import UsageError
+from .._run._interrupt import check_interrupt
 from .._run._io import (
     CompileTimer,
     atomic_path,
@@ -242,6 +243,7 @@ def _compute(cfg, out: Path, plan: SweepPlan, mine: list[int], todo: list[int], 
             if bar is not None:
                 bar.update(len(cells) * batch[i])
             _chunk_written(i)
+            check_interrupt()  # between chunks: every chunk so far is saved (CLI signals only)
     if bar is not None:
         bar.close()
     timing["compile_s"] = timer.compile_s

@@ -13,20 +13,35 @@ $\tilde X$ (its second singular value exceeds $r\sqrt{nd}$ by many orders).
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 
 import numpy as np
 
 from .. import _verdict as V
 
+#: The shipped certificates file, inside this package.
+_FILE = "data/undirected_certificates.json"
+
 __all__ = ["load", "recheck", "stored_check", "stored_notes", "found_sentences"]
 
 
-def load(max_n: int | None = None) -> list[dict]:
-    """The stored certificates (``max_n``: only those with ``N <= max_n``, to bound the cost)."""
-    text = resources.files(__package__).joinpath("data/undirected_certificates.json").read_text()
-    certs = json.loads(text)["certificates"]
+def load(max_n: int | None = None, path=None) -> list[dict]:
+    """The stored certificates (``max_n``: only those with ``N <= max_n``, to bound the cost).
+
+    ``path``: another certificates file (default: the one shipped with rankdyn). The file is
+    validated first (`validated_certificates`: schema, labels against weights and mask, no
+    duplicates); a missing or empty file raises, it is never a verdict.
+    """
+    from pathlib import Path
+
+    from ._certificate_file import CertificateFileError, validated_certificates
+
+    source = Path(path) if path is not None else resources.files(__package__).joinpath(_FILE)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CertificateFileError(f"{source}: cannot read the certificates file ({err}).") from None
+    certs = validated_certificates(text, str(source))
     return [c for c in certs if max_n is None or len(c["point"]) <= max_n]
 
 
