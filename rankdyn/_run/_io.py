@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import UsageError
-from ._result_files import note_written
 
 __all__ = [
     "cpu_model",
@@ -34,6 +33,17 @@ __all__ = [
     "savez",
     "savefig",
 ]
+
+
+#: Paths written by `atomic_path` while a result is being recorded (else None): the single-result
+#: commands' manifest (`rankdyn._run._result_files.recording_result`) lists them.
+_recorded: dict = {"paths": None}
+
+
+def note_written(path: Path) -> None:
+    """Called by the atomic writer after each rename: remember ``path`` if a result is recorded."""
+    if _recorded["paths"] is not None:
+        _recorded["paths"].add(Path(path).absolute())
 
 
 def to_jsonable(obj):

@@ -22,20 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .._errors import UsageError
+from ._io import _recorded, write_json
 
 __all__ = ["RESULT_MANIFEST", "recording_result", "result_files", "verified_result_file"]
 
 #: The manifest's file name (not ``manifest.json``: that is the sweep's).
 RESULT_MANIFEST = "rankdyn-result.json"
-
-#: Paths written by `rankdyn._run._io.atomic_path` while a result is being recorded (else None).
-_recorded: dict = {"paths": None}
-
-
-def note_written(path: Path) -> None:
-    """Called by the atomic writer after each rename: remember ``path`` if a result is recorded."""
-    if _recorded["paths"] is not None:
-        _recorded["paths"].add(Path(path).absolute())
 
 
 def _sha256(path: Path) -> str:
@@ -90,8 +82,6 @@ def recording_result(folder, command: str) -> Iterator[None]:
         _recorded["paths"] = None
     if not written:
         return
-    from ._io import write_json
-
     files = {name: _sha256(folder / name) for name in written}
     write_json(folder / RESULT_MANIFEST, {"command": command, "files": files})
     for name in sorted(set(previous) - set(files) - {RESULT_MANIFEST}):

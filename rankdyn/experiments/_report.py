@@ -206,10 +206,10 @@ def earlier_results(out, results: dict) -> tuple[dict, list[str]]:
         ``(earlier, unreadable)``: name -> result dict of the readable ones, and the names whose
         JSON cannot be read (the report lists them as such).
     """
-    from . import TARGETS
+    from ._registry import REGISTRY
 
     earlier, unreadable = {}, []
-    for name in TARGETS:
+    for name in (t.name for t in REGISTRY):
         path = Path(out) / f"{name}.json"
         if name in results or not path.is_file():
             continue
