@@ -26,6 +26,7 @@ from ._flow._solve import FlowSolution as FlowSolution
 from ._flow._solve import ProjectedSolver as ProjectedSolver
 from ._flow._solve import solve_flow as solve_flow
 from ._flow._solve import uniform_times as uniform_times
+from .lyapunov._flow import lyapunov_spectrum_flow as lyapunov_spectrum_flow
 
 __all__ = [
     "ADAPTIVE_SOLVERS",
@@ -43,6 +44,7 @@ __all__ = [
     "diameter",
     "find_equilibria",
     "interaction_energy",
+    "lyapunov_spectrum_flow",
     "rotation_invariant",
     "solve_flow",
     "tangent_jacobian",
