@@ -27,7 +27,7 @@ from pathlib import Path
 from ._errors import UsageError
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
-COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "plot", "flow")
+COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "plot", "flow", "lyapunov")
 
 #: Set by `begin_compute`: a plain ValueError after it is an internal error, not a usage error.
 _phase = {"computing": False}
