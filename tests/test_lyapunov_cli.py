@@ -65,3 +65,42 @@ def test_flow_lyapunov_flag(tmp_path, capsys):
     assert s["unit"] == "per unit time" and s["k"] == 3 and (out / "spectrum.png").exists()
     assert main(argv[:-1] + ["7", "--out", str(out)]) == 2
     assert "--lyapunov 7" in capsys.readouterr().err
+
+
+def _measured(**changes):
+    from rankdyn.experiments.lyapunov_rates import LyapunovRatesMeasured
+
+    base = dict(
+        exponents={
+            "none/causal": [0.0, 0.0, 0.0, 0.0, -0.69, -0.7],
+            "post/complete": [0.0, 0.0, 0.0, -41.0, -41.0],
+        },
+        transverse={"none/causal": -0.69, "post/complete": -41.0},
+        log_bound={"none/causal": -0.004, "post/complete": -3.6e-5},
+        bound_name={"none/causal": "Theorem 1", "post/complete": "Theorem 2"},
+        log_mu_rate={"none/causal": -0.693, "post/complete": -6.0},
+        mu_at_floor={"none/causal": 0, "post/complete": 0},
+        neutral_dims={"none/causal": 4, "post/complete": 3},
+        equilibrium_errors=[1e-12],
+        equilibrium_classes={},
+        setting={},
+    )
+    return LyapunovRatesMeasured(**(base | changes))
+
+
+def test_lyapunov_rates_checks_pass_and_fail():
+    from rankdyn.experiments._verdict import verdict
+    from rankdyn.experiments.lyapunov_rates import checks
+
+    assert verdict(checks(_measured())) == "reproduced"
+    bad = [
+        _measured(transverse={"none/causal": 0.01, "post/complete": -41.0}),  # above the bound
+        _measured(log_mu_rate={"none/causal": -0.3, "post/complete": -6.0}),  # disagrees with mu
+        _measured(exponents={"none/causal": [0.0, 0.0, 0.0, -0.1, -0.69], "post/complete": [0.0] * 5}),
+        _measured(equilibrium_errors=[1e-12, 3e-3]),  # an equilibrium off its multipliers
+    ]
+    for m, failing in zip(bad, ["bound", "= log rho_mu", "neutral", "stable equilibria"]):
+        cs = checks(m)
+        assert verdict(cs) != "reproduced"
+        assert [c.name for c in cs if c.passed is False and failing in c.name], [c.name for c in cs]
+    assert verdict(checks(_measured(equilibrium_errors=[]))) == "partially"

@@ -61,6 +61,7 @@ TARGETS: dict[str, str] = {
     "flow-metastability": "rankdyn.experiments.flow_metastability",
     "flow-causal": "rankdyn.experiments.flow_causal",
     "flow-limit": "rankdyn.experiments.flow_limit",
+    "lyapunov-rates": "rankdyn.experiments.lyapunov_rates",
 }
 
 #: The targets that run on a trained checkpoint (their ``run`` takes ``checkpoint=``: a path or a

@@ -58,3 +58,22 @@ def plot_lyapunov_convergence(spectrum: dict, *, title: str = "", path=None, ax=
         legend_outside(fig)
         return save_figure(fig, path) if path is not None else fig
     return ax
+
+
+def plot_lyapunov_rates(transverse: dict, log_bound: dict, log_mu_rate: dict, *, ax=None):
+    """Per configuration: the transverse exponent, log of the theorem's bound and of mu's rate."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.4), layout="constrained")
+    keys = list(transverse)
+    x = np.arange(len(keys))
+    clip = lambda v: max(float(v), -5.0)  # noqa: E731  (round-off-limited values drawn at -5)
+    ax.plot(x, [clip(transverse[k]) for k in keys], "o", color="C0", label="transverse exponent")
+    ax.plot(x, [clip(log_mu_rate[k]) for k in keys], "x", color="C1", ms=8, label="log rate of mu (fit)")
+    ax.plot(x, [clip(log_bound[k]) for k in keys], "_", color="C3", ms=14, mew=2, label="log of the bound")
+    ax.set_xticks(x, keys, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("per-layer log rate (clipped at -5)")
+    ax.axhline(0.0, color="0.4", lw=0.8, ls="--")
+    legend_outside(ax.figure)
+    return ax
