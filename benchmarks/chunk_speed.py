@@ -7,7 +7,7 @@ CONFIG is one of `speed._configs.CONFIGS` (float32, post-LN, mu-only metrics), O
 changes its fields (e.g. '{"n": 16, "d": 32, "batch": 4096, "layers": 64}'). Per chunk size:
 median, min and max process CPU seconds of ``rankdyn.simulate(..., chunk=c)`` after a warm-up,
 and the ratio to the hand-written ``jit`` + ``lax.scan`` over the whole batch
-(`speed/_reference_jax.py`). This is the measurement behind `rankdyn._autotune`.
+(`speed/_reference_jax.py`). This is the measurement behind `rankdyn._run._autotune`.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import scipy.optimize as so  # noqa: E402
 
 import rankdyn as rd  # noqa: E402
-from rankdyn._io import provenance, write_json  # noqa: E402
+from rankdyn._run._io import provenance, write_json  # noqa: E402
 
 TOL = 1e-10
 

@@ -30,7 +30,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-from rankdyn._io import cpu_model  # noqa: E402
+from rankdyn._run._io import cpu_model  # noqa: E402
 from rankdyn.flow import FlowField, solve_flow  # noqa: E402
 from rankdyn.masks import complete_mask  # noqa: E402
 

@@ -57,8 +57,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import rankdyn as rd
-from rankdyn._layer import SelfAttentionLayer
-from rankdyn._spectral import singular_values
+from rankdyn._model._layer import SelfAttentionLayer
+from rankdyn._observe._spectral import singular_values
 
 out = {"device": str(jax.devices()[0]), "backend": jax.default_backend(), "jax": jax.__version__, "cases": {}}
 n, d, T, B, every = 32, 64, 256, 1024, 4

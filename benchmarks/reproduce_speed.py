@@ -4,7 +4,7 @@
 
 Runs the targets in one process and in the order of `rankdyn.experiments.TARGETS`, exactly as
 ``rankdyn reproduce --quick --devices 1`` does (one shared cache, so a later target reuses what
-an earlier one computed), and wraps each target's ``run`` in `rankdyn._io.CompileTimer`
+an earlier one computed), and wraps each target's ``run`` in `rankdyn._run._io.CompileTimer`
 (``jax.monitoring`` duration events: tracing, lowering and XLA compiles). CPU seconds are the
 process's (every thread), so they hold on a loaded machine; wall seconds do not. The load
 average before and after is recorded next to the figures.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import json
 import os
 import sys
@@ -24,9 +23,9 @@ from pathlib import Path
 
 
 def _timed(run, name, rows, json_path=None):
-    from rankdyn._io import CompileTimer
+    from rankdyn._run._io import CompileTimer
 
-    @functools.wraps(run)  # keeps the signature: run_targets looks for a ``cache`` keyword
+    @functools.wraps(run)
     def wrapper(*a, **kw):
         c0 = time.process_time()
         with CompileTimer() as ct:
@@ -59,9 +58,13 @@ def main(argv=None) -> int:
 
     names = experiments.resolve_targets(args.targets.split(","))
     rows: dict[str, dict] = {}
-    for name in names:
-        mod = importlib.import_module(experiments.TARGETS[name])
-        mod.run = _timed(mod.run, name, rows, args.json)
+    # Every target runs through experiments.run_target: time each call by the target's name.
+    untimed = experiments.run_target
+
+    def timed(spec, *a, **kw):
+        return _timed(untimed, spec.name, rows, args.json)(spec, *a, **kw)
+
+    experiments.run_target = timed
     load0, c0 = os.getloadavg(), time.process_time()
     out = args.out or Path(tempfile.mkdtemp(prefix="rankdyn-reproduce-speed-"))
     res = experiments.run_targets(names, out, quick=not args.full, progress=False)

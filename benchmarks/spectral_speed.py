@@ -1,4 +1,4 @@
-"""Singular values for the collapse metrics: jnp.linalg.svd against rankdyn._spectral, in one run.
+"""Singular values for the collapse metrics: jnp.linalg.svd against rankdyn._observe._spectral, in one run.
 
     PYTHONPATH=$PWD python benchmarks/spectral_speed.py [--json OUT] [--quick] [--no-bisection]
 
@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import jax.random as jr
 
 import rankdyn as rd
-from rankdyn import _metrics as M
-from rankdyn._spectral import singular_values
+from rankdyn._observe import _metrics as M
+from rankdyn._observe._spectral import singular_values
 
 
 def best_of(fn, args, repeats):

@@ -24,43 +24,43 @@ from . import metrics as metrics
 from . import sweep as sweep
 from . import theory as theory
 from . import weights as weights
-from ._build import make_layer as make_layer
-from ._config import ModelConfig as ModelConfig
-from ._counterexample_search import search_value_matrix as search_value_matrix
-from ._devices import use_cpu_devices as use_cpu_devices
-from ._graph import GraphInfo as GraphInfo
-from ._graph import graph_info as graph_info
-from ._init import TokenSampler as TokenSampler
-from ._init import initial_tokens as initial_tokens
-from ._layer import MLPWeights as MLPWeights
-from ._layer import SelfAttentionLayer as SelfAttentionLayer
-from ._metrics import (
-    collapse_metrics as collapse_metrics,
-)
-from ._metrics import (
-    mu as mu,
-)
-from ._metrics import (
-    mu_normalized as mu_normalized,
-)
-from ._metrics import (
-    mu_relative as mu_relative,
-)
-from ._norms import (
+from ._model._build import make_layer as make_layer
+from ._model._config import ModelConfig as ModelConfig
+from ._model._graph import GraphInfo as GraphInfo
+from ._model._graph import graph_info as graph_info
+from ._model._layer import MLPWeights as MLPWeights
+from ._model._layer import SelfAttentionLayer as SelfAttentionLayer
+from ._model._norms import (
     AbstractNorm as AbstractNorm,
 )
-from ._norms import (
+from ._model._norms import (
     LayerNorm as LayerNorm,
 )
-from ._norms import (
+from ._model._norms import (
     RMSNorm as RMSNorm,
 )
-from ._norms import (
+from ._model._norms import (
     SphereNorm as SphereNorm,
 )
-from ._simulate import Trajectory as Trajectory
-from ._simulate import simulate as simulate
-from ._stats import Summary as Summary
+from ._model._tokens import TokenSampler as TokenSampler
+from ._model._tokens import initial_tokens as initial_tokens
+from ._observe._metrics import (
+    collapse_metrics as collapse_metrics,
+)
+from ._observe._metrics import (
+    mu as mu,
+)
+from ._observe._metrics import (
+    mu_normalized as mu_normalized,
+)
+from ._observe._metrics import (
+    mu_relative as mu_relative,
+)
+from ._observe._stats import Summary as Summary
+from ._run._devices import use_cpu_devices as use_cpu_devices
+from ._run._simulate import Trajectory as Trajectory
+from ._run._simulate import simulate as simulate
+from ._theory._counterexample_search import search_value_matrix as search_value_matrix
 from ._version import __version__ as __version__
 from .equilibria import (
     RESULTS as RESULTS,

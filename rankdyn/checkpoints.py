@@ -7,14 +7,14 @@ See docs/theory.md#trained-checkpoints. Typical use::
     traj = rankdyn.simulate(ckpt.layers(128, "san"), ckpt.embed(ids), ckpt.num_layers)
 """
 
-from ._checkpoints import SUPPORTED as SUPPORTED
-from ._checkpoints import VARIANTS as VARIANTS
-from ._checkpoints import Checkpoint as Checkpoint
-from ._checkpoints import Corpus as Corpus
-from ._checkpoints import Embeddings as Embeddings
-from ._checkpoints import default_corpus as default_corpus
-from ._checkpoints import load_checkpoint as load_checkpoint
-from ._checkpoints import minilm_path as minilm_path
+from ._trained import SUPPORTED as SUPPORTED
+from ._trained import VARIANTS as VARIANTS
+from ._trained import Checkpoint as Checkpoint
+from ._trained import Corpus as Corpus
+from ._trained import Embeddings as Embeddings
+from ._trained import default_corpus as default_corpus
+from ._trained import load_checkpoint as load_checkpoint
+from ._trained import minilm_path as minilm_path
 
 __all__ = [
     "load_checkpoint",

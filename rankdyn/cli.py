@@ -25,17 +25,10 @@ import traceback
 from pathlib import Path
 
 from ._errors import UsageError
+from .commands._phase import _phase, begin_compute  # noqa: F401 - begin_compute: the old home
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
 COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "plot", "flow", "lyapunov")
-
-#: Set by `begin_compute`: a plain ValueError after it is an internal error, not a usage error.
-_phase = {"computing": False}
-
-
-def begin_compute() -> None:
-    """Called by a command once its arguments are checked, right before it computes."""
-    _phase["computing"] = True
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +89,7 @@ def _install_sigint(args, t0: float):
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return None  # someone else (a notebook, a test runner) handles Ctrl-C: leave it to them
 
-    from ._io import when_no_write
+    from ._run._io import when_no_write
 
     def leave():
         sys.stdout.flush()

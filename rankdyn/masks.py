@@ -5,33 +5,33 @@
 radius $r$ of Theorem 1 (``docs/theory.md#masks-as-graphs``).
 """
 
-from ._graph import GraphInfo as GraphInfo
-from ._graph import distances as distances
-from ._graph import graph_info as graph_info
-from ._masks import (
+from ._model._graph import GraphInfo as GraphInfo
+from ._model._graph import distances as distances
+from ._model._graph import graph_info as graph_info
+from ._model._masks import (
     MASK_NAMES as MASK_NAMES,
 )
-from ._masks import (
+from ._model._masks import (
     causal_mask as causal_mask,
 )
-from ._masks import (
+from ._model._masks import (
     complete_mask as complete_mask,
 )
-from ._masks import (
+from ._model._masks import (
     dilated_mask as dilated_mask,
 )
-from ._masks import (
+from ._model._masks import (
     global_local_mask as global_local_mask,
 )
-from ._masks import (
+from ._model._masks import (
     make_mask as make_mask,
 )
-from ._masks import (
+from ._model._masks import (
     mask_from_adjacency as mask_from_adjacency,
 )
-from ._masks import (
+from ._model._masks import (
     random_mask as random_mask,
 )
-from ._masks import (
+from ._model._masks import (
     window_mask as window_mask,
 )

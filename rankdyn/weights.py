@@ -4,34 +4,34 @@ The value families include the paper's constructions (orthogonal $W_V$ for Theor
 full bidiagonal $W_V = I + wS$ and Jordan blocks of App. F, ``docs/theory.md#constructions``).
 """
 
-from ._init import X0_NAMES as X0_NAMES
-from ._weights import (
+from ._model._tokens import X0_NAMES as X0_NAMES
+from ._model._weights import (
     QK_NAMES as QK_NAMES,
 )
-from ._weights import (
+from ._model._weights import (
     VALUE_NAMES as VALUE_NAMES,
 )
-from ._weights import (
+from ._model._weights import (
     bert_uniform as bert_uniform,
 )
-from ._weights import (
+from ._model._weights import (
     bidiagonal as bidiagonal,
 )
-from ._weights import (
+from ._model._weights import (
     gaussian as gaussian,
 )
-from ._weights import (
+from ._model._weights import (
     jordan_block as jordan_block,
 )
-from ._weights import (
+from ._model._weights import (
     orthogonal as orthogonal,
 )
-from ._weights import (
+from ._model._weights import (
     query_key_matrices as query_key_matrices,
 )
-from ._weights import (
+from ._model._weights import (
     spectral_normalized as spectral_normalized,
 )
-from ._weights import (
+from ._model._weights import (
     value_matrix as value_matrix,
 )

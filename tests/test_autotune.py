@@ -1,4 +1,4 @@
-"""The measured chunk choice of `simulate` (rankdyn._autotune): it picks one of its candidates,
+"""The measured chunk choice of `simulate` (rankdyn._run._autotune): it picks one of its candidates,
 remembers it per machine, and no candidate moves a result by more than the 4-ulp chunk contract."""
 
 import jax.random as jr
@@ -7,9 +7,9 @@ import pytest
 from helpers import ulp_distance
 
 import rankdyn as rd
-from rankdyn import _autotune
-from rankdyn._observe import MetricObserver, parse_metrics
-from rankdyn._scan import auto_chunk
+from rankdyn._observe._observer import MetricObserver, parse_metrics
+from rankdyn._run import _autotune
+from rankdyn._run._scan import auto_chunk
 
 
 @pytest.mark.slow  # ~12 s: 4 timed candidates + 4 simulate programs

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
-from rankdyn._config import SEED_MAX, ModelConfig
+from rankdyn._model._config import SEED_MAX, ModelConfig
 from rankdyn.cli import build_parser, main
 
 SWEEP_TOML = """
@@ -173,14 +173,14 @@ ROWS = {
 @pytest.fixture
 def no_compute(monkeypatch):
     """Replace every entry point of compute by one that fails the test if it is reached."""
-    import rankdyn._build
+    import rankdyn._model._build
     import rankdyn.experiments
     import rankdyn.sweep
 
     def computed(*a, **k):
         raise AssertionError("compute was reached although the input is bad")
 
-    monkeypatch.setattr(rankdyn._build, "build_layer", computed)
+    monkeypatch.setattr(rankdyn._model._build, "build_layer", computed)
     monkeypatch.setattr(rankdyn.experiments, "run_targets", computed)
     monkeypatch.setattr(rankdyn.sweep, "run_sweep", computed)
 
@@ -285,7 +285,7 @@ def test_defaults_pass_every_check(command, tmp_path):
 def test_memory_estimate_and_refusal():
     """The generic estimate counts the arrays by hand-computable formulas; the refusal compares it
     with the available memory and says the estimate, the largest part and the fix."""
-    from rankdyn._memory import MemoryEstimate, check_memory, equilibria_memory
+    from rankdyn._run._memory import MemoryEstimate, check_memory, equilibria_memory
 
     assert (
         equilibria_memory(n=2, d=3, chunk=10, itemsize=8).parts[

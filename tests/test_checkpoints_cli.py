@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from checkpoint_models import VOCAB, WORDS, bert, edit_config, gpt2_zip, hf_hidden_states  # noqa: E402
 
-import rankdyn._simulate  # noqa: E402
+import rankdyn._run._simulate  # noqa: E402
 from rankdyn.cli import main  # noqa: E402
 
 
@@ -188,7 +188,7 @@ def test_bad_checkpoint_input_is_refused(tiny, tmp_path, capsys, monkeypatch, ro
     def no_compute(*a, **k):
         raise AssertionError("simulate ran")
 
-    monkeypatch.setattr(rankdyn._simulate, "simulate", no_compute)
+    monkeypatch.setattr(rankdyn._run._simulate, "simulate", no_compute)
     make, fragments = ROWS[row]
     out = tmp_path / "out"
     assert main(["simulate", *make(tiny, tmp_path), "--no-progress", "--out", str(out)]) == 2

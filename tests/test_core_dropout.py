@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
-from rankdyn._layer import SelfAttentionLayer
+from rankdyn._model._layer import SelfAttentionLayer
 from rankdyn.experiments._observers import observe_zero_rows
 
 

@@ -13,7 +13,7 @@ from helpers import small_layer, sphere_tokens
 
 import rankdyn as rd
 from rankdyn._errors import UsageError
-from rankdyn._params import default_dqk
+from rankdyn._model._params import default_dqk
 
 
 @pytest.mark.parametrize("mask", ["causal", "window", "random"])
@@ -195,6 +195,6 @@ def test_fixed_attention_outside_the_mask_is_refused_at_construction():
     ok = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]  # on the mask: accepted
     layer = rd.SelfAttentionLayer(mask, w, w, w, fixed_attention=ok)
     np.testing.assert_array_equal(np.asarray(layer.attention(jnp.eye(n, d)))[0], ok)
-    # The key width is the default temperature, from the one definition in rankdyn._params.
+    # The key width is the default temperature, from the one definition in rankdyn._model._params.
     narrow = rd.SelfAttentionLayer(mask, jnp.zeros((d, 2)), jnp.zeros((d, 2)), w)
     assert (float(layer.dqk), float(narrow.dqk)) == (default_dqk(d), default_dqk(2)) == (3.0, 2.0)

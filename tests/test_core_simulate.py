@@ -8,7 +8,7 @@ import pytest
 from helpers import PAPER_MASKS, python_loop, small_layer, sphere_tokens
 
 import rankdyn as rd
-from rankdyn._io import CompileTimer
+from rankdyn._run._io import CompileTimer
 
 
 def test_scan_equals_python_loop_and_vmap_equals_per_sample(getkey):
@@ -218,7 +218,7 @@ def test_logit_bound_norms_against_numpy_in_float64():
     float32 entries of 1e30 overflow a float32 sum of squares: the bound must fall back to
     float64, not report inf (which would refuse a run whose logits fit).
     """
-    from rankdyn._simulate import _max_norm, _spectral_norm
+    from rankdyn._run._simulate import _max_norm, _spectral_norm
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 7, 9)).astype(np.float32)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rankdyn as rd
-from rankdyn._floors import MERGE_ERRORS, merge_tol, scaled_tol
+from rankdyn._observe._tolerances import MERGE_ERRORS, merge_tol, scaled_tol
 from rankdyn.equilibria._dedupe import deduplicate
 from rankdyn.equilibria._symmetry import symmetry_group
 

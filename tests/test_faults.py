@@ -24,7 +24,7 @@ import pytest
 import xarray as xr
 
 import rankdyn as rd
-from rankdyn import _io
+from rankdyn._run import _io
 from rankdyn.cli import main
 from rankdyn.sweep import NETCDF_ENGINE
 
@@ -321,7 +321,7 @@ def test_exit_codes(tmp_path, monkeypatch, capsys, exc, code, text):
     def fail(*a, **k):
         raise exc
 
-    monkeypatch.setattr(rd._simulate, "simulate", fail)
+    monkeypatch.setattr(rd._run._simulate, "simulate", fail)
     assert main(SMALL + ["--out", str(tmp_path / "o")]) == code
     err = capsys.readouterr().err
     assert text in err

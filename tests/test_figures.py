@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from rankdyn import plotting  # noqa: E402
-from rankdyn.experiments import ablation  # noqa: E402
+from rankdyn.experiments.sim import ablation  # noqa: E402
 from rankdyn.plotting._style import tidy_log_ticks  # noqa: E402
 
 MAX_PX = 2400
@@ -203,7 +203,7 @@ def _sim_figures():
 
 def _theory_figures():
     """The theory targets' figures (counterexample_2d, equilibria_ranks, positive_measure, undirected)."""
-    from rankdyn._constructions import example_2d
+    from rankdyn._theory._constructions import example_2d
 
     ex = example_2d(2.0)
     th = np.linspace(0, 1.2, 20)

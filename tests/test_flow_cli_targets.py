@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from rankdyn.cli import main
-from rankdyn.experiments import TARGETS, flow_causal, flow_clustering, flow_limit, flow_metastability
-from rankdyn.experiments._flow_runs import longest_plateau, plateaus
+from rankdyn.experiments import TARGETS
+from rankdyn.experiments.flow import flow_causal, flow_clustering, flow_limit, flow_metastability
+from rankdyn.experiments.flow._flow_runs import longest_plateau, plateaus
 
 BAD = {
     "beta<0": (["--beta", "-1"], "--beta"),
@@ -205,9 +206,10 @@ def test_flow_clustering_notes_follow_the_numbers(tmp_path, monkeypatch):
     drawn = []
     monkeypatch.setattr(rankdyn.plotting, "plot_phase_diagram", lambda *a, **k: drawn.append(k["path"]))
     good = _clustering([1.0, 1.0], [[0, 0.5, 1.0], [0, 0.7, 1.0]])
-    figures, notes = flow_clustering.render(tmp_path, good, flow_clustering.checks(good))
+    shown = flow_clustering.render(tmp_path, good, flow_clustering.checks(good))
+    figures, notes = shown.figures, shown.notes
     assert drawn == [tmp_path / figures[0]]
     assert "for every beta" in notes and "counts against" not in notes
     bad = _clustering([1.0, 0.5], [[0, 0.5, 1.0], [0, 0.7, 0.5]])
-    _, notes = flow_clustering.render(tmp_path, bad, flow_clustering.checks(bad))
+    notes = flow_clustering.render(tmp_path, bad, flow_clustering.checks(bad)).notes
     assert "Below 99% at T for beta = 2;" in notes and "for every beta" not in notes

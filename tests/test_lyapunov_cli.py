@@ -68,7 +68,7 @@ def test_flow_lyapunov_flag(tmp_path, capsys):
 
 
 def _measured(**changes):
-    from rankdyn.experiments.lyapunov_rates import LyapunovRatesMeasured
+    from rankdyn.experiments.sim.lyapunov_rates import LyapunovRatesMeasured
 
     base = dict(
         exponents={
@@ -90,7 +90,7 @@ def _measured(**changes):
 
 def test_lyapunov_rates_checks_pass_and_fail():
     from rankdyn.experiments._verdict import verdict
-    from rankdyn.experiments.lyapunov_rates import checks
+    from rankdyn.experiments.sim.lyapunov_rates import checks
 
     assert verdict(checks(_measured())) == "reproduced"
     bad = [

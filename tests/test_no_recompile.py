@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rankdyn as rd
-from rankdyn._io import CompileTimer
+from rankdyn._run._io import CompileTimer
 
 
 def _mu_only(x):
@@ -69,7 +69,7 @@ def test_second_call_with_new_values_compiles_nothing(getkey):
 
 def test_first_compile_is_reported_separately(getkey):
     """`CompileTimer` splits the first call into compile and run time (the benchmark relies on it)."""
-    from rankdyn._io import CompileTimer
+    from rankdyn._run._io import CompileTimer
 
     layer = rd.make_layer(getkey(), n=7, d=3, mask="window-uni")
     x0 = rd.initial_tokens(getkey(), "sphere", 7, 3, batch=2)

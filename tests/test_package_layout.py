@@ -95,7 +95,7 @@ def test_ruff_check_and_format_are_clean():
 def test_architecture_page_lists_every_module():
     """docs/architecture.md (modules grouped by concept) names every module, so it stays true.
 
-    A top-level module and a subpackage appear by path (``rankdyn/_scan.py``, ``rankdyn/sweep/``);
+    A top-level module and a subpackage appear by path (``rankdyn/_run/_scan.py``, ``rankdyn/sweep/``);
     a subpackage's module at least by file name. ``experiments/`` is indexed by its ``TARGETS``.
     """
     page = (PKG.parent / "docs" / "architecture.md").read_text()

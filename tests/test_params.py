@@ -14,7 +14,7 @@ import pytest
 
 import rankdyn as rd
 from rankdyn._errors import UsageError
-from rankdyn._params import PARAMS, RUN_PARAMS
+from rankdyn._model._params import PARAMS, RUN_PARAMS
 from rankdyn.cli import main
 
 # (command, argv, fragments of the one error line)
@@ -55,13 +55,13 @@ CLI_ROWS = {
 @pytest.fixture
 def no_compute(monkeypatch):
     """Simulation and census fail the test if they are reached."""
-    import rankdyn._simulate
+    import rankdyn._run._simulate
     import rankdyn.equilibria
 
     def computed(*a, **k):
         raise AssertionError("compute was reached although an option is ignored")
 
-    monkeypatch.setattr(rankdyn._simulate, "simulate", computed)
+    monkeypatch.setattr(rankdyn._run._simulate, "simulate", computed)
     monkeypatch.setattr(rankdyn.equilibria, "equilibrium_census", computed)
 
 
@@ -181,14 +181,14 @@ def test_table_generates_every_declaration():
     users = sorted(str(f.relative_to(root)) for f in root.rglob("*.py") if "jordan_k" in f.read_text())
     assert len(users) <= 2, users
     dqk = jnp.asarray(rd.make_layer(jr.PRNGKey(0), n=4, d=8, heads=2, output_projection=True).dqk)
-    assert float(dqk) == 4.0  # the key width d // heads, computed once (rankdyn._params.default_dqk)
+    assert float(dqk) == 4.0  # the key width d // heads, computed once (rankdyn._model._params.default_dqk)
 
 
 @pytest.mark.slow
 def test_float32_tolerances_follow_the_dtype():
     """Without x64 the exact census matched 1 of 7 closed forms (tolerance 1e-8) and the tree
     search (residual 1e-10) accepted no float32 token; both now scale with the dtype's eps."""
-    from rankdyn._constructions import all_closed_form_equilibria
+    from rankdyn._theory._constructions import all_closed_form_equilibria
     from rankdyn.equilibria import equilibrium_census
     from rankdyn.equilibria._tree import tree_search
 

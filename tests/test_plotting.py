@@ -312,7 +312,7 @@ def test_theory_figures_label_every_panel_and_keep_legends_outside():
 
 
 def test_simulate_table_flags_layers_at_the_floor():
-    from rankdyn.commands.simulate import _print_table
+    from rankdyn.commands._table import print_table
 
     layers = np.arange(6)
     rel = np.array([1.0, 1e-2, 1e-5, 2e-6, 5e-7, 1e-7])  # float32 floor: 10 eps = 1.19e-6
@@ -330,7 +330,7 @@ def test_simulate_table_flags_layers_at_the_floor():
     }
     buf = io.StringIO()
     with redirect_stdout(buf):
-        _print_table(traj, summary, info, result)
+        print_table(traj, summary, info, result)
     rows = [ln for ln in buf.getvalue().splitlines() if ln[:5].strip().isdigit()]
     flagged = [int(r.split()[0]) for r in rows if r.endswith("* at floor")]
     assert flagged == [4, 5]
@@ -339,5 +339,5 @@ def test_simulate_table_flags_layers_at_the_floor():
     traj64 = SimpleNamespace(layers=layers, summary=SimpleNamespace(count=np.ones(6, np.float64)))
     buf = io.StringIO()
     with redirect_stdout(buf):
-        _print_table(traj64, summary, info, result)
+        print_table(traj64, summary, info, result)
     assert "at floor" not in buf.getvalue()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
-from rankdyn._layer import _fold_qk
+from rankdyn._model._layer import _fold_qk
 
 
 # --------------------------------------------------------------------------- the NumPy reference

@@ -13,12 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rankdyn import _trained_analysis as TA
+from rankdyn._trained import _analysis as TA
 from rankdyn.experiments import _verdict as V
-from rankdyn.experiments import geometry as G
-from rankdyn.experiments import pretrained_ablation as PA
-from rankdyn.experiments import pretrained_temperature as PT
+from rankdyn.experiments import run_target
 from rankdyn.experiments._masktable import PAPER_MASKS
+from rankdyn.experiments.pretrained import geometry as G
+from rankdyn.experiments.pretrained import pretrained_ablation as PA
+from rankdyn.experiments.pretrained import pretrained_temperature as PT
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -227,7 +228,7 @@ def test_targets_without_a_checkpoint_are_not_testable(monkeypatch, tmp_path):
 
     monkeypatch.setattr(rankdyn.checkpoints, "minilm_path", lambda: None)
     for T in (G, PA, PT):
-        r = T.run(tmp_path, quick=True, seed=0, cache={})
+        r = run_target(T.NAME, tmp_path, quick=True, seed=0, cache={})
         assert r["verdict"] == "not testable here"
         assert "pip install" in r["notes"]
         assert all(c["status"] == "not testable here" for c in r["checks"])

@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from rankdyn import _progress
-from rankdyn._progress import StepProgress, eta_seconds, plan_steps, step_done, target_progress
+from rankdyn._run import _progress
+from rankdyn._run._progress import StepProgress, eta_seconds, plan_steps, step_done, target_progress
 
 
 def test_eta_is_the_mean_measured_step_times_the_steps_left():

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
-from rankdyn._io import to_jsonable
-from rankdyn._progress import target_progress
-from rankdyn.experiments import RESULT_KEYS, VERDICTS
-from rankdyn.experiments import counterexample_2d as ce
-from rankdyn.experiments import equilibria_ranks as er
-from rankdyn.experiments import positive_measure as pm
-from rankdyn.experiments._circle import _tokens
-from rankdyn.experiments._intervals import wilson_interval
+from rankdyn._run._io import to_jsonable
+from rankdyn._run._progress import target_progress
+from rankdyn.experiments import RESULT_KEYS, VERDICTS, run_target
+from rankdyn.experiments.theory import counterexample_2d as ce
+from rankdyn.experiments.theory import equilibria_ranks as er
+from rankdyn.experiments.theory import positive_measure as pm
+from rankdyn.experiments.theory._counterexample_2d_runs import _tokens
+from rankdyn.experiments.theory._intervals import wilson_interval
 
 
 def _check_contract(res, module, out, steps):
@@ -38,7 +38,7 @@ def _check_contract(res, module, out, steps):
 @pytest.mark.slow
 def test_counterexample_2d_tiny(tmp_path):
     with target_progress(ce.NAME, enabled=False) as steps:
-        res = ce.run(tmp_path, quick=True, seed=0, tiny=True)
+        res = run_target(ce.NAME, tmp_path, quick=True, seed=0, size=ce.sizes(True, tiny=True))
     _check_contract(res, ce, tmp_path, steps)
     m = res["measured"]["w=2"]
     step = res["setting"]["basin_step"]
@@ -58,8 +58,8 @@ def test_counterexample_2d_tiny(tmp_path):
 def test_basin_points_on_both_sides_of_a():
     """Starts just either side of A go to B (inside the arc) or to (0, 1) (outside)."""
     with jax.enable_x64(True):
-        ex = rd._constructions.example_2d(3.0)
-        layer = rd._constructions.uniform_causal_layer(2, 2, ex["W_V"])
+        ex = rd._theory._constructions.example_2d(3.0)
+        layer = rd._theory._constructions.uniform_causal_layer(2, 2, ex["W_V"])
         th = np.array([ex["theta_A"] - 0.01, ex["theta_A"] + 0.01, 269.99, 270.01])
         x2 = _tokens(th)
         x0 = jnp.asarray(np.stack([np.broadcast_to([0.0, 1.0], x2.shape), x2], axis=-2))
@@ -71,7 +71,7 @@ def test_basin_points_on_both_sides_of_a():
 
 def test_equilibria_ranks_tiny(tmp_path):
     with target_progress(er.NAME, enabled=False) as steps:
-        res = er.run(tmp_path, quick=True, seed=0, tiny=True)
+        res = run_target(er.NAME, tmp_path, quick=True, seed=0, size=er.sizes(True, tiny=True))
     _check_contract(res, er, tmp_path, steps)
     m = res["measured"]["N=d=4, w=4"]
     for k in range(1, 5):
@@ -96,7 +96,7 @@ def test_equilibria_ranks_tiny(tmp_path):
 @pytest.mark.slow
 def test_positive_measure_tiny(tmp_path):
     with target_progress(pm.NAME, enabled=False) as steps:
-        res = pm.run(tmp_path, quick=True, seed=0, tiny=True)
+        res = run_target(pm.NAME, tmp_path, quick=True, seed=0, size=pm.sizes(True, tiny=True))
     _check_contract(res, pm, tmp_path, steps)
     lem = next(v for k, v in res["measured"].items() if k.startswith("lemma13 d=3, w=2"))
     # Lemma 13 at d = 3 (docs/theory.md#constructions: no violations): every start keeps
@@ -117,8 +117,8 @@ def test_positive_measure_tiny(tmp_path):
 
 def test_lemma13_track_matches_states():
     """The per-step running max equals the max over a saved trajectory (reference: simulate)."""
-    from rankdyn._constructions import lemma13_sample, uniform_causal_layer
-    from rankdyn.experiments._positive_measure_runs import lemma13_track
+    from rankdyn._theory._constructions import lemma13_sample, uniform_causal_layer
+    from rankdyn.experiments.theory._positive_measure_runs import lemma13_track
 
     with jax.enable_x64(True):
         d, w, steps = 4, 3.0, 12

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
-from rankdyn import _scan
-from rankdyn._init import TokenSampler
-from rankdyn._observe import ALL_METRICS, MetricObserver, parse_metrics
-from rankdyn._stats import chunk_stats, merge_stats
+from rankdyn._model._tokens import TokenSampler
+from rankdyn._observe._observer import ALL_METRICS, MetricObserver, parse_metrics
+from rankdyn._observe._stats import chunk_stats, merge_stats
+from rankdyn._run import _scan
 from rankdyn.cli import main as cli_main
 
 

@@ -16,7 +16,7 @@ import jax
 import pytest
 
 import rankdyn as rd
-from rankdyn._sharding import batch_mesh, resolve_mesh
+from rankdyn._run._sharding import batch_mesh, resolve_mesh
 
 SCRIPT = textwrap.dedent(
     """
@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp, jax.random as jr, numpy as np
     import rankdyn as rd
-    from rankdyn._sharding import batch_mesh, shard_batch
+    from rankdyn._run._sharding import batch_mesh, shard_batch
 
     out = {"num_devices": len(jax.devices())}
     layer = rd.make_layer(jr.PRNGKey(0), n=6, d=6, mask="causal", qk="gaussian", num_layers=8)
@@ -103,7 +103,7 @@ def test_mesh_arguments_are_checked():
 
 
 def test_use_cpu_devices_checks_its_argument_and_a_running_jax():
-    from rankdyn._devices import available_cores, resolve_num_devices
+    from rankdyn._run._devices import available_cores, resolve_num_devices
 
     cores = available_cores()
     assert resolve_num_devices("all") == resolve_num_devices("ALL") == cores
@@ -123,7 +123,7 @@ def test_use_cpu_devices_sizes_the_pool_one_thread_per_device_plus_one_per_core(
     """A fresh process: the pool XLA will read (NPROC) is n + cores, also for one device (where
     XLA's default of one thread per core leaves a batched SVD on one core), and a larger NPROC
     already set is kept."""
-    from rankdyn._devices import available_cores, pool_threads
+    from rankdyn._run._devices import available_cores, pool_threads
 
     cores = available_cores()
     assert pool_threads(1) == cores + 1 and pool_threads(cores) == 2 * cores
@@ -184,7 +184,7 @@ def run_watched(cmd, env, *, stall_s=20.0, limit_s=240.0):
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the watchdog reads /proc")
 def test_sharded_default_metrics_never_hang():
-    from rankdyn._devices import available_cores
+    from rankdyn._run._devices import available_cores
 
     if available_cores() < 2:
         pytest.skip("needs 2 cores")

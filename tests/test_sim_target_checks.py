@@ -9,13 +9,13 @@ notes state a conclusion only when the numbers make it so.
 import numpy as np
 
 from rankdyn.experiments import _verdict as V
-from rankdyn.experiments import ablation as AB
-from rankdyn.experiments import depth_table as DT
-from rankdyn.experiments import layernorm_orthogonal as LO
-from rankdyn.experiments import masks_collapse as MC
-from rankdyn.experiments import temperature as TE
-from rankdyn.experiments._ablation_runs import VARIANTS
 from rankdyn.experiments._masktable import PAPER_MASKS
+from rankdyn.experiments.sim import ablation as AB
+from rankdyn.experiments.sim import depth_table as DT
+from rankdyn.experiments.sim import layernorm_orthogonal as LO
+from rankdyn.experiments.sim import masks_collapse as MC
+from rankdyn.experiments.sim import temperature as TE
+from rankdyn.experiments.sim._ablation_runs import VARIANTS
 
 LAYERS = np.arange(3)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rankdyn._errors import UsageError
-from rankdyn._observe import ALL_METRICS
+from rankdyn._observe._observer import ALL_METRICS
 from rankdyn.cli import build_parser, main
 from rankdyn.commands._table import METRIC_HELP, plot_names, table_columns
 

@@ -1,4 +1,4 @@
-"""Accuracy contract of `rankdyn._spectral.singular_values` and the spectral collapse metrics.
+"""Accuracy contract of `rankdyn._observe._spectral.singular_values` and the spectral collapse metrics.
 
 Oracle: float64 LAPACK (NumPy) on matrices U diag(s) V^T with random orthogonal U, V and a
 chosen graded spectrum s, so the true singular values are known by construction. Each case is
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
-from rankdyn._metrics import collapse_metrics, direction_metrics
-from rankdyn._spectral import singular_values
+from rankdyn._observe._metrics import collapse_metrics, direction_metrics
+from rankdyn._observe._spectral import singular_values
 
 # The vectorised bisection compiles slowly on XLA:CPU (about 10 s per shape): slow marker.
 SVD_METHODS = ("lapack", pytest.param("bisection", marks=pytest.mark.slow))

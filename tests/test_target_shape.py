@@ -1,7 +1,7 @@
-"""Every reproduce target is compute -> checks -> render, with a short ``run`` that composes them,
-and `TargetResult` assembles the result dict of the reproduce contract (no simulation here)."""
+"""Every reproduce target is one registry record and a module of sizes -> compute -> checks ->
+render -> describe, composed by `run_target`; `TargetResult` assembles the result dict of the
+reproduce contract (no simulation here)."""
 
-import ast
 import dataclasses
 import importlib
 import inspect
@@ -10,25 +10,43 @@ import json
 import numpy as np
 import pytest
 
-from rankdyn.experiments import RESULT_KEYS, TARGETS, VERDICTS, render_target
-from rankdyn.experiments._target import Measured, TargetResult
+from rankdyn.experiments import REGISTRY, RESULT_KEYS, TARGETS, VERDICTS, render_target
+from rankdyn.experiments._registry import FAMILIES
+from rankdyn.experiments._target import Description, Measured, Rendered, TargetResult
 from rankdyn.experiments._verdict import check, untestable
 
-#: Longest ``run`` a target may have: composing compute, checks and render takes a few lines.
-RUN_MAX_LINES = 60
+#: The parts every target module defines, in the order run_target calls them.
+PARTS = ("sizes", "compute", "checks", "render", "describe")
 
 
 @pytest.mark.parametrize("name", list(TARGETS))
-def test_target_is_compute_checks_render(name):
+def test_target_is_sizes_compute_checks_render_describe(name):
+    (spec,) = [t for t in REGISTRY if t.name == name]
     mod = importlib.import_module(TARGETS[name])
-    for part in ("compute", "checks", "render", "run"):
+    assert mod.NAME == spec.name and spec.family in FAMILIES and spec.claim == mod.CLAIM
+    for part in PARTS:
         assert callable(getattr(mod, part, None)), f"{name} lacks {part}()"
+    assert not hasattr(mod, "run"), f"{name}.run(): run_target composes the parts"
+    assert isinstance(spec.sizes(True), dict) and isinstance(spec.sizes(False), dict)
     ret = inspect.signature(mod.compute).return_annotation
     typ = getattr(mod, ret, None) if isinstance(ret, str) else ret
     assert isinstance(typ, type) and issubclass(typ, Measured), f"{name}.compute must return a Measured"
-    tree = ast.parse(inspect.getsource(mod))
-    (run,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
-    assert run.end_lineno - run.lineno + 1 <= RUN_MAX_LINES, f"{name}.run() is over {RUN_MAX_LINES} lines"
+    # One render type and one describe type for every target.
+    for part, want in (("render", Rendered), ("describe", Description)):
+        ret = inspect.signature(getattr(mod, part)).return_annotation
+        assert ret in (want, want.__name__), f"{name}.{part} must return {want.__name__}"
+    assert "quick" in inspect.signature(mod.render).parameters
+    ctx = set(inspect.signature(mod.compute).parameters) - {"sz", "seed"}
+    want = ({"cache"} if spec.shares_runs else set()) | ({"ckpt"} if spec.needs_checkpoint else set())
+    assert ctx == want, (name, ctx)
+
+
+def test_registry_names_are_unique_and_drive_the_tables():
+    names = [t.name for t in REGISTRY]
+    assert len(set(names)) == len(names) and list(TARGETS) == names
+    from rankdyn.experiments import CHECKPOINT_TARGETS
+
+    assert CHECKPOINT_TARGETS == tuple(t.name for t in REGISTRY if t.needs_checkpoint)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,7 +42,7 @@ def model_flops(cfg) -> float:
 
 def executed_flops(cfg) -> float:
     """FLOPs rankdyn actually executes per layer and trajectory (W_Q W_K^T folded when cheaper)."""
-    from rankdyn._layer import _fold_qk
+    from rankdyn._model._layer import _fold_qk
 
     n, d, k = cfg["n"], cfg["d"], cfg["dqk"]
     qk = 2 * n * d * d + 2 * n * n * d if _fold_qk(n, d, k) else 4 * n * d * k + 2 * n * n * k

@@ -7,7 +7,7 @@ import os
 import platform
 import time
 
-from rankdyn._io import cpu_model
+from rankdyn._run._io import cpu_model
 
 
 def cores() -> int:
@@ -18,7 +18,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-cpu_name = cpu_model  # the library's one definition (rankdyn._io)
+cpu_name = cpu_model  # the library's one definition (rankdyn._run._io)
 
 
 def device_name() -> str:

@@ -20,13 +20,13 @@ def child(name: str, devices: str, metrics: str, quick: bool, repeats: int = 3) 
     import rankdyn as rd
 
     # Before any JAX operation, as the CLI does (`--devices 1|all`): also on one device, where the
-    # pool's extra thread lets a batched SVD use both cores (rankdyn._devices.pool_threads).
+    # pool's extra thread lets a batched SVD use both cores (rankdyn._run._devices.pool_threads).
     rd.use_cpu_devices("all" if devices == "all" else 1)
     import jax
 
-    from rankdyn._autotune import tuned_chunk
-    from rankdyn._io import CompileTimer
-    from rankdyn._observe import MetricObserver, parse_metrics
+    from rankdyn._observe._observer import MetricObserver, parse_metrics
+    from rankdyn._run._autotune import tuned_chunk
+    from rankdyn._run._io import CompileTimer
 
     from ._configs import METRICS, build, config
     from ._repeat import repeat
@@ -41,7 +41,7 @@ def child(name: str, devices: str, metrics: str, quick: bool, repeats: int = 3) 
         return tr
 
     # The warm-up is the same call: it compiles, and on one CPU device measures the chunk
-    # (rankdyn._autotune, cached per machine), so the timed calls run what a second call runs.
+    # (rankdyn._run._autotune, cached per machine), so the timed calls run what a second call runs.
     with CompileTimer() as ct:
         tr = run(x0)
     out = {"devices": len(jax.devices()), "nproc_env": os.environ.get("NPROC"), "compile_s": ct.compile_s}

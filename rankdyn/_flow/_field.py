@@ -25,7 +25,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import UsageError
-from .._masks import mask_from_adjacency
+from .._model._masks import mask_from_adjacency
 
 __all__ = ["FlowField", "DYNAMICS", "interaction_energy", "tangent_project"]
 

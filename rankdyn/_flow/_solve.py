@@ -12,7 +12,7 @@ never leaves it). The largest $\big||x_i| - 1\big|$ met before a projection is r
 
 Trajectories are vmapped in chunks; temperatures are vmapped too (one compiled program for the
 whole phase diagram). At every saved time the `FlowObserver` metrics are folded into running
-batch statistics (`rankdyn._stats`, Chan's merge), so memory does not grow with the batch unless
+batch statistics (`rankdyn._observe._stats`, Chan's merge), so memory does not grow with the batch unless
 states or per-trajectory values are asked for.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from jaxtyping import Array
 
 from .._errors import UsageError
-from .._stats import Summary, chunk_stats, merge_stats, summarize
+from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
 from ._field import FlowField
 from ._observables import FlowObserver
 
@@ -96,7 +96,7 @@ class FlowSolution(eqx.Module):
     Attributes:
         times: ``(S,)`` the saved times.
         beta: the temperature(s).
-        summary: batch statistics per saved time (`rankdyn._stats.Summary`; its ``layers`` are
+        summary: batch statistics per saved time (`rankdyn._observe._stats.Summary`; its ``layers`` are
             the saved-time indices); a tuple of them, one per beta, for a vector of temperatures.
         time_to_cluster: ``(batch,)`` first saved time at which the diameter is <= ``eps``
             (inf if never).
@@ -327,7 +327,7 @@ def solve_flow(
     num_chunks = math.ceil(batch / chunk)
     bar = None
     if progress:
-        from .._progress import progress_bar
+        from .._run._progress import progress_bar
 
         bar = progress_bar(total=num_chunks * (intervals // p), desc="flow", unit="piece")
     total = None

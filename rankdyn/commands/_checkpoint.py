@@ -16,8 +16,8 @@ import hashlib
 from pathlib import Path
 
 from .._errors import UsageError
-from .._floors import RANK_TOL
-from .._params import PARAMS
+from .._model._params import PARAMS
+from .._observe._tolerances import RANK_TOL
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint"]
 
@@ -27,7 +27,7 @@ _ALLOWED = ("mask", "window", "seed", "x64", "n")
 _RECORDED = ("n", "batch", "layers", "mask", "window")
 _EXPLICIT = "_checkpoint_explicit_flags"
 #: A random model's flags that must have a default when no group titled "model" is found.
-#: (The flags of the parameter table, `rankdyn._params.PARAMS`, plus the two hand-written ones.)
+#: (The flags of the parameter table, `rankdyn._model._params.PARAMS`, plus the two hand-written ones.)
 _FALLBACK_MODEL = tuple(p.name for p in PARAMS if p.flag) + ("per_layer_weights", "dropout")
 _DEFAULT_N = 128
 
@@ -48,7 +48,7 @@ def _recording(cls):
 
 def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
     """Add the ``checkpoint`` flag group to the simulate parser (after the model flags)."""
-    from .._checkpoints import VARIANTS
+    from .._trained import VARIANTS
 
     g = p.add_argument_group(
         "trained checkpoint (replaces the random model; docs/theory.md#trained-checkpoints)"
@@ -152,7 +152,7 @@ def _check_inputs(args, ckpt, given: dict):
 
 
 def _mask_of(args, ckpt, given: dict):
-    from .._config import MASKS_WITH_WINDOW
+    from .._model._config import MASKS_WITH_WINDOW
 
     mask = args.mask if "mask" in given else ckpt.own_mask
     if args.window != 1 and mask not in MASKS_WITH_WINDOW:
@@ -168,16 +168,15 @@ def run_checkpoint(args) -> int:
     import jax
     import numpy as np
 
-    from .._checkpoints import load_checkpoint
-    from .._graph import graph_info
-    from .._io import CompileTimer, provenance, write_json
-    from .._memory import MemoryEstimate, check_memory
-    from .._observe import parse_metrics
-    from .._scan import auto_chunk, estimate_parts
-    from .._simulate import simulate
+    from .._model._graph import graph_info
+    from .._observe._observer import parse_metrics
+    from .._run._io import CompileTimer, provenance, write_json
+    from .._run._memory import MemoryEstimate, check_memory
+    from .._run._scan import auto_chunk, estimate_parts
+    from .._run._simulate import simulate
+    from .._trained import load_checkpoint
     from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
-    from ._table import plot_names, save_figures
-    from .simulate import _print_table
+    from ._table import plot_names, print_table, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
@@ -275,7 +274,7 @@ def run_checkpoint(args) -> int:
     if summary:
         title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"
         save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
-    _print_table(traj, summary, info, result, args.metrics)
+    print_table(traj, summary, info, result, args.metrics)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Each check raises `UsageError` (a ValueError) with a message that names the flag, what was received and the
 fix; `rankdyn.cli.main` prints it as ``rankdyn <command>: error: ...`` and exits with 2. The
-model's own rules live in `rankdyn._config.ModelConfig`: `model_config` only maps its field
+model's own rules live in `rankdyn._model._config.ModelConfig`: `model_config` only maps its field
 names to the flags that set them.
 """
 
@@ -14,9 +14,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from .._config import ModelConfig, Names, check_seed
 from .._errors import UsageError
-from .._params import PARAMS, reads
+from .._model._config import ModelConfig, Names, check_seed
+from .._model._params import PARAMS, reads
 
 __all__ = [
     "HelpFormatter",
@@ -51,7 +51,7 @@ _UNSET_ON_CLI = ("x0", "attn_dropout", "hidden_dropout")
 
 
 def model_flags(g) -> None:
-    """One argparse flag per row of `rankdyn._params.PARAMS` that has one (``flag``)."""
+    """One argparse flag per row of `rankdyn._model._params.PARAMS` that has one (``flag``)."""
     for p in PARAMS:
         if not p.flag:
             continue

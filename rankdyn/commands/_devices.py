@@ -33,7 +33,7 @@ def apply_devices_flag(args: argparse.Namespace) -> None:
     Raises:
         ValueError: for a bad value or a value JAX can no longer take (the CLI prints it).
     """
-    from .._devices import _backends_initialized, resolve_num_devices, use_cpu_devices
+    from .._run._devices import _backends_initialized, resolve_num_devices, use_cpu_devices
 
     if args.devices is None and _backends_initialized():
         import jax

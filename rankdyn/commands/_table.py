@@ -8,10 +8,11 @@ The table and the figures follow ``--metrics`` (and ``--plot``): a user who asks
 from __future__ import annotations
 
 from .._errors import UsageError
-from .._observe import ALL_METRICS
+from .._observe._observer import ALL_METRICS
 from ._checks import HelpFormatter
 
-#: One line per metric name of `rankdyn._observe.ALL_METRICS`, for ``--help`` (docs/theory.md#metrics).
+#: One line per metric name of `rankdyn._observe._observer.ALL_METRICS`, for ``--help``
+#: (docs/theory.md#metrics).
 METRIC_HELP = {
     "mu": "||X - 1 mean(X)||_F, distance to the nearest all-equal token matrix (eq. 4)",
     "mu_rel": "mu / ||X||_F, scale-free (1 for zero-mean tokens, 0 when collapsed)",
@@ -113,3 +114,44 @@ def save_figures(traj, summary, names, title: str, out) -> list[str]:
         for name in names
         if name in summary
     ]
+
+
+def print_table(traj, summary, info, result, asked: str = "all") -> None:
+    """The summary table of ``rankdyn simulate`` (and of a checkpoint run) on stdout."""
+    import numpy as np
+
+    layers = np.asarray(traj.layers)
+    idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
+    cols = table_columns(tuple(summary), asked)
+    print(
+        f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}"
+    )
+    # A layer whose mu/||X||_F is below the dtype's round-off floor has collapsed as far as this
+    # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
+    from .._observe._tolerances import ROUND_OFF_EPS, round_off_floor
+
+    dtype = np.asarray(traj.summary.count).dtype  # the run's float dtype
+    floor = round_off_floor(dtype)
+    rel = np.asarray(summary["mu_rel"]["mean"]) if "mu_rel" in summary else None
+    print("layer " + " ".join(f"{c:>14}" for c in cols))
+    flagged = False
+    for i in idx:
+        at_floor = rel is not None and rel[i] <= floor
+        flagged |= at_floor
+        print(
+            f"{layers[i]:5d} "
+            + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols)
+            + ("  * at floor" if at_floor else "")
+        )
+    if flagged:
+        print(
+            f"* mu/||X||_F <= {floor:.1e} = {ROUND_OFF_EPS:g} eps({dtype.name}): round-off floor, collapsed "
+            f"as far as {dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}."
+        )
+    f, t = result["flags"], result["timing"]
+    print(
+        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} "
+        f"underflow={f.get('underflow', 0)} "
+        f"of {f['batch']}; "
+        f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
+    )

@@ -220,7 +220,7 @@ def _refuse_unread(args, how: str) -> None:
 
 
 def _check_memory(args) -> None:
-    from .._memory import available_memory, check_memory, equilibria_memory, format_bytes
+    from .._run._memory import available_memory, check_memory, equilibria_memory, format_bytes
 
     item = 8 if args.x64 else 4
     chunk = min(_opt(args, "chunk"), _opt(args, "starts"))
@@ -272,11 +272,11 @@ def run(args) -> int:
     import jax.random as jr
     import numpy as np
 
-    from .._constructions import all_closed_form_equilibria
-    from .._io import provenance, write_json
-    from ..cli import begin_compute
+    from .._run._io import provenance, write_json
+    from .._theory._constructions import all_closed_form_equilibria
     from ..equilibria import equilibrium_census
     from ..equilibria._census import census_method
+    from ._phase import begin_compute
     from .simulate import layer_from_args
 
     config = _check(args)
@@ -330,7 +330,7 @@ def _plot(records, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .._io import savefig
+    from .._run._io import savefig
     from ..plotting import plot_equilibria_moduli_grid
 
     # A panel per rank at a printable size, however many equilibria the census found.

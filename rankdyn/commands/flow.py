@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._masks import MASK_NAMES
+from .._model._masks import MASK_NAMES
 from ._checks import HelpFormatter, check_out_dir, check_seed_flag
 
 SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4")
@@ -118,10 +118,10 @@ def run(args) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from .._io import CompileTimer, provenance, write_json
-    from .._masks import make_mask
-    from ..cli import begin_compute
+    from .._model._masks import make_mask
+    from .._run._io import CompileTimer, provenance, write_json
     from ..flow import FlowField, solve_flow
+    from ._phase import begin_compute
 
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(mask, args.d, args.dynamics)
@@ -207,7 +207,7 @@ def _lyapunov(args, field, x0) -> None:
     """``--lyapunov K``: the flow's top K exponents, QR at every saved interval (`rankdyn.lyapunov`)."""
     import jax
 
-    from .._io import provenance, write_json
+    from .._run._io import provenance, write_json
     from ..flow import lyapunov_spectrum_flow
     from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
 

@@ -87,7 +87,7 @@ def _model(args):
         raise UsageError(
             "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
         )
-    from .._init import initial_tokens
+    from .._model._tokens import initial_tokens
     from ..lyapunov import spectrum_dim
 
     k_layer, k_x0, _ = jr.split(jr.PRNGKey(args.seed), 3)
@@ -100,7 +100,7 @@ def _model(args):
 
 
 def _checkpoint_model(args):
-    from .._checkpoints import load_checkpoint
+    from .._trained import load_checkpoint
     from ..lyapunov import spectrum_dim
     from ._checkpoint import _check_inputs, _mask_of, _refuse_model_flags
 
@@ -129,10 +129,10 @@ def run(args) -> int:
     import jax
     import jax.random as jr
 
-    from .._io import CompileTimer, provenance, write_json
-    from ..cli import begin_compute
+    from .._run._io import CompileTimer, provenance, write_json
     from ..lyapunov import lyapunov_spectrum
     from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
+    from ._phase import begin_compute
 
     layer, x0, layers, k, extra, title = _model(args)
     begin_compute()

@@ -70,8 +70,8 @@ def quick_compile_flags(args: argparse.Namespace) -> None:
     """``--quick``: compile at `QUICK_XLA_FLAG`, by adding it to ``XLA_FLAGS`` before JAX creates
     its backend (XLA reads the variable once, then). A level the user set in ``XLA_FLAGS`` wins,
     and a JAX that is already running (``main()`` called from Python) keeps its flags; every
-    result records the ``XLA_FLAGS`` it was compiled with (`rankdyn._io.provenance`)."""
-    from .._devices import _backends_initialized
+    result records the ``XLA_FLAGS`` it was compiled with (`rankdyn._run._io.provenance`)."""
+    from .._run._devices import _backends_initialized
 
     flags = os.environ.get("XLA_FLAGS", "")
     if not args.quick or "xla_backend_optimization_level" in flags or _backends_initialized():
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
-    from ..cli import begin_compute
+    from ._phase import begin_compute
 
     begin_compute()
     res = run_targets(

@@ -9,18 +9,18 @@ import argparse
 from pathlib import Path
 
 from .._errors import UsageError
-from .._floors import RANK_METRICS, RANK_TOL
+from .._observe._tolerances import RANK_METRICS, RANK_TOL
 from ._checkpoint import add_checkpoint_flags, checkpoint_requested
 from ._checks import check_nonnegative, check_out_dir, check_positive, model_config, model_flags
 from ._devices import add_devices_flag, sharding_devices
-from ._table import LineHelpFormatter, metrics_help
+from ._table import LineHelpFormatter, metrics_help, print_table
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Flags that define a model and its inputs (shared with other subcommands).
 
-    Generated from the rows of `rankdyn._params.PARAMS` that have a flag (`model_flags`); their
-    values become a `rankdyn._config.ModelConfig` (`check_model_args`), which holds every rule;
+    Generated from the rows of `rankdyn._model._params.PARAMS` that have a flag (`model_flags`); their
+    values become a `rankdyn._model._config.ModelConfig` (`check_model_args`), which holds every rule;
     an error names the flag.
     """
     g = p.add_argument_group("model")
@@ -82,7 +82,7 @@ def add_parser(sub) -> None:
 
 def layer_from_args(args, key, config=None):
     """Build the layer described by `add_model_flags` flags (``config``: their `ModelConfig`)."""
-    from .._build import build_layer
+    from .._model._build import build_layer
 
     return build_layer(key, check_model_args(args) if config is None else config)
 
@@ -98,7 +98,7 @@ def check_run_args(args, config):
     Returns:
         ``(metric names, estimated peak bytes)``.
     """
-    from .._observe import parse_metrics
+    from .._observe._observer import parse_metrics
     from ._table import plot_names
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
@@ -135,7 +135,7 @@ def check_run_args(args, config):
     return names, est
 
 
-#: The flags that shrink each part of the depth scan's estimate (`rankdyn._scan.estimate_parts`).
+#: The flags that shrink each part of the depth scan's estimate (`rankdyn._run._scan.estimate_parts`).
 _MEMORY_FIXES = {
     "working set of one chunk": "lower --n, --d or --heads, or use a smaller --chunk.",
     "per-layer metrics": (
@@ -149,8 +149,8 @@ def _check_memory(args, config, names) -> int:
     """Refuse a run that cannot fit, from the depth scan's estimate (streamed or per trajectory)."""
     import jax
 
-    from .._memory import MemoryEstimate, check_memory
-    from .._scan import auto_chunk, estimate_parts
+    from .._run._memory import MemoryEstimate, check_memory
+    from .._run._scan import auto_chunk, estimate_parts
 
     item = 8 if args.x64 else 4
     chunk = min(args.chunk or auto_chunk(args.batch, args.n, args.d, item, jax.default_backend()), args.batch)
@@ -187,11 +187,11 @@ def run(args) -> int:
     import jax.random as jr
     import numpy as np
 
-    from .._graph import graph_info
-    from .._init import TokenSampler
-    from .._io import CompileTimer, provenance, savez, write_json
-    from .._simulate import simulate
-    from ..cli import begin_compute
+    from .._model._graph import graph_info
+    from .._model._tokens import TokenSampler
+    from .._run._io import CompileTimer, provenance, savez, write_json
+    from .._run._simulate import simulate
+    from ._phase import begin_compute
 
     if checkpoint_requested(args):
         from ._checkpoint import run_checkpoint
@@ -261,7 +261,7 @@ def run(args) -> int:
     write_json(args.out / "metrics.json", result)
     if summary:
         _plot(traj, summary, args)
-    _print_table(traj, summary, info, result, args.metrics)
+    print_table(traj, summary, info, result, args.metrics)
     return 0
 
 
@@ -270,45 +270,3 @@ def _plot(traj, summary, args) -> None:
 
     title = f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}"
     save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
-
-
-def _print_table(traj, summary, info, result, asked: str = "all") -> None:
-    import numpy as np
-
-    from ._table import table_columns
-
-    layers = np.asarray(traj.layers)
-    idx = sorted(set(np.linspace(0, len(layers) - 1, min(len(layers), 6)).round().astype(int)))
-    cols = table_columns(tuple(summary), asked)
-    print(
-        f"graph: strongly_connected={info.strongly_connected} centers={info.num_centers} radius={info.radius}"
-    )
-    # A layer whose mu/||X||_F is below the dtype's round-off floor has collapsed as far as this
-    # dtype can show: flag it, so a float32 plateau near 1e-7 is not read as "no collapse".
-    from .._floors import ROUND_OFF_EPS, round_off_floor
-
-    dtype = np.asarray(traj.summary.count).dtype  # the run's float dtype
-    floor = round_off_floor(dtype)
-    rel = np.asarray(summary["mu_rel"]["mean"]) if "mu_rel" in summary else None
-    print("layer " + " ".join(f"{c:>14}" for c in cols))
-    flagged = False
-    for i in idx:
-        at_floor = rel is not None and rel[i] <= floor
-        flagged |= at_floor
-        print(
-            f"{layers[i]:5d} "
-            + " ".join(f"{summary[c]['mean'][i]:14.4e}" for c in cols)
-            + ("  * at floor" if at_floor else "")
-        )
-    if flagged:
-        print(
-            f"* mu/||X||_F <= {floor:.1e} = {ROUND_OFF_EPS:g} eps({dtype.name}): round-off floor, collapsed "
-            f"as far as {dtype.name} resolves{'' if dtype == np.float64 else '; --x64 resolves further'}."
-        )
-    f, t = result["flags"], result["timing"]
-    print(
-        f"flags: nonfinite={f['nonfinite']} degenerate_ln={f['degenerate_ln']} "
-        f"underflow={f.get('underflow', 0)} "
-        f"of {f['batch']}; "
-        f"compile {t['compile_s']:.2f}s, run {t['run_s']:.2f}s"
-    )

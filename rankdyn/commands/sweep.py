@@ -63,7 +63,7 @@ def _announce(args, num: int) -> None:
     """Print the cell count; refuse a grid whose dataset cannot fit, before the cells are checked."""
     import tomllib
 
-    from .._memory import check_memory
+    from .._run._memory import check_memory
     from ..sweep import MAX_CELLS
     from ..sweep._plan import CHECK_S_PER_CELL, grid_estimate
 
@@ -89,8 +89,8 @@ def _announce(args, num: int) -> None:
 def run(args) -> int:
     import json
 
-    from ..cli import begin_compute
     from ..sweep import MAX_CELLS, load_sweep_config, run_sweep, sweep_plan
+    from ._phase import begin_compute
 
     if args.max_cells is not None and args.max_cells < 1:
         raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")
@@ -132,7 +132,7 @@ def _plots(ds, out: Path, plot_axes) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .._io import savefig
+    from .._run._io import savefig
     from ..plotting import plot_sweep_mu, plot_sweep_rank, plot_sweep_rate
 
     written = []

@@ -27,9 +27,15 @@ import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
 from .._errors import UsageError
-from .._floors import EQUILIBRIUM_RANK_TOL, MERGE_ERRORS, default_residual_tol, merge_tol, scaled_tol
-from .._layer import SelfAttentionLayer
-from .._norms import SphereNorm
+from .._model._layer import SelfAttentionLayer
+from .._model._norms import SphereNorm
+from .._observe._tolerances import (
+    EQUILIBRIUM_RANK_TOL,
+    MERGE_ERRORS,
+    default_residual_tol,
+    merge_tol,
+    scaled_tol,
+)
 from ._dedupe import deduplicate
 from ._exact import bidiagonal_parameter, exact_equilibria
 from ._joint import joint_search
@@ -140,9 +146,9 @@ def equilibrium_census(
             ``"tree-search"`` or ``"joint-search"`` (module docstring).
         tree_starts: starts per partial equilibrium and round of the tree search.
         residual_tol: success threshold of the searches (default
-            `rankdyn._floors.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
+            `rankdyn._observe._tolerances.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
         rank_tol: relative tolerance of the rank (default 1e-8 in float64, scaled to the
-            layer's dtype by `rankdyn._floors.scaled_tol`: 2.3e-4 in float32).
+            layer's dtype by `rankdyn._observe._tolerances.scaled_tol`: 2.3e-4 in float32).
         stability_tol: band on $|\lambda| - 1$ called marginal (default 1e-6 for exact and
             polished tree-search points, scaled to the dtype; 1e-2 for the joint search).
         closed_forms: ``[(rank, X), ...]`` to match against (e.g. `all_closed_form_equilibria`).

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
 from ._dedupe import deduplicate
 from ._solve import RESULTS, find_equilibria
 from ._symmetry import symmetry_group

@@ -47,7 +47,7 @@ def deduplicate(
 
     With ``errors`` (per-point error estimates, already multiplied by any safety factor) the
     threshold of a point $a$ against a class representative $b$ is ``tol`` $+ e_a + e_b$: each
-    pair is compared at its own accuracy (`rankdyn._floors.merge_tol`).
+    pair is compared at its own accuracy (`rankdyn._observe._tolerances.merge_tol`).
 
     Greedy clustering in order of increasing residual: each point joins the first class whose
     representative is within ``tol`` of some image of it, else starts a new class.

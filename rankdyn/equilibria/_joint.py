@@ -20,10 +20,10 @@ import jax.random as jr
 import numpy as np
 
 from .._errors import UsageError
-from .._floors import EQUILIBRIUM_RANK_TOL, scaled_tol
-from .._init import initial_tokens
-from .._io import CompileTimer
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
+from .._model._tokens import initial_tokens
+from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, scaled_tol
+from .._run._io import CompileTimer
 from ._dedupe import deduplicate
 from ._results import JointOptions, JointResult, SymmetryGroup
 from ._solve import default_solver, find_equilibria, status_names
@@ -104,7 +104,7 @@ def joint_search(
     deflation_starts, target_ranks, target_starts = o.deflation_starts, o.target_ranks, o.target_starts
     residual_tol, dedup_tol, progress = o.residual_tol, o.dedup_tol, o.progress
     rank_tol = scaled_tol(EQUILIBRIUM_RANK_TOL, layer.weights.w_v.dtype) if o.rank_tol is None else o.rank_tol
-    from .._progress import progress_bar as tqdm
+    from .._run._progress import progress_bar as tqdm
 
     n, d = layer.num_tokens, layer.dim
     solver = default_solver(method) if solver is None else solver

@@ -17,7 +17,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
 
 __all__ = ["tangent_basis", "tangent_jacobian", "layer_jacobian", "leading_eigenvalues"]
 

@@ -51,8 +51,8 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._floors import EQUILIBRIUM_RANK_TOL, default_residual_tol
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
+from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, default_residual_tol
 from ._deflation import _log_deflation, _rank_penalty, _retract
 
 __all__ = [

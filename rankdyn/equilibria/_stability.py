@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Int
 
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
 from ._linearise import _use_tangent, tangent_jacobian
 from ._solve import equilibrium_residual
 

@@ -14,7 +14,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from .._layer import SelfAttentionLayer
+from .._model._layer import SelfAttentionLayer
 from ._results import SymmetryGroup
 
 __all__ = ["symmetry_group", "symmetric_images", "group_distance", "trivial_group", "as_group"]

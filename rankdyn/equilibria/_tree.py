@@ -30,9 +30,9 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
-from .._floors import default_residual_tol
-from .._layer import SelfAttentionLayer
-from .._norms import SphereNorm
+from .._model._layer import SelfAttentionLayer
+from .._model._norms import SphereNorm
+from .._observe._tolerances import default_residual_tol
 from ._deflation import _log_deflation
 from ._results import TreeResult
 
@@ -203,7 +203,7 @@ def tree_search(
             stops at the first round that finds nothing new (saturation).
         max_steps: Gauss--Newton steps per start.
         residual_tol: a token is a solution when $\|F_i - x_i\| \le$ this (default
-            `rankdyn._floors.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
+            `rankdyn._observe._tolerances.default_residual_tol` of the layer's dtype: 1e-10 / 1e-5).
         dedup_tol: max-abs distance under which two solutions of one token are one (default
             $0.1\sqrt{\text{residual\_tol}}$: 1e-6 in float64, 3.2e-4 in float32; a solution with
             residual $r$ lies within $\sim r$ of a simple root and $\sim\sqrt r$ of a double one,

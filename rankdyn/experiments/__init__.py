@@ -1,19 +1,16 @@
 r"""``rankdyn reproduce``: every claim of the paper regenerated as figures, numbers and a verdict.
 
-One module per target (named after the target with underscores). Each defines
+Each target is one record in `rankdyn.experiments._registry.REGISTRY` (name, module, float64,
+needs a checkpoint, shares runs) and one module in a family sub-package (``sim/``, ``theory/``,
+``pretrained/``, ``flow/``) that defines
 
 - ``NAME``: the target's contract name (e.g. ``"masks-collapse"``),
 - ``CLAIM``: the paper's claim in one or two sentences, citing the theorem or figure,
-- ``run(out: pathlib.Path, *, quick: bool, seed: int) -> dict``: writes its PNG figures into
-  ``out`` and returns a result dict with at least the keys of `RESULT_KEYS`:
-  ``name, claim, setting, measured, verdict, criterion, figures, notes`` (plus an optional
-  ``markdown`` block for the report). The verdict is one of `VERDICTS` and is computed in code
-  from the measured numbers; ``criterion`` states the rule in words.
-
-A target may also return ``checks`` (`_verdict.checks_json`), ``key_numbers`` (label ->
-number) for the short report, ``model`` (the model measured when it is a stand-in for the
-paper's, shown next to the verdict), and may accept a keyword ``cache`` (a dict shared by the targets
-of one `run_targets` call, e.g. the ablation runs reused by ``geometry``).
+- ``sizes``, ``compute``, ``checks``, ``render``, ``describe`` (`rankdyn.experiments._target`),
+  which `run_target` composes into a result dict with at least the keys of `RESULT_KEYS`:
+  ``name, claim, setting, measured, verdict, criterion, figures, notes`` (plus ``checks``,
+  ``key_numbers``, ``markdown`` and optionally ``model``). The verdict is one of `VERDICTS` and is
+  computed in code from the measured numbers; ``criterion`` states the rule in words.
 
 `run_targets` imports the modules lazily (so a broken target cannot break the others), runs
 them in the order of `TARGETS`, writes ``out/<target>.json`` (with `rankdyn.provenance`), a short
@@ -22,12 +19,11 @@ them in the order of `TARGETS`, writes ``out/<target>.json`` (with `rankdyn.prov
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import time
 import traceback
 from pathlib import Path
 
+from ._registry import REGISTRY, Target, run_target, target
 from ._report import render_target, write_report
 
 __all__ = [
@@ -41,32 +37,18 @@ __all__ = [
     "resolve_targets",
     "write_report",
     "render_target",
+    "REGISTRY",
+    "Target",
+    "target",
+    "run_target",
 ]
 
-#: Target name -> module path, in the order of the issue ("rankdyn reproduce").
-TARGETS: dict[str, str] = {
-    "masks-collapse": "rankdyn.experiments.masks_collapse",
-    "temperature": "rankdyn.experiments.temperature",
-    "layernorm-orthogonal": "rankdyn.experiments.layernorm_orthogonal",
-    "depth-table": "rankdyn.experiments.depth_table",
-    "counterexample-2d": "rankdyn.experiments.counterexample_2d",
-    "equilibria-ranks": "rankdyn.experiments.equilibria_ranks",
-    "positive-measure": "rankdyn.experiments.positive_measure",
-    "ablation": "rankdyn.experiments.ablation",
-    "geometry": "rankdyn.experiments.geometry",
-    "undirected": "rankdyn.experiments.undirected",
-    "pretrained-ablation": "rankdyn.experiments.pretrained_ablation",
-    "pretrained-temperature": "rankdyn.experiments.pretrained_temperature",
-    "flow-clustering": "rankdyn.experiments.flow_clustering",
-    "flow-metastability": "rankdyn.experiments.flow_metastability",
-    "flow-causal": "rankdyn.experiments.flow_causal",
-    "flow-limit": "rankdyn.experiments.flow_limit",
-    "lyapunov-rates": "rankdyn.experiments.lyapunov_rates",
-}
+#: Target name -> module path, in the order of the issue ("rankdyn reproduce"); from `REGISTRY`.
+TARGETS: dict[str, str] = {t.name: t.module for t in REGISTRY}
 
-#: The targets that run on a trained checkpoint (their ``run`` takes ``checkpoint=``: a path or a
-#: loaded `rankdyn.checkpoints.Checkpoint`; default MiniLM when installed).
-CHECKPOINT_TARGETS = ("geometry", "pretrained-ablation", "pretrained-temperature")
+#: The targets that run on a trained checkpoint (``--checkpoint``: a path or a loaded
+#: `rankdyn.checkpoints.Checkpoint`; default MiniLM when installed).
+CHECKPOINT_TARGETS = tuple(t.name for t in REGISTRY if t.needs_checkpoint)
 
 #: The verdicts a claim of the paper may get (computed from its numbers, never hard-coded).
 #: "not testable here" means the target could not run what its checks need on this machine
@@ -139,8 +121,8 @@ def run_targets(
         A target that raises is recorded with verdict ``"error"`` and its traceback; the others
         still run.
     """
-    from .._io import provenance, write_json
-    from .._progress import target_progress
+    from .._run._io import provenance, write_json
+    from .._run._progress import target_progress
 
     names = resolve_targets(names)
     out = Path(out)
@@ -151,7 +133,7 @@ def run_targets(
     t_start = time.perf_counter()
     bar = None
     if progress:
-        from .._progress import progress_bar as tqdm
+        from .._run._progress import progress_bar as tqdm
 
         bar = tqdm(total=len(names), desc="reproduce", unit="target")
     for name in names:
@@ -159,14 +141,12 @@ def run_targets(
             bar.set_postfix_str(name)
         t0, c0 = time.perf_counter(), time.process_time()
         try:
-            mod = importlib.import_module(TARGETS[name])
-            params = inspect.signature(mod.run).parameters
-            kw = {"cache": cache} if "cache" in params else {}
-            if checkpoint is not None and "checkpoint" in params:
-                kw["checkpoint"] = checkpoint
             # Per step of real work inside the target, with an ETA from its measured steps.
             with target_progress(name, enabled=progress):
-                res = _check_result(name, mod.run(out, quick=quick, seed=seed, **kw))
+                res = run_target(
+                    target(name), out, quick=quick, seed=seed, cache=cache, checkpoint=checkpoint
+                )
+                res = _check_result(name, res)
         except Exception as err:  # noqa: BLE001 - one failing target must not hide the others
             failed.append(name)
             res = {

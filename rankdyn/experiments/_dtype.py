@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from .._floors import fit_floor
+from .._observe._tolerances import fit_floor
 
 __all__ = ["float_dtype", "rel_floor", "compute_float64"]
 
@@ -23,7 +23,7 @@ def float_dtype():
 
 def rel_floor(dtype) -> float:
     """Relative floor of the rate fits: below ``mu_rel`` of this size, mu is noise
-    (`rankdyn._floors.fit_floor`)."""
+    (`rankdyn._observe._tolerances.fit_floor`)."""
     return fit_floor(jnp.dtype(dtype))
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._graph import graph_info
-from .._masks import make_mask
+from .._model._graph import graph_info
+from .._model._masks import make_mask
 
 __all__ = ["PAPER_MASKS", "MASK_LABELS", "masks_for", "mask_table"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from .._metrics import collapse_metrics, direction_metrics, mu
+from .._observe._metrics import collapse_metrics, direction_metrics, mu
 
 __all__ = [
     "cheap_observe",

@@ -55,7 +55,7 @@ def format_table(data: dict, *, key: str = "", digits: int = 3) -> str:
 
 def _fmt_value(v) -> str:
     """Compact text for a JSON-able value (numbers to 3 significant digits, long lists shortened)."""
-    from .._io import to_jsonable
+    from .._run._io import to_jsonable
 
     v = to_jsonable(v)
     if v is None:
@@ -199,7 +199,7 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         ValueError: if the summary would exceed `MAX_LINES` lines (a target's key numbers or
             checks are too long for a summary; shorten them).
     """
-    from .._io import provenance
+    from .._run._io import provenance
 
     out = Path(out)
     (out / "report").mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,7 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
 
 
 def _write_text(path: Path, text: str) -> None:
-    """Atomically, with the umask's mode (`rankdyn._io.atomic_write`)."""
-    from .._io import atomic_write
+    """Atomically, with the umask's mode (`rankdyn._run._io.atomic_write`)."""
+    from .._run._io import atomic_write
 
     atomic_write(path, lambda f: f.write(text), binary=False)

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._simulate import simulate
+from .._run._simulate import simulate
 from ._observers import cheap_observe
 
 __all__ = [
@@ -144,7 +144,7 @@ def _jit_make_layer(make_layer):
 
 def jit_make_layer():
     """`rankdyn.make_layer` compiled once (one program instead of dozens of eager ops)."""
-    from .._build import make_layer
+    from .._model._build import make_layer
 
     return _jit_make_layer(make_layer)
 
@@ -169,7 +169,7 @@ def rebuild(layer, **changes):
     """The same weights, mask and temperature with other switches (placement, norm, skip, MLP,
     dropouts): static fields cannot be changed with ``eqx.tree_at``, so the layer is rebuilt.
     ``mlp=None`` drops the MLP block."""
-    from .._layer import SelfAttentionLayer
+    from .._model._layer import SelfAttentionLayer
 
     w = layer.weights
     kw = {

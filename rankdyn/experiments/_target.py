@@ -1,16 +1,21 @@
 """The shape every reproduce target shares: compute -> checks -> render, assembled once here.
 
-A target module is three parts:
+A target module holds ``NAME``, ``CLAIM`` and five functions:
 
-1. ``compute(sizes, seed) -> <Target>Measured``: the numbers, as a frozen dataclass deriving from
+1. ``sizes(quick) -> dict``: the sizes of a quick or a full run (the one size function).
+2. ``compute(sizes, seed) -> <Target>Measured``: the numbers, as a frozen dataclass deriving from
    `Measured` (its ``to_dict`` is the target JSON's ``measured``). No checks, no figures, no prose.
-2. ``checks(measured) -> list[Check]``: pure functions of the measured result that feed
+   A target that shares runs takes ``cache=``, one on a trained checkpoint ``ckpt=``.
+3. ``checks(measured) -> list[Check]``: pure functions of the measured result that feed
    `_verdict.verdict`. A test feeds each target's ``checks`` a synthetic result that must fail.
-3. ``render(out, measured, checks) -> (figures, notes)``: figures and prose, the prose generated
+4. ``render(out, measured, checks, *, quick) -> Rendered``: figures and prose, the prose generated
    from the numbers (a sentence states a conclusion only when the numbers say so).
+5. ``describe(measured, checks, sizes, *, seed, quick) -> Description``: what the result says
+   besides the numbers: the setting, the key numbers, the criterion.
 
-``run`` composes them and returns `TargetResult.to_dict()`, so the result's keys (`RESULT_KEYS`)
-are assembled in one place for every target.
+`rankdyn.experiments._registry.run_target` composes them (in float64 when the target's record
+says so) into `TargetResult.to_dict()`, so the result's keys (`RESULT_KEYS`) are assembled in one
+place for every target.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 
 from ._verdict import VERDICT_RULE, Check, checks_json, verdict
 
-__all__ = ["Measured", "TargetResult", "jsonable", "off_json"]
+__all__ = ["Measured", "Rendered", "Description", "TargetResult", "jsonable", "off_json"]
 
 
 def jsonable(x: Any) -> Any:
@@ -67,6 +72,44 @@ class Measured:
             for f in dataclasses.fields(self)
             if f.metadata.get("json", True)
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """What every target's ``render`` returns.
+
+    Attributes:
+        figures: file names of the PNGs written into the output folder.
+        notes: prose generated from the numbers.
+        tables: Markdown tables for the report (after the checks table; may be empty).
+    """
+
+    figures: Sequence[str]
+    notes: str
+    tables: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """What every target's ``describe`` returns: the parts of its result that are not numbers.
+
+    Attributes:
+        setting: sizes, seed, dtype and every other input that made the numbers.
+        key_numbers: label -> number for the short report.
+        criterion: the rule the verdict follows, in words.
+        model: the model measured, when it stands in for the paper's.
+        verdict_word: the verdict when it is not `_verdict.verdict` of the checks.
+        measured: the JSON's ``measured`` when it is more than the typed result (else None).
+        extra: further top-level keys of the JSON (kept for file-format compatibility).
+    """
+
+    setting: Mapping[str, Any]
+    key_numbers: Mapping[str, Any] | None = None
+    criterion: str = VERDICT_RULE
+    model: str | None = None
+    verdict_word: str | None = None
+    measured: Any = None
+    extra: Mapping[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,10 +19,10 @@ import numpy as np
 
 from .._errors import UsageError
 from .._flow._field import tangent_project
-from .._init import TokenSampler
-from .._layer import SelfAttentionLayer
-from .._norms import SphereNorm
-from .._simulate import _check_logits, _check_options, _strong, _validate
+from .._model._layer import SelfAttentionLayer
+from .._model._norms import SphereNorm
+from .._model._tokens import TokenSampler
+from .._run._simulate import _check_logits, _check_options, _strong, _validate
 from ._qr import assemble, check_counts, default_chunk, jvp_columns, make_plan, orthonormal_start, run_qr
 from ._result import LyapunovResult
 

@@ -33,8 +33,8 @@ import numpy as np
 from jax import lax
 
 from .._errors import UsageError
-from .._sharding import map_sharded, resolve_mesh
-from .._stats import chunk_stats, merge_stats
+from .._observe._stats import chunk_stats, merge_stats
+from .._run._sharding import map_sharded, resolve_mesh
 from ._result import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult
 
 __all__ = ["QRPlan", "run_qr", "lyapunov_spectrum_map", "check_counts", "orthonormal_start", "jvp_columns"]
@@ -239,7 +239,7 @@ def run_qr(
     piece = _piece_blocks(plan.num_blocks, progress)
     bar = None
     if progress:
-        from .._progress import progress_bar
+        from .._run._progress import progress_bar
 
         bar = progress_bar(
             total=num * plan.num_blocks * plan.qr_every, desc=desc, unit="traj-step", unit_scale=True

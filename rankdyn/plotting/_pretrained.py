@@ -77,7 +77,7 @@ def plot_weight_spectra(reports: dict, *, path=None):
     With the line $\sigma = 1$.
 
     Arguments:
-        reports: ``{layer label: rankdyn._trained_analysis.value_output_report(...)}``.
+        reports: ``{layer label: rankdyn._trained._analysis.value_output_report(...)}``.
         path: save there (PNG) and return the file name; None returns the ``Figure``.
     """
     import matplotlib.pyplot as plt
@@ -100,7 +100,8 @@ def plot_census(counts: dict, *, ax=None, title=None):
     """Stacked bars of where the iterates of one layer's map end, per (layer, mask) row.
 
     Arguments:
-        counts: ``{row label: {outcome: count}}`` (`rankdyn._trained_analysis.attractor_census`'s ``counts``).
+        counts: ``{row label: {outcome: count}}`` (the ``counts`` of
+            `rankdyn._trained._analysis.attractor_census`).
     """
     import matplotlib.pyplot as plt
 

@@ -239,7 +239,7 @@ def save_figure(fig, path) -> str:
 
     import matplotlib.pyplot as plt
 
-    from .._io import savefig
+    from .._run._io import savefig
 
     tidy_log_ticks(fig)
     savefig(fig, Path(path), dpi=110, bbox_inches="tight")  # atomic: no half-written PNG

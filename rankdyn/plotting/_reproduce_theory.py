@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._io import savefig
+from .._run._io import savefig
 from ._style import legend_outside, tidy_log_ticks
 
 _TOKEN_COLORS = (
@@ -46,7 +46,7 @@ def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=Non
         states_noln: ``(S, 2, 2)`` states of the no-LN run.
         states_ln: ``(R, S, 2, 2)`` states of R runs with LN (the first is drawn solid, the
             others dashed).
-        example: `rankdyn._constructions.example_2d` output (``A``, ``B``, ``theta_A``).
+        example: `rankdyn._theory._constructions.example_2d` output (``A``, ``B``, ``theta_A``).
         title_w: the w shown in the titles.
         path: save the figure here (and close it).
     """
@@ -113,8 +113,8 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     and the non-collapse fraction against the horizon (Wilson 95% bars).
 
     Arguments:
-        basins: ``{w: experiments._circle.basin_of_b(...)}`` (the keys it reads).
-        joints: ``{w: experiments._circle.joint_noncollapse(...)}`` (the keys it reads).
+        basins: ``{w: _counterexample_2d_runs.basin_of_b(...)}`` (experiments.theory; the keys it reads).
+        joints: ``{w: _counterexample_2d_runs.joint_noncollapse(...)}`` (the keys it reads).
         reference: ``{w: fraction}`` reference values at T = 20000 (our earlier re-simulation,
             see docs/theory.md#experiments), drawn as stars.
         path: save the figure here (and close it).
@@ -252,7 +252,7 @@ def plot_equilibria_ranks(results, *, path=None):
     r"""Stable rank against the rank $k$ with the App. F.2 bound, and the largest multiplier modulus.
 
     Arguments:
-        results: list of `rankdyn.experiments.equilibria_ranks.analyse` dicts (one per (N, w)).
+        results: list of `rankdyn.experiments.theory.equilibria_ranks.analyse` dicts (one per (N, w)).
         path: save the figure here (and close it).
     """
     import matplotlib.pyplot as plt
@@ -295,7 +295,7 @@ def plot_positive_measure(results: dict, *, path=None):
     Arguments:
         results: ``{"lemma": {(d, w): {condition: dict}}, "joint": {(n, d, w): {"random": ...,
             "token1_at_e_d": ...}}, "spec_joint": {(n, d, w): fraction}}`` as built by
-            `rankdyn.experiments.positive_measure.render`.
+            `rankdyn.experiments.theory.positive_measure.render`.
         path: save the figure here (and close it).
     """
     import matplotlib.pyplot as plt

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .._floors import round_off_floor as round_off_floor  # noqa: E402
+from .._observe._tolerances import round_off_floor as round_off_floor  # noqa: E402
 
 #: The x label of every against-depth plot.
 DEPTH_LABEL = "layer t"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._io import savefig
+from .._run._io import savefig
 from ._style import legend_outside
 
 #: The bottom of the log axis; a share of 0 (or below this) is drawn there as an open

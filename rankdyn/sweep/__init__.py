@@ -16,7 +16,7 @@ only what is missing. The final dataset is assembled from the chunk files alone,
 sweep gives the same ``DIR/sweep.nc`` as an uninterrupted one.
 
 Modules: `_params` (names, defaults, checks), `_schema` (TOML -> `SweepConfig`), `_plan` (groups
-and chunks), `_program` (the compiled program on `rankdyn._scan`), `_store` (folder, chunks,
+and chunks), `_program` (the compiled program on `rankdyn._run._scan`), `_store` (folder, chunks,
 manifest, resume), `_assemble` (the xarray dataset).
 """
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import UsageError
-from .._floors import fit_floor
-from .._graph import graph_info
-from .._io import to_jsonable
-from .._rates import fit_rate
+from .._model._graph import graph_info
+from .._observe._tolerances import fit_floor
+from .._run._io import to_jsonable
+from .._theory._rates import fit_rate
+from ._chunks import _chunk_path, _load_chunk
 from ._params import cell_mask
 from ._plan import sweep_plan
 from ._schema import SweepConfig
@@ -50,8 +51,6 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     (JSON: over how many devices each chunk's samples were sharded), ``dtype``, ``name``, ``description``.
     """
     import xarray as xr
-
-    from ._store import _chunk_path, _load_chunk
 
     out = Path(out)
     plan = sweep_plan(cfg)

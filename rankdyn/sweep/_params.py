@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from .._config import ModelConfig, ignored_fields
 from .._errors import UsageError
-from .._masks import make_mask
-from .._observe import CHEAP_METRICS
-from .._params import PARAMS, RUN_PARAMS, given, range_error, reads
+from .._model._config import ModelConfig, ignored_fields
+from .._model._masks import make_mask
+from .._model._params import PARAMS, RUN_PARAMS, given, range_error, reads
+from .._observe._observer import CHEAP_METRICS
 
 __all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS", "KEY_ALIASES"]
 
-#: The rows of `rankdyn._params` that are sweep keys, by key.
+#: The rows of `rankdyn._model._params` that are sweep keys, by key.
 _ROWS = {p.key: p for p in PARAMS + RUN_PARAMS if p.key}
 
 #: key -> (default, kind), generated from the parameter table. kind: the Python type a value

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._memory import MemoryEstimate
-from .._scan import estimate_parts
+from .._run._memory import MemoryEstimate
+from .._run._scan import estimate_parts
 from ._params import STRUCTURAL
 from ._schema import SweepConfig
 
@@ -57,7 +57,7 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     """Peak memory of the sweep's largest chunk and of the assembled dataset, per part.
 
     A chunk runs all its cells' trajectories at once (``vmap`` over cells), so its working set
-    is the depth scan's (`rankdyn._scan.estimate_parts`, the estimate `rankdyn.simulate` uses)
+    is the depth scan's (`rankdyn._run._scan.estimate_parts`, the estimate `rankdyn.simulate` uses)
     for ``cells x batch`` trajectories in one chunk, plus the cells' initial tokens, weights and
     final metrics; the dataset holds ``(mean, std)`` per cell, saved layer and metric (float64).
     """

@@ -1,9 +1,9 @@
-r"""The compiled program of one group of sweep cells, on the depth scan of `rankdyn._scan`.
+r"""The compiled program of one group of sweep cells, on the depth scan of `rankdyn._run._scan`.
 
 Each grid cell is an ensemble of ``batch`` trajectories $X^{(t+1)} = F_t(X^{(t)})$ (eqs. 2-3).
 The cells of a chunk have equal shapes: their layers are stacked along a leading axis and run
 by ONE compiled program, ``vmap`` over cells, the scan core over depth with the per-layer batch
-statistics streamed (`rankdyn._stats`), and the final metrics kept per sample.
+statistics streamed (`rankdyn._observe._stats`), and the final metrics kept per sample.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import jax.random as jr
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .._build import make_layer
-from .._config import ignored_fields
-from .._init import initial_tokens
-from .._observe import MetricObserver
-from .._params import PARAMS, param
-from .._scan import ScanState, scan_depth
-from .._sharding import BATCH_AXIS, batch_mesh
-from .._stats import chunk_stats
+from .._model._build import make_layer
+from .._model._config import ignored_fields
+from .._model._params import PARAMS, param
+from .._model._tokens import initial_tokens
+from .._observe._observer import MetricObserver
+from .._observe._stats import chunk_stats
+from .._run._scan import ScanState, scan_depth
+from .._run._sharding import BATCH_AXIS, batch_mesh
 from ._params import cell_mask
 from ._schema import SweepConfig
 
@@ -100,7 +100,7 @@ def _program_impl(
 ):
     r"""One chunk of a group: ``vmap`` over cells (stacked layers) of the depth scan.
 
-    For one cell: `rankdyn._scan.scan_depth` over blocks of ``save_every`` layers, streaming
+    For one cell: `rankdyn._run._scan.scan_depth` over blocks of ``save_every`` layers, streaming
     the batch statistics of the ``per_layer`` metrics and of Theorem 1's $\epsilon$
     (``eps_min``) at layers $0, k, \dots, T$; the ``final`` metrics of every sample's
     $X^{(T)}$; whether a normalisation met a zero row; whether the trajectory became non-finite.
@@ -137,7 +137,7 @@ def _stack(trees):
 
 def _shard_samples(x0s):
     """With several devices, split the sample axis of ``(cells, batch, n, d)`` across them
-    (`rankdyn._sharding`'s batch mesh). Samples are independent, so results equal those of one
+    (`rankdyn._run._sharding`'s batch mesh). Samples are independent, so results equal those of one
     device. Batches that the device count does not divide stay on one device."""
     devices = jax.devices()
     if len(devices) < 2 or x0s.shape[1] % len(devices):

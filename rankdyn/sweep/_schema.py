@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import UsageError
-from .._metrics import METRIC_NAMES
-from .._observe import parse_metrics
-from .._params import default_dqk
+from .._model._params import default_dqk
+from .._observe._metrics import METRIC_NAMES
+from .._observe._observer import parse_metrics
 from ._params import (
     _FIXED_ONLY,
     _OBSERVE_KEYS,

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-import zipfile
-import zlib
 from pathlib import Path
 
 import jax
 import numpy as np
 
 from .._errors import UsageError
-from .._io import (
+from .._run._io import (
     CompileTimer,
     atomic_path,
     atomic_write,
@@ -30,8 +27,9 @@ from .._io import (
     versions,
     write_json,
 )
-from .._memory import check_memory
+from .._run._memory import check_memory
 from ._assemble import NETCDF_ENGINE, assemble_sweep
+from ._chunks import _chunk_path, _load_chunk
 from ._plan import SweepPlan, sweep_memory, sweep_plan
 from ._program import compute_chunk
 from ._schema import SweepConfig
@@ -51,10 +49,6 @@ def _atomic_savez(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 def _atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text), binary=False)
-
-
-def _chunk_path(out: Path, i: int) -> Path:
-    return out / "chunks" / f"chunk_{i:05d}.npz"
 
 
 def _dtype_name() -> str:
@@ -138,38 +132,6 @@ def _versions() -> dict[str, str]:
     return versions() | {name: package_version(name) for name in ("xarray", "netCDF4")}
 
 
-#: What reading a damaged chunk file raises: a truncated or empty zip, a bad CRC, a bad member.
-_DAMAGED = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
-
-
-def _load_chunk(path: Path, cfg: SweepConfig, *, report: bool = False) -> dict[str, np.ndarray] | None:
-    """The arrays of a chunk file, or None if it is missing, damaged or of another sweep.
-
-    With ``report``, a file that exists but cannot be used is named on stderr (it is recomputed).
-    """
-    if not path.exists():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-        ok = str(data["config_hash"]) == cfg.hash
-        why = "it belongs to another configuration"
-        names = ("cells", "num_devices", "nonfinite", "degenerate")
-        names += tuple(f"series/{k}" for k in (*cfg.per_layer, "eps_min")) + tuple(
-            f"final/{k}" for k in cfg.final
-        )
-        missing = [k for k in names if k not in data]
-        if ok and missing:
-            ok, why = False, f"it is damaged (no {missing[0]!r})"
-    except _DAMAGED as err:
-        ok, why = False, f"it is damaged ({type(err).__name__}: {err})"
-    if not ok:
-        if report:
-            print(f"{path}: {why}; recomputing this chunk", file=sys.stderr, flush=True)
-        return None
-    return data
-
-
 def run_sweep(
     cfg: SweepConfig,
     out: str | os.PathLike,
@@ -211,7 +173,7 @@ def run_sweep(
     done = total - sum(len(plan.chunks[i][1]) * batch[i] for i in todo)
     bar = None
     if progress:
-        from .._progress import progress_bar as tqdm
+        from .._run._progress import progress_bar as tqdm
 
         bar = tqdm(total=total, initial=done, desc=f"sweep {cfg.name}", unit="traj", smoothing=0.1)
     timing = {"compile_s": 0.0, "total_s": 0.0, "chunks_computed": len(todo)}

@@ -1,0 +1,184 @@
+"""Build a layer from names, as the CLI and experiments do (`docs/theory.md#the-model`).
+
+`make_layer` is the one place that turns a configuration (mask name, value family, ...) into a
+`SelfAttentionLayer`; every array it draws comes from the explicit ``key``, so the same config
+and seed give the same layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import PRNGKeyArray
+
+from .._errors import UsageError
+from ._config import ModelConfig, Names
+from ._layer import MLPWeights, SelfAttentionLayer
+from ._masks import make_mask, mask_from_adjacency
+from ._norms import AbstractNorm, make_norm
+from ._params import PARAMS
+from ._weights import bert_uniform, query_key_matrices, value_matrix
+
+__all__ = ["make_layer", "build_layer"]
+
+#: make_layer's keyword arguments: the rows of `rankdyn._model._params.PARAMS` that are layer arguments.
+_API = tuple(p for p in PARAMS if p.api)
+
+
+def make_layer(key: PRNGKeyArray, **kwargs) -> "SelfAttentionLayer":
+    # The docstring and the signature are generated from the parameter table (below).
+    if kwargs.get("norm") is not None:
+        # Renamed in 0.2 ("placement" everywhere for none/post/pre); refused rather than guessed,
+        # since `norm` names the normaliser elsewhere (SelfAttentionLayer(norm=...)).
+        norm = kwargs["norm"]
+        raise UsageError(
+            f"make_layer(norm={norm!r}): the argument is now called placement; pass "
+            f"placement={norm!r} (none/post/pre). The normalisation variant is ln=."
+        )
+    kwargs.pop("norm", None)
+    dropout = kwargs.pop("dropout", None)
+    known = {p.name for p in _API}
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        raise TypeError(
+            f"make_layer() got an unexpected keyword argument {unknown[0]!r}; expected one of "
+            f"{', '.join(sorted(known | {'dropout'}))}."
+        )
+    where = _ARGUMENTS
+    if dropout is not None:
+        attn, hidden = kwargs.get("attn_dropout", 0.0), kwargs.get("hidden_dropout", 0.0)
+        if attn or hidden:
+            raise UsageError(
+                f"dropout={dropout} sets both rates; got also attn_dropout={attn}, "
+                f"hidden_dropout={hidden}. Pass either dropout or the two separate rates."
+            )
+        kwargs.update(attn_dropout=dropout, hidden_dropout=dropout)
+        where = _ARGUMENTS_SHORTHAND  # messages name the argument the user passed
+    return build_layer(key, ModelConfig.from_mapping(kwargs, where=where))
+
+
+def _make_layer_doc() -> str:
+    args = "\n".join(
+        f"        {p.name}: {p.help}"
+        + (
+            ""
+            if p.default is dataclasses.MISSING
+            else f" (default {p.fallback if p.fallback is not None else p.default!r})"
+        )
+        + (
+            f"; read only with {p.reads[0]} {' / '.join(map(str, p.reads[1]))}, refused otherwise"
+            if p.reads
+            else ""
+        )
+        + "."
+        for p in _API
+    )
+    return f"""A `SelfAttentionLayer` from named families (`docs/theory.md#the-model`).
+
+    The arguments become a `rankdyn.ModelConfig` (every rule and its message lives there; the
+    arguments are the rows of `rankdyn._model._params.PARAMS`), then `build_layer` draws the weights
+    from ``key``: the same arguments and key give the same layer.
+
+    Arguments:
+        key: PRNG key for every random weight.
+{args}
+        dropout: shorthand that sets both dropout rates (as the CLI's ``--dropout``); do not
+            combine it with ``attn_dropout`` / ``hidden_dropout``.
+
+    Returns:
+        The `SelfAttentionLayer`.
+
+    Raises:
+        UsageError: (a ValueError) for unknown names, inconsistent sizes, non-finite or
+            out-of-range values and parameters that the chosen mask or family ignores; the
+            message names the argument.
+        TypeError: for an unknown argument.
+    """
+
+
+make_layer.__doc__ = _make_layer_doc()
+make_layer.__signature__ = inspect.Signature(
+    [inspect.Parameter("key", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [
+        inspect.Parameter(
+            p.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if p.default is dataclasses.MISSING else p.default,
+        )
+        for p in _API
+    ]
+    + [inspect.Parameter("dropout", inspect.Parameter.KEYWORD_ONLY, default=None)]
+)
+
+#: make_layer's argument names where they differ from the configuration's fields.
+_ARGUMENTS = Names.arguments({})
+_ARGUMENTS_SHORTHAND = Names.arguments({"attn_dropout": "dropout", "hidden_dropout": "dropout"})
+
+
+def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
+    """The layer of a validated `ModelConfig`, its random weights drawn from ``key``."""
+    c = config
+    if isinstance(c.mask, str):
+        m = make_mask(
+            c.mask,
+            c.n,
+            window=c.window,
+            dilation=c.dilation,
+            num_global=c.num_global,
+            p=c.mask_p,
+            seed=c.mask_seed,
+        )
+    else:
+        m = mask_from_adjacency(c.mask)
+    dt = jnp.zeros((), c.dtype if c.dtype is not None else float).dtype
+    r = c.resolved()  # unset parameters that the model reads get their fallback (w 2.0, ...)
+    d, heads, value, qk = c.d, c.heads, c.value, c.qk
+    dh = d // heads
+    normaliser = r["ln"] if isinstance(r["ln"], AbstractNorm) else make_norm(r["ln"], d, radius=c.ln_radius)
+    w, jordan_k, value_std, qk_std, mlp_ratio = r["w"], c.jordan_k, c.value_std, c.qk_std, r["mlp_ratio"]
+
+    def draw(k):
+        kq, kv, ko, km = jr.split(k, 4)
+        qks = [query_key_matrices(kk, qk, d, dh, std=qk_std, dtype=dt) for kk in jr.split(kq, heads)]
+        w_q = jnp.stack([q for q, _ in qks])
+        w_k = jnp.stack([k_ for _, k_ in qks])
+        if heads == 1:
+            w_v = value_matrix(kv, value, d, w=w, k=jordan_k, std=value_std, dtype=dt)[None]
+        else:
+            # Per-head values are d x d/h slices of one d x d draw of the family.
+            w_v = jnp.moveaxis(
+                value_matrix(kv, value, d, w=w, k=jordan_k, std=value_std, dtype=dt).reshape(d, heads, dh),
+                1,
+                0,
+            )
+        w_o = bert_uniform(ko, (d, d), dt) if c.output_projection else None
+        mw = None
+        if c.mlp:
+            k1, k2 = jr.split(km)
+            f = mlp_ratio * d
+            mw = MLPWeights(
+                bert_uniform(k1, (d, f), dt), jnp.zeros(f, dt), bert_uniform(k2, (f, d), dt), jnp.zeros(d, dt)
+            )
+        return w_q, w_k, w_v, w_o, mw
+
+    if c.num_layers is None:
+        w_q, w_k, w_v, w_o, mw = draw(key)
+    else:
+        w_q, w_k, w_v, w_o, mw = jax.vmap(draw)(jr.split(key, c.num_layers))
+    return SelfAttentionLayer(
+        m,
+        w_q,
+        w_k,
+        w_v,
+        dqk=r["dqk"],
+        norm=normaliser,
+        placement=c.placement,
+        w_o=w_o,
+        mlp=mw,
+        skip=c.skip,
+        **c.dropout_kwargs(),
+    )

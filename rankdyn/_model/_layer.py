@@ -1,0 +1,430 @@
+r"""One layer of masked self-attention with normalisation (paper eqs. 1-3; docs/theory.md#the-model).
+
+The paper's layer (single head, no skip, no MLP) with post-LN is
+
+$$X^{(t+1)} = \mathrm{LN}\big(A^{(t)} X^{(t)} W_V^{(t)}\big),\qquad
+A^{(t)} = \mathrm{softmax}_{\mathcal G}\big(X^{(t)} W_Q (X^{(t)} W_K)^\top / \sqrt{d_{QK}}\big),$$
+
+eq. (3); ``placement="none"`` gives eq. (2) and ``placement="pre"`` gives
+$X^{(t+1)} = A^{(t)} \mathrm{LN}(X^{(t)}) W_V^{(t)}$ (§4.2). Multi-head attention with an output
+projection, a skip connection and an MLP block are opt-in switches for the Fig. 2/6 ablations.
+Biases on $Q, K, V, O$, one normalisation per sub-block and layer, and a per-layer stack cycled
+beyond its depth serve trained checkpoints (`rankdyn.checkpoints`, docs/theory.md#trained-checkpoints).
+
+Dropout follows BERT in train mode: ``attn_dropout`` (``attention_probs_dropout_prob``) zeroes
+entries of $A$ after the softmax, ``hidden_dropout`` (``hidden_dropout_prob``) zeroes entries of
+the block outputs (attention output after $W_O$, MLP output) before the skip and the norm; kept
+entries are scaled by $1/(1-p)$. A token whose every attention weight is dropped gets a zero row,
+which LN keeps at zero (docs/theory.md#experiments).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jax import lax
+from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
+
+from ._masks import check_fixed_attention, mask_from_adjacency
+from ._mlp import MLPWeights
+from ._norms import AbstractNorm, SphereNorm
+from ._products import _add_bias, _head_einsum, _project
+
+__all__ = [
+    "SelfAttentionLayer",
+    "AttentionWeights",
+    "MLPWeights",
+    "LayerAux",
+    "PLACEMENTS",
+    "default_dqk",
+    "masked_softmax",
+]
+
+PLACEMENTS = ("none", "post", "pre")
+_PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
+
+
+def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[ArrayLike, "n n"]) -> Float[Array, "... n n"]:
+    r"""Row-wise softmax restricted to the mask graph, eq. (1).
+
+    $A_{ij} = e^{R_{ij}} / \sum_{k \in \mathcal N_i} e^{R_{ik}}$ on edges and 0 elsewhere. Masked
+    scores use the dtype's finite minimum (not ``-inf``) and the result is zeroed off the mask,
+    so every finite score matrix, however extreme, gives finite weights. Scores that overflowed
+    to ``inf`` before this call give NaN: `rankdyn.simulate` refuses, before compute, weights
+    whose score bound overflows the dtype, and the depth scan counts any NaN as non-finite.
+    """
+    neg = jnp.finfo(scores.dtype).min
+    a = jax.nn.softmax(jnp.where(mask, scores, neg), axis=-1)
+    return jnp.where(mask, a, 0.0)
+
+
+def _fold_qk(n: int, d: int, dk: int) -> bool:
+    r"""Whether folding $W_Q W_K^\top$ into one ``(d, d)`` matrix saves FLOPs per token matrix.
+
+    Separate projections cost $4 n d d_k + 2 n^2 d_k$, the folded form $2 n d^2 + 2 n^2 d$
+    (e.g. folded for n=32, d=d_k=64; not for BERT's d=768, d_k=64).
+    """
+    return 2 * n * d * d + 2 * n * n * d < 4 * n * d * dk + 2 * n * n * dk
+
+
+class AttentionWeights(eqx.Module):
+    """The trainable arrays of a layer: per head ``w_q, w_k (heads, d, dk)``, ``w_v (heads, d, dv)``,
+    optional ``w_o (heads * dv, d)`` and `MLPWeights`; all with an optional leading layer axis.
+
+    Trained checkpoints add biases ``b_q, b_k (heads, dk)``, ``b_v (heads, dv)``, ``b_o (d,)`` and
+    one normalisation per sub-block and layer (``norm_attn``, ``norm_mlp``: e.g. a `LayerNorm`
+    whose gain and bias carry the layer axis); None means no bias and the layer's shared ``norm``.
+    """
+
+    w_q: Float[Array, "*layers heads d dk"]
+    w_k: Float[Array, "*layers heads d dk"]
+    w_v: Float[Array, "*layers heads d dv"]
+    w_o: Float[Array, "*layers hdv d"] | None = None
+    mlp: MLPWeights | None = None
+    b_q: Float[Array, "*layers heads dk"] | None = None
+    b_k: Float[Array, "*layers heads dk"] | None = None
+    b_v: Float[Array, "*layers heads dv"] | None = None
+    b_o: Float[Array, "*layers d"] | None = None
+    norm_attn: AbstractNorm | None = None
+    norm_mlp: AbstractNorm | None = None
+
+    def at(self, t) -> "AttentionWeights":
+        """The weights of depth ``t`` of a per-layer stack."""
+        return jax.tree.map(lambda w: w[t], self)
+
+
+class LayerAux(eqx.Module):
+    """Per-layer diagnostics returned next to the new tokens.
+
+    Attributes:
+        eps_min: the smallest attention weight over mask edges (and heads): Theorem 1's epsilon.
+        degenerate: True if a normalisation met a zero row in this layer.
+    """
+
+    eps_min: Float[Array, ""]
+    degenerate: Bool[Array, ""]
+
+
+def default_dqk(d: int, heads: int = 1) -> float:
+    r"""The default temperature: the key width $d_{QK} = d / h$ (eq. 1), the one definition.
+
+    `rankdyn.ModelConfig` (hence `make_layer` and the CLI), the sweep and `SelfAttentionLayer`
+    (with its key width ``w_q.shape[-1]`` as ``d`` and ``heads=1``) all fill an unset ``dqk`` here.
+    """
+    return float(d // heads)
+
+
+class SelfAttentionLayer(eqx.Module):
+    r"""Masked self-attention layer with normalisation; maps one ``(n, d)`` token matrix.
+
+    Weights are stored with a head axis, and optionally a leading layer axis for weights that
+    differ per layer (``num_layers`` is then that length, else ``None`` for shared weights).
+    Temperatures and weights are arrays, so sweeping them (``jax.vmap`` or new values) never
+    recompiles; only ``placement``, head count, switches and precision are static.
+
+    Arguments:
+        mask: boolean ``(n, n)``, ``M[i, j]`` = token i may attend to token j (diagonal True).
+        w_q, w_k: ``(d, d_qk)``, ``(heads, d, d_qk)`` or ``(layers, heads, d, d_qk)``.
+        w_v: ``(d, d_v)``, ``(heads, d, d_v)`` or ``(layers, heads, d, d_v)``. With one head and
+            no ``w_o`` it must be square.
+        dqk: the temperature $d_{QK}$ in $\sqrt{d_{QK}}$ (default: the key width). Must be > 0.
+        norm: an `AbstractNorm`; default the paper's `SphereNorm`.
+        placement: ``"none"`` (eq. 2), ``"post"`` (eq. 3) or ``"pre"``.
+        w_o: optional output projection ``(heads * d_v, d)`` (or with a leading layer axis).
+        mlp: optional `MLPWeights` (shapes with the same leading layer axis as the other weights).
+        skip: residual connections ``X + SA(X)`` (and ``+ MLP``); post-LN normalises after the skip.
+        attn_dropout: dropout rate on the attention probabilities $A$ (BERT's
+            ``attention_probs_dropout_prob``); in [0, 1), needs a key when > 0.
+        hidden_dropout: dropout rate on the block outputs (attention after $W_O$, MLP) before the
+            skip and the norm (BERT's ``hidden_dropout_prob``); in [0, 1), needs a key when > 0.
+        attention_from_normalized: pre-LN only: compute $A$ from $\mathrm{LN}(X)$ (default) or $X$.
+        fixed_attention: optional ``(n, n)`` row-stochastic matrix used instead of softmax scores
+            (e.g. uniform causal attention of the paper's constructions).
+        precision: matmul precision, ``"highest"`` by default (GPU float32 otherwise uses TF32).
+        b_q, b_k, b_v: optional biases ``(heads, d_qk)``, ``(heads, d_v)`` added to
+            $X W_Q$, $X W_K$, $X W_V$ (with the leading layer axis of the weights, if any).
+        b_o: optional bias ``(d,)`` added after $W_O$ (needs ``w_o``).
+        norm_attn, norm_mlp: optional per-layer normalisations of the attention and the MLP
+            sub-block (their arrays carry the layer axis of the weights); default ``norm`` for both.
+        cycle: with per-layer weights, depth ``t`` uses the weights of layer ``t mod num_layers``
+            (a trained stack iterated beyond its depth); without it a deeper run is refused.
+
+    Raises:
+        ValueError: on inconsistent shapes, a bad mask, an unknown placement, a dqk <= 0 or a
+            dropout rate outside [0, 1).
+    """
+
+    weights: AttentionWeights
+    dqk: Float[Array, ""]
+    mask: Bool[Array, "n n"]
+    norm: AbstractNorm
+    fixed_attention: Float[Array, "n n"] | None
+    placement: str = eqx.field(static=True)
+    skip: bool = eqx.field(static=True)
+    attn_dropout: float = eqx.field(static=True)
+    hidden_dropout: float = eqx.field(static=True)
+    attention_from_normalized: bool = eqx.field(static=True)
+    num_layers: int | None = eqx.field(static=True)
+    precision: str = eqx.field(static=True)
+    cycle: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        mask: ArrayLike,
+        w_q: ArrayLike,
+        w_k: ArrayLike,
+        w_v: ArrayLike,
+        *,
+        dqk: ArrayLike | None = None,
+        norm: AbstractNorm | None = None,
+        placement: str = "post",
+        w_o: ArrayLike | None = None,
+        mlp: MLPWeights | None = None,
+        skip: bool = False,
+        attn_dropout: float = 0.0,
+        hidden_dropout: float = 0.0,
+        attention_from_normalized: bool = True,
+        fixed_attention: ArrayLike | None = None,
+        precision: str = "highest",
+        b_q: ArrayLike | None = None,
+        b_k: ArrayLike | None = None,
+        b_v: ArrayLike | None = None,
+        b_o: ArrayLike | None = None,
+        norm_attn: AbstractNorm | None = None,
+        norm_mlp: AbstractNorm | None = None,
+        cycle: bool = False,
+    ):
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
+        if precision not in _PRECISIONS:
+            raise ValueError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
+        attn_dropout = _check_rate("attn_dropout", attn_dropout)
+        hidden_dropout = _check_rate("hidden_dropout", hidden_dropout)
+        if isinstance(mask, jax.core.Tracer):
+            self.mask = mask
+        else:
+            self.mask = jnp.asarray(mask_from_adjacency(mask))
+        w_q, w_k, w_v = (jnp.asarray(w) for w in (w_q, w_k, w_v))
+        # Lift (d, k) -> (1, d, k): one head. A 4-D weight carries a leading layer axis.
+        if w_q.ndim == 2:
+            w_q, w_k, w_v = w_q[None], w_k[None], w_v[None]
+        if not (w_q.ndim == w_k.ndim == w_v.ndim) or w_q.ndim not in (3, 4):
+            raise ValueError(
+                "w_q, w_k, w_v must all be (d, k), (heads, d, k) or (layers, heads, d, k); got shapes "
+                f"{w_q.shape}, {w_k.shape}, {w_v.shape}."
+            )
+        self.num_layers = int(w_q.shape[0]) if w_q.ndim == 4 else None
+        if w_q.shape != w_k.shape:
+            raise ValueError(f"w_q and w_k must have the same shape, got {w_q.shape} and {w_k.shape}.")
+        if w_v.shape[:-1] != w_q.shape[:-1]:
+            raise ValueError(
+                f"w_v {w_v.shape} must agree with w_q {w_q.shape} in layers, heads and input width d."
+            )
+        heads, d, dk, dv = w_q.shape[-3], w_q.shape[-2], w_q.shape[-1], w_v.shape[-1]
+        if w_o is None:
+            if heads != 1 or dv != d:
+                raise ValueError(
+                    f"without an output projection w_o the layer needs one head and a square w_v "
+                    f"(d x d = {d} x {d}); got {heads} heads and w_v of width {dv}. Pass w_o."
+                )
+        else:
+            w_o = jnp.asarray(w_o)
+            want = ((self.num_layers,) if self.num_layers else ()) + (heads * dv, d)
+            if w_o.shape != want:
+                raise ValueError(f"w_o must have shape {want} (heads * d_v, d), got {w_o.shape}.")
+        if mlp is not None and mlp.w1.shape[-2] != d:
+            raise ValueError(f"mlp.w1 must map from d = {d}, got shape {mlp.w1.shape}.")
+        if fixed_attention is not None:
+            fixed_attention = check_fixed_attention(self.mask, jnp.asarray(fixed_attention))
+
+        dqk = jnp.asarray(default_dqk(dk) if dqk is None else dqk)
+        if dqk.ndim != 0:
+            raise ValueError(f"dqk must be a scalar (vmap the layer to sweep it), got shape {dqk.shape}.")
+        if not isinstance(dqk, jax.core.Tracer) and not float(dqk) > 0:
+            raise ValueError(f"the temperature dqk must be > 0, got {float(dqk)}.")
+        lead = (self.num_layers,) if self.num_layers else ()
+        biases = _check_biases(
+            dict(b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o), lead, heads, dk, dv, d, w_o is not None
+        )
+        self.weights = AttentionWeights(
+            w_q, w_k, w_v, w_o, mlp, **biases, norm_attn=norm_attn, norm_mlp=norm_mlp
+        )
+        self.cycle = bool(cycle)
+        self.dqk = dqk
+        self.norm = SphereNorm() if norm is None else norm
+        self.fixed_attention = fixed_attention
+        self.placement = placement
+        self.skip = skip
+        self.attn_dropout = attn_dropout
+        self.hidden_dropout = hidden_dropout
+        self.attention_from_normalized = attention_from_normalized
+        self.precision = precision
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def dropout(self) -> float:
+        """The larger of the two dropout rates: ``layer.dropout > 0`` means "needs a key"."""
+        return max(self.attn_dropout, self.hidden_dropout)
+
+    @property
+    def has_dropout(self) -> bool:
+        """True when either dropout is active (the layer is then random and needs a key)."""
+        return self.dropout > 0.0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.mask.shape[-1]
+
+    @property
+    def dim(self) -> int:
+        return self.weights.w_q.shape[-2]
+
+    @property
+    def num_heads(self) -> int:
+        return self.weights.w_q.shape[-3]
+
+    def weights_at(self, t) -> AttentionWeights:
+        """The weights of depth ``t`` (the shared weights when there is no layer axis; with
+        ``cycle``, those of layer ``t mod num_layers``)."""
+        if self.num_layers is None:
+            return self.weights
+        return self.weights.at(t % self.num_layers if self.cycle else t)
+
+    def _norm(self, w: AttentionWeights, block: str) -> AbstractNorm:
+        """The normalisation of sub-block ``block`` ("attn" or "mlp") at these weights."""
+        own = w.norm_attn if block == "attn" else w.norm_mlp
+        return self.norm if own is None else own
+
+    # ------------------------------------------------------------------ maths
+    def attention(self, x: Float[Array, "n d"], t=0) -> Float[Array, "heads n n"]:
+        """Masked attention matrices $A^{(t)}$ for tokens ``x`` (eq. 1), one per head."""
+        return self._attention(x, self.weights_at(t))
+
+    def _attention(self, x, w: AttentionWeights):
+        if self.fixed_attention is not None:
+            return self.fixed_attention[None].astype(x.dtype)
+        return masked_softmax(self._scores(x, w), self.mask)
+
+    def _scores(self, x, w: AttentionWeights, *, with_values: bool = False):
+        r"""Scores $X W_Q (X W_K)^\top / \sqrt{d_{QK}}$ per head (and $X W_V$ if ``with_values``).
+
+        Where it needs fewer FLOPs (`_fold_qk`), $W_Q W_K^\top / \sqrt{d_{QK}}$ is folded into one
+        ``(d, d)`` matrix per head; it does not depend on the tokens, so under ``vmap`` it is
+        computed once per layer for the whole batch. The products with ``x`` are `_project`-ed.
+        """
+        prec = _PRECISIONS[self.precision]
+        d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
+        scale = (1.0 / jnp.sqrt(self.dqk)).astype(x.dtype)
+        # A query or key bias adds terms that the folded product cannot hold.
+        fold = _fold_qk(x.shape[0], d, dk) and w.b_q is None and w.b_k is None
+        if fold:
+            right = [(jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale, None)]
+        else:
+            right = [(w.w_q, w.b_q), (w.w_k, w.b_k)]
+        parts = _project(x, right + ([(w.w_v, w.b_v)] if with_values else []), prec)
+        if fold:
+            scores = _head_einsum("hne,me->hnm", parts[0], x, prec)
+        else:
+            scores = _head_einsum("hnk,hmk->hnm", parts[0], parts[1], prec) * scale
+        xv = parts[-1] if with_values else None
+        return (scores, xv) if with_values else scores
+
+    def __call__(
+        self, x: Float[Array, "n d"], t=0, *, key: PRNGKeyArray | None = None
+    ) -> tuple[Float[Array, "n d"], LayerAux]:
+        """Apply the layer of depth ``t`` to one token matrix.
+
+        Returns:
+            ``(x_next, aux)`` with `LayerAux` diagnostics (Theorem 1's epsilon, zero rows).
+        """
+        if self.has_dropout and key is None:
+            raise ValueError(
+                f"this layer has dropout (attn_dropout={self.attn_dropout}, "
+                f"hidden_dropout={self.hidden_dropout}): "
+                "pass `key=` (simulate does it given a key)."
+            )
+        w = self.weights_at(t)
+        prec = _PRECISIONS[self.precision]
+        keys = jr.split(key, 3) if key is not None else (None, None, None)
+        degenerate = jnp.array(False)
+
+        x_in = x
+        if self.placement == "pre":
+            x_in, bad = self._norm(w, "attn")(x)
+            degenerate = degenerate | jnp.any(bad)
+        x_att = x_in if self.attention_from_normalized else x
+        xv = None
+        if self.fixed_attention is not None:
+            a = self._attention(x_att, w)
+        elif x_att is x_in:
+            # Same tokens on both sides: one wide GEMM gives the query/key side and X W_V.
+            scores, xv = self._scores(x_att, w, with_values=True)
+            a = masked_softmax(scores, self.mask)
+        else:
+            a = masked_softmax(self._scores(x_att, w), self.mask)
+        eps_min = jnp.min(jnp.where(self.mask, a, jnp.inf))
+        a = self._drop(a, keys[0], self.attn_dropout)
+        # A X W_V for every head; heads are concatenated and projected by W_O if present.
+        # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
+        if xv is None:
+            xv = _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
+        heads = _head_einsum("hnm,hme->hne", a, xv, prec)
+        if w.w_o is None:
+            sa = heads[0]
+        else:
+            sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x.shape[0], -1), w.w_o, precision=prec)
+            if w.b_o is not None:
+                sa = sa + w.b_o[None, :]
+        sa = self._drop(sa, keys[1], self.hidden_dropout)
+        y = x + sa if self.skip else sa
+        if self.placement == "post":
+            y, bad = self._norm(w, "attn")(y)
+            degenerate = degenerate | jnp.any(bad)
+        if w.mlp is not None:
+            h = y
+            if self.placement == "pre":
+                h, bad = self._norm(w, "mlp")(y)
+                degenerate = degenerate | jnp.any(bad)
+            m = self._drop(w.mlp(h, prec), keys[2], self.hidden_dropout)
+            y = y + m if self.skip else m
+            if self.placement == "post":
+                y, bad = self._norm(w, "mlp")(y)
+                degenerate = degenerate | jnp.any(bad)
+        return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
+
+    @staticmethod
+    def _drop(v, key, rate: float):
+        """Inverted dropout: keep each entry with probability $1-p$ and scale it by $1/(1-p)$."""
+        if rate == 0.0 or key is None:
+            return v
+        keep = jr.bernoulli(key, 1.0 - rate, v.shape)
+        return jnp.where(keep, v / (1.0 - rate), 0.0)
+
+
+def _check_rate(name: str, rate) -> float:
+    """A dropout rate as a Python float in [0, 1) (static: it decides whether keys are drawn)."""
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number in [0, 1), got {rate!r}.") from None
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"{name} must be in [0, 1) (e.g. 0.1 as in BERT), got {rate}.")
+    return rate
+
+
+def _check_biases(biases: dict, lead: tuple, heads: int, dk: int, dv: int, d: int, has_w_o: bool) -> dict:
+    """The given biases as arrays of the shapes the weights imply; ValueError naming the bias otherwise."""
+    want = {"b_q": (heads, dk), "b_k": (heads, dk), "b_v": (heads, dv), "b_o": (d,)}
+    out = {}
+    for name, b in biases.items():
+        if b is None:
+            continue
+        if name == "b_o" and not has_w_o:
+            raise ValueError("b_o is the bias of the output projection: pass w_o too, or drop b_o.")
+        b = jnp.asarray(b)
+        if b.shape != lead + want[name]:
+            raise ValueError(f"{name} must have shape {lead + want[name]}, got {b.shape}.")
+        out[name] = b
+    return out

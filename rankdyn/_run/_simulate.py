@@ -1,0 +1,375 @@
+r"""`simulate`: iterate a layer over depth and record metrics, as a thin layer over `rankdyn._run._scan`.
+
+$X^{(t+1)} = F_t(X^{(t)})$ for $t = 0..T-1$, with $F_t$ a `SelfAttentionLayer` (weights of depth
+$t$ when they differ per layer), eqs. (2)-(3). Metrics are saved at layers $0, k, 2k, \dots, T$.
+By default only their batch statistics are kept (streamed inside the compiled scan, so memory
+grows with neither the batch nor, beyond one number per saved layer, the depth);
+per-trajectory values and full states are opt-in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+
+from .._errors import UsageError
+from .._model._layer import SelfAttentionLayer
+from .._model._tokens import TokenSampler
+from .._observe._observer import MetricObserver, parse_metrics
+from .._observe._stats import Summary, summarize
+from .._observe._tolerances import RANK_TOL
+from ._autotune import tuned_chunk
+from ._memory import MemoryEstimate, check_memory
+from ._scan import auto_chunk, estimate_parts, run_batch
+from ._sharding import resolve_mesh
+
+__all__ = ["simulate", "Trajectory"]
+
+
+class Trajectory(eqx.Module):
+    """What `simulate` returns.
+
+    Attributes:
+        layers: the saved layer indices ``0, k, ..., T`` (``k = save_every``).
+        summary: a `rankdyn.Summary`: per saved layer, the mean, std, min and max over the
+            trajectories finite at that layer, and the counts of non-finite and degenerate ones.
+        metrics: with ``per_trajectory=True`` (or ``save_states=True``), name -> array
+            ``(*batch, len(layers), ...)`` (trailing axes for non-scalar observations), including
+            ``eps_min``: at saved layer ``t > 0`` the smallest attention weight on mask edges over
+            the layers since the previous save; at ``t = 0`` that of $A^{(0)}$ (Theorem 1's
+            epsilon). None otherwise.
+        states: ``(*batch, len(layers), n, d)`` if ``save_states=True``, else None.
+        degenerate: ``(*batch,)`` True where a token became zero (direction metrics NaN there):
+            a state row underflowed, or a normalisation met a zero row (e.g. opposite
+            tokens averaged; such trajectories are kept), or None without per-trajectory values.
+        nonfinite: ``(*batch,)`` True where a state or a recorded metric became NaN or infinite,
+            or None without per-trajectory values.
+    """
+
+    layers: Int[Array, " s"]
+    summary: Summary
+    metrics: dict[str, Float[Array, "..."]] | None
+    states: Float[Array, "*batch s n d"] | None
+    degenerate: Bool[Array, "*batch"] | None
+    nonfinite: Bool[Array, "*batch"] | None
+
+
+def _strong(v):
+    return v.astype(v.dtype) if isinstance(v, jax.Array) and getattr(v, "weak_type", False) else v
+
+
+def _check_options(rank_tol, devices, observe) -> None:
+    """``rank_tol``, ``devices`` and ``observe`` as the docstring allows, or a UsageError naming them."""
+    if isinstance(rank_tol, bool) or not isinstance(rank_tol, (int, float, np.integer, np.floating)):
+        raise UsageError(f"rank_tol must be a number in (0, 1), got {rank_tol!r}; e.g. rank_tol=1e-6.")
+    if not (0 < float(rank_tol) < 1):  # NaN fails too: it would count no singular value
+        raise UsageError(
+            f"rank_tol must be in (0, 1) (a tolerance relative to the largest singular value), got "
+            f"{rank_tol!r}; e.g. rank_tol=1e-6."
+        )
+    ok = (
+        devices is None
+        or devices == "all"
+        or isinstance(devices, (Mesh, list, tuple))
+        or (isinstance(devices, (int, np.integer)) and not isinstance(devices, bool) and devices >= 1)
+    )
+    if not ok or isinstance(devices, (list, tuple)) and not all(isinstance(d, jax.Device) for d in devices):
+        raise UsageError(
+            f"devices must be None, 'all', a positive int, a list of jax devices or a batch mesh, got "
+            f"{devices!r}; e.g. devices='all'."
+        )
+    if observe is not None and not callable(observe):
+        raise UsageError(f"observe must be a function x -> dict of arrays, got {type(observe).__name__}.")
+
+
+#: Observers already checked (by identity, shapes and dtype): tracing one costs as much as
+#: tracing the metrics, and experiments call `simulate` many times with the same function.
+_CHECKED_OBSERVERS: dict = {}
+
+
+def _check_observe(observe, n, d, dtype) -> None:
+    """The observer maps one ``(n, d)`` token matrix to a dict of arrays (checked abstractly)."""
+    try:
+        key = (observe, n, d, np.dtype(dtype).name)
+        if key in _CHECKED_OBSERVERS:
+            return
+    except TypeError:  # unhashable (e.g. a module holding arrays): check every time
+        key = None
+    try:
+        out = jax.eval_shape(observe, jax.ShapeDtypeStruct((n, d), dtype))
+    except Exception as err:  # the user's function failed on a token matrix: name it
+        raise UsageError(
+            f"observe failed on one ({n}, {d}) token matrix ({type(err).__name__}: {err}); it must map "
+            "one token matrix (not a batch) to a dict of arrays."
+        ) from err
+    if not isinstance(out, dict) or not all(
+        isinstance(k, str) and isinstance(v, jax.ShapeDtypeStruct) for k, v in out.items()
+    ):
+        raise UsageError(
+            f"observe must return a dict of arrays (name -> value), got {type(out).__name__}; "
+            "e.g. observe=lambda x: {'mu': rankdyn.metrics.mu(x)}."
+        )
+    if key is not None and len(_CHECKED_OBSERVERS) < 256:
+        _CHECKED_OBSERVERS[key] = True
+
+
+def _max_norm(a: np.ndarray, axes: int) -> float:
+    """The largest 2-norm of ``a`` over its last ``axes`` axes (1: rows, 2: matrices).
+
+    Summed in ``a``'s own dtype (no float64 copy; one BLAS dot per vector); on overflow, again
+    in float64.
+    """
+    v = a.reshape(-1, math.prod(a.shape[a.ndim - axes :]))
+    r = float(np.sqrt(np.max(v[:, None, :] @ v[:, :, None])))
+    if not math.isfinite(r):
+        v = v.astype(np.float64)
+        r = float(np.sqrt(np.max(v[:, None, :] @ v[:, :, None])))
+    return r
+
+
+def _spectral_norm(w) -> float:
+    r"""$\max_t \|W_t\|_2$ over the leading axes of ``w`` ``(..., d, k)``.
+
+    From the top eigenvalue of each float64 Gram matrix (of the smaller side).
+    """
+    a = np.asarray(w, np.float64)
+    g = np.swapaxes(a, -1, -2) @ a if a.shape[-1] <= a.shape[-2] else a @ np.swapaxes(a, -1, -2)
+    return float(np.sqrt(max(float(np.max(np.linalg.eigvalsh(g)[..., -1])), 0.0)))
+
+
+def _check_logits(layer, x0, dtype) -> None:
+    r"""Refuse weights whose attention logits can overflow ``dtype`` (they would give all-NaN runs).
+
+    $|R_{ij}| = |x_i^\top W_Q W_K^\top x_j| / \sqrt{d_{QK}} \le \|W_Q\|_2 \|W_K\|_2 r^2 / \sqrt{d_{QK}}$,
+    with $r$ the largest norm of a token entering attention (the initial tokens, or the LN radius).
+    """
+    leaves = jax.tree.leaves((layer, x0))
+    if layer.fixed_attention is not None or any(isinstance(v, jax.core.Tracer) for v in leaves):
+        return  # no logits, or traced (simulate under jit): nothing concrete to bound
+    fi = np.finfo(dtype)
+    dqk = float(np.min(np.asarray(layer.dqk)))
+    if dqk < fi.tiny:  # subnormal: flushed to zero on CPUs, so 1/sqrt(dqk) is infinite
+        raise UsageError(
+            f"dqk = {dqk:g} is below the smallest normal {dtype.name} ({fi.tiny:.3g}); its 1/sqrt(dqk) "
+            f"overflows the attention logits. Use dqk >= {fi.tiny:.3g}"
+            f"{' or float64' if dtype != np.float64 else ''}."
+        )
+    w = layer.weights
+    if isinstance(x0, TokenSampler):
+        r = 3.0 * math.sqrt(x0.dim) + 3.0 if x0.kind == "gaussian" else 1.0
+    else:
+        r = _max_norm(np.asarray(x0), 1)
+    radius = getattr(layer.norm, "radius", None)
+    if layer.placement != "none" and radius is not None:
+        r = max(r, float(np.max(np.asarray(radius))))
+    scale = max(r * r, 1.0) / math.sqrt(dqk)
+    # The Frobenius norm bounds the 2-norm from above and costs one pass over the weights (in
+    # their own dtype: a float64 copy of BERT's 16 layers cost 0.25 s per call, the
+    # run's own length); the exact 2-norm, from the float64 Gram of each layer, only when that bound is too
+    # large to decide (or overflowed).
+    bound = _max_norm(np.asarray(w.w_q), 2) * _max_norm(np.asarray(w.w_k), 2) * scale
+    if not bound < fi.max / 16:
+        bound = _spectral_norm(w.w_q) * _spectral_norm(w.w_k) * scale
+    if not bound < fi.max / 16:  # /16: headroom for the folded product and the softmax's sums
+        raise UsageError(
+            f"the attention logits can reach about {bound:.3g} "
+            f"(||W_Q|| ||W_K|| r^2 / sqrt(dqk), r = {r:.3g}), "
+            f"beyond what {dtype.name} holds ({fi.max:.3g}): the run would be all NaN. Lower qk_std, "
+            f"raise dqk{', or use float64' if dtype != np.float64 else ''}."
+        )
+
+
+def _validate(layer, x0, num_layers, save_every):
+    if not isinstance(layer, SelfAttentionLayer):
+        raise UsageError(f"simulate expects a rankdyn.SelfAttentionLayer, got {type(layer).__name__}.")
+    n, d = layer.num_tokens, layer.dim
+    if isinstance(x0, TokenSampler):
+        if (x0.num_tokens, x0.dim) != (n, d):
+            raise UsageError(
+                f"the TokenSampler draws (n, d) = ({x0.num_tokens}, {x0.dim}) tokens but the layer "
+                f"maps ({n}, {d}); build the sampler with the layer's n and d."
+            )
+    else:
+        x0 = jnp.asarray(x0)
+        if x0.ndim < 2 or x0.shape[-2:] != (n, d):
+            raise UsageError(
+                f"x0 must have shape (..., n, d) = (..., {n}, {d}) to match the layer's mask and weights, "
+                f"got {x0.shape}."
+            )
+        if x0.dtype not in (jnp.float32, jnp.float64):
+            raise UsageError(
+                f"x0 must be a float32 or float64 array, got dtype {x0.dtype}; the metrics and the "
+                "scan need float32 at least: pass x0.astype(jnp.float32)."
+            )
+        if 0 in x0.shape:
+            raise UsageError(f"x0 has an empty batch axis (shape {x0.shape}); pass at least one trajectory.")
+        if not isinstance(x0, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x0))):
+            raise UsageError("x0 contains NaN or infinite values; pass finite initial tokens.")
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 0:
+        raise UsageError(f"num_layers must be a non-negative integer, got {num_layers!r}.")
+    if isinstance(save_every, bool) or not isinstance(save_every, (int, np.integer)) or save_every < 1:
+        raise UsageError(f"save_every must be a positive integer, got {save_every!r}.")
+    if num_layers % save_every:
+        raise UsageError(
+            f"num_layers={num_layers} is not a multiple of save_every={save_every}; choose a divisor."
+        )
+    if layer.num_layers is not None and not layer.cycle and layer.num_layers < num_layers:
+        raise UsageError(
+            f"the layer holds per-layer weights for {layer.num_layers} layers but num_layers={num_layers}; "
+            "draw weights for every layer or use shared weights."
+        )
+    return x0
+
+
+def simulate(
+    layer: SelfAttentionLayer,
+    x0: Float[ArrayLike, "*batch n d"] | TokenSampler,
+    num_layers: int,
+    *,
+    save_every: int = 1,
+    save_states: bool = False,
+    per_trajectory: bool = False,
+    metrics: str | Iterable[str] | None = None,
+    observe: Callable[[Array], dict[str, Array]] | None = None,
+    rank_tol: float = RANK_TOL,
+    key: PRNGKeyArray | None = None,
+    progress: bool = False,
+    chunk: int | None = None,
+    devices=None,
+) -> Trajectory:
+    r"""Iterate ``layer`` for ``num_layers`` layers from ``x0`` and record metrics.
+
+    $X^{(t+1)} = F_t(X^{(t)})$ with $F_t$ = ``layer`` at depth $t$ (eqs. 2-3), compiled as one
+    ``lax.scan`` over depth (`rankdyn._run._scan`), the batch walked in chunks of ``chunk``.
+
+    Arguments:
+        layer: a `SelfAttentionLayer` (shared or per-layer weights).
+        x0: initial tokens ``(n, d)`` or ``(*batch, n, d)``, or a `rankdyn.TokenSampler` that
+            draws each chunk inside the compiled program (no array holds the whole batch).
+        num_layers: depth T; must be a multiple of ``save_every``.
+        save_every: record metrics (and states) every k layers (layer 0 is always recorded).
+        save_states: also return the token matrices at the saved layers (memory grows with T
+            and the batch); implies ``per_trajectory``.
+        per_trajectory: also return every trajectory's metrics (memory grows with the batch
+            times the saved layers); by default only the batch statistics are kept.
+        metrics: the metrics recorded by the default observer: None or ``"all"`` for every
+            name of `rankdyn.metrics.METRIC_NAMES` and ``eps_min``, or a subset (a list or a
+            comma-separated string). Spectral metrics cost an SVD per trajectory and layer.
+        observe: ``x -> dict of arrays`` computed at saved layers instead of the default
+            metrics (``eps_min`` is always added). Pass the same function object on repeated
+            calls: a new lambda each time means a new compilation.
+        rank_tol: relative tolerance of the numerical rank in the default metrics.
+        key: PRNG key, required when the layer uses dropout (trajectory i uses ``fold_in(key, i)``).
+        progress: show a progress bar (each chunk's depth is split into ~20 compiled pieces).
+        chunk: trajectories advanced together (vmapped) at a time. Default on one CPU device:
+            the fastest of a few cache-sized candidates, measured at the first sizeable run of
+            a shape and remembered per machine (`rankdyn._run._autotune`; ``RANKDYN_CHUNK_TUNING=0``
+            keeps the rule: about 2 MiB of tokens per chunk); the whole batch on accelerators.
+            Results do not depend on it beyond rounding (at most 4 ulps per metric).
+        devices: split each chunk over devices (`jax.sharding`, mesh axis ``"batch"``): None
+            (default) runs on the default device; ``"all"``, an int k (first k devices), a list
+            of devices or a `rankdyn.internal.batch_mesh`.
+
+    Returns:
+        A `Trajectory`.
+
+    Raises:
+        UsageError: (a ValueError) naming the argument: shapes that do not match the layer,
+            non-finite or non-float32/64 x0, bad depths, unknown metric names, ``rank_tol``
+            outside (0, 1), bad ``devices``, an ``observe`` that does not return a dict of arrays,
+            weights whose attention logits can overflow the dtype, a dropout layer without a
+            key, or a run whose estimated memory exceeds the available memory.
+    """
+    x0 = _validate(layer, x0, num_layers, save_every)
+    _check_options(rank_tol, devices, observe)
+    _check_logits(layer, x0, np.dtype(x0.dtype))
+    if observe is not None:
+        _check_observe(observe, layer.num_tokens, layer.dim, x0.dtype)
+    # A weakly typed leaf (e.g. dqk from a Python float) and a strong one of the same dtype are
+    # different programs to jit: make every array leaf strong so both reuse one compilation.
+    layer, x0 = jax.tree.map(_strong, (layer, x0))
+    if layer.dropout > 0 and key is None:
+        raise UsageError("the layer uses dropout: pass `key=` to simulate.")
+    names = parse_metrics(metrics)
+    if observe is None:
+        observe = MetricObserver(names, rank_tol)
+    eps = metrics is None or "eps_min" in names
+    per_trajectory = per_trajectory or save_states
+    sampler = isinstance(x0, TokenSampler)
+    batch_shape = (x0.batch,) if sampler else x0.shape[:-2]
+    num = math.prod(batch_shape)
+    mesh = resolve_mesh(devices)
+    n, d = layer.num_tokens, layer.dim
+    itemsize = x0.dtype.itemsize
+    if chunk is None:
+        share = -(-num // (1 if mesh is None else mesh.devices.size))
+        backend = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
+        chunk = auto_chunk(max(share, 1), n, d, itemsize, backend)
+        if mesh is None and backend == "cpu" and not isinstance(x0, jax.core.Tracer):
+            # Measured once per machine and shape (rankdyn._run._autotune), as XLA autotunes.
+            flat0 = x0 if sampler else x0.reshape((num, n, d))
+            drop = key if layer.dropout > 0 else None
+            chunk = tuned_chunk(
+                layer, observe, flat0, num, num_layers, save_every=save_every, eps=eps, drop_key=drop
+            )
+    elif isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise UsageError(f"chunk must be a positive integer or None, got {chunk!r}.")
+    chunk = min(int(chunk), num)
+    num_saved = num_layers // save_every + 1
+    if jax.default_backend() == "cpu":
+        parts = estimate_parts(
+            num=num,
+            chunk=chunk,
+            n=n,
+            d=d,
+            heads=layer.num_heads,
+            itemsize=itemsize,
+            num_saved=num_saved,
+            num_metrics=len(names),
+            per_trajectory=per_trajectory,
+            save_states=save_states,
+        )
+        check_memory(
+            MemoryEstimate(parts),
+            what="simulate",
+            fix="use a smaller chunk, a larger save_every, "
+            "or per_trajectory=False and save_states=False (then only statistics are kept).",
+        )
+    flat = x0 if sampler else x0.reshape((num, n, d))
+    stats, (nonfinite, degenerate), per = run_batch(
+        layer,
+        flat,
+        num,
+        num_layers,
+        observe=observe,
+        save_every=save_every,
+        chunk=chunk,
+        drop_key=key if layer.dropout > 0 else None,
+        per_trajectory=per_trajectory,
+        save_states=save_states,
+        eps=eps,
+        mesh=mesh,
+        progress=progress,
+    )
+    layers = jnp.arange(0, num_layers + 1, save_every)
+    summary = summarize(stats, layers, num, nonfinite, degenerate)
+    if per is None:
+        return Trajectory(
+            layers=layers, summary=summary, metrics=None, states=None, degenerate=None, nonfinite=None
+        )
+    shape = lambda v: v.reshape(batch_shape + v.shape[1:])  # noqa: E731
+    return Trajectory(
+        layers=layers,
+        summary=summary,
+        metrics={k: shape(v) for k, v in per["values"].items()} if "values" in per else None,
+        states=shape(per["states"]) if save_states else None,
+        degenerate=shape(per["degenerate"]),
+        nonfinite=shape(per["nonfinite"]),
+    )

@@ -1,0 +1,1 @@
+"""Continuous-time flow targets (clustering, metastability, causal, the discrete-to-flow limit)."""

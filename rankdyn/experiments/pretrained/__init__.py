@@ -1,0 +1,1 @@
+"""Targets on a trained checkpoint (geometry, pretrained ablation and temperature)."""
