@@ -120,6 +120,9 @@ def test_bad_map_input():
         rankdyn.lyapunov_spectrum_map(henon, jnp.zeros(2), 10, k=3)
     with pytest.raises(ValueError, match="NaN"):
         rankdyn.lyapunov_spectrum_map(henon, jnp.array([jnp.nan, 0.0]), 10)
+    # 200000 tangent vectors of dimension 200000 (~1.3 TB): refused before anything is allocated.
+    with pytest.raises(ValueError, match="Lyapunov spectrum of k=200000"):
+        rankdyn.lyapunov_spectrum_map(lambda x: 0.5 * x, jnp.zeros(200000), 10)
 
 
 def test_underflow_and_nonfinite_are_flagged_not_averaged():

@@ -25,7 +25,16 @@ from .._errors import UsageError
 from .._flow._field import FlowField
 from .._flow._solve import ADAPTIVE_SOLVERS, DEFAULT_ATOL, DEFAULT_RTOL, RK4, SOLVERS
 from ._layer import _project_columns
-from ._qr import assemble, check_counts, default_chunk, jvp_columns, make_plan, orthonormal_start, run_qr
+from ._qr import (
+    assemble,
+    check_counts,
+    check_tangent_memory,
+    default_chunk,
+    jvp_columns,
+    make_plan,
+    orthonormal_start,
+    run_qr,
+)
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum_flow"]
@@ -164,6 +173,9 @@ def lyapunov_spectrum_flow(
     )
     plan = make_plan(intervals, discard, 1, step_size=h)
     chunk = default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize) if chunk is None else int(chunk)
+    if chunk < 1:
+        raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
+    check_tangent_memory(flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records))
     exps, flags, acc = run_qr(
         step,
         _FlowStart(k),

@@ -23,7 +23,16 @@ from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._model._tokens import TokenSampler
 from .._run._simulate import _check_logits, _check_options, _strong, _validate
-from ._qr import assemble, check_counts, default_chunk, jvp_columns, make_plan, orthonormal_start, run_qr
+from ._qr import (
+    assemble,
+    check_counts,
+    check_tangent_memory,
+    default_chunk,
+    jvp_columns,
+    make_plan,
+    orthonormal_start,
+    run_qr,
+)
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum", "uses_tangent_space", "spectrum_dim"]
@@ -137,6 +146,9 @@ def lyapunov_spectrum(
         flat = jax.vmap(lambda z: layer.norm(z)[0])(flat)
     plan = make_plan(num_layers, discard, qr_every)
     chunk = default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize) if chunk is None else int(chunk)
+    if chunk < 1:
+        raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
+    check_tangent_memory(flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records))
     exps, flags, acc = run_qr(
         _LayerStep(layer, tangent),
         _LayerStart(k, tangent),

@@ -37,7 +37,15 @@ from .._observe._stats import chunk_stats, merge_stats
 from .._run._sharding import map_sharded, resolve_mesh
 from ._result import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult
 
-__all__ = ["QRPlan", "run_qr", "lyapunov_spectrum_map", "check_counts", "orthonormal_start", "jvp_columns"]
+__all__ = [
+    "QRPlan",
+    "run_qr",
+    "lyapunov_spectrum_map",
+    "check_counts",
+    "check_tangent_memory",
+    "orthonormal_start",
+    "jvp_columns",
+]
 
 #: Running estimates recorded per run (at most; fewer when there are fewer QR steps).
 NUM_RECORDS = 16
@@ -303,6 +311,26 @@ def assemble(
     )
 
 
+def check_tangent_memory(num: int, chunk: int, m: int, k: int, itemsize: int, records: int) -> None:
+    """Refuse, before compute, a run whose tangent vectors cannot fit (`rankdyn._run._memory`).
+
+    One chunk holds its ``(m, k)`` tangent vectors about four times (the carry, the jvp's output,
+    the QR's factors); the exponents and running records are kept per trajectory of the chunk.
+    """
+    from .._run._memory import MemoryEstimate, check_memory
+
+    c = min(chunk, num)
+    parts = {
+        "tangent vectors of one chunk": 4 * c * m * k * itemsize,
+        "exponents and running estimates": 2 * (num + c * records) * k * itemsize,
+    }
+    check_memory(
+        MemoryEstimate(parts),
+        what=f"a Lyapunov spectrum of k={k} in dimension {m} for {num} trajectories",
+        fix="lower k, or pass a smaller chunk (trajectories advanced together).",
+    )
+
+
 def default_chunk(num: int, m: int, k: int, itemsize: int) -> int:
     """Trajectories per chunk: about 256 MiB of tangent vectors on CPU, the batch elsewhere."""
     if jax.default_backend() != "cpu":
@@ -385,6 +413,9 @@ def lyapunov_spectrum_map(
     flat = x0.reshape(-1, m)
     plan = make_plan(num_steps, discard, qr_every)
     chunk = default_chunk(flat.shape[0], m, k, flat.dtype.itemsize) if chunk is None else int(chunk)
+    if chunk < 1:
+        raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
+    check_tangent_memory(flat.shape[0], chunk, m, k, flat.dtype.itemsize, len(plan.records))
     exps, flags, acc = run_qr(
         _MapStep(step),
         _map_start(k),
