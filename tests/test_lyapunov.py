@@ -136,3 +136,36 @@ def test_underflow_and_nonfinite_are_flagged_not_averaged():
     np.testing.assert_allclose(blow.mean, [np.log(2.0)], rtol=1e-12)
     assert np.asarray(blow.flags).tolist()[1] & FLAG_NONFINITE and flag_names(int(blow.flags[1])) != []
     assert int(blow.count) == 1  # only the clean trajectory enters the statistics
+
+
+SHARDED = """
+import json
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp, numpy as np
+import rankdyn as rd
+n, d = 4, 3
+layer = rd.SelfAttentionLayer(np.tril(np.ones((n, n), bool)), 0.5 * jnp.eye(d), jnp.eye(d), jnp.eye(d))
+x0 = jax.random.normal(jax.random.PRNGKey(0), (5, n, d))  # 5 trajectories on 2 devices: padding
+one = rd.lyapunov_spectrum(layer, x0, 16, k=4)
+two = rd.lyapunov_spectrum(layer, x0, 16, k=4, devices=2, chunk=4)
+print(json.dumps({"devices": len(jax.devices()),
+                  "diff": float(np.max(np.abs(np.asarray(one.exponents) - np.asarray(two.exponents)))),
+                  "mean_diff": float(np.max(np.abs(np.asarray(one.mean) - np.asarray(two.mean))))}))
+"""
+
+
+@pytest.mark.slow
+def test_sharded_equals_single_device():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARDED], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 2 and out["diff"] < 1e-12 and out["mean_diff"] < 1e-12
