@@ -8,3 +8,13 @@ use the full sizes. The kernel nbmake starts inherits this process's environment
 import os
 
 os.environ["RANKDYN_NOTEBOOK_QUICK"] = "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every notebook run is slow (tens of seconds each): ``pytest -m "not slow"`` leaves them out,
+    ``python3 -m pytest`` still runs them (the marker only selects)."""
+    import pytest
+
+    for item in items:
+        if str(item.fspath).endswith(".ipynb"):
+            item.add_marker(pytest.mark.slow)

@@ -15,10 +15,10 @@ from ._flow._field import DYNAMICS as DYNAMICS
 from ._flow._field import FlowField as FlowField
 from ._flow._field import interaction_energy as interaction_energy
 from ._flow._field import tangent_project as tangent_project
-from ._flow._observables import FLOW_METRICS as FLOW_METRICS
-from ._flow._observables import FlowObserver as FlowObserver
-from ._flow._observables import cluster_count as cluster_count
-from ._flow._observables import diameter as diameter
+from ._flow._observer import FLOW_METRICS as FLOW_METRICS
+from ._flow._observer import FlowObserver as FlowObserver
+from ._flow._observer import cluster_count as cluster_count
+from ._flow._observer import diameter as diameter
 from ._flow._solve import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
 from ._flow._solve import RK4 as RK4
 from ._flow._solve import SOLVERS as SOLVERS

@@ -69,7 +69,7 @@ def test_zero_tokens_have_nan_directions_and_are_flagged(getkey):
 
 def test_cli_counts_underflow_writes_readable_files_and_no_temp(tmp_path, capsys):
     out = tmp_path / "u"
-    argv = "simulate --n 8 --d 8 --layers 300 --save-every 30 --batch 2 --norm none --value scaled "
+    argv = "simulate --n 8 --d 8 --layers 300 --save-every 30 --batch 2 --placement none --value scaled "
     argv += "--mask complete --mlp --metrics mu,min_cos --per-trajectory --no-progress --x64 --out"
     assert main(argv.split() + [str(out)]) == 0
     data = json.loads((out / "metrics.json").read_text())
@@ -340,6 +340,7 @@ def test_equilibria_interrupt(tmp_path, monkeypatch, capsys):
     assert "rankdyn equilibria: interrupted" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_sigint_during_sweep_compile(tmp_path):
     """Ctrl-C while the sweep compiles: exit 130 and the resume line, never a crash (SIGSEGV)
     or a swallowed interrupt (a completed sweep). Three tries, each a fresh process."""

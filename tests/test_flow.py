@@ -91,7 +91,7 @@ def test_energy_does_not_decrease_along_sa_and_usa(getkey):
         sol = solve_flow(
             f, x0, 4.0, beta=jnp.array([1.0, 4.0]), saves=21, rtol=1e-9, atol=1e-11, per_trajectory=True
         )
-        e = np.asarray(sol.values["energy"])  # (beta, batch, saves)
+        e = np.asarray(sol.metrics["energy"])  # (beta, batch, saves)
         inc = np.diff(e, axis=-1)
         assert np.min(inc) > -1e-9 * np.max(np.abs(e)), (dyn, np.min(inc))
         assert np.max(e[..., -1] - e[..., 0]) > 1e-2  # it really moves

@@ -6,6 +6,8 @@ table (0.2): it must now be refused with a message naming the option. The positi
 check that the same option is accepted where it is read.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -19,7 +21,11 @@ from rankdyn.cli import main
 
 # (command, argv, fragments of the one error line)
 CLI_ROWS = {
-    "ln with norm none": ("simulate", ["--norm", "none", "--ln", "rms"], ["--ln rms", "ignored", "none"]),
+    "ln with norm none": (
+        "simulate",
+        ["--placement", "none", "--ln", "rms"],
+        ["--ln rms", "ignored", "none"],
+    ),
     "w with orthogonal": ("simulate", ["--w", "3"], ["--w 3.0", "ignored", "--value orthogonal"]),
     "w 2.0 with gaussian": ("simulate", ["--value", "gaussian", "--w", "2"], ["--w 2.0", "ignored"]),
     "rank-tol without a rank metric": (
@@ -79,21 +85,25 @@ def test_cli_refuses_ignored_options(row, tmp_path, capsys, no_compute):
 
 
 def test_cli_reads_options_where_they_apply(tmp_path):
-    """Positive controls: --norm is an alias of --placement; --w where the family reads it;
-    --rank-tol with num_rank; equilibria's --w 7 default only where W_V reads it."""
+    """Positive controls: --norm is the deprecated spelling of --placement (it works, and warns);
+    --w where the family reads it; --rank-tol with num_rank; equilibria's --w 7 default only where
+    W_V reads it."""
     from rankdyn.cli import build_parser
     from rankdyn.commands import equilibria, simulate
 
     out = str(tmp_path / "out")
     parse = build_parser().parse_args
-    args = parse(["simulate", "--norm", "pre", "--value", "jordan", "--w", "3", "--metrics", "num_rank"])
+    with pytest.warns(DeprecationWarning, match="--norm is deprecated.*use --placement"):
+        args = parse(["simulate", "--norm", "pre", "--value", "jordan", "--w", "3", "--metrics", "num_rank"])
     config = simulate.check_model_args(args)
     assert config.placement == "pre" and config.w == 3.0
     assert simulate.check_run_args(args, config)[0] == ("num_rank",)
     args = parse(["simulate", "--value", "bidiagonal", "--out", out])
     simulate.check_model_args(args)
     assert args.w == 2.0 and args.ln == "sphere" and args.x0 == "sphere"  # recorded as used
-    assert parse(["simulate", "--placement", "none"]).placement == "none"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the flag itself does not warn
+        assert parse(["simulate", "--placement", "none"]).placement == "none"
     args = parse(["equilibria", "--value", "orthogonal", "--out", out])
     assert equilibria._check(args).w is None
     args = parse(["equilibria", "--out", out])

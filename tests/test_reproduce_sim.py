@@ -36,6 +36,7 @@ def _check_contract(res, out: Path, name: str):
     json.loads((out / f"{name}.json").read_text())
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_masks_collapse_tiny(tmp_path):
     from rankdyn.experiments.sim import masks_collapse as T
 
@@ -55,6 +56,7 @@ def test_masks_collapse_tiny(tmp_path):
     assert status["complete: fitted rate <= (1-eps^r)^(1/r)"] == "pass"
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_temperature_tiny(tmp_path):
     from rankdyn.experiments.sim import temperature as T
 
@@ -76,6 +78,7 @@ def test_temperature_tiny(tmp_path):
     ), "eps grows with the temperature"
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_layernorm_orthogonal_tiny(tmp_path):
     from rankdyn.experiments.sim import layernorm_orthogonal as T
 
@@ -93,6 +96,7 @@ def test_layernorm_orthogonal_tiny(tmp_path):
             assert v["mu_ratio"] < 1e-2 and v["min_cos_T"] > 0.999, v
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_depth_table_tiny(tmp_path):
     from rankdyn.experiments.sim import depth_table as T
 
@@ -325,6 +329,7 @@ print(json.dumps(provenance()["xla_flags"]))
 """
 
 
+@pytest.mark.slow  # three fresh processes
 @pytest.mark.parametrize(
     "extra, env_flags, want",
     [

@@ -69,6 +69,7 @@ def test_basin_points_on_both_sides_of_a():
     np.testing.assert_allclose(xf[[0, 3]], np.stack([e, e]), atol=1e-10)
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_equilibria_ranks_tiny(tmp_path):
     with target_progress(er.NAME, enabled=False) as steps:
         res = run_target(er.NAME, tmp_path, quick=True, seed=0, size=er.sizes(True, tiny=True))

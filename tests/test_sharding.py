@@ -119,6 +119,7 @@ def test_use_cpu_devices_checks_its_argument_and_a_running_jax():
             rd.use_cpu_devices(have + 1)
 
 
+@pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_use_cpu_devices_sizes_the_pool_one_thread_per_device_plus_one_per_core():
     """A fresh process: the pool XLA will read (NPROC) is n + cores, also for one device (where
     XLA's default of one thread per core leaves a batched SVD on one core), and a larger NPROC

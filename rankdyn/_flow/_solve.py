@@ -19,6 +19,7 @@ states or per-trajectory values are asked for.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import ClassVar
 
 import diffrax
@@ -31,7 +32,7 @@ from jaxtyping import Array
 from .._errors import UsageError
 from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
 from ._field import FlowField
-from ._observables import FlowObserver
+from ._observer import FlowObserver
 
 __all__ = ["solve_flow", "FlowSolution", "SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "uniform_times"]
 
@@ -104,7 +105,8 @@ class FlowSolution(eqx.Module):
         steps_limit_hit: trajectories in which some interval stopped at ``max_steps`` (their
             later values are NaN and left out of the statistics).
         num_steps: solver steps taken, summed over trajectories and intervals.
-        values: metric name -> ``(batch, S)`` per-trajectory values, or None.
+        metrics: metric name -> ``(batch, S)`` per-trajectory values, or None (the name of
+            `rankdyn.Trajectory.metrics`; ``values`` is its deprecated spelling).
         states: ``(S, batch, n, d)`` states from t = 0, or None.
     """
 
@@ -115,8 +117,18 @@ class FlowSolution(eqx.Module):
     drift: Array
     steps_limit_hit: Array
     num_steps: Array
-    values: dict | None
+    metrics: dict | None
     states: Array | None
+
+    @property
+    def values(self) -> dict | None:
+        """Deprecated spelling of `metrics` (one name with `rankdyn.Trajectory.metrics`)."""
+        warnings.warn(
+            "FlowSolution.values is deprecated and goes in the next version: use FlowSolution.metrics",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.metrics
 
     def stat(self, name: str, which: str = "mean") -> np.ndarray:
         """One statistic of one metric, ``(S,)``, or ``(beta, S)`` for a vector of temperatures."""
@@ -272,11 +284,12 @@ def solve_flow(
     atol: float | None = None,
     dt: float | None = None,
     max_steps: int = 4096,
-    observer: FlowObserver | None = None,
+    observe: FlowObserver | None = None,
     save_states: bool = False,
     per_trajectory: bool = False,
     chunk: int | None = None,
     progress: bool = False,
+    observer: FlowObserver | None = None,
 ) -> FlowSolution:
     r"""Integrate the flow $\dot X = F_\beta(X)$ of ``field`` from ``x0`` and record its metrics.
 
@@ -293,11 +306,12 @@ def solve_flow(
         max_steps: solver steps allowed per compiled piece (about a twentieth of the saved
             intervals; `_piece_length`); reaching it is reported in
             ``steps_limit_hit``, never raised.
-        observer: the metrics recorded (default `FlowObserver()`).
+        observe: the metrics recorded (default `FlowObserver()`; the name of `rankdyn.simulate`'s).
         save_states: also return the states ``(S, batch, n, d)``.
         per_trajectory: also return every trajectory's metrics.
         chunk: trajectories vmapped together (default: all, at most 1024).
         progress: show a progress bar.
+        observer: deprecated spelling of ``observe`` (a `DeprecationWarning`; goes in the next version).
 
     Returns:
         A `FlowSolution`.
@@ -308,7 +322,16 @@ def solve_flow(
     x0, betas, times, adaptive, rtol, atol = _validate(
         field, x0, t1, beta, times, saves, solver, rtol, atol, dt
     )
-    observer = FlowObserver() if observer is None else observer
+    if observer is not None:
+        warnings.warn(
+            "solve_flow(observer=) is deprecated and goes in the next version: use observe=",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if observe is not None:
+            raise UsageError("pass observe= only (observer= is its deprecated spelling), not both.")
+        observe = observer
+    observer = FlowObserver() if observe is None else observe
     dtype = x0.dtype
     batch = x0.shape[0]
     chunk = min(batch, 1024) if chunk is None else max(1, min(int(chunk), batch))
@@ -400,6 +423,6 @@ def solve_flow(
         drift=jnp.asarray(pick(drift)),
         steps_limit_hit=jnp.asarray(pick(counts["hit"])),
         num_steps=jnp.asarray(steps),
-        values=vals_out,
+        metrics=vals_out,
         states=None if states_out is None else jnp.asarray(states_out),
     )

@@ -88,7 +88,7 @@ def compute(sz: dict, seed: int) -> FlowCausalMeasured:
     st = np.asarray(sol.states)  # (beta, S, batch, n, d)
     moved = float(np.max(np.linalg.norm(st[:, :, :, 0] - st[:, :1, :, 0], axis=-1)))
     dist = np.linalg.norm(st[:, -1] - st[:, -1, :, :1], axis=-1).max(axis=-1)  # (beta, batch)
-    cl = np.asarray(sol.values["clusters"])
+    cl = np.asarray(sol.metrics["clusters"])
     rows = []
     for i, b in enumerate(sz["betas"]):
         pls = [longest_plateau(times, cl[i, j]) for j in range(sz["batch"])]
@@ -103,7 +103,7 @@ def compute(sz: dict, seed: int) -> FlowCausalMeasured:
                 median_time_to_one_cluster=float(np.median(np.asarray(sol.time_to_cluster)[i])),
             )
         )
-    energy = np.asarray(sol.values["energy"])
+    energy = np.asarray(sol.metrics["energy"])
     return FlowCausalMeasured(
         first_token_displacement=moved,
         per_beta=tuple(rows),

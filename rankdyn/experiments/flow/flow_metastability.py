@@ -144,7 +144,7 @@ def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
         per_trajectory=True,
         save_states=True,
     )
-    clusters, energy = np.asarray(sol.values["clusters"]), np.asarray(sol.values["energy"])
+    clusters, energy = np.asarray(sol.metrics["clusters"]), np.asarray(sol.metrics["energy"])
     per_beta = [_per_beta(b, times, clusters[i], energy[i]) for i, b in enumerate(betas)]
     # Plateau states at the largest beta, refined to zeros of the field and classified.
     ib = len(betas) - 1

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from .._dtype import float_dtype
 from .._masktable import PAPER_MASKS, mask_table, masks_for
-from .._observers import cheap_observe, full_observe
+from .._observer import cheap_observe, full_observe
 from .._runs import jit_make_layer, rebuild, simulate_many, with_masks
 
 __all__ = ["VARIANTS", "DROPOUT_MODES", "ablation_sizes", "ablation_runs"]

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._observers import observe_sigma_ratio as _observe_ratio
+from .._observer import observe_sigma_ratio as _observe_ratio
 from .._target import Measured, jsonable
 from ._intervals import wilson_interval
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from rankdyn.cli import main
-from rankdyn.experiments import TARGETS
 from rankdyn.experiments.flow import flow_causal, flow_clustering, flow_limit, flow_metastability
 from rankdyn.experiments.flow._flow_runs import longest_plateau, plateaus
 
@@ -98,11 +97,6 @@ def test_step_limit_is_reported(tmp_path, capsys):
     x0 = np.random.default_rng(0).normal(size=(2, 4, 3))
     sol = solve_flow(f, x0, 50.0, beta=1.0, saves=3, solver="rk4", dt=0.1, max_steps=5)
     assert int(sol.steps_limit_hit) == 2
-
-
-def test_targets_registered():
-    for name in ("flow-clustering", "flow-metastability", "flow-causal", "flow-limit"):
-        assert name in TARGETS
 
 
 def test_plateaus():

@@ -131,29 +131,31 @@ def test_causal_jacobian_is_block_lower_triangular(getkey):
     assert np.all(blocks[np.tril_indices(n)] > 0.0)
 
 
-def test_multihead_skip_mlp_dropout_layer_runs(getkey):
-    layer = rd.make_layer(
-        getkey(),
-        n=8,
-        d=16,
-        mask="window",
-        heads=4,
-        output_projection=True,
-        skip=True,
-        mlp=True,
-        dropout=0.1,
-        ln="layernorm",
-        num_layers=3,
-    )
-    assert layer.num_heads == 4 and layer.num_layers == 3
+def test_full_block_is_equivariant_and_random_only_through_its_key(getkey):
+    """Heads + W_O + skip + MLP + centred LN + both dropouts, under the complete mask: with the
+    dropout rates set to zero the block is permutation-equivariant (an oracle that fails if a head,
+    the skip or the MLP mixed token positions); with dropout the output is a function of the key."""
+    key = getkey()
+    block = dict(n=8, d=16, mask="complete", heads=4, output_projection=True, skip=True, mlp=True)
+    layer = rd.make_layer(key, **block, dropout=0.1, ln="layernorm", num_layers=3)
+    off = rd.make_layer(key, **block, dropout=0.0, ln="layernorm", num_layers=3)  # same weights
+    assert layer.num_heads == 4 and layer.num_layers == 3 and layer.has_dropout
     x = rd.initial_tokens(getkey(), "bert", 8, 16)
-    # One compiled call for both draws (eager dispatch of this layer costs more than its compile).
-    call = eqx.filter_jit(lambda lay, x, k: lay(x, 1, key=k))
-    y1, _ = call(layer, x, getkey())
-    y2, _ = call(layer, x, getkey())
-    assert y1.shape == (8, 16) and not np.allclose(np.asarray(y1), np.asarray(y2))  # dropout is random
+    # One compiled call per layer (eager dispatch of this layer costs more than its compile).
+    call = eqx.filter_jit(lambda lay, x, k: lay(x, 1, key=k)[0])
+    k = getkey()
+    y1, y1_again, y2 = call(layer, x, k), call(layer, x, k), call(layer, x, getkey())
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(y1_again))
+    assert not np.allclose(np.asarray(y1), np.asarray(y2))  # dropout is random, through the key
     with pytest.raises(ValueError, match="key"):
         layer(x, 0)
+    weights, weights_off = (jax.tree.leaves(eqx.filter(m, eqx.is_array)) for m in (layer, off))
+    assert len(weights) == len(weights_off) and not off.has_dropout
+    assert all(np.array_equal(a, b) for a, b in zip(weights, weights_off))
+    perm = np.array([3, 0, 7, 1, 6, 2, 5, 4])
+    y, y_perm = call(off, x, None), call(off, x[perm], None)
+    np.testing.assert_allclose(np.asarray(y_perm), np.asarray(y)[perm], rtol=1e-12, atol=1e-12)
+    assert not np.allclose(np.asarray(y), np.asarray(x))  # the block did something
 
 
 def test_per_layer_weights_are_used_per_layer(getkey):
