@@ -139,16 +139,62 @@ def orthonormal_start(key, m: int, k: int, dtype, project: Callable | None = Non
     return jnp.linalg.qr(g)[0]
 
 
-def _block(propagate, plan: QRPlan, st: QRState, b):
-    """``qr_every`` propagation steps of one trajectory, then one QR step."""
+def _propagate(propagate, plan: QRPlan, st: QRState, b):
+    """``qr_every`` propagation steps of one trajectory: its state and tangent vectors."""
 
     def one(carry, s):
         x, q = carry
         return propagate(x, q, b * plan.qr_every + s), None
 
-    (x, q), _ = lax.scan(one, (st.x, st.q), jnp.arange(plan.qr_every))
-    q, r = jnp.linalg.qr(q)
-    diag = jnp.abs(jnp.diagonal(r))
+    (x, y), _ = lax.scan(one, (st.x, st.q), jnp.arange(plan.qr_every))
+    return x, y
+
+
+def _cholesky_qr2(y):
+    r"""CholeskyQR2 of a batch ``(c, m, k)``: $Y = QR$ from two Cholesky factorisations of Gram matrices.
+
+    $R_1^\top R_1 = Y^\top Y$, $Q_1 = Y R_1^{-1}$, then the same on $Q_1$ (the second pass restores
+    orthogonality to rounding when $\kappa(Y) \lesssim u^{-1/2}$). Matrix products and k x k
+    factorisations only: on XLA:CPU this is ~500x cheaper than ``jnp.linalg.qr`` for m = 2048, k = 64.
+    Returns ``(Q, |diag R|, orthogonality error)``; the error is NaN or large when it failed.
+    """
+    hi = lax.Precision.HIGHEST
+
+    def step(a):
+        g = jnp.einsum("cmi,cmj->cij", a, a, precision=hi)
+        low = jnp.linalg.cholesky(g)
+        # a = q r with r = low^T: q^T = low^{-1} a^T (one triangular solve).
+        qt = lax.linalg.triangular_solve(low, jnp.swapaxes(a, 1, 2), left_side=True, lower=True)
+        return jnp.swapaxes(qt, 1, 2), jnp.abs(jnp.diagonal(low, axis1=1, axis2=2))
+
+    q1, d1 = step(y)
+    q, d2 = step(q1)
+    k = y.shape[-1]
+    err = jnp.max(
+        jnp.abs(jnp.einsum("cmi,cmj->cij", q, q, precision=hi) - jnp.eye(k, dtype=y.dtype)[None]), axis=(1, 2)
+    )
+    return q, d1 * d2, err
+
+
+def _householder_qr(y):
+    q, r = jnp.linalg.qr(y)
+    return q, jnp.abs(jnp.diagonal(r, axis1=1, axis2=2))
+
+
+def orthonormalise(y):
+    r"""Batched QR ``(c, m, k) -> (Q, |diag R|)``: CholeskyQR2, or Householder for the whole chunk
+    when CholeskyQR2 lost orthogonality in any member (ill-conditioned tangent vectors, e.g. a
+    direction contracted by $e^{-40}$ in one layer). The branch is a real ``lax.cond`` (its
+    predicate is not batched), so the cheap path costs nothing extra when it succeeds.
+    """
+    q, diag, err = _cholesky_qr2(y)
+    tol = 64 * jnp.finfo(y.dtype).eps * y.shape[-1]
+    ok = jnp.all(err <= tol)  # NaN (a failed Cholesky) compares False
+    return lax.cond(ok, lambda: (q, diag), lambda: _householder_qr(y))
+
+
+def _account(plan: QRPlan, st: QRState, x, q, diag, b) -> QRState:
+    """One QR step of one trajectory: flags, the sums of log |R_ii|, the running estimates."""
     dtype = diag.dtype
     tiny = jnp.finfo(dtype).tiny
     finite = jnp.all(jnp.isfinite(diag)) & jnp.all(jnp.isfinite(x))
@@ -166,11 +212,14 @@ def _block(propagate, plan: QRPlan, st: QRState, b):
 
 
 def _piece(propagate, state: QRState, b0, num_blocks: int, plan: QRPlan) -> QRState:
-    """``num_blocks`` QR steps of a chunk (the trajectory axis vmapped inside the scan body)."""
-    block = jax.vmap(lambda st, b: _block(propagate, plan, st, b), in_axes=(0, None))
+    """``num_blocks`` QR steps of a chunk (propagation vmapped over trajectories, QR batched)."""
+    steps = jax.vmap(lambda st, b: _propagate(propagate, plan, st, b), in_axes=(0, None))
+    account = jax.vmap(lambda st, x, q, d, b: _account(plan, st, x, q, d, b), in_axes=(0, 0, 0, 0, None))
 
     def body(st, b):
-        return block(st, b), None
+        x, y = steps(st, b)
+        q, diag = orthonormalise(y)
+        return account(st, x, q, diag, b), None
 
     with jax.default_matmul_precision("highest"):
         state, _ = lax.scan(body, state, b0 + jnp.arange(num_blocks))
