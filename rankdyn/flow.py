@@ -1,16 +1,16 @@
 """The self-attention flow on the sphere, in continuous time (docs/theory.md#continuous-time).
 
 Re-exports only: the field (`FlowField`, SA or USA with any mask and $Q, K, V$), its
-integration with Diffrax (`solve_flow`), the observables (`cluster_count`, `interaction_energy`,
-`FlowObserver`) and the equilibria with their classification (`find_equilibria`,
-`classify_equilibrium`).
+integration with Diffrax (`solve_flow`, its per-trajectory `RESULTS`), the observables
+(`cluster_count`, `interaction_energy`, `FlowObserver`) and the equilibria with their
+classification (`find_zeros`, `classify_equilibrium`).
 """
 
 from ._flow._equilibria import Classification as Classification
 from ._flow._equilibria import classify_equilibrium as classify_equilibrium
-from ._flow._equilibria import find_equilibria as find_equilibria
+from ._flow._equilibria import field_jacobian as field_jacobian
+from ._flow._equilibria import find_zeros as find_zeros
 from ._flow._equilibria import rotation_invariant as rotation_invariant
-from ._flow._equilibria import tangent_jacobian as tangent_jacobian
 from ._flow._field import DYNAMICS as DYNAMICS
 from ._flow._field import FlowField as FlowField
 from ._flow._field import interaction_energy as interaction_energy
@@ -20,6 +20,7 @@ from ._flow._observer import FlowObserver as FlowObserver
 from ._flow._observer import cluster_count as cluster_count
 from ._flow._observer import diameter as diameter
 from ._flow._solve import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
+from ._flow._solve import RESULTS as RESULTS
 from ._flow._solve import RK4 as RK4
 from ._flow._solve import SOLVERS as SOLVERS
 from ._flow._solve import FlowSolution as FlowSolution
@@ -37,17 +38,36 @@ __all__ = [
     "FlowObserver",
     "FlowSolution",
     "ProjectedSolver",
+    "RESULTS",
     "RK4",
     "SOLVERS",
     "classify_equilibrium",
     "cluster_count",
     "diameter",
-    "find_equilibria",
+    "field_jacobian",
+    "find_zeros",
     "interaction_energy",
     "lyapunov_spectrum_flow",
     "rotation_invariant",
     "solve_flow",
-    "tangent_jacobian",
     "tangent_project",
     "uniform_times",
 ]
+
+# Names of earlier versions that collided with rankdyn.equilibria's (other types): one more version.
+_RENAMED = {"find_equilibria": "find_zeros", "tangent_jacobian": "field_jacobian"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(
+            f"rankdyn.flow.{name} is deprecated and goes in the next version: use rankdyn.flow.{new} "
+            f"(rankdyn.equilibria.{name} is the layer map's, with other types)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module 'rankdyn.flow' has no attribute {name!r}")

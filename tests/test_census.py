@@ -129,7 +129,11 @@ def test_exact_census_equals_brute_force_joint_search_n3():
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
     exact = rd.equilibrium_census(layer, jr.PRNGKey(0), progress=False)
     joint = rd.equilibrium_census(
-        layer, jr.PRNGKey(1), search="joint-search", starts=256, chunk=256, deflation_rounds=2, progress=False
+        layer,
+        jr.PRNGKey(1),
+        search="joint-search",
+        joint=rd.equilibria.JointOptions(starts=256, chunk=256, deflation_rounds=2),
+        progress=False,
     )
     assert exact["method"] == "exact" and joint["method"] == "joint-search"
     ex = np.stack([e["tokens"] for e in exact["equilibria"]])

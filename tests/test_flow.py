@@ -1,16 +1,19 @@
 """The flow on the sphere against an independent fixed-step RK4 written here (float64), its
 invariants (tangent field, energy monotonicity), and its equilibria."""
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from rankdyn.flow import (
+    RK4,
     FlowField,
+    ProjectedSolver,
     classify_equilibrium,
     cluster_count,
-    find_equilibria,
+    find_zeros,
     interaction_energy,
     solve_flow,
 )
@@ -53,18 +56,20 @@ def test_sa_matches_independent_rk4(getkey):
     field = FlowField(mask, d, dynamics, q=q, k=k, v=v)
     x0 = _starts(getkey(), (3, n, d))
     betas = np.array([0.5, 2.0])
-    sol = solve_flow(field, x0, t1, beta=betas, saves=3, rtol=1e-11, atol=1e-13, save_states=True)
-    assert int(np.sum(sol.steps_limit_hit)) == 0
+    sol = solve_flow(
+        field, x0, t1, beta=betas, saves=3, rtol=1e-11, atol=1e-13, save_states=True, batch_first=True
+    )
+    assert int(np.sum(sol.steps_limit_hit)) == 0 and bool(np.all(sol.successful))
     for bi, beta in enumerate(betas):
         for b in range(3):
             ref = _rk4(x0[b], beta, t1, 400, mask, q, k, v, dynamics)
             ref = ref / np.linalg.norm(ref, axis=-1, keepdims=True)
-            err = np.max(np.abs(np.asarray(sol.states[bi, -1, b]) - ref))
+            err = np.max(np.abs(np.asarray(sol.states[bi, b, -1]) - ref))
             assert err < 1e-6, (beta, b, err)
     # The oracle can fail: a flow with V = I instead of V differs by far more than the tolerance.
     other = _rk4(x0[0], betas[0], t1, 400, mask, q, k, np.eye(d), dynamics)
     other = other / np.linalg.norm(other, axis=-1, keepdims=True)
-    assert np.max(np.abs(np.asarray(sol.states[0, -1, 0]) - other)) > 1e-3
+    assert np.max(np.abs(np.asarray(sol.states[0, 0, -1]) - other)) > 1e-3
     assert float(np.max(sol.drift)) < 1e-8
 
 
@@ -123,7 +128,7 @@ def test_single_cluster_is_stable_and_two_clusters_are_a_saddle():
         two = one.copy()
         two[n // 2 :, 0] = -1.0
         x0 = two + 0.03 * np.random.default_rng(d).normal(size=two.shape)
-        x, res, ok = find_equilibria(f, x0[None], beta)
+        x, res, ok = find_zeros(f, x0[None], beta)
         assert bool(ok[0]) and float(res[0]) < 1e-12
         c2 = classify_equilibrium(f, x[0], beta)
         assert c2.kind == "saddle" and c2.index == d - 1 and c2.orbit_dim == d - 1, c2.to_dict()
@@ -147,3 +152,48 @@ def test_api_rejects_bad_matrices_and_options():
         solve_flow(f, x0, 1.0, beta=-1.0)
     with pytest.raises(ValueError, match="rtol"):
         solve_flow(f, x0, 1.0, beta=1.0, rtol=0.0)
+    with pytest.raises(ValueError, match="stepsize_controller goes with a diffrax solver"):
+        solve_flow(f, x0, 1.0, beta=1.0, stepsize_controller=diffrax.ConstantStepSize(), dt=0.1)
+    with pytest.raises(ValueError, match="rtol/atol would be ignored"):
+        solve_flow(
+            f,
+            x0,
+            1.0,
+            beta=1.0,
+            solver=diffrax.Tsit5(),
+            stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8),
+            rtol=1e-3,
+        )
+    with pytest.raises(ValueError, match="constant step size needs a step dt"):
+        solve_flow(
+            f, x0, 1.0, beta=1.0, solver=diffrax.Euler(), stepsize_controller=diffrax.ConstantStepSize()
+        )
+    with pytest.raises(ValueError, match="or a diffrax solver, got 'rk45'"):
+        solve_flow(f, x0, 1.0, beta=1.0, solver="rk45")
+
+
+def test_solver_objects_are_the_names_they_stand_for():
+    """A Diffrax solver and controller object integrates exactly as the name that builds them."""
+    f = FlowField(complete_mask(4), 3)
+    x0 = np.random.default_rng(2).normal(size=(2, 4, 3))
+    kw = dict(beta=1.0, saves=3, save_states=True, batch_first=True)
+    pairs = [
+        (dict(solver="rk4", dt=0.05), dict(solver=ProjectedSolver(RK4()), dt=0.05)),
+        (
+            dict(solver="tsit5", rtol=1e-7, atol=1e-9),
+            dict(
+                solver=diffrax.Tsit5(),
+                stepsize_controller=diffrax.PIDController(rtol=1e-7, atol=1e-9, pcoeff=0.3, icoeff=0.3),
+            ),
+        ),
+    ]
+    runs = []
+    for by_name, by_object in pairs:
+        a = solve_flow(f, x0, 1.0, **kw, **by_name)
+        runs.append(a)
+        b = solve_flow(f, x0, 1.0, **kw, **by_object)
+        np.testing.assert_array_equal(np.asarray(a.states), np.asarray(b.states))
+        assert np.asarray(b.successful).tolist() == [True, True]
+    # The check can fail: an unprojected RK4 (no renormalisation after each step) differs.
+    c = solve_flow(f, x0, 1.0, **kw, solver=RK4(), dt=0.05)
+    assert np.max(np.abs(np.asarray(c.states) - np.asarray(runs[0].states))) > 0

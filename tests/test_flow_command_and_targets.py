@@ -83,20 +83,24 @@ def test_cli_writes_metrics_states_and_figure(tmp_path, capsys):
     assert r["seed"] == 0 and "provenance" in r and r["config"]["beta"] == 1.0
     assert r["solver"]["steps_limit_hit"] == 0 and r["solver"]["drift_from_sphere"] < 1e-12
     states = np.load(out / "states.npy")
-    assert states.shape == (5, 3, 5, 3)
+    assert states.shape == (3, 5, 5, 3)  # (batch, saves, n, d): batch first, as simulate
     np.testing.assert_allclose(np.linalg.norm(states, axis=-1), 1.0, atol=1e-12)
     assert (out / "flow.png").stat().st_size > 0
     assert "flow:" in capsys.readouterr().out
 
 
 def test_step_limit_is_reported(tmp_path, capsys):
-    from rankdyn.flow import FlowField, solve_flow
+    from rankdyn.flow import RESULTS, FlowField, solve_flow
     from rankdyn.masks import complete_mask
 
     f = FlowField(complete_mask(4), 3)
     x0 = np.random.default_rng(0).normal(size=(2, 4, 3))
     sol = solve_flow(f, x0, 50.0, beta=1.0, saves=3, solver="rk4", dt=0.1, max_steps=5)
     assert int(sol.steps_limit_hit) == 2
+    assert np.asarray(sol.result == RESULTS.max_steps_reached).tolist() == [True, True]
+    assert not np.any(np.asarray(sol.successful))
+    with pytest.raises(RuntimeError, match="2 trajectory"):
+        solve_flow(f, x0, 50.0, beta=1.0, saves=3, solver="rk4", dt=0.1, max_steps=5, throw=True)
 
 
 def test_plateaus():

@@ -31,9 +31,9 @@ from jaxtyping import Array, ArrayLike, Float
 from ._field import FlowField
 
 __all__ = [
-    "find_equilibria",
+    "find_zeros",
     "classify_equilibrium",
-    "tangent_jacobian",
+    "field_jacobian",
     "rotation_invariant",
     "Classification",
 ]
@@ -54,8 +54,12 @@ def _tangent_basis(x: Float[Array, "n d"]) -> Float[Array, "nd m"]:
     return basis.reshape(n * d, n * (d - 1))
 
 
-def tangent_jacobian(field: FlowField, x: Float[ArrayLike, "n d"], beta) -> tuple[Array, Array]:
-    """``(J, B)``: the field's Jacobian on the tangent space in the basis ``B`` (``(nd, n(d-1))``)."""
+def field_jacobian(field: FlowField, x: Float[ArrayLike, "n d"], beta) -> tuple[Array, Array]:
+    """``(J, B)``: the field's Jacobian on the tangent space in the basis ``B`` (``(nd, n(d-1))``).
+
+    Not `rankdyn.equilibria.tangent_jacobian` (a layer map's Jacobian, one matrix): this one is
+    the vector field's, with its basis. ``rankdyn.flow.tangent_jacobian`` is its deprecated name.
+    """
     x = jnp.asarray(x)
     n, d = x.shape
     jac = jax.jacfwd(lambda y: field(y.reshape(n, d), beta).reshape(-1))(x.reshape(-1))
@@ -123,7 +127,7 @@ def classify_equilibrium(
         A `Classification`.
     """
     x = _unit(jnp.asarray(x))
-    j, b = tangent_jacobian(field, x, beta)
+    j, b = field_jacobian(field, x, beta)
     orbit_dim = 0
     if field.identity:
         o = _orbit_basis(x, b)
@@ -150,14 +154,17 @@ def rotation_invariant(x: Float[ArrayLike, "n d"]) -> np.ndarray:
     return np.sort((u @ u.T).ravel())
 
 
-def find_equilibria(
-    field: FlowField, starts, beta, *, max_steps: int = 200, rtol: float = 1e-10, atol: float = 1e-12
-):
+def find_zeros(field: FlowField, x0, beta, *, max_steps: int = 200, rtol: float = 1e-10, atol: float = 1e-12):
     r"""Zeros of $F_\beta$ near each start: Levenberg-Marquardt on $F_\beta(X/|X|)$, vmapped.
+
+    The flow's equilibria, as plain arrays: not `rankdyn.equilibria.find_equilibria` (fixed
+    points of a layer map, an `EquilibriumSolution`). ``rankdyn.flow.find_equilibria`` is its
+    deprecated name.
 
     Arguments:
         field: the `FlowField`.
-        starts: ``(k, n, d)`` starting configurations (e.g. states at a metastable plateau).
+        x0: ``(k, n, d)`` starting configurations (e.g. states at a metastable plateau); the
+            name of the starts in `solve_flow` and `rankdyn.simulate`.
         beta: the temperature.
         max_steps: Levenberg-Marquardt steps per start.
         rtol, atol: its tolerances.
@@ -166,7 +173,7 @@ def find_equilibria(
         ``(x, residual, ok)``: the solutions on the sphere ``(k, n, d)``, $\max |F_\beta(x)|$ per
         start, and whether the solver reported success (``throw=False``: no failure kills the batch).
     """
-    starts = jnp.asarray(starts)
+    starts = jnp.asarray(x0)
     solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
 
     def one(x0):

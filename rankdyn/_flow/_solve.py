@@ -34,11 +34,25 @@ from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
 from ._field import FlowField
 from ._observer import FlowObserver
 
-__all__ = ["solve_flow", "FlowSolution", "SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "uniform_times"]
+__all__ = ["solve_flow", "FlowSolution", "RESULTS", "SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "uniform_times"]
 
 SOLVERS = ("tsit5", "dopri5", "euler", "rk4")
 ADAPTIVE_SOLVERS = ("tsit5", "dopri5")
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-6, 1e-8
+
+
+class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
+    """Status of one trajectory of `solve_flow`: Diffrax's results plus one of ours.
+
+    ``successful`` means every interval was integrated within ``max_steps`` and every saved state
+    and metric is finite with no zero token; Diffrax's own outcomes (``max_steps_reached``, ...) are
+    promoted from ``diffrax.RESULTS``. The first failure met along the trajectory is kept.
+    """
+
+    nonfinite_state = (
+        "A saved state or recorded metric became NaN or infinite, or a token became zero (it has no "
+        "direction on the sphere). Try a smaller step or tighter tolerances."
+    )
 
 
 class RK4(diffrax.AbstractERK):
@@ -105,9 +119,12 @@ class FlowSolution(eqx.Module):
         steps_limit_hit: trajectories in which some interval stopped at ``max_steps`` (their
             later values are NaN and left out of the statistics).
         num_steps: solver steps taken, summed over trajectories and intervals.
+        result: ``(batch,)`` a `RESULTS` member per trajectory (the name and type of
+            `rankdyn.equilibria.EquilibriumSolution.result`).
         metrics: metric name -> ``(batch, S)`` per-trajectory values, or None (the name of
             `rankdyn.Trajectory.metrics`; ``values`` is its deprecated spelling).
-        states: ``(S, batch, n, d)`` states from t = 0, or None.
+        states: ``(batch, S, n, d)`` states from t = 0 with ``batch_first=True`` (the layout of
+            `rankdyn.Trajectory.states`), ``(S, batch, n, d)`` without it (deprecated), or None.
     """
 
     times: Array
@@ -117,8 +134,14 @@ class FlowSolution(eqx.Module):
     drift: Array
     steps_limit_hit: Array
     num_steps: Array
+    result: RESULTS
     metrics: dict | None
     states: Array | None
+
+    @property
+    def successful(self) -> Array:
+        """``(batch,)`` True where the trajectory's `result` is ``RESULTS.successful``."""
+        return self.result == RESULTS.successful
 
     @property
     def values(self) -> dict | None:
@@ -150,24 +173,63 @@ def _check_positive(name, value, *, allow_zero=False):
     return float(value)
 
 
-def _validate(field, x0, t1, beta, times, saves, solver, rtol, atol, dt):
+def _solver_and_controller(solver, controller, rtol, atol, dt):
+    """The Diffrax solver and step-size controller, from names or objects; refuses ignored options.
+
+    A name (``SOLVERS``) builds today's pair: the adaptive ones a PID controller from ``rtol``,
+    ``atol``; the fixed-step ones `ProjectedSolver` with a constant step ``dt``. An object is used
+    as given, with ``stepsize_controller`` (default: a constant step with ``dt``, else the PID
+    controller), the way `diffrax.diffeqsolve` takes them.
+    """
+    if controller is not None and not isinstance(controller, diffrax.AbstractStepSizeController):
+        raise UsageError(
+            "stepsize_controller must be a diffrax step-size controller (e.g. diffrax.PIDController(...)), "
+            f"got {type(controller).__name__}."
+        )
+    if isinstance(solver, str):
+        if solver not in SOLVERS:
+            raise UsageError(f"solver must be one of {SOLVERS} or a diffrax solver, got {solver!r}.")
+        if controller is not None:
+            raise UsageError(
+                f"stepsize_controller goes with a diffrax solver object; the name {solver!r} builds its own "
+                "(rtol/atol for tsit5/dopri5, dt for euler/rk4)."
+            )
+        adaptive = solver in ADAPTIVE_SOLVERS
+        if adaptive and dt is not None:
+            raise UsageError(
+                f"dt applies to the fixed-step solvers (euler, rk4) only; {solver} chooses its own steps."
+            )
+        if not adaptive:
+            if dt is None:
+                raise UsageError(f"the fixed-step solver {solver} needs a step dt > 0 (e.g. dt=0.1).")
+            if rtol is not None or atol is not None:
+                raise UsageError(
+                    f"rtol/atol apply to the adaptive solvers (tsit5, dopri5) only, not {solver}."
+                )
+        solver = _solver(solver)
+    elif not isinstance(solver, diffrax.AbstractSolver):
+        raise UsageError(f"solver must be one of {SOLVERS} or a diffrax solver, got {type(solver).__name__}.")
+    elif controller is not None and (rtol is not None or atol is not None):
+        raise UsageError("rtol/atol would be ignored: set them on the stepsize_controller you pass.")
+    elif controller is None and dt is not None and (rtol is not None or atol is not None):
+        raise UsageError("rtol/atol apply to an adaptive controller; with dt the step is constant.")
+    if dt is not None:
+        _check_positive("dt", dt)
+    if controller is None:
+        if dt is not None:
+            controller = diffrax.ConstantStepSize()
+        else:
+            rtol = DEFAULT_RTOL if rtol is None else _check_positive("rtol", rtol)
+            atol = DEFAULT_ATOL if atol is None else _check_positive("atol", atol)
+            controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3)
+    if isinstance(controller, diffrax.ConstantStepSize) and dt is None:
+        raise UsageError("a constant step size needs a step dt > 0 (e.g. dt=0.1).")
+    return solver, controller
+
+
+def _validate(field, x0, t1, beta, times, saves):
     if not isinstance(field, FlowField):
         raise UsageError(f"field must be a rankdyn.flow.FlowField, got {type(field).__name__}.")
-    if solver not in SOLVERS:
-        raise UsageError(f"solver must be one of {SOLVERS}, got {solver!r}.")
-    adaptive = solver in ADAPTIVE_SOLVERS
-    if adaptive and dt is not None:
-        raise UsageError(
-            f"dt applies to the fixed-step solvers (euler, rk4) only; {solver} chooses its own steps."
-        )
-    if not adaptive:
-        if dt is None:
-            raise UsageError(f"the fixed-step solver {solver} needs a step dt > 0 (e.g. dt=0.1).")
-        _check_positive("dt", dt)
-        if rtol is not None or atol is not None:
-            raise UsageError(f"rtol/atol apply to the adaptive solvers (tsit5, dopri5) only, not {solver}.")
-    rtol = DEFAULT_RTOL if rtol is None else _check_positive("rtol", rtol)
-    atol = DEFAULT_ATOL if atol is None else _check_positive("atol", atol)
     b = np.asarray(beta, dtype=float)
     if b.ndim > 1 or b.size == 0 or not np.all(np.isfinite(b)) or np.any(b < 0):
         raise UsageError(f"beta must be a finite number >= 0 or a 1-D array of them, got {beta!r}.")
@@ -191,7 +253,7 @@ def _validate(field, x0, t1, beta, times, saves, solver, rtol, atol, dt):
     nrm = jnp.linalg.norm(x0, axis=-1, keepdims=True)
     if bool(jnp.any(nrm == 0)):
         raise UsageError("x0 has a zero token, which has no direction on the sphere; pass non-zero tokens.")
-    return x0 / nrm, b, times, adaptive, rtol, atol
+    return x0 / nrm, b, times
 
 
 def _piece_length(intervals: int) -> int:
@@ -239,9 +301,18 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         }
         if keep_states:
             saved["x"] = u
-        return u[-1], saved, sol.result == diffrax.RESULTS.max_steps_reached, sol.stats["num_steps"]
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in saved["obs"].values()]))
+        broken = jnp.any(saved["zero"]) | ~finite | ~jnp.all(jnp.isfinite(u))
+        result = RESULTS.promote(sol.result)
+        result = RESULTS.where(
+            result == RESULTS.successful,
+            RESULTS.where(broken, RESULTS.nonfinite_state, RESULTS.successful),
+            result,
+        )
+        return u[-1], saved, result, sol.stats["num_steps"]
 
-    x_end, saved, hit, steps = jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(x, beta)
+    x_end, saved, result, steps = jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(x, beta)
+    hit = result == RESULTS.max_steps_reached
     vals = saved["obs"]
     stats, ok = _fold(vals, real)
     res = dict(
@@ -255,11 +326,20 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         bad=jnp.any(~ok, axis=-1) & real[None, :],
         zero=jnp.any(saved["zero"], axis=-1) & real[None, :],
     )
+    res["result"] = result
     if keep_values:
         res["values"] = vals
     if keep_states:
         res["states"] = saved["x"]
     return x_end, res
+
+
+@jax.jit
+@jax.vmap
+@jax.vmap
+def _first_failure(earlier, later):
+    """Per trajectory, the earlier piece's `RESULTS` unless it succeeded, else the later one's."""
+    return RESULTS.where(earlier == RESULTS.successful, later, earlier)
 
 
 def _fold(vals, real):
@@ -279,7 +359,8 @@ def solve_flow(
     beta,
     times=None,
     saves: int = 101,
-    solver: str = "tsit5",
+    solver: str | diffrax.AbstractSolver = "tsit5",
+    stepsize_controller: diffrax.AbstractStepSizeController | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     dt: float | None = None,
@@ -289,6 +370,8 @@ def solve_flow(
     per_trajectory: bool = False,
     chunk: int | None = None,
     progress: bool = False,
+    throw: bool = False,
+    batch_first: bool | None = None,
     observer: FlowObserver | None = None,
 ) -> FlowSolution:
     r"""Integrate the flow $\dot X = F_\beta(X)$ of ``field`` from ``x0`` and record its metrics.
@@ -300,28 +383,50 @@ def solve_flow(
         beta: the temperature (>= 0), or a 1-D array of them (vmapped; same starts for each).
         times: instead of ``t1``/``saves``, an increasing array of saved times starting at 0.
         saves: number of saved times (>= 2), t = 0 included.
-        solver: ``"tsit5"``, ``"dopri5"`` (adaptive) or ``"euler"``, ``"rk4"`` (fixed step).
-        rtol, atol: PID controller tolerances (adaptive only; default 1e-6, 1e-8).
-        dt: the step of a fixed-step solver (required there, refused for adaptive ones).
+        solver: a Diffrax solver object (e.g. ``diffrax.Tsit5()``, ``ProjectedSolver(RK4())``), or
+            a name: ``"tsit5"``, ``"dopri5"`` (adaptive) or ``"euler"``, ``"rk4"`` (fixed step,
+            projected to the sphere after every step), as on the command line.
+        stepsize_controller: with a solver object, a Diffrax step-size controller (default:
+            ``diffrax.ConstantStepSize()`` with ``dt``, else a PID controller from ``rtol``,
+            ``atol``). Refused with a solver name, which builds its own.
+        rtol, atol: PID controller tolerances (adaptive only; default 1e-6, 1e-8); refused
+            alongside a ``stepsize_controller`` (set them there).
+        dt: the step of a fixed-step solver (required there, refused for adaptive solver names;
+            with a solver object and an adaptive controller, the first step).
         max_steps: solver steps allowed per compiled piece (about a twentieth of the saved
             intervals; `_piece_length`); reaching it is reported in
             ``steps_limit_hit``, never raised.
         observe: the metrics recorded (default `FlowObserver()`; the name of `rankdyn.simulate`'s).
-        save_states: also return the states ``(S, batch, n, d)``.
+        save_states: also return the states: ``(batch, S, n, d)`` with ``batch_first=True``.
         per_trajectory: also return every trajectory's metrics.
         chunk: trajectories vmapped together (default: all, at most 1024).
         progress: show a progress bar.
+        throw: raise if any trajectory's `RESULTS` is not ``successful`` (default False: read
+            ``FlowSolution.result``, as the statistics leave failed trajectories out).
+        batch_first: ``True`` gives ``states`` batch-first, ``(batch, S, n, d)``, the layout of
+            `rankdyn.simulate`. Left unset with ``save_states=True``, the states keep the old
+            ``(S, batch, n, d)`` layout for one version, with a `DeprecationWarning`; the next
+            version makes batch-first the only layout.
         observer: deprecated spelling of ``observe`` (a `DeprecationWarning`; goes in the next version).
 
     Returns:
         A `FlowSolution`.
 
     Raises:
-        UsageError: on a bad solver, tolerance, step, horizon, temperature, time grid or ``x0``.
+        UsageError: on a bad solver, controller, tolerance, step, horizon, temperature, time
+            grid or ``x0``.
+        RuntimeError: with ``throw=True``, when some trajectory did not succeed.
     """
-    x0, betas, times, adaptive, rtol, atol = _validate(
-        field, x0, t1, beta, times, saves, solver, rtol, atol, dt
-    )
+    solver_obj, controller = _solver_and_controller(solver, stepsize_controller, rtol, atol, dt)
+    x0, betas, times = _validate(field, x0, t1, beta, times, saves)
+    if save_states and batch_first is None:
+        warnings.warn(
+            "solve_flow(save_states=True) returns states as (S, batch, n, d) for one more version; "
+            "pass batch_first=True for (batch, S, n, d), the layout of rankdyn.simulate and the only "
+            "one in the next version.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     if observer is not None:
         warnings.warn(
             "solve_flow(observer=) is deprecated and goes in the next version: use observe=",
@@ -337,14 +442,13 @@ def solve_flow(
     chunk = min(batch, 1024) if chunk is None else max(1, min(int(chunk), batch))
     intervals = times.size - 1
     p = _piece_length(intervals)
-    if adaptive:
-        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.3)
-        dt0, steps_cap = None, int(max_steps)
-    else:
-        controller, dt0 = diffrax.ConstantStepSize(), float(dt)
+    dt0 = None if dt is None else float(dt)
+    if isinstance(controller, diffrax.ConstantStepSize):
         span = float(np.max(times[p::p] - times[:-p:p]))
         steps_cap = min(int(max_steps), int(math.ceil(span / dt0 + 1e-9)) + 1)
-    cfg = (_solver(solver), controller, dt0, steps_cap, per_trajectory, save_states)
+    else:
+        steps_cap = int(max_steps)
+    cfg = (solver_obj, controller, dt0, steps_cap, per_trajectory, save_states)
     bj = jnp.asarray(betas.reshape(-1), dtype)
     ts = jnp.asarray(times, dtype)
     num_chunks = math.ceil(batch / chunk)
@@ -356,7 +460,7 @@ def solve_flow(
     total = None
     nb = bj.size
     counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
-    ttc, drift, steps, values, states = [], np.zeros(nb), 0, [], []
+    ttc, drift, steps, values, states, results = [], np.zeros(nb), 0, [], [], []
     for c in range(num_chunks):
         xs = x0[c * chunk : (c + 1) * chunk]
         n_real = xs.shape[0]
@@ -365,6 +469,7 @@ def solve_flow(
             xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - n_real,) + xs.shape[1:])])
         x = jnp.broadcast_to(xs, (nb,) + xs.shape)
         pieces, clustered, vals_c, states_c = [], [], [], []
+        result_c = None
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}
         for k in range(intervals // p):
             x, r = _piece(field, observer, x, bj, ts[k * p : (k + 1) * p + 1], real, cfg)
@@ -376,6 +481,8 @@ def solve_flow(
             for name in flags:
                 flags[name] |= np.asarray(r[name])
             steps += int(r["steps"])
+            # The first failure along a trajectory is kept (later pieces start from its NaNs).
+            result_c = r["result"] if result_c is None else _first_failure(result_c, r["result"])
             if per_trajectory:
                 vals_c.append({m: v[..., cut] for m, v in r["values"].items()})
             if save_states:
@@ -388,6 +495,7 @@ def solve_flow(
             counts[name] += flags[name].sum(axis=1)
         cl = np.concatenate([np.asarray(a) for a in clustered], axis=-1)[:, :n_real]
         ttc.append(np.where(cl.any(-1), times[np.argmax(cl, axis=-1)], np.inf))
+        results.append(jax.tree.map(lambda a: a[:, :n_real], result_c))
         if per_trajectory:
             values.append(
                 {m: np.concatenate([np.asarray(v[m]) for v in vals_c], -1)[:, :n_real] for m in vals_c[0]}
@@ -413,8 +521,16 @@ def solve_flow(
     if per_trajectory:
         vals_out = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}
     states_out = None
-    if save_states:  # (nb, batch, S, n, d) -> (S, batch, n, d) per beta
-        states_out = pick(np.moveaxis(np.concatenate(states, axis=1), 2, 1))
+    if save_states:  # (nb, batch, S, n, d); the deprecated layout is (S, batch, n, d) per beta
+        states_out = np.concatenate(states, axis=1)
+        states_out = pick(states_out if batch_first else np.moveaxis(states_out, 2, 1))
+    result = jax.tree.map(lambda *a: pick(jnp.concatenate(a, axis=1)), *results)
+    if throw and not bool(jnp.all(result == RESULTS.successful)):
+        failed = int(np.sum(~np.asarray(result == RESULTS.successful)))
+        raise RuntimeError(
+            f"solve_flow: {failed} trajectory(ies) did not succeed (max_steps reached or a non-finite "
+            "state); pass throw=False to get the per-trajectory status in FlowSolution.result instead."
+        )
     return FlowSolution(
         times=jnp.asarray(times),
         beta=jnp.asarray(betas),
@@ -423,6 +539,7 @@ def solve_flow(
         drift=jnp.asarray(pick(drift)),
         steps_limit_hit=jnp.asarray(pick(counts["hit"])),
         num_steps=jnp.asarray(steps),
+        result=result,
         metrics=vals_out,
         states=None if states_out is None else jnp.asarray(states_out),
     )

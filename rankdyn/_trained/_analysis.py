@@ -234,20 +234,23 @@ def attractor_census(
     *,
     starts: int = 32,
     steps: int = 1000,
-    x0s: Float[ArrayLike, "m n d"] | None = None,
+    x0: Float[ArrayLike, "m n d"] | None = None,
     tol: float | None = None,
     rank_rtol: float = RANK_TOL,
+    x0s: Float[ArrayLike, "m n d"] | None = None,
 ) -> dict:
     r"""Where the iterates of $F$ end from random (or given) starts: fixed points by rank, 2-cycles, neither.
 
     Arguments:
         layer: a post-LN layer (e.g. `theory_layer`).
         key: PRNG key of the uniform starts on $(\mathbb S^{d-1})^n$.
-        starts: number of random starts (ignored when ``x0s`` is given).
+        starts: number of random starts (ignored when ``x0`` is given).
         steps: iterations before the residuals are measured.
-        x0s: optional starts ``(m, n, d)`` (normalised first), e.g. real token embeddings.
+        x0: optional starts ``(m, n, d)`` (normalised first), e.g. real token embeddings (the
+            name of the starts in `rankdyn.simulate`).
         tol: residual under which a point counts as fixed (default 1e-8 in float64, 1e-4 in float32).
         rank_rtol: relative singular-value tolerance of the rank (`rankdyn._observe._tolerances.RANK_TOL`).
+        x0s: deprecated spelling of ``x0`` (a `DeprecationWarning`; goes in the next version).
 
     Returns:
         ``{"x": end points, "fixed": bool (m,), "period2": bool (m,) (2-cycles that are not fixed),
@@ -258,9 +261,11 @@ def attractor_census(
     """
     from .._observe._metrics import mu
     from ..equilibria import equilibrium_rank
+    from ..equilibria._solve import _renamed_starts
 
     n, d = layer.num_tokens, layer.dim
     dt = layer.weights.w_q.dtype
+    x0s = x0 if x0s is None and x0 is None else _renamed_starts(x0, x0s, "attractor_census")
     if x0s is None:
         x0s = jax.random.normal(key, (starts, n, d), dt)
     x0s = jnp.asarray(x0s, dt)

@@ -274,7 +274,7 @@ def run(args) -> int:
 
     from .._run._io import provenance, write_json
     from .._theory._constructions import all_closed_form_equilibria
-    from ..equilibria import equilibrium_census
+    from ..equilibria import JointOptions, equilibrium_census
     from ..equilibria._census import census_method
     from ._phase import begin_compute
     from .simulate import layer_from_args
@@ -311,7 +311,9 @@ def run(args) -> int:
         stability_tol=args.stability_tol,
         closed_forms=closed,
         progress=not args.no_progress,
-        **search,
+        tree_starts=search.pop("tree_starts"),
+        residual_tol=search.pop("residual_tol"),
+        joint=JointOptions(**search),
     )
     config = {k: v for k, v in vars(args).items() if k not in ("func",)}
     config |= {k: _opt(args, k) for k in _SEARCH_DEFAULTS}  # the values used, as saved before 0.3

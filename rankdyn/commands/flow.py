@@ -2,7 +2,8 @@
 
 Writes ``metrics.json`` (``times`` and one value per saved time for every metric, with the config,
 seed and provenance), ``flow.png``, and with ``--save-states`` ``states.npy`` shaped
-``(saves, batch, n, d)`` from t = 0. Q = K = V = I on the command line (the API takes any).
+``(batch, saves, n, d)`` from t = 0 (batch first, as ``rankdyn simulate``;
+earlier versions wrote ``(saves, batch, n, d)``). Q = K = V = I on the command line (the API takes any).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def add_parser(sub) -> None:
     p.add_argument("--saves", type=int, default=101, help="number of saved times, uniform on [0, T] (>= 2)")
     p.add_argument("--x64", action="store_true", help="compute in float64")
     p.add_argument(
-        "--save-states", action="store_true", help="write states.npy, (saves, batch, n, d) from t = 0"
+        "--save-states", action="store_true", help="write states.npy, (batch, saves, n, d) from t = 0"
     )
     p.add_argument(
         "--lyapunov",
@@ -140,6 +141,7 @@ def run(args) -> int:
             atol=args.atol,
             dt=args.dt,
             save_states=args.save_states,
+            batch_first=True,
             progress=not args.no_progress,
         )
         jax.block_until_ready(sol.summary)

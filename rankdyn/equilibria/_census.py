@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -155,9 +156,11 @@ def equilibrium_census(
         joint_coverage: with the exact census, also run the joint search and report how many
             exact classes it finds (``coverage``).
         progress: show progress bars.
-        joint, joint_options: the joint search's settings, as a `JointOptions` or as its
-            keywords (``starts``, ``chunk``, ``method``, ``max_steps``, ``deflation_rounds``,
-            ``dedup_tol``, ...); ``dedup_tol`` is also the distance of the coverage matching.
+        joint: the joint search's settings, a `JointOptions` (``starts``, ``chunk``, ``method``,
+            ``max_steps``, ``deflation_rounds``, ``dedup_tol``, ...; default `JointOptions()`);
+            ``dedup_tol`` is also the distance of the coverage matching.
+        joint_options: deprecated: the same settings as keywords (a `DeprecationWarning`; they
+            go in the next version). Pass ``joint=JointOptions(...)``.
 
     Returns:
         A `CensusResult` (``to_dict()`` gives the JSON of ``equilibria.json``).
@@ -166,11 +169,18 @@ def equilibrium_census(
         UsageError: for per-layer weights, dropout, settings out of range or a ``search``
             that does not apply.
     """
-    if joint is not None and joint_options:
-        raise UsageError("give the joint search's settings either as joint= or as keywords, not both.")
     unknown = [k for k in joint_options if k not in JointOptions.names()]
     if unknown:
         raise TypeError(f"equilibrium_census() got an unexpected keyword argument {unknown[0]!r}.")
+    if joint_options:
+        warnings.warn(
+            f"equilibrium_census({', '.join(f'{k}=' for k in joint_options)}) is deprecated and goes in "
+            "the next version: pass the joint search's settings as joint=JointOptions(...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    if joint is not None and joint_options:
+        raise UsageError("give the joint search's settings either as joint= or as keywords, not both.")
     if layer.num_layers is not None:
         raise UsageError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
     if layer.dropout > 0:
@@ -262,7 +272,8 @@ def equilibrium_census(
             closed.append((int(kk), x))
     closed_hit = np.zeros(len(closed), bool)
     records = []
-    for j, (x, rep) in enumerate(zip(xs, reports)):
+    for j, x in enumerate(xs):
+        rep = reports[j]
         match = None
         if closed:
             dists = np.array([group_distance(cx, x, group) for _, cx in closed])

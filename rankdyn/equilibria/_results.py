@@ -110,7 +110,7 @@ class JointResult(_Result):
 
 @dataclasses.dataclass(frozen=True)
 class JointOptions:
-    """Settings of the joint search (`joint_search`; `equilibrium_census` takes them as keywords).
+    """Settings of the joint search (`joint_search`; `equilibrium_census` takes them as ``joint=``).
 
     Attributes:
         starts: random starts of the first round; ``chunk``: starts per compiled batch.

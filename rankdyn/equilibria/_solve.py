@@ -41,6 +41,8 @@ annealed linearly to 0 so that the final Newton phase solves the unbiased equati
 
 from __future__ import annotations
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -284,9 +286,26 @@ def _solve_one(
     return EquilibriumSolution(x=x, residual=residual, result=result, steps=steps, rank=rank)
 
 
+def _renamed_starts(x0, x0s, where: str):
+    """``x0``, or the deprecated ``x0s=`` keyword (one name for the starts with `rankdyn.simulate`)."""
+    if x0s is None:
+        if x0 is None:
+            raise TypeError(f"{where}() missing the starts x0.")
+        return x0
+    warnings.warn(
+        f"{where}(x0s=) is deprecated and goes in the next version: use x0= (the name of the starts "
+        "in rankdyn.simulate and rankdyn.flow.solve_flow)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if x0 is not None:
+        raise ValueError("pass x0= only (x0s= is its deprecated spelling), not both.")
+    return x0s
+
+
 def find_equilibria(
     layer: SelfAttentionLayer,
-    x0s: Float[ArrayLike, "*batch n d"],
+    x0: Float[ArrayLike, "*batch n d"] | None = None,
     *,
     solver: optx.AbstractLeastSquaresSolver | optx.AbstractRootFinder | None = None,
     method: str = "gn",
@@ -306,13 +325,15 @@ def find_equilibria(
     rank_tol: float = EQUILIBRIUM_RANK_TOL,
     t=0,
     throw: bool = True,
+    x0s: Float[ArrayLike, "*batch n d"] | None = None,
 ) -> EquilibriumSolution:
     r"""Solve $F(X) = X$ from many starts at once (one compiled program, vmapped over starts).
 
     Arguments:
         layer: a `SelfAttentionLayer` (placement ``"post"``: search on $(\mathbb S^{d-1})^n$;
             ``"none"``/``"pre"``: in $\mathbb R^{n\times d}$).
-        x0s: starts ``(*batch, n, d)``; post-LN starts are normalised first.
+        x0: starts ``(*batch, n, d)``; post-LN starts are normalised first (the name of the
+            starts in `rankdyn.simulate`).
         solver: an Optimistix least-squares solver or root finder for the Newton phase
             (default `default_solver` ``(method, rtol, atol)``). Equilibria come in degenerate
             families, so choose a solver whose linear solves tolerate singular Jacobians
@@ -334,18 +355,19 @@ def find_equilibria(
         t: layer index (per-layer weights).
         throw: raise if any start did not succeed (default). Batched censuses, the CLI and
             code under ``vmap`` pass ``False`` and read the per-start `RESULTS`.
+        x0s: deprecated spelling of ``x0`` (a `DeprecationWarning`; goes in the next version).
 
     Returns:
-        An `EquilibriumSolution` with the batch axes of ``x0s``.
+        An `EquilibriumSolution` with the batch axes of ``x0``.
 
     Raises:
         ValueError: on bad shapes or options (trace time); with ``throw=True`` an
             `equinox.EquinoxRuntimeError` when some start did not converge.
     """
-    x0s = jnp.asarray(x0s)
+    x0s = jnp.asarray(_renamed_starts(x0, x0s, "find_equilibria"))
     n, d = layer.num_tokens, layer.dim
     if x0s.ndim < 2 or x0s.shape[-2:] != (n, d):
-        raise ValueError(f"x0s must have shape (*batch, {n}, {d}) for this layer, got {x0s.shape}.")
+        raise ValueError(f"x0 must have shape (*batch, {n}, {d}) for this layer, got {x0s.shape}.")
     if not jnp.issubdtype(x0s.dtype, jnp.floating):
         x0s = x0s.astype(float)
     if solver is None:

@@ -18,6 +18,7 @@ from the concrete mask as a static argument); `stability` wraps it into host-sid
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Literal
 
 import equinox as eqx
@@ -60,7 +61,12 @@ def classify_moduli(moduli, tol: float = 1e-6) -> tuple[str, int, int]:
 
 @dataclasses.dataclass(frozen=True)
 class StabilityReport:
-    """Linearisation of one layer map at a point (host-side NumPy arrays).
+    """Linearisation of one layer map at a point, or at a batch of points (host-side NumPy arrays).
+
+    For a batch ``(*batch, n, d)`` every per-point field has the batch axes in front (the
+    classification is an array of strings); ``report[i]`` is the report of one point. Iterating
+    over a batched report, or taking its ``len``, is the deprecated list behaviour of earlier
+    versions (a `DeprecationWarning`; it goes in the next version).
 
     Attributes:
         eigenvalues: complex multipliers, sorted by decreasing modulus.
@@ -78,16 +84,73 @@ class StabilityReport:
 
     eigenvalues: np.ndarray
     moduli: np.ndarray
-    spectral_radius: float
-    classification: str
-    unstable_dims: int
-    neutral_dims: int
-    residual: float
+    spectral_radius: float | np.ndarray
+    classification: str | np.ndarray
+    unstable_dims: int | np.ndarray
+    neutral_dims: int | np.ndarray
+    residual: float | np.ndarray
     space: str
     tol: float
 
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The batch axes, ``()`` for one point."""
+        return np.shape(self.residual)
+
+    def __getitem__(self, index) -> StabilityReport:
+        """The report of the points at ``index`` along the batch axes (one point for an integer)."""
+        if not self.batch_shape:
+            raise TypeError("a report of one point has no batch axes to index.")
+
+        def pick(a):
+            a = np.asarray(a)[index]
+            return a.item() if a.ndim == 0 else a
+
+        return StabilityReport(
+            eigenvalues=np.asarray(self.eigenvalues)[index],
+            moduli=np.asarray(self.moduli)[index],
+            spectral_radius=pick(self.spectral_radius),
+            classification=pick(self.classification),
+            unstable_dims=pick(self.unstable_dims),
+            neutral_dims=pick(self.neutral_dims),
+            residual=pick(self.residual),
+            space=self.space,
+            tol=self.tol,
+        )
+
+    def _as_list(self):
+        if not self.batch_shape:
+            raise TypeError("a report of one point is not a sequence.")
+        warnings.warn(
+            "stability() of a batch returns one batched StabilityReport: iterating over it or taking its "
+            "len() (the list of earlier versions) is deprecated and goes in the next version; read its "
+            "array fields, or report[i] for one point.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return [self[i] for i in range(self.batch_shape[0])]
+
+    def __iter__(self):
+        return iter(self._as_list())
+
+    def __len__(self) -> int:
+        return len(self._as_list())
+
     def to_dict(self) -> dict:
-        """JSON-ready dict (eigenvalues as ``[re, im]`` pairs)."""
+        """JSON-ready dict (eigenvalues as ``[re, im]`` pairs; nested lists for a batch)."""
+        if self.batch_shape:
+            eig = np.asarray(self.eigenvalues)
+            return {
+                "eigenvalues": np.stack([eig.real, eig.imag], axis=-1).tolist(),
+                "moduli": np.asarray(self.moduli, float).tolist(),
+                "spectral_radius": np.asarray(self.spectral_radius, float).tolist(),
+                "classification": np.asarray(self.classification).tolist(),
+                "unstable_dims": np.asarray(self.unstable_dims).tolist(),
+                "neutral_dims": np.asarray(self.neutral_dims).tolist(),
+                "residual": np.asarray(self.residual, float).tolist(),
+                "space": self.space,
+                "tol": self.tol,
+            }
         return {
             "eigenvalues": [[float(z.real), float(z.imag)] for z in self.eigenvalues],
             "moduli": [float(m) for m in self.moduli],
@@ -229,12 +292,12 @@ def stability(
     tol: float = 1e-6,
     space: Literal["auto", "tangent", "full"] = "auto",
     cluster: float = 1e-3,
-) -> StabilityReport | list[StabilityReport]:
+) -> StabilityReport:
     r"""Multipliers of ``layer`` at ``x`` (one point, or a batch in one compiled program).
 
     Arguments:
         layer: a `SelfAttentionLayer`.
-        x: a fixed point ``(n, d)`` (or near one: see ``residual``), or a batch ``(m, n, d)``.
+        x: a fixed point ``(n, d)`` (or near one: see ``residual``), or a batch ``(*batch, n, d)``.
         t: layer index.
         tol: tolerance on $|\lambda| - 1$ for the classification.
         space: see `tangent_jacobian`.
@@ -242,22 +305,26 @@ def stability(
             multipliers; see `cluster_means`); 0 classifies the raw moduli.
 
     Returns:
-        A `StabilityReport`, or a list of them for a batch.
+        One `StabilityReport`; for a batch its fields have the batch axes in front (earlier
+        versions returned a list of reports: iterating over the batched report still works, with
+        a `DeprecationWarning`).
 
     Raises:
-        ValueError: if ``x`` is not ``(n, d)`` or ``(m, n, d)`` for this layer.
+        ValueError: if ``x`` is not ``(*batch, n, d)`` for this layer.
     """
     x = jnp.asarray(x)
     n, d = layer.num_tokens, layer.dim
-    if x.ndim not in (2, 3) or x.shape[-2:] != (n, d):
-        raise ValueError(f"x must be (n, d) = ({n}, {d}) or a batch (m, {n}, {d}), got shape {x.shape}.")
+    if x.ndim < 2 or x.shape[-2:] != (n, d):
+        raise ValueError(f"x must be (n, d) = ({n}, {d}) or a batch (*batch, {n}, {d}), got shape {x.shape}.")
     blocks = token_blocks(layer)
     space_name = "tangent" if _use_tangent(layer, space) else "full"
     opts = dict(t=t, tol=float(tol), space=space, cluster=float(cluster), blocks=blocks)
     if x.ndim == 2:
         return _report(jax.tree.map(np.asarray, _one(layer, x, opts)), space_name, tol)
-    out = jax.tree.map(np.asarray, _many(layer, x, opts))
-    return [_report(jax.tree.map(lambda a: a[i], out), space_name, tol) for i in range(x.shape[0])]
+    batch = x.shape[:-2]
+    out = jax.tree.map(np.asarray, _many(layer, x.reshape((-1, n, d)), opts))
+    out = jax.tree.map(lambda a: a.reshape(batch + a.shape[1:]), out)
+    return _batched_report(out, space_name, tol)
 
 
 @eqx.filter_jit
@@ -270,6 +337,21 @@ def _one(layer, x, opts):
 def _many(layer, xs, opts):
     with jax.default_matmul_precision("highest"):
         return jax.vmap(lambda x: multipliers(layer, x, **opts))(xs)
+
+
+def _batched_report(mp: Multipliers, space: str, tol: float) -> StabilityReport:
+    empty = mp.moduli.shape[-1] == 0
+    return StabilityReport(
+        eigenvalues=np.asarray(mp.eigenvalues),
+        moduli=np.asarray(mp.moduli),
+        spectral_radius=np.zeros(mp.code.shape) if empty else np.asarray(mp.spectral_radius, float),
+        classification=np.asarray(CLASSES)[np.asarray(mp.code)],
+        unstable_dims=np.asarray(mp.unstable_dims, int),
+        neutral_dims=np.asarray(mp.neutral_dims, int),
+        residual=np.asarray(mp.residual, float),
+        space=space,
+        tol=float(tol),
+    )
 
 
 def _report(mp: Multipliers, space: str, tol: float) -> StabilityReport:

@@ -84,10 +84,11 @@ def compute(sz: dict, seed: int) -> FlowCausalMeasured:
         max_steps=20000,
         per_trajectory=True,
         save_states=True,
+        batch_first=True,
     )
-    st = np.asarray(sol.states)  # (beta, S, batch, n, d)
-    moved = float(np.max(np.linalg.norm(st[:, :, :, 0] - st[:, :1, :, 0], axis=-1)))
-    dist = np.linalg.norm(st[:, -1] - st[:, -1, :, :1], axis=-1).max(axis=-1)  # (beta, batch)
+    st = np.asarray(sol.states)  # (beta, batch, S, n, d)
+    moved = float(np.max(np.linalg.norm(st[:, :, :, 0] - st[:, :, :1, 0], axis=-1)))
+    dist = np.linalg.norm(st[:, :, -1] - st[:, :, -1, :1], axis=-1).max(axis=-1)  # (beta, batch)
     cl = np.asarray(sol.metrics["clusters"])
     rows = []
     for i, b in enumerate(sz["betas"]):

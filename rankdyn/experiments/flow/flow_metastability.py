@@ -127,7 +127,7 @@ def _per_beta(b, times, clusters, energy) -> PlateauStats:
 def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
     """Integrate, extract plateaus, refine and classify plateau states (the numbers only)."""
     from ..._model._masks import complete_mask
-    from ...flow import FlowField, classify_equilibrium, cluster_count, find_equilibria, solve_flow
+    from ...flow import FlowField, classify_equilibrium, cluster_count, find_zeros, solve_flow
 
     field = FlowField(complete_mask(N), D, "sa")
     times = np.concatenate([[0.0], np.geomspace(0.05, sz["t1"], sz["saves"] - 1)])
@@ -143,6 +143,7 @@ def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
         max_steps=20000,
         per_trajectory=True,
         save_states=True,
+        batch_first=True,
     )
     clusters, energy = np.asarray(sol.metrics["clusters"]), np.asarray(sol.metrics["energy"])
     per_beta = [_per_beta(b, times, clusters[i], energy[i]) for i, b in enumerate(betas)]
@@ -152,12 +153,12 @@ def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
     for j in range(sz["batch"]):
         p = longest_plateau(times, clusters[ib, j])
         if p is not None and len(starts) < sz["refine"]:
-            starts.append(np.asarray(sol.states[ib, p["mid"], j]))
+            starts.append(np.asarray(sol.states[ib, j, p["mid"]]))
             ks.append(p["k"])
     saddles = []
     if starts:
         with jax.enable_x64(True):
-            xs, res, ok = find_equilibria(field, np.stack(starts), betas[ib])
+            xs, res, ok = find_zeros(field, np.stack(starts), betas[ib])
             for x, r, good, k in zip(np.asarray(xs), np.asarray(res), np.asarray(ok), ks):
                 c = classify_equilibrium(field, x, betas[ib], tol=1e-9).to_dict()
                 c["eigenvalues_real"] = tuple(c["eigenvalues_real"])

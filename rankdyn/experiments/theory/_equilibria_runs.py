@@ -106,13 +106,13 @@ def analyse(n: int, d: int, w: float, *, rank_tol: float = 1e-13, stab_tol: floa
     proj = n / np.sum(xn[:, :, -1] ** 2, axis=-1)
     # One compiled, vmapped stability program for all points (rankdyn.equilibria.stability).
     reps = stability(layer, jnp.asarray(xn), tol=stab_tol)
-    rho = [r.spectral_radius for r in reps]
-    cls = [r.classification for r in reps]
-    unstable = [r.unstable_dims for r in reps]
+    rho = reps.spectral_radius.tolist()
+    cls = reps.classification.tolist()
+    unstable = reps.unstable_dims.tolist()
     # Neutral/contracting multipliers are counted with a looser 1e-2: the multiplier 1 is
     # defective (a Jordan block of size up to d - 1) and rounding spreads it by ~eps^(1/(d-1)).
-    neutral = [int(np.sum(np.abs(r.moduli - 1) <= 1e-2)) for r in reps]
-    contracting = [int(np.sum(r.moduli < 1 - 1e-2)) for r in reps]
+    neutral = np.sum(np.abs(reps.moduli - 1) <= 1e-2, axis=-1).tolist()
+    contracting = np.sum(reps.moduli < 1 - 1e-2, axis=-1).tolist()
     per_k = {}
     for k in range(1, n + 1):
         sel = ks == k

@@ -110,15 +110,15 @@ def with_value(layer, w_v):
 def census(layer, key, sz: dict) -> dict:
     """Equilibria of one found layer map (rank >= 2 listed, stable ones with their tokens): the
     full census, unstable and marginal equilibria too, as a cross-check of `attractors`."""
-    from ...equilibria import equilibrium_census
+    from ...equilibria import JointOptions, equilibrium_census
 
     t0 = time.perf_counter()
     c = equilibrium_census(
         layer,
         jr.fold_in(key, 7),
-        starts=sz["census_starts"],
-        chunk=sz["census_starts"],
-        deflation_rounds=sz["deflation_rounds"],
+        joint=JointOptions(
+            starts=sz["census_starts"], chunk=sz["census_starts"], deflation_rounds=sz["deflation_rounds"]
+        ),
         progress=False,
     )
     rows = []
