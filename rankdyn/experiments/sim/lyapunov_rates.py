@@ -119,7 +119,7 @@ def stable_layer(sz: dict, dtype):
 
 
 def _equilibria(sz, seed, dtype):
-    from ...equilibria import equilibrium_census
+    from ...equilibria import JointOptions, equilibrium_census
     from ...lyapunov import lyapunov_spectrum
 
     layer = stable_layer(sz, dtype)
@@ -127,9 +127,7 @@ def _equilibria(sz, seed, dtype):
         layer,
         jax.random.PRNGKey(seed),
         search="joint-search",
-        starts=sz["census_starts"],
-        chunk=sz["census_starts"],
-        deflation_rounds=0,
+        joint=JointOptions(starts=sz["census_starts"], chunk=sz["census_starts"], deflation_rounds=0),
         progress=False,
     )
     errors = []
