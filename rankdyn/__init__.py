@@ -10,6 +10,7 @@ most scripts need are here; the rest lives in the sub-namespaces
 - `rankdyn.theory`: closed-form constructions, rates and bounds, basins, counterexample search;
 - `rankdyn.checkpoints`: trained BERT / GPT-2 checkpoints as layer stacks, text as tokens;
 - `rankdyn.equilibria`: the equilibrium solvers, census, symmetry and stability;
+- `rankdyn.lyapunov`: Lyapunov spectra of the layer map, of any map and of the flow;
 - `rankdyn.sweep`: declarative TOML sweeps;
 - `rankdyn.internal`: layer parts, name tables, batch sharding;
 - `rankdyn.plotting` (imported on demand: the only package that needs matplotlib).
@@ -88,6 +89,8 @@ if _typing.TYPE_CHECKING:
     from .equilibria import (
         stability as stability,
     )
+    from .lyapunov._layer import lyapunov_spectrum as lyapunov_spectrum
+    from .lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
     from .sweep import load_sweep_config as load_sweep_config
     from .sweep import run_sweep as run_sweep
 

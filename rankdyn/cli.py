@@ -32,7 +32,17 @@ from ._run._interrupt import (
 from .commands._phase import _phase, begin_compute  # noqa: F401 - begin_compute: the old home
 
 #: Subcommand modules under rankdyn.commands, in the order shown by --help.
-COMMANDS = ("simulate", "reproduce", "sweep", "equilibria", "continue", "plot", "flow", "checkpoints")
+COMMANDS = (
+    "simulate",
+    "reproduce",
+    "sweep",
+    "equilibria",
+    "continue",
+    "plot",
+    "flow",
+    "lyapunov",
+    "checkpoints",
+)
 #: A command whose module name differs from it (``continue`` is a Python keyword).
 _MODULES = {"continue": "continuation"}
 

@@ -55,6 +55,14 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--save-states", action="store_true", help="write states.npy, (batch, saves, n, d) from t = 0"
     )
+    p.add_argument(
+        "--lyapunov",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also the top K Lyapunov exponents (variational equation, QR at every saved time): "
+        "lyapunov.json, spectrum.png, convergence.png",
+    )
     p.add_argument("--out", type=Path, default=Path("out/flow"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
@@ -100,6 +108,11 @@ def check_args(args: argparse.Namespace) -> None:
     from .._flow._arguments import check_beta_range
 
     check_beta_range(args.beta, "float64" if args.x64 else "float32", args.dynamics)
+    if args.lyapunov is not None and not 1 <= args.lyapunov <= args.n * (args.d - 1):
+        raise UsageError(
+            f"--lyapunov {args.lyapunov}: expected 1 <= K <= n(d-1) = {args.n * (args.d - 1)} (the tangent "
+            "space of the spheres)."
+        )
     check_out_dir(args.out)
 
 
@@ -165,6 +178,8 @@ def run(args) -> int:
         atomic_write(args.out / "states.npy", lambda f: np.save(f, np.asarray(sol.states)))
         result["states_file"] = "states.npy"
     write_json(args.out / "metrics.json", result)
+    if args.lyapunov is not None:
+        _lyapunov(args, field, x0)
     from ..plotting import plot_flow_metrics
 
     title = f"{args.dynamics.upper()} flow, {args.mask} mask, n={args.n}, d={args.d}, beta={args.beta:g}"
@@ -191,3 +206,38 @@ def sol_eps() -> float:
     from ..flow import FlowObserver
 
     return float(FlowObserver().eps)
+
+
+def _lyapunov(args, field, x0) -> None:
+    """``--lyapunov K``: the flow's top K exponents, QR at every saved interval (`rankdyn.lyapunov`)."""
+    import jax
+
+    from .._run._io import provenance, write_json
+    from ..flow import lyapunov_spectrum_flow
+    from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
+
+    res = lyapunov_spectrum_flow(
+        field,
+        x0,
+        args.time,
+        beta=args.beta,
+        k=args.lyapunov,
+        intervals=args.saves - 1,
+        solver=args.solver,
+        rtol=args.rtol,
+        atol=args.atol,
+        dt=args.dt,
+        key=jax.random.fold_in(jax.random.PRNGKey(args.seed), 7),
+        progress=not args.no_progress,
+    )
+    spectrum = res.to_dict()
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "func"}
+    write_json(
+        args.out / "lyapunov.json",
+        {"config": config, "seed": args.seed, "spectrum": spectrum, "provenance": provenance()},
+    )
+    title = f"{args.dynamics.upper()} flow, {args.mask} mask, n={args.n}, d={args.d}, beta={args.beta:g}"
+    plot_lyapunov_spectrum(spectrum, title=title, path=args.out / "spectrum.png")
+    plot_lyapunov_convergence(spectrum, title=title, path=args.out / "convergence.png")
+    top = ", ".join(f"{v:.4g}" for v in spectrum["exponents"]["mean"][:4])
+    print(f"lyapunov: top exponents (mean, per unit time): {top}; {res.num_flagged} flagged")

@@ -103,6 +103,7 @@ REGISTRY: tuple[Target, ...] = (
     Target("flow-causal", _FLOW + "flow_causal", float64=True),
     Target("flow-limit", _FLOW + "flow_limit", float64=True),
     Target("bifurcation", _THEORY + "bifurcation", float64=True),
+    Target("lyapunov-rates", _SIM + "lyapunov_rates", float64=True),
     Target(
         "attention-sinks",
         _PRETRAINED + "attention_sinks",

@@ -14,6 +14,9 @@ from ._flow import plot_flow_metrics as plot_flow_metrics
 from ._flow import plot_order as plot_order
 from ._flow import plot_phase_diagram as plot_phase_diagram
 from ._flow import plot_staircases as plot_staircases
+from ._lyapunov import plot_lyapunov_convergence as plot_lyapunov_convergence
+from ._lyapunov import plot_lyapunov_rates as plot_lyapunov_rates
+from ._lyapunov import plot_lyapunov_spectrum as plot_lyapunov_spectrum
 from ._pretrained import plot_attention_sinks as plot_attention_sinks
 from ._reproduce_sim import (
     plot_band_panels as plot_band_panels,

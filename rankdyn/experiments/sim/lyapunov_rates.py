@@ -1,0 +1,309 @@
+r"""Target ``lyapunov-rates``: the collapse rate as a Lyapunov exponent, against the theorems and mu.
+
+For the paper's four masks, without LN (eq. 2, space $\mathbb R^{nd}$) and with post sphere-LN
+(eq. 3, tangent space of $(\mathbb S^{d-1})^n$), one shared layer with a Haar-orthogonal $W_V$
+(Theorem 2's setting) is iterated from a batch of gaussian tokens and its spectrum computed by
+the QR method (`rankdyn.lyapunov_spectrum`). With $W_V$ orthogonal the consensus manifold is
+neutral: its $c$ directions ($c = d$ without LN, $d - 1$ on the spheres: the common token is
+rotated by $W_V$) have exponent 0, and the collapse rate is the next one, the *transverse*
+exponent $\lambda_{c+1}$. It is compared with $\log$ of Theorem 1's per-layer bound (no LN),
+Theorem 2's (LN, strongly connected masks) or Corollary 1's (LN, quasi-strongly connected), all
+upper bounds, and with $\log\rho$ of the per-layer rate of mu fitted on the same trajectories.
+Then stable equilibria of a small layer found by `rankdyn.equilibrium_census` are checked: their
+exponents must be $\log|\mu_i|$ of the multipliers (`rankdyn.stability`), to 1e-4 in float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..._model._graph import graph_info
+from ..._theory._rates import corollary1_rate, fit_rate_window, theorem1_rate, theorem2_rate
+from .. import _verdict as V
+from .._dtype import rel_floor
+from .._masktable import MASK_LABELS, PAPER_MASKS, masks_for
+from .._target import Description, Measured, Rendered, off_json
+
+NAME = "lyapunov-rates"
+CLAIM = (
+    "The top transverse Lyapunov exponent of the layer map is the collapse rate: it lies below the log of "
+    "Theorem 1's (no LN) and Theorem 2's / Corollary 1's (LN, orthogonal W_V) per-layer bounds, agrees with "
+    "the fitted per-layer rate of mu, the consensus directions are neutral (exponent 0), and at stable "
+    "equilibria the exponents are the log-moduli of the multipliers."
+)
+PLACEMENTS = ("none", "post")
+#: |lambda_trans - log rho_mu| <= max(AGREE_ABS, AGREE_REL |log rho_mu|): both are finite-depth
+#: estimates over overlapping windows (the exponent over layers T/2..T, mu's fit over the second
+#: half of its usable layers).
+AGREE_ABS, AGREE_REL = 0.1, 0.2
+#: |lambda_i| below this for the c neutral consensus directions.
+NEUTRAL_TOL = 0.02
+#: Exponents against log-moduli at the census' stable equilibria (float64), moduli above MODULUS_MIN
+#: (smaller ones are log(0)-like: the QR clamps at the dtype's smallest normal number).
+EQUILIBRIUM_TOL, MODULUS_MIN = 1e-4, 1e-8
+#: A transverse exponent below log(1e-6) per layer is a collapse to round-off within a few layers
+#: (near-uniform attention at consensus has multipliers ~0): the exponent is then limited by
+#: rounding and mu's fit by its floor, so only "at most mu's rate" is checked.
+SUPERFAST_LOG = math.log(1e-6)
+
+
+def sizes(quick: bool) -> dict:
+    if quick:
+        return {"n": 8, "d": 4, "batch": 4, "depth": 128, "census_starts": 32}
+    return {"n": 16, "d": 6, "batch": 16, "depth": 256, "census_starts": 256}
+
+
+@dataclasses.dataclass(frozen=True)
+class LyapunovRatesMeasured(Measured):
+    """Per "placement/mask": the spectrum head, the transverse exponent, log of the bound and of mu's rate
+    (``mu_at_floor``: the layer where mu reached the round-off floor before two points were usable, else 0);
+    per stable equilibrium of the census: the largest |exponent - log modulus|."""
+
+    exponents: dict[str, list[float]]
+    transverse: dict[str, float]
+    log_bound: dict[str, float]
+    bound_name: dict[str, str]
+    log_mu_rate: dict[str, float]
+    mu_at_floor: dict[str, int]
+    neutral_dims: dict[str, int]
+    equilibrium_errors: list[float]
+    equilibrium_classes: dict
+    setting: dict = off_json()
+
+
+def _layers(sz, seed, dtype):
+    from ..._model._layer import SelfAttentionLayer
+    from ..._model._weights import gaussian, orthogonal
+
+    n, d = sz["n"], sz["d"]
+    kv, kq, kk, kx = jax.random.split(jax.random.PRNGKey(seed), 4)
+    wv = orthogonal(kv, d, dtype)
+    wq, wk = (gaussian(k, (d, d), 1 / math.sqrt(d), dtype) for k in (kq, kk))
+    masks = masks_for(PAPER_MASKS, n)
+    layers = {
+        f"{pl}/{name}": (SelfAttentionLayer(m, wq, wk, wv, placement=pl), m, pl)
+        for pl in PLACEMENTS
+        for name, m in masks.items()
+    }
+    return layers, jax.random.normal(kx, (sz["batch"], n, d), dtype)
+
+
+def _bound(pl: str, m, eps: float, n: int) -> tuple[str, float]:
+    """The theorem that applies to this placement and mask, and log of its per-layer factor."""
+    g = graph_info(np.asarray(m))
+    if pl == "none":
+        name, rho = "Theorem 1", theorem1_rate(eps, g.radius)
+    elif g.strongly_connected:
+        name, rho = "Theorem 2", theorem2_rate(eps, g.radius, n)
+    else:
+        name, rho = "Corollary 1", corollary1_rate(eps, g.radius, g.num_centers)
+    return name, (math.log(rho) if rho > 0 else -math.inf)
+
+
+def stable_layer(sz: dict, dtype):
+    """A small layer with a stable equilibrium: complete mask, skip, post sphere-LN,
+    W_V = diag(1.5, 1, 0.6)."""
+    from ..._model._layer import SelfAttentionLayer
+
+    n, d = 4, 3
+    wq = 0.3 * jax.random.normal(jax.random.PRNGKey(1), (d, d), dtype)
+    wk = 0.3 * jax.random.normal(jax.random.PRNGKey(2), (d, d), dtype)
+    wv = jnp.diag(jnp.asarray([1.5, 1.0, 0.6], dtype))
+    return SelfAttentionLayer(np.ones((n, n), bool), wq, wk, wv, skip=True)
+
+
+def _equilibria(sz, seed, dtype):
+    from ...equilibria import JointOptions, equilibrium_census
+    from ...lyapunov import lyapunov_spectrum
+
+    layer = stable_layer(sz, dtype)
+    census = equilibrium_census(
+        layer,
+        jax.random.PRNGKey(seed),
+        search="joint-search",
+        joint=JointOptions(starts=sz["census_starts"], chunk=sz["census_starts"], deflation_rounds=0),
+        progress=False,
+    )
+    errors = []
+    for rec in census.equilibria:
+        if rec.classification != "stable":
+            continue
+        x = jnp.asarray(rec.tokens, dtype)
+        res = lyapunov_spectrum(layer, x, 300, discard=60)
+        want = np.sort(np.log(np.maximum(np.asarray(rec.moduli, float), 1e-300)))[::-1]
+        keep = want > math.log(MODULUS_MIN)
+        errors.append(float(np.max(np.abs(np.asarray(res.exponents)[keep] - want[keep]))))
+    return errors, census.by_rank_and_class
+
+
+def compute(sz: dict, seed: int) -> LyapunovRatesMeasured:
+    r"""Spectra, bounds and mu fits for every (placement, mask); the census' stable equilibria.
+
+    Arguments:
+        sz: ``n, d, batch, depth, census_starts`` (`sizes`).
+        seed: PRNGKey(seed) -> (W_V, W_Q, W_K, tokens); the census' starts.
+
+    Returns:
+        A `LyapunovRatesMeasured` (float64 throughout).
+    """
+    from ..._run._simulate import simulate
+    from ...lyapunov import lyapunov_spectrum
+
+    dtype = jnp.float64
+    n, d, depth = sz["n"], sz["d"], sz["depth"]
+    floor = rel_floor(dtype)
+    layers, x0 = _layers(sz, seed, dtype)
+    out = {k: {} for k in ("exponents", "transverse", "log_bound", "bound_name", "log_mu_rate", "floor", "c")}
+    for key, (layer, m, pl) in layers.items():
+        c = d - 1 if pl == "post" else d
+        res = lyapunov_spectrum(layer, x0, depth, k=c + 2, discard=depth // 2)
+        tr = simulate(layer, x0, depth, metrics="mu,mu_rel,eps_min", chunk=x0.shape[0])
+        mean = np.asarray(res.mean, float)
+        mu, rel = (np.asarray(tr.summary.mean[k], float) for k in ("mu", "mu_rel"))
+        t = np.asarray(tr.layers)
+        # The house fit (`fit_rate_window`): the second half of the layers above the round-off floor.
+        rho, window = fit_rate_window(t, mu, rel, floor, start=1)
+        out["floor"][key] = int(window[1]) if window is not None and window[0] == 0 else 0
+        out["exponents"][key] = mean.tolist()
+        out["transverse"][key] = float(mean[c])
+        out["c"][key] = c
+        eps = float(np.min(np.asarray(tr.summary.min["eps_min"])))
+        out["bound_name"][key], out["log_bound"][key] = _bound(pl, m, eps, n)
+        out["log_mu_rate"][key] = math.log(rho) if rho > 0 else -math.inf
+    errors, classes = _equilibria(sz, seed, dtype)
+    return LyapunovRatesMeasured(
+        exponents=out["exponents"],
+        transverse=out["transverse"],
+        log_bound=out["log_bound"],
+        bound_name=out["bound_name"],
+        log_mu_rate=out["log_mu_rate"],
+        mu_at_floor=out["floor"],
+        neutral_dims=out["c"],
+        equilibrium_errors=errors,
+        equilibrium_classes=classes,
+        setting=_setting(sz, seed),
+    )
+
+
+def _setting(sz: dict, seed: int) -> dict:
+    return {
+        **sz,
+        "seed": seed,
+        "dtype": "float64",
+        "masks": list(PAPER_MASKS),
+        "placements": list(PLACEMENTS),
+        "discard": sz["depth"] // 2,
+        "model": "one shared layer: Haar-orthogonal W_V, gaussian W_Q, W_K (std 1/sqrt(d)), one head, "
+        "no skip",
+        "x0": "gaussian N(0,1)",
+        "equilibria": "census (joint search, no deflation) of n=4, d=3, complete mask, skip, "
+        "W_V=diag(1.5,1,0.6)",
+    }
+
+
+def checks(m: LyapunovRatesMeasured) -> list[V.Check]:
+    """Per (placement, mask): (1) lambda_trans <= log bound, (2) neutral consensus directions,
+    (3) lambda_trans agrees with log rho_mu (or, when mu hit the round-off floor at once, is
+    below it); then (4) every stable equilibrium's exponents equal its log-moduli."""
+    out = []
+    for key, lam in m.transverse.items():
+        label = f"{key.split('/')[0]} LN, {MASK_LABELS[key.split('/')[1]]}"
+        # As per-layer factors: a bound of 1 (log 0) holds for any non-expanding map (untestable).
+        out.append(
+            V.bound_check(
+                f"{label}: lambda_trans <= log({m.bound_name[key]} bound)",
+                math.exp(lam),
+                math.exp(m.log_bound[key]),
+            )
+        )
+        c = m.neutral_dims[key]
+        head = m.exponents[key][:c]
+        out.append(
+            V.check(
+                f"{label}: {c} neutral consensus directions (|lambda| <= {NEUTRAL_TOL:g})",
+                max(abs(v) for v in head) <= NEUTRAL_TOL,
+                ", ".join(f"{v:.3g}" for v in head),
+            )
+        )
+        mu = m.log_mu_rate[key]
+        if m.mu_at_floor[key] or lam < SUPERFAST_LOG:
+            why = f"by layer {m.mu_at_floor[key]}" if m.mu_at_floor[key] else "within a few layers"
+            out.append(
+                V.check(
+                    f"{label}: lambda_trans <= log rho_mu (mu at the round-off floor {why})",
+                    lam <= mu,
+                    f"{lam:.4g} vs {mu:.4g}",
+                )
+            )
+        else:
+            tol = max(AGREE_ABS, AGREE_REL * abs(mu))
+            out.append(
+                V.check(
+                    f"{label}: lambda_trans = log rho_mu (within {tol:.3g})",
+                    abs(lam - mu) <= tol,
+                    f"{lam:.4g} vs {mu:.4g}",
+                )
+            )
+    errs = m.equilibrium_errors
+    if errs:
+        out.append(
+            V.check(
+                f"stable equilibria: exponents = log|multipliers| (within {EQUILIBRIUM_TOL:g})",
+                max(errs) <= EQUILIBRIUM_TOL,
+                f"{len(errs)} stable classes, largest error {max(errs):.2g}",
+            )
+        )
+    else:
+        out.append(V.untestable("stable equilibria: exponents = log|multipliers|", "the census found none"))
+    return out
+
+
+def table(m: LyapunovRatesMeasured) -> str:
+    rows = ["| placement / mask | lambda_trans | log bound | log rho_mu |", "|---|---|---|---|"]
+    for key, lam in m.transverse.items():
+        star = " (floor)" if m.mu_at_floor[key] else ""
+        rows.append(
+            f"| {key} | {lam:.4g} | {m.log_bound[key]:.3g} ({m.bound_name[key]}) | "
+            f"{m.log_mu_rate[key]:.4g}{star} |"
+        )
+    return "\n".join(rows)
+
+
+def render(out: Path, m: LyapunovRatesMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
+    """The transverse exponent, the bound and mu's rate per (placement, mask), and the notes."""
+    from ...plotting import plot_lyapunov_rates, save_figure
+
+    ax = plot_lyapunov_rates(m.transverse, m.log_bound, m.log_mu_rate)
+    ax.set_title(f"transverse exponent vs bounds and mu (n={m.setting['n']}, d={m.setting['d']})", fontsize=9)
+    figs = [save_figure(ax.figure, out / "lyapunov_rates.png")]
+    floors = [k for k, v in m.mu_at_floor.items() if v or m.transverse[k] < SUPERFAST_LOG]
+    text = (
+        "lambda_trans is the exponent after the c neutral ones (c = d without LN, d - 1 on the spheres); "
+        f"exponents averaged over layers {m.setting['discard']}..{m.setting['depth']}. "
+        "The theorems' bounds are "
+        "far above the measured rates (they are worst-case over inputs)."
+    )
+    if floors:
+        text += (
+            f" For {', '.join(floors)} mu reached the round-off floor within a layer or two (attention near "
+            "uniform at consensus makes the transverse multipliers ~0): the exponent there is limited by "
+            "rounding, not a rate."
+        )
+    return Rendered(figs, text, table(m))
+
+
+def describe(m: LyapunovRatesMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
+    return Description(
+        m.setting,
+        key_numbers={f"lambda_trans {k}": v for k, v in m.transverse.items()},
+        criterion="checks: per placement and mask, the transverse exponent is below log of the theorem's "
+        f"bound, the consensus directions are neutral (|lambda| <= {NEUTRAL_TOL:g}), and it agrees with "
+        f"log of mu's fitted rate within max({AGREE_ABS:g}, {AGREE_REL:g} |log rho|); at the census' stable "
+        f"equilibria the exponents equal the log-moduli within {EQUILIBRIUM_TOL:g}. " + V.VERDICT_RULE,
+    )

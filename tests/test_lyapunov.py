@@ -1,0 +1,171 @@
+"""Lyapunov spectra (rankdyn.lyapunov): known exponents of maps, multipliers of a stable fixed
+point of the layer map, the flow's single cluster, bad input and flags."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rankdyn
+from rankdyn.flow import FlowField, lyapunov_spectrum_flow
+from rankdyn.lyapunov import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult, flag_names, spectrum_dim
+
+# Hénon (a = 1.4, b = 0.3): lambda_1 = 0.41922 (Sprott, "Chaos and Time-Series Analysis", table
+# of exponents; ChaosTools' test checks ~0.419); lambda_1 + lambda_2 = log b exactly (det Df = -b).
+HENON_L1 = 0.41922
+
+
+def henon(x):
+    return jnp.stack([1 - 1.4 * x[0] ** 2 + x[1], 0.3 * x[0]])
+
+
+def logistic(x):
+    return 4.0 * x * (1 - x)
+
+
+def test_henon_and_logistic_oracles(getkey):
+    x0 = 0.1 * jax.random.uniform(getkey(), (32, 2))
+    r = rankdyn.lyapunov_spectrum_map(henon, x0, 20000, discard=500)
+    assert isinstance(r, LyapunovResult) and r.exponents.shape == (32, 2) and r.space == "map"
+    assert int(r.count) == 32 and r.num_flagged == 0
+    assert abs(float(r.mean[0]) - HENON_L1) < 1e-3
+    assert abs(float(r.mean[1]) - (np.log(0.3) - HENON_L1)) < 1e-3
+    # The sum is the log-determinant per step, exact to rounding for every trajectory.
+    np.testing.assert_allclose(np.sum(r.exponents, axis=-1), np.log(0.3), atol=1e-10)
+    # Descending order, and running estimates that end at the final value.
+    assert np.all(np.diff(np.asarray(r.exponents), axis=-1) <= 0)
+    np.testing.assert_allclose(r.running_mean[-1], r.mean, atol=1e-12)
+    assert float(r.depths[-1]) == 20000.0
+    lg = rankdyn.lyapunov_spectrum_map(
+        logistic, jax.random.uniform(getkey(), (16, 1), minval=0.1, maxval=0.9), 20000
+    )
+    assert abs(float(lg.mean[0]) - np.log(2.0)) < 1e-3
+    # The oracle fails on a plausible bug: forgetting the log (summing |R_ii|) or not
+    # re-orthonormalising (qr_every too large makes both columns collapse onto the top one).
+    lazy = rankdyn.lyapunov_spectrum_map(henon, x0[:4], 20000, discard=500, qr_every=50)
+    assert abs(float(lazy.mean[1]) - (np.log(0.3) - HENON_L1)) > 0.1 or lazy.num_flagged > 0
+
+
+def _stable_layer():
+    # Complete mask, skip connection, post sphere-LN: X* = all tokens at e_1 is a fixed point
+    # (A X* W_V = 1.5 X*), linearly stable with distinct multiplier moduli 0.8, 0.64, 0.4.
+    n, d = 4, 3
+    wq = 0.3 * jax.random.normal(jax.random.PRNGKey(1), (d, d))
+    wk = 0.3 * jax.random.normal(jax.random.PRNGKey(2), (d, d))
+    layer = rankdyn.SelfAttentionLayer(
+        np.ones((n, n), bool), wq, wk, jnp.diag(jnp.array([1.5, 1.0, 0.6])), skip=True
+    )
+    return layer, jnp.tile(jnp.array([1.0, 0.0, 0.0]), (n, 1))
+
+
+def test_stable_equilibrium_exponents_are_log_moduli_of_the_multipliers():
+    layer, x = _stable_layer()
+    rep = rankdyn.stability(layer, x)
+    assert rep.classification == "stable" and rep.residual < 1e-12
+    r = rankdyn.lyapunov_spectrum(layer, x, 600, discard=100)
+    assert r.space == "tangent" and r.dim == spectrum_dim(layer) == 8 and r.exponents.shape == (8,)
+    want = np.sort(np.log(rep.moduli))[::-1]
+    np.testing.assert_allclose(r.exponents, want, atol=1e-4)
+    # Without the tangent projection the 4 radial directions would appear (as -inf, clamped);
+    # the full space of the same layer placed "pre" is a different map: here the spectrum
+    # must have exactly n (d - 1) finite entries above the clamp.
+    assert np.all(np.asarray(r.exponents) > -50)
+
+
+def test_batched_equals_single_and_full_space(getkey):
+    layer, _ = _stable_layer()
+    x0 = jax.random.normal(getkey(), (3, 4, 3))
+    batch = rankdyn.lyapunov_spectrum(layer, x0, 40, k=3, chunk=2)
+    one = rankdyn.lyapunov_spectrum(layer, x0[1], 40, k=3, key=None)
+    assert batch.exponents.shape == (3, 3)
+    np.testing.assert_allclose(batch.mean, np.mean(np.asarray(batch.exponents), axis=0), atol=1e-12)
+    assert one.exponents.shape == (3,)
+    pre = rankdyn.SelfAttentionLayer(
+        layer.mask, layer.weights.w_q, layer.weights.w_k, layer.weights.w_v, placement="pre"
+    )
+    full = rankdyn.lyapunov_spectrum(pre, x0[:1], 20)
+    assert spectrum_dim(pre) == 12 and full.space == "full" and full.exponents.shape == (1, 12)
+
+
+def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
+    n, d = 4, 3
+    field = FlowField(np.ones((n, n), bool), d)
+    x = jnp.tile(jnp.array([0.6, 0.8, 0.0]), (n, 1))
+    r = lyapunov_spectrum_flow(field, x, 30.0, beta=1.0, intervals=60, discard=20, rtol=1e-10, atol=1e-12)
+    want = np.array([0.0] * (d - 1) + [-1.0] * ((n - 1) * (d - 1)))
+    np.testing.assert_allclose(r.exponents, want, atol=1e-5)
+    assert r.unit == "per unit time" and r.space == "tangent"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(k=0), "the number of exponents"),
+        (dict(k=9), r"in \[1, 8\]"),
+        (dict(discard=40), "discard=40 leaves nothing"),
+        (dict(qr_every=0), "qr_every must be a positive"),
+        (dict(qr_every=3), "multiples of qr_every"),
+    ],
+)
+def test_bad_input_is_a_usage_error(kwargs, message):
+    layer, x = _stable_layer()
+    with pytest.raises(rankdyn.lyapunov._qr.UsageError, match=message):
+        rankdyn.lyapunov_spectrum(layer, x, 40, **kwargs)
+
+
+def test_bad_map_input():
+    with pytest.raises(ValueError, match="must map an"):
+        rankdyn.lyapunov_spectrum_map(lambda x: x[:1], jnp.zeros(2), 10)
+    with pytest.raises(ValueError, match="k \\(the number"):
+        rankdyn.lyapunov_spectrum_map(henon, jnp.zeros(2), 10, k=3)
+    with pytest.raises(ValueError, match="NaN"):
+        rankdyn.lyapunov_spectrum_map(henon, jnp.array([jnp.nan, 0.0]), 10)
+    # 200000 tangent vectors of dimension 200000 (~1.3 TB): refused before anything is allocated.
+    with pytest.raises(ValueError, match="Lyapunov spectrum of k=200000"):
+        rankdyn.lyapunov_spectrum_map(lambda x: 0.5 * x, jnp.zeros(200000), 10)
+
+
+def test_underflow_and_nonfinite_are_flagged_not_averaged():
+    # x -> 1e-200 x contracts by e^-460 per step: with qr_every = 4 the tangent vector passes
+    # below the smallest normal double between two QR steps. x -> x^2 from 2 overflows.
+    tiny = rankdyn.lyapunov_spectrum_map(lambda x: 1e-200 * x, jnp.ones((2, 1)), 8, qr_every=4)
+    assert np.all(np.asarray(tiny.flags) & FLAG_UNDERFLOW) and int(tiny.count) == 0
+    assert np.all(np.isnan(np.asarray(tiny.mean)))
+    x0 = jnp.array([[1.0], [2.0]])  # 1 is a fixed point with multiplier 2; from 2 it overflows
+    blow = rankdyn.lyapunov_spectrum_map(lambda x: x * x, x0, 40)
+    np.testing.assert_allclose(blow.mean, [np.log(2.0)], rtol=1e-12)
+    assert np.asarray(blow.flags).tolist()[1] & FLAG_NONFINITE and flag_names(int(blow.flags[1])) != []
+    assert int(blow.count) == 1  # only the clean trajectory enters the statistics
+
+
+SHARDED = """
+import json
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp, numpy as np
+import rankdyn as rd
+n, d = 4, 3
+layer = rd.SelfAttentionLayer(np.tril(np.ones((n, n), bool)), 0.5 * jnp.eye(d), jnp.eye(d), jnp.eye(d))
+x0 = jax.random.normal(jax.random.PRNGKey(0), (5, n, d))  # 5 trajectories on 2 devices: padding
+one = rd.lyapunov_spectrum(layer, x0, 16, k=4)
+two = rd.lyapunov_spectrum(layer, x0, 16, k=4, devices=2, chunk=4)
+print(json.dumps({"devices": len(jax.devices()),
+                  "diff": float(np.max(np.abs(np.asarray(one.exponents) - np.asarray(two.exponents)))),
+                  "mean_diff": float(np.max(np.abs(np.asarray(one.mean) - np.asarray(two.mean))))}))
+"""
+
+
+@pytest.mark.slow
+def test_sharded_equals_single_device():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARDED], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["devices"] == 2 and out["diff"] < 1e-12 and out["mean_diff"] < 1e-12
