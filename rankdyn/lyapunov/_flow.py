@@ -24,12 +24,11 @@ import numpy as np
 from .._errors import UsageError
 from .._flow._field import FlowField
 from .._flow._solve import ADAPTIVE_SOLVERS, DEFAULT_ATOL, DEFAULT_RTOL, RK4, SOLVERS
+from ._budget import check_tangent_memory, default_chunk
 from ._layer import _project_columns
 from ._qr import (
     assemble,
     check_counts,
-    check_tangent_memory,
-    default_chunk,
     jvp_columns,
     make_plan,
     orthonormal_start,

@@ -23,11 +23,10 @@ from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._model._tokens import TokenSampler
 from .._run._simulate import _check_logits, _check_options, _strong, _validate
+from ._budget import check_tangent_memory, default_chunk
 from ._qr import (
     assemble,
     check_counts,
-    check_tangent_memory,
-    default_chunk,
     jvp_columns,
     make_plan,
     orthonormal_start,

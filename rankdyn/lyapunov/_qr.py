@@ -35,6 +35,8 @@ from jax import lax
 from .._errors import UsageError
 from .._observe._stats import chunk_stats, merge_stats
 from .._run._sharding import map_sharded, resolve_mesh
+from ._budget import check_tangent_memory, default_chunk
+from ._orthonormal import orthonormalise
 from ._result import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult
 
 __all__ = [
@@ -42,7 +44,6 @@ __all__ = [
     "run_qr",
     "lyapunov_spectrum_map",
     "check_counts",
-    "check_tangent_memory",
     "orthonormal_start",
     "jvp_columns",
 ]
@@ -148,49 +149,6 @@ def _propagate(propagate, plan: QRPlan, st: QRState, b):
 
     (x, y), _ = lax.scan(one, (st.x, st.q), jnp.arange(plan.qr_every))
     return x, y
-
-
-def _cholesky_qr2(y):
-    r"""CholeskyQR2 of a batch ``(c, m, k)``: $Y = QR$ from two Cholesky factorisations of Gram matrices.
-
-    $R_1^\top R_1 = Y^\top Y$, $Q_1 = Y R_1^{-1}$, then the same on $Q_1$ (the second pass restores
-    orthogonality to rounding when $\kappa(Y) \lesssim u^{-1/2}$). Matrix products and k x k
-    factorisations only: on XLA:CPU this is ~500x cheaper than ``jnp.linalg.qr`` for m = 2048, k = 64.
-    Returns ``(Q, |diag R|, orthogonality error)``; the error is NaN or large when it failed.
-    """
-    hi = lax.Precision.HIGHEST
-
-    def step(a):
-        g = jnp.einsum("cmi,cmj->cij", a, a, precision=hi)
-        low = jnp.linalg.cholesky(g)
-        # a = q r with r = low^T: q^T = low^{-1} a^T (one triangular solve).
-        qt = lax.linalg.triangular_solve(low, jnp.swapaxes(a, 1, 2), left_side=True, lower=True)
-        return jnp.swapaxes(qt, 1, 2), jnp.abs(jnp.diagonal(low, axis1=1, axis2=2))
-
-    q1, d1 = step(y)
-    q, d2 = step(q1)
-    k = y.shape[-1]
-    err = jnp.max(
-        jnp.abs(jnp.einsum("cmi,cmj->cij", q, q, precision=hi) - jnp.eye(k, dtype=y.dtype)[None]), axis=(1, 2)
-    )
-    return q, d1 * d2, err
-
-
-def _householder_qr(y):
-    q, r = jnp.linalg.qr(y)
-    return q, jnp.abs(jnp.diagonal(r, axis1=1, axis2=2))
-
-
-def orthonormalise(y):
-    r"""Batched QR ``(c, m, k) -> (Q, |diag R|)``: CholeskyQR2, or Householder for the whole chunk
-    when CholeskyQR2 lost orthogonality in any member (ill-conditioned tangent vectors, e.g. a
-    direction contracted by $e^{-40}$ in one layer). The branch is a real ``lax.cond`` (its
-    predicate is not batched), so the cheap path costs nothing extra when it succeeds.
-    """
-    q, diag, err = _cholesky_qr2(y)
-    tol = 64 * jnp.finfo(y.dtype).eps * y.shape[-1]
-    ok = jnp.all(err <= tol)  # NaN (a failed Cholesky) compares False
-    return lax.cond(ok, lambda: (q, diag), lambda: _householder_qr(y))
 
 
 def _account(plan: QRPlan, st: QRState, x, q, diag, b) -> QRState:
@@ -358,33 +316,6 @@ def assemble(
         discard=float(discard),
         qr_every=plan.qr_every,
     )
-
-
-def check_tangent_memory(num: int, chunk: int, m: int, k: int, itemsize: int, records: int) -> None:
-    """Refuse, before compute, a run whose tangent vectors cannot fit (`rankdyn._run._memory`).
-
-    One chunk holds its ``(m, k)`` tangent vectors about four times (the carry, the jvp's output,
-    the QR's factors); the exponents and running records are kept per trajectory of the chunk.
-    """
-    from .._run._memory import MemoryEstimate, check_memory
-
-    c = min(chunk, num)
-    parts = {
-        "tangent vectors of one chunk": 4 * c * m * k * itemsize,
-        "exponents and running estimates": 2 * (num + c * records) * k * itemsize,
-    }
-    check_memory(
-        MemoryEstimate(parts),
-        what=f"a Lyapunov spectrum of k={k} in dimension {m} for {num} trajectories",
-        fix="lower k, or pass a smaller chunk (trajectories advanced together).",
-    )
-
-
-def default_chunk(num: int, m: int, k: int, itemsize: int) -> int:
-    """Trajectories per chunk: about 256 MiB of tangent vectors on CPU, the batch elsewhere."""
-    if jax.default_backend() != "cpu":
-        return num
-    return max(1, min(num, (2**28) // max(1, 8 * m * k * itemsize)))
 
 
 class _MapStep(eqx.Module):
