@@ -127,9 +127,12 @@ def _refuse_foreign(out: Path) -> None:
     if (out / "manifest.json").exists() or not out.is_dir():
         return
     for p in out.iterdir():
-        # What a start killed before its manifest leaves: the locks and an empty chunks/.
-        ours = p.name in (FOLDER_LOCK, TASKS_DIR) or (
-            p.name == "chunks" and p.is_dir() and not any(p.iterdir())
+        # What a start killed before its manifest leaves: the locks, an empty chunks/ and a
+        # half-written manifest (which `_prepare_dir` names with its own fix).
+        ours = (
+            p.name in (FOLDER_LOCK, TASKS_DIR)
+            or (p.name == "chunks" and p.is_dir() and not any(p.iterdir()))
+            or (p.name.startswith(".manifest.json.") and p.name.endswith(".tmp"))
         )
         if not ours:
             raise UsageError(
