@@ -44,6 +44,7 @@ def test_calls_outside_a_target_are_no_ops_and_inside_report_to_it():
 
 def test_run_targets_gives_each_target_its_own_step_bar(tmp_path, monkeypatch):
     from rankdyn import experiments
+    from rankdyn.experiments import _registry
 
     seen = []
 
@@ -64,7 +65,11 @@ def test_run_targets_gives_each_target_its_own_step_bar(tmp_path, monkeypatch):
             "notes": "",
         }
 
-    monkeypatch.setitem(sys.modules, "fake_target", types.SimpleNamespace(run=run))
+    module = types.ModuleType("fake_target")  # the registry loads modules (type-checked)
+    module.run = run
+    monkeypatch.setitem(sys.modules, "fake_target", module)
     monkeypatch.setattr(experiments, "TARGETS", {"fake": "fake_target"})
+    # The runner looks a target up in the registry: one record for the fake one.
+    monkeypatch.setitem(_registry._BY_NAME, "fake", _registry.Target("fake", "fake_target"))
     res = experiments.run_targets(["fake"], tmp_path, progress=False)
     assert res["failed"] == [] and seen == [("fake", 3, 3)]
