@@ -80,8 +80,8 @@ class RMSNorm(AbstractNorm):
         d = x.shape[-1]
         rms = jnp.sqrt(jnp.mean(x**2, axis=-1) + self.eps)
         y, bad = _safe_scale(x, rms, 1.0)
-        if self.eps > 0:  # defined for every row (a zero row maps to zero): the formula itself
-            y = x / rms[:, None]
+        if self.eps > 0:  # defined for every row: the formula itself where `_safe_scale` divided by 1
+            y = jnp.where(bad[:, None], x / rms[:, None], y)  # (other rows keep their last bits)
         bad = bad | _degenerate_rows(jnp.linalg.norm(x, axis=-1) / jnp.sqrt(d))
         return (y if self.gain is None else y * self.gain[None, :]), bad
 
@@ -106,7 +106,11 @@ class LayerNorm(AbstractNorm):
         std = jnp.sqrt(jnp.mean(xc**2, axis=-1) + self.eps)
         # With eps > 0 the definition holds for every row (a zero row maps to the bias, as in
         # BERT): divide by std itself. Only eps = 0 leaves a zero row undefined.
-        y = xc / std[:, None] if self.eps > 0 else _safe_scale(xc, std, 1.0)[0]
+        # `_safe_scale` divides degenerate rows by 1; with eps > 0 they follow the formula too (the
+        # other rows keep their last bits: XLA rewrites a bare 1/sqrt into an rsqrt).
+        y, tiny = _safe_scale(xc, std, 1.0)
+        if self.eps > 0:
+            y = jnp.where(tiny[:, None], xc / std[:, None], y)
         # Degenerate = no spread across features (eps hides it from the division, not from us).
         bad = _degenerate_rows(jnp.linalg.norm(xc, axis=-1)) | (
             jnp.linalg.norm(xc, axis=-1) <= 16 * jnp.finfo(x.dtype).eps * jnp.linalg.norm(x, axis=-1)
