@@ -18,9 +18,9 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from ._names import LN_NAMES as LN_NAMES
-
 __all__ = ["AbstractNorm", "SphereNorm", "RMSNorm", "LayerNorm", "make_norm", "LN_NAMES"]
+
+LN_NAMES = ("sphere", "rms", "layernorm")
 
 
 def _degenerate_rows(norms: Float[Array, " n"]) -> Bool[Array, " n"]:
@@ -40,6 +40,16 @@ def _safe_scale(x: Float[Array, "n d"], norms: Float[Array, " n"], target) -> tu
     # Divide by 1 on degenerate rows: they stay (near) zero and are reported, never NaN.
     y = x * (target / jnp.where(bad, 1.0, norms))[:, None]
     return y, bad
+
+
+def _scale_defined(x: Float[Array, "n d"], norms: Float[Array, " n"]) -> Array:
+    """``x / norms`` row-wise where the normaliser is defined for every row (eps > 0: norms > 0).
+
+    The same operations as `_safe_scale` (a select, then a reciprocal), with a predicate that
+    never holds: XLA would otherwise rewrite a bare ``1 / sqrt`` into an ``rsqrt`` and move the
+    last bits of every row. Rows that `_safe_scale` divides by 1 follow the formula here.
+    """
+    return x * (1.0 / jnp.where(norms <= 0, 1.0, norms))[:, None]
 
 
 class AbstractNorm(eqx.Module):
@@ -80,8 +90,8 @@ class RMSNorm(AbstractNorm):
         d = x.shape[-1]
         rms = jnp.sqrt(jnp.mean(x**2, axis=-1) + self.eps)
         y, bad = _safe_scale(x, rms, 1.0)
-        if self.eps > 0:  # defined for every row: the formula itself where `_safe_scale` divided by 1
-            y = jnp.where(bad[:, None], x / rms[:, None], y)  # (other rows keep their last bits)
+        if self.eps > 0:  # defined for every row (a zero row maps to zero): the formula itself
+            y = _scale_defined(x, rms)
         bad = bad | _degenerate_rows(jnp.linalg.norm(x, axis=-1) / jnp.sqrt(d))
         return (y if self.gain is None else y * self.gain[None, :]), bad
 
@@ -106,11 +116,7 @@ class LayerNorm(AbstractNorm):
         std = jnp.sqrt(jnp.mean(xc**2, axis=-1) + self.eps)
         # With eps > 0 the definition holds for every row (a zero row maps to the bias, as in
         # BERT): divide by std itself. Only eps = 0 leaves a zero row undefined.
-        # `_safe_scale` divides degenerate rows by 1; with eps > 0 they follow the formula too (the
-        # other rows keep their last bits: XLA rewrites a bare 1/sqrt into an rsqrt).
-        y, tiny = _safe_scale(xc, std, 1.0)
-        if self.eps > 0:
-            y = jnp.where(tiny[:, None], xc / std[:, None], y)
+        y = _scale_defined(xc, std) if self.eps > 0 else _safe_scale(xc, std, 1.0)[0]
         # Degenerate = no spread across features (eps hides it from the division, not from us).
         bad = _degenerate_rows(jnp.linalg.norm(xc, axis=-1)) | (
             jnp.linalg.norm(xc, axis=-1) <= 16 * jnp.finfo(x.dtype).eps * jnp.linalg.norm(x, axis=-1)
