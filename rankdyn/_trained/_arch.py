@@ -70,6 +70,40 @@ def _layer_norms(t: Tensors, names: list[str], d: int, eps: float) -> LayerNorm:
     )
 
 
+def encoder_blocks(t: Tensors, num_layers: int, *, d, f, heads, act, eps, q, k, v, o, norm_attn):
+    """The stacked post-LN encoder blocks of BERT's layout (``encoder.layer.{i}.``), whose
+    attention tensors are named ``q``, ``k``, ``v``, ``o`` and ``norm_attn`` (BERT and MPNet differ
+    only there); the MLP is ``intermediate.dense`` / ``output.dense`` / ``output.LayerNorm``."""
+    layer = [f"encoder.layer.{i}." for i in range(num_layers)]
+
+    def linear(name, shape):  # nn.Linear (out, in) -> (in, out)
+        return t.stack([p + name + ".weight" for p in layer], shape).swapaxes(-1, -2)
+
+    def bias(name, size):
+        return t.stack([p + name + ".bias" for p in layer], (size,))
+
+    w_q, w_k, w_v = (linear(name, (d, d)) for name in (q, k, v))
+    return AttentionWeights(
+        w_q=_heads(w_q, heads),
+        w_k=_heads(w_k, heads),
+        w_v=_heads(w_v, heads),
+        w_o=J(linear(o, (d, d))),
+        mlp=MLPWeights(
+            J(linear("intermediate.dense", (f, d))),
+            J(bias("intermediate.dense", f)),
+            J(linear("output.dense", (d, f))),
+            J(bias("output.dense", d)),
+            activation=act,
+        ),
+        b_q=_heads(bias(q, d), heads),
+        b_k=_heads(bias(k, d), heads),
+        b_v=_heads(bias(v, d), heads),
+        b_o=J(bias(o, d)),
+        norm_attn=_layer_norms(t, [p + norm_attn for p in layer], d, eps),
+        norm_mlp=_layer_norms(t, [p + "output.LayerNorm" for p in layer], d, eps),
+    )
+
+
 def read_bert(raw, dtype) -> dict:
     """The parts of a BERT checkpoint (``model_type`` "bert"): sizes, embeddings, blocks, no final norm."""
     c, where = raw.config, f"checkpoint {raw.path}"
@@ -97,34 +131,9 @@ def read_bert(raw, dtype) -> dict:
             eps,
         ),
     )
-    layer = [f"encoder.layer.{i}." for i in range(num_layers)]
-
-    def linear(name, shape):  # nn.Linear (out, in) -> (in, out)
-        return t.stack([p + name + ".weight" for p in layer], shape).swapaxes(-1, -2)
-
-    def bias(name, size):
-        return t.stack([p + name + ".bias" for p in layer], (size,))
-
-    qkv = {k: linear(f"attention.self.{k}", (d, d)) for k in ("query", "key", "value")}
-    blocks = AttentionWeights(
-        w_q=_heads(qkv["query"], heads),
-        w_k=_heads(qkv["key"], heads),
-        w_v=_heads(qkv["value"], heads),
-        w_o=J(linear("attention.output.dense", (d, d))),
-        mlp=MLPWeights(
-            J(linear("intermediate.dense", (f, d))),
-            J(bias("intermediate.dense", f)),
-            J(linear("output.dense", (d, f))),
-            J(bias("output.dense", d)),
-            activation=act,
-        ),
-        b_q=_heads(bias("attention.self.query", d), heads),
-        b_k=_heads(bias("attention.self.key", d), heads),
-        b_v=_heads(bias("attention.self.value", d), heads),
-        b_o=J(bias("attention.output.dense", d)),
-        norm_attn=_layer_norms(t, [p + "attention.output.LayerNorm" for p in layer], d, eps),
-        norm_mlp=_layer_norms(t, [p + "output.LayerNorm" for p in layer], d, eps),
-    )
+    names = dict(q="attention.self.query", k="attention.self.key", v="attention.self.value")
+    names |= dict(o="attention.output.dense", norm_attn="attention.output.LayerNorm")
+    blocks = encoder_blocks(t, num_layers, d=d, f=f, heads=heads, act=act, eps=eps, **names)
     sizes = dict(num_layers=num_layers, d=d, heads=heads, max_positions=positions, vocab_size=vocab)
     return dict(sizes=sizes, activation=act, eps=eps, embeddings=emb, blocks=blocks, final_norm=None)
 

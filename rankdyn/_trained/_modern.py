@@ -20,9 +20,9 @@ import numpy as np
 
 from .._errors import UsageError
 from .._model._layer import AttentionWeights
-from .._model._mlp import GatedMLPWeights, MLPWeights
+from .._model._mlp import GatedMLPWeights
 from .._model._norms import LayerNorm, RMSNorm
-from ._arch import _activation, _heads, _layer_norms, _refuse
+from ._arch import _activation, _heads, _refuse, encoder_blocks
 from ._parts import Embeddings, Tensors, config_value, find_prefix
 
 __all__ = ["read_llama", "read_mpnet", "rope_theta"]
@@ -157,33 +157,9 @@ def read_mpnet(raw, dtype) -> dict:
         ),
         offset=MPNET_POSITION_OFFSET,
     )
-    layer = [f"encoder.layer.{i}." for i in range(num_layers)]
-
-    def linear(name, shape):
-        return t.stack([p + name + ".weight" for p in layer], shape).swapaxes(-1, -2)
-
-    def bias(name, size):
-        return t.stack([p + name + ".bias" for p in layer], (size,))
-
-    qkv = {k: linear(f"attention.attn.{k}", (d, d)) for k in "qkv"}
-    blocks = AttentionWeights(
-        w_q=_heads(qkv["q"], heads),
-        w_k=_heads(qkv["k"], heads),
-        w_v=_heads(qkv["v"], heads),
-        w_o=J(linear("attention.attn.o", (d, d))),
-        mlp=MLPWeights(
-            J(linear("intermediate.dense", (f, d))),
-            J(bias("intermediate.dense", f)),
-            J(linear("output.dense", (d, f))),
-            J(bias("output.dense", d)),
-            activation=act,
-        ),
-        b_q=_heads(bias("attention.attn.q", d), heads),
-        b_k=_heads(bias("attention.attn.k", d), heads),
-        b_v=_heads(bias("attention.attn.v", d), heads),
-        b_o=J(bias("attention.attn.o", d)),
-        norm_attn=_layer_norms(t, [p + "attention.LayerNorm" for p in layer], d, eps),
-        norm_mlp=_layer_norms(t, [p + "output.LayerNorm" for p in layer], d, eps),
+    names = dict(q="attention.attn.q", k="attention.attn.k", v="attention.attn.v", o="attention.attn.o")
+    blocks = encoder_blocks(
+        t, num_layers, d=d, f=f, heads=heads, act=act, eps=eps, norm_attn="attention.LayerNorm", **names
     )
     table = t("encoder.relative_attention_bias.weight", (buckets, heads))
     positions = table_positions - MPNET_POSITION_OFFSET
