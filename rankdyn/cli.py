@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import time
@@ -169,9 +170,7 @@ def _main(argv: list[str] | None) -> int:
     if hasattr(args, "before_jax"):  # process-wide XLA configuration, also before JAX starts
         args.before_jax(args)
     if getattr(args, "x64", False):
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
+        _enable_x64()
     try:
         check_interrupt()
         code = int(_run_command(args) or 0)
@@ -189,6 +188,16 @@ def _main(argv: list[str] | None) -> int:
         if interrupt_received() is not None:  # a signal broke a blocking call: not a bug
             return _interrupted(args, t0, interrupt_received())
         return _internal(args)
+
+
+def _enable_x64() -> None:
+    """``--x64``: float64 in JAX. Through ``JAX_ENABLE_X64``, read when JAX is imported, while JAX is
+    not loaded yet: a refusal of the flags that follow then answers without importing JAX (and
+    the ``--jobs`` workers, which inherit the environment, compute in float64 too)."""
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_enable_x64", True)
+    else:
+        os.environ["JAX_ENABLE_X64"] = "1"
 
 
 def _internal(args) -> int:

@@ -47,11 +47,33 @@ def _probe(*argv: str) -> tuple[int, bool, bool, str]:
         ("simulate", "--n", "0"),
         ("equilibria", "--n", "0"),
         ("reproduce", "no-such-target"),
+        # --x64 is applied through JAX_ENABLE_X64 while JAX is not loaded yet (rankdyn.cli).
+        ("simulate", "--x64", "--n", "0"),
+        ("reproduce", "--x64", "no-such-target"),
+        ("flow", "--x64", "--n", "0"),
+        ("equilibria", "--x64", "--n", "0"),
+        ("lyapunov", "--x64", "--n", "0"),
+        ("lyapunov", "--layers", "4", "--qr-every", "0"),
+        # rankdyn.sweep loads its modules on first use: the flag and config checks load no JAX.
+        ("sweep",),
+        ("sweep", "--x64", "--max-cells", "0", "{good}", "--out", "{tmp}/a"),
+        ("sweep", "{bad}", "--out", "{tmp}/b"),
+        ("sweep", "{tmp}/no-such.toml", "--out", "{tmp}/c"),
+        ("sweep", "{good}", "--out", "{tmp}/d", "--task", "5/2"),
+        ("sweep", "{good}", "--out", "{tmp}/e", "--task", "0/2", "--resume"),
+        ("sweep", "--assemble", "{tmp}", "--x64"),
+        ("sweep", "--assemble", "{tmp}/not-a-sweep"),
     ],
 )
-def test_help_and_refusals_do_not_import_jax(argv):
+def test_help_and_refusals_do_not_import_jax(argv, tmp_path):
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text('[axes]\nmask = ["complete", "causal"]\n[fixed]\nn = 4\nd = 4\nlayers = 2\nbatch = 2\n')
+    bad.write_text('[axes]\nmask = ["complete", "no-such-mask"]\n[fixed]\nn = 4\n')
+    (tmp_path / "not-a-sweep").mkdir()
+    argv = tuple(a.format(good=good, bad=bad, tmp=tmp_path) for a in argv)
     rc, jax, _, err = _probe(*argv)
     assert rc == (0 if "--help" in argv else 2), err
+    assert "error:" in err or "--help" in argv, err
     assert not jax, f"rankdyn {' '.join(argv)} imported JAX"
 
 
@@ -61,6 +83,15 @@ def test_a_run_that_passes_the_checks_does_import_jax(tmp_path):
                              "--no-progress", "--out", str(tmp_path / "o"))  # fmt: skip
     assert rc == 0 and jax, err
     assert f"wrote in {tmp_path / 'o'}: metrics.json, mu.png" in err  # simulate says what it wrote
+
+
+def test_x64_without_jax_loaded_still_computes_in_float64(tmp_path):
+    # The flag goes through JAX_ENABLE_X64 when JAX is not loaded yet: the run is float64 all the same.
+    rc, jax, _, err = _probe("simulate", "--x64", "--n", "4", "--d", "4", "--layers", "1", "--batch", "2",
+                             "--no-progress", "--out", str(tmp_path / "o"))  # fmt: skip
+    assert rc == 0 and jax, err
+    saved = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert saved["provenance"]["x64"] is True
 
 
 def _checkpoint_without_weights(folder: Path) -> Path:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from .._errors import UsageError
 
-__all__ = ["METRIC_NAMES", "ALL_METRICS", "parse_metrics"]
+__all__ = ["METRIC_NAMES", "ALL_METRICS", "SPECTRAL_METRICS", "CHEAP_METRICS", "parse_metrics"]
 
 #: Metrics saved per layer by `rankdyn.simulate` (and written to ``metrics.json``).
 METRIC_NAMES = (
@@ -26,6 +26,11 @@ METRIC_NAMES = (
 )
 #: Every name an observer accepts: the metrics and the smallest attention weight ``eps_min``.
 ALL_METRICS = METRIC_NAMES + ("eps_min",)
+#: The metrics that need singular values.
+SPECTRAL_METRICS = ("sigma_max", "sigma_min", "sigma_ratio", "stable_rank", "num_rank", "eff_rank")
+#: The metrics without an SVD (`rankdyn.metrics.direction_metrics`): cheap enough for every layer of
+#: large batches, the sweep's default ``per_layer``.
+CHEAP_METRICS = tuple(k for k in METRIC_NAMES if k not in SPECTRAL_METRICS)
 
 
 def parse_metrics(spec: str | Iterable[str] | None, *, where: str = "metrics") -> tuple[str, ...]:

@@ -17,17 +17,14 @@ from jaxtyping import Array, Float
 from .._errors import UsageError
 from ._metrics import METRIC_NAMES, collapse_metrics, direction_metrics
 from ._names import ALL_METRICS as ALL_METRICS
+from ._names import CHEAP_METRICS as CHEAP_METRICS
+from ._names import SPECTRAL_METRICS as SPECTRAL_METRICS
 from ._names import parse_metrics as parse_metrics
 from ._tolerances import RANK_TOL
 
 __all__ = ["MetricObserver", "ALL_METRICS", "SPECTRAL_METRICS", "CHEAP_METRICS", "parse_metrics"]
 
-#: Every name `--metrics` accepts: the collapse metrics and Theorem 1's epsilon.
-#: The metrics that need singular values.
-SPECTRAL_METRICS = ("sigma_max", "sigma_min", "sigma_ratio", "stable_rank", "num_rank", "eff_rank")
-#: The metrics without an SVD (`rankdyn.metrics.direction_metrics`): cheap enough for every layer of
-#: large batches, the sweep's default ``per_layer``.
-CHEAP_METRICS = tuple(k for k in METRIC_NAMES if k not in SPECTRAL_METRICS)
+# SPECTRAL_METRICS and CHEAP_METRICS live in `_names` (JAX-free: the CLI's checks read them).
 
 
 class MetricObserver(eqx.Module):

@@ -59,6 +59,12 @@ def check_spectrum_args(args, dim: int, layers: int) -> int:
         raise UsageError(
             f"--k {k}: expected 1 <= k <= {dim} (the dimension of the state space); e.g. --k {min(8, dim)}."
         )
+    check_schedule(args, layers)
+    return k
+
+
+def check_schedule(args, layers: int) -> None:
+    """The flags of the QR schedule and the chunk, which need no model (checked before JAX loads)."""
     if args.qr_every < 1:
         raise UsageError(f"--qr-every {args.qr_every}: expected an integer >= 1.")
     if args.discard < 0 or args.discard >= layers:
@@ -72,13 +78,10 @@ def check_spectrum_args(args, dim: int, layers: int) -> int:
         )
     if args.chunk is not None and args.chunk < 1:
         raise UsageError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
-    return k
 
 
 def _model(args):
     """``(layer, x0, layers, config dict, extra result fields)`` for a random model or a checkpoint."""
-    import jax.random as jr
-
     if checkpoint_requested(args):
         return _checkpoint_model(args)
     config = check_model_args(args)
@@ -87,6 +90,9 @@ def _model(args):
         raise UsageError(
             "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
         )
+    check_schedule(args, args.layers)  # before JAX loads: only --k needs the built layer
+    import jax.random as jr
+
     from .._model._tokens import initial_tokens
     from ..lyapunov import spectrum_dim
 
@@ -126,6 +132,7 @@ def _checkpoint_model(args):
 
 
 def run(args) -> int:
+    layer, x0, layers, k, extra, title = _model(args)  # the checks first: a refusal loads no JAX
     import jax
     import jax.random as jr
 
@@ -134,7 +141,6 @@ def run(args) -> int:
     from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
     from ._phase import begin_compute
 
-    layer, x0, layers, k, extra, title = _model(args)
     begin_compute()
     with CompileTimer() as timer:
         res = lyapunov_spectrum(

@@ -139,10 +139,10 @@ def _check_assemble_flags(args) -> None:
 
 
 def _assemble(args) -> int:
-    from ..sweep import assemble_folder
-
     _check_assemble_flags(args)
     check_out_dir(args.assemble)
+    from ..sweep import assemble_folder  # loads JAX: after the flag checks
+
     cfg, ds = assemble_folder(
         args.assemble, command=f"rankdyn sweep {args.assemble / 'config.toml'} --out {args.assemble}"
     )
@@ -171,7 +171,9 @@ def _plot_axes(args, cfg):
 def run(args) -> int:
     import json
 
-    from ..sweep import MAX_CELLS, load_sweep_config, run_sweep, sweep_plan
+    # The config is read and checked without JAX (rankdyn.sweep loads its modules on first use);
+    # sweep_plan and run_sweep load it, after every refusal.
+    from ..sweep import MAX_CELLS, load_sweep_config
     from ._phase import begin_compute
 
     if args.max_cells is not None and args.max_cells < 1:
@@ -193,6 +195,8 @@ def run(args) -> int:
     cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
     check_out_dir(args.out)
     plot_axes = _plot_axes(args, cfg)  # rejected before any compute
+    from ..sweep import run_sweep, sweep_plan
+
     plan = sweep_plan(cfg)
     share = "" if task is None else f", {task.label}: {sum(map(task.owns, range(len(plan.chunks))))} of them"
     print(

@@ -21,26 +21,27 @@ manifest, resume), `_assemble` (the xarray dataset), `_tasks` (a grid split into
 tasks, ``rankdyn sweep --task I/N``: chunk ownership and the locks).
 """
 
-from ._assemble import NETCDF_ENGINE as NETCDF_ENGINE
-from ._assemble import assemble_sweep as assemble_sweep
-from ._params import CHEAP_METRICS as CHEAP_METRICS
-from ._params import STRUCTURAL as STRUCTURAL
-from ._params import SWEEP_PARAMS as SWEEP_PARAMS
-from ._plan import SweepPlan as SweepPlan
-from ._plan import sweep_plan as sweep_plan
-from ._schema import (
-    MAX_CELLS as MAX_CELLS,
-)
-from ._schema import (
-    SweepConfig as SweepConfig,
-)
-from ._schema import (
-    load_sweep_config as load_sweep_config,
-)
-from ._schema import (
-    parse_sweep_config as parse_sweep_config,
-)
-from ._store import assemble_folder as assemble_folder
-from ._store import run_sweep as run_sweep
-from ._tasks import TaskShare as TaskShare
-from ._tasks import parse_task as parse_task
+import typing as _typing
+
+from .._lazy import lazy_attributes as _lazy_attributes
+
+# Imported on first use (rankdyn/_lazy.py): the CLI's refusals of a sweep's flags, and the modules
+# that need no JAX (`_tasks`), load no JAX through this package.
+if _typing.TYPE_CHECKING:
+    from ._assemble import NETCDF_ENGINE as NETCDF_ENGINE
+    from ._assemble import assemble_sweep as assemble_sweep
+    from ._params import CHEAP_METRICS as CHEAP_METRICS
+    from ._params import STRUCTURAL as STRUCTURAL
+    from ._params import SWEEP_PARAMS as SWEEP_PARAMS
+    from ._plan import SweepPlan as SweepPlan
+    from ._plan import sweep_plan as sweep_plan
+    from ._schema import MAX_CELLS as MAX_CELLS
+    from ._schema import SweepConfig as SweepConfig
+    from ._schema import load_sweep_config as load_sweep_config
+    from ._schema import parse_sweep_config as parse_sweep_config
+    from ._store import assemble_folder as assemble_folder
+    from ._store import run_sweep as run_sweep
+    from ._tasks import TaskShare as TaskShare
+    from ._tasks import parse_task as parse_task
+
+__getattr__, __dir__ = _lazy_attributes(__name__, __file__, globals())

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import UsageError
-from .._model._graph import graph_info
 from .._observe._tolerances import fit_floor
 from .._run._io import to_jsonable
 from .._theory._rates import fit_rate
@@ -90,6 +89,8 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
             ("num_centers", np.int64),
         )
     }
+    from .._model._graph import graph_info  # loads JAX: not on the --assemble folder checks
+
     rate = np.full(ncell, np.nan)
     info_cache = {}
     for flat, idx in enumerate(cfg.indices()):

@@ -14,9 +14,8 @@ import numpy as np
 
 from .._errors import UsageError
 from .._model._config import ModelConfig, ignored_fields
-from .._model._masks import make_mask
 from .._model._params import PARAMS, RUN_PARAMS, given, range_error, reads
-from .._observe._observer import CHEAP_METRICS
+from .._observe._names import CHEAP_METRICS
 
 __all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS", "KEY_ALIASES"]
 
@@ -149,6 +148,8 @@ def _check_cell(p: dict, axes: Mapping) -> None:
 
 def cell_mask(p: dict) -> np.ndarray:
     """The boolean mask of one cell (NumPy; no JAX compute)."""
+    from .._model._masks import make_mask  # loads JAX: not before a cell is built
+
     return make_mask(
         p["mask"],
         p["n"],

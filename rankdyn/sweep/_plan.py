@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 from .._run._memory import MemoryEstimate
-from .._run._scan import estimate_parts
 from ._params import STRUCTURAL
 from ._schema import SweepConfig
 
@@ -61,6 +60,8 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     for ``cells x batch`` trajectories in one chunk, plus the cells' initial tokens, weights and
     final metrics; the dataset holds ``(mean, std)`` per cell, saved layer and metric (float64).
     """
+    from .._run._scan import estimate_parts  # loads JAX: the flag checks before it do not
+
     if itemsize is None:
         import jax
 

@@ -20,8 +20,7 @@ from typing import Any
 
 from .._errors import UsageError
 from .._model._params import default_dqk
-from .._observe._metrics import METRIC_NAMES
-from .._observe._observer import parse_metrics
+from .._observe._names import METRIC_NAMES, parse_metrics
 from ._params import (
     _FIXED_ONLY,
     _OBSERVE_KEYS,

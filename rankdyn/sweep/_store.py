@@ -13,7 +13,6 @@ import os
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from .._errors import UsageError
@@ -32,7 +31,6 @@ from .._run._memory import check_memory
 from ._assemble import NETCDF_ENGINE, assemble_sweep
 from ._chunks import _chunk_path, _load_chunk
 from ._plan import SweepPlan, sweep_memory, sweep_plan
-from ._program import compute_chunk
 from ._schema import SweepConfig
 from ._tasks import FOLDER_LOCK, TASKS_DIR, TaskLock, TaskShare, folder_lock, missing_report
 
@@ -54,6 +52,8 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def _dtype_name() -> str:
+    import jax  # here, not at the top: the folder checks of --assemble load no JAX
+
     return "float64" if jax.config.jax_enable_x64 else "float32"
 
 
@@ -226,6 +226,8 @@ def run_sweep(
 
 def _compute(cfg, out: Path, plan: SweepPlan, mine: list[int], todo: list[int], progress: bool, label: str):
     """Compute chunks ``todo`` (of this process's ``mine``), writing each as soon as it is done."""
+    from ._program import compute_chunk  # the compiled program: JAX loads here, after every check
+
     batch = [plan.groups[g][0]["batch"] for g, _ in plan.chunks]
     total = sum(len(plan.chunks[i][1]) * batch[i] for i in mine)
     done = total - sum(len(plan.chunks[i][1]) * batch[i] for i in todo)
