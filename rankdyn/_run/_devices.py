@@ -22,6 +22,16 @@ batched SVD ran on a single core; measured on 2 cores, `simulate` with the defau
 (n 32, d 64, 256 trajectories, 128 layers) took 2.8-3.4 s wall with 2 pool threads and
 2.4-2.6 s with 3 (`benchmarks/README.md`, "One device: the pool's extra thread"). Upstream
 removed the parallel path from open-source builds after 0.11.0 (jax-ml/jax#36927).
+
+Why it also quiets XLA's "may be stuck" lines. Several host devices meet at every collective of
+a sharded program (a ``psum``, the gather of a chunk's results); XLA:CPU logs
+``rendezvous.cc ... may be stuck`` when a device thread has waited there 20 s (its default for
+``--xla_cpu_collective_call_warn_stuck_timeout_seconds``), then "... Warning above was a
+false-positive" when the others arrive. With the pool sized as above rankdyn's programs cannot
+deadlock at a rendezvous, so a wait there is a device thread that the OS has not scheduled yet (a
+loaded machine), not a hang: `use_cpu_devices` raises the threshold to `STUCK_WARNING_S` (a
+value the user set in ``XLA_FLAGS`` wins). XLA aborts on a flag it does not know, so this is done
+only for the jaxlib line where the flag was checked (`_FLAG_CHECKED`).
 """
 
 from __future__ import annotations
@@ -30,7 +40,19 @@ import os
 import sys
 import warnings
 
-__all__ = ["available_cores", "pool_threads", "resolve_num_devices", "use_cpu_devices"]
+__all__ = [
+    "available_cores",
+    "pool_threads",
+    "quiet_stuck_warnings",
+    "resolve_num_devices",
+    "use_cpu_devices",
+]
+
+#: Seconds a device thread waits at a rendezvous before XLA:CPU logs "may be stuck" (XLA: 20).
+STUCK_WARNING_S = 600
+_STUCK_FLAG = "--xla_cpu_collective_call_warn_stuck_timeout_seconds"
+#: The jaxlib (major, minor) lines whose XLA knows `_STUCK_FLAG` (checked with jaxlib 0.10.2).
+_FLAG_CHECKED = ((0, 10),)
 
 #: The fewest pool threads per host device with which sharded LAPACK calls cannot deadlock (one
 #: that may block, one that runs chunks); `pool_threads` gives at least this many.
@@ -74,6 +96,30 @@ def resolve_num_devices(n: int | str = "all", *, flag: str = "n") -> int:
             f"{flag} must be 'all' or an integer in [1, {cores}] (this machine has {cores} core(s)), got {n}."
         )
     return n
+
+
+def quiet_stuck_warnings(seconds: int | None = None) -> bool:
+    """Raise XLA:CPU's "may be stuck" threshold to ``seconds`` (default `STUCK_WARNING_S`) through
+    ``XLA_FLAGS`` (module docstring), unless the user set it or this jaxlib is not one where the
+    flag was checked. XLA reads the variable when the CPU client is created: call it before that.
+
+    Returns:
+        Whether rankdyn set the flag.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _STUCK_FLAG in flags:
+        return False
+    try:
+        line = tuple(int(p) for p in version("jaxlib").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return False
+    if line not in _FLAG_CHECKED:
+        return False  # an unknown flag in XLA_FLAGS aborts the process: not worth a quiet log
+    seconds = STUCK_WARNING_S if seconds is None else seconds
+    os.environ["XLA_FLAGS"] = f"{flags} {_STUCK_FLAG}={int(seconds)}".strip()
+    return True
 
 
 def _backends_initialized() -> bool:
@@ -130,6 +176,8 @@ def use_cpu_devices(n: int | str = "all") -> int:
             )
         return n
     pool = pool_threads(n)
+    if n > 1:  # collectives, and their rendezvous, only between several devices
+        quiet_stuck_warnings()
     current = os.environ.get("NPROC", "")
     if not (current.isdigit() and int(current) >= pool):
         os.environ["NPROC"] = str(pool)  # read by XLA:CPU when the client is created
