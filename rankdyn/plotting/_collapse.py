@@ -21,6 +21,7 @@ def plot_metric_band(
     floor_scale=None,
     log_y=True,
     linestyle=None,
+    marker=None,
 ):
     r"""Plot ``mean`` against ``layers`` with a shaded ``mean +- std`` band.
 
@@ -33,7 +34,7 @@ def plot_metric_band(
         layers: saved layer indices.
         mean, std: the curve and its spread (same length as ``layers``).
         ax: axes to draw into (a new figure when None).
-        label, color, linestyle: of the curve.
+        label, color, linestyle, marker: of the curve.
         log_y: log y axis (False for bounded quantities such as a rank or a cosine).
         ylabel: y-axis label (kept if None and the axes already has one).
         dtype: when given, shade the round-off floor of this dtype (`rankdyn.plotting.floor_band`)
@@ -51,7 +52,7 @@ def plot_metric_band(
     m = np.asarray(mean, dtype=float)
     if loglog:
         t = np.where(t == 0, 0.5, t)
-    (line,) = ax.plot(t, m, label=label, color=color, ls=linestyle)
+    (line,) = ax.plot(t, m, label=label, color=color, ls=linestyle, marker=marker, ms=4)
     if std is not None:
         s = np.asarray(std, dtype=float)
         lo = m - s

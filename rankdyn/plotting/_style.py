@@ -23,7 +23,8 @@ from .._observe._tolerances import round_off_floor as round_off_floor  # noqa: E
 DEPTH_LABEL = "layer t"
 #: One dash pattern per curve label (with its colour): curves that coincide stay distinguishable.
 LINE_STYLES = ("-", (0, (5, 2)), (0, (1, 1.5)), (0, (6, 1.5, 1, 1.5)), (0, (3, 1, 1, 1, 1, 1)), (0, (9, 3)))
-_BAND_COLOR = "0.85"
+#: The colour of the round-off band.
+BAND_COLOR = "0.85"
 
 
 def floor_band(ax, dtype, scale: float = 1.0, *, label: bool = True):
@@ -37,7 +38,7 @@ def floor_band(ax, dtype, scale: float = 1.0, *, label: bool = True):
     lo, hi = ax.get_ylim()
     name = np.dtype(dtype).name
     if top > lo:
-        ax.axhspan(min(lo, top) / 10, top, color=_BAND_COLOR, alpha=0.6, lw=0, zorder=0)
+        ax.axhspan(min(lo, top) / 10, top, color=BAND_COLOR, alpha=0.6, lw=0, zorder=0)
         ax.axhline(top, color="0.55", lw=0.6, ls=":", zorder=0.5)
         if label:  # labelled in place, not in the legend: every panel with a band says what it is
             ax.text(
@@ -70,7 +71,8 @@ def legend_outside(
     target, handles=None, labels=None, *, title: str | None = None, fontsize: float = 7, below: bool = False
 ):
     """A legend outside the data: right of a single ``Axes`` (``below=True``: under it, clear of
-    rotated tick labels), or right of a whole ``Figure``.
+    rotated tick labels), or right of a whole ``Figure`` (``below=True``: under it, in two
+    columns, for long labels).
 
     For a figure the legend collects the unique labels of all its axes (panels that show the same
     curves get one legend, not one each); the figure should use ``layout="constrained"`` so the
@@ -86,7 +88,8 @@ def legend_outside(
         return target.legend(
             handles,
             labels,
-            loc="outside right upper",
+            loc="outside lower center" if below else "outside right upper",
+            ncols=2 if below else 1,
             fontsize=fontsize,
             title=title,
             title_fontsize=fontsize,

@@ -241,6 +241,10 @@ def table(m: AblationMeasured) -> str:
 def depth_figure(layers, panels: dict, setting: dict, view: int):
     """``ablation_depth<view>.png``: mu against depth, a row per variant and a column per mask.
 
+    The quantity is named once (the figure's y label), each row by its variant and each column by
+    its mask; a dropout mode that only some rows ran says in the legend which rows have it, and a
+    row run in fewer modes than the legend lists says so in its label.
+
     Arguments:
         layers: saved layers.
         panels: ``{"<variant>: <mask>": {mode: band}}``, variant-major, masks in `PAPER_MASKS` order.
@@ -250,20 +254,35 @@ def depth_figure(layers, panels: dict, setting: dict, view: int):
     from ...plotting import plot_band_panels
 
     modes = list(dict.fromkeys(mode for curves in panels.values() for mode in curves))
-    # A variant run in fewer modes than the legend lists (no dropout to switch) says so in its title.
-    panels = {(f"{t} ({', '.join(c)} only)" if len(c) < len(modes) else t): c for t, c in panels.items()}
-    return plot_band_panels(
+    variants = list(dict.fromkeys(t.split(": ")[0] for t in panels))
+    rows_with = {p: [v for v in variants if any(p in c for t, c in panels.items() if t.startswith(v + ": "))]
+                 for p in modes}  # fmt: skip
+    shown = {
+        p: p if len(rows_with[p]) == len(variants) else f"{p} ({', '.join(rows_with[p])} only)" for p in modes
+    }
+    fig = plot_band_panels(
         layers,
-        panels,
+        {t: {shown[p]: b for p, b in c.items()} for t, c in panels.items()},
         ncols=len(PAPER_MASKS),
         xmax=view,
         dtype=setting["dtype"],
         panel_size=(2.5, 1.8),
         sharey="row",
         legend_title="dropout mode",
+        legend_below=True,
         suptitle=f"mu vs layer, first {view} layers, {' vs '.join(modes)}, n={setting['n']}, "
         f"d={setting['d']}, {setting['heads']} heads, {setting['batch']} samples",
     )
+    ncols = len(PAPER_MASKS)
+    for i, (ax, (title, curves)) in enumerate(zip(fig.axes, panels.items())):
+        variant, mask = title.split(": ", 1)
+        ax.set_title(mask if i < ncols else "", fontsize=10)
+        only = f"\n({', '.join(curves)} only)" if len(curves) < len(modes) else ""
+        ax.set_ylabel(f"{variant}{only}" if i % ncols == 0 else "", fontsize=9)
+        if i < len(panels) - ncols:
+            ax.set_xlabel("")
+    fig.supylabel("mu (eq. 4), mean +- std over samples", fontsize=10)
+    return fig
 
 
 def render(out: Path, m: AblationMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
