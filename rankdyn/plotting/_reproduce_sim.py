@@ -133,7 +133,7 @@ def plot_band_panels(
         lab: h
         for ax in axes
         for h, lab in zip(*ax.get_legend_handles_labels())
-        if h.get_marker() in ("None", "")
+        if getattr(h, "get_marker", lambda: "x")() in ("None", "")
     }
     handles = [plain.get(lab, h) for h, lab in zip(handles, labels)]
     if any(clipped.values()):  # said once, in the legend, next to the band's colour
