@@ -210,3 +210,46 @@ def lyapunov_rates():
         equilibrium_classes={"1": {"stable": 1, "marginal": 0, "unstable": 4}},
         setting={"n": 4, "d": 4, "depth": 200, "discard": 50},
     )  # fmt: skip
+
+
+# -- the theory targets ----------------------------------------------------------------------------
+
+
+def undirected():
+    """The quick run's shape: the causal control found (and certified) a stable rank-2 state, the
+    complete mask's searches found nothing (shares 0), and the stored certificates (window and
+    complete masks, N = 3) re-prove."""
+    from rankdyn.experiments.theory import _undirected_known as K
+    from rankdyn.experiments.theory import undirected as T
+
+    point = [["1", "0", "0"], ["0", "1", "0"], ["0.6", "0.8", "0"]]  # rank 2, unit rows
+    cert = {"setting": "N=3/causal/uniform", "search": "main_sigma_2", "proven": True, "stability_proven": True,
+            "spectral_radius": "0.65", "spectral_radius_bound": "0.654", "radius": "1.0e-30", "point": point,
+            "basin": {"hits": 41, "trials": 1024, "wilson95": [0.03, 0.054]}}  # fmt: skip
+
+    def cell(share, found):
+        a = {"rank_ge2": [{"certificate": cert}] if found else [], "converged_rank_ge2_starts": 41 if found else 0,
+             "stable_rank_ge2": int(found), "proven_stable_rank_ge2": int(found)}  # fmt: skip
+        return {
+            "main_sigma_2": {"mean_phi_T": 0.02 if found else 1e-16, "frac_rank_ge2": [share, share],
+                             "sustained_rank_ge2": found, "sustained_full_rank": False, "attractors": a},
+            "paper_W_V": {"frac_rank_ge2": [0.043, 0.043] if found else [0.0, 0.0]},
+        }  # fmt: skip
+
+    cells = {"N=3/causal/uniform": cell(0.039, True), "N=3/complete/uniform": cell(0.0, False),
+             "N=3/complete/symmetric": cell(0.0, False)}  # fmt: skip
+    points = tuple(
+        dict(n=3, mask=m, attention=a, share=s, lo=max(s - 0.012, 0.0), hi=s + 0.015 if s else 0.0075,
+             paper=cells[f"N=3/{m}/{a}"]["paper_W_V"]["frac_rank_ge2"][1])
+        for m, a, s in (("causal", "uniform", 0.039), ("complete", "uniform", 0.0), ("complete", "symmetric", 0.0))
+    )  # fmt: skip
+    stored = tuple(
+        dict(setting=c["setting"], run=c["run"], existence_proven=True, stability_proven=True,
+             spectral_radius_bound=c["spectral_radius"], sigma_2=0.5, rank_ge2=True, undirected=True)
+        for c in K.load(3)
+    )  # fmt: skip
+    return T, T.UndirectedMeasured(
+        cells=cells, runs=tuple((t, "main_sigma_2") for t in cells), controls={"N=3 main sigma_2": True},
+        found=tuple(K.found_sentences(stored)), certificates=(cert,), points=points, scope="scope: synthetic",
+        eval_factor=5, basin_trials=1024, basin_depth=1000, census_ns=(), num_layers=200, stored=stored,
+    )  # fmt: skip

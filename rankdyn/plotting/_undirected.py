@@ -1,25 +1,46 @@
-"""The ``undirected`` target's figure: share of held-out inputs that keep rank >= 2, with intervals."""
+r"""The ``undirected`` target's figure: what the searches found, and the certified equilibria.
+
+Top panel: per setting (size $N = d$, mask, attention), the share of held-out sphere inputs whose
+tokens keep $\sigma_2 > 10^{-3}\sigma_1$ at the long depth under the searched $W_V$ (circles), the
+share of uniform starts that reach a rank $\ge 2$ attractor (squares: the basin), both with Wilson
+95% intervals on a linear axis (a share of 0 sits at 0, its interval above it), and the paper's
+$W_V = I + wS$ (crosses). Bottom panels: every certified equilibrium of rank $\ge 2$ (found by this
+run, or stored and re-proven by it): $\sigma_2/\sigma_1$ of its tokens, and the interval bound on
+the spectral radius of $DF$ over its existence box (stable when below 1). An undirected mask with
+such an equilibrium is the counterexample; the causal mask is the positive control.
+"""
 
 from __future__ import annotations
+
+import numpy as np
 
 from .._run._io import savefig
 from ._style import legend_outside
 
-#: The bottom of the log axis; a share of 0 (or below this) is drawn there as an open
-#: down-triangle, labelled "0 / below axis", never as a point of the data.
-BOTTOM = 1e-4
+#: The rank threshold of the searches (sigma_2 > RANK_TOL sigma_1), drawn in the sigma-ratio panel.
+RANK_TOL = 1e-3
+#: Marker per source of a certificate.
+_SOURCE_MARK = {"this run": "o", "stored, full run": "s", "stored, quick run": "D"}
 
 
-def plot_undirected(points, *, ax=None, path=None, title=None):
-    r"""Points with Wilson 95% intervals: per size $N = d$ (panel), mask (x) and attention
-    (colour), the share of held-out sphere inputs whose final tokens keep $\sigma_2 > 10^{-3}\sigma_1$
-    at the long evaluation depth, for the searched $W_V$ (and the paper's $W_V = I + wS$ as crosses
-    where its share is not 0).
+def _setting_label(n, mask, attention=None) -> str:
+    tail = "\n(control)" if mask == "causal" else ""
+    return f"N={n}\n{mask}{tail}" + (f"\n{attention}" if attention else "")
+
+
+def plot_undirected(points, *, certified=(), ax=None, path=None, title=None):
+    r"""The searches next to the certified equilibria (module docstring).
 
     Arguments:
-        points: list of dicts with ``n``, ``mask``, ``attention``, ``share``, ``lo``, ``hi``
-            (the interval) and optionally ``paper`` (the paper's W_V share).
-        ax: a matplotlib Axes for a single size (created, one panel per size, when None).
+        points: the searched settings, dicts with ``n``, ``mask``, ``attention``, ``share``, ``lo``,
+            ``hi`` (held-out share and its interval), optionally ``paper`` (the paper's W_V share),
+            ``basin`` (``(share, lo, hi)`` of the uniform starts reaching a rank >= 2 attractor)
+            and ``trials`` (held-out inputs, written next to a share of 0).
+        certified: the certified rank >= 2 equilibria, dicts with ``n``, ``mask``, ``attention``,
+            ``source`` (``"this run"``, ``"stored, full run"``, ...), ``sigma_ratio``
+            (sigma_2 / sigma_1), ``bound`` (interval bound on the spectral radius) and ``stable``
+            (the bound proves stability).
+        ax: a matplotlib Axes for the searches' panel only (no certificate panels).
         path: save the figure here (and close it).
         title: figure title.
 
@@ -28,56 +49,139 @@ def plot_undirected(points, *, ax=None, path=None, title=None):
     """
     import matplotlib.pyplot as plt
 
-    ns = sorted({p["n"] for p in points})
-    if ax is None:
-        fig, axes = plt.subplots(
-            1, len(ns), figsize=(max(3.2 * len(ns) + 2, 7.5), 3.8), layout="constrained", squeeze=False
-        )
-        axes = list(axes[0])
-    else:
-        fig, axes = ax.figure, [ax]
     atts = list(dict.fromkeys(p["attention"] for p in points))
     colours = {a: f"C{i}" for i, a in enumerate(atts)}
-    labelled = set()
-    below = False
-    for axis, n in zip(axes, ns):
-        pts = [p for p in points if p["n"] == n]
-        masks = list(dict.fromkeys(p["mask"] for p in pts))
-        for p in pts:
-            j = atts.index(p["attention"])
-            x = masks.index(p["mask"]) + (j - (len(atts) - 1) / 2) * 0.22
-            c = colours[p["attention"]]
-            lab = None if p["attention"] in labelled else f"search, {p['attention']} attention"
-            labelled.add(p["attention"])
-            hi = max(p["hi"], BOTTOM)
-            if p["share"] >= BOTTOM:
-                lo = max(p["lo"], BOTTOM)
-                axis.errorbar(
-                    x, p["share"], yerr=[[p["share"] - lo], [hi - p["share"]]], fmt="o", color=c, label=lab
-                )
-            else:
-                # Below the axis: an open triangle at the bottom, the interval's top still drawn.
-                axis.vlines(x, BOTTOM, hi, color=c)
-                axis.plot(x, BOTTOM, "v", mfc="none", color=c, ms=8, label=lab)
-                below = True
-            if p.get("paper") is not None and p["paper"] >= BOTTOM:  # zeros: not drawn
-                pv = p["paper"]
-                lab2 = "paper's W_V = I + wS" if "paper" not in labelled else None
-                labelled.add("paper")
-                axis.plot(x, pv, "x", color="k", ms=7, label=lab2)
-        axis.set_yscale("log")
-        axis.set_ylim(BOTTOM / 1.5, 1.5)
-        axis.set_xticks(
-            range(len(masks)), [m + (" (control)" if m == "causal" else "") for m in masks], rotation=20
+    if ax is None:
+        keys = sorted({(p["n"], p["mask"]) for p in points})
+        width = max(10.0, 0.9 * len(keys) + 3.5, 1.1 * len(certified) + 3.5)
+        fig, axd = plt.subplot_mosaic(
+            [["search", "search"], ["ratio", "radius"]], figsize=(width, 7.2), layout="constrained"
         )
-        axis.set_title(f"N = d = {n}")
-        axis.set_ylabel("share keeping rank >= 2 (Wilson 95%)")
-    if below:  # said in place, not as a legend proxy that matches no drawn marker's colour
-        fig.text(0.01, 0.01, f"open triangles: share 0 (below the axis, drawn at {BOTTOM:g})", fontsize=7)
-    legend_outside(axes[-1])
+        ax = axd["search"]
+    else:
+        fig, axd = ax.figure, {"search": ax}
+    _searches(ax, points, colours)
+    if "ratio" in axd:
+        _certified(axd["ratio"], axd["radius"], list(certified))
+    legend_outside(fig, below=True)
     if title:
         fig.suptitle(title)
     if path is not None:
         savefig(fig, path, dpi=110)
         plt.close(fig)
     return fig
+
+
+def _searches(ax, points, colours) -> None:
+    """Held-out shares (circles), basins (squares) and the paper's W_V (crosses), per setting."""
+    keys = sorted({(p["n"], p["mask"]) for p in points}, key=lambda k: (k[0], k[1] != "causal", k[1]))
+    atts = list(colours)
+    labelled = set()
+    top = 0.0
+    for p in points:
+        j = atts.index(p["attention"])
+        x0 = keys.index((p["n"], p["mask"])) + (j - (len(atts) - 1) / 2) * 0.25
+        c = colours[p["attention"]]
+        lab = None if p["attention"] in labelled else f"{p['attention']} attention"
+        labelled.add(p["attention"])
+        share, lo, hi = p["share"], max(p["lo"], 0.0), p["hi"]
+        ax.errorbar(
+            x0 - 0.05, share, yerr=[[share - lo], [hi - share]], fmt="o", color=c, ms=5, capsize=2, label=lab
+        )
+        top = max(top, hi)
+        if share == 0:
+            said = f"0 of {p['trials']}" if p.get("trials") else "0"
+            ax.annotate(
+                said,
+                (x0 - 0.05, 0),
+                xytext=(0, -11),
+                textcoords="offset points",
+                ha="center",
+                fontsize=6,
+                color=c,
+            )
+        if p.get("basin") is not None:
+            b, blo, bhi = p["basin"]
+            lab_b = None if "basin" in labelled else "squares: uniform starts reaching a rank >= 2 attractor"
+            labelled.add("basin")
+            ax.errorbar(
+                x0 + 0.05,
+                b,
+                yerr=[[b - max(blo, 0.0)], [bhi - b]],
+                fmt="s",
+                mfc="white",
+                color=c,
+                ms=5,
+                capsize=2,
+                label=lab_b,
+            )
+            top = max(top, bhi)
+        if p.get("paper") is not None:
+            lab_p = None if "paper" in labelled else "crosses: the paper's W_V = I + wS"
+            labelled.add("paper")
+            ax.plot(x0, p["paper"], "x", color="k", ms=7, label=lab_p)
+            top = max(top, p["paper"])
+    top = max(0.02, 1.15 * top)
+    ax.set_ylim(-0.12 * top, top)  # room under 0 for the "0 of k" notes
+    ax.axhline(0, color="0.6", lw=0.6, zorder=0)
+    ax.set_xlim(-0.6, len(keys) - 0.4)
+    ax.set_xticks(range(len(keys)), [_setting_label(n, m) for n, m in keys], fontsize=8)
+    ax.set_ylabel("share keeping rank >= 2\n(circles: held-out inputs; Wilson 95%)", fontsize=8)
+    ax.set_title("searched W_V: what the searches found", fontsize=9)
+
+
+def _certified(ax_ratio, ax_radius, certified) -> None:
+    """sigma_2 / sigma_1 and the spectral-radius bound of each certified equilibrium."""
+    order = sorted(range(len(certified)), key=lambda i: (certified[i]["mask"] == "causal", certified[i]["n"]))
+    certified = [certified[i] for i in order]
+    x = np.arange(len(certified))
+    labelled = set()
+    for i, c in enumerate(certified):
+        # Colour: the mask's kind (an undirected one is the counterexample); marker: who found it.
+        control = c["mask"] == "causal"
+        col = "0.45" if control else "tab:red"
+        mark = _SOURCE_MARK.get(c["source"], "o")
+        kind = "causal mask (control)" if control else "undirected mask"
+        lab = None if (kind, c["source"]) in labelled else f"certified, {kind}, {c['source']}"
+        labelled.add((kind, c["source"]))
+        face = col if c["stable"] else "white"
+        if c.get("sigma_ratio") is not None:
+            ax_ratio.plot(i, c["sigma_ratio"], mark, color=col, mfc=face, ms=7, label=lab)
+            lab = None
+        ax_radius.plot(i, c["bound"], mark, color=col, mfc=face, ms=7, label=lab)
+    names = [_setting_label(c["n"], c["mask"], c["attention"]) for c in certified]
+    for ax in (ax_ratio, ax_radius):
+        ax.set_xlim(-0.6, max(len(certified), 1) - 0.4)
+        ax.set_xticks(x, names, fontsize=7)
+    ax_ratio.set_yscale("log")
+    ratios = [c["sigma_ratio"] for c in certified if c.get("sigma_ratio") is not None]
+    ax_ratio.set_ylim(RANK_TOL / 3, 1.5 if not ratios else max(1.5, 1.5 * max(ratios)))
+    ax_ratio.axhline(RANK_TOL, color="0.5", lw=0.8, ls="--")
+    ax_ratio.text(
+        0.01,
+        RANK_TOL * 1.15,
+        "rank >= 2 above this line",
+        transform=ax_ratio.get_yaxis_transform(),
+        fontsize=6,
+        color="0.35",
+        va="bottom",
+    )
+    ax_ratio.set_ylabel("sigma_2 / sigma_1 of the equilibrium", fontsize=8)
+    ax_ratio.set_title("certified rank >= 2 equilibria (interval existence proofs)", fontsize=9)
+    bounds = [c["bound"] for c in certified] or [1.0]
+    ax_radius.set_ylim(min(0.5, 0.9 * min(bounds)), max(1.1, 1.05 * max(bounds)))
+    ax_radius.axhline(1.0, color="0.5", lw=0.8, ls="--")
+    ax_radius.text(
+        0.01,
+        0.99,
+        "stable below 1",
+        transform=ax_radius.get_yaxis_transform(),
+        fontsize=6,
+        color="0.35",
+        va="top",
+    )
+    ax_radius.set_ylabel("interval bound on the spectral radius of DF", fontsize=8)
+    ax_radius.set_title("their stability: a bound < 1 proves it (filled: proven)", fontsize=9)
+    if not certified:
+        for ax in (ax_ratio, ax_radius):
+            ax.text(0.5, 0.5, "no certified equilibrium in this run", transform=ax.transAxes, ha="center")

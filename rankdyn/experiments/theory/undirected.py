@@ -353,12 +353,9 @@ def checks(m: UndirectedMeasured) -> list[V.Check]:
 
 def render(out: Path, m: UndirectedMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """The figure and the notes (the finding, its scope, what is proven), from the numbers."""
-    from ... import plotting
+    from ._undirected_figure import draw_undirected
 
-    long_t = m.eval_factor * m.num_layers
-    plotting.plot_undirected(
-        list(m.points), path=out / "undirected.png", title=f"searched W_V, held-out inputs, depth {long_t}"
-    )
+    draw_undirected(m, out / "undirected.png")
     control_ok = cs[0].passed and cs[1].passed
     _, finding = verdict(control_ok, list(m.found))
     sym = m.symmetric_found
