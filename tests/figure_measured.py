@@ -25,7 +25,9 @@ def band(rate, *, start=30.0, floor=0.0, layers=LAYERS, zero_from=None, noise=0.
     mean = np.maximum(start * rate**t, floor)
     if noise:
         at_floor = mean <= floor
-        mean = np.where(at_floor, mean * (1 + noise * np.random.default_rng(seed).standard_normal(t.size)), mean)
+        mean = np.where(
+            at_floor, mean * (1 + noise * np.random.default_rng(seed).standard_normal(t.size)), mean
+        )
     if zero_from is not None:
         mean = np.where(t >= zero_from, 0.0, mean)
     return {"mean": mean, "std": 0.2 * mean}
@@ -56,7 +58,9 @@ def fill(cls, **given):
     for name, ann in hints.items():
         if name in given:
             kw[name] = given[name]
-        elif (f := next(f for f in dataclasses.fields(cls) if f.name == name)).default is not dataclasses.MISSING:
+        elif (
+            f := next(f for f in dataclasses.fields(cls) if f.name == name)
+        ).default is not dataclasses.MISSING:
             continue
         elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             continue
@@ -77,16 +81,39 @@ def masks_collapse():
 
     # complete: exactly 0 from layer 4 (after dipping below the floor); causal, global: to the
     # float32 floor; the windows: slow. Their bounds are 1 in double precision (eps^r ~ 1e-41, 1e-69).
-    rates = {"complete": 0.02, "causal": 0.55, "window": 0.997, "window-uni": 0.977, "dilated": 0.97, "global": 0.8}
-    bound = {"complete": (0.998, -2.7, 1), "causal": (0.997, -2.6, 1), "window": (1.0, -40.8, 32),
-             "window-uni": (1.0, -68.5, 63), "dilated": (1 - 4e-11, -9.6, 6), "global": (0.99, -1.9, 2)}  # fmt: skip
+    rates = {
+        "complete": 0.02,
+        "causal": 0.55,
+        "window": 0.997,
+        "window-uni": 0.977,
+        "dilated": 0.97,
+        "global": 0.8,
+    }
+    bound = {
+        "complete": (0.998, -2.7, 1),
+        "causal": (0.997, -2.6, 1),
+        "window": (1.0, -40.8, 32),
+        "window-uni": (1.0, -68.5, 63),
+        "dilated": (1 - 4e-11, -9.6, 6),
+        "global": (0.99, -1.9, 2),
+    }
     per_mask = {
-        k: fill(T.MaskCollapse, fitted_rate=r, bound_rate=bound[k][0], log10_eps_pow_r=bound[k][1],
-                radius=bound[k][2], mu_ratio=r**128, mu_normalized_ratio=r**128,
-                avg_rate_mu_normalized=r, avg_rate_mu_normalized_early=r + 0.001 * i)  # fmt: skip
+        k: fill(
+            T.MaskCollapse,
+            fitted_rate=r,
+            bound_rate=bound[k][0],
+            log10_eps_pow_r=bound[k][1],
+            radius=bound[k][2],
+            mu_ratio=r**128,
+            mu_normalized_ratio=r**128,
+            avg_rate_mu_normalized=r,
+            avg_rate_mu_normalized_early=r + 0.001 * i,
+        )
         for i, (k, r) in enumerate(rates.items())
     }
-    curves = {MASK_LABELS[k]: band(r, floor=1e-6, noise=0.1, seed=i) for i, (k, r) in enumerate(rates.items())}
+    curves = {
+        MASK_LABELS[k]: band(r, floor=1e-6, noise=0.1, seed=i) for i, (k, r) in enumerate(rates.items())
+    }
     curves["complete"] = band(0.02, zero_from=4)
     bands = {q: curves for q in ("mu", "mu_normalized", "mu_rel")}
     bands["row_norm_mean"] = {MASK_LABELS[k]: band(1.0, start=1 + i) for i, k in enumerate(rates)}
@@ -112,11 +139,17 @@ def temperature(same: bool = True):
     curves["d_QK = 2^0"]["complete"] = band(0.05, layers=layers, zero_from=6)
     one = {m: 0.1 for m in PAPER_MASKS}
     return T, T.TemperatureMeasured(
-        early_rate=rates, late_rate=rates, median_eps_layer0={m: [0.1] * q for m in PAPER_MASKS},
-        spearman={m: -0.9 for m in PAPER_MASKS}, effect_1_64_minus_64=one,
-        spread_shallow=one, spread_deep=one,
-        layers=layers, curves=curves, setting={"dtype": "float32", "n": 64, "d": 32, "depth": 32},
-    )  # fmt: skip
+        early_rate=rates,
+        late_rate=rates,
+        median_eps_layer0={m: [0.1] * q for m in PAPER_MASKS},
+        spearman={m: -0.9 for m in PAPER_MASKS},
+        effect_1_64_minus_64=one,
+        spread_shallow=one,
+        spread_deep=one,
+        layers=layers,
+        curves=curves,
+        setting={"dtype": "float32", "n": 64, "d": 32, "depth": 32},
+    )
 
 
 def layernorm_orthogonal():
@@ -141,10 +174,19 @@ def layernorm_orthogonal():
                 c["mean"][355] = 3e-9
                 cos[label] = c | style
             cases[f"{p}/{m}/{kind}"] = fill(
-                T.LayerNormCase, placement=p, mask=m, x0=kind, inside_hypotheses=inside, fitted_rate=r,
-                bound_rate=1.0 if m == "window" else 0.999, log10_c_eps_pow_2r=-31.0 if m == "window" else -2.0,
-                radius=15 if m == "window" else 1, bound="Theorem 2", mu_ratio=r**512, fit_window=(1, 9),
-            )  # fmt: skip
+                T.LayerNormCase,
+                placement=p,
+                mask=m,
+                x0=kind,
+                inside_hypotheses=inside,
+                fitted_rate=r,
+                bound_rate=1.0 if m == "window" else 0.999,
+                log10_c_eps_pow_2r=-31.0 if m == "window" else -2.0,
+                radius=15 if m == "window" else 1,
+                bound="Theorem 2",
+                mu_ratio=r**512,
+                fit_window=(1, 9),
+            )
     neighbours = {m: 3 for m, _, _ in T.CASES}
     setting = {"n": 16, "d": 32, "batch": 32, "depth": 512, "save_every": 1, "dtype": "float32"}
     return T, T.LayerNormMeasured(cases, 0.01, layers, panels, neighbours, setting)
@@ -159,11 +201,27 @@ def depth_table():
     for j, mode in enumerate(T.MODES):
         stats[mode] = {m: fill(T.MaskStats, ratio_T_0=0.3 + 0.1 * i) for i, m in enumerate(PAPER_MASKS)}
         panels[mode] = {MASK_LABELS[m]: band(0.97 - 0.01 * i - 0.01 * j) for i, m in enumerate(PAPER_MASKS)}
-    graph = {m: {"strongly_connected": m in ("complete", "window"), "quasi_strongly_connected": True,
-                 "num_centers": 1, "radius": 1} for m in PAPER_MASKS}  # fmt: skip
+    graph = {
+        m: {
+            "strongly_connected": m in ("complete", "window"),
+            "quasi_strongly_connected": True,
+            "num_centers": 1,
+            "radius": 1,
+        }
+        for m in PAPER_MASKS
+    }
     mech = {m: fill(ZeroRowModel) for m in PAPER_MASKS}
-    setting = {"n": 32, "d": 64, "dk": 16, "dqk": 16.0, "depth": 128, "batch": 8, "dtype": "float32",
-               "table_layers": (0, 32, 64, 96, 128), "quick": True}
+    setting = {
+        "n": 32,
+        "d": 64,
+        "dk": 16,
+        "dqk": 16.0,
+        "depth": 128,
+        "batch": 8,
+        "dtype": "float32",
+        "table_layers": (0, 32, 64, 96, 128),
+        "quick": True,
+    }
     return T, T.DepthTableMeasured(stats, graph, mech, LAYERS, panels, setting)
 
 
@@ -183,13 +241,23 @@ def ablation():
                 if label == "SAN" and m == "complete":
                     b = band(0.25, zero_from=5)
                 panels.setdefault(f"{label}: {MASK_LABELS[m]}", {})[p] = b | {
-                    "color": f"C{j}", "linestyle": ("-", "--", ":")[j]}  # fmt: skip
+                    "color": f"C{j}",
+                    "linestyle": ("-", "--", ":")[j],
+                }
                 summary[f"{label}|{m}|{p}"] = fill(
-                    T.AblationRow, variant=label, mask=m, mode=p, ratio_shallow=rate**12, ratio_depth=rate**128,
-                    shallow=12, depth=128,
-                )  # fmt: skip
-    masks = {m: {"strongly_connected": True, "quasi_strongly_connected": True, "num_centers": 1, "radius": 1}
-             for m in PAPER_MASKS}  # fmt: skip
+                    T.AblationRow,
+                    variant=label,
+                    mask=m,
+                    mode=p,
+                    ratio_shallow=rate**12,
+                    ratio_depth=rate**128,
+                    shallow=12,
+                    depth=128,
+                )
+    masks = {
+        m: {"strongly_connected": True, "quasi_strongly_connected": True, "num_centers": 1, "radius": 1}
+        for m in PAPER_MASKS
+    }
     setting = {"n": 32, "d": 64, "heads": 4, "batch": 8, "depth": 128, "dtype": "float32"}
     norm = {m: 0.9 for m in PAPER_MASKS}
     return T, T.AblationMeasured(summary, masks, LAYERS, panels, norm, modes, setting)
@@ -202,14 +270,17 @@ def lyapunov_rates():
     keys = [f"{p}/{m}" for p in ("none", "post") for m in PAPER_MASKS]
     lam = dict(zip(keys, (-41.2, -0.69, -0.06, -0.63, -38.4, -0.69, -0.06, -0.63)))
     return T, T.LyapunovRatesMeasured(
-        exponents={k: [0.0, 0.0, v] for k, v in lam.items()}, transverse=lam,
+        exponents={k: [0.0, 0.0, v] for k, v in lam.items()},
+        transverse=lam,
         log_bound={k: -3e-3 / (i + 1) ** 3 for i, k in enumerate(keys)},
         bound_name={k: "Theorem 1" if k.startswith("none") else "Theorem 2" for k in keys},
-        log_mu_rate={k: 0.9 * v for k, v in lam.items()}, mu_at_floor={k: 0 for k in keys},
-        neutral_dims={k: 3 for k in keys}, equilibrium_errors=[1e-15],
+        log_mu_rate={k: 0.9 * v for k, v in lam.items()},
+        mu_at_floor={k: 0 for k in keys},
+        neutral_dims={k: 3 for k in keys},
+        equilibrium_errors=[1e-15],
         equilibrium_classes={"1": {"stable": 1, "marginal": 0, "unstable": 4}},
         setting={"n": 4, "d": 4, "depth": 200, "discard": 50},
-    )  # fmt: skip
+    )
 
 
 # -- the theory targets ----------------------------------------------------------------------------
@@ -223,33 +294,435 @@ def undirected():
     from rankdyn.experiments.theory import undirected as T
 
     point = [["1", "0", "0"], ["0", "1", "0"], ["0.6", "0.8", "0"]]  # rank 2, unit rows
-    cert = {"setting": "N=3/causal/uniform", "search": "main_sigma_2", "proven": True, "stability_proven": True,
-            "spectral_radius": "0.65", "spectral_radius_bound": "0.654", "radius": "1.0e-30", "point": point,
-            "basin": {"hits": 41, "trials": 1024, "wilson95": [0.03, 0.054]}}  # fmt: skip
+    cert = {
+        "setting": "N=3/causal/uniform",
+        "search": "main_sigma_2",
+        "proven": True,
+        "stability_proven": True,
+        "spectral_radius": "0.65",
+        "spectral_radius_bound": "0.654",
+        "radius": "1.0e-30",
+        "point": point,
+        "basin": {"hits": 41, "trials": 1024, "wilson95": [0.03, 0.054]},
+    }
 
     def cell(share, found):
-        a = {"rank_ge2": [{"certificate": cert}] if found else [], "converged_rank_ge2_starts": 41 if found else 0,
-             "stable_rank_ge2": int(found), "proven_stable_rank_ge2": int(found)}  # fmt: skip
+        a = {
+            "rank_ge2": [{"certificate": cert}] if found else [],
+            "converged_rank_ge2_starts": 41 if found else 0,
+            "stable_rank_ge2": int(found),
+            "proven_stable_rank_ge2": int(found),
+        }
         return {
-            "main_sigma_2": {"mean_phi_T": 0.02 if found else 1e-16, "frac_rank_ge2": [share, share],
-                             "sustained_rank_ge2": found, "sustained_full_rank": False, "attractors": a},
+            "main_sigma_2": {
+                "mean_phi_T": 0.02 if found else 1e-16,
+                "frac_rank_ge2": [share, share],
+                "sustained_rank_ge2": found,
+                "sustained_full_rank": False,
+                "attractors": a,
+            },
             "paper_W_V": {"frac_rank_ge2": [0.043, 0.043] if found else [0.0, 0.0]},
-        }  # fmt: skip
+        }
 
-    cells = {"N=3/causal/uniform": cell(0.039, True), "N=3/complete/uniform": cell(0.0, False),
-             "N=3/complete/symmetric": cell(0.0, False)}  # fmt: skip
+    cells = {
+        "N=3/causal/uniform": cell(0.039, True),
+        "N=3/complete/uniform": cell(0.0, False),
+        "N=3/complete/symmetric": cell(0.0, False),
+    }
     points = tuple(
-        dict(n=3, mask=m, attention=a, share=s, lo=max(s - 0.012, 0.0), hi=s + 0.015 if s else 0.0075,
-             paper=cells[f"N=3/{m}/{a}"]["paper_W_V"]["frac_rank_ge2"][1])
-        for m, a, s in (("causal", "uniform", 0.039), ("complete", "uniform", 0.0), ("complete", "symmetric", 0.0))
-    )  # fmt: skip
+        dict(
+            n=3,
+            mask=m,
+            attention=a,
+            share=s,
+            lo=max(s - 0.012, 0.0),
+            hi=s + 0.015 if s else 0.0075,
+            paper=cells[f"N=3/{m}/{a}"]["paper_W_V"]["frac_rank_ge2"][1],
+        )
+        for m, a, s in (
+            ("causal", "uniform", 0.039),
+            ("complete", "uniform", 0.0),
+            ("complete", "symmetric", 0.0),
+        )
+    )
     stored = tuple(
-        dict(setting=c["setting"], run=c["run"], existence_proven=True, stability_proven=True,
-             spectral_radius_bound=c["spectral_radius"], sigma_2=0.5, rank_ge2=True, undirected=True)
+        dict(
+            setting=c["setting"],
+            run=c["run"],
+            existence_proven=True,
+            stability_proven=True,
+            spectral_radius_bound=c["spectral_radius"],
+            sigma_2=0.5,
+            rank_ge2=True,
+            undirected=True,
+        )
         for c in K.load(3)
-    )  # fmt: skip
+    )
     return T, T.UndirectedMeasured(
-        cells=cells, runs=tuple((t, "main_sigma_2") for t in cells), controls={"N=3 main sigma_2": True},
-        found=tuple(K.found_sentences(stored)), certificates=(cert,), points=points, scope="scope: synthetic",
-        eval_factor=5, basin_trials=1024, basin_depth=1000, census_ns=(), num_layers=200, stored=stored,
-    )  # fmt: skip
+        cells=cells,
+        runs=tuple((t, "main_sigma_2") for t in cells),
+        controls={"N=3 main sigma_2": True},
+        found=tuple(K.found_sentences(stored)),
+        certificates=(cert,),
+        points=points,
+        scope="scope: synthetic",
+        eval_factor=5,
+        basin_trials=1024,
+        basin_depth=1000,
+        census_ns=(),
+        num_layers=200,
+        stored=stored,
+    )
+
+
+def counterexample_2d():
+    from rankdyn._theory._constructions import example_2d
+    from rankdyn.experiments.theory import _counterexample_2d_runs as R
+    from rankdyn.experiments.theory import counterexample_2d as T
+
+    ex = example_2d(2.0)
+    th = np.linspace(0, 1.2, 40)
+    path = np.stack([np.cos(th), np.sin(th)], -1)
+    states = np.stack([path, path[::-1]], 1)  # (S, 2 tokens, 2)
+    angles = np.arange(0, 360, 2.0)
+    basins = {
+        w: fill(
+            R.BasinRun,
+            angles=angles,
+            outcome=(angles > 120) & (angles < 270),
+            basin_predicted_arc_deg=(121.0, 270.0),
+            basin_measured_arc_deg=(120.0, 270.0),
+            basin_boundary_error_deg=(1.0, 0.0),
+            first_token_t_w_x11_at_end=(0.5,),
+        )
+        for w in (1.5, 2.0, 3.0)
+    }
+    hor = (100, 1000, 5000)
+    theta1, theta2 = np.linspace(-88, 88, 45), np.arange(0, 360, 8.0)
+    grid = (theta1[:, None] > 20) & (np.abs(theta2[None] - 200) < (theta1[:, None] - 20))
+    joints = {
+        w: fill(
+            R.JointRun,
+            horizons=hor,
+            noncollapse_fraction=np.array([0.071] * 3),
+            wilson95=((0.062, 0.082),) * 3,
+            fraction_token2_near_B=np.array([0.07] * 3),
+            theta1=theta1,
+            theta2=theta2,
+            noncollapse=np.stack([grid] * 3),
+            spec_fraction_at_20000=0.071,
+        )
+        for w in (2.0,)
+    }
+    noln = {
+        k: fill(R.NoLNRun, row_norm_T=np.ones(2), states=s * states)
+        for k, s in (("W_V", 2.0), ("W_V/||W_V||_2", 0.5))
+    }
+    return T, T.Counterexample2DMeasured(
+        basins=basins,
+        joints=joints,
+        noln=noln,
+        fig1_starts={"non-collapsing": (75.0, 200.0), "collapsing": (30.0, 200.0)},
+        fig1_sigma_ratio={"non-collapsing": 0.5, "collapsing": 1e-9},
+        basin_step_deg=2.0,
+        fig1_w=2.0,
+        fig1_example=ex,
+        fig1_states_ln=np.stack([states, states]),
+    )
+
+
+def equilibria_ranks():
+    from rankdyn.experiments.theory import _equilibria_runs as R
+    from rankdyn.experiments.theory import equilibria_ranks as T
+
+    fams = []
+    for n, w in ((3, 3.0), (4, 4.0)):
+        k = np.repeat(np.arange(1, n + 1), 2 ** np.arange(1, n + 1))
+        arrays = {
+            "k": k,
+            "stable_rank": 1 + 0.3 * (k - 1),
+            "spectral_radius": 1 + 0.1 * k,
+            "classification": np.where(k == 1, "marginal", "unstable"),
+            "neutral_dims": np.ones_like(k),
+            "contracting_dims": np.ones_like(k),
+            "sigma_k_rel": 0.5**k,
+        }
+        per_k = {
+            j: fill(
+                R.RankSummary,
+                count=2**j,
+                distinct=2**j,
+                expected=2**j,
+                max_residual=1e-15,
+                ranks=[j],
+                classification={"unstable": 2**j},
+            )
+            for j in range(1, n + 1)
+        }
+        census = fill(
+            R.Census,
+            by_rank={str(j): 2**j for j in range(1, n + 1)},
+            by_rank_and_class={
+                str(j): {"stable": 0, "marginal": 0, "unstable": 2**j} for j in range(1, n + 1)
+            },
+            closed_form_classes_by_rank={str(j): 2**j for j in range(1, n + 1)},
+            members=None,
+        )
+        fams.append(
+            fill(
+                R.RankFamily,
+                n=n,
+                w=w,
+                per_k=per_k,
+                full_rank_stable_rank_max=1.5,
+                full_rank_bound=2.0,
+                census=census,
+                arrays=arrays,
+            )
+        )
+    return T, T.EquilibriaRanksMeasured(tuple(fams), fill(T.WorkedExample))
+
+
+def positive_measure():
+    from rankdyn.experiments.theory import _positive_measure_runs as R
+    from rankdyn.experiments.theory import positive_measure as T
+
+    hor = (100, 500)
+
+    def fr(f, lo, hi):
+        return fill(
+            R.Fractions,
+            horizons=hor,
+            counts=np.array([int(400 * f)] * 2),
+            valid=400,
+            fraction=np.array([f, f]),
+            wilson95=((lo, hi),) * 2,
+        )
+
+    cond = {
+        "paper": fill(R.Lemma13Condition, samples=64, noncollapse=30, invariance_violated_any_step=2),
+        "proof": fill(R.Lemma13Condition, samples=64, noncollapse=64, invariance_violated_any_step=0),
+    }
+    lemma = tuple(
+        fill(R.LemmaCase, d=d, w=w, conditions=cond, spec_first_step_overshoot=None)
+        for d, w in ((3, 2.0), (3, 4.0), (4, 3.0))
+    )
+    # token 1 at e_d: every start kept (1.0), the interval's top at 1 (a clipped bar would show).
+    joint = tuple(
+        fill(R.JointCase, n=n, d=n, w=w, random=fr(f, f / 2, 1.5 * f), token1_at_e_d=fr(1.0, 0.99, 1.0))
+        for n, w, f in ((2, 2.0, 0.078), (3, 2.0, 0.015), (3, 4.0, 0.05), (4, 4.0, 0.01))
+    )
+    return T, T.PositiveMeasureMeasured(lemma, joint)
+
+
+def bifurcation():
+    from types import SimpleNamespace as NS
+
+    from rankdyn.experiments.theory import bifurcation as T
+
+    def branch(w0, fold):
+        # A fold at ``fold``: the parameter turns back there; stable before it, unstable after.
+        s = np.linspace(0, 2, 41)
+        params = w0 + (fold - w0) * (1 - (s - 1) ** 2)
+        y = 0.2 + 0.3 * s
+        points = np.stack([np.diag([1.0, v]) for v in y])
+        bif = NS(kind="fold", param=fold, point=points[20])
+        return NS(params=params, points=points, stable=s < 1, bifurcations=(bif,), param_name="w")
+
+    branches = (branch(2.0, 3.2), branch(2.0, 2.6))
+    summ = tuple(
+        fill(T.BranchSummary, family=f, status="successful", folds=(fo,), branch_points=(), other=())
+        for f, fo in (("a", 3.2), ("b", 2.6))
+    )
+    return T, T.BifurcationMeasured(
+        p=0.5,
+        closed_form={"a": 3.2, "b": 2.6},
+        census_classes=2,
+        w_branches=summ,
+        p_branch=fill(T.BranchSummary, family="p", folds=(), branch_points=(0.25,), other=()),
+        bert_branches=(),
+        branches=branches,
+    )
+
+
+# -- the flow targets ------------------------------------------------------------------------------
+
+
+def _staircases(betas, seed=0):
+    """``examples[label] = (clusters, energy)``, 4 starts x saves, and the save times (t = 0 first)."""
+    rng = np.random.default_rng(seed)
+    times = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 60)])
+    out = {}
+    for b in betas:
+        steps = np.sort(rng.uniform(0.5, 3.0, (4, 3)), axis=1)
+        clusters = np.stack([4 - np.searchsorted(s, np.log10(times + 1e-3)) for s in steps]).astype(float)
+        out[f"beta={b:g}"] = (clusters, -clusters + 0.01 * rng.standard_normal(clusters.shape))
+    return times, out
+
+
+def flow_clustering():
+    from rankdyn.experiments.flow import flow_clustering as F
+
+    betas = (0.5, 1.0, 2.0, 3.0)
+    times = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 40)])
+    frac = np.clip((np.log10(times[None] + 1e-3) + 1) / 3 * (1 + 0.2 * np.arange(4)[:, None]), 0, 1)
+    return F, F.FlowClusteringMeasured(
+        betas=betas,
+        final_fraction=tuple(float(f) for f in frac[:, -1]),
+        final_clusters_max=(1.0, 1.0, 1.0, 2.0),
+        median_time_to_cluster=(30.0, 40.0, 50.0, 80.0),
+        steps_limit_hit=(0, 0, 0, 0),
+        drift=1e-12,
+        times=times,
+        fraction=frac,
+        batch=48,
+    )
+
+
+def flow_metastability():
+    from rankdyn.experiments.flow import flow_metastability as F
+
+    betas = (1.0, 4.0, 9.0)
+    times, ex = _staircases(betas)
+    per_beta = tuple(fill(F.PlateauStats, beta=b, plateau_k=(2,), final_clusters=(1,)) for b in betas)
+    saddle = fill(F.PlateauState, kind="saddle", eigenvalues_real=(0.1, -0.2), max_real=0.1)
+    return F, F.FlowMetastabilityMeasured(
+        per_beta=per_beta,
+        fit_c=0.5,
+        fit_a=1.0,
+        saddles=(saddle,),
+        steps_limit_hit=(0, 0, 0),
+        drift=1e-12,
+        times=times,
+        examples=ex,
+    )
+
+
+def flow_causal():
+    from rankdyn.experiments.flow import flow_causal as F
+
+    betas = (1.0, 4.0)
+    times, ex = _staircases(betas, seed=1)
+    per_beta = tuple(fill(F.CausalBeta, beta=b, converged_fraction=1.0) for b in betas)
+    return F, F.FlowCausalMeasured(
+        first_token_displacement=0.0, per_beta=per_beta, steps_limit_hit=(0, 0), times=times, examples=ex
+    )
+
+
+def flow_limit():
+    from rankdyn.experiments.flow import flow_limit as L
+
+    hs = (0.1, 0.05, 0.025, 0.0125)
+    settings = {
+        k: L.SettingErrors(errors=tuple(float(c * h) for h in hs), order=1.0)
+        for k, c in (("causal", 1.0), ("complete", 1.05))
+    }
+    return L, L.FlowLimitMeasured(hs=hs, settings=settings)
+
+
+# -- the pretrained targets (a made-up checkpoint record: no checkpoint is read) --------------------
+
+
+def _run(n=128, batch=8, arch="bert"):
+    from rankdyn.experiments.pretrained.pretrained_common import ModelRun
+
+    model = {
+        "arch": arch,
+        "path": "/x/model.zip",
+        "sha256": "53aa51172d14" + "0" * 52,
+        "own_mask": "complete",
+        "num_layers": 6,
+        "d": 384,
+        "heads": 12,
+        "dtype": "float32",
+    }
+    corpus = {"name": "CPython docs", "python": "3.11.7", "sha256": "ab" * 32, "excerpts": batch}
+    return ModelRun(model, f"{arch} model.zip", corpus, n, batch)
+
+
+def geometry():
+    from rankdyn.experiments.pretrained import geometry as G
+
+    L = 7
+    t = np.arange(L, dtype=float)
+    spectra = np.stack([[np.geomspace(10.0, 0.1 + 0.1 * layer, 32) for layer in range(L)] for _ in range(3)])
+    cos = np.random.default_rng(0).uniform(-0.2, 1.0, (3, 16, 16))
+    bands = {
+        "num_rank": {"mean": np.full(L, 128.0), "std": np.zeros(L)},
+        "sigma_min": band(0.9, layers=t),
+        "mean_abs_cos": {"mean": 0.1 + 0.1 * t, "std": 0.02 * np.ones(L)},
+        "stable_rank": {"mean": 20 - 2 * t, "std": np.ones(L)},
+    }
+    return G, G.GeometryMeasured(
+        num_rank_min=128.0,
+        num_rank=bands["num_rank"]["mean"],
+        sigma_min=bands["sigma_min"]["mean"],
+        sigma_max=10 * np.ones(L),
+        mean_abs_cos=bands["mean_abs_cos"]["mean"],
+        stable_rank=bands["stable_rank"]["mean"],
+        spectra_excerpts=np.array([0, 3, 5]),
+        spectra=spectra,
+        initial_min_cos=cos.min(axis=(1, 2)),
+        initial_fraction_nonneg=0.0,
+        full_rank=128,
+        rank_tol=1e-6,
+        bands=bands,
+        initial_cosines=cos,
+        run=_run(),
+    )
+
+
+def pretrained_ablation():
+    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
+    from rankdyn.experiments.pretrained import pretrained_ablation as P
+
+    t = np.arange(7)
+    panels, summary = {}, {}
+    for v, label in P.VARIANTS.items():
+        panels[label] = {
+            MASK_LABELS[m]: band(1.0 if "LN" in label else 0.05 * (i + 1), start=110, layers=t, floor=1e-5)
+            for i, m in enumerate(PAPER_MASKS)
+        }
+        for m in PAPER_MASKS:
+            summary[f"{label}|{m}"] = fill(P.AblationRow, variant=label, mask=m, nonfinite=0)
+    return P, P.PretrainedAblationMeasured(
+        summary=summary, layers=t, depth=6, own=6, panels=panels, run=_run()
+    )
+
+
+def pretrained_temperature():
+    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
+    from rankdyn.experiments.pretrained import pretrained_temperature as P
+
+    t = np.arange(7)
+    ratio, panels = {}, {}
+    for i, m in enumerate(PAPER_MASKS):
+        for j, f in enumerate(P.FACTORS):
+            b = band(0.9 - 0.1 * j - 0.05 * i, start=100, layers=t)
+            ratio[f"{m}|{P._fmt(f)}"] = b["mean"] / b["mean"][0]
+            panels.setdefault(MASK_LABELS[m], {})[f"d_QK x {P._fmt(f)}"] = b
+    return P, P.PretrainedTemperatureMeasured(
+        ratio=ratio, layers=t, trained_dqk=32.0, panels=panels, run=_run()
+    )
+
+
+def attention_sinks():
+    from rankdyn._run._sinks import SinkStats
+    from rankdyn.experiments.pretrained import attention_sinks as A
+
+    L, H = 30, 9
+    rng = np.random.default_rng(0)
+
+    def stats(level):
+        return SinkStats(
+            mass_first=level * rng.uniform(0.5, 1.5, (L, H)) / 64,
+            mass_centers=np.full((L, H), 1 / 64),
+            uniform_first=1 / 64,
+            uniform_centers=1 / 64,
+            cos_first=np.linspace(0.1, 0.6, L + 1) * level / 20,
+            cos_others=np.linspace(0.1, 0.4, L + 1) * level / 20,
+            centers=(0,),
+        )
+
+    s = {"trained full": stats(20.0), "trained san": stats(5.0), "random full": stats(1.0)}
+    return A, A.AttentionSinksMeasured(s, {k: 0 for k in s}, "causal", run=_run(64, 8, "llama"))

@@ -1,10 +1,9 @@
-"""Every reproduce figure, rendered from a small synthetic result (no simulation), is one a paper
-could print: at most 2400 px a side at 100 dpi, a y range per panel that holds its data, no text
-on top of a panel, no minor tick labels on log axes, and no layout warning.
-
-Each figure is drawn by the same plotting call, with the same options, as its target draws it
-(the call sites named in the comments); the data are synthetic bands and dicts of the shapes the
-targets pass.
+"""Every reproduce figure, drawn by its target's own ``render`` from a synthetic ``Measured``
+(tests/figure_measured.py: no simulation), is one a paper could print: at most 2400 px a side at
+100 dpi and 3:1, a y range per panel that holds its data, no text on top of a panel or of another
+tick label, no minor tick labels on log axes, no layout warning, every series visible, no clipped
+error bar, a colorbar for every colour map, legend entries that match what is drawn, and no
+isolated spike of round-off. Then, per figure of issue 34, the check that its old version failed.
 """
 
 import warnings
@@ -14,10 +13,11 @@ import numpy as np
 import pytest
 
 matplotlib.use("Agg")
+import figure_measured  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 from rankdyn import plotting  # noqa: E402
-from rankdyn.experiments.sim import ablation  # noqa: E402
+from rankdyn.experiments._registry import REGISTRY  # noqa: E402
 from rankdyn.plotting._style import tidy_log_ticks  # noqa: E402
 
 MAX_PX = 2400
@@ -92,18 +92,39 @@ def _dash(ln):
     return (ln.get_linestyle(), str(getattr(ln, "_unscaled_dash_pattern", None)), ln.get_marker())
 
 
+#: A labelled line spanning less than this share of the x view hides at the edge of the others.
+SHORT_SPAN = 0.05
+
+
+def _has_marker(ln) -> bool:
+    return ln.get_marker() not in (None, "None", "", " ")
+
+
 def check_series_visible(fig, name: str) -> None:
     """Every plotted series shows: enough points inside the view (two for a line without markers),
-    and not drawn over another series (same line style and marker, within 1.5 px everywhere)."""
+    not drawn over another series (same line style and marker, within 1.5 px everywhere), and a
+    labelled line that spans almost no x range (a curve that is 0 from t = 1) has markers and is
+    named in its panel (an annotation), else it hides behind the others at the left edge."""
     fig.canvas.draw()
     for ax in fig.axes:
         lines = _data_lines(ax)
+        named = " ".join(t.get_text() for t in ax.texts)
         for ln in lines:
-            shown = _in_view(ax, ln.get_xdata(), ln.get_ydata()).sum()
-            need = 1 if ln.get_marker() not in (None, "None", "", " ") else 2
+            ok = _in_view(ax, ln.get_xdata(), ln.get_ydata())
+            shown = ok.sum()
+            need = 1 if _has_marker(ln) else 2
             assert shown >= need, (
                 f"{name} / {ax.get_title()!r}: series {ln.get_label()!r} has {shown} point(s) in view"
             )
+            lab, x = ln.get_label(), np.asarray(ln.get_xdata(), float)[ok]
+            lo, hi = sorted(ax.get_xlim())
+            drawn_as_line = ln.get_linestyle() not in ("None", "", " ")  # markers alone always show
+            if drawn_as_line and lab and not lab.startswith("_") and ax.get_xscale() == "linear" and x.size:
+                if np.ptp(x) < SHORT_SPAN * (hi - lo):
+                    assert _has_marker(ln) and lab in named, (
+                        f"{name} / {ax.get_title()!r}: {lab!r} spans {np.ptp(x):g} of {hi - lo:g} in x "
+                        "without markers and a label in the panel: it hides at the edge"
+                    )
         for i, a in enumerate(lines):
             xa, ya = np.asarray(a.get_xdata(), float), np.asarray(a.get_ydata(), float)
             for b in lines[i + 1 :]:
@@ -150,21 +171,73 @@ def check_ticks_were_run(axis, values, name: str) -> None:
             )
 
 
+def check_no_spikes(fig, name: str) -> None:
+    """No line has an isolated spike: a vertex more than a decade (log y) away from two equal
+    neighbours, the mark a lone round-off sample leaves between two substituted values."""
+    for ax in fig.axes:
+        if ax.get_yscale() != "log":
+            continue
+        for ln in ax.get_lines():
+            if ln.get_transform() is not ax.transData or _has_marker(ln):
+                continue
+            y = np.asarray(ln.get_ydata(), float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ly = np.log10(y)
+            a, b, c = ly[:-2], ly[1:-1], ly[2:]
+            spike = np.isfinite(a + b + c) & (np.abs(a - c) < 1e-9) & (np.abs(b - a) > 1)
+            assert not spike.any(), (
+                f"{name} / {ax.get_title()!r}: a spike at x = {np.asarray(ln.get_xdata())[1:-1][spike][:3]}"
+            )
+
+
+def check_ticklabels_apart(fig, name: str) -> None:
+    """The drawn tick labels of an axis do not overlap one another. Rotated labels are parallel
+    slanted lines: apart when their anchors' distance across the slant exceeds a line's height."""
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            texts = _drawn_ticklabels(axis, minor=False)
+            for i, a in enumerate(texts):
+                for b in texts[i + 1 :]:
+                    rot = np.deg2rad(a.get_rotation() % 180)
+                    if a.get_rotation() % 90:
+                        pa, pb = (ax.transData.transform(t.get_position()) for t in (a, b))
+                        along = abs(pa[0] - pb[0]) if axis is ax.xaxis else abs(pa[1] - pb[1])
+                        across = along * (np.sin(rot) if axis is ax.xaxis else np.cos(rot))
+                        lines = a.get_text().count("\n") + 1
+                        high = lines * a.get_fontsize() * fig.dpi / 72
+                        assert across > 0.9 * high, (
+                            f"{name} / {ax.get_title()!r}: {a.get_text()!r} on {b.get_text()!r}"
+                        )
+                    else:
+                        wa, wb = a.get_window_extent(renderer), b.get_window_extent(renderer)
+                        assert not _boxes_overlap(wa, wb), (
+                            f"{name} / {ax.get_title()!r}: {a.get_text()!r}, {b.get_text()!r} overlap"
+                        )
+
+
 def check_aspect(fig, name: str) -> None:
     w, h = fig.get_size_inches()
     assert max(w / h, h / w) <= MAX_ASPECT, f"{name}: aspect {w:.1f} x {h:.1f} in is beyond {MAX_ASPECT}:1"
 
 
 def check_colorbars(fig, name: str) -> None:
-    """Every colour-mapped artist (image, mesh, coloured scatter) has a colorbar."""
+    """Every colour-mapped artist (image, mesh, coloured scatter) has a colorbar: its own, or one
+    shared with artists of the same colour map and limits."""
+    mapped = []
     for ax in fig.axes:
         if ax.get_label() == "<colorbar>":
             continue  # a colorbar's own axes draws its scale as a mesh
         for art in [*ax.images, *ax.collections]:
-            if getattr(art, "get_array", None) is None or art.get_array() is None:
+            if getattr(art, "get_array", None) is None or art.get_array() is None or not art.get_visible():
                 continue
-            if getattr(art, "colorbar", None) is None and art.get_visible():
-                assert False, f"{name} / {ax.get_title()!r}: a colour map without a colorbar"
+            mapped.append((ax, art))
+    scales = {(a.get_cmap().name, tuple(a.get_clim())) for _, a in mapped if getattr(a, "colorbar", None)}
+    for ax, art in mapped:
+        if getattr(art, "colorbar", None) is None:
+            assert (art.get_cmap().name, tuple(art.get_clim())) in scales, (
+                f"{name} / {ax.get_title()!r}: a colour map without a colorbar"
+            )
 
 
 def _style(art):
@@ -200,7 +273,10 @@ def check_legend_matches(fig, name: str) -> None:
             if any(_in_view(ax, a.get_xdata(), a.get_ydata()).any() for ax, a in lines):
                 continue
             style = _style(lines[0][1])
-            assert any(_style(ln) == style for _, ln in drawn), (
+            # A key of a line style alone (no marker: "dashed = unstable") matches any line drawn in
+            # that style; one with a marker must match a drawn marker's shape and colour.
+            key = (lambda st: st[:2]) if style[0] in ("None", "", " ") else (lambda st: st)
+            assert any(key(_style(ln)) == key(style) for _, ln in drawn), (
                 f"{name}: legend entry {lab!r} ({style[0]!r}) matches nothing drawn"
             )
 
@@ -241,6 +317,8 @@ def check_figure(fig, name: str) -> None:
                     assert not _boxes_overlap(tb, ob), f"{name}: {t.get_text()!r} lies on another panel"
     check_aspect(fig, name)
     check_series_visible(fig, name)
+    check_no_spikes(fig, name)
+    check_ticklabels_apart(fig, name)
     check_errorbars_not_clipped(fig, name)
     check_colorbars(fig, name)
     check_legend_matches(fig, name)
@@ -251,163 +329,6 @@ def check_figure(fig, name: str) -> None:
         for ax, ob in boxes.items():
             assert not _boxes_overlap(ab, ob), f"{name}: legend or title lies on panel {ax.get_title()!r}"
     plt.close(fig)
-
-
-def _sim_figures():
-    """The simulation targets' figures (rankdyn/experiments/<target>.py, their plot calls)."""
-    dt = np.float32
-    # masks_collapse.run: four quantities, each its own y range.
-    bands = {m: _band(r) for m, r in zip(MASKS, (0.3, 0.5, 0.97, 0.95))}
-    panels = {
-        "mu (eq. 4)": bands,
-        "mu(LN(X)): direction only": bands,
-        "mu / ||X||_F": {m: _band(0.9) for m in MASKS},
-        "mean row norm: norm shrinkage": {m: _band(0.99, floor=0.1) for m in MASKS},
-    }
-    yield (
-        "masks_collapse_mu",
-        plotting.plot_band_panels(
-            LAYERS,
-            panels,
-            ylabels={t: t.split(":")[0] for t in panels},
-            sharey=False,
-            dtype=dt,
-            floor_panels=list(panels)[:3],
-            suptitle="SAN without LN",
-        ),
-    )
-    fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-    plotting.plot_rates_vs_bounds(
-        list(MASKS), [0.3, 0.5, 1.01, 0.99], [0.9, 0.95, 1.0, 1 - 1e-30], ax=ax, title="t"
-    )
-    yield "masks_collapse_rates", fig
-    # temperature.run: one panel per temperature, then the rate against d_QK.
-    yield (
-        "temperature_mu",
-        plotting.plot_band_panels(
-            LAYERS, {f"d_QK = {q}": bands for q in ("1/64", "1", "64")}, ncols=3, dtype=dt, suptitle="t"
-        ),
-    )
-    fig, ax = plt.subplots(figsize=(5.5, 3.8), layout="constrained")
-    dqks = 2.0 ** np.arange(-6, 7)
-    plotting.plot_rate_vs_dqk(
-        dqks, {m: 1 - 0.5 / (1 + dqks) / (i + 1) for i, m in enumerate(MASKS)}, ax=ax, marks=[1]
-    )
-    yield "temperature_rate", fig
-    # layernorm_orthogonal.run: mu and 1 - min cosine, post and pre LN, a y range per row.
-    cases = [f"{m} / {k}" for m in MASKS[:3] for k in ("sphere", "nonneg")]
-    mu = {c: _band(0.9 + 0.01 * i, floor=1e-7) for i, c in enumerate(cases)}
-    # The complete mask with LN: every token equal after one layer, mu exactly 0 from t = 1.
-    mu[cases[0]] = {"mean": np.r_[1.0, np.zeros(64)], "std": np.zeros(65)}
-    cos = {c: _band(0.8, start=0.5, floor=1e-7) for c in cases}
-    shown = {
-        "post-LN: mu": mu,
-        "pre-LN: mu": mu,
-        "post-LN: 1 - min cosine": cos,
-        "pre-LN: 1 - min cosine": cos,
-    }
-    yield (
-        "layernorm_orthogonal_mu",
-        plotting.plot_band_panels(
-            LAYERS, shown, ylabels={t: t.split(": ")[1] for t in shown}, sharey="row", dtype=dt, suptitle="t"
-        ),
-    )
-    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
-    plotting.plot_rates_vs_bounds(cases, np.linspace(0.5, 0.99, 6), np.full(6, 1 - 1e-3), ax=ax, title="t")
-    yield "layernorm_orthogonal_rates", fig
-    # depth_table.run: eval vs train mode per mask.
-    yield "depth_table_mu", plotting.plot_band_panels(
-        LAYERS,
-        {f"{m}, {p}": {"eval": _band(0.9), "train": _band(0.8)}
-         for p in ("eval", "train") for m in MASKS[:3]},
-        ncols=3, dtype=dt, suptitle="t",
-    )  # fmt: skip
-    # ablation.depth_figure: a row per variant, a column per mask; the SAN collapses to 1e-40.
-    variants = ("SAN", "SAN+skip", "SAN+LN", "SAN+skip+LN", "full")
-    modes = ("eval", "attn-dropout", "attn+hidden-dropout")
-    abl = {
-        f"{v}: {m}": {
-            p: _band(0.25 if v == "SAN" else 0.999 - 0.002 * j, floor=1e-41)
-            | {"color": f"C{j}", "linestyle": ("-", "--", ":")[j]}
-            for j, p in enumerate(modes if "LN" in v or v == "full" else modes[:1])
-        }
-        for v in variants
-        for m in MASKS
-    }
-    setting = {"n": 32, "d": 64, "heads": 4, "batch": 8, "dtype": dt}
-    for view in (64, 12):
-        fig = ablation.depth_figure(LAYERS, abl, setting, view)
-        # One y label per row (the row shares its range), and a row run in eval mode only says so.
-        assert sum(bool(ax.get_ylabel()) for ax in fig.axes) == len(variants)
-        assert sum("(eval only)" in ax.get_title() for ax in fig.axes) == 2 * len(MASKS)
-        yield f"ablation_depth{view}", fig
-    # geometry.run: four quantities, linear y for the bounded ones.
-    geo = {"num_rank": {m: {"mean": np.full(65, 32.0), "std": np.zeros(65)} for m in MASKS}}
-    geo |= {"sigma_min": {m: _band(0.99) for m in MASKS}, "mean |cos|": {m: _band(1.0, 0.1) for m in MASKS}}
-    geo |= {"stable_rank": {m: {"mean": np.linspace(20, 2, 65), "std": np.ones(65)} for m in MASKS}}
-    yield "geometry", plotting.plot_band_panels(
-        LAYERS, geo, ncols=2, panel_size=(3.4, 2.6), sharey=False, ylabels={t: t for t in geo},
-        linear_y=("num_rank", "mean |cos|", "stable_rank"), suptitle="t",
-    )  # fmt: skip
-
-
-def _theory_figures():
-    """The theory targets' figures (counterexample_2d, equilibria_ranks, positive_measure, undirected)."""
-    from rankdyn._theory._constructions import example_2d
-
-    ex = example_2d(2.0)
-    th = np.linspace(0, 1.2, 20)
-    path = np.stack([np.cos(th), np.sin(th)], -1)
-    states = np.stack([path, path[::-1]], 1)  # (S, 2 tokens, 2)
-    yield (
-        "counterexample_2d_trajectories",
-        plotting.plot_counterexample_2d(0.5 * states, np.stack([states, states]), ex, title_w=2.0),
-    )
-    angles = np.arange(0, 360, 2.0)
-    arc = {"angles": angles, "outcome": (angles > 120) & (angles < 270), "predicted_arc": (121.0, 270.0)}
-    basins = {w: arc for w in (1.5, 2.0, 3.0)}
-    hor = [100, 1000]
-    joint = {"theta1": np.linspace(-80, 80, 9), "theta2": np.linspace(0, 350, 8), "horizons": hor,
-             "noncollapse": np.random.default_rng(0).random((2, 9, 8)) > 0.5, "fraction": [0.3, 0.28],
-             "ci": [(0.25, 0.35), (0.22, 0.33)]}  # fmt: skip
-    yield (
-        "counterexample_2d_basin",
-        plotting.plot_counterexample_2d_basins(basins, {1.5: joint, 2.0: joint, 3.0: joint}, {2.0: 0.27}),
-    )
-    results = []
-    for n, w in ((3, 3.0), (4, 8.0)):
-        k = np.repeat(np.arange(1, n + 1), 2 ** np.arange(1, n + 1))
-        results.append({"n": n, "w": w, "k": k, "stable_rank": 1 + 0.3 * (k - 1), "bound_full_rank": 2.0,
-                        "spectral_radius": 1 + 0.1 * k})  # fmt: skip
-    yield "equilibria_ranks", plotting.plot_equilibria_ranks(results)
-    frac = {"horizons": hor, "fraction": [0.4, 0.4], "wilson95": [(0.3, 0.5), (0.3, 0.5)]}
-    kept = {"horizons": hor, "fraction": [1.0, 1.0], "wilson95": [(0.95, 1.0), (0.95, 1.0)]}  # all kept
-    pm = {
-        "lemma": {(3, 2.0): {"paper": {"noncollapse": 30, "samples": 64, "invariance_violated_any_step": 2},
-                             "proof": {"noncollapse": 64, "samples": 64, "invariance_violated_any_step": 0}}},
-        "joint": {(2, 2, 2.0): {"random": frac, "token1_at_e_d": kept},
-                  (3, 3, 2.0): {"random": frac, "token1_at_e_d": kept}},
-        "spec_joint": {(2, 2, 2.0): 0.35},
-    }  # fmt: skip
-    yield "positive_measure", plotting.plot_positive_measure(pm)
-    pts = [
-        dict(n=n, mask=m, attention=a, share=sh, lo=max(sh - 0.01, 0.0), hi=sh + 0.01,
-             paper=0.05 if m == "causal" else 0.0)
-        for n in (3, 6)
-        for m in ("causal", "complete", "window", "window2")
-        for a, sh in (("uniform", 0.0), ("symmetric", 0.07), ("generic", 0.004))
-    ]  # fmt: skip
-    yield "undirected", plotting.plot_undirected(pts, title="share keeping rank >= 2")
-
-
-@pytest.mark.slow  # 15 figures drawn: about 20 s of CPU
-def test_every_reproduce_figure_is_printable():
-    names = []
-    for name, fig in [*_sim_figures(), *_theory_figures()]:
-        check_figure(fig, name)
-        names.append(name)
-    # One figure per figure a target writes (rankdyn/experiments/*.py "figures").
-    assert len(names) == len(set(names)) == 15, names
 
 
 def test_eigen_moduli_grid_is_printable_for_hundreds_of_equilibria():
@@ -461,51 +382,124 @@ def _render(module, measured, tmp_path, *, quick=True):
     return dict(zip(rendered.figures, figs)), rendered
 
 
-def _temperature_measured(same: bool):
-    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
-    from rankdyn.experiments.sim import temperature as T
-
-    q = len(T.DQKS)
-    rates = {m: [0.5 + 0.03 * i + 0.01 * j for j in range(q)] for i, m in enumerate(PAPER_MASKS)}
-    # ``same``: two masks' mu curves coincide (the windows at a high temperature, as measured).
-    curves = {
-        f"d_QK = 2^{int(np.log2(d))}": {
-            MASK_LABELS[m]: _band(0.6 if same and i >= 2 else 0.3 + 0.1 * i)
-            for i, m in enumerate(PAPER_MASKS)
-        }
-        for d in T.PAPER_DQKS
-    }
-    one = {m: 0.1 for m in PAPER_MASKS}
-    return T.TemperatureMeasured(
-        early_rate=rates, late_rate=rates, median_eps_layer0={m: [0.1] * q for m in PAPER_MASKS},
-        spearman={m: -0.9 for m in PAPER_MASKS}, effect_1_64_minus_64=one,
-        spread_shallow=one, spread_deep=one,
-        layers=LAYERS, curves=curves, setting={"dtype": np.float32, "n": 32, "d": 64, "depth": 64},
-    )  # fmt: skip
+def _rendered(target: str, tmp_path):
+    """The figures of ``target`` (a registry name) drawn from its synthetic measured result."""
+    module, measured = getattr(figure_measured, target.replace("-", "_"))()
+    return _render(module, measured, tmp_path)
 
 
-def _flow_clustering_measured():
-    from rankdyn.experiments.flow import flow_clustering as F
-
-    betas = (0.5, 1.0, 2.0, 3.0)
-    times = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 40)])
-    frac = np.clip((np.log10(times[None] + 1e-3) + 1) / 3 * (1 + 0.2 * np.arange(4)[:, None]), 0, 1)
-    return F.FlowClusteringMeasured(
-        betas=betas, final_fraction=tuple(float(f) for f in frac[:, -1]),
-        final_clusters_max=(1.0, 1.0, 1.0, 2.0),
-        median_time_to_cluster=(30.0, 40.0, 50.0, 80.0), steps_limit_hit=(0, 0, 0, 0), drift=1e-12,
-        times=times, fraction=frac, batch=48,
-    )  # fmt: skip
-
-
-def test_targets_render_figures_that_pass_every_check(tmp_path):
-    from rankdyn.experiments.flow import flow_clustering
-    from rankdyn.experiments.sim import temperature
-
-    figs, _ = _render(temperature, _temperature_measured(same=True), tmp_path)
-    for name, fig in figs.items():
+def check_figure_kept(fig, name):
+    """`check_figure` without closing the figure (the caller reads it further)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt, "close", lambda *a: None)
         check_figure(fig, name)
-    figs, rendered = _render(flow_clustering, _flow_clustering_measured(), tmp_path)
+
+
+SLOW_RENDERS = ("ablation", "masks-collapse", "geometry", "layernorm-orthogonal")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [pytest.param(t.name, marks=pytest.mark.slow) if t.name in SLOW_RENDERS else t.name for t in REGISTRY],
+)
+def test_every_target_renders_printable_figures(target, tmp_path):
+    # Every registered target draws its figures from a synthetic result, and each passes every check.
+    figs, rendered = _rendered(target, tmp_path)
+    assert figs, f"{target}: no figure"
+    for name, fig in figs.items():
+        check_figure(fig, f"{target}/{name}")
+
+
+# -- The figures of issue 34, each with the check its old version failed ---------------------------
+
+
+def test_undirected_draws_the_certified_equilibria_beside_the_searches(tmp_path):
+    module, m = figure_measured.undirected()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["undirected.png"]
+    check_figure_kept(fig, "undirected")
+    search, ratio, radius = fig.axes
+    # Every certified equilibrium (this run's and the stored, re-proven ones) in both lower panels,
+    # the window masks among them.
+    want = len(m.certificates) + len(m.stored)
+    for ax in (ratio, radius):
+        drawn = sum(len(ln.get_xdata()) for ln in ax.get_lines() if ln.get_transform() is ax.transData
+                    and _has_marker(ln))  # fmt: skip
+        assert drawn == want, (ax.get_title(), drawn, want)
+        ticks = " ".join(t.get_text() for t in ax.get_xticklabels())
+        assert "window" in ticks and "complete" in ticks, ticks
+    bounds = [ln.get_ydata()[0] for ln in radius.get_lines() if _has_marker(ln)]
+    assert max(bounds) < 1 < radius.get_ylim()[1]  # stable: under the drawn line at 1
+    # A search that found nothing is drawn at its value, 0, inside the axes (not "below the axis").
+    zeros = [p for p in m.points if p["share"] == 0]
+    at_zero = [c for c in search.containers if np.asarray(c.lines[0].get_ydata(), float).tolist() == [0.0]]
+    assert len(at_zero) >= 2 * len(zeros), "every share of 0 (held-out and basin) drawn at 0"
+    assert search.get_yscale() == "linear" and search.get_ylim()[0] < 0 < search.get_ylim()[1]
+    plt.close(fig)
+
+
+def test_layernorm_complete_curve_is_named_and_no_round_off_spike(tmp_path):
+    figs, _ = _rendered("layernorm-orthogonal", tmp_path)
+    fig = figs["layernorm_orthogonal_mu.png"]
+    check_figure_kept(fig, "layernorm_orthogonal_mu")  # check_series_visible and check_no_spikes
+    for ax in fig.axes:
+        # The complete mask's lone round-off sample at t = 355 (below the floor, between exact
+        # zeros) is not drawn at all: no line has a vertex there.
+        for ln in ax.get_lines():
+            x = np.asarray(ln.get_xdata(), float)
+            y = np.asarray(ln.get_ydata(), float)
+            assert not (np.isfinite(y) & (x == 355) & (y < 1e-8)).any(), ax.get_title()
+        (complete,) = [ln for ln in ax.get_lines() if ln.get_label() == "complete / sphere"]
+        assert _has_marker(complete)
+        assert any("complete / sphere" in t.get_text() and "t = 1" in t.get_text() for t in ax.texts)
+    plt.close(fig)
+
+
+def test_ablation_axes_stop_near_the_floor_and_labels_are_shared(tmp_path):
+    figs, _ = _rendered("ablation", tmp_path)
+    for view in (128, 12):
+        fig = figs[f"ablation_depth{view}.png"]
+        check_figure_kept(fig, f"ablation_depth{view}")
+        # float32 underflow (1e-40) is not an axis: every panel stops 3 decades under the floor.
+        assert min(ax.get_ylim()[0] for ax in fig.axes) > 1e-12
+        # The quantity is named once; rows by variant, columns by mask; no two panels repeat a label.
+        labels = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()]
+        assert len(labels) == len(set(labels)) == 5, labels
+        assert fig._supylabel is not None and "mu" in fig._supylabel.get_text()
+        assert sum("eval only" in lab for lab in labels) == 2  # SAN and SAN+skip ran in eval mode only
+        # A legend entry drawn in only some rows says which.
+        (leg,) = fig.legends
+        for text in leg.get_texts():
+            lab = text.get_text()
+            panels = sum(any(ln.get_label() == lab for ln in ax.get_lines()) for ax in fig.axes)
+            assert panels in (0, len(fig.axes)) or "only" in lab, (lab, panels)
+        plt.close(fig)
+
+
+def test_rates_figure_draws_bounds_of_one_below_the_axis_with_their_value(tmp_path):
+    module, m = figure_measured.masks_collapse()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["masks_collapse_rates.png"]
+    check_figure_kept(fig, "masks_collapse_rates")
+    (ax,) = fig.axes
+    one = [k for k, v in m.per_mask.items() if v.bound_rate == 1.0]
+    (below,) = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
+    # On the bottom edge (axes coordinates), not at a data value such as 1e-11, with its value.
+    assert below.get_transform() is not ax.transData and np.all(np.asarray(below.get_ydata()) == 0)
+    assert len(below.get_xdata()) == len(one)
+    written = [t.get_text() for t in ax.texts]
+    for k in one:
+        v = m.per_mask[k]
+        want = v.log10_eps_pow_r - np.log10(v.radius)  # 1 - (1 - x)^(1/r) = x / r for x ~ 1e-41
+        assert any(f"e{int(np.floor(want))}" in t for t in written), (k, written)
+    plt.close(fig)
+
+
+def test_temperature_and_flow_clustering_keep_their_fixes(tmp_path):
+    figs, _ = _render(*figure_measured.temperature(same=True), tmp_path)
+    for name, fig in figs.items():
+        check_figure(fig, name)  # two coinciding curves stay apart (dash patterns)
+    figs, rendered = _rendered("flow-clustering", tmp_path)
     fig = figs["flow_clustering.png"]
     ax = fig.axes[0]
     check_ticks_were_run(ax.yaxis, np.arange(4), "flow_clustering")  # one row per beta run ...
@@ -516,30 +510,17 @@ def test_targets_render_figures_that_pass_every_check(tmp_path):
 
 
 def test_flow_limit_draws_every_setting_with_a_tick_at_every_step(tmp_path):
-    from rankdyn.experiments.flow import flow_limit as L
-
-    hs = (0.2, 0.1, 0.05, 0.025)
-    settings = {
-        k: L.SettingErrors(errors=tuple(float(c * h) for h in hs), order=1.0)
-        for k, c in (("causal", 1.0), ("complete", 3.0))
-    }
-    figs, _ = _render(L, L.FlowLimitMeasured(hs=hs, settings=settings), tmp_path)
+    module, m = figure_measured.flow_limit()
+    figs, _ = _render(module, m, tmp_path)
     fig = figs["flow_limit.png"]
     check_figure_kept(fig, "flow_limit")
     ax = fig.axes[0]
     labels = " ".join(t.get_text() for t in ax.get_legend().get_texts())
     assert "causal" in labels and "complete" in labels, labels  # both settings checked, both drawn
-    check_ticks_were_run(ax.xaxis, hs, "flow_limit")
+    check_ticks_were_run(ax.xaxis, m.hs, "flow_limit")
     shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
-    assert sorted(shown, key=float) == sorted(f"{h:g}" for h in hs), shown  # the leftmost too
+    assert sorted(shown, key=float) == sorted(f"{h:g}" for h in m.hs), shown  # the leftmost too
     plt.close(fig)
-
-
-def check_figure_kept(fig, name):
-    """`check_figure` without closing the figure (the caller reads it further)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plt, "close", lambda *a: None)
-        check_figure(fig, name)
 
 
 def test_every_check_fails_on_the_figure_it_targets():

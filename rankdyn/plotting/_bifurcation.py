@@ -17,7 +17,7 @@ _MARKERS = {"fold": "o", "branch-point": "s", "period-doubling": "D", "neimark-s
 _SHORT = {"fold": "LP", "branch-point": "BP", "period-doubling": "PD", "neimark-sacker": "NS"}
 
 
-def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray:
+def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray | float:
     """``sigma_min``: the smallest singular value of each ``X (n, d)``; ``min_cos``: the smallest
     cosine between two tokens. ``points`` is ``(n, d)`` or ``(k, n, d)``.
 

@@ -177,7 +177,8 @@ def _draw_curve(ax, t, mean, std, *, label, color, style, floor, log_y, loglog):
         cut, low = below[0] + 1, floor * CUT_BELOW_FLOOR
         faint = mean[cut - 1 :]
         clipped = bool((faint < low).any())
-        ax.plot(t[cut - 1 :], np.maximum(faint, low), color=color, ls=style, lw=0.6, alpha=0.45)
+        if np.isfinite(faint).sum() > 1:  # a lone value under the floor is not a line
+            ax.plot(t[cut - 1 :], np.maximum(faint, low), color=color, ls=style, lw=0.6, alpha=0.45)
         mean, std = mean.copy(), None if std is None else std.copy()
         mean[cut:] = np.nan
         # The first value under the floor closes the line down to it; alone (no value before it)

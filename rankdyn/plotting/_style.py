@@ -189,7 +189,26 @@ def tidy_log_ticks(fig) -> None:
                 continue  # ticks placed on purpose (at the values run): kept
             lo, hi = sorted(axis.get_view_interval())
             if lo > 0 and hi / lo < 100:
-                subs = (1.0, 2.0, 5.0) if hi / lo >= 10 else (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
+                subs = _log_subs(ax, axis, float(np.log10(hi / lo)), dense=bool(hi / lo < 10))
                 axis.set_major_locator(LogLocator(base=10, subs=subs))
                 axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
             axis.set_minor_formatter(NullFormatter())
+
+
+#: Plain-number ticks per decade, densest first, with the smallest gap between two (in decades).
+_SUBS = (((1.0, 2.0, 3.0, 4.0, 6.0, 8.0), np.log10(10 / 8)), ((1.0, 2.0, 5.0), np.log10(2)),
+         ((1.0, 3.0), np.log10(3)), ((1.0,), 1.0))  # fmt: skip
+
+
+def _log_subs(ax, axis, decades: float, *, dense: bool) -> tuple:
+    """The densest `_SUBS` whose labels stay apart on this axis's length (a short panel gets
+    fewer: 6, 8, 10 crowd a 1-decade axis 120 px high); under a decade starts from every digit."""
+    box = ax.get_window_extent()
+    length = box.height if axis is ax.yaxis else box.width
+    font = axis.get_ticklabels()[0].get_fontsize() if axis.get_ticklabels() else 10.0
+    need = (1.3 if axis is ax.yaxis else 2.6) * font * ax.figure.dpi / 72  # x labels are wider
+    choices = _SUBS if dense else _SUBS[1:]
+    for subs, gap in choices:
+        if gap * length / max(decades, 1e-9) >= need:
+            return subs
+    return choices[-1][0]
