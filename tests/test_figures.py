@@ -93,7 +93,7 @@ def _dash(ln):
 
 
 #: A labelled line spanning less than this share of the x view hides at the edge of the others.
-SHORT_SPAN = 0.05
+SHORT_SPAN = 0.02
 
 
 def _has_marker(ln) -> bool:

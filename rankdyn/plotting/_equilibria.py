@@ -101,6 +101,8 @@ def plot_equilibria_moduli_grid(
     levels = sorted(set(ranks.tolist())) or [1]
     # Rows as full as they can be: 4 ranks on 2 x 2, not 3 + 1 with two empty cells.
     rows = -(-len(levels) // max(1, ncols))
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = panel_grid(len(levels), -(-len(levels) // rows), panel_size, sharey=True)
     for ax, k in zip(axes, levels):
         idx = np.nonzero(ranks == k)[0]
@@ -116,6 +118,7 @@ def plot_equilibria_moduli_grid(
         ax.axhline(1.0, color="k", ls="--", lw=0.8)
         ax.set_yscale("log")
         ax.set_xlim(-1, max(len(idx), 1))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # equilibria are counted, not measured
         ax.set_title(f"rank {k}: {len(idx)} {'class' if len(idx) == 1 else 'classes'}", fontsize=9)
         ax.set_xlabel("equilibrium (search order)", fontsize=8)
         ax.set_ylabel("|eigenvalue|, tangent Jacobian", fontsize=8)

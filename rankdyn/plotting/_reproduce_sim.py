@@ -155,7 +155,7 @@ def plot_band_panels(
 CUT_BELOW_FLOOR = 1e-3
 #: A curve whose drawn part spans less than this share of the x range (it drops to 0 at once) gets
 #: markers and a label in the panel: as a line it would hide under the others at the left edge.
-SHORT_SPAN = 0.05
+SHORT_SPAN = 0.02
 
 
 def _draw_curve(ax, t, mean, std, *, label, color, style, floor, log_y, loglog):
