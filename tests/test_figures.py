@@ -417,7 +417,7 @@ def test_undirected_draws_the_certified_equilibria_beside_the_searches(tmp_path)
     module, m = figure_measured.undirected()
     figs, _ = _render(module, m, tmp_path)
     fig = figs["undirected.png"]
-    check_figure_kept(fig, "undirected")
+    assert len(fig.axes) == 3, "the searches, and two panels of certified equilibria"
     search, ratio, radius = fig.axes
     # Every certified equilibrium (this run's and the stored, re-proven ones) in both lower panels,
     # the window masks among them.
@@ -435,13 +435,13 @@ def test_undirected_draws_the_certified_equilibria_beside_the_searches(tmp_path)
     at_zero = [c for c in search.containers if np.asarray(c.lines[0].get_ydata(), float).tolist() == [0.0]]
     assert len(at_zero) >= 2 * len(zeros), "every share of 0 (held-out and basin) drawn at 0"
     assert search.get_yscale() == "linear" and search.get_ylim()[0] < 0 < search.get_ylim()[1]
+    check_figure_kept(fig, "undirected")  # the legend matches what is drawn, among the rest
     plt.close(fig)
 
 
 def test_layernorm_complete_curve_is_named_and_no_round_off_spike(tmp_path):
     figs, _ = _rendered("layernorm-orthogonal", tmp_path)
     fig = figs["layernorm_orthogonal_mu.png"]
-    check_figure_kept(fig, "layernorm_orthogonal_mu")  # check_series_visible and check_no_spikes
     for ax in fig.axes:
         # The complete mask's lone round-off sample at t = 355 (below the floor, between exact
         # zeros) is not drawn at all: no line has a vertex there.
@@ -449,9 +449,12 @@ def test_layernorm_complete_curve_is_named_and_no_round_off_spike(tmp_path):
             x = np.asarray(ln.get_xdata(), float)
             y = np.asarray(ln.get_ydata(), float)
             assert not (np.isfinite(y) & (x == 355) & (y < 1e-8)).any(), ax.get_title()
+    check_no_spikes(fig, "layernorm_orthogonal_mu")
+    for ax in fig.axes:
         (complete,) = [ln for ln in ax.get_lines() if ln.get_label() == "complete / sphere"]
         assert _has_marker(complete)
         assert any("complete / sphere" in t.get_text() and "t = 1" in t.get_text() for t in ax.texts)
+    check_figure_kept(fig, "layernorm_orthogonal_mu")  # check_series_visible among the rest
     plt.close(fig)
 
 
@@ -459,7 +462,6 @@ def test_ablation_axes_stop_near_the_floor_and_labels_are_shared(tmp_path):
     figs, _ = _rendered("ablation", tmp_path)
     for view in (128, 12):
         fig = figs[f"ablation_depth{view}.png"]
-        check_figure_kept(fig, f"ablation_depth{view}")
         # float32 underflow (1e-40) is not an axis: every panel stops 3 decades under the floor.
         assert min(ax.get_ylim()[0] for ax in fig.axes) > 1e-12
         # The quantity is named once; rows by variant, columns by mask; no two panels repeat a label.
@@ -473,6 +475,7 @@ def test_ablation_axes_stop_near_the_floor_and_labels_are_shared(tmp_path):
             lab = text.get_text()
             panels = sum(any(ln.get_label() == lab for ln in ax.get_lines()) for ax in fig.axes)
             assert panels in (0, len(fig.axes)) or "only" in lab, (lab, panels)
+        check_figure_kept(fig, f"ablation_depth{view}")
         plt.close(fig)
 
 
@@ -480,7 +483,6 @@ def test_rates_figure_draws_bounds_of_one_below_the_axis_with_their_value(tmp_pa
     module, m = figure_measured.masks_collapse()
     figs, _ = _render(module, m, tmp_path)
     fig = figs["masks_collapse_rates.png"]
-    check_figure_kept(fig, "masks_collapse_rates")
     (ax,) = fig.axes
     one = [k for k, v in m.per_mask.items() if v.bound_rate == 1.0]
     (below,) = [ln for ln in ax.get_lines() if ln.get_marker() == "v"]
@@ -492,6 +494,7 @@ def test_rates_figure_draws_bounds_of_one_below_the_axis_with_their_value(tmp_pa
         v = m.per_mask[k]
         want = v.log10_eps_pow_r - np.log10(v.radius)  # 1 - (1 - x)^(1/r) = x / r for x ~ 1e-41
         assert any(f"e{int(np.floor(want))}" in t for t in written), (k, written)
+    check_figure_kept(fig, "masks_collapse_rates")
     plt.close(fig)
 
 
