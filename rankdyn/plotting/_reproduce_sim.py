@@ -117,11 +117,13 @@ def plot_band_panels(
     if sharey == "row":
         for row in range(0, len(axes), max(1, min(ncols, len(axes)))):
             share_ylim(axes[row : row + ncols])
-        for i, ax in enumerate(axes):  # a row shares its y range: its label once, on the left
-            if i % max(1, ncols):
-                ax.set_ylabel("")
     elif sharey:
         share_ylim(axes)
+    if sharey:  # panels that share their y range say its label once per row, on the left
+        per_row = max(1, min(ncols, len(axes)))
+        for i, ax in enumerate(axes):
+            if i % per_row and ax.get_ylabel() == axes[i - i % per_row].get_ylabel():
+                ax.set_ylabel("")
     if dtype is not None:
         for ax, title in zip(axes, panels):
             if (floor_panels is None or title in floor_panels) and title not in linear_y:

@@ -202,7 +202,7 @@ def render(out: Path, m: PretrainedAblationMeasured, cs: list[V.Check], *, quick
         fig = plot_band_panels(
             m.layers,
             m.panels,
-            ncols=len(m.panels),
+            ncols=3,  # five variants on 3 + 2 panels: a strip of five is too wide for a page
             xmax=view,
             dtype=model["dtype"],
             suptitle=f"mu along depth, {r.title}, {r.corpus['excerpts']} excerpts x {r.n} tokens"
