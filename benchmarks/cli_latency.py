@@ -47,6 +47,8 @@ def _commands(tmp: Path) -> dict[str, list[str]]:
     tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = Whitespace()
     tok.save(str(ckpt / "tokenizer.json"))
+    bad = tmp / "bad.toml"  # a sweep whose [axes] names a mask that does not exist
+    bad.write_text('[axes]\nmask = ["complete", "no-such-mask"]\n[fixed]\nn = 4\n')
     return {
         "rankdyn --help": ["--help"],
         "rankdyn simulate --help": ["simulate", "--help"],
@@ -55,6 +57,9 @@ def _commands(tmp: Path) -> dict[str, list[str]]:
         "simulate --out /proc/x (refused)": ["simulate", "--out", "/proc/x/y"],
         "equilibria --n 0 (refused)": ["equilibria", "--n", "0"],
         "reproduce no-such-target (refused)": ["reproduce", "no-such-target"],
+        "simulate --x64 --n 0 (refused)": ["simulate", "--x64", "--n", "0"],
+        "sweep bad mask in the config (refused)": ["sweep", str(bad), "--out", str(tmp / "sweep")],
+        "lyapunov --qr-every 0 (refused)": ["lyapunov", "--layers", "4", "--qr-every", "0"],
         "simulate --checkpoint --batch 64 short text (refused)": [
             "simulate",
             "--checkpoint",
