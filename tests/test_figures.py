@@ -328,6 +328,12 @@ def check_figure(fig, name: str) -> None:
         ab = artist.get_window_extent(renderer)
         for ax, ob in boxes.items():
             assert not _boxes_overlap(ab, ob), f"{name}: legend or title lies on panel {ax.get_title()!r}"
+    if fig._suptitle is not None:
+        tb = fig._suptitle.get_window_extent(renderer)
+        for leg in legends:
+            assert not _boxes_overlap(leg.get_window_extent(renderer), tb), (
+                f"{name}: a legend lies on the title"
+            )
     plt.close(fig)
 
 

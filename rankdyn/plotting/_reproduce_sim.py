@@ -146,7 +146,8 @@ def plot_band_panels(
             f"{np.dtype(dtype).name} round-off floor (curves under it: float noise, "
             f"cut {-int(np.log10(CUT_BELOW_FLOOR))} decades down)"
         )
-    legend_outside(fig, handles, labels, title=legend_title, below=legend_below)
+    if len(labels) > 1 or legend_title:  # one unnamed curve per panel needs no legend
+        legend_outside(fig, handles, labels, title=legend_title, below=legend_below)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
