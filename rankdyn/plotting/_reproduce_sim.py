@@ -46,10 +46,14 @@ def plot_band_panels(
 ):
     r"""A grid of panels; each panel draws several mean +- std curves against depth.
 
-    Semi-log y (a geometric rate is a straight line); every panel carries a y label; compared
-    panels share one y range; one legend for the whole figure sits right of the panels. With
-    ``dtype`` the round-off floor of that dtype is shaded (scale: the largest layer-0 value in
-    the panel), so a float32 plateau near $10^{-7}\,\mu(X^{(0)})$ reads as collapse.
+    Semi-log y (a geometric rate is a straight line); every y axis is labelled, once per row
+    where the panels share their range; compared panels share one y range; one legend for the
+    whole figure sits right of the panels (none for a single unnamed curve). With ``dtype`` the
+    round-off floor of that dtype is shaded (scale: the largest layer-0 value in the panel), so a
+    float32 plateau near $10^{-7}\,\mu(X^{(0)})$ reads as collapse. On a log axis a value of
+    exactly 0 is not drawn: a down-triangle on the bottom edge marks the first such layer, and a
+    curve whose drawn part spans under `SHORT_SPAN` of the layers gets markers and a named arrow.
+    Under the floor a curve is drawn thin and cut `CUT_BELOW_FLOOR` times the floor down.
 
     Arguments:
         layers: saved layer indices (shared by every curve).

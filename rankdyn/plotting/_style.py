@@ -3,7 +3,8 @@ r"""The shared figure rules of rankdyn: one place for what every plot must obey.
 * **Exponential decay is drawn on semi-log y** (linear depth): a geometric rate
   $\mu(X^{(t)}) \le C\rho^t$ (Theorems 1-2) is then a straight line whose slope is $\log\rho$. The
   paper's log-log view stays available (``loglog=True``; layer 0 is then drawn at 0.5).
-* **Every panel has a y label**, and panels that are compared share their y limits.
+* **Every y axis is labelled**, and panels that are compared share their y limits; panels that
+  share their range say the label once per row, on the left (no repeated small labels).
 * **Legends sit outside the data** (to the right of the axes or of the whole figure).
 * **The round-off floor is a band.** A token matrix whose tokens agree to the last bit of the
   dtype has $\mu(X)/\|X\|_F \approx \epsilon_{\text{mach}}$, not 0, so a float32 curve flattens
