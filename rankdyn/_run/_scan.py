@@ -39,6 +39,11 @@ def _finite(values: dict, ok) -> jax.Array:
     return ok
 
 
+def _canonical(a):
+    """An inexact array in the dtype JAX computes in now (float64 -> float32 when x64 is off)."""
+    return a.astype(jax.dtypes.canonicalize_dtype(a.dtype)) if eqx.is_inexact_array(a) else a
+
+
 def _layer_keys(keys, t):
     return None if keys is None else jax.vmap(lambda k: jr.fold_in(k, t))(keys)
 
@@ -143,7 +148,12 @@ def scan_depth(
         bad, nonfinite, ys = record(x, bad, nonfinite, jnp.min(e, axis=0))
         return (x, bad, nonfinite), ys
 
-    x, bad, nonfinite = state.x, state.degenerate, state.nonfinite
+    # Tokens and weights made while x64 was on stay float64 after it is switched off, but the
+    # layer then computes in float32, and the scan's carry would change type (a TypeError): both
+    # take the dtype JAX computes in now (float64 -> float32 without x64; unchanged otherwise).
+    layer = jax.tree.map(_canonical, layer)
+    x = _canonical(state.x)
+    bad, nonfinite = state.degenerate, state.nonfinite
     if include_start:
         bad, nonfinite, first = record(x, bad, nonfinite, _eps_start(layer, x))
     blocks = block0 + jnp.arange(num_blocks)
