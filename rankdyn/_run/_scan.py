@@ -18,6 +18,7 @@ so they do not depend on how the batch was cut either (docs/sweep.md, the bitwis
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -217,10 +218,7 @@ def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, me
 
     if mesh is None:
         return local((layer, observe, block0), state)
-    state, values, ok, states = map_sharded(local, mesh, (layer, observe, block0), state)
-    # Every process of a multi-host mesh gets all values, to fold them in the same batch order.
-    values, ok = lax.with_sharding_constraint((values, ok), NamedSharding(mesh, PartitionSpec()))
-    return state, values, ok, states
+    return map_sharded(local, mesh, (layer, observe, block0), state)
 
 
 @eqx.filter_jit
@@ -358,9 +356,11 @@ def run_batch(
                 bar.update(min(step, num - start) * nb * save_every)
         values = _join_values(value_parts)
         ok = jnp.concatenate(ok_parts, axis=1) if len(ok_parts) > 1 else ok_parts[0]
-        if mesh is not None:  # folded on one device (the fold's one program), in batch order
-            values, ok = jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), (values, ok))
-        acc = fold_in_order(acc, values, ok)
+        if mesh is None:
+            acc = fold_in_order(acc, values, ok)
+        else:  # every process gets all values, folded on one local device in batch order
+            whole = _gathered(mesh)((values, ok))
+            acc = fold_in_order(acc, *jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), whole))
         nf, dg = _flag_counts(state.valid, state.nonfinite, state.degenerate)
         nonfinite_count, degenerate_count = nonfinite_count + nf, degenerate_count + dg
         if per_trajectory or save_states:
@@ -378,6 +378,12 @@ def run_batch(
         (nonfinite_count, degenerate_count),
         (_join_chunks(per, num) if (per_trajectory or save_states) else None),
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _gathered(mesh):
+    """The identity, its output replicated on every device of ``mesh`` (one program per mesh)."""
+    return jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def _join_values(parts):
