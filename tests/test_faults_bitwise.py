@@ -14,7 +14,6 @@ import numpy as np
 import rankdyn as rd
 from rankdyn._observe._observer import MetricObserver
 from rankdyn._run import _autotune
-from rankdyn._run._fold import GROUP, fold_in_order
 
 
 def _bits(stats):
@@ -25,6 +24,8 @@ def test_fold_is_the_same_bits_for_any_chunking_and_follows_welford():
     """The fold over chunks of 1, 7, GROUP + 3 and all values gives the same bits; the values
     span 1e-8..1e8 with NaN members masked out, where two-pass sums per chunk differ in the last
     bits. The oracle is Welford's recurrence in NumPy, to rounding."""
+    from rankdyn._run._fold import GROUP, fold_in_order
+
     rng = np.random.default_rng(0)
     c, records = 2 * GROUP + 5, 3
     v = 10.0 ** rng.uniform(-8, 8, size=(c, records))
@@ -57,21 +58,29 @@ def test_fold_is_the_same_bits_for_any_chunking_and_follows_welford():
 
 
 def test_simulate_statistics_do_not_depend_on_the_chunk(getkey):
-    """Chunks of 3, 8 and the whole batch: the statistics are the same bits wherever the
-    per-trajectory values are (the old per-chunk sums differed in the last bits of the means)."""
+    """Chunks of 4, 8 and the whole batch: the statistics are the same bits wherever the
+    per-trajectory values are (the old per-chunk sums differed in the last bits of the means;
+    on the Intel development machine widths 4, 8 and 20 compute every trajectory alike, width 3
+    does not, which is why the tuner compares candidates before it may choose one)."""
+    import pytest
+
     layer = rd.make_layer(getkey(), n=4, d=3, mask="causal", qk="gaussian")
     x0 = rd.initial_tokens(getkey(), "sphere", 4, 3, batch=20)
-    runs = [rd.simulate(layer, x0, 6, chunk=c, metrics="mu,min_cos", per_trajectory=True) for c in (3, 8, 20)]
+    runs = [rd.simulate(layer, x0, 6, chunk=c, metrics="mu,min_cos", per_trajectory=True) for c in (4, 8, 20)]
+    compared = 0
     for r in runs[1:]:
         same_values = all(
             np.asarray(r.metrics[k]).tobytes() == np.asarray(runs[0].metrics[k]).tobytes() for k in r.metrics
         )
         if not same_values:  # this CPU computes the widths differently: nothing to compare here
             continue
+        compared += 1
         for stat in ("mean", "std", "min", "max"):
             for k in runs[0].summary.mean:
                 got, want = getattr(r.summary, stat)[k], getattr(runs[0].summary, stat)[k]
                 assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), (stat, k)
+    if not compared:
+        pytest.skip("this CPU computes widths 4, 8 and 20 differently: no statistics to compare")
 
 
 def test_tuner_keeps_only_candidates_with_the_rules_numbers(getkey, tmp_path, monkeypatch):
