@@ -2,6 +2,10 @@
 
 import sys
 
-from .cli import main
+try:
+    from .cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line loads, before main() installs its handler
+    print("\nrankdyn: interrupted; nothing was saved.", file=sys.stderr, flush=True)
+    sys.exit(130)
 
 sys.exit(main())

@@ -42,3 +42,17 @@ def ulp_distance(a, b):
 
 def sphere_tokens(key, n, d, batch=None):
     return rd.initial_tokens(key, "sphere", n, d, batch=batch)
+
+
+def assert_bitwise_datasets(a, b):
+    """Two sweep datasets equal to the last bit: every variable (NaN where NaN), the coordinates
+    and the config hash (the sweep's bitwise contract, docs/sweep.md)."""
+    import xarray as xr
+
+    assert set(a.data_vars) == set(b.data_vars) and {"mu", "eps_min", "final_mu"} <= set(a.data_vars)
+    for k in b.data_vars:
+        x, y = np.asarray(a[k].values), np.asarray(b[k].values)
+        assert x.dtype == y.dtype and x.shape == y.shape, k
+        assert x.tobytes() == y.tobytes(), (k, x, y)
+    xr.testing.assert_equal(a.coords.to_dataset(), b.coords.to_dataset())
+    assert a.attrs["config_hash"] == b.attrs["config_hash"]

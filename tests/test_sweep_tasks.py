@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import xarray as xr
+from helpers import assert_bitwise_datasets
 from test_sweep import TINY
 
 import rankdyn as rd
@@ -136,23 +136,13 @@ def test_three_tasks_one_killed_equal_one_process(tmp_path, capsys):
 
     ref = rd.run_sweep(cfg, tmp_path / "one", progress=False)  # one process, float64 as the tasks
     split = xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE).load()
-    _assert_bitwise(split, ref)
+    assert_bitwise_datasets(split, ref)
     # Assembling again is harmless: the same dataset.
     assert cli_main(["sweep", "--assemble", str(out), "--no-plots"]) == 0
-    _assert_bitwise(xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE).load(), ref)
+    assert_bitwise_datasets(xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE).load(), ref)
 
 
 def _environ():
     import os
 
     return dict(os.environ)
-
-
-def _assert_bitwise(a, b):
-    assert set(a.data_vars) == set(b.data_vars) and {"mu", "eps_min", "final_mu"} <= set(a.data_vars)
-    for k in b.data_vars:  # NaN where NaN, every other value to the last bit
-        x, y = np.asarray(a[k].values), np.asarray(b[k].values)
-        assert x.dtype == y.dtype and x.shape == y.shape, k
-        assert x.tobytes() == y.tobytes(), (k, x, y)
-    xr.testing.assert_equal(a.coords.to_dataset(), b.coords.to_dataset())
-    assert a.attrs["config_hash"] == b.attrs["config_hash"]

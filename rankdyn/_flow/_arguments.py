@@ -6,16 +6,25 @@ everywhere), float16 or complex ``x0`` (NaN, or a dtype error deep in the solver
 ``observe`` that is not a `FlowObserver`, and a call under ``jax.jit`` / ``vmap`` / ``grad``
 (a tracer error): `solve_flow` is a Python loop of compiled pieces, so it refuses tracers with
 one clear error.
+
+The flow's memory is estimated here too, from the sizes alone, before anything is allocated
+(`check_flow_memory`, shared by `solve_flow` and ``rankdyn flow``): ``--batch 2000000 --n 64
+--d 64`` failed in XLA after 15 s and ``--saves 10000000`` ran for minutes without a word.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import numpy as np
 
 from .._errors import UsageError
 
-__all__ = ["check_flow_arguments", "check_beta_range"]
+__all__ = ["check_flow_arguments", "check_beta_range", "check_flow_memory", "piece_length", "MAX_CHUNK"]
+
+#: Trajectories vmapped together by default (`solve_flow`'s ``chunk=None``): all, up to this many.
+MAX_CHUNK = 1024
 
 
 def _is_int(v) -> bool:
@@ -78,3 +87,56 @@ def check_beta_range(beta: float, dtype, dynamics: str, flag: str = "--beta") ->
             f"{flag} {beta:g}: the {'weights' if dynamics == 'usa' else 'energy'} e^beta overflow "
             f"{np.dtype(dtype).name} (its range ends at e^{limit:.1f}); add --x64 or choose a smaller {flag}."
         )
+
+
+def piece_length(intervals: int) -> int:
+    """Intervals per compiled piece: the smallest divisor of ``intervals`` >= intervals / 20 (equal
+    pieces share one compilation; about 20 of them give a progress bar something to show)."""
+    for p in range(max(1, math.ceil(intervals / 20)), intervals + 1):
+        if intervals % p == 0:
+            return p
+    return intervals
+
+
+def check_flow_memory(
+    *,
+    batch: int,
+    n: int,
+    d: int,
+    saves: int,
+    betas: int,
+    itemsize: int,
+    chunk: int | None,
+    per_trajectory: bool,
+    save_states: bool,
+    fixes: dict[str, str],
+    what: str,
+) -> None:
+    """Refuse a flow that cannot fit in memory (`rankdyn._run._memory.flow_memory`), before compute.
+
+    Arguments:
+        fixes: the fix to print when a part of the estimate is the largest, by the keys of
+            `rankdyn._run._memory.FLOW_PARTS` (flags on the command line, arguments in Python).
+
+    Raises:
+        UsageError: with the estimate, the memory available and the fix.
+    """
+    from .._run._memory import FLOW_PARTS, check_memory, flow_memory
+    from ._observer import FLOW_METRICS
+
+    chunk = min(batch, MAX_CHUNK) if chunk is None else min(int(chunk), batch)
+    est = flow_memory(
+        batch=batch,
+        chunk=chunk,
+        piece=piece_length(saves - 1),
+        saves=saves,
+        n=n,
+        d=d,
+        betas=betas,
+        itemsize=itemsize,
+        num_metrics=len(FLOW_METRICS),
+        per_trajectory=per_trajectory,
+        save_states=save_states,
+    )
+    key = next(k for k, name in FLOW_PARTS.items() if name == est.largest)
+    check_memory(est, what=what, fix=fixes[key])

@@ -31,7 +31,7 @@ from jaxtyping import Array
 from .._errors import UsageError
 from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
 from .._run._interrupt import check_interrupt
-from ._arguments import check_flow_arguments
+from ._arguments import MAX_CHUNK, check_flow_arguments, check_flow_memory, piece_length
 from ._field import FlowField
 from ._observer import FlowObserver
 from ._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
@@ -100,6 +100,16 @@ class FlowSolution(eqx.Module):
         return np.asarray(getattr(self.summary, which)[name])
 
 
+#: What shrinks each part of the flow's memory estimate (`rankdyn._run._memory.FLOW_PARTS`).
+_MEMORY_FIXES = {
+    "tokens": "pass fewer trajectories in x0 and call solve_flow once per part.",
+    "piece": "use fewer saved times (a compiled piece keeps about a twentieth of them), or a smaller chunk.",
+    "stats": "use fewer saved times (saves or times).",
+    "per_trajectory": "pass per_trajectory=False (only statistics are kept), or fewer saved times.",
+    "states": "pass save_states=False, or fewer saved times or trajectories.",
+}
+
+
 def uniform_times(t1: float, saves: int) -> np.ndarray:
     """``saves`` times uniform on ``[0, t1]`` (both ends included)."""
     return np.linspace(0.0, float(t1), int(saves))
@@ -132,15 +142,6 @@ def _validate(field, x0, t1, beta, times, saves):
     if bool(jnp.any(nrm == 0)):
         raise UsageError("x0 has a zero token, which has no direction on the sphere; pass non-zero tokens.")
     return x0 / nrm, b, times
-
-
-def _piece_length(intervals: int) -> int:
-    """Intervals per compiled piece: the smallest divisor of ``intervals`` >= intervals / 20 (equal
-    pieces share one compilation; about 20 of them give a progress bar something to show)."""
-    for p in range(max(1, math.ceil(intervals / 20)), intervals + 1):
-        if intervals % p == 0:
-            return p
-    return intervals
 
 
 @eqx.filter_jit
@@ -272,12 +273,12 @@ def solve_flow(
         dt: the step of a fixed-step solver (required there, refused for adaptive solver names;
             with a solver object and an adaptive controller, the first step).
         max_steps: solver steps allowed per compiled piece (about a twentieth of the saved
-            intervals; `_piece_length`); reaching it is reported in
+            intervals; `rankdyn._flow._arguments.piece_length`); reaching it is reported in
             ``steps_limit_hit``, never raised.
         observe: the metrics recorded (default `FlowObserver()`; the name of `rankdyn.simulate`'s).
         save_states: also return the states: ``(batch, S, n, d)`` with ``batch_first=True``.
         per_trajectory: also return every trajectory's metrics.
-        chunk: trajectories vmapped together (default: all, at most 1024).
+        chunk: trajectories vmapped together (default: all, at most 1024, ``MAX_CHUNK``).
         progress: show a progress bar.
         throw: raise if any trajectory's `RESULTS` is not ``successful`` (default False: read
             ``FlowSolution.result``, as the statistics leave failed trajectories out).
@@ -319,9 +320,22 @@ def solve_flow(
     observer = FlowObserver() if observe is None else observe
     dtype = x0.dtype
     batch = x0.shape[0]
-    chunk = min(batch, 1024) if chunk is None else min(int(chunk), batch)  # chunk >= 1: checked
+    chunk = min(batch, MAX_CHUNK) if chunk is None else min(int(chunk), batch)  # chunk >= 1: checked
+    check_flow_memory(
+        batch=batch,
+        n=field.num_tokens,
+        d=field.dim,
+        saves=times.size,
+        betas=betas.size,
+        itemsize=dtype.itemsize,
+        chunk=chunk,
+        per_trajectory=per_trajectory,
+        save_states=save_states,
+        fixes=_MEMORY_FIXES,
+        what="solve_flow",
+    )
     intervals = times.size - 1
-    p = _piece_length(intervals)
+    p = piece_length(intervals)
     dt0 = None if dt is None else float(dt)
     if isinstance(controller, diffrax.ConstantStepSize):
         span = float(np.max(times[p::p] - times[:-p:p]))

@@ -12,8 +12,14 @@ stored in ``$RANKDYN_CACHE_DIR/chunks.json`` (default ``~/.cache/rankdyn``) keye
 core count, shape, dtype, layer variant and observer, so later runs and processes reuse it.
 ``RANKDYN_CHUNK_TUNING=0`` turns it off (the rule only).
 
-Chunking changes only the order of batched floating-point work, so results under any choice
-agree to the device/chunk contract (at most 4 ulps per metric; ``tests/test_scan_stats.py``).
+The tuner may choose only among chunks that give identical numbers (the bitwise contract,
+``docs/sweep.md``). The batch statistics are folded in batch order whatever the chunk
+(`rankdyn._run._fold`), but a program of another width may compute a trajectory with another
+vectorisation, hence another rounding, and whether it does depends on the CPU (it did on an AMD
+EPYC, not on the Intel development machine). So every candidate's timed run starts from the
+same trajectories over the same layers, and a candidate is eligible only if its recorded values,
+flags and final states of the trajectories it shares with the rule's chunk are those of the
+rule's chunk to the last bit; the fastest eligible one is kept (the rule's chunk always is).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._io import cpu_model
 from ._scan import DepthPlan, _first, _source, auto_chunk
@@ -40,8 +47,9 @@ _TIMED_FLOPS = 2e9
 _memory: dict[str, int] = {}
 #: Part of the cache key: raised when the compiled layer or scan changes enough that choices
 #: measured with the previous program may no longer be the fastest (2: no cond, split GEMMs;
-#: 3: candidates timed in turn, after choices measured one candidate after another on a drifting host).
-_PROGRAM_VERSION = 3
+#: 3: candidates timed in turn, after choices measured one candidate after another on a drifting host;
+#: 4: only candidates with the rule's numbers, the statistics folded in batch order).
+_PROGRAM_VERSION = 4
 
 
 def _cache_file() -> Path:
@@ -73,13 +81,21 @@ def _key(layer, observe, x0, save_every: int, eps: bool) -> str:
     )
 
 
-def _chunk_run(layer, observe, source, drop_key, chunk: int, num: int, save_every: int, eps: bool, work):
-    """A compiled, warmed-up run of one chunk over a few blocks, and its trajectory-layers."""
-    blocks = max(1, min(64, round(_TIMED_FLOPS / (chunk * save_every * work))))
-    plan = DepthPlan(blocks, save_every, True, False, False, eps)
+def _chunk_run(layer, observe, source, drop_key, chunk: int, num: int, plan: DepthPlan):
+    """A compiled, warmed-up run of one chunk over ``plan``'s blocks, its trajectory-layers, and
+    the warm-up's outputs (compared across candidates by `_same_numbers`)."""
     args = (layer, observe, source, drop_key, jnp.asarray(0), jnp.asarray(num), chunk, plan, None)
-    jax.block_until_ready(_first(*args))  # compile and warm up
-    return (lambda: jax.block_until_ready(_first(*args))), chunk * blocks * save_every
+    out = jax.block_until_ready(_first(*args))  # compile and warm up
+    return (lambda: jax.block_until_ready(_first(*args))), chunk * plan.num_blocks * plan.save_every, out
+
+
+def _same_numbers(out, ref, m: int) -> bool:
+    """Whether two `_first` outputs agree to the last bit on their first ``m`` trajectories: the
+    recorded values and flags at every saved layer, and the final states and flags."""
+    (state, values, ok, _), (rstate, rvalues, rok, _) = out, ref
+    pairs = [(state.x, rstate.x), (state.nonfinite, rstate.nonfinite), (state.degenerate, rstate.degenerate)]
+    pairs += [(ok, rok)] + [(values[k], rvalues[k]) for k in rvalues]
+    return all(np.asarray(a)[:m].tobytes() == np.asarray(b)[:m].tobytes() for a, b in pairs)
 
 
 def _time_chunks(runs: dict, rounds: int = 3) -> dict:
@@ -106,8 +122,9 @@ def tuned_chunk(
         force: tune even a run below `TUNE_MIN_FLOPS` (tests).
 
     Returns:
-        The chunk: the cached or newly measured best candidate, or the rule's size when tuning
-        is off, the batch fits the smallest candidate, or the run is too small to pay for it.
+        The chunk: the cached or newly measured best candidate among those that compute the
+        rule's numbers, or the rule's size when tuning is off, the batch fits the smallest
+        candidate, or the run is too small to pay for it.
     """
     default = auto_chunk(num, layer.num_tokens, layer.dim, jnp.dtype(x0.dtype).itemsize, "cpu")
     cands = candidates(default, num)
@@ -125,8 +142,13 @@ def tuned_chunk(
     if key in _memory and not force:
         return max(1, min(num, int(_memory[key])))
     source = _source(x0)
-    runs = {c: _chunk_run(layer, observe, source, drop_key, c, num, save_every, eps, work) for c in cands}
-    cost = _time_chunks(runs)
+    # The same layers for every candidate (sized for the largest), so their numbers can be compared.
+    blocks = max(1, min(64, round(_TIMED_FLOPS / (max(cands) * save_every * work))))
+    plan = DepthPlan(blocks, save_every, True, False, False, eps)
+    runs = {c: _chunk_run(layer, observe, source, drop_key, c, num, plan) for c in cands}
+    ref = runs[default][2]
+    same = {c: run for c, run in runs.items() if _same_numbers(run[2], ref, min(c, default))}
+    cost = _time_chunks({c: run[:2] for c, run in same.items()})
     best = min(cost, key=cost.get)
     _memory[key] = best
     try:

@@ -18,6 +18,8 @@ __all__ = [
     "MemoryEstimate",
     "available_memory",
     "equilibria_memory",
+    "flow_memory",
+    "FLOW_PARTS",
     "check_memory",
     "format_bytes",
 ]
@@ -105,6 +107,56 @@ def equilibria_memory(*, n: int, d: int, chunk: int, itemsize: int) -> MemoryEst
             "iterates and residuals": chunk * 8 * nd * itemsize,
         }
     )
+
+
+#: The parts of `flow_memory`, by key (a caller's fixes are keyed the same way).
+FLOW_PARTS = {
+    "tokens": "initial tokens",
+    "piece": "working set of one piece (saved states, Gram matrices)",
+    "stats": "per-time statistics",
+    "per_trajectory": "per-trajectory metrics",
+    "states": "saved states",
+}
+
+
+def flow_memory(
+    *,
+    batch: int,
+    chunk: int,
+    piece: int,
+    saves: int,
+    n: int,
+    d: int,
+    betas: int,
+    itemsize: int,
+    num_metrics: int,
+    per_trajectory: bool,
+    save_states: bool,
+) -> MemoryEstimate:
+    r"""Estimate of `rankdyn.flow.solve_flow` from its sizes (``betas`` temperatures vmapped).
+
+    - the initial tokens and their projection to the sphere: $2\,B n d$;
+    - one compiled piece of ``piece`` saved intervals, per trajectory of a chunk and per beta:
+      the saved states ($p + 1$ of them, raw and projected, $2 n d$ each), the observer's
+      Gram-type matrices at every saved time (about $4 n^2$: Gram, adjacency and its squarings),
+      and the solver's stages (about $16\,n d$);
+    - the per-time statistics (five numbers per metric and saved time) and the cluster flags of
+      a chunk;
+    - with ``per_trajectory``, every trajectory's metrics; with ``save_states``, every state
+      (device pieces and the host copy: twice).
+
+    Measured on CPU (n = 32, d = 3, 64 trajectories, tsit5): the peak RSS grew by 0.97 GiB from
+    2001 to 20001 saves (pieces of 101 and 1001 saved times); this estimate grows by 1.0 GiB.
+    """
+    per_piece = betas * chunk * ((piece + 1) * (2 * n * d + 4 * n * n) + 16 * n * d) * itemsize
+    parts = {
+        "tokens": 2 * batch * n * d * itemsize,
+        "piece": per_piece,
+        "stats": betas * saves * (5 * num_metrics * 8 + chunk),
+        "per_trajectory": 2 * betas * batch * saves * num_metrics * itemsize if per_trajectory else 0,
+        "states": 2 * betas * batch * saves * n * d * itemsize if save_states else 0,
+    }
+    return MemoryEstimate({FLOW_PARTS[k]: v for k, v in parts.items() if v})
 
 
 def check_memory(

@@ -10,11 +10,15 @@ smallest attention weight on mask edges) is recorded as ``eps_min``: at a saved 
 $t > 0$ the minimum over the layers since the previous save; at $t = 0$ that of $A^{(0)}$.
 
 `simulate` walks the batch in chunks (`run_batch`); the sweep vmaps `scan_depth` over its grid
-cells. Chunks can be split over devices with ``rankdyn._run._sharding``.
+cells. With several devices (``rankdyn._run._sharding``) every device runs a whole chunk, so a
+compiled program processes the same ``chunk`` trajectories whatever the device count; the
+batch statistics are folded from the per-trajectory values in batch order (`rankdyn._run._fold`),
+so they do not depend on how the batch was cut either (docs/sweep.md, the bitwise contract).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -23,9 +27,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
-from .._observe._stats import chunk_stats, merge_stacked, merge_stats
+from ._fold import fold_in_order
 from ._interrupt import check_interrupt
 from ._sharding import map_sharded
 
@@ -37,6 +43,11 @@ def _finite(values: dict, ok) -> jax.Array:
     for v in values.values():
         ok = ok & jnp.all(jnp.isfinite(v).reshape(v.shape[0], -1), axis=1)
     return ok
+
+
+def _canonical(a):
+    """An inexact array in the dtype JAX computes in now (float64 -> float32 when x64 is off)."""
+    return a.astype(jax.dtypes.canonicalize_dtype(a.dtype)) if eqx.is_inexact_array(a) else a
 
 
 def _layer_keys(keys, t):
@@ -143,7 +154,12 @@ def scan_depth(
         bad, nonfinite, ys = record(x, bad, nonfinite, jnp.min(e, axis=0))
         return (x, bad, nonfinite), ys
 
-    x, bad, nonfinite = state.x, state.degenerate, state.nonfinite
+    # Tokens and weights made while x64 was on stay float64 after it is switched off, but the
+    # layer then computes in float32, and the scan's carry would change type (a TypeError): both
+    # take the dtype JAX computes in now (float64 -> float32 without x64; unchanged otherwise).
+    layer = jax.tree.map(_canonical, layer)
+    x = _canonical(state.x)
+    bad, nonfinite = state.degenerate, state.nonfinite
     if include_start:
         bad, nonfinite, first = record(x, bad, nonfinite, _eps_start(layer, x))
     blocks = block0 + jnp.arange(num_blocks)
@@ -153,11 +169,10 @@ def scan_depth(
     return state._replace(x=x, degenerate=bad, nonfinite=nonfinite), ys
 
 
-_stats_only = chunk_stats
-
-
-def _with_values(values, ok):
-    return chunk_stats(values, ok), values
+def _values_ok(values, ok):
+    """The depth scan's reducer for `run_batch`: every trajectory's values and whether they count
+    (the statistics are folded outside, in batch order: rankdyn._run._fold)."""
+    return values, ok
 
 
 class _ArraySource(eqx.Module):
@@ -174,19 +189,19 @@ def _source(x0):
 
 
 def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh):
-    """One depth piece of a chunk, on one device or split over ``mesh``.
+    """One depth piece of a chunk, on one device, or of ``k`` chunks on the ``k`` devices of ``mesh``.
 
-    Returns ``(state, stats, values, states)``: statistics merged over the devices' shares,
-    per-trajectory values and states batch-first (or None).
+    Returns ``(state, values, ok, states)``, batch first: every trajectory's recorded values
+    (name -> ``(c, records, ...)``), whether each counts (``(c, records)``: real and finite), and
+    the states (or None).
     """
-    reduce = _with_values if plan.per_trajectory else _stats_only
 
     def local(model, state_):
         layer_, observe_, block0_ = model
         state_, ys = scan_depth(
             layer_,
             observe_,
-            reduce,
+            _values_ok,
             state_,
             block0_,
             plan.num_blocks,
@@ -195,21 +210,15 @@ def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, me
             save_states=plan.save_states,
             eps=plan.eps,
         )
-        ys, states = ys if plan.save_states else (ys, None)
-        stats, values = ys if plan.per_trajectory else (ys, None)
-        # Batch-first outputs, so that a device mesh concatenates them along its axis: the
-        # statistics of this device's share get a leading axis of length 1.
-        stats = jax.tree.map(lambda v: v[None], stats)
-        values = None if values is None else jax.tree.map(lambda v: jnp.moveaxis(v, 0, 1), values)
+        (values, ok), states = ys if plan.save_states else (ys, None)
+        # Batch-first outputs, so that a device mesh concatenates them along its axis.
+        values = jax.tree.map(lambda v: jnp.moveaxis(v, 0, 1), values)
         states = None if states is None else jnp.moveaxis(states, 0, 1)
-        return state_, stats, values, states
+        return state_, values, ok.T, states
 
     if mesh is None:
-        out = local((layer, observe, block0), state)
-    else:
-        out = map_sharded(local, mesh, (layer, observe, block0), state)
-    state, stats, values, states = out
-    return state, merge_stacked(stats), values, states
+        return local((layer, observe, block0), state)
+    return map_sharded(local, mesh, (layer, observe, block0), state)
 
 
 @eqx.filter_jit
@@ -225,9 +234,6 @@ def _first(layer, observe, source, drop_key, start, num, chunk: int, plan: Depth
 def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh):
     """Continue a chunk by one depth piece (progress mode)."""
     return _chunk_program(layer, observe, state, block0, plan, mesh)
-
-
-_merge = eqx.filter_jit(merge_stats)
 
 
 @eqx.filter_jit
@@ -270,14 +276,15 @@ def estimate_parts(
     One chunk's layer needs about ten token-sized buffers and three score-sized ones per head
     (scores, softmax, mask select); saved outputs are per layer and metric, times the batch
     when per-trajectory values or states are kept (twice: the chunks and their concatenation),
-    else five running statistics per layer and metric.
+    else one chunk's values (until they are folded, `rankdyn._run._fold`) and five running
+    statistics per layer and metric.
     """
     work = chunk * (10 * n * d + 3 * heads * n * n) * itemsize
     if per_trajectory or save_states:
         per = num_metrics + 1 + (n * d if save_states else 0)
         out = 2 * num * num_saved * per * itemsize
     else:
-        out = 2 * num_saved * (num_metrics + 1) * 5 * itemsize
+        out = 2 * num_saved * (num_metrics + 1) * (5 + chunk) * itemsize
     return {"working set of one chunk": int(work), "per-layer metrics": int(out)}
 
 
@@ -300,8 +307,10 @@ def run_batch(
     """Run ``num`` trajectories from ``x0`` (an array ``(num, n, d)`` or a `rankdyn.TokenSampler`).
 
     The batch is walked in chunks of ``chunk`` trajectories (the last one padded and masked, so
-    every chunk reuses one compiled program); statistics are merged across chunks as they
-    finish. With ``progress`` each chunk's depth is cut into about 20 compiled pieces.
+    every chunk reuses one compiled program), ``k`` chunks at a time on the ``k`` devices of
+    ``mesh``; each chunk's values are folded into the statistics in batch order as it finishes
+    (`rankdyn._run._fold`). With ``progress`` each chunk's depth is cut into about 20 compiled
+    pieces.
 
     Returns:
         ``(stats, counts, per)``: `BatchStats` over ``(num_blocks + 1,)`` saved layers,
@@ -310,9 +319,9 @@ def run_batch(
         ``(num,)`` and ``states`` ``(num, saved layers, n, d)`` if ``save_states``.
     """
     source = _source(x0)
-    if mesh is not None:
-        k = mesh.devices.size
-        chunk = -(-chunk // k) * k  # equal shares per device, no padding inside map_sharded
+    # Each device runs a whole chunk of ``chunk`` trajectories: the program's shapes, hence its
+    # numbers, do not depend on the device count (a chunk was split over the devices before).
+    step = chunk * (1 if mesh is None else mesh.devices.size)
     num_blocks = num_layers // save_every
     piece = max(1, math.ceil(num_blocks / 20)) if progress else max(num_blocks, 1)
     bar = None
@@ -323,36 +332,39 @@ def run_batch(
     acc, nonfinite_count, degenerate_count = None, 0, 0
     per = {"values": [], "nonfinite": [], "degenerate": [], "states": []}
     num_arr = jnp.asarray(num)
-    for start in range(0, num, chunk):
+    for start in range(0, num, step):
         nb = min(piece, num_blocks)
         plan = DepthPlan(nb, save_every, True, per_trajectory, save_states, eps)
-        state, stats, values, states = _first(
-            layer, observe, source, drop_key, jnp.asarray(start), num_arr, chunk, plan, mesh
+        state, values, ok, states = _first(
+            layer, observe, source, drop_key, jnp.asarray(start), num_arr, step, plan, mesh
         )
         check_interrupt()  # after the first piece's compile and between chunks
-        stat_parts, value_parts, state_parts = [stats], [values], [states]
+        value_parts, ok_parts, state_parts = [values], [ok], [states]
         b = nb
         if bar is not None:
-            bar.update(min(chunk, num - start) * nb * save_every)
+            bar.update(min(step, num - start) * nb * save_every)
         while b < num_blocks:
             nb = min(piece, num_blocks - b)
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
-            state, s, v, st = _advance(layer, observe, state, jnp.asarray(b), plan, mesh)
+            state, v, o, st = _advance(layer, observe, state, jnp.asarray(b), plan, mesh)
             check_interrupt()
-            stat_parts.append(s)
             value_parts.append(v)
+            ok_parts.append(o)
             state_parts.append(st)
             b += nb
             if bar is not None:
-                bar.update(min(chunk, num - start) * nb * save_every)
-        stats = (
-            jax.tree.map(lambda *p: jnp.concatenate(p), *stat_parts) if len(stat_parts) > 1 else stat_parts[0]
-        )
-        acc = stats if acc is None else _merge(acc, stats)
+                bar.update(min(step, num - start) * nb * save_every)
+        values = _join_values(value_parts)
+        ok = jnp.concatenate(ok_parts, axis=1) if len(ok_parts) > 1 else ok_parts[0]
+        if mesh is None:
+            acc = fold_in_order(acc, values, ok)
+        else:  # every process gets all values, folded on one local device in batch order
+            whole = _gathered(mesh)((values, ok))
+            acc = fold_in_order(acc, *jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), whole))
         nf, dg = _flag_counts(state.valid, state.nonfinite, state.degenerate)
         nonfinite_count, degenerate_count = nonfinite_count + nf, degenerate_count + dg
         if per_trajectory or save_states:
-            per["values"].append(_join_values(value_parts) if per_trajectory else None)
+            per["values"].append(values if per_trajectory else None)
             per["nonfinite"].append(state.nonfinite)
             per["degenerate"].append(state.degenerate)
             if save_states:
@@ -366,6 +378,12 @@ def run_batch(
         (nonfinite_count, degenerate_count),
         (_join_chunks(per, num) if (per_trajectory or save_states) else None),
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _gathered(mesh):
+    """The identity, its output replicated on every device of ``mesh`` (one program per mesh)."""
+    return jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def _join_values(parts):

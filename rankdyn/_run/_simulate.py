@@ -268,14 +268,16 @@ def simulate(
         rank_tol: relative tolerance of the numerical rank in the default metrics.
         key: PRNG key, required when the layer uses dropout (trajectory i uses ``fold_in(key, i)``).
         progress: show a progress bar (each chunk's depth is split into ~20 compiled pieces).
-        chunk: trajectories advanced together (vmapped) at a time. Default on one CPU device:
-            the fastest of a few cache-sized candidates, measured at the first sizeable run of
-            a shape and remembered per machine (`rankdyn._run._autotune`; ``RANKDYN_CHUNK_TUNING=0``
-            keeps the rule: about 2 MiB of tokens per chunk); the whole batch on accelerators.
-            Results do not depend on it beyond rounding (at most 4 ulps per metric).
-        devices: split each chunk over devices (`jax.sharding`, mesh axis ``"batch"``): None
-            (default) runs on the default device; ``"all"``, an int k (first k devices), a list
-            of devices or a `rankdyn.internal.batch_mesh`.
+        chunk: trajectories advanced together (vmapped) by one compiled program, on each
+            device. Default on CPU: the rule (about 2 MiB of tokens per chunk), or on one device
+            the fastest of a few cache-sized candidates that compute every trajectory to the
+            same bits as the rule, measured at the first sizeable run of a shape and remembered
+            per machine (`rankdyn._run._autotune`; ``RANKDYN_CHUNK_TUNING=0`` keeps the rule);
+            the whole batch on accelerators. The batch statistics are folded in batch order,
+            so for a given chunk the results are the same bits on any number of devices.
+        devices: spread the chunks over devices (`jax.sharding`, mesh axis ``"batch"``; each
+            device runs whole chunks): None (default) runs on the default device; ``"all"``, an
+            int k (first k devices), a list of devices or a `rankdyn.internal.batch_mesh`.
 
     Returns:
         A `Trajectory`.
@@ -309,9 +311,10 @@ def simulate(
     n, d = layer.num_tokens, layer.dim
     itemsize = x0.dtype.itemsize
     if chunk is None:
-        share = -(-num // (1 if mesh is None else mesh.devices.size))
+        # Trajectories per compiled program, whatever the device count (each device runs whole
+        # chunks): the numbers do not depend on how many devices share the batch.
         backend = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
-        chunk = auto_chunk(max(share, 1), n, d, itemsize, backend)
+        chunk = auto_chunk(max(num, 1), n, d, itemsize, backend)
         if mesh is None and backend == "cpu" and not isinstance(x0, jax.core.Tracer):
             # Measured once per machine and shape (rankdyn._run._autotune), as XLA autotunes.
             flat0 = x0 if sampler else x0.reshape((num, n, d))

@@ -20,7 +20,7 @@ from .._errors import UsageError
 from .._model._layer import AttentionWeights
 from .._model._mlp import MLPWeights
 from .._model._norms import LayerNorm
-from ._parts import Embeddings, Tensors, config_value, find_prefix
+from ._parts import Embeddings, Tensors, check_layer_count, config_eps, config_int, config_value, find_prefix
 
 __all__ = ["read_bert", "read_gpt2", "HF_ACTIVATIONS"]
 
@@ -37,10 +37,13 @@ HF_ACTIVATIONS = {
 }
 
 
-def _activation(name, where: str) -> str:
-    if name not in HF_ACTIVATIONS:
+def _activation(config: dict, where: str, key: str, default: str) -> str:
+    """The MLP activation named by ``config[key]``, as rankdyn's name."""
+    name = config_value(config, where, key, default=default)
+    if not isinstance(name, str) or name not in HF_ACTIVATIONS:  # a list crashed the lookup
         raise UsageError(
-            f"{where}: activation {name!r} is not supported; supported: {', '.join(HF_ACTIVATIONS)}."
+            f"{where}: config.json has {key}={name!r}, which rankdyn does not implement; supported: "
+            f"{', '.join(HF_ACTIVATIONS)}."
         )
     return HF_ACTIVATIONS[name]
 
@@ -74,6 +77,7 @@ def encoder_blocks(t: Tensors, num_layers: int, *, d, f, heads, act, eps, q, k, 
     """The stacked post-LN encoder blocks of BERT's layout (``encoder.layer.{i}.``), whose
     attention tensors are named ``q``, ``k``, ``v``, ``o`` and ``norm_attn`` (BERT and MPNet differ
     only there); the MLP is ``intermediate.dense`` / ``output.dense`` / ``output.LayerNorm``."""
+    check_layer_count(t, "encoder.layer.{i}.", num_layers, "num_hidden_layers")
     layer = [f"encoder.layer.{i}." for i in range(num_layers)]
 
     def linear(name, shape):  # nn.Linear (out, in) -> (in, out)
@@ -107,18 +111,21 @@ def encoder_blocks(t: Tensors, num_layers: int, *, d, f, heads, act, eps, q, k, 
 def read_bert(raw, dtype) -> dict:
     """The parts of a BERT checkpoint (``model_type`` "bert"): sizes, embeddings, blocks, no final norm."""
     c, where = raw.config, f"checkpoint {raw.path}"
-    d = int(config_value(c, where, "hidden_size"))
-    heads = int(config_value(c, where, "num_attention_heads"))
-    num_layers = int(config_value(c, where, "num_hidden_layers"))
-    f = int(config_value(c, where, "intermediate_size"))
-    positions = int(config_value(c, where, "max_position_embeddings"))
-    vocab = int(config_value(c, where, "vocab_size"))
-    types = int(config_value(c, where, "type_vocab_size", default=2))
-    eps = float(config_value(c, where, "layer_norm_eps", default=1e-12))
-    act = _activation(config_value(c, where, "hidden_act", default="gelu"), where)
+    d = config_int(c, where, "hidden_size")
+    heads = config_int(c, where, "num_attention_heads")
+    num_layers = config_int(c, where, "num_hidden_layers")
+    f = config_int(c, where, "intermediate_size")
+    positions = config_int(c, where, "max_position_embeddings")
+    vocab = config_int(c, where, "vocab_size")
+    types = config_int(c, where, "type_vocab_size", default=2)
+    eps = config_eps(c, where, "layer_norm_eps", default=1e-12)
+    act = _activation(c, where, "hidden_act", "gelu")
     _refuse(c, where, {"position_embedding_type": ("absolute", "absolute"), "is_decoder": (False, False)})
     if d % heads:
-        raise UsageError(f"{where}: hidden_size {d} is not a multiple of num_attention_heads {heads}.")
+        raise UsageError(
+            f"{where}: config.json has hidden_size {d}, not a multiple of num_attention_heads {heads}; "
+            "fix config.json."
+        )
     implied = f"hidden_size={d}, num_attention_heads={heads}, intermediate_size={f}, vocab_size={vocab}"
     t = Tensors(raw, find_prefix(raw, "embeddings.word_embeddings.weight"), dtype, implied)
     emb = Embeddings(
@@ -141,14 +148,14 @@ def read_bert(raw, dtype) -> dict:
 def read_gpt2(raw, dtype) -> dict:
     """The parts of a GPT-2 checkpoint (``model_type`` "gpt2"): sizes, embeddings, blocks, ``ln_f``."""
     c, where = raw.config, f"checkpoint {raw.path}"
-    d = int(config_value(c, where, "n_embd", "hidden_size"))
-    heads = int(config_value(c, where, "n_head", "num_attention_heads"))
-    num_layers = int(config_value(c, where, "n_layer", "num_hidden_layers"))
-    f = int(config_value(c, where, "n_inner", default=4 * d))
-    positions = int(config_value(c, where, "n_positions", "max_position_embeddings"))
-    vocab = int(config_value(c, where, "vocab_size"))
-    eps = float(config_value(c, where, "layer_norm_epsilon", default=1e-5))
-    act = _activation(config_value(c, where, "activation_function", default="gelu_new"), where)
+    d = config_int(c, where, "n_embd", "hidden_size")
+    heads = config_int(c, where, "n_head", "num_attention_heads")
+    num_layers = config_int(c, where, "n_layer", "num_hidden_layers")
+    f = config_int(c, where, "n_inner", default=4 * d)
+    positions = config_int(c, where, "n_positions", "max_position_embeddings")
+    vocab = config_int(c, where, "vocab_size")
+    eps = config_eps(c, where, "layer_norm_epsilon", default=1e-5)
+    act = _activation(c, where, "activation_function", "gelu_new")
     _refuse(
         c,
         where,
@@ -159,7 +166,9 @@ def read_gpt2(raw, dtype) -> dict:
         },
     )
     if d % heads:
-        raise UsageError(f"{where}: n_embd {d} is not a multiple of n_head {heads}.")
+        raise UsageError(
+            f"{where}: config.json has n_embd {d}, not a multiple of n_head {heads}; fix config.json."
+        )
     implied = f"n_embd={d}, n_head={heads}, n_inner={f}, n_positions={positions}, vocab_size={vocab}"
     t = Tensors(raw, find_prefix(raw, "wte.weight"), dtype, implied)
     emb = Embeddings(
@@ -168,6 +177,7 @@ def read_gpt2(raw, dtype) -> dict:
         token_type=None,
         norm=None,
     )
+    check_layer_count(t, "h.{i}.", num_layers, "n_layer")
     block = [f"h.{i}." for i in range(num_layers)]
 
     def conv(name, shape):  # Conv1D weights are (in, out) already

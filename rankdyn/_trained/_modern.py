@@ -23,20 +23,13 @@ from .._model._layer import AttentionWeights
 from .._model._mlp import GatedMLPWeights
 from .._model._norms import LayerNorm, RMSNorm
 from ._arch import _activation, _heads, _refuse, encoder_blocks
-from ._parts import Embeddings, Tensors, config_value, find_prefix
+from ._parts import Embeddings, Tensors, check_layer_count, config_eps, config_int, find_prefix
 
 __all__ = ["read_llama", "read_mpnet", "rope_theta"]
 
 J = jnp.asarray
 #: MPNet (as RoBERTa) numbers positions from padding_idx + 1.
 MPNET_POSITION_OFFSET = 2
-
-
-def _int(c: dict, where: str, *names, default=None) -> int:
-    v = config_value(c, where, *names, default=default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or int(v) < 1:
-        raise UsageError(f"{where}: config {names[0]}={v!r} must be a positive integer; fix the config.")
-    return int(v)
 
 
 def rope_theta(c: dict, where: str) -> float:
@@ -66,16 +59,16 @@ def rope_theta(c: dict, where: str) -> float:
 def read_llama(raw, dtype) -> dict:
     """The parts of a Llama-family checkpoint (``model_type`` "llama"): embeddings, blocks, final norm."""
     c, where = raw.config, f"checkpoint {raw.path}"
-    d = _int(c, where, "hidden_size")
-    heads = _int(c, where, "num_attention_heads")
-    kv = _int(c, where, "num_key_value_heads", default=heads)
-    num_layers = _int(c, where, "num_hidden_layers")
-    f = _int(c, where, "intermediate_size")
-    vocab = _int(c, where, "vocab_size")
-    positions = _int(c, where, "max_position_embeddings")
-    dh = _int(c, where, "head_dim", default=d // heads)
-    eps = float(config_value(c, where, "rms_norm_eps", default=1e-6))
-    act = _activation(config_value(c, where, "hidden_act", default="silu"), where)
+    d = config_int(c, where, "hidden_size")
+    heads = config_int(c, where, "num_attention_heads")
+    kv = config_int(c, where, "num_key_value_heads", default=heads)
+    num_layers = config_int(c, where, "num_hidden_layers")
+    f = config_int(c, where, "intermediate_size")
+    vocab = config_int(c, where, "vocab_size")
+    positions = config_int(c, where, "max_position_embeddings")
+    dh = config_int(c, where, "head_dim", default=d // heads)
+    eps = config_eps(c, where, "rms_norm_eps", default=1e-6)
+    act = _activation(c, where, "hidden_act", "silu")
     theta = rope_theta(c, where)
     _refuse(c, where, {"attention_bias": (False, False), "mlp_bias": (False, False)})
     if heads % kv:
@@ -91,6 +84,7 @@ def read_llama(raw, dtype) -> dict:
     )
     t = Tensors(raw, find_prefix(raw, "embed_tokens.weight"), dtype, implied)
     emb = Embeddings(word=J(t("embed_tokens.weight", (vocab, d))), position=None, token_type=None, norm=None)
+    check_layer_count(t, "layers.{i}.", num_layers, "num_hidden_layers")
     layer = [f"layers.{i}." for i in range(num_layers)]
 
     def linear(name, shape):  # nn.Linear (out, in) -> (in, out)
@@ -128,15 +122,15 @@ def read_llama(raw, dtype) -> dict:
 def read_mpnet(raw, dtype) -> dict:
     """The parts of an MPNet checkpoint (``model_type`` "mpnet"): embeddings, blocks, position bias."""
     c, where = raw.config, f"checkpoint {raw.path}"
-    d = _int(c, where, "hidden_size")
-    heads = _int(c, where, "num_attention_heads")
-    num_layers = _int(c, where, "num_hidden_layers")
-    f = _int(c, where, "intermediate_size")
-    table_positions = _int(c, where, "max_position_embeddings")
-    vocab = _int(c, where, "vocab_size")
-    buckets = _int(c, where, "relative_attention_num_buckets", default=32)
-    eps = float(config_value(c, where, "layer_norm_eps", default=1e-12))
-    act = _activation(config_value(c, where, "hidden_act", default="gelu"), where)
+    d = config_int(c, where, "hidden_size")
+    heads = config_int(c, where, "num_attention_heads")
+    num_layers = config_int(c, where, "num_hidden_layers")
+    f = config_int(c, where, "intermediate_size")
+    table_positions = config_int(c, where, "max_position_embeddings")
+    vocab = config_int(c, where, "vocab_size")
+    buckets = config_int(c, where, "relative_attention_num_buckets", default=32)
+    eps = config_eps(c, where, "layer_norm_eps", default=1e-12)
+    act = _activation(c, where, "hidden_act", "gelu")
     if d % heads:
         raise UsageError(
             f"{where}: hidden_size {d} is not a multiple of num_attention_heads {heads}; the head counts "

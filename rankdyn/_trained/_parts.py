@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 import equinox as eqx
 import numpy as np
 from jaxtyping import Array, Float, Int
@@ -10,7 +13,15 @@ from .._errors import UsageError
 from .._model._norms import LayerNorm
 from ._read import RawCheckpoint
 
-__all__ = ["Embeddings", "Tensors", "config_value", "SUPPORTED"]
+__all__ = [
+    "Embeddings",
+    "Tensors",
+    "config_value",
+    "config_int",
+    "config_eps",
+    "check_layer_count",
+    "SUPPORTED",
+]
 
 #: Architectures (``config.json``'s ``model_type``) that `rankdyn.checkpoints.load_checkpoint` reads.
 SUPPORTED = ("bert", "gpt2", "llama", "mpnet")
@@ -57,6 +68,54 @@ def config_value(config: dict, where: str, *names: str, default=None, required: 
     )
 
 
+def _found(config: dict, names: tuple[str, ...]) -> str:
+    """The key of ``names`` that ``config_value`` read (the first one present), for messages."""
+    return next((n for n in names if config.get(n) is not None), names[0])
+
+
+def config_int(config: dict, where: str, *names: str, default=None, minimum: int = 1) -> int:
+    """An integer field of ``config.json`` (the first of ``names`` present), at least ``minimum``.
+
+    A count or width read with ``int()`` turned 8.7 into 8 and "8" into 8, and a list or 0
+    crashed later (``ZeroDivisionError``, NumPy's "need at least one array to stack"): each is
+    refused here, naming the file and the key.
+
+    Raises:
+        UsageError: for a missing key without default, a bool, string, list, fraction or value
+            below ``minimum``.
+    """
+    v = config_value(config, where, *names, default=default)
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or not math.isfinite(v)
+        or int(v) != v
+        or v < minimum
+    ):
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise UsageError(
+            f"{where}: config.json has {_found(config, names)}={v!r}, which must be {what}; fix config.json "
+            "(or re-save the checkpoint with save_pretrained)."
+        )
+    return int(v)
+
+
+def config_eps(config: dict, where: str, name: str, default: float) -> float:
+    """A normalisation epsilon of ``config.json``: a finite number >= 0 (a negative eps made the
+    first LayerNorm NaN, which was then reported as "x0 contains NaN").
+
+    Raises:
+        UsageError: naming the file and the key.
+    """
+    v = config_value(config, where, name, default=default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise UsageError(
+            f"{where}: config.json has {name}={v!r}, which must be a finite number >= 0 (e.g. {default}); "
+            "fix config.json."
+        )
+    return float(v)
+
+
 class Tensors:
     """Tensors of a checkpoint by name below a prefix (e.g. ``bert.``), shape-checked and cast."""
 
@@ -81,7 +140,14 @@ class Tensors:
         if not np.issubdtype(t.dtype, np.floating) and t.dtype.name != "bfloat16":
             raise UsageError(f"{where}: tensor {key!r} has dtype {t.dtype}, expected floating-point weights.")
         # fp16 / bf16 weights become the run's dtype here, once.
-        return t.astype(self.dtype)
+        out = t.astype(self.dtype)
+        if not np.isfinite(out).all():  # was reported downstream as "x0 contains NaN"
+            at = np.unravel_index(int(np.argmin(np.isfinite(out))), out.shape)
+            raise UsageError(
+                f"{where}: tensor {key!r} holds NaN or infinite values (first at index "
+                f"{tuple(map(int, at))}); the weights are corrupt, re-download or re-save them."
+            )
+        return out
 
     def stack(self, names: list[str], shape: tuple[int, ...]) -> np.ndarray:
         """One tensor per layer, stacked along a new leading layer axis (NumPy: reshaping the
@@ -101,3 +167,25 @@ def find_prefix(raw: RawCheckpoint, anchor: str) -> str:
             "not belong to config.json's model_type (re-save both with save_pretrained)."
         )
     return hits[0]
+
+
+def check_layer_count(t: Tensors, block: str, num_layers: int, key: str) -> None:
+    """Refuse a ``config.json`` whose layer count differs from the blocks ``model.safetensors`` holds.
+
+    ``block`` is the tensors' layer prefix below ``t.prefix`` with ``{i}`` for the index
+    (``encoder.layer.{i}.``, ``h.{i}.``, ``layers.{i}.``). A config claiming fewer layers than the
+    weights hold ran the smaller stack silently; one claiming more failed on the first missing tensor.
+
+    Raises:
+        UsageError: naming both counts, the key and the fix.
+    """
+    head, tail = block.split("{i}")
+    pattern = re.compile(re.escape(t.prefix + head) + r"(\d+)" + re.escape(tail))
+    found = {int(m.group(1)) for k in t.raw.tensors if (m := pattern.match(k))}
+    if found != set(range(num_layers)):
+        gaps = "" if found == set(range(len(found))) else f" (indices {sorted(found)})"
+        raise UsageError(
+            f"checkpoint {t.raw.path}: config.json has {key}={num_layers} but model.safetensors holds "
+            f"{len(found)} layers{gaps}; the config does not belong to these weights (set {key} to the "
+            "weights' count, or re-save both with save_pretrained)."
+        )

@@ -116,17 +116,41 @@ def check_args(args: argparse.Namespace) -> None:
     check_out_dir(args.out)
 
 
+#: What shrinks each part of the flow's memory estimate (`rankdyn._run._memory.FLOW_PARTS`).
+_MEMORY_FIXES = {
+    "tokens": "lower --batch (and run several seeds), --n or --d.",
+    "piece": "lower --saves (a compiled piece keeps about a twentieth of them), --n or --batch.",
+    "stats": "lower --saves.",
+    "per_trajectory": "lower --saves or --batch.",
+    "states": "drop --save-states, or lower --saves or --batch.",
+}
+
+
 def run(args) -> int:
     check_args(args)
     import jax
     import jax.numpy as jnp
     import numpy as np
 
+    from .._flow._arguments import check_flow_memory
     from .._model._masks import make_mask
     from .._run._io import CompileTimer, atomic_write, provenance, write_json
     from ..flow import FlowField, solve_flow
     from ._phase import begin_compute
 
+    check_flow_memory(
+        batch=args.batch,
+        n=args.n,
+        d=args.d,
+        saves=args.saves,
+        betas=1,
+        itemsize=8 if args.x64 else 4,
+        chunk=None,
+        per_trajectory=False,
+        save_states=args.save_states,
+        fixes=_MEMORY_FIXES,
+        what=f"--n {args.n} --d {args.d} --batch {args.batch} --saves {args.saves}",
+    )
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(mask, args.d, args.dynamics)
     begin_compute()  # every flag is checked: a ValueError from here on is an internal error

@@ -67,7 +67,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--x64", action="store_true", help="float64 end to end")
     add_devices_flag(
-        p, "Each chunk's trajectories are split over the devices when their number divides the batch."
+        p, "Whole chunks run side by side, one per device (never split: the same numbers on any count)."
     )
     p.set_defaults(func=run)
 

@@ -47,7 +47,8 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     Cells with fewer layers (or samples) than the largest are padded with NaN.
     Attributes: ``config`` (TOML text), ``config_hash``, ``normalized_config`` (JSON),
     ``versions`` (JSON), ``provenance`` (JSON: device, time of the first run), ``devices_per_chunk``
-    (JSON: over how many devices each chunk's samples were sharded), ``dtype``, ``name``, ``description``.
+    (JSON: over how many devices each chunk's samples were split: 1 since chunks are never split,
+    more in folders of rankdyn 0.4 and older), ``dtype``, ``name``, ``description``.
     """
     import xarray as xr
 

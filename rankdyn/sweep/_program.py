@@ -4,6 +4,12 @@ Each grid cell is an ensemble of ``batch`` trajectories $X^{(t+1)} = F_t(X^{(t)}
 The cells of a chunk have equal shapes: their layers are stacked along a leading axis and run
 by ONE compiled program, ``vmap`` over cells, the scan core over depth with the per-layer batch
 statistics streamed (`rankdyn._observe._stats`), and the final metrics kept per sample.
+
+The bitwise contract (``docs/sweep.md#the-bitwise-contract``): a chunk is never split. Every
+chunk of a group runs that group's one program, on the whole padded chunk, on ONE device; with
+several devices, whole chunks run side by side, one per device. So the arithmetic of a cell
+(its shapes, hence XLA's vectorisation and summation order) is fixed by the configuration
+alone, whatever the device count, the resume point or the task split.
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
 from .._model._build import make_layer
 from .._model._config import ignored_fields
@@ -22,11 +27,10 @@ from .._model._tokens import initial_tokens
 from .._observe._observer import MetricObserver
 from .._observe._stats import chunk_stats
 from .._run._scan import ScanState, scan_depth
-from .._run._sharding import BATCH_AXIS, batch_mesh
 from ._params import cell_mask
 from ._schema import SweepConfig
 
-__all__ = ["compute_chunk"]
+__all__ = ["compute_chunk", "launch_chunk", "chunk_arrays"]
 
 
 #: Layer arguments of a cell, from the parameter table: the real numbers are traced (cells that
@@ -78,15 +82,6 @@ def _cell_inputs(p: dict):
     return layer, x0, keys
 
 
-def _gathered_stats(values, ok):
-    # The samples may be split over devices; gathering each layer's values (a few scalars per
-    # trajectory) before reducing keeps the summation order, hence the numbers, independent of
-    # the device count, so a sweep resumed on more devices equals an uninterrupted one exactly.
-    rep = NamedSharding(batch_mesh(), PartitionSpec())
-    values, ok = jax.lax.with_sharding_constraint((values, ok), rep)
-    return chunk_stats(values, ok)
-
-
 def _program_impl(
     layers,
     x0s,
@@ -96,7 +91,6 @@ def _program_impl(
     per_layer: tuple,
     final: tuple,
     rank_tol: float,
-    sharded: bool = False,
 ):
     r"""One chunk of a group: ``vmap`` over cells (stacked layers) of the depth scan.
 
@@ -113,7 +107,7 @@ def _program_impl(
         state, stats = scan_depth(
             layer,
             observe,
-            _gathered_stats if sharded else chunk_stats,
+            chunk_stats,
             state,
             jnp.zeros((), int),
             num_layers // save_every,
@@ -135,42 +129,40 @@ def _stack(trees):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
-def _shard_samples(x0s):
-    """With several devices, split the sample axis of ``(cells, batch, n, d)`` across them
-    (`rankdyn._run._sharding`'s batch mesh). Samples are independent, so results equal those of one
-    device. Batches that the device count does not divide stay on one device."""
-    devices = jax.devices()
-    if len(devices) < 2 or x0s.shape[1] % len(devices):
-        return x0s
-    return jax.device_put(x0s, NamedSharding(batch_mesh(), PartitionSpec(None, BATCH_AXIS)))
+def launch_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: int, device=None):
+    """Start one chunk (padded to ``size`` cells) on ``device`` (default: JAX's default device).
 
-
-def compute_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: int) -> dict[str, np.ndarray]:
-    """Run one chunk (padded to ``size`` cells) and return its per-cell NumPy arrays."""
+    Returns at once (JAX dispatches asynchronously), so chunks launched on several devices run
+    side by side; `chunk_arrays` waits for one and reads its numbers. The program and its shapes
+    do not depend on the device: the same numbers on any of them.
+    """
     shape = cfg.shape
     params = [cfg.cell(tuple(int(i) for i in np.unravel_index(c, shape)) if shape else ()) for c in cells]
     built = [_cell_inputs(p) for p in params]
     built += [built[-1]] * (size - len(built))  # padding: same shapes, so no new compile
-    layers = _stack([b[0] for b in built])
-    x0s = _shard_samples(jnp.stack([b[1] for b in built]))
-    keys = jnp.stack([b[2] for b in built])
-    sharded = len(x0s.sharding.device_set) > 1
-    stats, finals, bad, nonfinite = _jit_program(
-        layers,
-        x0s,
-        keys,
-        group["layers"],
-        group["save_every"],
-        cfg.per_layer,
-        cfg.final,
-        group["rank_tol"],
-        sharded,
+    inputs = (
+        _stack([b[0] for b in built]),
+        jnp.stack([b[1] for b in built]),
+        jnp.stack([b[2] for b in built]),
     )
+    if device is not None:
+        inputs = jax.device_put(inputs, device)
+    outputs = _jit_program(
+        *inputs, group["layers"], group["save_every"], cfg.per_layer, cfg.final, group["rank_tol"]
+    )
+    index = 0 if device is None else jax.local_devices().index(device)
+    return cells, index, outputs
+
+
+def chunk_arrays(launched) -> dict[str, np.ndarray]:
+    """Wait for a chunk started by `launch_chunk` and return its per-cell NumPy arrays."""
+    cells, device, (stats, finals, bad, nonfinite) = launched
     m = len(cells)
     count = np.asarray(stats.count, dtype=np.float64)[:m]  # (cells, saved layers)
     out = {
         "cells": np.asarray(cells, dtype=np.int64),
-        "num_devices": np.asarray(len(x0s.sharding.device_set), dtype=np.int64),
+        "num_devices": np.asarray(1, dtype=np.int64),  # a chunk is never split (module docstring)
+        "device": np.asarray(device, dtype=np.int64),
         "nonfinite": np.asarray(nonfinite)[:m].sum(axis=1).astype(np.int64),
         "degenerate": np.asarray(bad)[:m].sum(axis=1).astype(np.int64),
     }
@@ -182,3 +174,8 @@ def compute_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: i
     for k, v in finals.items():
         out[f"final/{k}"] = np.asarray(v, dtype=np.float64)[:m]
     return out
+
+
+def compute_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: int) -> dict[str, np.ndarray]:
+    """Run one chunk (padded to ``size`` cells) on the default device; its per-cell NumPy arrays."""
+    return chunk_arrays(launch_chunk(cfg, group, cells, size))

@@ -226,7 +226,9 @@ def run_sweep(
 
 def _compute(cfg, out: Path, plan: SweepPlan, mine: list[int], todo: list[int], progress: bool, label: str):
     """Compute chunks ``todo`` (of this process's ``mine``), writing each as soon as it is done."""
-    from ._program import compute_chunk  # the compiled program: JAX loads here, after every check
+    import jax  # JAX loads here, after every check
+
+    from ._program import chunk_arrays, launch_chunk
 
     batch = [plan.groups[g][0]["batch"] for g, _ in plan.chunks]
     total = sum(len(plan.chunks[i][1]) * batch[i] for i in mine)
@@ -239,16 +241,25 @@ def _compute(cfg, out: Path, plan: SweepPlan, mine: list[int], todo: list[int], 
         bar = tqdm(total=total, initial=done, desc=desc, unit="traj", smoothing=0.1)
     timing = {"compile_s": 0.0, "total_s": 0.0, "chunks_computed": len(todo), "chunks_owned": len(mine)}
     t0 = time.perf_counter()
+    # Whole chunks side by side, one per local device (a chunk is never split, so its numbers do
+    # not depend on the device count: rankdyn.sweep._program); written in order as they finish.
+    devices = jax.local_devices()
     with CompileTimer() as timer:
-        for i in todo:
-            g, cells = plan.chunks[i]
-            arrays = compute_chunk(cfg, plan.groups[g][0], cells, plan.chunk_cells[g])
-            arrays["config_hash"] = np.asarray(cfg.hash)
-            _atomic_savez(_chunk_path(out, i), arrays)
-            if bar is not None:
-                bar.update(len(cells) * batch[i])
-            _chunk_written(i)
-            check_interrupt()  # between chunks: every chunk so far is saved (CLI signals only)
+        for start in range(0, len(todo), len(devices)):
+            wave = todo[start : start + len(devices)]
+            launched = []
+            for i, device in zip(wave, devices):
+                g, cells = plan.chunks[i]
+                dev = device if len(devices) > 1 else None
+                launched.append(launch_chunk(cfg, plan.groups[g][0], cells, plan.chunk_cells[g], dev))
+            for i, run in zip(wave, launched):
+                arrays = chunk_arrays(run)
+                arrays["config_hash"] = np.asarray(cfg.hash)
+                _atomic_savez(_chunk_path(out, i), arrays)
+                if bar is not None:
+                    bar.update(len(plan.chunks[i][1]) * batch[i])
+                _chunk_written(i)
+                check_interrupt()  # between chunks: every chunk so far is saved (CLI signals only)
     if bar is not None:
         bar.close()
     timing["compile_s"] = timer.compile_s
