@@ -90,7 +90,7 @@ def flops_per_layer(ckpt, n: int) -> tuple[float, float]:
     return full, full - mlp
 
 
-def plan(name: str, ckpt, cache: dict, excerpts: int) -> dict:
+def plan(name: str, ckpt, cache: dict, excerpts: int, only=None) -> dict:
     """Time the fractions of each target on ``ckpt`` and extrapolate (module docstring)."""
     from rankdyn.experiments.pretrained import (
         attention_sinks,
@@ -112,6 +112,8 @@ def plan(name: str, ckpt, cache: dict, excerpts: int) -> dict:
         ]
     )
     for target, mod, kind in targets:
+        if only and target not in only:
+            continue
         kw = {} if mod is attention_sinks else {"cache": cache}  # it tokenises its own excerpts
         run = lambda sz: timed(lambda: mod.compute(sz, 0, ckpt=ckpt, **kw))  # noqa: E731
         if kind == "depth":
@@ -130,13 +132,14 @@ def plan(name: str, ckpt, cache: dict, excerpts: int) -> dict:
             v, r = len(sizes["variants"]), len(sizes["random"])
             work = sizes["batch"] * ckpt.num_layers * (v + r) * full_l  # an upper bound: SANs cost less
         res[target] = {"runs": runs, "fit": fit(kind, runs, chunks, DEEP), "model_flops": work}
-        print(target, json.dumps(res[target]["fit"]), flush=True)
+        print(name, target, json.dumps({k: res[target][k] for k in ("runs", "fit")}), flush=True)
     return res
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", action="append", choices=("mpnet", "smollm2"), default=None)
+    p.add_argument("--targets", default=None, help="comma-separated subset of the targets (default: all)")
     p.add_argument("--gpu-tflops", type=float, default=66.9, help="float32 peak for the GPU estimate")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -161,7 +164,8 @@ def main(argv=None) -> int:
         load["load_s"] = c.wall
         _, record = excerpt_ids(ckpt, 128, FULL_EXCERPTS, cache)
         excerpts = record["excerpts"]
-        res = plan(name, ckpt, cache, excerpts)
+        only = None if args.targets is None else set(args.targets.split(","))
+        res = plan(name, ckpt, cache, excerpts, only)
         for r in res.values():
             r["gpu_estimate_s"] = {
                 "at_peak": r["model_flops"] / (args.gpu_tflops * 1e12),
