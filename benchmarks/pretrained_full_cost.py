@@ -6,7 +6,8 @@ Full mode (``rankdyn reproduce TARGET --checkpoint NAME``, without ``--quick``) 
 ``sizes(False)``: up to 1000 excerpts of 128 tokens in chunks of 25 (``pretrained-ablation`` also
 cycles the trained stack to 128 layers). On a 2-core CPU that is hours, so the whole run is not
 timed; each target's ``compute`` (the numbers; figures are not drawn) is timed on fractions of it
-that share its per-chunk program, and the cost is extrapolated from a linear fit:
+that share its per-chunk program (their excerpts tokenised beforehand, as the full run tokenises
+once), and the cost is extrapolated from a linear fit:
 
 * ``pretrained-ablation`` (5 variants x 4 masks, one chunk of 25 excerpts): depth 8 cold, depth 8
   warm, depth 32 cold. compile = cold(8) - warm(8); per chunk-layer r = (cold(32) - cold(8)) / 24
@@ -111,6 +112,10 @@ def plan(name: str, ckpt, cache: dict, excerpts: int, only=None) -> dict:
             ("geometry", geometry, "chunks"),
         ]
     )
+    from rankdyn.experiments.pretrained.pretrained_common import excerpt_ids
+
+    for batch in (CHUNK, 2 * CHUNK):  # tokenise the fractions' excerpts first: no run pays for it
+        excerpt_ids(ckpt, 128, batch, cache)
     for target, mod, kind in targets:
         if only and target not in only:
             continue
