@@ -18,9 +18,10 @@ Both sides compute mu (eq. 4) of every hidden state (layers 0..L) of ``--excerpt
 
 rankdyn's first-call costs are reported apart from the steady run (issue 31, "Speed"), in order:
 
-1. ``rankdyn_first_call_s``: the cold first call on one chunk, the first ``--first`` excerpts
-   (compile of the depth scan + that chunk's run); ``rankdyn_compile_s`` is it minus the same
-   call warm (``rankdyn_first_chunk_warm_s``). This is the "first call" of the issue's target.
+1. ``rankdyn_first_call_s``: the cold first call on a few excerpts, the first ``--first`` (below
+   the tuning threshold: the compile of the depth scan + a short run); ``rankdyn_compile_s`` is it
+   minus the same call warm (``rankdyn_first_chunk_warm_s``). This is the "first call" of the
+   issue's target.
 2. ``rankdyn_first_full_call_s``: the first call on the whole batch. A run of at least
    ``rankdyn._run._autotune.TUNE_MIN_FLOPS`` model FLOPs first times a few chunk sizes (one
    compile each; once per machine and shape, remembered in ``$RANKDYN_CACHE_DIR/chunks.json``),
@@ -126,9 +127,7 @@ def main(argv=None) -> int:
         default=None,
         help="repeatable; default: smollm2 and mpnet, else MiniLM",
     )
-    p.add_argument(
-        "--first", type=int, default=8, help="excerpts of rankdyn's timed first call (one chunk; default 8)"
-    )
+    p.add_argument("--first", type=int, default=8, help="excerpts of rankdyn's timed first call (default 8)")
     p.add_argument(
         "--cached-tuning",
         action="store_true",
@@ -206,7 +205,7 @@ def one(name, args, peak):
         "peak": peak,
     }
 
-    # rankdyn. (1) The first call, on one chunk: compile + one chunk's run, then the same warm.
+    # rankdyn. (1) The first call, on a few excerpts: compile + a short run, then the same warm.
     layer = ckpt.layers(n, "full")
     x0 = ckpt.embed(ids)
     run = lambda x: rd.simulate(layer, x, ckpt.num_layers, metrics="mu", per_trajectory=True)
