@@ -246,3 +246,38 @@ def test_reproduce_checkpoint_flag_refused_for_other_targets_and_bad_paths(tmp_p
     missing = tmp_path / "nope"
     assert main(["reproduce", "geometry", "--checkpoint", str(missing), "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.count("error:") == 1
+
+
+# ----------------------------------------------------------------------------- full-mode chunks
+def test_the_chunks_of_a_full_run_share_one_compiled_program(getkey):
+    """`run_chunked` walks a full run (1000 excerpts) in chunks through `simulate_many`: every chunk
+    must reuse the program the first one compiled (each used to compile its own, since a new jitted
+    closure is a new cache), and chunking must not change the numbers."""
+    import jax
+    import jax.random as jr
+
+    import rankdyn as rd
+    from rankdyn.experiments._masktable import masks_for
+    from rankdyn.experiments._observer import cheap_observe
+    from rankdyn.experiments._runs import with_masks
+    from rankdyn.experiments.pretrained.pretrained_common import run_chunked
+
+    stacks = [with_masks(rd.make_layer(getkey(), n=6, d=4), masks_for(PAPER_MASKS, 6))]
+    x0 = np.asarray(jr.normal(getkey(), (6, 6, 4)))
+    compiles, counting = [], [False]
+
+    def listen(event, secs, **kw):
+        if counting[0] and event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    ((_, whole, _),) = run_chunked(stacks, x0, 3, observe=cheap_observe, chunk=6)  # the same sizes
+    ((_, first, _),) = run_chunked(stacks, x0[:2], 3, observe=cheap_observe, chunk=2)  # compiles
+    counting[0] = True
+    try:
+        ((_, chunked, _),) = run_chunked(stacks, x0, 3, observe=cheap_observe, chunk=2)  # 3 chunks
+    finally:
+        counting[0] = False
+    assert compiles == [], f"{len(compiles)} programs compiled again for the chunks"
+    np.testing.assert_allclose(chunked["mu"][:, :2], first["mu"], rtol=0, atol=0)
+    np.testing.assert_allclose(chunked["mu"], whole["mu"], rtol=1e-12)

@@ -83,6 +83,23 @@ def simulate_many(
     """
     keys = [None] * len(stacks) if keys is None else list(keys)
     observes = list(observe) if isinstance(observe, (list, tuple)) else [observe] * len(stacks)
+    try:
+        run = _many_program(tuple(observes), num_layers, save_every, x0_per_config)
+    except TypeError:  # an unhashable observer: a program of its own, as before
+        run = _many_program.__wrapped__(tuple(observes), num_layers, save_every, x0_per_config)
+    layers = np.arange(0, num_layers + 1, save_every)
+    result = []
+    for metrics, nonfinite, degenerate in run(list(stacks), x0, keys):
+        metrics = {k: np.asarray(v, dtype=np.float64) for k, v in metrics.items()}
+        result.append((layers, metrics, np.asarray(nonfinite), np.asarray(degenerate)))
+    return result
+
+
+@functools.lru_cache(maxsize=32)
+def _many_program(observes: tuple, num_layers: int, save_every: int, x0_per_config: bool):
+    """The jitted program of `simulate_many`, one per static setting: calls with equal settings
+    (e.g. the chunks of a pretrained target's full run) reuse its compilation instead of each
+    compiling its own (a new function object is a new jit cache)."""
 
     @eqx.filter_jit
     def run(stacks, x0, keys):
@@ -106,12 +123,7 @@ def simulate_many(
                 outs.append(eqx.filter_vmap(one, in_axes=(0, x_axis))(item, x0))
         return outs
 
-    layers = np.arange(0, num_layers + 1, save_every)
-    result = []
-    for metrics, nonfinite, degenerate in run(list(stacks), x0, keys):
-        metrics = {k: np.asarray(v, dtype=np.float64) for k, v in metrics.items()}
-        result.append((layers, metrics, np.asarray(nonfinite), np.asarray(degenerate)))
-    return result
+    return run
 
 
 def simulate_stacked(
