@@ -53,3 +53,36 @@ def test_warm_run_loads_every_program_and_gives_identical_numbers(tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == entries  # every program was found: none added
     for key in ("measured", "checks", "verdict"):
         assert json.dumps(warm[key], sort_keys=True) == json.dumps(cold[key], sort_keys=True), key
+
+
+def _piece_text(solver, dt, chunk):
+    """The StableHLO of the flow's piece program (`rankdyn._flow._solve._piece`) as `solve_flow`
+    builds it: one piece of two intervals, ``chunk`` trajectories."""
+    import jax.numpy as jnp
+
+    from rankdyn._flow import _solve, _solvers
+    from rankdyn.flow import FlowField, FlowObserver
+    from rankdyn.masks import causal_mask
+
+    solver_obj, controller = _solvers._solver_and_controller(solver, None, None, None, dt)
+    cfg = (solver_obj, controller, dt, 64, False, False)
+    x = jnp.ones((1, chunk, 4, 3)) / jnp.sqrt(3.0)
+    field = FlowField(causal_mask(4), 3, "sa")
+    args = (field, FlowObserver(), x, jnp.ones(1), jnp.arange(3.0), jnp.ones(chunk, bool), cfg)
+    return _solve._piece.lower(*args).as_text()
+
+
+def test_flow_programs_hold_no_host_callback(monkeypatch):
+    """JAX never writes a program with a host callback to the persistent cache, so the flow's
+    piece program must hold none: Diffrax's runtime re-checks of the traced saved times (and of
+    dt), which `solve_flow` has made on the host, are left out (`host_checked_times`)."""
+    import contextlib
+
+    from rankdyn._flow import _solve
+
+    for solver, dt in (("tsit5", None), ("rk4", 0.25)):
+        assert "callback" not in _piece_text(solver, dt, chunk=2), solver
+    # The control: with Diffrax's checks left in, the same program holds host callbacks.
+    monkeypatch.setattr(_solve, "host_checked_times", contextlib.nullcontext)
+    for solver, dt in (("tsit5", None), ("rk4", 0.25)):
+        assert "callback" in _piece_text(solver, dt, chunk=3), solver  # another shape: traced again

@@ -21,8 +21,9 @@ from rankdyn.experiments._jobs import split_cores, work_items
 
 
 def test_work_items_and_core_split():
-    items = work_items(["masks-collapse", "ablation", "geometry", "flow-limit"])
-    assert items == [["ablation", "geometry"], ["masks-collapse"], ["flow-limit"]]  # shared runs together
+    items = work_items(["masks-collapse", "ablation", "geometry", "pretrained-temperature", "flow-limit"])
+    # The checkpoint's targets together, everything else alone; the longest first.
+    assert items == [["ablation"], ["geometry", "pretrained-temperature"], ["flow-limit"], ["masks-collapse"]]
     assert split_cores(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]  # disjoint, near-equal
     assert split_cores(1, [3, 7]) == [[3, 7]]
     with pytest.raises(ValueError):

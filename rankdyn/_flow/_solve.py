@@ -37,7 +37,7 @@ from ._observer import FlowObserver
 from ._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
 from ._solvers import DEFAULT_ATOL as DEFAULT_ATOL
 from ._solvers import DEFAULT_RTOL as DEFAULT_RTOL
-from ._solvers import RESULTS, _check_positive, _solver_and_controller
+from ._solvers import RESULTS, _check_positive, _solver_and_controller, host_checked_times
 from ._solvers import RK4 as RK4
 from ._solvers import SOLVERS as SOLVERS
 from ._solvers import ProjectedSolver as ProjectedSolver
@@ -157,19 +157,20 @@ def _piece(field, observer, x, beta, ts, real, cfg):
     def one(x, b):
         # Plain states at the saved times: an observer inside Diffrax's loop would be evaluated
         # at every step under vmap (the save branch becomes a select), so it runs afterwards.
-        sol = diffrax.diffeqsolve(
-            term,
-            solver,
-            ts[0],
-            ts[-1],
-            dt0,
-            x,
-            args=b,
-            stepsize_controller=controller,
-            saveat=diffrax.SaveAt(ts=ts),
-            max_steps=max_steps,
-            throw=False,
-        )
+        with host_checked_times():  # no host callback: the program goes to the compile cache
+            sol = diffrax.diffeqsolve(
+                term,
+                solver,
+                ts[0],
+                ts[-1],
+                dt0,
+                x,
+                args=b,
+                stepsize_controller=controller,
+                saveat=diffrax.SaveAt(ts=ts),
+                max_steps=max_steps,
+                throw=False,
+            )
         ys = sol.ys
         nrm = jnp.linalg.norm(ys, axis=-1, keepdims=True)
         u = ys / nrm

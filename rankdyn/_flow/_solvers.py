@@ -9,6 +9,7 @@ does. `RESULTS` is the status of one trajectory.
 
 from __future__ import annotations
 
+import contextlib
 from typing import ClassVar
 
 import diffrax
@@ -148,3 +149,41 @@ def _solver_and_controller(solver, controller, rtol, atol, dt):
     if isinstance(controller, diffrax.ConstantStepSize) and dt is None:
         raise UsageError("a constant step size needs a step dt > 0 (e.g. dt=0.1).")
     return solver, controller
+
+
+#: Diffrax's runtime checks that `solve_flow` has already made on the host (`_validate`: the saved
+#: times increase from 0, so every piece's ``ts`` lies in ``[ts[0], ts[-1]]``; ``dt > 0``). They are
+#: identified by the start of their message.
+_HOST_CHECKED = ("saveat.ts must", "Must have (t1 - t0) * dt0 >= 0")
+
+
+@contextlib.contextmanager
+def host_checked_times():
+    """While tracing: Diffrax's re-checks of the (host-checked) saved times and step are left out.
+
+    Why: the times are traced arguments (one program for every piece), so Diffrax's
+    ``eqx.error_if`` checks on them become runtime branches holding host callbacks, and JAX never
+    writes a program with host callbacks to the persistent compilation cache: the flow's largest
+    program was compiled afresh on every run. `_validate` made the same checks before any compute,
+    so only these checks (`_HOST_CHECKED`) are dropped (``on_error="off"``: the values pass through
+    unchanged); every other check keeps Equinox's setting. Equinox's private hook is looked up, and
+    without it nothing changes (the program is then only not cached).
+    """
+    from equinox import _errors
+
+    jitted = getattr(_errors, "branched_error_if_impl_jit", None)
+    impl = getattr(_errors, "branched_error_if_impl", None)
+    if jitted is None or impl is None:
+        yield
+        return
+
+    def checked(x, pred, index, msgs, *, on_error):
+        if all(str(m).startswith(_HOST_CHECKED) for m in msgs):
+            return impl(x, pred, index, msgs, on_error="off")
+        return jitted(x, pred, index, msgs, on_error=on_error)
+
+    _errors.branched_error_if_impl_jit = checked
+    try:
+        yield
+    finally:
+        _errors.branched_error_if_impl_jit = jitted

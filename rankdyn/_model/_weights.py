@@ -11,8 +11,10 @@ bottom-right corner (App. F.1).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._names import QK_NAMES as QK_NAMES
@@ -85,10 +87,14 @@ def jordan_block(d: int, k: int, w: ArrayLike, dtype=None) -> Float[Array, "d d"
     if not 1 <= k <= d:
         raise ValueError(f"Jordan block size k must be in [1, d={d}], got {k}; use k <= d.")
     dt = _dtype(dtype)
-    m = jnp.arange(d)
+    m = np.arange(d)
     # Superdiagonal entries (m, m+1) lying inside the trailing k x k block.
     sup = (m[:, None] + 1 == m[None, :]) & (m[:, None] >= d - k)
-    return jnp.eye(d, dtype=dt) + jnp.asarray(w, dt) * sup.astype(dt)
+    if isinstance(w, jax.core.Tracer):
+        return jnp.eye(d, dtype=dt) + jnp.asarray(w, dt) * jnp.asarray(sup, dt)
+    # A concrete w: the same sum in NumPy (exact, entry by entry), one transfer instead of a
+    # dozen eagerly compiled ops per size.
+    return jnp.asarray(np.eye(d, dtype=dt) + np.asarray(w, dt) * sup.astype(dt))
 
 
 def value_matrix(

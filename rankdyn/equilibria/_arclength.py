@@ -53,6 +53,18 @@ from ._stability import block_eigvals, cluster_means
 __all__ = ["LayerFamily", "Point", "evaluate", "correct", "tangent_at", "on_unit_spheres"]
 
 
+@eqx.filter_jit
+def _central_difference(plus, minus, h):
+    """$(f(p + h) - f(p - h)) / 2h$ leaf by leaf (``h`` traced: one program for every step)."""
+    return jax.tree.map(lambda a, b: (a - b) / (2 * h), plus, minus)
+
+
+@eqx.filter_jit
+def _residual(layer, x, t):
+    r"""$\|F(X) - X\|_F$, one compiled program (the start's check)."""
+    return jnp.linalg.norm(layer(x, t)[0] - x)
+
+
 #: Largest n * d: every corrector step forms the dense Jacobian (8 (n d)^2 bytes) and an SVD of it.
 MAX_STATE = 2048
 
@@ -95,7 +107,7 @@ class LayerFamily:
                 "the family must build layers of one structure at every parameter value (same shapes, "
                 "heads, blocks and switches); only array values may depend on the parameter."
             )
-        return layer, jax.tree.map(lambda a, b: (a - b) / (2 * h), plus, minus)
+        return layer, _central_difference(plus, minus, jnp.asarray(h))
 
     def reads_parameter(self, p: float) -> bool:
         r"""Whether the map changes with the parameter near ``p``: at a random point of the sphere
@@ -103,10 +115,19 @@ class LayerFamily:
         An array may change while the map does not (the temperature under uniform attention)."""
         delta = 1e-3 * _scale(p)
         lo, hi = self.family(float(p) - delta), self.family(float(p) + delta)
-        dt = lo.weights.w_v.dtype
-        x = jax.random.normal(jax.random.PRNGKey(1), (lo.num_tokens, lo.dim), dt)
-        x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-        return float(jnp.max(jnp.abs(hi(x, self.t)[0] - lo(x, self.t)[0]))) > 0
+        # The same program for both (two copies of the map in one program may be fused
+        # differently and differ in the last bit, where equal maps must give exactly 0).
+        return bool(
+            np.max(np.abs(np.asarray(_probe_map(hi, self.t)) - np.asarray(_probe_map(lo, self.t)))) > 0
+        )
+
+
+@eqx.filter_jit
+def _probe_map(layer, t):
+    """$F(X)$ at a fixed random point of the sphere product: one compiled program for every
+    layer of a family (same structure), so equal maps give bit-equal outputs."""
+    x = jax.random.normal(jax.random.PRNGKey(1), (layer.num_tokens, layer.dim), layer.weights.w_v.dtype)
+    return layer(x / jnp.linalg.norm(x, axis=-1, keepdims=True), t)[0]
 
 
 @eqx.filter_jit
@@ -337,7 +358,7 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         raise UsageError("x_start has non-finite entries (NaN or inf): pass a finite equilibrium.")
     tol = default_residual_tol(layer.weights.w_v.dtype) if residual_tol is None else float(residual_tol)
     dt = layer.weights.w_v.dtype
-    res = float(jnp.linalg.norm(layer(jnp.asarray(x, dt), fam.t)[0] - jnp.asarray(x, dt)))
+    res = float(_residual(layer, jnp.asarray(x, dt), fam.t))
     if not res <= tol:
         raise UsageError(
             f"x_start is not an equilibrium at p = {p:g}: ||F(X) - X||_F = {res:.3e} > residual_tol = "

@@ -24,6 +24,7 @@ import time
 import warnings
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
@@ -47,6 +48,10 @@ from ._symmetry import group_distance, symmetry_group
 from ._tree import is_acyclic, polish_tokens, tree_search
 
 __all__ = ["equilibrium_census", "census_method", "SEARCHES"]
+
+#: `equilibrium_rank` as one compiled program per shape (called eagerly it built five: SVD,
+#: slice, compare, sum, cast), for the per-class ranks of a census.
+_rank = jax.jit(equilibrium_rank, static_argnames=("rtol", "atol"))
 
 SEARCHES = ("auto", "exact", "tree-search", "joint-search")
 
@@ -252,7 +257,7 @@ def equilibrium_census(
             "rounds": joint.rounds,
             "seconds": joint.timing["search_s"],
         }
-        ranks = [int(equilibrium_rank(x, rank_tol)) for x in xs]
+        ranks = [int(_rank(x, rtol=rank_tol)) for x in xs]
         for k in sorted(set(ranks)):
             sel = [h for h, r in zip(hit, ranks) if r == k]
             coverage["found_by_rank"][str(k)] = {"found": int(sum(sel)), "total": len(sel)}
@@ -281,7 +286,7 @@ def equilibrium_census(
             closed_hit |= dists <= match_tol
         records.append(
             EquilibriumRecord(
-                rank=int(equilibrium_rank(x, rank_tol)),
+                rank=int(_rank(x, rtol=rank_tol)),
                 residual=rep.residual,
                 error_estimate=float(errs[j]),
                 spectral_radius=rep.spectral_radius,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -66,22 +68,31 @@ def symmetry_group(
         A `SymmetryGroup` (``sign``, ``all_permutations``, ``permutations``: index arrays).
     """
     mask = np.asarray(layer.mask)
-    n, d = layer.num_tokens, layer.dim
+    n = layer.num_tokens
     fixed = None if layer.fixed_attention is None else np.asarray(layer.fixed_attention)
-    key = jr.PRNGKey(0) if key is None else key
-    x = jr.normal(key, (n, d), dtype=layer.weights.w_v.dtype)
-    x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-    fx = np.asarray(layer(x)[0])
-    scale = 1e3 * float(jnp.finfo(x.dtype).eps) * max(1.0, float(np.max(np.abs(fx))))
-    sign = bool(np.max(np.abs(np.asarray(layer(-x)[0]) + fx)) <= scale) if check else True
     complete = bool(mask.all()) and (fixed is None or np.allclose(fixed, fixed[0, 0]))
     perms = [] if complete else _perm_automorphisms(mask, fixed, max_tokens)
+    sign = True
     if check:
         test = [np.roll(np.arange(n), 1)] if complete and n > 1 else perms
-        good = all(np.max(np.abs(np.asarray(layer(x[p])[0]) - fx[p])) <= scale for p in test)
+        key = jr.PRNGKey(0) if key is None else key
+        fx, f_neg, f_perm = map(np.asarray, _probe(layer, key, jnp.asarray(np.stack(test or [np.arange(n)]))))
+        scale = 1e3 * float(np.finfo(fx.dtype).eps) * max(1.0, float(np.max(np.abs(fx))))
+        sign = bool(np.max(np.abs(f_neg + fx)) <= scale)
+        good = all(np.max(np.abs(f - fx[p])) <= scale for f, p in zip(f_perm, test))
         if not good:  # the layer breaks the mask's symmetry (e.g. per-token weights): drop it
             complete, perms = False, [np.arange(n)]
     return SymmetryGroup(sign=sign, all_permutations=complete, permutations=tuple(perms))
+
+
+@eqx.filter_jit
+def _probe(layer: SelfAttentionLayer, key, perms):
+    """$F(x)$, $F(-x)$ and $F(x_p)$ for each row $p$ of ``perms``, at a random point $x$ on the
+    spheres: one compiled program per layer and shape (the layer called eagerly built dozens)."""
+    x = jr.normal(key, (layer.num_tokens, layer.dim), dtype=layer.weights.w_v.dtype)
+    x = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+    f = lambda y: layer(y)[0]  # noqa: E731
+    return f(x), f(-x), jax.vmap(lambda p: f(x[p]))(perms)
 
 
 def symmetric_images(x: Float[ArrayLike, "n d"], group: "SymmetryGroup | dict") -> np.ndarray:

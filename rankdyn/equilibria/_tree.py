@@ -303,6 +303,12 @@ def tree_search(
     return TreeResult(x=prefixes, saturation=stats, first_token="exact" if first is not None else "search")
 
 
+@eqx.filter_jit
+def _apply_many(layer, xs, t):
+    """$F(X)$ for each ``X`` of ``xs``: one compiled program (called eagerly, a few dozen)."""
+    return jax.vmap(lambda x: layer(x, t)[0])(xs)
+
+
 def polish_tokens(
     layer: SelfAttentionLayer,
     xs: Float[ArrayLike, "m n d"],
@@ -363,6 +369,6 @@ def polish_tokens(
     corr = np.where(degenerate, np.maximum(corr, np.sqrt(res_tok / np.maximum(smax, 1e-300))), corr)
     if exact_first:
         corr[:, 0] = 0.0
-    fx = np.asarray(jax.vmap(lambda x: layer(x, t)[0])(jnp.asarray(xs, dt)))
+    fx = np.asarray(_apply_many(layer, jnp.asarray(xs, dt), t))
     res = np.linalg.norm((fx - xs).reshape(m, -1), axis=-1)
     return xs, res, corr.max(axis=1) + 2 * np.finfo(float).eps

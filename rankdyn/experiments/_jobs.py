@@ -10,11 +10,14 @@ processes (``spawn``ed, so each starts its own JAX):
   its own cores (`rankdyn.use_cpu_devices`, which reads the affinity mask), and
   ``OMP_NUM_THREADS`` / ``torch.set_num_threads`` equal to its core count. No core runs two
   workers' threads. ``N`` is at most the number of cores.
-* **Which targets together.** Targets that share runs within one call (`Target.shares_runs`:
-  the ablation runs reused by geometry and the pretrained targets) go to one worker, in the
-  order of `TARGETS`, so they reuse what they computed as with ``--jobs 1``; every other target is
-  a work item of its own. Items are handed out longest-first (the shared group first), at most one
-  per worker at a time.
+* **Which targets together.** Targets that share what they load within one call
+  (`Target.shares_runs` with a checkpoint: geometry and the pretrained targets load the same
+  checkpoint and excerpts) go to one worker, in the order of `TARGETS`, so they reuse it as with
+  ``--jobs 1``; every other target (ablation too: its runs are its own) is a work item of its own.
+* **Longest first.** Items are handed out by decreasing expected time (`QUICK_WARM_SECONDS`, the
+  lead's quiet warm quick run; an unlisted target counts `_UNLISTED_SECONDS`), at most one per
+  worker at a time: the classic longest-processing-time rule, so that no long target starts last
+  while the other worker idles. The order changes which worker runs a target, never its numbers.
 * **Same files.** Each worker runs `rankdyn.experiments.run_targets` on its item into the same
   folder (``<target>.json`` and the figures, atomic writes); the parent then writes ``report.md``
   over every result in the order of `TARGETS`, so the folder holds the files of ``--jobs 1``.
@@ -33,15 +36,51 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["work_items", "split_cores", "run_parallel"]
+__all__ = ["work_items", "split_cores", "run_parallel", "QUICK_WARM_SECONDS"]
+
+
+#: Seconds per quick target in a warm run (the lead's quiet measurement of main at b0bbad8,
+#: 2-core Intel Xeon, two workers): only the order in which work items are handed out.
+QUICK_WARM_SECONDS = {
+    "masks-collapse": 3.9,
+    "temperature": 2.6,
+    "layernorm-orthogonal": 3.5,
+    "depth-table": 3.5,
+    "counterexample-2d": 4.8,
+    "equilibria-ranks": 5.8,
+    "positive-measure": 2.8,
+    "ablation": 17.5,
+    "geometry": 5.7,
+    "undirected": 19.5,
+    "pretrained-ablation": 8.0,
+    "pretrained-temperature": 2.9,
+    "flow-clustering": 19.9,
+    "flow-metastability": 12.8,
+    "flow-causal": 10.4,
+    "flow-limit": 5.6,
+    "bifurcation": 8.2,
+    "lyapunov-rates": 5.1,
+    "attention-sinks": 17.4,
+}
+_UNLISTED_SECONDS = 10.0
+
+
+def _shared(spec) -> str | None:
+    """What a target shares with others of one call: its checkpoint's name, or None."""
+    return f"checkpoint {spec.default_checkpoint}" if spec.shares_runs and spec.needs_checkpoint else None
 
 
 def work_items(names: list[str]) -> list[list[str]]:
-    """The targets as work items: those that share runs together (first), the others alone."""
+    """The targets as work items, longest first: those that load the same checkpoint together (in
+    the order of ``names``), every other target alone."""
     from ._registry import target
 
-    shared = [n for n in names if target(n).shares_runs]
-    return ([shared] if shared else []) + [[n] for n in names if not target(n).shares_runs]
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(_shared(target(n)) or f"target {n}", []).append(n)
+    items = list(groups.values())
+    cost = lambda item: sum(QUICK_WARM_SECONDS.get(n, _UNLISTED_SECONDS) for n in item)  # noqa: E731
+    return sorted(items, key=cost, reverse=True)  # stable: equal costs keep the order of names
 
 
 def split_cores(num_workers: int, cores: list[int] | None = None) -> list[list[int]]:

@@ -186,7 +186,8 @@ def lemma13_frozen(
     layer = uniform_causal_layer(2, d, bidiagonal(d, w))
     keys = jr.split(key, len(conditions))
     x0 = jnp.concatenate([lemma13_sample(k, d, w, batch, condition=c) for k, c in zip(keys, conditions)])
-    valid = np.asarray(jax.vmap(lambda x2: lemma13_condition(x2, w, condition="proof"))(x0[:, 1]))
+    # One compiled program (the vmap called eagerly built one per op and shape).
+    valid = np.asarray(jax.jit(jax.vmap(lambda x2: lemma13_condition(x2, w, condition="proof")))(x0[:, 1]))
     xf, first, mx = (np.asarray(a) for a in lemma13_track(layer, x0, num_steps, d - 2))
     s = np.linalg.svd(xf, compute_uv=False)
     ratio = s[:, 1] / s[:, 0]
