@@ -27,7 +27,7 @@ from .._flow._solve import ADAPTIVE_SOLVERS, DEFAULT_ATOL, DEFAULT_RTOL, RK4, SO
 from ._budget import check_tangent_memory, default_chunk
 from ._layer import _project_columns
 from ._plan import check_counts, make_plan
-from ._qr import assemble, jvp_columns, orthonormal_start, run_qr
+from ._qr import assemble, gaussian_start, jvp_columns, run_qr
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum_flow"]
@@ -83,7 +83,7 @@ class _FlowStart(eqx.Module):
     k: int = eqx.field(static=True)
 
     def __call__(self, x, key):
-        return orthonormal_start(key, x.size, self.k, x.dtype, lambda g: _project_columns(x, g))
+        return gaussian_start(key, x.size, self.k, x.dtype, lambda g: _project_columns(x, g))
 
 
 def lyapunov_spectrum_flow(

@@ -25,7 +25,7 @@ from .._model._tokens import TokenSampler
 from .._run._simulate import _check_logits, _check_options, _strong, _validate
 from ._budget import check_tangent_memory, default_chunk
 from ._plan import check_counts, make_plan
-from ._qr import assemble, jvp_columns, orthonormal_start, run_qr
+from ._qr import assemble, gaussian_start, jvp_columns, run_qr
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum", "uses_tangent_space", "spectrum_dim"]
@@ -82,7 +82,7 @@ class _LayerStart(eqx.Module):
 
     def __call__(self, x, key):
         proj = (lambda g: _project_columns(x, g)) if self.tangent else None
-        return orthonormal_start(key, x.size, self.k, x.dtype, proj)
+        return gaussian_start(key, x.size, self.k, x.dtype, proj)
 
 
 def lyapunov_spectrum(
