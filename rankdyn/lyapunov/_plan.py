@@ -132,8 +132,12 @@ def next_every(plan: QRPlan, logs, steps, ok, fell_back, every):
     lo = jnp.min(jnp.where(finite, logs, jnp.inf), axis=1)
     spread = jnp.max(jnp.where(hi >= lo, hi - lo, 0.0)) / steps
     growth = jnp.max(jnp.where(finite, jnp.abs(logs), 0.0)) / steps
-    # Largest q with q * spread <= LOG_COND and q * growth <= LOG_RANGE (0 spread: no limit).
+    # Largest power of two q <= MAX_EVERY with q * spread <= LOG_COND and q * growth <= LOG_RANGE
+    # (compared, not rounded through log2, which is inexact at powers of two).
     limit = jnp.minimum(LOG_COND / jnp.maximum(spread, 1e-30), LOG_RANGE / jnp.maximum(growth, 1e-30))
-    q = jnp.clip(limit, 1.0, MAX_EVERY)
-    q = jnp.exp2(jnp.floor(jnp.log2(q))).astype(jnp.int32)
+    q = jnp.int32(1)
+    p = 2
+    while p <= MAX_EVERY:
+        q = jnp.where(limit >= p, jnp.int32(p), q)
+        p *= 2
     return jnp.where(fell_back, 1, q)
