@@ -218,7 +218,7 @@ FACTORS = {
 def _bound_check(name: str, lam: float, log_bound: float, bound_name: str) -> V.Check:
     """``lambda_trans <= log bound`` as per-layer factors (`V.bound_check`); where the factor is 1
     within `V.BOUND_ONE_TOL`, untestable, with why: eps (the smallest attention weight) raised to
-    the graph radius r (or 2r) is below rounding for the windows at this n, so the theorem says
+    the graph radius r (or 2r) is that small for the windows at this n, so the theorem says
     nothing a collapsing rate could contradict (the rate is compared with mu's instead)."""
     chk = V.bound_check(name, math.exp(lam), math.exp(log_bound))
     if chk.testable or not math.isfinite(log_bound):
@@ -227,9 +227,9 @@ def _bound_check(name: str, lam: float, log_bound: float, bound_name: str) -> V.
     gap = f"1 - {deficit:.2g}" if deficit > 0 else "1 to float64 precision"
     return V.untestable(
         name,
-        f"{chk.detail}. The per-layer factor {FACTORS.get(bound_name, '')} is {gap}: eps^r at this mask's "
-        f"graph radius r is below rounding, so any non-expanding rate passes; lambda_trans = {lam:.4g} "
-        "is compared with mu's fitted rate instead",
+        f"{chk.detail}. The per-layer factor {FACTORS.get(bound_name, '')} is {gap}: the smallest "
+        "attention weight eps raised to this mask's graph radius r is that small, so any non-expanding rate "
+        f"passes; lambda_trans = {lam:.4g} is compared with mu's fitted rate instead",
     )
 
 
