@@ -1,7 +1,7 @@
 r"""Batched re-orthonormalisation of tangent vectors for the QR (Benettin) method: $Y = QR$.
 
 CholeskyQR2 first (Gram matrices, k x k factorisations and matrix products only), Householder
-for a chunk where it failed, and for k > m / 4, where it needs fewer flops.
+for a chunk where it failed.
 
 Yamamoto, Nakatsukasa, Yanagisawa and Fukaya, "Roundoff error analysis of the CholeskyQR2
 algorithm" (ETNA 44, 2015), abstract: for one Cholesky QR pass "the deviation from orthogonality
@@ -90,20 +90,16 @@ def _householder_qr(y):
 def orthonormalise(y):
     r"""Batched QR ``(c, m, k) -> (Q, |diag R|, fell_back)``.
 
-    CholeskyQR2 for k <= m / 4 (Householder above, where it needs fewer flops); Householder for
-    the whole chunk when CholeskyQR2 failed in any member (tangent vectors with
+    CholeskyQR2; Householder for the whole chunk when it failed in any member (tangent vectors with
     $\kappa_2 \gtrsim u^{-1/2}$, e.g. a random start in a spectrum that spans $e^{\pm 10}$ per step,
     or Gram entries that under/overflow). The branch is a real ``lax.cond`` (its predicate is not
     batched), so the cheap path costs nothing extra when it succeeds; ``fell_back`` says which
     branch ran (the adaptive QR interval restarts from one step after a fallback).
     """
-    m, k = y.shape[-2:]
-    if 4 * k > m:
-        # CholeskyQR2 costs about 8 m k^2 flops, Householder with an explicit Q about
-        # 4 m k^2 - 4 k^3 / 3: on one XLA:CPU core they break even near k = m / 4 (m = 2048:
-        # 38 ms each at k = 512; at k = 2016, 0.8 s vs 0.4 s).
-        q, diag = _householder_qr(y)
-        return q, diag, jnp.asarray(False)
+    # Householder needs fewer flops for k > m / 4 (about 4 m k^2 - 4 k^3 / 3 with an explicit Q,
+    # against 8 m k^2: 0.4 s vs 0.8 s at m = 2048, k = 2016 on one core), but XLA:CPU runs it in
+    # the LAPACK scipy bundles, whose threads fight XLA's (1.1 s for 4 x (2048 x 64) on 2 quiet
+    # cores, PyTorch 0.08 s): CholeskyQR2 stays first for every k.
     q, diag, ok = _cholesky_qr2(y)
     q, diag = lax.cond(ok, lambda: (q, diag), lambda: _householder_qr(y))
     return q, diag, ~ok
