@@ -9,6 +9,8 @@ import pytest
 import rankdyn
 from rankdyn.flow import FlowField, lyapunov_spectrum_flow
 from rankdyn.lyapunov import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult, flag_names, spectrum_dim
+from rankdyn.lyapunov._orthonormal import _lower_inverse, orthonormalise
+from rankdyn.lyapunov._plan import MAX_EVERY, make_plan, next_every
 
 # Hénon (a = 1.4, b = 0.3): lambda_1 = 0.41922 (Sprott, "Chaos and Time-Series Analysis", table
 # of exponents; ChaosTools' test checks ~0.419); lambda_1 + lambda_2 = log b exactly (det Df = -b).
@@ -105,6 +107,7 @@ def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
         (dict(discard=40), "discard=40 leaves nothing"),
         (dict(qr_every=0), "qr_every must be a positive"),
         (dict(qr_every=3), "multiples of qr_every"),
+        (dict(qr_every="fast"), "positive integer or 'auto'"),
     ],
 )
 def test_bad_input_is_a_usage_error(kwargs, message):
@@ -123,6 +126,67 @@ def test_bad_map_input():
     # 200000 tangent vectors of dimension 200000 (~1.3 TB): refused before anything is allocated.
     with pytest.raises(ValueError, match="Lyapunov spectrum of k=200000"):
         rankdyn.lyapunov_spectrum_map(lambda x: 0.5 * x, jnp.zeros(200000), 10)
+
+
+def test_orthonormalise_against_householder_and_numpy(getkey):
+    inverse, orthonormal = jax.jit(_lower_inverse), jax.jit(orthonormalise)
+    for k in (3, 64):  # 3: padded to a power of two
+        a = jax.random.normal(getkey(), (2, 4 * k + 5, k))
+        low = np.linalg.cholesky(np.einsum("cmi,cmj->cij", a, a))
+        np.testing.assert_allclose(inverse(low), np.linalg.inv(low), rtol=1e-10, atol=1e-13)
+        q, diag, fell_back = orthonormal(a)
+        r = np.linalg.qr(np.asarray(a))[1]
+        assert not bool(fell_back)
+        np.testing.assert_allclose(diag, np.abs(np.diagonal(r, axis1=1, axis2=2)), rtol=1e-12)
+        np.testing.assert_allclose(
+            np.einsum("cmi,cmj->cij", q, q), np.broadcast_to(np.eye(k), (2, k, k)), atol=1e-14
+        )
+    # kappa = 1e12 > u^(-1/2): CholeskyQR2 fails, the chunk falls back to Householder.
+    u, v = (np.linalg.qr(np.asarray(jax.random.normal(getkey(), (s, 6))))[0] for s in (40, 6))
+    bad = jnp.asarray((u * np.logspace(0, -12, 6)) @ v.T)[None]
+    q, diag, fell_back = orthonormal(bad)
+    assert bool(fell_back)
+    np.testing.assert_allclose(q[0].T @ q[0], np.eye(6), atol=1e-14)
+    # |det R| = the product of the singular values (to ~u kappa = 1e-4; CholeskyQR2's failed
+    # factors would be NaN or off by orders of magnitude).
+    np.testing.assert_allclose(np.prod(diag), np.prod(np.logspace(0, -12, 6)), rtol=1e-3)
+
+
+def test_adaptive_interval():
+    plan = make_plan(64, 8, "auto")
+    assert (
+        plan.qr_every == 0 and plan.records[-1] == 64 and all((r - 8) % MAX_EVERY == 0 for r in plan.records)
+    )
+    ok, no = jnp.ones(2, bool), jnp.asarray(False)
+
+    def every(logs, steps=1, fell_back=no, valid=ok):
+        return int(next_every(plan, jnp.asarray(logs, float), jnp.int32(steps), valid, fell_back, 1))
+
+    assert every([[0.0, -0.7], [0.0, -0.6]]) == 4  # 4 * 0.7 <= LOG_COND = 4 < 8 * 0.7
+    assert every([[0.0, -2.8], [0.0, -2.4]], steps=4) == 4  # the same spread per step
+    assert every([[0.3, 0.3], [0.3, 0.3]]) == MAX_EVERY  # no spread, small growth
+    assert every([[0.0, -5.0], [0.0, 0.0]]) == 1
+    assert every([[-30.0], [-30.0]]) == 1  # one column decays by e^-30 per step: LOG_RANGE = 20
+    assert every([[0.0, -0.7], [0.0, -0.7]], fell_back=jnp.asarray(True)) == 1
+    # A flagged trajectory (ok False) does not shorten the interval of the others.
+    assert every([[0.0, -0.7], [0.0, -80.0]], valid=jnp.asarray([True, False])) == 4
+    fixed = make_plan(64, 8, 4)
+    assert int(next_every(fixed, jnp.zeros((1, 2)), jnp.int32(4), ok[:1], no, 4)) == 4
+
+
+def test_auto_interval_equals_every_layer(getkey):
+    # In exact arithmetic the QR method does not depend on the interval; in float64 the adaptive
+    # one (here q = 4 or 8: the exponents spread by < 1 per layer) agrees with q = 1 to rounding.
+    layer, _ = _stable_layer()
+    x0 = jax.random.normal(getkey(), (2, 4, 3))
+    auto = rankdyn.lyapunov_spectrum(layer, x0, 96, k=3, discard=16)
+    every = rankdyn.lyapunov_spectrum(layer, x0, 96, k=3, discard=16, qr_every=1)
+    assert auto.qr_every == "auto" and every.qr_every == 1
+    np.testing.assert_allclose(auto.exponents, every.exponents, atol=1e-12)
+    # x -> 1e-200 x: a column decays by e^-460 per step, so "auto" keeps q = 1 and never underflows.
+    tiny = rankdyn.lyapunov_spectrum_map(lambda x: 1e-200 * x, jnp.ones((2, 1)), 8)
+    assert int(tiny.count) == 2 and tiny.num_flagged == 0
+    np.testing.assert_allclose(tiny.mean, [np.log(1e-200)], rtol=1e-13)
 
 
 def test_underflow_and_nonfinite_are_flagged_not_averaged():

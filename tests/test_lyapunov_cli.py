@@ -104,3 +104,9 @@ def test_lyapunov_rates_checks_pass_and_fail():
         assert verdict(cs) != "reproduced"
         assert [c.name for c in cs if c.passed is False and failing in c.name], [c.name for c in cs]
     assert verdict(checks(_measured(equilibrium_errors=[]))) == "partially"
+    # A bound of 1 to working precision (a window mask's eps^(2r)) is reported untestable, with
+    # the reason, and caps the verdict; any other bound is tested.
+    vacuous = checks(_measured(log_bound={"none/causal": -0.004, "post/complete": -2e-10}))
+    (bound,) = [c for c in vacuous if c.name.startswith("post LN") and "bound" in c.name]
+    assert bound.testable is False and "is 1 - 2e-10" in bound.detail and "(1 - n eps^(2r))" in bound.detail
+    assert verdict(vacuous) == "partially"

@@ -19,7 +19,7 @@ from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter
 from .simulate import add_model_flags, check_model_args, layer_from_args
 
-#: Exponents computed by default (the top ones): the full n(d-1) of `small` is 1984.
+#: Exponents computed by default (the top ones): the full n(d-1) of `small` is 2016.
 DEFAULT_K = 16
 
 
@@ -28,12 +28,12 @@ def add_parser(sub) -> None:
         "lyapunov",
         help="Lyapunov spectrum of the layer map (QR method, batched)",
         description="Lyapunov spectrum of the masked attention + LN map along a batch of trajectories "
-        "(QR / Benettin method with jax.jvp; tangent space of the spheres with post sphere-LN, R^(nd) "
+        "(QR / Benettin method with jax.linearize; tangent space of the spheres with post sphere-LN, R^(nd) "
         "otherwise): lyapunov.json, spectrum.png, convergence.png.",
         formatter_class=LineHelpFormatter,
     )
     add_model_flags(p)
-    p.add_argument("--layers", type=int, default=128, help="depth T (a multiple of --qr-every)")
+    p.add_argument("--layers", type=int, default=128, help="depth T (a multiple of an integer --qr-every)")
     p.add_argument("--batch", type=int, default=16, help="number of trajectories")
     p.add_argument(
         "--k",
@@ -42,7 +42,12 @@ def add_parser(sub) -> None:
         help=f"exponents computed, 1..n(d-1) or 1..nd (default: min({DEFAULT_K}, dim))",
     )
     p.add_argument("--discard", type=int, default=0, help="layers before the averaging starts (< --layers)")
-    p.add_argument("--qr-every", type=int, default=1, help="layers between QR re-orthonormalisations")
+    p.add_argument(
+        "--qr-every",
+        default="auto",
+        help="layers between QR re-orthonormalisations: an integer >= 1, or auto (1 to 8, from the "
+        "spread of the exponents; default)",
+    )
     p.add_argument("--per-trajectory", action="store_true", help="also write every trajectory's exponents")
     p.add_argument("--chunk", type=int, default=None, help="trajectories advanced together")
     p.add_argument("--out", type=Path, default=Path("out/lyapunov"), help="output folder")
@@ -64,24 +69,33 @@ def check_spectrum_args(args, dim: int, layers: int) -> int:
 
 
 def check_schedule(args, layers: int) -> None:
-    """The flags of the QR schedule and the chunk, which need no model (checked before JAX loads)."""
-    if args.qr_every < 1:
-        raise UsageError(f"--qr-every {args.qr_every}: expected an integer >= 1.")
+    """The flags of the QR schedule and the chunk, which need no model (checked before JAX loads);
+    an integer ``--qr-every`` is converted in place."""
+    every = args.qr_every
+    if every != "auto":
+        try:
+            every = int(every)
+        except ValueError:
+            every = 0
+        if every < 1:
+            raise UsageError(f"--qr-every {args.qr_every}: expected an integer >= 1 or auto.")
+        args.qr_every = every
     if args.discard < 0 or args.discard >= layers:
         raise UsageError(
             f"--discard {args.discard}: expected 0 <= discard < --layers {layers}; "
             f"e.g. --discard {layers // 4}."
         )
-    if layers % args.qr_every or args.discard % args.qr_every:
+    if every != "auto" and (layers % every or args.discard % every):
         raise UsageError(
-            f"--layers {layers} and --discard {args.discard} must be multiples of --qr-every {args.qr_every}."
+            f"--layers {layers} and --discard {args.discard} must be multiples of --qr-every {every}; "
+            "choose a divisor, or --qr-every auto."
         )
     if args.chunk is not None and args.chunk < 1:
         raise UsageError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
 
 
 def _model(args):
-    """``(layer, x0, layers, config dict, extra result fields)`` for a random model or a checkpoint."""
+    """``(layer, x0, layers, k, extra result fields, title)`` for a random model or a checkpoint."""
     if checkpoint_requested(args):
         return _checkpoint_model(args)
     config = check_model_args(args)
@@ -106,9 +120,18 @@ def _model(args):
 
 
 def _checkpoint_model(args):
+    """As `_model` for ``--checkpoint``; ``extra["config"]`` holds the real architecture, which
+    replaces the random model's flags in ``lyapunov.json`` (as for ``simulate --checkpoint``)."""
     from .._trained import load_checkpoint
     from ..lyapunov import spectrum_dim
-    from ._checkpoint import _check_inputs, _mask_of, _refuse_model_flags
+    from ._checkpoint import (
+        _ALLOWED,
+        _FALLBACK_MODEL,
+        _check_inputs,
+        _mask_of,
+        _refuse_model_flags,
+        architecture,
+    )
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
@@ -126,7 +149,21 @@ def _checkpoint_model(args):
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     k = check_spectrum_args(args, spectrum_dim(layer), layers)
     check_out_dir(args.out)
-    extra = {"checkpoint": ckpt.provenance(), "inputs": source, "mask": mask, "layers": layers}
+    variant = args.variant or "full"
+    config = {
+        key: (str(v) if isinstance(v, Path) else v)
+        for key, v in vars(args).items()
+        if key != "func" and (key not in _FALLBACK_MODEL or key in _ALLOWED)
+    }
+    config |= {"variant": variant, "mask": mask, "n": int(ids.shape[1]), "batch": int(ids.shape[0])}
+    config |= architecture(ckpt, variant)
+    extra = {
+        "checkpoint": ckpt.provenance(),
+        "inputs": source,
+        "mask": mask,
+        "layers": layers,
+        "config": config,
+    }
     title = f"{ckpt.arch} {args.variant or 'full'} mask={mask} n={ids.shape[1]} d={ckpt.d}"
     return layer, ckpt.embed(ids), layers, k, extra, title
 
@@ -157,7 +194,9 @@ def run(args) -> int:
         )
         jax.block_until_ready(res.exponents)
     spectrum = res.to_dict(per_trajectory=args.per_trajectory)
-    config = {key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items() if key != "func"}
+    config = extra.pop("config", None) or {
+        key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items() if key != "func"
+    }
     result = {
         "config": config | {"k": k, "layers": layers},
         "seed": args.seed,

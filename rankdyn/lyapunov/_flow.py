@@ -26,14 +26,8 @@ from .._flow._field import FlowField
 from .._flow._solve import ADAPTIVE_SOLVERS, DEFAULT_ATOL, DEFAULT_RTOL, RK4, SOLVERS
 from ._budget import check_tangent_memory, default_chunk
 from ._layer import _project_columns
-from ._qr import (
-    assemble,
-    check_counts,
-    jvp_columns,
-    make_plan,
-    orthonormal_start,
-    run_qr,
-)
+from ._plan import check_counts, make_plan
+from ._qr import assemble, gaussian_start, jvp_columns, run_qr
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum_flow"]
@@ -80,12 +74,16 @@ class _FlowStep(eqx.Module):
         xs = jnp.where(bad, jnp.nan, xs / jnp.linalg.norm(xs, axis=-1, keepdims=True))
         return xs, _project_columns(xs, qs)
 
+    def project(self, x, y):
+        # Done at the end of every interval in __call__, with the tokens' renormalisation.
+        return y
+
 
 class _FlowStart(eqx.Module):
     k: int = eqx.field(static=True)
 
     def __call__(self, x, key):
-        return orthonormal_start(key, x.size, self.k, x.dtype, lambda g: _project_columns(x, g))
+        return gaussian_start(key, x.size, self.k, x.dtype, lambda g: _project_columns(x, g))
 
 
 def lyapunov_spectrum_flow(

@@ -24,14 +24,8 @@ from .._model._norms import SphereNorm
 from .._model._tokens import TokenSampler
 from .._run._simulate import _check_logits, _check_options, _strong, _validate
 from ._budget import check_tangent_memory, default_chunk
-from ._qr import (
-    assemble,
-    check_counts,
-    jvp_columns,
-    make_plan,
-    orthonormal_start,
-    run_qr,
-)
+from ._plan import check_counts, make_plan
+from ._qr import assemble, gaussian_start, jvp_columns, run_qr
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum", "uses_tangent_space", "spectrum_dim"]
@@ -63,14 +57,23 @@ def _project_columns(x, q):
 
 
 class _LayerStep(eqx.Module):
-    """One layer on state and tangent vectors (projected onto the spheres' tangent space)."""
+    r"""One layer on state and tangent vectors; projected onto the spheres' tangent space before
+    each QR factorisation.
+
+    The last operation of a post sphere-LN layer is $z \mapsto r z / |z|$, whose Jacobian
+    $r (I - \hat z \hat z^\top) / |z|$ maps every vector into the tangent space at the output:
+    between two factorisations the tangent vectors leave it only by rounding (O(u), as any
+    rounding of the jvp), so projecting once per interval is enough.
+    """
 
     layer: SelfAttentionLayer
     tangent: bool = eqx.field(static=True)
 
     def __call__(self, x, q, t):
-        y, qy = jvp_columns(lambda z: self.layer(z, t)[0], x, q)
-        return y, (_project_columns(y, qy) if self.tangent else qy)
+        return jvp_columns(lambda z: self.layer(z, t)[0], x, q)
+
+    def project(self, x, y):
+        return _project_columns(x, y) if self.tangent else y
 
 
 class _LayerStart(eqx.Module):
@@ -79,7 +82,7 @@ class _LayerStart(eqx.Module):
 
     def __call__(self, x, key):
         proj = (lambda g: _project_columns(x, g)) if self.tangent else None
-        return orthonormal_start(key, x.size, self.k, x.dtype, proj)
+        return gaussian_start(key, x.size, self.k, x.dtype, proj)
 
 
 def lyapunov_spectrum(
@@ -89,7 +92,7 @@ def lyapunov_spectrum(
     *,
     k: int | None = None,
     discard: int = 0,
-    qr_every: int = 1,
+    qr_every: int | str = "auto",
     key=None,
     chunk: int | None = None,
     devices=None,
@@ -97,9 +100,9 @@ def lyapunov_spectrum(
 ) -> LyapunovResult:
     r"""Lyapunov spectrum of the layer map along trajectories from ``x0`` (QR / Benettin method).
 
-    $X^{(t+1)} = F_t(X^{(t)})$ (eqs. 2-3); ``k`` tangent vectors are propagated by ``jax.jvp`` of
-    one layer (matrix-free), projected onto $T(\mathbb S^{d-1})^n$ with post sphere-LN, and
-    re-orthonormalised every ``qr_every`` layers:
+    $X^{(t+1)} = F_t(X^{(t)})$ (eqs. 2-3); ``k`` tangent vectors are propagated by the
+    linearisation of one layer (``jax.linearize``, matrix-free), projected onto
+    $T(\mathbb S^{d-1})^n$ with post sphere-LN, and re-orthonormalised every ``qr_every`` layers:
     $\lambda_i = \frac{1}{T - T_0}\sum \log |R_{ii}|$ (natural log per layer; `rankdyn.lyapunov`).
     At a stable fixed point they are $\log|\mu_i|$ of its multipliers (`rankdyn.stability`).
 
@@ -107,10 +110,13 @@ def lyapunov_spectrum(
         layer: a `SelfAttentionLayer` (shared, per-layer or cycled weights; no dropout).
         x0: ``(n, d)`` or ``(*batch, n, d)`` initial tokens; on the spheres their rows are first
             scaled to the norm's radius (the state space).
-        num_layers: depth $T$ (a multiple of ``qr_every``).
+        num_layers: depth $T$ (a multiple of an integer ``qr_every``).
         k: exponents computed, 1 <= k <= `spectrum_dim` (default: all).
-        discard: layers $T_0$ before the averaging starts (< ``num_layers``).
-        qr_every: layers between QR factorisations.
+        discard: layers $T_0$ before the averaging starts (< ``num_layers``; a multiple of an
+            integer ``qr_every``).
+        qr_every: layers between QR factorisations (an integer >= 1), or ``"auto"``: 1 to 8,
+            chosen from the spread of the exponents as the run goes (`rankdyn.lyapunov._plan`;
+            ``small``'s first 64 exponents get 4, a full spectrum 1).
         key: PRNG key of the initial tangent vectors (default ``PRNGKey(0)``).
         chunk: trajectories advanced together (default: ~256 MiB of tangent vectors on CPU).
         devices: split each chunk over devices, as `rankdyn.simulate`.
@@ -121,8 +127,8 @@ def lyapunov_spectrum(
 
     Raises:
         UsageError: as `rankdyn.simulate` for the layer, ``x0`` and ``devices``; a dropout layer;
-            ``k`` outside [1, dim], ``discard >= num_layers``, ``qr_every < 1``, or depths that
-            are not multiples of ``qr_every``.
+            ``k`` outside [1, dim], ``discard >= num_layers``, ``qr_every`` neither ``"auto"``
+            nor >= 1, or depths that are not multiples of it.
     """
     if isinstance(x0, TokenSampler):
         raise UsageError("x0 must be an array of tokens here; draw one with rankdyn.initial_tokens.")

@@ -48,7 +48,7 @@ class LyapunovResult(eqx.Module):
         dim: the dimension of that space (the largest possible k).
         unit: ``"per layer"``, ``"per step"`` or ``"per unit time"``.
         num_steps, discard, qr_every: the run's depth, the steps left out before accumulating,
-            and the steps between re-orthonormalisations.
+            and the steps between re-orthonormalisations (an integer, or ``"auto"``).
     """
 
     exponents: Float[Array, "*batch k"]
@@ -68,7 +68,7 @@ class LyapunovResult(eqx.Module):
     unit: str = eqx.field(static=True)
     num_steps: float = eqx.field(static=True)
     discard: float = eqx.field(static=True)
-    qr_every: int = eqx.field(static=True)
+    qr_every: int | str = eqx.field(static=True)
 
     @property
     def k(self) -> int:

@@ -1,0 +1,143 @@
+r"""The schedule of a QR (Benettin) run: depths, the discarded transient, the running records, and
+how many steps pass between two QR factorisations (fixed, or chosen as the run goes).
+
+**Why the QR can wait.** In exact arithmetic the QR method gives the same exponents for any
+interval $q$ between factorisations: the R factor of $Df_{s+q-1}\cdots Df_s\,Q$ is the product of
+the per-step R factors, and only the diagonal's logs are summed. What limits $q$ is floating
+point. Over $q$ steps the columns of $Y$ drift apart in norm and in direction like
+$e^{(\lambda_1-\lambda_k) q}$, which (a) is the condition number CholeskyQR2 needs below
+$O(u^{-1/2})$ (`_orthonormal`) and (b) multiplies the relative rounding error of the most
+contracted column, $\approx u\, e^{(\lambda_1-\lambda_k) q}$. ``qr_every="auto"`` measures that
+spread on the run itself: after each factorisation the largest
+$\max_i \log|R_{ii}| - \min_i \log|R_{ii}|$ over the chunk's unflagged trajectories, per step, sets
+the next interval to the largest power of two $q \le$ `MAX_EVERY` with $q \cdot \text{spread} \le$
+`LOG_COND` (so $\kappa \lesssim e^4 \approx 55$ and the error above stays $\lesssim 55u$ per interval,
+against $\approx u\,e^{\lambda_1-\lambda_k}$ per step with $q = 1$) and
+$q \max_i |\log |R_{ii}|| \le$ `LOG_RANGE` per step (the Gram matrix of a column that grew or decayed by
+$e^{\pm 20}$ stays far from float32's overflow and underflow). It starts at $q = 1$ and
+restarts there after a Householder fallback. The first k exponents of the ``small`` benchmark
+spread by about 0.7 per layer (q = 4); a full spectrum or a collapse in a few layers keeps q = 1.
+Every interval also ends at the discarded transient, at each running record and at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import UsageError
+
+__all__ = ["QRPlan", "check_counts", "make_plan", "next_every", "MAX_EVERY", "LOG_COND", "LOG_RANGE"]
+
+#: Running estimates recorded per run (at most; fewer when there are fewer steps).
+NUM_RECORDS = 16
+#: The longest interval between two QR factorisations that ``qr_every="auto"`` chooses.
+MAX_EVERY = 8
+#: log of the condition number allowed to build up between two factorisations (module docstring).
+LOG_COND = 4.0
+#: log of the growth or decay of one column allowed between two factorisations.
+LOG_RANGE = 20.0
+
+
+class QRPlan(NamedTuple):
+    """The static schedule of one run (each distinct plan is one compiled program).
+
+    Attributes:
+        num_steps: propagation steps in the run.
+        qr_every: steps between two QR factorisations, or 0 for the adaptive interval.
+        discard: steps before the accumulation starts.
+        records: steps after which the running estimate is recorded (increasing; the last is
+            ``num_steps``).
+        step_size: time per propagation step (1 for maps; the saved interval for the flow).
+    """
+
+    num_steps: int
+    qr_every: int
+    discard: int
+    records: tuple[int, ...]
+    step_size: float = 1.0
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def check_counts(num_steps, k, dim: int, discard, qr_every, what: str = "num_steps") -> None:
+    """``k``, ``discard``, ``qr_every`` and the depth as the method allows, or a `UsageError`."""
+    if not _is_int(num_steps) or num_steps < 1:
+        raise UsageError(f"{what} must be a positive integer, got {num_steps!r}.")
+    if not _is_int(k) or not 1 <= k <= dim:
+        raise UsageError(
+            f"k (the number of exponents) must be an integer in [1, {dim}] (the dimension of the "
+            f"tangent space), got {k!r}; e.g. k={min(dim, 8)}."
+        )
+    auto = isinstance(qr_every, str) and qr_every == "auto"
+    if not auto and (not _is_int(qr_every) or qr_every < 1):
+        raise UsageError(f"qr_every must be a positive integer or 'auto', got {qr_every!r}; e.g. qr_every=1.")
+    if not _is_int(discard) or discard < 0:
+        raise UsageError(f"discard must be a non-negative integer, got {discard!r}.")
+    if discard >= num_steps:
+        raise UsageError(
+            f"discard={discard} leaves nothing to average: it must be below {what}={num_steps}; "
+            f"e.g. discard={num_steps // 4}."
+        )
+    if not auto and (num_steps % qr_every or discard % qr_every):
+        raise UsageError(
+            f"{what}={num_steps} and discard={discard} must be multiples of qr_every={qr_every}; "
+            "choose a divisor, or qr_every='auto'."
+        )
+
+
+def make_plan(num_steps: int, discard: int, qr_every, step_size: float = 1.0) -> QRPlan:
+    """The `QRPlan` of a run, with `NUM_RECORDS` running estimates spread over the kept steps
+    (at multiples of the interval after ``discard``: of `MAX_EVERY` with ``"auto"``, so that the
+    records rarely cut an interval short)."""
+    every = 0 if qr_every == "auto" else int(qr_every)
+    kept = num_steps - discard
+    unit = every or MAX_EVERY
+    units = kept // unit
+    if units == 0:
+        unit, units = 1, kept
+    r = min(NUM_RECORDS, units)
+    records = sorted({discard + unit * max(1, round(units * (i + 1) / r)) for i in range(r)})
+    records[-1] = num_steps  # with "auto", kept may not be a multiple of MAX_EVERY
+    return QRPlan(num_steps, every, discard, tuple(records), float(step_size))
+
+
+def piece_steps(plan: QRPlan, progress: bool) -> int:
+    """Steps per compiled call: all of them, or about 1/20 of the run with a progress bar (a
+    multiple of the interval, so that pieces end where a factorisation falls anyway)."""
+    if not progress:
+        return plan.num_steps
+    unit = plan.qr_every or MAX_EVERY
+    return min(plan.num_steps, unit * max(1, math.ceil(plan.num_steps / (20 * unit))))
+
+
+def next_every(plan: QRPlan, logs, steps, ok, fell_back, every):
+    r"""The interval after a factorisation (module docstring); ``every`` itself when it is fixed.
+
+    Arguments:
+        logs: ``(c, k)`` $\log |R_{ii}|$ of the interval that just ended (``steps`` long).
+        ok: ``(c,)`` the trajectories that count (unflagged).
+        fell_back: whether the factorisation fell back to Householder.
+    """
+    if plan.qr_every:
+        return every
+    steps = steps.astype(logs.dtype)
+    finite = ok[:, None] & jnp.isfinite(logs)
+    hi = jnp.max(jnp.where(finite, logs, -jnp.inf), axis=1)
+    lo = jnp.min(jnp.where(finite, logs, jnp.inf), axis=1)
+    spread = jnp.max(jnp.where(hi >= lo, hi - lo, 0.0)) / steps
+    growth = jnp.max(jnp.where(finite, jnp.abs(logs), 0.0)) / steps
+    # Largest power of two q <= MAX_EVERY with q * spread <= LOG_COND and q * growth <= LOG_RANGE
+    # (compared, not rounded through log2, which is inexact at powers of two).
+    limit = jnp.minimum(LOG_COND / jnp.maximum(spread, 1e-30), LOG_RANGE / jnp.maximum(growth, 1e-30))
+    q = jnp.int32(1)
+    p = 2
+    while p <= MAX_EVERY:
+        q = jnp.where(limit >= p, jnp.int32(p), q)
+        p *= 2
+    return jnp.where(fell_back, 1, q)
