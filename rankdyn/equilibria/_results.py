@@ -4,8 +4,9 @@
 a `TreeResult`, `joint_search` a `JointResult` and `symmetry_group` a `SymmetryGroup`; the joint
 search's settings are one `JointOptions`, shared by the census and the joint search.
 
-``result["key"]`` still reads a field (and ``to_dict()`` gives the JSON layout of 0.2), so code
-written against the dictionaries of 0.2 keeps working while it moves to attributes.
+``result["key"]`` still reads a field (and ``to_dict()`` gives the JSON layout of 0.2, as JSON
+values: `rankdyn._run._io.to_jsonable`), so code written against the dictionaries of 0.2 keeps
+working while it moves to attributes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import UsageError
+from .._run._io import to_jsonable
 
 __all__ = [
     "SymmetryGroup",
@@ -29,21 +31,12 @@ __all__ = [
 ]
 
 
-def _plain(v):
-    """JSON-ready value: records and tuples of them become dicts and lists."""
-    if isinstance(v, _Result):
-        return v.to_dict()
-    if isinstance(v, (list, tuple)) and v and isinstance(v[0], _Result):
-        return [x.to_dict() for x in v]
-    return v
-
-
 class _Result:
     """``to_dict`` and read-only mapping access (``r["field"]``, ``r.get``) for the dataclasses."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Field -> value (nested results as dicts), the JSON layout of 0.2."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Field -> JSON value (nested results as dicts, arrays as lists), the JSON layout of 0.2."""
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def __getitem__(self, key: str):
         if key not in self.keys():
@@ -76,13 +69,6 @@ class SymmetryGroup(_Result):
 
     def __post_init__(self):
         object.__setattr__(self, "permutations", tuple(np.asarray(p) for p in self.permutations))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sign": self.sign,
-            "all_permutations": self.all_permutations,
-            "permutations": [np.asarray(p).tolist() for p in self.permutations],
-        }
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
