@@ -71,21 +71,42 @@ def test_stability_of_a_batch_is_one_report_and_the_list_is_deprecated():
         len(rd.stability(layer, xs[0]))
 
 
-def test_census_joint_keywords_are_deprecated():
-    """The joint search's settings go as joint=JointOptions(...); the keywords still work, with a warning."""
+def test_census_joint_keywords_are_deprecated(monkeypatch):
+    """The joint search's settings go as joint=JointOptions(...); the keywords still work, with a warning.
+
+    The oracle is the settings the joint search receives (the search itself is stopped there): the
+    same with the old keywords as with ``joint=JointOptions(**keywords)``, which a dropped,
+    renamed or defaulted keyword fails.
+    """
     import jax.random as jr
 
     import rankdyn as rd
+    from rankdyn.equilibria import _census
 
+    class Stop(Exception):
+        pass
+
+    received = []
+
+    def joint_search(layer, key, group, opts):
+        received.append(opts)
+        raise Stop
+
+    monkeypatch.setattr(_census, "joint_search", joint_search)
     layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, 2.0))
     kw = dict(search="joint-search", progress=False)
-    opts = dict(starts=8, chunk=8, deflation_rounds=0)
-    new = rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(**opts), **kw)
-    with pytest.warns(DeprecationWarning, match=r"starts=, chunk=, deflation_rounds=\) is deprecated"):
-        old = rd.equilibrium_census(layer, jr.PRNGKey(0), **opts, **kw)
-    assert new.by_rank == old.by_rank and len(new.equilibria) == len(old.equilibria) > 0
-    for a, b in zip(new.equilibria, old.equilibria):
-        np.testing.assert_array_equal(a.tokens, b.tokens)
+    opts = dict(starts=8, chunk=4, deflation_rounds=0, dedup_tol=1e-3)
+    with pytest.raises(Stop):
+        rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(**opts), **kw)
+    with pytest.warns(
+        DeprecationWarning, match=r"starts=, chunk=, deflation_rounds=, dedup_tol=\) is deprecated"
+    ):
+        with pytest.raises(Stop):
+            rd.equilibrium_census(layer, jr.PRNGKey(0), **opts, **kw)
+    # The same settings reach the search either way, each keyword's value (none is a default).
+    assert len(received) == 2 and received[0] == received[1]
+    assert {k: getattr(received[1], k) for k in opts} == opts
+    assert all(opts[k] != getattr(rd.equilibria.JointOptions(), k) for k in opts)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
         rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(), starts=8, **kw)
 

@@ -118,7 +118,9 @@ def test_energy_formula_and_clusters():
 
 def test_single_cluster_is_stable_and_two_clusters_are_a_saddle():
     n, beta = 6, 2.0
-    for d in (2, 3):
+    # d = 3 only (d = 2 cost a second set of compiles): an orbit of dimension 2 and a saddle of
+    # index 2 also fail a classification that counted one direction too few or too many.
+    for d in (3,):
         f = FlowField(complete_mask(n), d, "sa")
         one = np.zeros((n, d))
         one[:, 0] = 1.0

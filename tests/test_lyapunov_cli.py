@@ -57,6 +57,7 @@ def test_bad_flags_are_one_error_line(tmp_path, capsys, extra, message):
     assert not (tmp_path / "o" / "lyapunov.json").exists()
 
 
+@pytest.mark.slow  # end to end: two `rankdyn flow --lyapunov` runs
 def test_flow_lyapunov_flag(tmp_path, capsys):
     out = tmp_path / "flow"
     argv = ["flow", "--n", "3", "--d", "3", "--time", "4", "--saves", "9", "--batch", "2", "--lyapunov", "3"]

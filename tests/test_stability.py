@@ -8,6 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rankdyn as rd
 
@@ -184,6 +185,7 @@ def test_leading_eigenvalues_matrix_free(getkey):
     np.testing.assert_allclose(full, dense[:3], rtol=1e-8)
 
 
+@pytest.mark.slow  # stability of every closed form, a run and three figures
 def test_stability_plots():
     """The plots draw one marker per multiplier and one path per token (Agg backend)."""
     import matplotlib
