@@ -87,9 +87,7 @@ def test_zero_row_is_reported_not_nan():
     y, aux = layer(x)
     assert bool(aux.degenerate)
     assert np.all(np.isfinite(np.asarray(y)))
-    traj = rd.simulate(layer, jnp.stack([x, jnp.array([[1.0, 0.0], [0.0, 1.0]])]), 5, per_trajectory=True)
-    assert np.asarray(traj.degenerate).tolist() == [True, False]
-    assert np.asarray(traj.nonfinite).tolist() == [False, False]
+    # The flags simulate records for this case: test_cli_simulate.py::test_degenerate_ln_is_counted_not_nan.
     lnx, bad = rd.LayerNorm()(jnp.ones((2, 3)))
     assert np.all(np.asarray(bad)) and np.all(np.isfinite(np.asarray(lnx)))
 

@@ -8,6 +8,7 @@ import pytest
 from rankdyn.cli import main
 
 
+@pytest.mark.slow  # end to end: `rankdyn lyapunov` with JSON and figures
 def test_lyapunov_writes_json_and_figures(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["lyapunov", "--n", "4", "--d", "3", "--layers", "32", "--batch", "3", "--k", "5"]
