@@ -125,10 +125,7 @@ def main(argv=None):
         (
             "equilibrium_census (exact + rank + stability)",
             lambda: np.stack(
-                [
-                    e["tokens"]
-                    for e in rd.equilibrium_census(layer, jr.PRNGKey(0), progress=False)["equilibria"]
-                ]
+                [e.tokens for e in rd.equilibrium_census(layer, jr.PRNGKey(0), progress=False).equilibria]
             ),
         ),
     ):

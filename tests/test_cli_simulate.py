@@ -24,6 +24,7 @@ METRICS = [
 ]
 
 
+@pytest.mark.slow  # end to end: `rankdyn simulate` with every metric and a plot
 def test_simulate_writes_metrics_and_plot(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(

@@ -71,21 +71,42 @@ def test_stability_of_a_batch_is_one_report_and_the_list_is_deprecated():
         len(rd.stability(layer, xs[0]))
 
 
-def test_census_joint_keywords_are_deprecated():
-    """The joint search's settings go as joint=JointOptions(...); the keywords still work, with a warning."""
+def test_census_joint_keywords_are_deprecated(monkeypatch):
+    """The joint search's settings go as joint=JointOptions(...); the keywords still work, with a warning.
+
+    The oracle is the settings the joint search receives (the search itself is stopped there): the
+    same with the old keywords as with ``joint=JointOptions(**keywords)``, which a dropped,
+    renamed or defaulted keyword fails.
+    """
     import jax.random as jr
 
     import rankdyn as rd
+    from rankdyn.equilibria import _census
 
+    class Stop(Exception):
+        pass
+
+    received = []
+
+    def joint_search(layer, key, group, opts):
+        received.append(opts)
+        raise Stop
+
+    monkeypatch.setattr(_census, "joint_search", joint_search)
     layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, 2.0))
     kw = dict(search="joint-search", progress=False)
-    opts = dict(starts=8, chunk=8, deflation_rounds=0)
-    new = rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(**opts), **kw)
-    with pytest.warns(DeprecationWarning, match=r"starts=, chunk=, deflation_rounds=\) is deprecated"):
-        old = rd.equilibrium_census(layer, jr.PRNGKey(0), **opts, **kw)
-    assert new.by_rank == old.by_rank and len(new.equilibria) == len(old.equilibria) > 0
-    for a, b in zip(new.equilibria, old.equilibria):
-        np.testing.assert_array_equal(a.tokens, b.tokens)
+    opts = dict(starts=8, chunk=4, deflation_rounds=0, dedup_tol=1e-3)
+    with pytest.raises(Stop):
+        rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(**opts), **kw)
+    with pytest.warns(
+        DeprecationWarning, match=r"starts=, chunk=, deflation_rounds=, dedup_tol=\) is deprecated"
+    ):
+        with pytest.raises(Stop):
+            rd.equilibrium_census(layer, jr.PRNGKey(0), **opts, **kw)
+    # The same settings reach the search either way, each keyword's value (none is a default).
+    assert len(received) == 2 and received[0] == received[1]
+    assert {k: getattr(received[1], k) for k in opts} == opts
+    assert all(opts[k] != getattr(rd.equilibria.JointOptions(), k) for k in opts)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
         rd.equilibrium_census(layer, jr.PRNGKey(0), joint=rd.equilibria.JointOptions(), starts=8, **kw)
 
@@ -116,3 +137,45 @@ def test_find_equilibria_x0s_is_a_deprecated_spelling_of_x0():
     np.testing.assert_array_equal(np.asarray(new.x), np.asarray(old.x))
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
         rd.find_equilibria(layer, x0, x0s=x0)
+
+
+def test_dict_style_access_on_typed_results_is_deprecated():
+    """``result["x"]``, ``.get``, ``.keys()`` and ``in`` (the dictionaries of 0.2) still read the
+    field, with a warning that names the attribute; attributes and ``to_dict()`` stay silent."""
+    import dataclasses
+    import json
+    import warnings
+
+    import jax.random as jr
+
+    import rankdyn as rd
+
+    layer = rd.theory.uniform_causal_layer(2, 2, rd.weights.bidiagonal(2, 2.0))
+    census = rd.equilibrium_census(layer, jr.PRNGKey(0), progress=False)
+    rec = census.equilibria[0]
+    group = rd.equilibria.symmetry_group(layer)
+    with pytest.warns(
+        DeprecationWarning, match=r"CensusResult\['by_rank'\] .*deprecated.*attribute \.by_rank"
+    ):
+        assert census["by_rank"] is census.by_rank
+    with pytest.warns(DeprecationWarning, match=r"EquilibriumRecord\['tokens'\] .*attribute \.tokens"):
+        assert census["equilibria"][0]["tokens"] is rec.tokens
+    with pytest.warns(DeprecationWarning, match=r"EquilibriumRecord\.get\('rank'\) .*attribute \.rank"):
+        assert rec.get("rank") == rec.rank
+    with pytest.warns(DeprecationWarning, match=r"\.get\('no_such_field'\)"):
+        assert rec.get("no_such_field", 7) == 7
+    with pytest.warns(DeprecationWarning, match=r"SymmetryGroup\.keys\(\) .*dataclasses\.fields"):
+        assert group.keys() == tuple(f.name for f in dataclasses.fields(group))
+    with pytest.warns(DeprecationWarning, match=r"CensusResult: 'method' in result .*hasattr"):
+        assert "method" in census
+    with pytest.warns(DeprecationWarning, match="'no_such_field' in result"):
+        assert "no_such_field" not in census
+    with pytest.warns(DeprecationWarning), pytest.raises(KeyError, match="no_such_field"):
+        census["no_such_field"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d = census.to_dict()
+        assert census.method == d["method"] == "exact" and group.sign == group.to_dict()["sign"]
+    # to_dict() is JSON already (the one serialiser): nested records as dicts, arrays as lists.
+    assert json.loads(json.dumps(d, allow_nan=False)) == d
+    assert d["equilibria"][0]["tokens"] == np.asarray(rec.tokens).tolist()

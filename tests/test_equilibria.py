@@ -60,7 +60,7 @@ def test_found_equilibria_match_closed_forms(found):
     layer, _, sol = found
     ok = np.asarray(sol.successful)
     group = rd.equilibria.symmetry_group(layer)
-    assert group["sign"] and not group["all_permutations"] and len(group["permutations"]) == 1
+    assert group.sign and not group.all_permutations and len(group.permutations) == 1
     classes = rd.equilibria.deduplicate(np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], symmetries=group)
     closed = [(k, np.asarray(x)) for k, x in rd.theory.all_closed_form_equilibria(N, D, W)]
     matched_ranks = set()
@@ -181,8 +181,8 @@ def test_dedup_merges_sign_and_permutation_copies(getkey):
     # The complete-mask layer really is permutation- and sign-equivariant, and the group says so.
     layer = rd.make_layer(getkey(), n=5, d=3, mask="complete", value="gaussian", qk="gaussian")
     g = rd.equilibria.symmetry_group(layer)
-    assert g["sign"] and g["all_permutations"]
-    assert not rd.equilibria.symmetry_group(_layer())["all_permutations"]
+    assert g.sign and g.all_permutations
+    assert not rd.equilibria.symmetry_group(_layer()).all_permutations
 
 
 def test_unnormalised_map():

@@ -67,6 +67,7 @@ def test_zero_tokens_have_nan_directions_and_are_flagged(getkey):
     assert np.isnan(mean[-1])  # every trajectory has a zero token: no statistic, not 0
 
 
+@pytest.mark.slow  # end to end: `rankdyn simulate`, 300 layers
 def test_cli_counts_underflow_writes_readable_files_and_no_temp(tmp_path, capsys):
     out = tmp_path / "u"
     argv = "simulate --n 8 --d 8 --layers 300 --save-every 30 --batch 2 --placement none --value scaled "
@@ -219,6 +220,7 @@ def _sweep(tmp_path, text=SWEEP):
     return cfg
 
 
+@pytest.mark.slow  # end to end: `rankdyn sweep`, a full disk, then a resume
 def test_sweep_full_disk_then_resume_past_damaged_chunks(tmp_path, monkeypatch, capsys):
     from rankdyn.sweep import _store
 

@@ -49,6 +49,7 @@ def test_cli_bad_input_is_one_error_line_exit_2(tmp_path, capsys, no_compute):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # end to end: `rankdyn flow` with states and figure
 def test_cli_writes_metrics_states_and_figure(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(

@@ -77,6 +77,7 @@ def test_help_and_refusals_do_not_import_jax(argv, tmp_path):
     assert not jax, f"rankdyn {' '.join(argv)} imported JAX"
 
 
+@pytest.mark.slow  # end to end: a fresh `rankdyn simulate` process
 def test_a_run_that_passes_the_checks_does_import_jax(tmp_path):
     # The probe can see JAX: a valid one-layer simulate imports it.
     rc, jax, _, err = _probe("simulate", "--n", "4", "--d", "4", "--layers", "1", "--batch", "2",

@@ -8,6 +8,7 @@ import pytest
 from rankdyn.cli import main
 
 
+@pytest.mark.slow  # end to end: `rankdyn lyapunov` with JSON and figures
 def test_lyapunov_writes_json_and_figures(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["lyapunov", "--n", "4", "--d", "3", "--layers", "32", "--batch", "3", "--k", "5"]
@@ -57,6 +58,7 @@ def test_bad_flags_are_one_error_line(tmp_path, capsys, extra, message):
     assert not (tmp_path / "o" / "lyapunov.json").exists()
 
 
+@pytest.mark.slow  # end to end: two `rankdyn flow --lyapunov` runs
 def test_flow_lyapunov_flag(tmp_path, capsys):
     out = tmp_path / "flow"
     argv = ["flow", "--n", "3", "--d", "3", "--time", "4", "--saves", "9", "--batch", "2", "--lyapunov", "3"]

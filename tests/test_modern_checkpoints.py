@@ -84,6 +84,7 @@ def _interleave(w, dh):
     return w[..., perm]
 
 
+@pytest.mark.slow  # HF transformers as the oracle (imports torch)
 def test_llama_equals_hf_and_the_oracle_discriminates(tiny):
     path, hf = tiny["llama"]
     ids = _ids()

@@ -207,7 +207,7 @@ def test_float32_tolerances_follow_the_dtype():
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(3, 3, 7.0)]
         assert layer.weights.w_v.dtype == jnp.float32 and closed[0][1].dtype == np.float32
         census = equilibrium_census(layer, jr.PRNGKey(1), closed_forms=closed, progress=False)
-        assert census["closed_forms"]["found"] == census["closed_forms"]["total"] == 7
+        assert census.closed_forms["found"] == census.closed_forms["total"] == 7
         # n = 2 tokens under a causal mask with softmax attention: the first token is a real
         # eigenvector of W_V (+-e_1, two solutions), the second one solves a 1-D problem.
         small = rd.make_layer(jr.PRNGKey(0), n=2, d=2, value="bidiagonal", w=3.0)

@@ -51,6 +51,7 @@ def test_table_and_plot_choices():
         plot_names("rank", recorded)
 
 
+@pytest.mark.slow  # end to end: `rankdyn simulate` with three figures
 def test_simulate_table_and_figures_follow_metrics(tmp_path, capsys):
     out = tmp_path / "run"
     argv = "simulate --n 5 --d 4 --layers 6 --batch 3 --x64 --no-progress --metrics mu,sigma_ratio,eff_rank"

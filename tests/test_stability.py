@@ -8,6 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rankdyn as rd
 
@@ -71,6 +72,11 @@ def test_tangent_basis_orthonormal(getkey):
     for i in range(5):
         radial[i, 4 * i : 4 * i + 4] = np.asarray(x[i])
     np.testing.assert_allclose(radial @ b, 0.0, atol=1e-14)
+    # One basis for the layer map and the flow: field_jacobian's B is this function (the flow's
+    # former SVD basis of I - x x^T took the radial direction of a token of norm > sqrt(2)).
+    from rankdyn._flow import _equilibria as flow_equilibria
+
+    assert flow_equilibria.tangent_basis is rd.equilibria.tangent_basis
 
 
 def test_tangent_jacobian_matches_finite_differences(getkey):
@@ -178,6 +184,7 @@ def test_leading_eigenvalues_matrix_free(getkey):
     np.testing.assert_allclose(full, dense[:3], rtol=1e-8)
 
 
+@pytest.mark.slow  # stability of every closed form, a run and three figures
 def test_stability_plots():
     """The plots draw one marker per multiplier and one path per token (Agg backend)."""
     import matplotlib

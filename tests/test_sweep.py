@@ -228,6 +228,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert json.loads(resumed.attrs["devices_per_chunk"]) == [1] * 10  # no chunk was split
 
 
+@pytest.mark.slow  # end to end: a sweep run, then three resumes
 def test_changed_config_is_refused(tmp_path):
     out = tmp_path / "out"
     cfg = _cfg(**{"seed = [0, 1]": "seed = [0]", "dqk = [0.25, 1.0, 4.0, 16.0, 64.0]": "dqk = [1.0]"})

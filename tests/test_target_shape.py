@@ -76,3 +76,46 @@ def test_target_result_has_the_contract_keys_and_is_json():
     assert failed["verdict"] == "not reproduced"
     word = TargetResult("t", "c", {}, m, cs, verdict_word="inconclusive", criterion="rule").to_dict()
     assert (word["verdict"], word["criterion"]) == ("inconclusive", "rule")
+
+
+def test_one_json_serialiser(tmp_path):
+    """`to_jsonable` is the one serialiser: targets' results, typed results' to_dict and write_json."""
+    import jax.numpy as jnp
+
+    from rankdyn._run._io import to_jsonable, write_json
+    from rankdyn.experiments._target import off_json
+
+    @dataclasses.dataclass(frozen=True)
+    class Hidden(Measured):
+        shown: np.ndarray
+        hidden: np.ndarray = off_json(default=None)
+
+    @dataclasses.dataclass
+    class Plain:
+        values: np.ndarray
+
+    class Typed:
+        def to_dict(self):
+            return {"x": np.float32("nan"), "hidden": Hidden(np.array([1.0, np.inf]), np.ones(2))}
+
+    obj = {
+        (1, 2): Typed(),
+        "jax": jnp.array([[0.5, jnp.nan]]),
+        "scalars": (np.int64(3), np.float64(-np.inf), np.bool_(True), np.float32(0.25), np.str_("s")),
+        "plain": Plain(np.arange(2)),
+    }
+    want = {
+        "(1, 2)": {"x": None, "hidden": {"shown": [1.0, None]}},
+        "jax": [[0.5, None]],
+        "scalars": [3, None, True, 0.25, "s"],
+        "plain": {"values": [0, 1]},
+    }
+    got = to_jsonable(obj)
+    assert got == want and to_jsonable(got) == got
+    assert [type(v) for v in got["scalars"]] == [int, type(None), bool, float, str]
+    text = write_json(tmp_path / "r.json", obj).read_text()
+    assert json.loads(text) == want and "NaN" not in text and "Infinity" not in text
+    # A target's measured is the same conversion (no second serialiser in experiments/).
+    m = _Outer(np.float64(np.nan), {"a": _Inner(np.array([np.nan]))}, (1, 2))
+    assert TargetResult("t", "c", {}, m, []).to_dict()["measured"] == to_jsonable(m) == m.to_dict()
+    assert m.to_dict() == {"rate": None, "runs": {"a": {"values": [None]}}, "pair": [1, 2]}

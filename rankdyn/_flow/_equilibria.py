@@ -28,6 +28,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
+from .._model._sphere import tangent_basis
 from ._field import FlowField
 
 __all__ = [
@@ -43,27 +44,18 @@ def _unit(x):
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def _tangent_basis(x: Float[Array, "n d"]) -> Float[Array, "nd m"]:
-    """Block-diagonal orthonormal basis of $\\bigoplus_i x_i^\\perp$ (from an SVD of $I - x_i x_i^\\top$)."""
-    n, d = x.shape
-    proj = jnp.eye(d, dtype=x.dtype)[None] - x[:, :, None] * x[:, None, :]
-    u, _, _ = jnp.linalg.svd(proj)
-    blocks = u[:, :, : d - 1]  # (n, d, d-1): the singular vectors of singular value 1
-    basis = jnp.zeros((n, d, n, d - 1), x.dtype)
-    basis = basis.at[jnp.arange(n), :, jnp.arange(n), :].set(blocks)
-    return basis.reshape(n * d, n * (d - 1))
-
-
 def field_jacobian(field: FlowField, x: Float[ArrayLike, "n d"], beta) -> tuple[Array, Array]:
     """``(J, B)``: the field's Jacobian on the tangent space in the basis ``B`` (``(nd, n(d-1))``).
 
     Not `rankdyn.equilibria.tangent_jacobian` (a layer map's Jacobian, one matrix): this one is
     the vector field's, with its basis. ``rankdyn.flow.tangent_jacobian`` is its deprecated name.
+    ``B`` is `rankdyn.equilibria.tangent_basis` ``(x)`` (the one basis of `rankdyn._model._sphere`:
+    per token a Householder reflection), of the tokens' directions when ``x`` is off the spheres.
     """
     x = jnp.asarray(x)
     n, d = x.shape
     jac = jax.jacfwd(lambda y: field(y.reshape(n, d), beta).reshape(-1))(x.reshape(-1))
-    b = _tangent_basis(x)
+    b = tangent_basis(x)
     return b.T @ jac @ b, b
 
 

@@ -10,13 +10,14 @@ temp file is removed and files already complete stay as they were.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import errno
 import json
 import os
 import platform
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -47,24 +48,36 @@ def note_written(path: Path) -> None:
 
 
 def to_jsonable(obj):
-    """Convert NumPy/JAX arrays and scalars (nested in dicts/lists) to JSON types; NaN/inf -> None."""
-    if isinstance(obj, dict):
+    """``obj`` as plain JSON values: the one serialiser of every result rankdyn writes.
+
+    - mappings become dicts with ``str`` keys, lists and tuples become lists;
+    - arrays (NumPy, JAX, anything with ``__array__``) become nested lists, NumPy scalars Python ones;
+    - a typed result becomes its ``to_dict()`` (which may drop fields, e.g. a target's `off_json`
+      ones), any other dataclass the dict of its fields;
+    - NaN and +-inf become ``None`` (JSON has no such numbers; a reader sees ``null``).
+
+    Values are converted recursively, so the output of ``to_dict()`` is converted too, and
+    ``to_jsonable(to_jsonable(x)) == to_jsonable(x)``.
+    """
+    if type(obj) in (str, bytes, bool, int) or obj is None:
+        return obj
+    if isinstance(obj, float) and not isinstance(obj, np.generic):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
-    if hasattr(obj, "__array__") and not isinstance(obj, (str, bytes)):
+    if isinstance(obj, np.generic) or (hasattr(obj, "__array__") and not isinstance(obj, (str, bytes))):
         arr = np.asarray(obj)
         if arr.ndim == 0:
             return to_jsonable(arr.item())
         return [to_jsonable(v) for v in arr.tolist()]
-    if isinstance(obj, float):
-        return obj if np.isfinite(obj) else None
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return to_jsonable(float(obj))
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
+    if isinstance(obj, type):
+        return obj
+    if callable(getattr(obj, "to_dict", None)):
+        return to_jsonable(obj.to_dict())
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     return obj
 
 

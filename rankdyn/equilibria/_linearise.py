@@ -1,9 +1,10 @@
-r"""Linearisation of one layer map: tangent bases, Jacobians, matrix-free leading multipliers.
+r"""Linearisation of one layer map: Jacobians, matrix-free leading multipliers.
 
 For the post-LN map $F(X) = \mathrm{LN}(A(X) X W_V)$ (eq. 3) the state space is
 $(\mathbb S^{d-1})^n$; at a fixed point the multipliers are the eigenvalues of
 $J_T = B^\top DF(X^*) B$ with $B$ an orthonormal basis of the tangent space
-(`docs/theory.md#stability`). Un-normalised and pre-LN maps use the full space.
+(`docs/theory.md#stability`; `tangent_basis` is the one basis of `rankdyn._model._sphere`, which the
+flow's equilibria use too). Un-normalised and pre-LN maps use the full space.
 """
 
 from __future__ import annotations
@@ -18,40 +19,9 @@ import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
 from .._model._layer import SelfAttentionLayer
+from .._model._sphere import tangent_basis, token_bases
 
 __all__ = ["tangent_basis", "tangent_jacobian", "layer_jacobian", "leading_eigenvalues"]
-
-
-def _token_bases(x: Float[Array, "n d"]) -> Float[Array, "n d dm1"]:
-    r"""Per token an orthonormal ``(d, d-1)`` basis of the complement of ``x_i`` (Householder).
-
-    $H = I - 2 v v^\top / v^\top v$ with $v = u + \sigma e_1$, $u = x_i/\|x_i\|$,
-    $\sigma = \mathrm{sign}(u_1)$ (never 0, so $\|v\|^2 = 2 + 2|u_1| \ge 2$): $H e_1 = -\sigma u$, so
-    the other columns of $H$ span $u^\perp$.
-    """
-    n, d = x.shape
-    nrm = jnp.linalg.norm(x, axis=-1, keepdims=True)
-    u = x / jnp.where(nrm > 0, nrm, 1.0)
-    sigma = jnp.where(u[:, 0] >= 0, 1.0, -1.0).astype(x.dtype)
-    v = u.at[:, 0].add(sigma)
-    h = (
-        jnp.eye(d, dtype=x.dtype)[None]
-        - 2.0 * v[:, :, None] * v[:, None, :] / jnp.sum(v * v, -1)[:, None, None]
-    )
-    return h[:, :, 1:]
-
-
-def tangent_basis(x: Float[Array, "n d"]) -> Float[Array, "nd nt"]:
-    r"""Orthonormal basis of the tangent space of $(\mathbb S^{d-1})^n$ at ``x``.
-
-    Returns:
-        ``B`` of shape ``(n*d, n*(d-1))`` (block diagonal; rows index ``x.reshape(-1)``) with
-        $B^\top B = I$ and $B^\top \mathrm{vec}(e_i x_i^\top) = 0$ for every token $i$. Tokens
-        need not have unit norm (the basis is that of their directions).
-    """
-    n, d = x.shape
-    u = _token_bases(x)
-    return jnp.einsum("ij,iab->iajb", jnp.eye(n, dtype=x.dtype), u).reshape(n * d, n * (d - 1))
 
 
 def _layer_map(layer: SelfAttentionLayer, t):
@@ -124,7 +94,7 @@ def _jvp_operator(layer, x, t, tangent: bool):
     n, d = x.shape
     if not tangent:
         return lambda v: jax.jvp(f, (x,), (v.reshape(n, d),))[1].reshape(-1), n * d
-    u = _token_bases(x)  # (n, d, d-1): B applied per token, never formed densely
+    u = token_bases(x)  # (n, d, d-1): B applied per token, never formed densely
 
     def op(v):
         dx = jnp.einsum("nab,nb->na", u, v.reshape(n, d - 1))

@@ -4,20 +4,24 @@
 a `TreeResult`, `joint_search` a `JointResult` and `symmetry_group` a `SymmetryGroup`; the joint
 search's settings are one `JointOptions`, shared by the census and the joint search.
 
-``result["key"]`` still reads a field (and ``to_dict()`` gives the JSON layout of 0.2), so code
-written against the dictionaries of 0.2 keeps working while it moves to attributes.
+``to_dict()`` gives the JSON layout of 0.2 (as JSON values, `rankdyn._run._io.to_jsonable`).
+Dict-style access (``result["key"]``, ``result.get``, ``result.keys()``, ``"key" in result``), kept
+for code written against the dictionaries of 0.2, is deprecated: it still reads the field, with a
+`DeprecationWarning` that names the attribute, and goes in the next version.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .._errors import UsageError
+from .._run._io import to_jsonable
 
 __all__ = [
     "SymmetryGroup",
@@ -29,35 +33,43 @@ __all__ = [
 ]
 
 
-def _plain(v):
-    """JSON-ready value: records and tuples of them become dicts and lists."""
-    if isinstance(v, _Result):
-        return v.to_dict()
-    if isinstance(v, (list, tuple)) and v and isinstance(v[0], _Result):
-        return [x.to_dict() for x in v]
-    return v
+def _dict_style(result, what: str, instead: str) -> None:
+    """Warn that dict-style access ``what`` on a typed result is deprecated, naming ``instead``."""
+    warnings.warn(
+        f"{type(result).__name__}{what} (dict-style access to a typed result) is deprecated and goes "
+        f"in the next version; use {instead}.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 class _Result:
-    """``to_dict`` and read-only mapping access (``r["field"]``, ``r.get``) for the dataclasses."""
+    """``to_dict`` for the dataclasses, and the deprecated read-only mapping access of 0.2."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Field -> value (nested results as dicts), the JSON layout of 0.2."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Field -> JSON value (nested results as dicts, arrays as lists), the JSON layout of 0.2."""
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def __getitem__(self, key: str):
-        if key not in self.keys():
+        _dict_style(self, f"[{key!r}]", f"the attribute .{key}")
+        if key not in self._fields():
             raise KeyError(key)
         return getattr(self, key)
 
     def get(self, key: str, default=None):
-        return getattr(self, key) if key in self.keys() else default
+        _dict_style(self, f".get({key!r})", f"the attribute .{key}")
+        return getattr(self, key) if key in self._fields() else default
 
     def keys(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self))
+        _dict_style(self, ".keys()", "dataclasses.fields(result) or result.to_dict()")
+        return self._fields()
 
     def __contains__(self, key) -> bool:
-        return key in self.keys()
+        _dict_style(self, f": {key!r} in result", f"hasattr(result, {key!r})")
+        return key in self._fields()
+
+    def _fields(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -76,13 +88,6 @@ class SymmetryGroup(_Result):
 
     def __post_init__(self):
         object.__setattr__(self, "permutations", tuple(np.asarray(p) for p in self.permutations))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sign": self.sign,
-            "all_permutations": self.all_permutations,
-            "permutations": [np.asarray(p).tolist() for p in self.permutations],
-        }
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

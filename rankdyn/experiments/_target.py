@@ -24,30 +24,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
+from .._run._io import to_jsonable
 from ._verdict import VERDICT_RULE, Check, checks_json, verdict
 
-__all__ = ["Measured", "Rendered", "Description", "TargetResult", "jsonable", "off_json"]
-
-
-def jsonable(x: Any) -> Any:
-    """Arrays, NumPy scalars, tuples and nested dataclasses as plain JSON values (lists, floats)."""
-    if isinstance(x, Measured):
-        return x.to_dict()
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
-    if hasattr(x, "to_dict") and callable(x.to_dict):
-        return x.to_dict()
-    if isinstance(x, Mapping):
-        return {k: jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
+__all__ = ["Measured", "Rendered", "Description", "TargetResult", "off_json"]
 
 
 def off_json(**kwargs: Any) -> Any:
@@ -68,7 +48,7 @@ class Measured:
     def to_dict(self) -> dict[str, Any]:
         """The fields not declared with `off_json`, as JSON values (the target JSON's ``measured``)."""
         return {
-            f.name: jsonable(getattr(self, f.name))
+            f.name: to_jsonable(getattr(self, f.name))
             for f in dataclasses.fields(self)
             if f.metadata.get("json", True)
         }
@@ -155,10 +135,10 @@ class TargetResult:
         res = {
             "name": self.name,
             "claim": self.claim,
-            "setting": jsonable(self.setting),
-            "measured": jsonable(self.measured),
+            "setting": to_jsonable(self.setting),
+            "measured": to_jsonable(self.measured),
             "checks": checks_json(self.checks),
-            "key_numbers": jsonable(dict(self.key_numbers or {})),
+            "key_numbers": to_jsonable(dict(self.key_numbers or {})),
             "verdict": self.verdict,
             "criterion": self.criterion,
             "figures": list(self.figures),
@@ -168,5 +148,5 @@ class TargetResult:
         }
         if self.model is not None:
             res["model"] = self.model
-        res.update(jsonable(dict(self.extra or {})))
+        res.update(to_jsonable(dict(self.extra or {})))
         return res

@@ -19,6 +19,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from ..._run._io import to_jsonable
 from ..._run._sinks import SinkStats, attention_sinks
 from .. import _verdict as V
 from .._target import Description, Measured, Rendered, off_json
@@ -52,6 +53,13 @@ class AttentionSinksMeasured(Measured):
     nonfinite: dict[str, int]
     mask: str
     run: ModelRun | None = off_json(default=None)
+
+    def to_dict(self) -> dict:
+        # The target's file format: each model's SinkStats fields, without the derived sink_ratio
+        # that SinkStats.to_dict (the command's sinks.json) adds.
+        d = super().to_dict()
+        d["stats"] = {k: to_jsonable(dataclasses.asdict(s)) for k, s in self.stats.items()}
+        return d
 
 
 def sizes(quick: bool) -> dict:

@@ -9,7 +9,8 @@ import itertools
 import jax.numpy as jnp
 import numpy as np
 
-from .._target import Measured, jsonable, off_json
+from ..._run._io import to_jsonable
+from .._target import Measured, off_json
 
 __all__ = ["np_map", "census_table", "analyse", "Census", "RankSummary", "RankFamily", "rank_family"]
 
@@ -222,7 +223,7 @@ class RankFamily(Measured):
         )
         if self.census is not None:
             out["census"] = self.census.to_dict()
-        return jsonable(out)
+        return to_jsonable(out)
 
 
 def _rank_summary(r: dict, k: int) -> RankSummary:

@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from ..._run._io import to_jsonable
 from .._observer import observe_sigma_ratio as _observe_ratio
-from .._target import Measured, jsonable
+from .._target import Measured
 from ._intervals import wilson_interval
 
 __all__ = [
@@ -92,7 +93,7 @@ class LemmaCase(Measured):
 
     def to_dict(self) -> dict:
         out = {c: r.to_dict() for c, r in self.conditions.items()}
-        out["spec_first_step_overshoot"] = jsonable(self.spec_first_step_overshoot)
+        out["spec_first_step_overshoot"] = to_jsonable(self.spec_first_step_overshoot)
         return out
 
 
@@ -114,7 +115,7 @@ class JointCase(Measured):
 
     def to_dict(self) -> dict:
         r, e = self.random, self.token1_at_e_d
-        return jsonable(
+        return to_jsonable(
             {
                 "horizons": r.horizons,
                 "random_fraction": r.fraction,

@@ -122,22 +122,22 @@ def census(layer, key, sz: dict) -> dict:
         progress=False,
     )
     rows = []
-    for e in (e for e in c["equilibria"] if e["rank"] >= 2):
+    for e in (e for e in c.equilibria if e.rank >= 2):
         row = {
-            "rank": e["rank"],
-            "classification": e["classification"],
-            "spectral_radius": float(e["spectral_radius"]),
-            "unstable_dims": int(e["unstable_dims"]),
-            "residual": float(e["residual"]),
-            "starts_reaching_it": int(e["count"]),
+            "rank": e.rank,
+            "classification": e.classification,
+            "spectral_radius": float(e.spectral_radius),
+            "unstable_dims": int(e.unstable_dims),
+            "residual": float(e.residual),
+            "starts_reaching_it": int(e.count),
         }
-        if e["classification"] == "stable":
-            row["tokens"] = np.asarray(e["tokens"]).tolist()
-            row["singular_values"] = np.asarray(e["singular_values"]).tolist()
+        if e.classification == "stable":
+            row["tokens"] = np.asarray(e.tokens).tolist()
+            row["singular_values"] = np.asarray(e.singular_values).tolist()
         rows.append(row)
     return {
-        "by_rank": c["by_rank"],
-        "status_counts": {k: v for k, v in c["status_counts"].items() if v},
+        "by_rank": c.by_rank,
+        "status_counts": {k: v for k, v in c.status_counts.items() if v},
         "rank_ge2": rows,
         "stable_rank_ge2": sum(r["classification"] == "stable" for r in rows),
         "marginal_rank_ge2": sum(r["classification"] == "marginal" for r in rows),

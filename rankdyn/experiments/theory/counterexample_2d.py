@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .._target import Description, Measured, Rendered, jsonable, off_json
+from ..._run._io import to_jsonable
+from .._target import Description, Measured, Rendered, off_json
 from .._verdict import VERDICT_RULE, Check, check
 from ._counterexample_2d_runs import BasinRun, JointRun, NoLNRun, basin_run, fig1_runs, joint_run
 
@@ -120,8 +121,8 @@ class Counterexample2DMeasured(Measured):
         out = {f"w={w:g}": b.to_dict() for w, b in self.basins.items()}
         out.update({f"joint w={w:g}": j.to_dict() for w, j in self.joints.items()})
         out.update({f"no-LN {k}": r.to_dict() for k, r in self.noln.items()})
-        out["fig1 starts (theta1, theta2) deg"] = jsonable(self.fig1_starts)
-        out["fig1 sigma2/sigma1 at end"] = jsonable(self.fig1_sigma_ratio)
+        out["fig1 starts (theta1, theta2) deg"] = to_jsonable(self.fig1_starts)
+        out["fig1 sigma2/sigma1 at end"] = to_jsonable(self.fig1_sigma_ratio)
         return out
 
 

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import jax.random as jr
 
+from ..._run._io import to_jsonable
 from .. import _verdict as V
-from .._target import Description, Measured, Rendered, jsonable
+from .._target import Description, Measured, Rendered
 from . import _undirected_known as K
 from . import _undirected_search as U
 
@@ -189,14 +190,14 @@ class UndirectedMeasured(Measured):
         """The JSON's ``measured``: the cells at the top level (the file format of the target)."""
         certs = self.certificates
         return {
-            **jsonable(self.cells),
+            **to_jsonable(self.cells),
             "scope": self.scope,
             "undirected_settings_with_higher_rank": list(self.found),
             "symmetric_logit_settings_with_higher_rank": self.symmetric_found,
             "certificates": len(certs),
             "certificates_proven": sum(bool(c["proven"]) for c in certs),
             "certificates_stability_proven": sum(bool(c.get("stability_proven")) for c in certs),
-            "stored_certificates": jsonable(self.stored),
+            "stored_certificates": to_jsonable(self.stored),
         }
 
 
