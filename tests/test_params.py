@@ -212,6 +212,6 @@ def test_float32_tolerances_follow_the_dtype():
         # eigenvector of W_V (+-e_1, two solutions), the second one solves a 1-D problem.
         small = rd.make_layer(jr.PRNGKey(0), n=2, d=2, value="bidiagonal", w=3.0)
         tree = tree_search(small, jr.PRNGKey(2), starts=16)
-        assert len(tree["x"]) >= 2
-        fx = np.stack([np.asarray(small(jnp.asarray(x))[0]) for x in tree["x"]])
-        assert np.max(np.abs(fx - tree["x"])) < 1e-4  # genuine float32 equilibria
+        assert len(tree.x) >= 2
+        fx = np.stack([np.asarray(small(jnp.asarray(x))[0]) for x in tree.x])
+        assert np.max(np.abs(fx - tree.x)) < 1e-4  # genuine float32 equilibria
