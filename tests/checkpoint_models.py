@@ -168,7 +168,7 @@ def mpnet(folder: Path):
     return model.double().eval()
 
 
-def llama_gguf(path: Path, hf_model, *, arch="llama", quant="Q8_0", heads_kv=None) -> Path:
+def llama_gguf(path: Path, hf_model, *, arch="llama", quant="Q8_0", heads_kv=None, rms_eps=None) -> Path:
     """The weights of an HF ``LlamaModel`` written as a GGUF file the way llama.cpp's converter
     writes them (Q and K rows permuted to interleaved pairs; 2-D weights quantised to ``quant``,
     norms F32). ``arch``/``quant``/``heads_kv`` let a test write a file rankdyn must refuse."""
@@ -185,7 +185,7 @@ def llama_gguf(path: Path, hf_model, *, arch="llama", quant="Q8_0", heads_kv=Non
     w.add_head_count(heads)
     w.add_head_count_kv(kv if heads_kv is None else heads_kv)
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps if rms_eps is None else rms_eps)
     w.add_rope_dimension_count(cfg.head_dim)
     w.add_vocab_size(cfg.vocab_size)
 

@@ -63,13 +63,28 @@ def _probe(*argv: str) -> tuple[int, bool, bool, str]:
         ("sweep", "{good}", "--out", "{tmp}/e", "--task", "0/2", "--resume"),
         ("sweep", "--assemble", "{tmp}", "--x64"),
         ("sweep", "--assemble", "{tmp}/not-a-sweep"),
+        ("sweep", "--assemble", "{tmp}/folder", "--plot-axes", "mask", "dqk"),
     ],
 )
+def _sweep_folder_without_chunks(folder, config) -> None:
+    """A sweep folder's config and manifest (no chunks): enough for --assemble's flag checks."""
+    import json
+    import shutil
+
+    from rankdyn.sweep import load_sweep_config
+
+    folder.mkdir()
+    shutil.copy(config, folder / "config.toml")
+    cfg = load_sweep_config(folder / "config.toml")
+    (folder / "manifest.json").write_text(json.dumps({"num_cells": cfg.num_cells, "config_hash": cfg.hash}))
+
+
 def test_help_and_refusals_do_not_import_jax(argv, tmp_path):
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text('[axes]\nmask = ["complete", "causal"]\n[fixed]\nn = 4\nd = 4\nlayers = 2\nbatch = 2\n')
     bad.write_text('[axes]\nmask = ["complete", "no-such-mask"]\n[fixed]\nn = 4\n')
     (tmp_path / "not-a-sweep").mkdir()
+    _sweep_folder_without_chunks(tmp_path / "folder", good)
     argv = tuple(a.format(good=good, bad=bad, tmp=tmp_path) for a in argv)
     rc, jax, _, err = _probe(*argv)
     assert rc == (0 if "--help" in argv else 2), err
@@ -129,3 +144,21 @@ def test_a_short_text_is_refused_before_the_weights_load(tmp_path):
         # Two excerpts fit: the pre-check lets it through, and the weights are refused when read.
         rc, _, reader, err = _probe(*argv, "--batch", "2")
         assert rc == 2 and reader and "safetensors" in err, err
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (("--batch", "64"), "30 tokens: only 2 excerpts of 14"),
+        (("--batch", "2", "--qr-every", "0"), "--qr-every 0: expected an integer >= 1 or auto"),
+        (("--batch", "2", "--chunk", "0"), "--chunk must be a positive number"),
+        (("--batch", "2", "--layers", "4", "--discard", "4"), "--discard 4: expected 0 <= discard <"),
+    ],
+)
+def test_lyapunov_checkpoint_refusals_come_before_the_weights_and_jax(tmp_path, extra, says):
+    folder = _checkpoint_without_weights(tmp_path / "ckpt")
+    text = tmp_path / "short.txt"
+    text.write_text(" ".join(f"w{i}" for i in range(30)))
+    argv = ("lyapunov", "--checkpoint", str(folder), "--text", str(text), "--n", "16", *extra)
+    rc, jax, reader, err = _probe(*argv)
+    assert rc == 2 and not jax and not reader and says in err, err

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .._errors import UsageError
-from ._read import RawCheckpoint
+from ._read import CONFIG_ORIGIN, RawCheckpoint
 
 __all__ = ["read_gguf", "GGML_TYPES"]
 
@@ -139,7 +139,10 @@ def read_gguf(path: Path) -> RawCheckpoint:
             f"{where}: GGUF general.architecture is {arch!r}; rankdyn reads GGUF files of architecture "
             "'llama'."
         )
-    config = {"model_type": "llama", "hidden_act": "silu"}
+    # CONFIG_ORIGIN: the config readers' messages name the GGUF key, not a config.json there is not.
+    origin = {name: f"llama.{key}" for key, name in _CONFIG.items()}
+    origin["head_dim"] = "llama.rope.dimension_count"
+    config = {"model_type": "llama", "hidden_act": "silu", CONFIG_ORIGIN: origin}
     for key, name in _CONFIG.items():
         value = _field(reader, f"llama.{key}", where, required=name not in ("vocab_size", "rope_theta"))
         if value is not None:

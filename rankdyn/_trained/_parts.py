@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int
 
 from .._errors import UsageError
 from .._model._norms import LayerNorm
-from ._read import RawCheckpoint
+from ._read import CONFIG_ORIGIN, RawCheckpoint
 
 __all__ = [
     "Embeddings",
@@ -56,6 +56,15 @@ class Embeddings(eqx.Module):
         return x
 
 
+def _source(config: dict, name: str) -> tuple[str, str, str]:
+    """``(file, key, fix)`` for a message about config key ``name``: config.json's own key, or the
+    GGUF metadata key it was read from."""
+    origin = config.get(CONFIG_ORIGIN) or {}
+    if name in origin:
+        return "the GGUF metadata", origin[name], "re-convert the file (llama.cpp's convert_hf_to_gguf.py)"
+    return "config.json", name, "fix config.json (or re-save the checkpoint with save_pretrained)"
+
+
 def config_value(config: dict, where: str, *names: str, default=None, required: bool = True):
     """The first of ``names`` present in ``config`` (``default`` if none; a UsageError if required)."""
     for name in names:
@@ -63,9 +72,9 @@ def config_value(config: dict, where: str, *names: str, default=None, required: 
             return config[name]
     if default is not None or not required:
         return default
-    raise UsageError(
-        f"{where}: config.json has no {' / '.join(names)}; re-save the checkpoint with its config."
-    )
+    file, _, fix = _source(config, names[0])
+    keys = " / ".join(_source(config, n)[1] for n in names)
+    raise UsageError(f"{where}: {file} has no {keys}; {fix}.")
 
 
 def _found(config: dict, names: tuple[str, ...]) -> str:
@@ -93,10 +102,8 @@ def config_int(config: dict, where: str, *names: str, default=None, minimum: int
         or v < minimum
     ):
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise UsageError(
-            f"{where}: config.json has {_found(config, names)}={v!r}, which must be {what}; fix config.json "
-            "(or re-save the checkpoint with save_pretrained)."
-        )
+        file, key, fix = _source(config, _found(config, names))
+        raise UsageError(f"{where}: {file} has {key}={v!r}, which must be {what}; {fix}.")
     return int(v)
 
 
@@ -109,9 +116,9 @@ def config_eps(config: dict, where: str, name: str, default: float) -> float:
     """
     v = config_value(config, where, name, default=default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        file, key, fix = _source(config, name)
         raise UsageError(
-            f"{where}: config.json has {name}={v!r}, which must be a finite number >= 0 (e.g. {default}); "
-            "fix config.json."
+            f"{where}: {file} has {key}={v!r}, which must be a finite number >= 0 (e.g. {default}); {fix}."
         )
     return float(v)
 

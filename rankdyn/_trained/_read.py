@@ -49,6 +49,11 @@ _FIX = (
 )
 
 
+#: Key of a reader's config dict that maps HF names to the keys of the file they were read from,
+#: for a format without ``config.json`` (a GGUF file's metadata): messages name that file and key.
+CONFIG_ORIGIN = "_rankdyn_origin"
+
+
 @dataclasses.dataclass(frozen=True)
 class RawCheckpoint:
     """The files of a checkpoint as read: config dict, tensors by name (NumPy), tokenizer JSON text."""

@@ -68,9 +68,10 @@ def check_spectrum_args(args, dim: int, layers: int) -> int:
     return k
 
 
-def check_schedule(args, layers: int) -> None:
+def check_schedule(args, layers: int | None) -> None:
     """The flags of the QR schedule and the chunk, which need no model (checked before JAX loads);
-    an integer ``--qr-every`` is converted in place."""
+    an integer ``--qr-every`` is converted in place. ``layers=None`` (a checkpoint's own depth,
+    not read yet) leaves ``--discard`` against the depth to a later call."""
     every = args.qr_every
     if every != "auto":
         try:
@@ -80,6 +81,10 @@ def check_schedule(args, layers: int) -> None:
         if every < 1:
             raise UsageError(f"--qr-every {args.qr_every}: expected an integer >= 1 or auto.")
         args.qr_every = every
+    if args.chunk is not None and args.chunk < 1:
+        raise UsageError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
+    if layers is None:
+        return
     if args.discard < 0 or args.discard >= layers:
         raise UsageError(
             f"--discard {args.discard}: expected 0 <= discard < --layers {layers}; "
@@ -90,8 +95,6 @@ def check_schedule(args, layers: int) -> None:
             f"--layers {layers} and --discard {args.discard} must be multiples of --qr-every {every}; "
             "choose a divisor, or --qr-every auto."
         )
-    if args.chunk is not None and args.chunk < 1:
-        raise UsageError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
 
 
 def _model(args):
@@ -122,12 +125,11 @@ def _model(args):
 def _checkpoint_model(args):
     """As `_model` for ``--checkpoint``; ``extra["config"]`` holds the real architecture, which
     replaces the random model's flags in ``lyapunov.json`` (as for ``simulate --checkpoint``)."""
-    from .._trained import load_checkpoint
-    from ..lyapunov import spectrum_dim
     from ._checkpoint import (
         _ALLOWED,
         _FALLBACK_MODEL,
         _check_inputs,
+        _count_excerpts_before_loading,
         _mask_of,
         _refuse_model_flags,
         architecture,
@@ -136,6 +138,12 @@ def _checkpoint_model(args):
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
     check_nonnegative(args, "layers", "batch", minimum=1)
+    # Every check that needs no weights first (a refusal loads neither JAX nor the model).
+    check_schedule(args, args.layers if "layers" in given else None)
+    _count_excerpts_before_loading(args, given)
+    from .._trained import load_checkpoint  # JAX loads only now
+    from ..lyapunov import spectrum_dim
+
     try:
         ckpt = load_checkpoint(args.checkpoint)
     except UsageError as err:

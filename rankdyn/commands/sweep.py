@@ -141,12 +141,13 @@ def _check_assemble_flags(args) -> None:
 def _assemble(args) -> int:
     _check_assemble_flags(args)
     check_out_dir(args.assemble)
-    from ..sweep import assemble_folder  # loads JAX: after the flag checks
+    from ..sweep._store import assemble_folder, read_sweep_folder
 
+    # --plot-axes against the folder's own axes before any chunk is read (and before JAX loads).
+    plot_axes = _plot_axes(args, read_sweep_folder(args.assemble)[0])
     cfg, ds = assemble_folder(
         args.assemble, command=f"rankdyn sweep {args.assemble / 'config.toml'} --out {args.assemble}"
     )
-    plot_axes = _plot_axes(args, cfg)
     print(f"wrote {args.assemble / 'sweep.nc'}: {len(ds.data_vars)} variables from {cfg.num_cells} cells")
     if not args.no_plots:
         for name in _plots(ds, args.assemble, plot_axes):

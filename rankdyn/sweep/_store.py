@@ -34,7 +34,7 @@ from ._plan import SweepPlan, sweep_memory, sweep_plan
 from ._schema import SweepConfig
 from ._tasks import FOLDER_LOCK, TASKS_DIR, TaskLock, TaskShare, folder_lock, missing_report
 
-__all__ = ["run_sweep", "assemble_folder"]
+__all__ = ["run_sweep", "assemble_folder", "read_sweep_folder"]
 
 _MEMORY_FIX = "lower [fixed] batch, n or d, or [run] chunk_trajectories (trajectories per chunk)."
 
@@ -274,23 +274,15 @@ def _write_dataset(cfg: SweepConfig, out: Path):
     return ds
 
 
-def assemble_folder(out: str | os.PathLike, *, command: str = ""):
-    """Assemble ``out/sweep.nc`` from a sweep folder alone (the spec is read from ``out``).
+def read_sweep_folder(out: str | os.PathLike) -> tuple[SweepConfig, dict]:
+    """The `SweepConfig` and the manifest of a sweep folder, checked against each other.
 
-    What ``rankdyn sweep --assemble DIR`` does: reads ``out/config.toml``, checks it against
-    ``out/manifest.json`` and that every chunk is on disk, then writes ``out/sweep.nc``.
-    Assembling twice is harmless (the same chunk files give the same dataset).
-
-    Arguments:
-        out: a sweep folder.
-        command: how the user would run the sweep (for the message naming missing chunks).
-
-    Returns:
-        ``(cfg, ds)``: the `SweepConfig` read from the folder and the `xarray.Dataset`.
+    Reads ``out/config.toml`` and ``out/manifest.json`` only (no chunk, no JAX), so that the
+    command line can check its own flags against the sweep's axes before anything is assembled.
 
     Raises:
-        UsageError: ``out`` is not a sweep folder, its manifest is damaged or does not match its
-            ``config.toml``, or chunks are missing (named, with the task that owns each).
+        UsageError: ``out`` is not a sweep folder, or its manifest is damaged or does not match
+            its ``config.toml``.
     """
     from ._schema import load_sweep_config
 
@@ -312,6 +304,30 @@ def assemble_folder(out: str | os.PathLike, *, command: str = ""):
             f"{str(config)!r} (hash {cfg.hash}) does not match {str(manifest)!r} (hash "
             f"{meta.get('config_hash')}): the folder was edited; run the sweep again into a new --out."
         )
+    return cfg, meta
+
+
+def assemble_folder(out: str | os.PathLike, *, command: str = ""):
+    """Assemble ``out/sweep.nc`` from a sweep folder alone (the spec is read from ``out``).
+
+    What ``rankdyn sweep --assemble DIR`` does: reads ``out/config.toml``, checks it against
+    ``out/manifest.json`` and that every chunk is on disk, then writes ``out/sweep.nc``.
+    Assembling twice is harmless (the same chunk files give the same dataset).
+
+    Arguments:
+        out: a sweep folder.
+        command: how the user would run the sweep (for the message naming missing chunks).
+
+    Returns:
+        ``(cfg, ds)``: the `SweepConfig` read from the folder and the `xarray.Dataset`.
+
+    Raises:
+        UsageError: ``out`` is not a sweep folder, its manifest is damaged or does not match its
+            ``config.toml``, or chunks are missing (named, with the task that owns each).
+    """
+    out = Path(out)
+    cfg, meta = read_sweep_folder(out)
+    config = out / "config.toml"
     plan = sweep_plan(cfg)
     with folder_lock(out):
         missing = [i for i in range(len(plan.chunks)) if _load_chunk(_chunk_path(out, i), cfg) is None]
