@@ -89,14 +89,14 @@ def main(argv=None):
 
     # 1. rankdyn Euler (batched) vs the NumPy loop (one trajectory at a time).
     run = lambda: solve_flow(
-        field, x0, a.time, beta=a.beta, saves=saves, solver="euler", dt=dt, save_states=True
+        field, x0, a.time, beta=a.beta, saves=saves, solver="euler", dt=dt, save_states=True, batch_first=True
     )
     sol, wall, cpu, first = timed(run)
     k = a.numpy_trajectories or a.batch
     t0, c0 = time.perf_counter(), time.process_time()
     ref = np.stack([numpy_euler(x0[i], a.beta, a.time, dt) for i in range(k)])
     np_wall, np_cpu = (time.perf_counter() - t0) * a.batch / k, (time.process_time() - c0) * a.batch / k
-    agree = float(np.max(np.abs(np.asarray(sol.states[-1, :k]) - ref)))
+    agree = float(np.max(np.abs(np.asarray(sol.states[:k, -1]) - ref)))
     report["euler_vs_numpy"] = {
         "rankdyn_wall_s": wall,
         "rankdyn_cpu_s": cpu,
@@ -113,11 +113,8 @@ def main(argv=None):
 
     # 2. Adaptive vs fixed step at equal accuracy (error at T against a tight Tsit5 reference).
     xr = x0[: min(a.batch, 200)]
-    exact = np.asarray(
-        solve_flow(field, xr, a.time, beta=a.beta, saves=2, rtol=1e-11, atol=1e-13, save_states=True).states[
-            -1
-        ]
-    )
+    tight = dict(saves=2, rtol=1e-11, atol=1e-13, save_states=True, batch_first=True)
+    exact = np.asarray(solve_flow(field, xr, a.time, beta=a.beta, **tight).states[:, -1])
     rows = []
     configs = [("tsit5", dict(rtol=r, atol=r * 1e-2)) for r in (1e-4, 1e-6, 1e-8)]
     configs += [("rk4", dict(dt=h)) for h in (0.2, 0.1, 0.05, 0.025)] + [
@@ -125,10 +122,10 @@ def main(argv=None):
     ]
     for solver, kw in configs:
         f = lambda s=solver, kw=kw: solve_flow(
-            field, xr, a.time, beta=a.beta, saves=2, solver=s, save_states=True, **kw
+            field, xr, a.time, beta=a.beta, saves=2, solver=s, save_states=True, batch_first=True, **kw
         )
         out, w, c, _ = timed(f)
-        err = float(np.max(np.abs(np.asarray(out.states[-1]) - exact)))
+        err = float(np.max(np.abs(np.asarray(out.states[:, -1]) - exact)))
         rows.append(dict(solver=solver, **kw, error=err, wall_s=w, cpu_s=c, steps=int(out.num_steps)))
         print(rows[-1], flush=True)
     for r in rows:
