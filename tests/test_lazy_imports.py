@@ -38,6 +38,19 @@ def _probe(*argv: str) -> tuple[int, bool, bool, str]:
     return int(rc), jax == "True", reader == "True", res.stdout + res.stderr  # stderr last
 
 
+def _sweep_folder_without_chunks(folder, config) -> None:
+    """A sweep folder's config and manifest (no chunks): enough for --assemble's flag checks."""
+    import json
+    import shutil
+
+    from rankdyn.sweep import load_sweep_config
+
+    folder.mkdir()
+    shutil.copy(config, folder / "config.toml")
+    cfg = load_sweep_config(folder / "config.toml")
+    (folder / "manifest.json").write_text(json.dumps({"num_cells": cfg.num_cells, "config_hash": cfg.hash}))
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -64,21 +77,9 @@ def _probe(*argv: str) -> tuple[int, bool, bool, str]:
         ("sweep", "--assemble", "{tmp}", "--x64"),
         ("sweep", "--assemble", "{tmp}/not-a-sweep"),
         ("sweep", "--assemble", "{tmp}/folder", "--plot-axes", "mask", "dqk"),
+        ("sweep", "{good}", "--out", "{tmp}/f", "--plot-axes", "mask", "dqk"),
     ],
 )
-def _sweep_folder_without_chunks(folder, config) -> None:
-    """A sweep folder's config and manifest (no chunks): enough for --assemble's flag checks."""
-    import json
-    import shutil
-
-    from rankdyn.sweep import load_sweep_config
-
-    folder.mkdir()
-    shutil.copy(config, folder / "config.toml")
-    cfg = load_sweep_config(folder / "config.toml")
-    (folder / "manifest.json").write_text(json.dumps({"num_cells": cfg.num_cells, "config_hash": cfg.hash}))
-
-
 def test_help_and_refusals_do_not_import_jax(argv, tmp_path):
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text('[axes]\nmask = ["complete", "causal"]\n[fixed]\nn = 4\nd = 4\nlayers = 2\nbatch = 2\n')

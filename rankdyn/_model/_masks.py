@@ -10,7 +10,8 @@ algorithms on the host (`rankdyn.graph_info`), and become a JAX array field of t
 
 from __future__ import annotations
 
-import jax
+import sys
+
 import numpy as np
 from jaxtyping import Bool
 
@@ -156,7 +157,10 @@ def check_fixed_attention(mask, fixed_attention):
     n = mask.shape[0]
     if fixed_attention.shape != (n, n):
         raise UsageError(f"fixed_attention must be ({n}, {n}) like the mask, got {fixed_attention.shape}.")
-    if any(isinstance(a, jax.core.Tracer) for a in (mask, fixed_attention)):
+    # A tracer exists only once JAX is loaded: this module does not load it (the sweep and the
+    # command line build masks while checking their flags, before JAX).
+    jax = sys.modules.get("jax")
+    if jax is not None and any(isinstance(a, jax.core.Tracer) for a in (mask, fixed_attention)):
         return fixed_attention
     m, a = np.asarray(mask, bool), np.asarray(fixed_attention)
     bad = np.argwhere(~m & (a != 0))

@@ -157,16 +157,36 @@ def _assemble(args) -> int:
 
 def _plot_axes(args, cfg):
     """The --plot-axes (checked against the sweep's axes, before any compute) or the default pair."""
-    plot_axes = list(args.plot_axes) if args.plot_axes else _default_plot_axes(cfg)
-    if args.plot_axes:
-        for a in plot_axes:
-            if a not in cfg.axes:
-                raise UsageError(
-                    f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(cfg.axes)}."
-                )
-        if plot_axes[0] == plot_axes[1]:
-            raise UsageError(f"--plot-axes needs two different axes, got {plot_axes[0]!r} twice.")
-    return plot_axes
+    if not args.plot_axes:
+        return _default_plot_axes(cfg)
+    _check_plot_axes(args, list(cfg.axes))
+    return list(args.plot_axes)
+
+
+def _check_plot_axes(args, axes: list[str]) -> None:
+    """--plot-axes names two different axes of ``axes``; UsageError otherwise."""
+    for a in args.plot_axes:
+        if a not in axes:
+            raise UsageError(f"--plot-axes {a!r} is not an axis of the sweep; axes: {', '.join(axes)}.")
+    if args.plot_axes[0] == args.plot_axes[1]:
+        raise UsageError(f"--plot-axes needs two different axes, got {args.plot_axes[0]!r} twice.")
+
+
+def _check_plot_axes_early(args) -> None:
+    """--plot-axes against the config's [axes] names, read before the config is validated (its
+    memory check loads JAX); a config that cannot be read is left to `load_sweep_config` to name."""
+    import tomllib
+
+    from ..sweep._params import KEY_ALIASES
+
+    if not args.plot_axes:
+        return
+    try:
+        axes = tomllib.loads(Path(args.config).read_text()).get("axes")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return
+    if isinstance(axes, dict):
+        _check_plot_axes(args, [KEY_ALIASES.get(k, k) for k in axes])
 
 
 def run(args) -> int:
@@ -192,6 +212,7 @@ def run(args) -> int:
             f"--resume with {task.label}: a task always joins its folder and resumes its own chunks; "
             "drop --resume."
         )
+    _check_plot_axes_early(args)
     announce = lambda num: _announce(args, num)  # noqa: E731
     cfg = load_sweep_config(args.config, max_cells=args.max_cells or MAX_CELLS, announce=announce)
     check_out_dir(args.out)
