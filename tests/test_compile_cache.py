@@ -72,6 +72,7 @@ def _piece_text(solver, dt, chunk):
     return _solve._piece.lower(*args).as_text()
 
 
+@pytest.mark.slow  # lowers the flow's whole piece program
 def test_flow_programs_hold_no_host_callback(monkeypatch):
     """JAX never writes a program with a host callback to the persistent cache, so the flow's
     piece program must hold none: Diffrax's runtime re-checks of the traced saved times (and of

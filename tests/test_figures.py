@@ -477,6 +477,7 @@ def test_layernorm_complete_curve_is_named_and_no_round_off_spike(tmp_path):
     plt.close(fig)
 
 
+@pytest.mark.slow  # renders a whole target's figures
 def test_ablation_axes_stop_near_the_floor_and_labels_are_shared(tmp_path):
     figs, _ = _rendered("ablation", tmp_path)
     for view in (128, 12):

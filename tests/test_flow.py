@@ -86,6 +86,7 @@ def test_field_is_tangent_and_causal_first_token_fixed(getkey):
         assert np.max(np.abs(vel[1:])) > 1e-3
 
 
+@pytest.mark.slow  # two flows integrated to convergence
 def test_energy_does_not_decrease_along_sa_and_usa(getkey):
     """Geshkovski, Letrouit, Polyanskiy, Rigollet ("A mathematical perspective on Transformers"):
     for Q = K = V = I and the complete mask, USA is (n times) the gradient ascent of E_beta on the

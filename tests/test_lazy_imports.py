@@ -102,6 +102,7 @@ def test_a_run_that_passes_the_checks_does_import_jax(tmp_path):
     assert f"wrote in {tmp_path / 'o'}: metrics.json, mu.png" in err  # simulate says what it wrote
 
 
+@pytest.mark.slow  # end to end: a fresh `rankdyn simulate` process
 def test_x64_without_jax_loaded_still_computes_in_float64(tmp_path):
     # The flag goes through JAX_ENABLE_X64 when JAX is not loaded yet: the run is float64 all the same.
     rc, jax, _, err = _probe("simulate", "--x64", "--n", "4", "--d", "4", "--layers", "1", "--batch", "2",
@@ -121,6 +122,7 @@ def _checkpoint_without_weights(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # fresh `rankdyn` processes, four of them
 def test_a_short_text_is_refused_before_the_weights_load(tmp_path):
     from rankdyn._trained._text import excerpts
 
@@ -147,6 +149,7 @@ def test_a_short_text_is_refused_before_the_weights_load(tmp_path):
         assert rc == 2 and reader and "safetensors" in err, err
 
 
+@pytest.mark.slow  # a fresh `rankdyn` process per case
 @pytest.mark.parametrize(
     "extra, says",
     [

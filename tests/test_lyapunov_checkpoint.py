@@ -51,6 +51,7 @@ def _log_dets(hf, ids) -> np.ndarray:
     return out
 
 
+@pytest.mark.slow  # end to end: the command and the HF oracle
 def test_checkpoint_spectrum_sums_to_hf_log_determinants(tiny, tmp_path, capsys):
     out = tmp_path / "out"
     dim = N * 12  # R^(nd): GPT-2 is pre-LN (n_embd 12)

@@ -9,6 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rankdyn as rd
 from rankdyn._run._io import CompileTimer
@@ -21,6 +22,7 @@ def _mu_only(x):
 MU_ONLY = jax.tree_util.Partial(_mu_only)
 
 
+@pytest.mark.slow  # compiles every model kind twice
 def test_second_call_with_new_values_compiles_nothing(getkey):
     n, d, T = 5, 4, 6
     cases = {

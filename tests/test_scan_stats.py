@@ -31,6 +31,7 @@ def _numpy_stats(v, ok):
     return {k: np.asarray(x) for k, x in out.items()}
 
 
+@pytest.mark.slow  # one program per chunking
 def test_streamed_stats_equal_numpy_over_per_trajectory_values_for_any_chunking(getkey):
     # No normalisation and W_V = 1e10 x orthogonal: norms grow ~1e10 per layer until the state
     # overflows near 1e308 (the metrics rescale by a power of two first, so they do not overflow
