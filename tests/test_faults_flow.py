@@ -79,6 +79,7 @@ def test_flow_memory_estimate_follows_its_parts():
     assert kept.parts["per-trajectory metrics"] == 2 * 64 * 2001 * 8 * 4
 
 
+@pytest.mark.slow  # compiles the scan in float64 and float32
 def test_x64_switched_off_between_building_and_simulating():
     """A layer and tokens made with x64 on, simulated after it is switched off: the old scan
     raised "carry input and carry output must have equal types"; now the run computes in

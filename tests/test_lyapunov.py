@@ -174,6 +174,7 @@ def test_adaptive_interval():
     assert int(next_every(fixed, jnp.zeros((1, 2)), jnp.int32(4), ok[:1], no, 4)) == 4
 
 
+@pytest.mark.slow  # two whole spectra, auto and every layer
 def test_auto_interval_equals_every_layer(getkey):
     # In exact arithmetic the QR method does not depend on the interval; in float64 the adaptive
     # one (here q = 4 or 8: the exponents spread by < 1 per layer) agrees with q = 1 to rounding.
