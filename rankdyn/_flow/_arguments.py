@@ -21,7 +21,14 @@ import numpy as np
 
 from .._errors import UsageError
 
-__all__ = ["check_flow_arguments", "check_beta_range", "check_flow_memory", "piece_length", "MAX_CHUNK"]
+__all__ = [
+    "check_flow_arguments",
+    "check_beta_range",
+    "check_flow_memory",
+    "piece_length",
+    "resolve_chunk",
+    "MAX_CHUNK",
+]
 
 #: Trajectories vmapped together by default (`solve_flow`'s ``chunk=None``): all, up to this many.
 MAX_CHUNK = 1024
@@ -89,6 +96,11 @@ def check_beta_range(beta: float, dtype, dynamics: str, flag: str = "--beta") ->
         )
 
 
+def resolve_chunk(chunk: int | None, batch: int) -> int:
+    """Trajectories vmapped together: ``chunk`` (checked >= 1) or all, at most `MAX_CHUNK`."""
+    return min(batch, MAX_CHUNK) if chunk is None else min(int(chunk), batch)
+
+
 def piece_length(intervals: int) -> int:
     """Intervals per compiled piece: the smallest divisor of ``intervals`` >= intervals / 20 (equal
     pieces share one compilation; about 20 of them give a progress bar something to show)."""
@@ -124,7 +136,7 @@ def check_flow_memory(
     from .._run._memory import FLOW_PARTS, check_memory, flow_memory
     from ._observer import FLOW_METRICS
 
-    chunk = min(batch, MAX_CHUNK) if chunk is None else min(int(chunk), batch)
+    chunk = resolve_chunk(chunk, batch)
     est = flow_memory(
         batch=batch,
         chunk=chunk,

@@ -31,7 +31,7 @@ from jaxtyping import Array
 from .._errors import UsageError
 from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
 from .._run._interrupt import check_interrupt
-from ._arguments import MAX_CHUNK, check_flow_arguments, check_flow_memory, piece_length
+from ._arguments import check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
 from ._observer import FlowObserver
 from ._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
@@ -279,7 +279,7 @@ def solve_flow(
         observe: the metrics recorded (default `FlowObserver()`; the name of `rankdyn.simulate`'s).
         save_states: also return the states: ``(batch, S, n, d)`` with ``batch_first=True``.
         per_trajectory: also return every trajectory's metrics.
-        chunk: trajectories vmapped together (default: all, at most 1024, ``MAX_CHUNK``).
+        chunk: trajectories vmapped together (default: all, at most 1024, ``_arguments.MAX_CHUNK``).
         progress: show a progress bar.
         throw: raise if any trajectory's `RESULTS` is not ``successful`` (default False: read
             ``FlowSolution.result``, as the statistics leave failed trajectories out).
@@ -321,7 +321,7 @@ def solve_flow(
     observer = FlowObserver() if observe is None else observe
     dtype = x0.dtype
     batch = x0.shape[0]
-    chunk = min(batch, MAX_CHUNK) if chunk is None else min(int(chunk), batch)  # chunk >= 1: checked
+    chunk = resolve_chunk(chunk, batch)  # chunk >= 1: checked
     check_flow_memory(
         batch=batch,
         n=field.num_tokens,

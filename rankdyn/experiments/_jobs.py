@@ -14,8 +14,8 @@ processes (``spawn``ed, so each starts its own JAX):
   (`Target.shares_runs` with a checkpoint: geometry and the pretrained targets load the same
   checkpoint and excerpts) go to one worker, in the order of `TARGETS`, so they reuse it as with
   ``--jobs 1``; every other target (ablation too: its runs are its own) is a work item of its own.
-* **Longest first.** Items are handed out by decreasing expected time (`QUICK_WARM_SECONDS`, the
-  lead's quiet warm quick run; an unlisted target counts `_UNLISTED_SECONDS`), at most one per
+* **Longest first.** Items are handed out by decreasing expected time (`QUICK_WARM_SECONDS`, a
+  quiet warm quick run; an unlisted target counts `_UNLISTED_SECONDS`), at most one per
   worker at a time: the classic longest-processing-time rule, so that no long target starts last
   while the other worker idles. The order changes which worker runs a target, never its numbers.
 * **Same files.** Each worker runs `rankdyn.experiments.run_targets` on its item into the same
@@ -39,7 +39,7 @@ from pathlib import Path
 __all__ = ["work_items", "split_cores", "run_parallel", "QUICK_WARM_SECONDS"]
 
 
-#: Seconds per quick target in a warm run (the lead's quiet measurement of main at b0bbad8,
+#: Seconds per quick target in a warm run (a quiet measurement of version 0.4's main job,
 #: 2-core Intel Xeon, two workers): only the order in which work items are handed out.
 QUICK_WARM_SECONDS = {
     "masks-collapse": 3.9,

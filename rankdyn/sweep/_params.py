@@ -14,6 +14,7 @@ import numpy as np
 
 from .._errors import UsageError
 from .._model._config import ModelConfig, ignored_fields
+from .._model._masks import make_mask
 from .._model._params import PARAMS, RUN_PARAMS, given, range_error, reads
 from .._observe._names import CHEAP_METRICS
 
@@ -147,9 +148,7 @@ def _check_cell(p: dict, axes: Mapping) -> None:
 
 
 def cell_mask(p: dict) -> np.ndarray:
-    """The boolean mask of one cell (NumPy; no JAX compute)."""
-    from .._model._masks import make_mask  # loads JAX: not before a cell is built
-
+    """The boolean mask of one cell (NumPy; the masks module does not load JAX)."""
     return make_mask(
         p["mask"],
         p["n"],
