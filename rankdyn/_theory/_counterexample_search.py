@@ -11,7 +11,7 @@ X^{(t+1)} = \mathrm{LN}\big(A^{(t)} X^{(t)} W_V\big)\ \text{(eq. 3)},$$
 
 with $\phi$ the second singular value ($\sigma_2$, rank > 1), the smallest ($\sigma_{\min}$, the
 strict "full rank is kept" measure) or the effective rank of the final tokens, by Adam (Optax)
-through a differentiable ``lax.scan`` over depth (one compiled program for every stage of the
+through a differentiable ``lax.scan`` over depth (one compiled program per stage of the
 curriculum, vmapped over settings and restarts), with a depth curriculum, restarts and checkpoint
 selection at depth $T$. $W_Q, W_K$ are zero (uniform attention over the mask) or fixed random
 (BERT-style) weights. Since post-LN dynamics are
@@ -240,7 +240,12 @@ def search_value_matrices(
             x0 = _sphere_batch(jr.fold_in(k_x, i) if resample else k_x, restarts * batch, n, d, dt)
             x0 = x0.reshape(restarts, batch, n, d)
             depth = jnp.asarray(depths[stage], jnp.int32)
-            w_v, state, val = _step(stacked, opt, w_v, state, x0, depth, depths[-1], objective, loss, upper)
+            # The scan's static length is the stage's depth, not the curriculum's last: a step
+            # past ``depth`` is skipped by a cond in the forward pass, but the backward pass
+            # still carries every step's residuals (measured: at depth 2 of 32, a step cost 5x
+            # one of length 2). One compilation per stage; the arithmetic is the same.
+            length = depths[stage]
+            w_v, state, val = _step(stacked, opt, w_v, state, x0, depth, length, objective, loss, upper)
             history[i] = np.asarray(val)
             next_stage = min((i + 1) * len(depths) // steps, len(depths) - 1)
             if (i + 1) % select_every == 0 or next_stage != stage or i + 1 == steps:

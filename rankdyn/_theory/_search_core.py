@@ -57,7 +57,8 @@ def _iterate(layer, x0, depth, length: int, objective=None, mark=None):
     r"""``depth`` layers of ``layer`` from one token matrix ``x0``: a ``lax.scan`` of static
     ``length`` whose steps ``t >= depth`` are skipped by ``lax.cond`` (``depth`` is a traced
     scalar shared by the batch, so the cond stays a branch under ``vmap``: one compiled program
-    serves every stage of the curriculum and both evaluation depths).
+    serves both evaluation depths). Skipped steps are cheap forward only: under a gradient
+    each still stores and replays its residuals, so the training step passes ``length = depth``.
 
     Returns ``(x at depth, x at mark, bad, sum over t = 1..depth of log phi(X^(t)))``; ``bad``
     flags a degenerate or non-finite trajectory, ``mark`` (default ``depth``) is a second depth
@@ -138,8 +139,9 @@ def _optimizer(lr: float):
 def _step(layers, opt, w_v, state, x0, depth, length, objective, loss, upper):
     """One Adam step per (setting, restart) on the negated training value, vmapped over the
     settings (leading axis of ``layers``, ``w_v``, ``state``) and the restarts (second axis of
-    ``w_v``, ``state``; first of ``x0``, shared by the settings). ``depth`` is traced: one
-    compilation serves the whole curriculum."""
+    ``w_v``, ``state``; first of ``x0``, shared by the settings). ``depth`` is traced, and
+    ``length`` (the scan's static length) should equal it when training: steps past ``depth``
+    are skipped forward but still cost their residuals in the backward pass."""
 
     def one(layer, w_v, state, x0):
         value, grad = jax.value_and_grad(
