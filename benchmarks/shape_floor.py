@@ -20,7 +20,9 @@ implementation of this layer that computes these products one after another can 
 (softmax, the mask, LayerNorm and the metrics come on top). Reported next to it: `simulate`'s
 time per layer (median of ``--repeats`` calls after a warm-up), the floor as a fraction of it,
 `simulate`'s model GFLOP/s as a fraction of the 4096^3 matmul peak measured in the same run, and
-the fastest PyTorch loop (`speed/_reference_torch.py`, batched ``@`` or ``einsum``).
+the fastest PyTorch loop (`speed/_reference_torch.py`, batched ``@`` or ``einsum``), and the
+same sum with ``jnp.einsum``'s times alone (XLA's own kernels at these shapes: the part of the gap
+that is the products themselves).
 
 Levers tried at the same shapes, reported either way: both projections as one GEMM against
 ``[M | W_V]`` (``(c n, d) x (d, 2d)``); the floor at the full batch instead of the chunk. Each
@@ -189,6 +191,9 @@ def main(argv=None) -> int:
             flush=True,
         )
     floor_layer = num_chunks * sum(r["s"] for r in rows)
+    # The same sum with XLA's own kernels only: how much of the gap to the floor is the products
+    # themselves (XLA:CPU's against PyTorch's at these shapes) and how much the rest of the layer.
+    jax_floor_layer = num_chunks * sum(r["times"]["jnp.einsum"]["s"] for r in rows)
 
     # Lever: the two projections as one GEMM against [M | W_V] (what _project does for d >= 256).
     n, d = layer.num_tokens, layer.dim
@@ -230,6 +235,8 @@ def main(argv=None) -> int:
         "lever_full_batch": {"floor_per_layer_s": floor_full, "products": full},
         "simulate": sim | {"per_layer_s": sim_layer},
         "simulate_fraction_of_shape_floor": floor_layer / sim_layer,
+        "jax_floor_per_layer_s": jax_floor_layer,
+        "simulate_fraction_of_jax_floor": jax_floor_layer / sim_layer,
         "model_flops_per_layer": flops_layer,
         "executed_flops_per_layer": executed_flops(cfg) * cfg["batch"],
         "simulate_gflops": flops_layer / sim_layer / 1e9,
@@ -257,6 +264,10 @@ def main(argv=None) -> int:
         f"simulate per layer {sim_layer * 1e3:.3f} ms (median of {repeats}; "
         f"whole run {sim['wall_s']:.3f} s): "
         f"the floor is {report['simulate_fraction_of_shape_floor']:.0%} of it"
+    )
+    print(
+        f"the products with jnp.einsum alone: {jax_floor_layer * 1e3:.3f} ms per layer, "
+        f"{report['simulate_fraction_of_jax_floor']:.0%} of simulate's time"
     )
     print(
         f"simulate {report['simulate_gflops']:.1f} model GFLOP/s = "
