@@ -25,7 +25,9 @@ same sum with ``jnp.einsum``'s times alone (XLA's own kernels at these shapes: t
 that is the products themselves).
 
 Levers tried at the same shapes, reported either way: both projections as one GEMM against
-``[M | W_V]`` (``(c n, d) x (d, 2d)``); the floor at the full batch instead of the chunk. Each
+``[M | W_V]`` (``(c n, d) x (d, 2d)``); the floor at the full batch instead of the chunk; the two
+attention products in other layouts in XLA (`LAYOUTS`: an operand transposed first, the output
+transposed, the batch axis last, ``vmap`` of ``matmul``). Each
 figure is a median with its spread; the load average is recorded (a loaded machine inflates
 every figure; the ratios measured in one run are the fairer read). ``--quick`` (~1-2 min on 2
 cores): 3 repeats, the peak at 4096 with 2 repeats.
@@ -120,6 +122,49 @@ def time_product(row: dict, precision, repeats: int, torch) -> dict:
     return {"times": res, "fastest": best, "s": res[best]["s"], "gflops": row["flops"] / res[best]["s"] / 1e9}
 
 
+#: Other batchings of the two attention products in XLA (each transposes inside the program, so
+#: its time includes what the layout costs): the lever "a different batching of the attention
+#: products". name -> (einsum spec, how the second operand is laid out first).
+LAYOUTS = {
+    "bmm_t": {
+        "bnd,bdm->bnm (X^T)": ("bnd,bdm->bnm", lambda b: b.swapaxes(1, 2)),
+        "bnd,bmd->bmn (S^T)": ("bnd,bmd->bmn", None),
+        "ndb,mdb->nmb (batch last)": ("ndb,mdb->nmb", "batch_last"),
+    },
+    "bmm": {
+        "bnm,bdm->bnd (V^T)": ("bnm,bdm->bnd", lambda b: b.swapaxes(1, 2)),
+        "vmap(matmul)": (None, None),
+        "nmb,mdb->ndb (batch last)": ("nmb,mdb->ndb", "batch_last"),
+    },
+}
+
+
+def time_layouts(row: dict, precision, repeats: int) -> dict:
+    """``jnp`` forms of a batched product under `LAYOUTS`: seconds each (median)."""
+    import jax
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    ka, kb = jr.split(jr.PRNGKey(1))
+    a = jr.normal(ka, row["a"], jnp.float32)
+    b = jr.normal(kb, row["b"], jnp.float32)
+    inner = max(1, int(0.05 / max(row["flops"] / 30e9, 1e-6)))
+    out = {}
+    for name, (spec, prep) in LAYOUTS[row["kind"]].items():
+        if spec is None:
+            f = jax.jit(jax.vmap(lambda x, y: jnp.matmul(x, y, precision=precision)))
+            args = (a, b)
+        elif prep == "batch_last":
+            f = jax.jit(lambda x, y, spec=spec: jnp.einsum(spec, x, y, precision=precision))
+            args = (jnp.moveaxis(a, 0, -1), jnp.moveaxis(b, 0, -1))
+        else:
+            prep = prep or (lambda y: y)
+            f = jax.jit(lambda x, y, spec=spec, prep=prep: jnp.einsum(spec, x, prep(y), precision=precision))
+            args = (a, b)
+        out[name] = _median_call(lambda f=f, args=args: f(*args).block_until_ready(), repeats, inner)["s"]
+    return out
+
+
 def time_simulate(layer, x0, cfg, repeats: int) -> dict:
     import jax
 
@@ -207,6 +252,8 @@ def main(argv=None) -> int:
     for r in full:
         r |= time_product(r, prec, repeats, torch)
     floor_full = sum(r["s"] for r in full)
+    # Lever: the attention products in other layouts (XLA only).
+    layouts = {r["name"]: time_layouts(r, prec, repeats) for r in rows if r["kind"] != "mm"}
 
     print("timing simulate ...", flush=True)
     sim = time_simulate(layer, x0, cfg, repeats)
@@ -233,6 +280,7 @@ def main(argv=None) -> int:
             "fastest": joint["fastest"],
         },
         "lever_full_batch": {"floor_per_layer_s": floor_full, "products": full},
+        "lever_layouts_s": layouts,
         "simulate": sim | {"per_layer_s": sim_layer},
         "simulate_fraction_of_shape_floor": floor_layer / sim_layer,
         "jax_floor_per_layer_s": jax_floor_layer,
@@ -260,6 +308,10 @@ def main(argv=None) -> int:
         f"projections: one [M | W_V] GEMM {joint['s'] * 1e3:.3f} ms vs two "
         f"{sum(r['s'] for r in proj) * 1e3:.3f} ms"
     )
+    for r in rows:
+        if r["name"] in layouts:
+            forms = "; ".join(f"{k} {v * 1e3:.3f}" for k, v in layouts[r["name"]].items())
+            print(f"{r['name']} in XLA: jnp.einsum {r['times']['jnp.einsum']['s'] * 1e3:.3f} ms; {forms} ms")
     print(
         f"simulate per layer {sim_layer * 1e3:.3f} ms (median of {repeats}; "
         f"whole run {sim['wall_s']:.3f} s): "
