@@ -23,7 +23,12 @@ from rankdyn.experiments._jobs import QUICK_SECONDS, split_cores, work_items
 def test_work_items_and_core_split():
     items = work_items(["masks-collapse", "ablation", "geometry", "pretrained-temperature", "flow-limit"])
     # The checkpoint's targets together, everything else alone; the longest first.
-    assert sorted(items) == [["ablation"], ["flow-limit"], ["geometry", "pretrained-temperature"], ["masks-collapse"]]
+    assert sorted(items) == [
+        ["ablation"],
+        ["flow-limit"],
+        ["geometry", "pretrained-temperature"],
+        ["masks-collapse"],
+    ]
     cost = [sum(QUICK_SECONDS[n] for n in item) for item in items]
     assert cost == sorted(cost, reverse=True)
     assert split_cores(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]  # disjoint, near-equal
