@@ -129,3 +129,28 @@ def test_search_finds_known_counterexample():
     frac, mean_s2 = _held_out_rank2_fraction(np.asarray(r.w_v), held_out)
     assert frac > 0.01, (frac, r.selected, r.restart_scores)
     assert mean_s2 > 1e-3
+
+
+def test_search_step_length_equals_depth_is_the_same_step():
+    """The search trains through a scan of static length equal to the stage's depth (a longer
+    scan skips its extra steps by a cond but still pays their residuals under the gradient):
+    the Adam step must be the same, bit for bit, as in a scan long enough for the whole
+    curriculum, and a scan shorter than the depth must not be (it truncates the run)."""
+    from rankdyn._theory._search_core import _init_state, _optimizer, _sphere_batch, _step
+
+    n = d = 3
+    layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(3, 4.0))
+    stacked = jax.tree.map(lambda a: a[None], layer)
+    w0 = jnp.asarray(rd.weights.bidiagonal(3, 4.0), layer.weights.w_v.dtype)
+    w_v = jnp.broadcast_to(w0, (1, 2, d, d))  # 1 setting, 2 restarts
+    opt = _optimizer(3e-2)
+    state = _init_state(opt, w_v)
+    x0 = _sphere_batch(jax.random.PRNGKey(0), 2 * 8, n, d, w_v.dtype).reshape(2, 8, n, d)
+    depth = jnp.asarray(4, jnp.int32)
+    args = ("sigma_2", "log_mean", False)
+    exact = _step(stacked, opt, w_v, state, x0, depth, 4, *args)
+    longer = _step(stacked, opt, w_v, state, x0, depth, 16, *args)
+    shorter = _step(stacked, opt, w_v, state, x0, depth, 2, *args)
+    for a, b in zip(jax.tree.leaves(exact), jax.tree.leaves(longer)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert not np.array_equal(np.asarray(exact[2]), np.asarray(shorter[2]))
