@@ -52,7 +52,7 @@ def add_parser(sub) -> None:
     p.add_argument("--chunk", type=int, default=None, help="trajectories advanced together")
     p.add_argument("--out", type=Path, default=Path("out/lyapunov"), help="output folder")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    add_devices_flag(p, "The trajectories are split over the devices.")
+    add_devices_flag(p, "Whole chunks of trajectories run side by side, one per device.")
     add_checkpoint_flags(p)
     p.set_defaults(func=run)
 

@@ -118,8 +118,10 @@ def lyapunov_spectrum(
             chosen from the spread of the exponents as the run goes (`rankdyn.lyapunov._plan`;
             ``small``'s first 64 exponents get 4, a full spectrum 1).
         key: PRNG key of the initial tangent vectors (default ``PRNGKey(0)``).
-        chunk: trajectories advanced together (default: ~256 MiB of tangent vectors on CPU).
-        devices: split each chunk over devices, as `rankdyn.simulate`.
+        chunk: trajectories advanced together (default: ~256 MiB of tangent vectors on CPU,
+            and with ``devices`` at most the batch over the device count).
+        devices: as `rankdyn.simulate`: whole chunks run side by side, one per device, so a
+            given ``chunk`` gives the same bits on any device count.
         progress: show a progress bar.
 
     Returns:
@@ -150,10 +152,12 @@ def lyapunov_spectrum(
     if tangent:
         flat = jax.vmap(lambda z: layer.norm(z)[0])(flat)
     plan = make_plan(num_layers, discard, qr_every)
-    chunk = default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize) if chunk is None else int(chunk)
+    chunk = (
+        default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize, devices) if chunk is None else int(chunk)
+    )
     if chunk < 1:
         raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
-    check_tangent_memory(flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records))
+    check_tangent_memory(flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records), devices)
     exps, flags, acc = run_qr(
         _LayerStep(layer, tangent),
         _LayerStart(k, tangent),

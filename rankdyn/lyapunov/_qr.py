@@ -185,14 +185,16 @@ def run_qr(
     vectors by one step and ``propagate.project(x, y)`` maps them into the state space before a
     factorisation (an `eqx.Module`); ``init_q(x, key)`` draws the (gaussian) start. The batch
     is walked in chunks of ``chunk`` (the last one padded with copies of its first member and
-    masked out), each split over ``devices`` if given.
+    masked out). With ``devices``, ``k`` whole chunks run side by side, one per device, each
+    with the program, the shapes and the QR schedule (decided over its own chunk) of a
+    one-device run; their statistics are merged in chunk order. So the exponents and the
+    statistics do not depend on the device count, to the bit (docs/sweep.md, the bitwise
+    contract); chunks past the batch's end only fill the last group and are discarded.
     """
     mesh = resolve_mesh(devices)
     num = x0.shape[0]
-    if mesh is not None:
-        size = mesh.devices.size
-        chunk = -(-chunk // size) * size
-    chunk = max(1, min(chunk, num) if mesh is None else chunk)
+    chunk = max(1, min(chunk, num))
+    group = 1 if mesh is None else mesh.devices.size
     piece = piece_steps(plan, progress)
     bar = None
     if progress:
@@ -200,23 +202,32 @@ def run_qr(
 
         bar = progress_bar(total=num * plan.num_steps, desc=desc, unit="traj-step", unit_scale=True)
     exps, flags, acc = [], [], None
-    for start in range(0, num, chunk):
-        xs = x0[start : start + chunk]
-        real = xs.shape[0]
-        if real < chunk:
-            xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - real,) + xs.shape[1:])])
-        index = jnp.arange(start, start + chunk)
-        state = _start(init_q, xs, key, index, k, len(plan.records), plan.qr_every or 1)
+    for first in range(0, num, chunk * group):
+        # The group's chunks, each started on its own (the one-device program and shapes).
+        starts = [first + j * chunk for j in range(group)]
+        reals = [max(0, min(chunk, num - start)) for start in starts]
+        states = []
+        for start, real in zip(starts, reals):
+            xs = x0[start : start + real] if real else x0[first : first + 1]
+            if xs.shape[0] < chunk:
+                xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - xs.shape[0],) + xs.shape[1:])])
+            index = jnp.arange(start, start + chunk)
+            states.append(_start(init_q, xs, key, index, k, len(plan.records), plan.qr_every or 1))
+        state = states[0] if group == 1 else jax.tree.map(lambda *v: jnp.concatenate(v), *states)
         for t0 in range(0, plan.num_steps, piece):
             t1 = min(t0 + piece, plan.num_steps)
             # t0, t1 are traced: every piece shares one compilation.
             state = _advance(propagate, state, jnp.int32(t0), jnp.int32(t1), plan, mesh)
             if bar is not None:
-                bar.update(real * (t1 - t0))
-        e, stats = _finish(state, jnp.arange(chunk) < real, plan)
-        acc = stats if acc is None else merge_stats(acc, stats)
-        exps.append(e[:real])
-        flags.append(state.flags[:real])
+                bar.update(sum(reals) * (t1 - t0))
+        for j, real in enumerate(reals):
+            if not real:
+                continue
+            own = state if group == 1 else jax.tree.map(lambda v, j=j: v[j * chunk : (j + 1) * chunk], state)
+            e, stats = _finish(own, jnp.arange(chunk) < real, plan)
+            acc = stats if acc is None else merge_stats(acc, stats)
+            exps.append(e[:real])
+            flags.append(own.flags[:real])
     if bar is not None:
         bar.close()
     return jnp.concatenate(exps), jnp.concatenate(flags), acc
@@ -308,7 +319,8 @@ def lyapunov_spectrum_map(
         qr_every: steps between QR factorisations (an integer >= 1), or ``"auto"``: 1 to 8,
             chosen from the spread of the exponents as the run goes (`rankdyn.lyapunov._plan`).
         key: PRNG key of the initial tangent vectors (default ``PRNGKey(0)``).
-        chunk: trajectories advanced together; devices: as `rankdyn.simulate`.
+        chunk: trajectories advanced together; devices: as `rankdyn.simulate` (whole chunks,
+            one per device; see `rankdyn.lyapunov_spectrum`).
         progress: show a progress bar.
 
     Returns:
@@ -340,10 +352,10 @@ def lyapunov_spectrum_map(
     batch_shape = x0.shape[:-1]
     flat = x0.reshape(-1, m)
     plan = make_plan(num_steps, discard, qr_every)
-    chunk = default_chunk(flat.shape[0], m, k, flat.dtype.itemsize) if chunk is None else int(chunk)
+    chunk = default_chunk(flat.shape[0], m, k, flat.dtype.itemsize, devices) if chunk is None else int(chunk)
     if chunk < 1:
         raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
-    check_tangent_memory(flat.shape[0], chunk, m, k, flat.dtype.itemsize, len(plan.records))
+    check_tangent_memory(flat.shape[0], chunk, m, k, flat.dtype.itemsize, len(plan.records), devices)
     exps, flags, acc = run_qr(
         _MapStep(step),
         _map_start(k),
