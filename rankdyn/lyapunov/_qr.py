@@ -185,7 +185,7 @@ def run_qr(
     vectors by one step and ``propagate.project(x, y)`` maps them into the state space before a
     factorisation (an `eqx.Module`); ``init_q(x, key)`` draws the (gaussian) start. The batch
     is walked in chunks of ``chunk`` (the last one padded with copies of its first member and
-    masked out). With ``devices``, ``k`` whole chunks run side by side, one per device, each
+    masked out). With ``devices``, whole chunks run side by side, one per device, each
     with the program, the shapes and the QR schedule (decided over its own chunk) of a
     one-device run; their statistics are merged in chunk order. So the exponents and the
     statistics do not depend on the device count, to the bit (docs/sweep.md, the bitwise
