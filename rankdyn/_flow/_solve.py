@@ -11,9 +11,11 @@ never leaves it). The largest $\big||x_i| - 1\big|$ met before a projection is r
   the saved time), as the peers' scripts integrate.
 
 Trajectories are vmapped in chunks; temperatures are vmapped too (one compiled program for the
-whole phase diagram). At every saved time the `FlowObserver` metrics are folded into running
-batch statistics (`rankdyn._observe._stats`, Chan's merge), so memory does not grow with the batch unless
-states or per-trajectory values are asked for.
+whole phase diagram). As each piece of a chunk finishes, its `FlowObserver` metrics at its saved
+times are folded into running batch statistics one trajectory at a time, in batch order
+(`rankdyn._run._fold`, as `rankdyn.simulate` does), so the statistics do not depend on ``chunk``
+to the bit, and memory does not grow with the batch unless states or per-trajectory values are
+asked for.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import numpy as np
 from jaxtyping import Array
 
 from .._errors import UsageError
-from .._observe._stats import Summary, chunk_stats, merge_stats, summarize
+from .._observe._stats import Summary, summarize
+from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
 from ._arguments import check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
@@ -151,7 +154,7 @@ def _piece(field, observer, x, beta, ts, real, cfg):
     One `diffrax.diffeqsolve` per trajectory; the observer sees the state projected to the
     sphere, and the drift is measured on the unprojected state at the saved times.
     """
-    solver, controller, dt0, max_steps, keep_values, keep_states = cfg
+    solver, controller, dt0, max_steps, keep_states = cfg
     term = diffrax.ODETerm(lambda t, y, b: field(y, b))
 
     def one(x, b):
@@ -194,9 +197,10 @@ def _piece(field, observer, x, beta, ts, real, cfg):
     x_end, saved, result, steps = jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(x, beta)
     hit = result == RESULTS.max_steps_reached
     vals = saved["obs"]
-    stats, ok = _fold(vals, real)
+    ok = _counted(vals, real)
     res = dict(
-        stats=stats,
+        values=vals,
+        ok=ok,
         clustered=vals["clustered"] > 0,
         drift=jnp.max(
             jnp.where(real[None, :, None], jnp.nan_to_num(saved["drift"], nan=0.0), 0), axis=(1, 2)
@@ -207,8 +211,6 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         zero=jnp.any(saved["zero"], axis=-1) & real[None, :],
     )
     res["result"] = result
-    if keep_values:
-        res["values"] = vals
     if keep_states:
         res["states"] = saved["x"]
     return x_end, res
@@ -222,13 +224,12 @@ def _first_failure(earlier, later):
     return RESULTS.where(earlier == RESULTS.successful, later, earlier)
 
 
-def _fold(vals, real):
-    """Per-time statistics of ``vals`` (``(nb, c, p)`` each) over the real, finite members."""
+def _counted(vals, real):
+    """Which members count at each saved time (``(nb, c, p)``): real, with every metric finite."""
     ok = jnp.ones(next(iter(vals.values())).shape, bool) & real[None, :, None]
     for v in vals.values():
         ok = ok & jnp.isfinite(v)
-    stats = jax.vmap(jax.vmap(chunk_stats, in_axes=(1, 1)), in_axes=(0, 0))(vals, ok)
-    return stats, ok
+    return ok
 
 
 def solve_flow(
@@ -343,7 +344,7 @@ def solve_flow(
         steps_cap = min(int(max_steps), int(math.ceil(span / dt0 + 1e-9)) + 1)
     else:
         steps_cap = int(max_steps)
-    cfg = (solver_obj, controller, dt0, steps_cap, per_trajectory, save_states)
+    cfg = (solver_obj, controller, dt0, steps_cap, save_states)
     bj = jnp.asarray(betas.reshape(-1), dtype)
     ts = jnp.asarray(times, dtype)
     num_chunks = math.ceil(batch / chunk)
@@ -352,8 +353,11 @@ def solve_flow(
         from .._run._progress import progress_bar
 
         bar = progress_bar(total=num_chunks * (intervals // p), desc="flow", unit="piece")
-    total = None
     nb = bj.size
+    # Per piece: the statistics of its saved times for every temperature (records: temperature
+    # x time), folded one trajectory at a time in batch order; per piece, so that only one
+    # piece's values are held, and every record is folded on its own (the same bits as alone).
+    total = [None] * (intervals // p)
     counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
     ttc, drift, steps, values, states, results = [], np.zeros(nb), 0, [], [], []
     for c in range(num_chunks):
@@ -363,7 +367,7 @@ def solve_flow(
         if n_real < chunk:  # pad with copies so every chunk has one shape (one compilation)
             xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - n_real,) + xs.shape[1:])])
         x = jnp.broadcast_to(xs, (nb,) + xs.shape)
-        pieces, clustered, vals_c, states_c = [], [], [], []
+        clustered, vals_c, states_c = [], [], []
         result_c = None
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}
         for k in range(intervals // p):
@@ -371,7 +375,10 @@ def solve_flow(
             check_interrupt()  # after the compile and between pieces (CLI signals only)
             # Every piece saves at its start too (one program for all); only the first keeps it.
             cut = slice(0 if k == 0 else 1, None)
-            pieces.append(jax.tree.map(lambda a: a[:, cut], r["stats"]))
+            piece_vals, piece_ok = {m: v[..., cut] for m, v in r["values"].items()}, r["ok"][..., cut]
+            by_member = lambda a: np.swapaxes(np.asarray(a)[:, :n_real], 0, 1).reshape(n_real, -1)  # noqa: E731
+            own = {m: by_member(v) for m, v in piece_vals.items()}
+            total[k] = fold_in_order(total[k], own, by_member(piece_ok))
             clustered.append(r["clustered"][..., cut])
             drift = np.maximum(drift, np.asarray(r["drift"]))
             for name in flags:
@@ -380,13 +387,11 @@ def solve_flow(
             # The first failure along a trajectory is kept (later pieces start from its NaNs).
             result_c = r["result"] if result_c is None else _first_failure(result_c, r["result"])
             if per_trajectory:
-                vals_c.append({m: v[..., cut] for m, v in r["values"].items()})
+                vals_c.append(piece_vals)
             if save_states:
                 states_c.append(r["states"][:, :, cut])
             if bar is not None:
                 bar.update(1)
-        stats = jax.tree.map(lambda *a: jnp.concatenate(a, axis=1), *pieces)
-        total = stats if total is None else merge_stats(total, stats)
         for name in counts:
             counts[name] += flags[name].sum(axis=1)
         cl = np.concatenate([np.asarray(a) for a in clustered], axis=-1)[:, :n_real]
@@ -404,7 +409,7 @@ def solve_flow(
     pick = (lambda a: a[0]) if scalar else (lambda a: a)
     per_beta = [
         summarize(
-            jax.tree.map(lambda a, i=i: a[i], total),
+            jax.tree.map(lambda *a, i=i: jnp.concatenate([v.reshape(nb, -1)[i] for v in a]), *total),
             jnp.arange(times.size),
             batch,
             jnp.asarray(counts["bad"][i]),
