@@ -65,7 +65,7 @@ def _piece_text(solver, dt, chunk):
     from rankdyn.masks import causal_mask
 
     solver_obj, controller = _solvers._solver_and_controller(solver, None, None, None, dt)
-    cfg = (solver_obj, controller, dt, 64, False, False)
+    cfg = (solver_obj, controller, dt, 64, False)  # solver, controller, dt0, max_steps, keep_states
     x = jnp.ones((1, chunk, 4, 3)) / jnp.sqrt(3.0)
     field = FlowField(causal_mask(4), 3, "sa")
     args = (field, FlowObserver(), x, jnp.ones(1), jnp.arange(3.0), jnp.ones(chunk, bool), cfg)
