@@ -149,7 +149,8 @@ def _validate(field, x0, t1, beta, times, saves):
 
 @eqx.filter_jit
 def _piece(field, observer, x, beta, ts, real, cfg):
-    """Integrate ``x`` (``(nb, c, n, d)``) over ``ts`` (saving at each) and fold the statistics.
+    """Integrate ``x`` (``(nb, c, n, d)``) over ``ts`` (saving at each): every trajectory's metrics
+    at the saved times, which of them count, and the flags (the statistics are folded outside).
 
     One `diffrax.diffeqsolve` per trajectory; the observer sees the state projected to the
     sphere, and the drift is measured on the unprojected state at the saved times.
@@ -222,6 +223,11 @@ def _piece(field, observer, x, beta, ts, real, cfg):
 def _first_failure(earlier, later):
     """Per trajectory, the earlier piece's `RESULTS` unless it succeeded, else the later one's."""
     return RESULTS.where(earlier == RESULTS.successful, later, earlier)
+
+
+def _by_member(a, n_real: int) -> np.ndarray:
+    """``(nb, c, p)`` -> ``(n_real, nb * p)``: the real members first, temperature x time as records."""
+    return np.swapaxes(np.asarray(a)[:, :n_real], 0, 1).reshape(n_real, -1)
 
 
 def _counted(vals, real):
@@ -376,9 +382,8 @@ def solve_flow(
             # Every piece saves at its start too (one program for all); only the first keeps it.
             cut = slice(0 if k == 0 else 1, None)
             piece_vals, piece_ok = {m: v[..., cut] for m, v in r["values"].items()}, r["ok"][..., cut]
-            by_member = lambda a: np.swapaxes(np.asarray(a)[:, :n_real], 0, 1).reshape(n_real, -1)  # noqa: E731
-            own = {m: by_member(v) for m, v in piece_vals.items()}
-            total[k] = fold_in_order(total[k], own, by_member(piece_ok))
+            own = {m: _by_member(v, n_real) for m, v in piece_vals.items()}
+            total[k] = fold_in_order(total[k], own, _by_member(piece_ok, n_real))
             clustered.append(r["clustered"][..., cut])
             drift = np.maximum(drift, np.asarray(r["drift"]))
             for name in flags:
@@ -407,9 +412,11 @@ def solve_flow(
         bar.close()
     scalar = np.ndim(betas) == 0
     pick = (lambda a: a[0]) if scalar else (lambda a: a)
+    # The pieces' records (temperature x time) back to (temperature, time), joined over time.
+    stats = jax.tree.map(lambda *a: jnp.concatenate([v.reshape(nb, -1) for v in a], axis=1), *total)
     per_beta = [
         summarize(
-            jax.tree.map(lambda *a, i=i: jnp.concatenate([v.reshape(nb, -1)[i] for v in a]), *total),
+            jax.tree.map(lambda a, i=i: a[i], stats),
             jnp.arange(times.size),
             batch,
             jnp.asarray(counts["bad"][i]),

@@ -156,32 +156,20 @@ def _certified(ax_ratio, ax_radius, certified) -> None:
     ax_ratio.set_yscale("log")
     ratios = [c["sigma_ratio"] for c in certified if c.get("sigma_ratio") is not None]
     ax_ratio.set_ylim(RANK_TOL / 3, 1.5 if not ratios else max(1.5, 1.5 * max(ratios)))
-    ax_ratio.axhline(RANK_TOL, color="0.5", lw=0.8, ls="--")
-    ax_ratio.text(
-        0.01,
-        RANK_TOL * 1.15,
-        "rank >= 2 above this line",
-        transform=ax_ratio.get_yaxis_transform(),
-        fontsize=6,
-        color="0.35",
-        va="bottom",
-    )
+    _threshold(ax_ratio, RANK_TOL, RANK_TOL * 1.15, "rank >= 2 above this line", va="bottom")
     ax_ratio.set_ylabel("sigma_2 / sigma_1 of the equilibrium", fontsize=8)
     ax_ratio.set_title("certified rank >= 2 equilibria (interval existence proofs)", fontsize=9)
     bounds = [c["bound"] for c in certified] or [1.0]
     ax_radius.set_ylim(min(0.5, 0.9 * min(bounds)), max(1.1, 1.05 * max(bounds)))
-    ax_radius.axhline(1.0, color="0.5", lw=0.8, ls="--")
-    ax_radius.text(
-        0.01,
-        0.99,
-        "stable below 1",
-        transform=ax_radius.get_yaxis_transform(),
-        fontsize=6,
-        color="0.35",
-        va="top",
-    )
+    _threshold(ax_radius, 1.0, 0.99, "stable below 1", va="top")
     ax_radius.set_ylabel("interval bound on the spectral radius of DF", fontsize=8)
     ax_radius.set_title("their stability: a bound < 1 proves it (filled: proven)", fontsize=9)
     if not certified:
         for ax in (ax_ratio, ax_radius):
             ax.text(0.5, 0.5, "no certified equilibrium in this run", transform=ax.transAxes, ha="center")
+
+
+def _threshold(ax, y: float, text_y: float, caption: str, *, va: str) -> None:
+    """A dashed threshold line at ``y`` and its small caption at ``text_y``, on the left."""
+    ax.axhline(y, color="0.5", lw=0.8, ls="--")
+    ax.text(0.01, text_y, caption, transform=ax.get_yaxis_transform(), fontsize=6, color="0.35", va=va)
