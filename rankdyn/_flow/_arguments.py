@@ -28,7 +28,18 @@ __all__ = [
     "piece_length",
     "resolve_chunk",
     "MAX_CHUNK",
+    "SOLVE_FLOW_FIXES",
 ]
+
+#: What shrinks each part of the flow's memory estimate (`rankdyn._run._memory.FLOW_PARTS`), in
+#: `solve_flow`'s arguments (``rankdyn flow`` has its own, in flags).
+SOLVE_FLOW_FIXES = {
+    "tokens": "pass fewer trajectories in x0 and call solve_flow once per part.",
+    "piece": "use fewer saved times (a compiled piece keeps about a twentieth of them), or a smaller chunk.",
+    "stats": "use fewer saved times (saves or times).",
+    "per_trajectory": "pass per_trajectory=False (only statistics are kept), or fewer saved times.",
+    "states": "pass save_states=False, or fewer saved times or trajectories.",
+}
 
 #: Trajectories vmapped together by default (`solve_flow`'s ``chunk=None``): all, up to this many.
 MAX_CHUNK = 1024

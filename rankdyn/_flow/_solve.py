@@ -34,7 +34,7 @@ from .._errors import UsageError
 from .._observe._stats import Summary, summarize
 from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
-from ._arguments import check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
+from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
 from ._observer import FlowObserver
 from ._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
@@ -101,16 +101,6 @@ class FlowSolution(eqx.Module):
         if isinstance(self.summary, tuple):
             return np.stack([np.asarray(getattr(s, which)[name]) for s in self.summary])
         return np.asarray(getattr(self.summary, which)[name])
-
-
-#: What shrinks each part of the flow's memory estimate (`rankdyn._run._memory.FLOW_PARTS`).
-_MEMORY_FIXES = {
-    "tokens": "pass fewer trajectories in x0 and call solve_flow once per part.",
-    "piece": "use fewer saved times (a compiled piece keeps about a twentieth of them), or a smaller chunk.",
-    "stats": "use fewer saved times (saves or times).",
-    "per_trajectory": "pass per_trajectory=False (only statistics are kept), or fewer saved times.",
-    "states": "pass save_states=False, or fewer saved times or trajectories.",
-}
 
 
 def uniform_times(t1: float, saves: int) -> np.ndarray:
@@ -339,7 +329,7 @@ def solve_flow(
         chunk=chunk,
         per_trajectory=per_trajectory,
         save_states=save_states,
-        fixes=_MEMORY_FIXES,
+        fixes=SOLVE_FLOW_FIXES,
         what="solve_flow",
     )
     intervals = times.size - 1
@@ -360,9 +350,8 @@ def solve_flow(
 
         bar = progress_bar(total=num_chunks * (intervals // p), desc="flow", unit="piece")
     nb = bj.size
-    # Per piece: the statistics of its saved times for every temperature (records: temperature
-    # x time), folded one trajectory at a time in batch order; per piece, so that only one
-    # piece's values are held, and every record is folded on its own (the same bits as alone).
+    # Per piece (only one piece's values are held): its statistics, records temperature x time,
+    # folded one trajectory at a time in batch order, each record on its own (the same bits).
     total = [None] * (intervals // p)
     counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
     ttc, drift, steps, values, states, results = [], np.zeros(nb), 0, [], [], []
