@@ -52,7 +52,7 @@ from speed._repeat import load, loaded, repeat  # noqa: E402
 
 MARKERS = ("<!-- BEGIN lyapunov_speed -->", "<!-- END lyapunov_speed -->")
 K = 64
-#: lyapunov_spectrum's default chunk for `small` at k = 64 on CPU (`rankdyn.lyapunov._budget`).
+#: lyapunov_spectrum's default chunk for `small` at k = 64 on CPU (`rankdyn._lyapunov._budget`).
 FULL_CHUNK = 64
 
 

@@ -93,7 +93,7 @@ def flops_per_layer(ckpt, n: int) -> tuple[float, float]:
 
 def plan(name: str, ckpt, cache: dict, excerpts: int, only=None) -> dict:
     """Time the fractions of each target on ``ckpt`` and extrapolate (module docstring)."""
-    from rankdyn.experiments.pretrained import (
+    from rankdyn._reproduce.pretrained import (
         attention_sinks,
         geometry,
         pretrained_ablation,
@@ -112,7 +112,7 @@ def plan(name: str, ckpt, cache: dict, excerpts: int, only=None) -> dict:
             ("geometry", geometry, "chunks"),
         ]
     )
-    from rankdyn.experiments.pretrained.pretrained_common import excerpt_ids
+    from rankdyn._reproduce.pretrained.pretrained_common import excerpt_ids
 
     for batch in (CHUNK, 2 * CHUNK):  # tokenise the fractions' excerpts first: no run pays for it
         excerpt_ids(ckpt, 128, batch, cache)
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     # geometry's first chunk tunes simulate's chunk size once per machine: time it as on a new one.
     os.environ["RANKDYN_CACHE_DIR"] = tempfile.mkdtemp(prefix="rankdyn-full-cost-")
 
-    from rankdyn.experiments.pretrained.pretrained_common import checkpoint_or_none, excerpt_ids
+    from rankdyn._reproduce.pretrained.pretrained_common import checkpoint_or_none, excerpt_ids
 
     top = {"cpu": cpu_name(), "cores": cores(), "load_before": os.getloadavg(), "models": {}}
     top["start"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -3,10 +3,10 @@
     python benchmarks/reproduce_speed.py [--targets all] [--full] [--compile-cache DIR] [--out DIR]
                                          [--json OUT]
 
-Runs the targets in one process and in the order of `rankdyn.experiments.TARGETS`, exactly as
+Runs the targets in one process and in the order of `rankdyn._reproduce.TARGETS`, exactly as
 ``rankdyn reproduce --quick --jobs 1`` does (one shared cache, so a later target reuses what
 an earlier one computed), with the command's XLA flags (``--quick``: its optimisation level,
-`rankdyn.commands.reproduce.QUICK_XLA_FLAG`, unless ``XLA_FLAGS`` sets one) and, with
+`rankdyn._commands.reproduce.QUICK_XLA_FLAG`, unless ``XLA_FLAGS`` sets one) and, with
 ``--compile-cache DIR``, its persistent compilation cache (none by default: a cold run). Each
 target's ``run`` is wrapped in `rankdyn._run._io.CompileTimer`, and ``jax.monitoring`` events
 split its JAX part: seconds tracing to jaxprs and lowering to StableHLO (never cached: a warm run
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         help="use (and fill) this persistent compilation cache, as rankdyn reproduce does (default: none)",
     )
     args = p.parse_args(argv)
-    from rankdyn.commands.reproduce import QUICK_XLA_FLAG
+    from rankdyn._commands.reproduce import QUICK_XLA_FLAG
 
     flags = os.environ.get("XLA_FLAGS", "")
     if not args.full and "xla_backend_optimization_level" not in flags:  # the command's --quick flags
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     _listen_split()
-    from rankdyn import experiments
+    from rankdyn import _reproduce as experiments
 
     names = experiments.resolve_targets(args.targets.split(","))
     rows: dict[str, dict] = {}

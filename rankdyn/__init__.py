@@ -30,6 +30,8 @@ if _typing.TYPE_CHECKING:
     from . import sweep as sweep
     from . import theory as theory
     from . import weights as weights
+    from ._lyapunov._layer import lyapunov_spectrum as lyapunov_spectrum
+    from ._lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
     from ._model._build import make_layer as make_layer
     from ._model._config import ModelConfig as ModelConfig
     from ._model._graph import GraphInfo as GraphInfo
@@ -89,8 +91,6 @@ if _typing.TYPE_CHECKING:
     from .equilibria import (
         stability as stability,
     )
-    from .lyapunov._layer import lyapunov_spectrum as lyapunov_spectrum
-    from .lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
     from .sweep import load_sweep_config as load_sweep_config
     from .sweep import run_sweep as run_sweep
 

@@ -19,6 +19,9 @@ __all__ = ["lazy_attributes"]
 def _table(package: str, init_file: str) -> dict[str, tuple[str, str | None]]:
     """Name -> (module, attribute; None for a submodule), from the ``if TYPE_CHECKING:`` block."""
     tree = ast.parse(Path(init_file).read_text())
+    # ``from .x import`` is relative to the package: the module itself for an __init__.py, its
+    # parent for a facade module such as rankdyn/sweep.py.
+    base = package if Path(init_file).name == "__init__.py" else package.rpartition(".")[0]
     block = next(node for node in tree.body if isinstance(node, ast.If))
     table = {}
     for node in block.body:
@@ -26,9 +29,9 @@ def _table(package: str, init_file: str) -> dict[str, tuple[str, str | None]]:
             raise RuntimeError(f"{init_file}: the lazy block holds only `from .x import y as y` lines")
         for alias in node.names:
             if node.module is None:  # ``from . import masks as masks``
-                table[alias.asname or alias.name] = (f"{package}.{alias.name}", None)
+                table[alias.asname or alias.name] = (f"{base}.{alias.name}", None)
             else:
-                table[alias.asname or alias.name] = (f"{package}.{node.module}", alias.name)
+                table[alias.asname or alias.name] = (f"{base}.{node.module}", alias.name)
     return table
 
 
@@ -37,7 +40,8 @@ def lazy_attributes(package: str, init_file: str, namespace: dict) -> tuple[Call
 
     Arguments:
         package: the package's ``__name__``.
-        init_file: its ``__file__`` (the ``__init__.py`` holding the ``if TYPE_CHECKING:`` block).
+        init_file: its ``__file__`` (the ``__init__.py``, or the facade module, holding the
+            ``if TYPE_CHECKING:`` block).
         namespace: its ``globals()``; a name, once imported, is stored there (no second look-up).
 
     Returns:

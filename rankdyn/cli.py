@@ -1,6 +1,6 @@
 """The ``rankdyn`` command line: thin wrappers that parse flags and call the public API.
 
-Each subcommand lives in ``rankdyn/commands/<name>.py`` and exposes ``add_parser(subparsers)``
+Each subcommand lives in ``rankdyn/_commands/<name>.py`` and exposes ``add_parser(subparsers)``
 (which sets ``func``, and ``before_jax`` for process-wide XLA flags). This module only
 dispatches. ``--devices`` (default: one CPU device per core, `rankdyn.use_cpu_devices`), a
 command's ``before_jax`` and ``--x64`` are applied here, before any array is created: library
@@ -23,6 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ._commands._phase import _phase, begin_compute  # noqa: F401 - begin_compute: the old home
 from ._errors import UsageError
 from ._run._interrupt import (
     check_interrupt,
@@ -30,9 +31,8 @@ from ._run._interrupt import (
     interrupt_received,
     restore_interrupt_handlers,
 )
-from .commands._phase import _phase, begin_compute  # noqa: F401 - begin_compute: the old home
 
-#: Subcommand modules under rankdyn.commands, in the order shown by --help.
+#: Subcommand modules under rankdyn._commands, in the order shown by --help.
 COMMANDS = (
     "simulate",
     "reproduce",
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rankdyn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"rankdyn.commands.{_MODULES.get(name, name)}").add_parser(sub)
+        importlib.import_module(f"rankdyn._commands.{_MODULES.get(name, name)}").add_parser(sub)
     return parser
 
 
@@ -161,7 +161,7 @@ def _main(argv: list[str] | None) -> int:
     if _empty_out(sys.argv[1:] if argv is None else argv):  # type=Path reads "" as "."
         return _error(args, "--out is empty; name an output folder (for the current one, --out .).")
     if hasattr(args, "devices"):
-        from .commands._devices import apply_devices_flag
+        from ._commands._devices import apply_devices_flag
 
         try:  # before any array exists: JAX reads the device count once, at initialisation
             apply_devices_flag(args)

@@ -27,7 +27,7 @@ from ._flow._solvers import RESULTS as RESULTS
 from ._flow._solvers import RK4 as RK4
 from ._flow._solvers import SOLVERS as SOLVERS
 from ._flow._solvers import ProjectedSolver as ProjectedSolver
-from .lyapunov._flow import lyapunov_spectrum_flow as lyapunov_spectrum_flow
+from ._lyapunov._flow import lyapunov_spectrum_flow as lyapunov_spectrum_flow
 
 __all__ = [
     "ADAPTIVE_SOLVERS",

@@ -76,8 +76,8 @@ def fill(cls, **given):
 
 
 def masks_collapse():
-    from rankdyn.experiments._masktable import MASK_LABELS
-    from rankdyn.experiments.sim import masks_collapse as T
+    from rankdyn._reproduce._masktable import MASK_LABELS
+    from rankdyn._reproduce.sim import masks_collapse as T
 
     # complete: exactly 0 from layer 4 (after dipping below the floor); causal, global: to the
     # float32 floor; the windows: slow. Their bounds are 1 in double precision (eps^r ~ 1e-41, 1e-69).
@@ -122,8 +122,8 @@ def masks_collapse():
 
 
 def temperature(same: bool = True):
-    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
-    from rankdyn.experiments.sim import temperature as T
+    from rankdyn._reproduce._masktable import MASK_LABELS, PAPER_MASKS
+    from rankdyn._reproduce.sim import temperature as T
 
     layers = np.arange(33)
     q = len(T.DQKS)
@@ -153,8 +153,8 @@ def temperature(same: bool = True):
 
 
 def layernorm_orthogonal():
-    from rankdyn.experiments._masktable import MASK_LABELS
-    from rankdyn.experiments.sim import layernorm_orthogonal as T
+    from rankdyn._reproduce._masktable import MASK_LABELS
+    from rankdyn._reproduce.sim import layernorm_orthogonal as T
 
     layers = np.arange(0, 513)
     cases, panels = {}, {}
@@ -193,9 +193,9 @@ def layernorm_orthogonal():
 
 
 def depth_table():
-    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
-    from rankdyn.experiments.sim import depth_table as T
-    from rankdyn.experiments.sim._zero_rows import ZeroRowModel
+    from rankdyn._reproduce._masktable import MASK_LABELS, PAPER_MASKS
+    from rankdyn._reproduce.sim import depth_table as T
+    from rankdyn._reproduce.sim._zero_rows import ZeroRowModel
 
     stats, panels = {}, {}
     for j, mode in enumerate(T.MODES):
@@ -227,9 +227,9 @@ def depth_table():
 
 def ablation():
     """SAN rows collapse to float32 underflow (1e-40) and run in eval mode only, as measured."""
-    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
-    from rankdyn.experiments.sim import ablation as T
-    from rankdyn.experiments.sim._ablation_runs import DROPOUT_MODES, VARIANTS
+    from rankdyn._reproduce._masktable import MASK_LABELS, PAPER_MASKS
+    from rankdyn._reproduce.sim import ablation as T
+    from rankdyn._reproduce.sim._ablation_runs import DROPOUT_MODES, VARIANTS
 
     modes = tuple(DROPOUT_MODES)
     summary, panels = {}, {}
@@ -264,8 +264,8 @@ def ablation():
 
 
 def lyapunov_rates():
-    from rankdyn.experiments._masktable import PAPER_MASKS
-    from rankdyn.experiments.sim import lyapunov_rates as T
+    from rankdyn._reproduce._masktable import PAPER_MASKS
+    from rankdyn._reproduce.sim import lyapunov_rates as T
 
     keys = [f"{p}/{m}" for p in ("none", "post") for m in PAPER_MASKS]
     lam = dict(zip(keys, (-41.2, -0.69, -0.06, -0.63, -38.4, -0.69, -0.06, -0.63)))
@@ -290,8 +290,8 @@ def undirected():
     """The quick run's shape: the causal control found (and certified) a stable rank-2 state, the
     complete mask's searches found nothing (shares 0), and the stored certificates (window and
     complete masks, N = 3) re-prove."""
-    from rankdyn.experiments.theory import _undirected_known as K
-    from rankdyn.experiments.theory import undirected as T
+    from rankdyn._reproduce.theory import _undirected_known as K
+    from rankdyn._reproduce.theory import undirected as T
 
     point = [["1", "0", "0"], ["0", "1", "0"], ["0.6", "0.8", "0"]]  # rank 2, unit rows
     cert = {
@@ -376,9 +376,9 @@ def undirected():
 
 
 def counterexample_2d():
+    from rankdyn._reproduce.theory import _counterexample_2d_runs as R
+    from rankdyn._reproduce.theory import counterexample_2d as T
     from rankdyn._theory._constructions import example_2d
-    from rankdyn.experiments.theory import _counterexample_2d_runs as R
-    from rankdyn.experiments.theory import counterexample_2d as T
 
     ex = example_2d(2.0)
     th = np.linspace(0, 1.2, 40)
@@ -432,8 +432,8 @@ def counterexample_2d():
 
 
 def equilibria_ranks():
-    from rankdyn.experiments.theory import _equilibria_runs as R
-    from rankdyn.experiments.theory import equilibria_ranks as T
+    from rankdyn._reproduce.theory import _equilibria_runs as R
+    from rankdyn._reproduce.theory import equilibria_ranks as T
 
     fams = []
     for n, w in ((3, 3.0), (4, 4.0)):
@@ -484,8 +484,8 @@ def equilibria_ranks():
 
 
 def positive_measure():
-    from rankdyn.experiments.theory import _positive_measure_runs as R
-    from rankdyn.experiments.theory import positive_measure as T
+    from rankdyn._reproduce.theory import _positive_measure_runs as R
+    from rankdyn._reproduce.theory import positive_measure as T
 
     hor = (100, 500)
 
@@ -518,7 +518,7 @@ def positive_measure():
 def bifurcation():
     from types import SimpleNamespace as NS
 
-    from rankdyn.experiments.theory import bifurcation as T
+    from rankdyn._reproduce.theory import bifurcation as T
 
     def branch(w0, fold):
         # A fold at ``fold``: the parameter turns back there; stable before it, unstable after.
@@ -561,7 +561,7 @@ def _staircases(betas, seed=0):
 
 
 def flow_clustering():
-    from rankdyn.experiments.flow import flow_clustering as F
+    from rankdyn._reproduce.flow import flow_clustering as F
 
     betas = (0.5, 1.0, 2.0, 3.0)
     times = np.concatenate([[0.0], np.geomspace(0.1, 3000.0, 40)])
@@ -580,7 +580,7 @@ def flow_clustering():
 
 
 def flow_metastability():
-    from rankdyn.experiments.flow import flow_metastability as F
+    from rankdyn._reproduce.flow import flow_metastability as F
 
     betas = (1.0, 4.0, 9.0)
     times, ex = _staircases(betas)
@@ -599,7 +599,7 @@ def flow_metastability():
 
 
 def flow_causal():
-    from rankdyn.experiments.flow import flow_causal as F
+    from rankdyn._reproduce.flow import flow_causal as F
 
     betas = (1.0, 4.0)
     times, ex = _staircases(betas, seed=1)
@@ -610,7 +610,7 @@ def flow_causal():
 
 
 def flow_limit():
-    from rankdyn.experiments.flow import flow_limit as L
+    from rankdyn._reproduce.flow import flow_limit as L
 
     hs = (0.1, 0.05, 0.025, 0.0125)
     settings = {
@@ -624,7 +624,7 @@ def flow_limit():
 
 
 def _run(n=128, batch=8, arch="bert"):
-    from rankdyn.experiments.pretrained.pretrained_common import ModelRun
+    from rankdyn._reproduce.pretrained.pretrained_common import ModelRun
 
     model = {
         "arch": arch,
@@ -641,7 +641,7 @@ def _run(n=128, batch=8, arch="bert"):
 
 
 def geometry():
-    from rankdyn.experiments.pretrained import geometry as G
+    from rankdyn._reproduce.pretrained import geometry as G
 
     L = 7
     t = np.arange(L, dtype=float)
@@ -673,8 +673,8 @@ def geometry():
 
 
 def pretrained_ablation():
-    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
-    from rankdyn.experiments.pretrained import pretrained_ablation as P
+    from rankdyn._reproduce._masktable import MASK_LABELS, PAPER_MASKS
+    from rankdyn._reproduce.pretrained import pretrained_ablation as P
 
     t = np.arange(7)
     panels, summary = {}, {}
@@ -691,8 +691,8 @@ def pretrained_ablation():
 
 
 def pretrained_temperature():
-    from rankdyn.experiments._masktable import MASK_LABELS, PAPER_MASKS
-    from rankdyn.experiments.pretrained import pretrained_temperature as P
+    from rankdyn._reproduce._masktable import MASK_LABELS, PAPER_MASKS
+    from rankdyn._reproduce.pretrained import pretrained_temperature as P
 
     t = np.arange(7)
     ratio, panels = {}, {}
@@ -707,8 +707,8 @@ def pretrained_temperature():
 
 
 def attention_sinks():
+    from rankdyn._reproduce.pretrained import attention_sinks as A
     from rankdyn._run._sinks import SinkStats
-    from rankdyn.experiments.pretrained import attention_sinks as A
 
     L, H = 30, 9
     rng = np.random.default_rng(0)

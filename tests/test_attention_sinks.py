@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
+from rankdyn._reproduce.pretrained import attention_sinks as AS
 from rankdyn._run._sinks import SinkStats, attention_sinks
-from rankdyn.experiments.pretrained import attention_sinks as AS
 
 
 def _layer(key, n=6, d=4, heads=2, layers=3):

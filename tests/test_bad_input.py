@@ -174,14 +174,14 @@ ROWS = {
 def no_compute(monkeypatch):
     """Replace every entry point of compute by one that fails the test if it is reached."""
     import rankdyn._model._build
-    import rankdyn.experiments
+    import rankdyn._reproduce
     import rankdyn.sweep
 
     def computed(*a, **k):
         raise AssertionError("compute was reached although the input is bad")
 
     monkeypatch.setattr(rankdyn._model._build, "build_layer", computed)
-    monkeypatch.setattr(rankdyn.experiments, "run_targets", computed)
+    monkeypatch.setattr(rankdyn._reproduce, "run_targets", computed)
     monkeypatch.setattr(rankdyn.sweep, "run_sweep", computed)
 
 
@@ -271,7 +271,7 @@ def test_python_bad_input_names_the_argument(row):
 @pytest.mark.parametrize("command", ["simulate", "equilibria"])
 def test_defaults_pass_every_check(command, tmp_path):
     """Positive control: the default flags are not refused (the memory estimate must not cry wolf)."""
-    from rankdyn.commands import equilibria, simulate
+    from rankdyn._commands import equilibria, simulate
 
     args = build_parser().parse_args([command, "--out", str(tmp_path / "out")])
     if command == "simulate":

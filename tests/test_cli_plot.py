@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
+from rankdyn._commands.plot import run_labels
 from rankdyn.cli import main
-from rankdyn.commands.plot import run_labels
 
 
 def _run(tmp_path, name, rate, **config):

@@ -131,7 +131,7 @@ def test_help_shows_defaults(command, capsys):
 
 def test_dropout_flags_become_the_configuration():
     """--dropout sets both rates; --attn-dropout/--hidden-dropout one each; messages name the flag."""
-    from rankdyn.commands._checks import model_config
+    from rankdyn._commands._checks import model_config
 
     def cfg(*argv):
         return model_config(build_parser().parse_args(["simulate", *argv]))
@@ -150,7 +150,7 @@ def test_cli_and_python_build_the_same_layer(getkey):
     """The flags and make_layer's arguments become one configuration: the same layer, weight for weight."""
     import jax.random as jr
 
-    from rankdyn.commands.simulate import layer_from_args
+    from rankdyn._commands.simulate import layer_from_args
 
     argv = [
         "simulate",

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from rankdyn._commands.reproduce import default_compile_cache, use_compile_cache
 from rankdyn.cli import main as cli_main
-from rankdyn.commands.reproduce import default_compile_cache, use_compile_cache
 
 
 def test_default_cache_folder_and_switches(tmp_path, monkeypatch, capsys):

@@ -17,10 +17,10 @@ import pytest
 
 from rankdyn._errors import UsageError
 from rankdyn._model._layer import SelfAttentionLayer
+from rankdyn._reproduce.theory import bifurcation as target
 from rankdyn._theory._constructions import uniform_causal_layer
 from rankdyn.cli import main
 from rankdyn.equilibria import BRANCH_RESULTS, continue_branch
-from rankdyn.experiments.theory import bifurcation as target
 
 P = 0.75
 W_A, W_B = np.sqrt(2 * P - P * P), np.sqrt(2 * P - 1)

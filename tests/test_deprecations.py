@@ -81,7 +81,7 @@ def test_census_joint_keywords_are_deprecated(monkeypatch):
     import jax.random as jr
 
     import rankdyn as rd
-    from rankdyn.equilibria import _census
+    from rankdyn._equilibria import _census
 
     class Stop(Exception):
         pass

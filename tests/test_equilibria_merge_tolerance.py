@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import rankdyn as rd
+from rankdyn._equilibria._dedupe import deduplicate
+from rankdyn._equilibria._symmetry import symmetry_group
 from rankdyn._observe._tolerances import MERGE_ERRORS, merge_tol, scaled_tol
-from rankdyn.equilibria._dedupe import deduplicate
-from rankdyn.equilibria._symmetry import symmetry_group
 
 
 def test_float32_dedup_keeps_close_distinct_equilibria_and_merges_copies():
@@ -38,7 +38,7 @@ def test_float32_dedup_keeps_close_distinct_equilibria_and_merges_copies():
 def test_float32_polish_refines_and_does_not_jump_to_another_equilibrium():
     # Float64 points through a float32 layer once gave Newton steps of O(1): A and B of the 2-D
     # example (w = 1.001, token 2 0.09 apart) were "polished" onto the collapsed point.
-    from rankdyn.equilibria._tree import polish_tokens
+    from rankdyn._equilibria._tree import polish_tokens
 
     ex = rd.theory.example_2d(1.001)
     layer = rd.theory.uniform_causal_layer(2, 2, jnp.asarray(ex["W_V"], jnp.float32))

@@ -222,7 +222,7 @@ def _sweep(tmp_path, text=SWEEP):
 
 @pytest.mark.slow  # end to end: `rankdyn sweep`, a full disk, then a resume
 def test_sweep_full_disk_then_resume_past_damaged_chunks(tmp_path, monkeypatch, capsys):
-    from rankdyn.sweep import _store
+    from rankdyn._sweep import _store
 
     cfg, out = _sweep(tmp_path), tmp_path / "out"
     argv = ["sweep", str(cfg), "--out", str(out), "--no-plots", "--no-progress", "--devices", "1"]

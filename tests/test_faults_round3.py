@@ -182,7 +182,7 @@ def test_reproduce_report_covers_every_result_in_the_folder(tmp_path):
     writer reported T alone next to the other targets' files."""
     import json
 
-    from rankdyn.experiments._report import write_report
+    from rankdyn._reproduce._report import write_report
 
     def result(name, verdict):
         return {"name": name, "claim": "c", "verdict": verdict, "checks": [], "runtime_s": 1.0, "figures": []}
@@ -224,7 +224,7 @@ def _certificate_variants():
     import json
     from importlib import resources
 
-    from rankdyn.experiments.theory import _undirected_known as K
+    from rankdyn._reproduce.theory import _undirected_known as K
 
     shipped = json.loads(
         resources.files(K.__package__).joinpath("data/undirected_certificates.json").read_text()

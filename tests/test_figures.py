@@ -17,8 +17,8 @@ import figure_measured  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 from rankdyn import plotting  # noqa: E402
-from rankdyn.experiments._registry import REGISTRY  # noqa: E402
-from rankdyn.plotting._style import tidy_log_ticks  # noqa: E402
+from rankdyn._plotting._style import tidy_log_ticks  # noqa: E402
+from rankdyn._reproduce._registry import REGISTRY  # noqa: E402
 
 MAX_PX = 2400
 LAYERS = np.arange(0, 65)

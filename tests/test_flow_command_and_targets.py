@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from rankdyn._reproduce.flow import flow_causal, flow_clustering, flow_limit, flow_metastability
+from rankdyn._reproduce.flow._flow_runs import longest_plateau, plateaus
 from rankdyn.cli import main
-from rankdyn.experiments.flow import flow_causal, flow_clustering, flow_limit, flow_metastability
-from rankdyn.experiments.flow._flow_runs import longest_plateau, plateaus
 
 BAD = {
     "beta<0": (["--beta", "-1"], "--beta"),

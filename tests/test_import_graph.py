@@ -20,9 +20,9 @@ FLOORS = (
     (("rankdyn._observe",), False),
     (("rankdyn._model",), False),
     (("rankdyn._run",), False),
-    (("rankdyn._theory", "rankdyn.equilibria", "rankdyn._flow"), True),
-    # rankdyn.lyapunov (issue 30) is expected here: it builds on the flow and the run.
-    (("rankdyn._trained", "rankdyn.sweep", "rankdyn.lyapunov"), True),
+    (("rankdyn._theory", "rankdyn._equilibria", "rankdyn._flow"), True),
+    # The Lyapunov spectra build on the flow and the run.
+    (("rankdyn._trained", "rankdyn._sweep", "rankdyn._lyapunov"), True),
     (
         (
             "rankdyn.masks",
@@ -32,19 +32,22 @@ FLOORS = (
             "rankdyn.flow",
             "rankdyn.checkpoints",
             "rankdyn.internal",
+            "rankdyn.equilibria",
+            "rankdyn.lyapunov",
+            "rankdyn.sweep",
         ),
         False,
     ),
-    (("rankdyn.plotting",), False),
-    (("rankdyn.experiments",), False),
-    (("rankdyn.commands",), False),
+    (("rankdyn._plotting", "rankdyn.plotting"), False),
+    (("rankdyn._reproduce",), False),
+    (("rankdyn._commands",), False),
     (("rankdyn.cli", "rankdyn.__main__"), False),
     (("rankdyn",), False),
 )
-#: The reproduce families: each imports the shared modules of rankdyn/experiments/, never another;
+#: The reproduce families: each imports the shared modules of rankdyn/_reproduce/, never another;
 #: only the runner (`RUNNERS`) imports into the families.
 FAMILIES = ("sim", "theory", "pretrained", "flow")
-RUNNERS = ("rankdyn.experiments", "rankdyn.experiments._registry")
+RUNNERS = ("rankdyn._reproduce", "rankdyn._reproduce._registry")
 
 
 def _name(path: pathlib.Path) -> str:
@@ -86,7 +89,7 @@ def _room(module: str) -> tuple[int, str]:
 
 def _family(module: str) -> str | None:
     parts = module.split(".")
-    return parts[2] if len(parts) > 3 and parts[1] == "experiments" and parts[2] in FAMILIES else None
+    return parts[2] if len(parts) > 3 and parts[1] == "_reproduce" and parts[2] in FAMILIES else None
 
 
 def violations(edges) -> list[str]:
@@ -98,7 +101,7 @@ def violations(edges) -> list[str]:
             bad.append(f"upward: {a} (floor {fa}) imports {b} (floor {fb})")
         elif fa == fb and ra != rb and FLOORS[fa][1]:
             bad.append(f"sideways: {a} imports {b} (independent rooms {ra}, {rb})")
-        if ra == rb == "rankdyn.experiments" and _family(b) and _family(a) != _family(b) and a not in RUNNERS:
+        if ra == rb == "rankdyn._reproduce" and _family(b) and _family(a) != _family(b) and a not in RUNNERS:
             bad.append(f"family: {a} imports {b}")
     # Loops: a depth-first search for a back edge.
     graph: dict[str, set[str]] = {}
@@ -132,9 +135,9 @@ def test_the_checker_catches_each_kind_of_violation():
     assert ("rankdyn._run._simulate", "rankdyn._model._layer") in edges  # the graph is really read
     injected = {
         ("rankdyn._model._layer", "rankdyn._run._scan"): "upward",
-        ("rankdyn._flow._solve", "rankdyn.equilibria._solve"): "sideways",
-        ("rankdyn.experiments.sim.ablation", "rankdyn.experiments.flow._flow_runs"): "family",
-        ("rankdyn.experiments._runs", "rankdyn.experiments.sim.ablation"): "family",
+        ("rankdyn._flow._solve", "rankdyn._equilibria._solve"): "sideways",
+        ("rankdyn._reproduce.sim.ablation", "rankdyn._reproduce.flow._flow_runs"): "family",
+        ("rankdyn._reproduce._runs", "rankdyn._reproduce.sim.ablation"): "family",
         ("rankdyn._model._masks", "rankdyn._model._layer"): "loop",
     }
     for edge, kind in injected.items():

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import rankdyn
+from rankdyn._lyapunov._orthonormal import _lower_inverse, orthonormalise
+from rankdyn._lyapunov._plan import MAX_EVERY, make_plan, next_every
 from rankdyn.flow import FlowField, lyapunov_spectrum_flow
 from rankdyn.lyapunov import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult, flag_names, spectrum_dim
-from rankdyn.lyapunov._orthonormal import _lower_inverse, orthonormalise
-from rankdyn.lyapunov._plan import MAX_EVERY, make_plan, next_every
 
 # Hénon (a = 1.4, b = 0.3): lambda_1 = 0.41922 (Sprott, "Chaos and Time-Series Analysis", table
 # of exponents; ChaosTools' test checks ~0.419); lambda_1 + lambda_2 = log b exactly (det Df = -b).
@@ -112,7 +112,7 @@ def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
 )
 def test_bad_input_is_a_usage_error(kwargs, message):
     layer, x = _stable_layer()
-    with pytest.raises(rankdyn.lyapunov._qr.UsageError, match=message):
+    with pytest.raises(rankdyn._lyapunov._qr.UsageError, match=message):
         rankdyn.lyapunov_spectrum(layer, x, 40, **kwargs)
 
 

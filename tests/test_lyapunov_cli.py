@@ -70,7 +70,7 @@ def test_flow_lyapunov_flag(tmp_path, capsys):
 
 
 def _measured(**changes):
-    from rankdyn.experiments.sim.lyapunov_rates import LyapunovRatesMeasured
+    from rankdyn._reproduce.sim.lyapunov_rates import LyapunovRatesMeasured
 
     base = dict(
         exponents={
@@ -91,8 +91,8 @@ def _measured(**changes):
 
 
 def test_lyapunov_rates_checks_pass_and_fail():
-    from rankdyn.experiments._verdict import verdict
-    from rankdyn.experiments.sim.lyapunov_rates import checks
+    from rankdyn._reproduce._verdict import verdict
+    from rankdyn._reproduce.sim.lyapunov_rates import checks
 
     assert verdict(checks(_measured())) == "reproduced"
     bad = [

@@ -39,7 +39,7 @@ def test_top_level_namespace_is_small():
 
 
 def test_no_module_imports_the_package_top_level():
-    """``from .. import simulate`` in rankdyn/experiments/x.py reaches through rankdyn/__init__.py:
+    """``from .. import simulate`` in rankdyn/_reproduce/x.py reaches through rankdyn/__init__.py:
     a cycle, and a break whenever the namespace changes. Submodules (``from .. import plotting``)
     are fine."""
     bad = []
@@ -95,15 +95,15 @@ def test_ruff_check_and_format_are_clean():
 def test_architecture_page_lists_every_module():
     """docs/architecture.md (modules grouped by concept) names every module, so it stays true.
 
-    A top-level module and a subpackage appear by path (``rankdyn/_run/_scan.py``, ``rankdyn/sweep/``);
-    a subpackage's module at least by file name. ``experiments/`` is indexed by its ``TARGETS``.
+    A top-level module and a subpackage appear by path (``rankdyn/_run/_scan.py``, ``rankdyn/_sweep/``);
+    a subpackage's module at least by file name. ``_reproduce/`` is indexed by its ``TARGETS``.
     """
     page = (PKG.parent / "docs" / "architecture.md").read_text()
     missing = [f"rankdyn/{p.name}" for p in PKG.glob("*.py") if f"rankdyn/{p.name}" not in page]
     for sub in sorted(p for p in PKG.iterdir() if (p / "__init__.py").exists()):
         if f"rankdyn/{sub.name}/" not in page:
             missing.append(f"rankdyn/{sub.name}/")
-        if sub.name != "experiments":
+        if sub.name != "_reproduce":
             names = [p.name for p in sub.glob("*.py") if p.name != "__init__.py"]
             missing += [
                 f"rankdyn/{sub.name}/{n}" for n in names if f"`{n}`" not in page and f"/{n}`" not in page

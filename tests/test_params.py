@@ -88,8 +88,8 @@ def test_cli_reads_options_where_they_apply(tmp_path):
     """Positive controls: --norm is the deprecated spelling of --placement (it works, and warns);
     --w where the family reads it; --rank-tol with num_rank; equilibria's --w 7 default only where
     W_V reads it."""
+    from rankdyn._commands import equilibria, simulate
     from rankdyn.cli import build_parser
-    from rankdyn.commands import equilibria, simulate
 
     out = str(tmp_path / "out")
     parse = build_parser().parse_args
@@ -198,9 +198,9 @@ def test_table_generates_every_declaration():
 def test_float32_tolerances_follow_the_dtype():
     """Without x64 the exact census matched 1 of 7 closed forms (tolerance 1e-8) and the tree
     search (residual 1e-10) accepted no float32 token; both now scale with the dtype's eps."""
+    from rankdyn._equilibria._tree import tree_search
     from rankdyn._theory._constructions import all_closed_form_equilibria
     from rankdyn.equilibria import equilibrium_census
-    from rankdyn.equilibria._tree import tree_search
 
     with jax.enable_x64(False):
         layer = rd.make_layer(jr.PRNGKey(0), n=3, d=3, value="bidiagonal", w=7.0, qk="zero")

@@ -314,7 +314,7 @@ def test_theory_figures_label_every_panel_and_keep_legends_outside():
 
 
 def test_simulate_table_flags_layers_at_the_floor():
-    from rankdyn.commands._table import print_table
+    from rankdyn._commands._table import print_table
 
     layers = np.arange(6)
     rel = np.array([1.0, 1e-2, 1e-5, 2e-6, 5e-7, 1e-7])  # float32 floor: 10 eps = 1.19e-6

@@ -13,13 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rankdyn._reproduce import _verdict as V
+from rankdyn._reproduce import run_target
+from rankdyn._reproduce._masktable import PAPER_MASKS
+from rankdyn._reproduce.pretrained import geometry as G
+from rankdyn._reproduce.pretrained import pretrained_ablation as PA
+from rankdyn._reproduce.pretrained import pretrained_temperature as PT
 from rankdyn._trained import _analysis as TA
-from rankdyn.experiments import _verdict as V
-from rankdyn.experiments import run_target
-from rankdyn.experiments._masktable import PAPER_MASKS
-from rankdyn.experiments.pretrained import geometry as G
-from rankdyn.experiments.pretrained import pretrained_ablation as PA
-from rankdyn.experiments.pretrained import pretrained_temperature as PT
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -197,7 +197,7 @@ def tiny_bert(tmp_path_factory):
 
 @pytest.mark.slow
 def test_quick_targets_end_to_end_on_a_tiny_bert(tiny_bert, tmp_path):
-    from rankdyn.experiments import run_targets
+    from rankdyn._reproduce import run_targets
 
     res = run_targets(
         ["geometry", "pretrained-ablation", "pretrained-temperature"],
@@ -257,10 +257,10 @@ def test_the_chunks_of_a_full_run_share_one_compiled_program(getkey):
     import jax.random as jr
 
     import rankdyn as rd
-    from rankdyn.experiments._masktable import masks_for
-    from rankdyn.experiments._observer import cheap_observe
-    from rankdyn.experiments._runs import with_masks
-    from rankdyn.experiments.pretrained.pretrained_common import run_chunked
+    from rankdyn._reproduce._masktable import masks_for
+    from rankdyn._reproduce._observer import cheap_observe
+    from rankdyn._reproduce._runs import with_masks
+    from rankdyn._reproduce.pretrained.pretrained_common import run_chunked
 
     stacks = [with_masks(rd.make_layer(getkey(), n=6, d=4), masks_for(PAPER_MASKS, 6))]
     x0 = np.asarray(jr.normal(getkey(), (6, 6, 4)))

@@ -43,8 +43,8 @@ def test_calls_outside_a_target_are_no_ops_and_inside_report_to_it():
 
 
 def test_run_targets_gives_each_target_its_own_step_bar(tmp_path, monkeypatch):
-    from rankdyn import experiments
-    from rankdyn.experiments import _registry
+    from rankdyn import _reproduce as experiments
+    from rankdyn._reproduce import _registry
 
     seen = []
 

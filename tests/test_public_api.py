@@ -22,6 +22,7 @@ NAMESPACES = (
     "rankdyn.checkpoints",
     "rankdyn.internal",
     "rankdyn.equilibria",
+    "rankdyn.lyapunov",
     "rankdyn.sweep",
     "rankdyn.plotting",
 )

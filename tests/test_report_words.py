@@ -3,9 +3,9 @@ model a target ran on, numbers to 3 significant digits (synthetic results, no si
 
 import re
 
-from rankdyn.experiments import CLAIM_VERDICTS, OPEN_QUESTION_VERDICTS, VERDICTS
-from rankdyn.experiments import _verdict as V
-from rankdyn.experiments._report import CHECKS_HEADER, format_number, format_table, summary_row, write_report
+from rankdyn._reproduce import CLAIM_VERDICTS, OPEN_QUESTION_VERDICTS, VERDICTS
+from rankdyn._reproduce import _verdict as V
+from rankdyn._reproduce._report import CHECKS_HEADER, format_number, format_table, summary_row, write_report
 
 P, F = V.check("p", True), V.check("f", False)
 U = V.untestable("u", "cannot fail here")
@@ -82,8 +82,8 @@ def test_report_of_every_target_fits_the_line_limit(tmp_path):
     """`rankdyn reproduce --quick` writes one section per target: with all of them (each with key
     numbers, checks and a figure) the short report must stay within MAX_LINES (it did not with
     16 targets at 14 lines each)."""
-    from rankdyn.experiments import TARGETS
-    from rankdyn.experiments._report import MAX_LINES
+    from rankdyn._reproduce import TARGETS
+    from rankdyn._reproduce._report import MAX_LINES
 
     (tmp_path / "f.png").write_bytes(b"")
     results = {

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
+from rankdyn._commands.reproduce import _jobs_flag
+from rankdyn._reproduce._jobs import QUICK_SECONDS, split_cores, work_items
 from rankdyn.cli import main as cli_main
-from rankdyn.commands.reproduce import _jobs_flag
-from rankdyn.experiments._jobs import QUICK_SECONDS, split_cores, work_items
 
 
 def test_work_items_and_core_split():

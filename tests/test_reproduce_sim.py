@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import rankdyn.experiments as ex
+import rankdyn._reproduce as ex
+from rankdyn._reproduce import run_target
+from rankdyn._reproduce._masktable import PAPER_MASKS
 from rankdyn._theory._rates import bound_rate, fit_rate_window, log10_bound_gap
 from rankdyn.cli import main
-from rankdyn.experiments import run_target
-from rankdyn.experiments._masktable import PAPER_MASKS
 
 
 def _check_contract(res, out: Path, name: str):
@@ -38,7 +38,7 @@ def _check_contract(res, out: Path, name: str):
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_masks_collapse_tiny(tmp_path):
-    from rankdyn.experiments.sim import masks_collapse as T
+    from rankdyn._reproduce.sim import masks_collapse as T
 
     n = 12
     res = run_target(T.NAME, tmp_path, quick=True, seed=0, size={"n": n, "d": 8, "batch": 4, "depth": 24})
@@ -58,7 +58,7 @@ def test_masks_collapse_tiny(tmp_path):
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_temperature_tiny(tmp_path):
-    from rankdyn.experiments.sim import temperature as T
+    from rankdyn._reproduce.sim import temperature as T
 
     res = run_target(
         T.NAME,
@@ -80,7 +80,7 @@ def test_temperature_tiny(tmp_path):
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_layernorm_orthogonal_tiny(tmp_path):
-    from rankdyn.experiments.sim import layernorm_orthogonal as T
+    from rankdyn._reproduce.sim import layernorm_orthogonal as T
 
     res = run_target(
         T.NAME, tmp_path, quick=True, seed=0, size={"n": 6, "d": 8, "batch": 4, "depth": 96, "save_every": 2}
@@ -98,7 +98,7 @@ def test_layernorm_orthogonal_tiny(tmp_path):
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
 def test_depth_table_tiny(tmp_path):
-    from rankdyn.experiments.sim import depth_table as T
+    from rankdyn._reproduce.sim import depth_table as T
 
     res = run_target(
         T.NAME,
@@ -123,8 +123,8 @@ def test_depth_table_tiny(tmp_path):
 
 
 def test_depth_table_pattern_checks_follow_the_rebuttal():
-    from rankdyn.experiments import _verdict as V
-    from rankdyn.experiments.sim import depth_table as T
+    from rankdyn._reproduce import _verdict as V
+    from rankdyn._reproduce.sim import depth_table as T
 
     rebuttal = {"complete": 1e-3, "window": 0.3, "causal": 0.9, "window-uni": 1.1}
     assert V.verdict(T.pattern_checks(rebuttal, "m")) == "reproduced"
@@ -142,7 +142,7 @@ def _tiny_ablation():
 
 @pytest.mark.slow
 def test_ablation_tiny(tmp_path):
-    from rankdyn.experiments.sim import ablation as A
+    from rankdyn._reproduce.sim import ablation as A
 
     cache = {}
     res = run_target(A.NAME, tmp_path, quick=True, seed=0, size=_tiny_ablation(), cache=cache)
@@ -274,7 +274,7 @@ def test_run_targets_writes_short_report_and_listings(tmp_path, monkeypatch):
 
 
 def test_report_refuses_more_than_200_lines(tmp_path):
-    from rankdyn.experiments._report import write_report
+    from rankdyn._reproduce._report import write_report
 
     many = {
         f"t{i}": {
@@ -319,7 +319,7 @@ def test_cli_bad_targets(tmp_path, capsys, argv):
 
 QUICK_FLAGS_SCRIPT = """
 import json, os, sys
-import rankdyn.experiments as ex
+import rankdyn._reproduce as ex
 from rankdyn._run._io import provenance
 from rankdyn.cli import main
 

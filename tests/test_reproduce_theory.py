@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import rankdyn as rd
+from rankdyn._reproduce import RESULT_KEYS, VERDICTS, run_target
+from rankdyn._reproduce.theory import counterexample_2d as ce
+from rankdyn._reproduce.theory import equilibria_ranks as er
+from rankdyn._reproduce.theory import positive_measure as pm
+from rankdyn._reproduce.theory._counterexample_2d_runs import _tokens
+from rankdyn._reproduce.theory._intervals import wilson_interval
 from rankdyn._run._io import to_jsonable
 from rankdyn._run._progress import target_progress
-from rankdyn.experiments import RESULT_KEYS, VERDICTS, run_target
-from rankdyn.experiments.theory import counterexample_2d as ce
-from rankdyn.experiments.theory import equilibria_ranks as er
-from rankdyn.experiments.theory import positive_measure as pm
-from rankdyn.experiments.theory._counterexample_2d_runs import _tokens
-from rankdyn.experiments.theory._intervals import wilson_interval
 
 
 def _check_contract(res, module, out, steps):
@@ -118,8 +118,8 @@ def test_positive_measure_tiny(tmp_path):
 
 def test_lemma13_track_matches_states():
     """The per-step running max equals the max over a saved trajectory (reference: simulate)."""
+    from rankdyn._reproduce.theory._positive_measure_runs import lemma13_track
     from rankdyn._theory._constructions import lemma13_sample, uniform_causal_layer
-    from rankdyn.experiments.theory._positive_measure_runs import lemma13_track
 
     with jax.enable_x64(True):
         d, w, steps = 4, 3.0, 12

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rankdyn.experiments import _verdict as V
+from rankdyn._reproduce import _verdict as V
 
 P, F = V.check("p", True), V.check("f", False)
 U = V.untestable("u", "cannot fail here")

@@ -8,14 +8,14 @@ notes state a conclusion only when the numbers make it so.
 
 import numpy as np
 
-from rankdyn.experiments import _verdict as V
-from rankdyn.experiments._masktable import PAPER_MASKS
-from rankdyn.experiments.sim import ablation as AB
-from rankdyn.experiments.sim import depth_table as DT
-from rankdyn.experiments.sim import layernorm_orthogonal as LO
-from rankdyn.experiments.sim import masks_collapse as MC
-from rankdyn.experiments.sim import temperature as TE
-from rankdyn.experiments.sim._ablation_runs import VARIANTS
+from rankdyn._reproduce import _verdict as V
+from rankdyn._reproduce._masktable import PAPER_MASKS
+from rankdyn._reproduce.sim import ablation as AB
+from rankdyn._reproduce.sim import depth_table as DT
+from rankdyn._reproduce.sim import layernorm_orthogonal as LO
+from rankdyn._reproduce.sim import masks_collapse as MC
+from rankdyn._reproduce.sim import temperature as TE
+from rankdyn._reproduce.sim._ablation_runs import VARIANTS
 
 LAYERS = np.arange(3)
 

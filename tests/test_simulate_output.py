@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pytest
 
+from rankdyn._commands._table import METRIC_HELP, plot_names, table_columns
 from rankdyn._errors import UsageError
 from rankdyn._observe._observer import ALL_METRICS
 from rankdyn.cli import build_parser, main
-from rankdyn.commands._table import METRIC_HELP, plot_names, table_columns
 
 
 def _help(capsys) -> str:

@@ -3,7 +3,7 @@ layers named; and the line saying what was written (no compute: the helpers of c
 
 import numpy as np
 
-from rankdyn.commands._table import SCREEN_ROWS, elided_ranges, print_written, shown_rows
+from rankdyn._commands._table import SCREEN_ROWS, elided_ranges, print_written, shown_rows
 
 
 def test_every_row_up_to_a_screenful():

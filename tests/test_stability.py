@@ -218,8 +218,8 @@ def test_multipliers_jit_vmap_equal_the_numpy_reference():
     """`multipliers` (jit + vmap over points) equals the dense NumPy path point by point."""
     import jax
 
+    from rankdyn._equilibria._stability import token_blocks
     from rankdyn.equilibria import multipliers
-    from rankdyn.equilibria._stability import token_blocks
 
     n = d = 4
     w = 5.0

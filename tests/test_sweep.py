@@ -16,8 +16,9 @@ import xarray as xr
 from helpers import assert_bitwise_datasets, ulp_distance
 
 import rankdyn as rd
+from rankdyn._sweep import _program
 from rankdyn.cli import main as cli_main
-from rankdyn.sweep import NETCDF_ENGINE, _program
+from rankdyn.sweep import NETCDF_ENGINE
 
 TINY = """
 name = "tiny"
@@ -187,7 +188,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     paused = [
         sys.executable,
         "-c",
-        "import sys, time; from rankdyn.sweep import _store; "
+        "import sys, time; from rankdyn._sweep import _store; "
         "_store._chunk_written = lambda i: time.sleep(1.0); from rankdyn.cli import main; "
         "sys.exit(main(sys.argv[1:]))",
     ] + cmd[3:]

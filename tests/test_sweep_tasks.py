@@ -16,9 +16,9 @@ from helpers import assert_bitwise_datasets
 from test_sweep import TINY
 
 import rankdyn as rd
+from rankdyn._sweep._tasks import task_from_env
 from rankdyn.cli import main as cli_main
 from rankdyn.sweep import NETCDF_ENGINE, parse_task
-from rankdyn.sweep._tasks import task_from_env
 
 
 def test_round_robin_shares_partition_the_chunks():
@@ -94,7 +94,7 @@ def test_three_tasks_one_killed_equal_one_process(tmp_path, capsys):
     stalled = [
         sys.executable,
         "-c",
-        "import sys, time; from rankdyn.sweep import _store; "
+        "import sys, time; from rankdyn._sweep import _store; "
         "_store._chunk_written = lambda i: time.sleep(600); from rankdyn.cli import main; "
         "sys.exit(main(sys.argv[1:]))",
     ] + cmd[3:]

@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from rankdyn.experiments import REGISTRY, RESULT_KEYS, TARGETS, VERDICTS, render_target
-from rankdyn.experiments._registry import FAMILIES
-from rankdyn.experiments._target import Description, Measured, Rendered, TargetResult
-from rankdyn.experiments._verdict import check, untestable
+from rankdyn._reproduce import REGISTRY, RESULT_KEYS, TARGETS, VERDICTS, render_target
+from rankdyn._reproduce._registry import FAMILIES
+from rankdyn._reproduce._target import Description, Measured, Rendered, TargetResult
+from rankdyn._reproduce._verdict import check, untestable
 
 #: The parts every target module defines, in the order run_target calls them.
 PARTS = ("sizes", "compute", "checks", "render", "describe")
@@ -44,7 +44,7 @@ def test_target_is_sizes_compute_checks_render_describe(name):
 def test_registry_names_are_unique_and_drive_the_tables():
     names = [t.name for t in REGISTRY]
     assert len(set(names)) == len(names) and list(TARGETS) == names
-    from rankdyn.experiments import CHECKPOINT_TARGETS
+    from rankdyn._reproduce import CHECKPOINT_TARGETS
 
     assert CHECKPOINT_TARGETS == tuple(t.name for t in REGISTRY if t.needs_checkpoint)
 
@@ -82,8 +82,8 @@ def test_one_json_serialiser(tmp_path):
     """`to_jsonable` is the one serialiser: targets' results, typed results' to_dict and write_json."""
     import jax.numpy as jnp
 
+    from rankdyn._reproduce._target import off_json
     from rankdyn._run._io import to_jsonable, write_json
-    from rankdyn.experiments._target import off_json
 
     @dataclasses.dataclass(frozen=True)
     class Hidden(Measured):
@@ -115,7 +115,7 @@ def test_one_json_serialiser(tmp_path):
     assert [type(v) for v in got["scalars"]] == [int, type(None), bool, float, str]
     text = write_json(tmp_path / "r.json", obj).read_text()
     assert json.loads(text) == want and "NaN" not in text and "Infinity" not in text
-    # A target's measured is the same conversion (no second serialiser in experiments/).
+    # A target's measured is the same conversion (no second serialiser in _reproduce/).
     m = _Outer(np.float64(np.nan), {"a": _Inner(np.array([np.nan]))}, (1, 2))
     assert TargetResult("t", "c", {}, m, []).to_dict()["measured"] == to_jsonable(m) == m.to_dict()
     assert m.to_dict() == {"rate": None, "runs": {"a": {"values": [None]}}, "pair": [1, 2]}

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 
-from rankdyn.experiments._target import TargetResult
-from rankdyn.experiments.theory import counterexample_2d as ce
-from rankdyn.experiments.theory import equilibria_ranks as er
-from rankdyn.experiments.theory import positive_measure as pm
+from rankdyn._reproduce._target import TargetResult
+from rankdyn._reproduce.theory import counterexample_2d as ce
+from rankdyn._reproduce.theory import equilibria_ranks as er
+from rankdyn._reproduce.theory import positive_measure as pm
 
 replace = dataclasses.replace
 

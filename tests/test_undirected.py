@@ -7,9 +7,9 @@ import mpmath
 import numpy as np
 import pytest
 
+from rankdyn._reproduce import OPEN_QUESTION_VERDICTS, TARGETS, VERDICTS, run_targets
+from rankdyn._reproduce.theory import undirected as und
 from rankdyn._theory import _certificates as C
-from rankdyn.experiments import OPEN_QUESTION_VERDICTS, TARGETS, VERDICTS, run_targets
-from rankdyn.experiments.theory import undirected as und
 
 
 def test_verdict_words():
@@ -155,7 +155,7 @@ def test_undirected_quick(tmp_path):
 def test_depth_table_verdict_follows_the_mechanism():
     """The rebuttal's numbers matched only under dropout: 'partially' with the zero-row sentence;
     matched without dropout too: 'reproduced' and no such sentence."""
-    from rankdyn.experiments.sim import depth_table as T
+    from rankdyn._reproduce.sim import depth_table as T
 
     rebuttal = {"complete": 1e-3, "window": 0.3, "causal": 0.9, "window-uni": 1.1}
     collapsed = {**rebuttal, "causal": 1e-4}
@@ -211,7 +211,7 @@ def test_checks_fail_on_synthetic_results():
 
 def test_stored_certificates_fail_when_tampered():
     """A stored point moved by 1e-20, or the weights of another map, no longer re-prove."""
-    from rankdyn.experiments.theory import _undirected_known as K
+    from rankdyn._reproduce.theory import _undirected_known as K
 
     (c,) = [c for c in K.load(3) if c["setting"] == "N=3/window/generic"]
     assert K.stored_check(K.recheck([c])).passed

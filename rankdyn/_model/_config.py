@@ -5,7 +5,7 @@ parameters each mask or family uses, ranges of the temperature, dropout rates an
 where their error messages are written. Every entry point becomes one:
 
 - `rankdyn.make_layer(key, n=..., ...)` builds one from its arguments (messages name the argument);
-- the CLI builds one from the model flags (`rankdyn.commands._checks.model_config`; messages name
+- the CLI builds one from the model flags (`rankdyn._commands._checks.model_config`; messages name
   the flag, e.g. ``--window``);
 - a TOML sweep can build one per grid cell with `ModelConfig.from_mapping(values, where="[fixed]")`
   (messages name the key, e.g. ``[fixed] window = 40``).

@@ -8,7 +8,7 @@ never ignored, in the API, on the CLI and in TOML alike). Generated from `PARAMS
 
 - `rankdyn.ModelConfig` (`rankdyn._model._config`): fields, defaults, checks and messages;
 - `rankdyn.make_layer` (`rankdyn._model._build`): keyword arguments and their docs;
-- the model flags of ``rankdyn simulate`` / ``equilibria`` (`rankdyn.commands.simulate.add_model_flags`);
+- the model flags of ``rankdyn simulate`` / ``equilibria`` (`rankdyn._commands.simulate.add_model_flags`);
 - the sweep keys, their types and the checks of one value (`rankdyn.sweep.SWEEP_PARAMS`).
 
 Adding a parameter is one row here plus the code that uses it (usually `rankdyn._model._build`).

@@ -140,7 +140,7 @@ def merge_tol(dtype, error_a=0.0, error_b=0.0) -> float:
     r"""Distance under which two computed equilibria are the same point.
 
     $\text{MERGE\_EPS}\,\epsilon + \text{MERGE\_ERRORS}\,(e_a + e_b)$, with $e_a, e_b$ the
-    points' error estimates (e.g. `rankdyn.equilibria.polish_tokens`'s): the eps term is the rounding
+    points' error estimates (e.g. `rankdyn._equilibria.polish_tokens`'s): the eps term is the rounding
     of unit-norm coordinates, the estimates carry each point's conditioning (a double root is
     pinned only to $\sqrt{\text{residual}}$). Two distinct equilibria closer than this cannot be
     told apart at that accuracy; farther ones are kept apart however close (0.058 at n = d = 6).

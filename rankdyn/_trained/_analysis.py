@@ -259,9 +259,8 @@ def attractor_census(
         {"fixed rank k": .., "2-cycle": .., "collapsed, moving": .., "not converged": ..}, "steps",
         "tol"}``.
     """
+    from .._equilibria._solve import _renamed_starts, equilibrium_rank
     from .._observe._metrics import mu
-    from ..equilibria import equilibrium_rank
-    from ..equilibria._solve import _renamed_starts
 
     n, d = layer.num_tokens, layer.dim
     dt = layer.weights.w_q.dtype
@@ -304,14 +303,16 @@ def leading_multipliers(
 ) -> dict:
     r"""The largest multipliers of ``layer`` at a fixed point on $(\mathbb S^{d-1})^n$ and the classification.
 
-    Matrix-free (`rankdyn.equilibria.leading_eigenvalues`, Arnoldi on Jacobian-vector products
+    Matrix-free (`rankdyn._equilibria.leading_eigenvalues`, Arnoldi on Jacobian-vector products
     in the tangent space): the dominant Ritz values converge first, and only the largest modulus
     decides stability ($<1-$tol stable, $>1+$tol unstable, else marginal).
 
     Returns:
         ``{"eigenvalues": complex (k,), "spectral_radius", "classification", "residual"}``.
     """
-    from ..equilibria import classify_moduli, equilibrium_residual, leading_eigenvalues
+    from .._equilibria._linearise import leading_eigenvalues
+    from .._equilibria._solve import equilibrium_residual
+    from .._equilibria._stability import classify_moduli
 
     x = jnp.asarray(x, layer.weights.w_q.dtype)
     eig = leading_eigenvalues(layer, x, k, iters=iters)

@@ -1,0 +1,255 @@
+"""``rankdyn continue``: branches of equilibria across a layer parameter, with their bifurcations.
+
+A thin wrapper of `rankdyn._equilibria.continue_branch`: the model flags are those of
+``rankdyn equilibria`` (imported from `rankdyn._commands.simulate`); ``--param`` names the
+parameter that moves from ``--from`` to ``--to``. With ``--start census`` (the default) the
+census of ``rankdyn equilibria`` runs at ``--from`` and every class found is continued; with
+``--start FILE.npy`` the equilibria in the file are. Writes ``branches.json`` (every branch's
+points, multipliers, stability and bifurcations, with the config, seed and provenance) and
+``bifurcation.png``. (The module cannot be named ``continue``, a Python keyword.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+from .._errors import UsageError
+from .._model._params import param
+from ._checks import HelpFormatter, check_out_dir, check_positive
+from ._devices import add_devices_flag
+from .simulate import add_model_flags, check_model_args
+
+#: The parameters ``--param`` may move: the real-valued layer parameters that vary continuously.
+PARAM_CHOICES = ("w", "dqk", "qk_std", "value_std", "ln_radius")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "continue",
+        help="follow equilibria across a parameter (pseudo-arclength) and locate bifurcations",
+        description="Pseudo-arclength continuation of equilibria F_p(X) = X in one layer parameter, through "
+        "folds, with fold / branch-point / period-doubling / Neimark-Sacker detection and location. Starts "
+        "from the census at --from (default) or from equilibria in a .npy file. Writes branches.json and "
+        "bifurcation.png.",
+        formatter_class=HelpFormatter,
+    )
+    add_model_flags(p)
+    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal")
+    g = p.add_argument_group("continuation")
+    g.add_argument("--param", required=True, choices=PARAM_CHOICES, help="the parameter to move")
+    g.add_argument("--from", dest="p_from", type=float, required=True, metavar="P0", help="start value")
+    g.add_argument("--to", dest="p_to", type=float, required=True, metavar="P1", help="end value")
+    g.add_argument(
+        "--start",
+        default="census",
+        help="'census' (every class of the census at --from) or a .npy file of equilibria (n, d) / (m, n, d)",
+    )
+    g.add_argument("--ds", type=float, default=None, help="first arclength step (default |P1 - P0| / 50)")
+    g.add_argument("--max-steps", type=int, default=400, help="continuation steps per branch")
+    g.add_argument(
+        "--residual-tol", type=float, default=None, help="corrector tolerance (default 1e-10 f64 / 1e-5 f32)"
+    )
+    g.add_argument("--stability-tol", type=float, default=1e-6, help="tolerance on |lambda| - 1")
+    g.add_argument(
+        "--measure", choices=("sigma_min", "min_cos"), default="sigma_min", help="y axis of bifurcation.png"
+    )
+    g.add_argument("--out", type=Path, default=Path("out/continue"), help="output folder")
+    g.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_devices_flag(p, "The continuation runs on the first device.")
+    p.set_defaults(func=run)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check(args):
+    """Every flag before compute; returns the `ModelConfig` at ``--from``."""
+    if args.per_layer_weights:
+        raise UsageError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
+    if args.x0 is not None:
+        raise UsageError(
+            f"--x0 {args.x0} is ignored by rankdyn continue (the starts are equilibria); drop it."
+        )
+    name = args.param
+    if getattr(args, name) is not None:
+        raise UsageError(
+            f"{_flag(name)} {getattr(args, name)} is ignored: --param {name} moves it from --from to --to; "
+            "drop it."
+        )
+    for v, flag in ((args.p_from, "--from"), (args.p_to, "--to")):
+        if not math.isfinite(v):
+            raise UsageError(f"{flag} {v}: expected a finite number.")
+    if args.p_from == args.p_to:
+        raise UsageError(f"--from and --to are equal ({args.p_from:g}): give an interval to continue over.")
+    if name == "dqk" and args.qk == "zero":
+        raise UsageError(
+            "--param dqk with --qk zero: uniform attention does not read the temperature (every score is 0); "
+            "choose another --qk or another --param."
+        )
+    row = param(name)
+    if row.reads is not None:
+        on, values = row.reads
+        if getattr(args, on) not in values:
+            raise UsageError(
+                f"--param {name}: the model does not read {name} with {_flag(on)} {getattr(args, on)} "
+                "(only with "
+                f"{_flag(on)} {' / '.join(map(str, values))}); choose a parameter the model reads."
+            )
+    config = None
+    for v, flag in ((args.p_to, "--to"), (args.p_from, "--from")):
+        setattr(args, name, v)
+        try:
+            config = check_model_args(args)
+        except (UsageError, ValueError) as err:
+            raise UsageError(f"{flag} {v} for --param {name}: {err}") from None
+    if config.has_dropout:
+        raise UsageError(
+            "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
+        )
+    if args.ds is not None and not (math.isfinite(args.ds) and args.ds > 0):
+        raise UsageError(f"--ds {args.ds}: expected a finite number > 0.")
+    if args.max_steps < 1:
+        raise UsageError(f"--max-steps {args.max_steps}: expected an integer >= 1.")
+    check_positive(args, "residual_tol", "stability_tol")
+    from .._equilibria._arclength import MAX_STATE
+
+    if args.n * args.d > MAX_STATE:
+        raise UsageError(
+            f"--n {args.n} --d {args.d}: n * d = {args.n * args.d} is above {MAX_STATE} (dense (n d)^2 "
+            "Jacobians at every corrector step); lower --n or --d."
+        )
+    check_out_dir(args.out)
+    return config
+
+
+def _file_starts(path: str, n: int, d: int):
+    import numpy as np
+
+    p = Path(path)
+    if p.suffix != ".npy":
+        raise UsageError(f"--start {path}: expected 'census' or a .npy file of equilibria.")
+    if not p.is_file():
+        raise UsageError(f"--start {path}: no such file.")
+    try:
+        x = np.load(p, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"--start {path}: cannot read it as a .npy array ({err}).") from None
+    x = x[None] if x.ndim == 2 else x
+    if x.ndim != 3 or x.shape[1:] != (n, d) or x.shape[0] == 0:
+        raise UsageError(
+            f"--start {path}: expected equilibria of shape (n, d) = ({n}, {d}) or (m, {n}, {d}), "
+            f"got {x.shape}."
+        )
+    if not np.all(np.isfinite(x)):
+        raise UsageError(f"--start {path}: the array has non-finite entries (NaN or inf).")
+    return x.astype(float)
+
+
+def run(args) -> int:
+    import jax.random as jr
+    import numpy as np
+
+    from .._equilibria._arclength import LayerFamily, check_start
+    from .._model._build import build_layer
+    from .._run._io import provenance, write_json
+    from ..equilibria import continue_branch, equilibrium_census
+    from ._phase import begin_compute
+
+    config = _check(args)
+    name = args.param
+    k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
+
+    def family(v):
+        return build_layer(k_layer, dataclasses.replace(config, **{name: float(v)}))
+
+    fam = LayerFamily(family)
+    if not fam.reads_parameter(args.p_from):
+        raise UsageError(
+            f"--param {name}: the layer does not change with {name} here; choose another parameter."
+        )
+    if args.start != "census":
+        starts = _file_starts(args.start, args.n, args.d)
+        for i, x in enumerate(starts):
+            try:
+                check_start(fam, x, args.p_from, args.residual_tol)
+            except UsageError as err:
+                raise UsageError(f"--start {args.start}[{i}]: {err}") from None
+        source = str(args.start)
+    begin_compute()
+    if args.start == "census":
+        census = equilibrium_census(family(args.p_from), k_x0, progress=not args.no_progress)
+        starts = np.stack([np.asarray(e.tokens, dtype=float) for e in census.equilibria])
+        source = f"census at {name} = {args.p_from:g} ({census.method}, {len(starts)} classes)"
+    print(
+        f"continuing {len(starts)} branch(es) in {name} from {args.p_from:g} to {args.p_to:g}; "
+        f"starts: {source}"
+    )
+    branches = []
+    for i, x in enumerate(starts):
+        print(
+            f"branch {i + 1}/{len(starts)} (rank {int(np.linalg.matrix_rank(x, tol=1e-8))})", file=sys.stderr
+        )
+        br = continue_branch(
+            family, x, args.p_from, args.p_to, ds=args.ds, max_steps=args.max_steps,
+            residual_tol=args.residual_tol, stability_tol=args.stability_tol, param_name=name,
+            progress=not args.no_progress,
+        )  # fmt: skip
+        branches.append(br)
+        kinds = ", ".join(f"{b.kind} at {name} = {b.param:.10g}" for b in br.bifurcations) or "no bifurcation"
+        print(
+            f"  {len(br)} points, {name} in [{br.params.min():.6g}, {br.params.max():.6g}], {kinds}; "
+            f"{br.status}"
+        )
+        if br.status == "max_steps_reached":
+            print(
+                f"rankdyn continue: branch {i + 1} stopped at --max-steps {args.max_steps} ({name} = "
+                f"{br.params[-1]:.6g}) before leaving [{min(args.p_from, args.p_to):g}, "
+                f"{max(args.p_from, args.p_to):g}]; raise --max-steps or --ds to follow it further.",
+                file=sys.stderr,
+            )
+        elif br.status != "parameter_end":
+            print(
+                f"rankdyn continue: branch {i + 1} ended early ({br.status}): {br.message}", file=sys.stderr
+            )
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("func",)}
+    result = {
+        "config": cfg,
+        "seed": args.seed,
+        "param": name,
+        "from": args.p_from,
+        "to": args.p_to,
+        "starts": source,
+        "branches": [br.to_dict() for br in branches],
+        "provenance": provenance(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "branches.json", result)
+    _plot(branches, args)
+    print(f"wrote {args.out / 'branches.json'} and {args.out / 'bifurcation.png'}")
+    return 0
+
+
+def _plot(branches, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .._run._io import savefig
+    from ..plotting import plot_bifurcation
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    plot_bifurcation(
+        branches,
+        ax=ax,
+        measure=args.measure,
+        title=f"mask={args.mask} value={args.value} qk={args.qk} n={args.n} d={args.d}: "
+        f"{len(branches)} branches",
+    )
+    fig.tight_layout()
+    savefig(fig, args.out / "bifurcation.png", dpi=120)
+    plt.close(fig)

@@ -1,0 +1,227 @@
+"""``rankdyn lyapunov``: the Lyapunov spectrum of the layer map over a batch of trajectories.
+
+``rankdyn lyapunov <model flags as simulate> [--checkpoint ...] --layers T [--k K] [--discard D]
+[--qr-every Q] --batch B --out DIR`` writes ``lyapunov.json`` (the exponents' batch statistics,
+the running estimates, every trajectory's exponents with ``--per-trajectory``, flags, config,
+seed and provenance), ``spectrum.png`` and ``convergence.png``. The model and checkpoint flags
+and their checks are those of ``rankdyn simulate`` (`rankdyn._commands.simulate`,
+`rankdyn._commands._checkpoint`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._errors import UsageError
+from ._checkpoint import add_checkpoint_flags, checkpoint_requested
+from ._checks import check_nonnegative, check_out_dir
+from ._devices import add_devices_flag, sharding_devices
+from ._table import LineHelpFormatter
+from .simulate import add_model_flags, check_model_args, layer_from_args
+
+#: Exponents computed by default (the top ones): the full n(d-1) of `small` is 2016.
+DEFAULT_K = 16
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "lyapunov",
+        help="Lyapunov spectrum of the layer map (QR method, batched)",
+        description="Lyapunov spectrum of the masked attention + LN map along a batch of trajectories "
+        "(QR / Benettin method with jax.linearize; tangent space of the spheres with post sphere-LN, R^(nd) "
+        "otherwise): lyapunov.json, spectrum.png, convergence.png.",
+        formatter_class=LineHelpFormatter,
+    )
+    add_model_flags(p)
+    p.add_argument("--layers", type=int, default=128, help="depth T (a multiple of an integer --qr-every)")
+    p.add_argument("--batch", type=int, default=16, help="number of trajectories")
+    p.add_argument(
+        "--k",
+        type=int,
+        default=None,
+        help=f"exponents computed, 1..n(d-1) or 1..nd (default: min({DEFAULT_K}, dim))",
+    )
+    p.add_argument("--discard", type=int, default=0, help="layers before the averaging starts (< --layers)")
+    p.add_argument(
+        "--qr-every",
+        default="auto",
+        help="layers between QR re-orthonormalisations: an integer >= 1, or auto (1 to 8, from the "
+        "spread of the exponents; default)",
+    )
+    p.add_argument("--per-trajectory", action="store_true", help="also write every trajectory's exponents")
+    p.add_argument("--chunk", type=int, default=None, help="trajectories advanced together")
+    p.add_argument("--out", type=Path, default=Path("out/lyapunov"), help="output folder")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_devices_flag(p, "Whole chunks of trajectories run side by side, one per device.")
+    add_checkpoint_flags(p)
+    p.set_defaults(func=run)
+
+
+def check_spectrum_args(args, dim: int, layers: int) -> int:
+    """The spectrum flags against the state space's dimension; returns k. UsageError names the flag."""
+    k = min(DEFAULT_K, dim) if args.k is None else args.k
+    if not 1 <= k <= dim:
+        raise UsageError(
+            f"--k {k}: expected 1 <= k <= {dim} (the dimension of the state space); e.g. --k {min(8, dim)}."
+        )
+    check_schedule(args, layers)
+    return k
+
+
+def check_schedule(args, layers: int | None) -> None:
+    """The flags of the QR schedule and the chunk, which need no model (checked before JAX loads);
+    an integer ``--qr-every`` is converted in place. ``layers=None`` (a checkpoint's own depth,
+    not read yet) leaves ``--discard`` against the depth to a later call."""
+    every = args.qr_every
+    if every != "auto":
+        try:
+            every = int(every)
+        except ValueError:
+            every = 0
+        if every < 1:
+            raise UsageError(f"--qr-every {args.qr_every}: expected an integer >= 1 or auto.")
+        args.qr_every = every
+    if args.chunk is not None and args.chunk < 1:
+        raise UsageError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
+    if layers is None:
+        return
+    if args.discard < 0 or args.discard >= layers:
+        raise UsageError(
+            f"--discard {args.discard}: expected 0 <= discard < --layers {layers}; "
+            f"e.g. --discard {layers // 4}."
+        )
+    if every != "auto" and (layers % every or args.discard % every):
+        raise UsageError(
+            f"--layers {layers} and --discard {args.discard} must be multiples of --qr-every {every}; "
+            "choose a divisor, or --qr-every auto."
+        )
+
+
+def _model(args):
+    """``(layer, x0, layers, k, extra result fields, title)`` for a random model or a checkpoint."""
+    if checkpoint_requested(args):
+        return _checkpoint_model(args)
+    config = check_model_args(args)
+    check_nonnegative(args, "layers", "batch", minimum=1)
+    if config.has_dropout:
+        raise UsageError(
+            "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
+        )
+    check_schedule(args, args.layers)  # before JAX loads: only --k needs the built layer
+    import jax.random as jr
+
+    from .._model._tokens import initial_tokens
+    from ..lyapunov import spectrum_dim
+
+    k_layer, k_x0, _ = jr.split(jr.PRNGKey(args.seed), 3)
+    layer = layer_from_args(args, k_layer, config)
+    k = check_spectrum_args(args, spectrum_dim(layer), args.layers)
+    check_out_dir(args.out)
+    x0 = initial_tokens(k_x0, args.x0, args.n, args.d, args.batch)
+    title = f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}"
+    return layer, x0, args.layers, k, {}, title
+
+
+def _checkpoint_model(args):
+    """As `_model` for ``--checkpoint``; ``extra["config"]`` holds the real architecture, which
+    replaces the random model's flags in ``lyapunov.json`` (as for ``simulate --checkpoint``)."""
+    from ._checkpoint import (
+        _ALLOWED,
+        _FALLBACK_MODEL,
+        _check_inputs,
+        _count_excerpts_before_loading,
+        _mask_of,
+        _refuse_model_flags,
+        architecture,
+    )
+
+    given = args.__dict__.pop("checkpoint_flags_given")
+    _refuse_model_flags(args, given)
+    check_nonnegative(args, "layers", "batch", minimum=1)
+    # Every check that needs no weights first (a refusal loads neither JAX nor the model).
+    check_schedule(args, args.layers if "layers" in given else None)
+    _count_excerpts_before_loading(args, given)
+    from .._trained import load_checkpoint  # JAX loads only now
+    from ..lyapunov import spectrum_dim
+
+    try:
+        ckpt = load_checkpoint(args.checkpoint)
+    except UsageError as err:
+        raise UsageError(f"--{err}") from None
+    mask = _mask_of(args, ckpt, given)
+    layers = args.layers if "layers" in given else ckpt.num_layers
+    ids, source = _check_inputs(args, ckpt, given)
+    try:
+        layer = ckpt.layers(ids.shape[1], args.variant or "full", mask, window=args.window)
+    except ValueError as err:
+        raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
+    k = check_spectrum_args(args, spectrum_dim(layer), layers)
+    check_out_dir(args.out)
+    variant = args.variant or "full"
+    config = {
+        key: (str(v) if isinstance(v, Path) else v)
+        for key, v in vars(args).items()
+        if key != "func" and (key not in _FALLBACK_MODEL or key in _ALLOWED)
+    }
+    config |= {"variant": variant, "mask": mask, "n": int(ids.shape[1]), "batch": int(ids.shape[0])}
+    config |= architecture(ckpt, variant)
+    extra = {
+        "checkpoint": ckpt.provenance(),
+        "inputs": source,
+        "mask": mask,
+        "layers": layers,
+        "config": config,
+    }
+    title = f"{ckpt.arch} {args.variant or 'full'} mask={mask} n={ids.shape[1]} d={ckpt.d}"
+    return layer, ckpt.embed(ids), layers, k, extra, title
+
+
+def run(args) -> int:
+    layer, x0, layers, k, extra, title = _model(args)  # the checks first: a refusal loads no JAX
+    import jax
+    import jax.random as jr
+
+    from .._run._io import CompileTimer, provenance, write_json
+    from ..lyapunov import lyapunov_spectrum
+    from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
+    from ._phase import begin_compute
+
+    begin_compute()
+    with CompileTimer() as timer:
+        res = lyapunov_spectrum(
+            layer,
+            x0,
+            layers,
+            k=k,
+            discard=args.discard,
+            qr_every=args.qr_every,
+            key=jr.fold_in(jr.PRNGKey(args.seed), 7),
+            chunk=args.chunk,
+            devices=sharding_devices(args),
+            progress=not args.no_progress,
+        )
+        jax.block_until_ready(res.exponents)
+    spectrum = res.to_dict(per_trajectory=args.per_trajectory)
+    config = extra.pop("config", None) or {
+        key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items() if key != "func"
+    }
+    result = {
+        "config": config | {"k": k, "layers": layers},
+        "seed": args.seed,
+        "spectrum": spectrum,
+        "flags": {"flagged": res.num_flagged, "batch": int(res.flags.size)},
+        "timing": {"compile_s": timer.compile_s, "run_s": timer.run_s},
+        "provenance": provenance(),
+    } | extra
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "lyapunov.json", result)
+    plot_lyapunov_spectrum(spectrum, title=title, path=args.out / "spectrum.png")
+    plot_lyapunov_convergence(spectrum, title=title, path=args.out / "convergence.png")
+    m = spectrum["exponents"]["mean"]
+    top = ", ".join(f"{v:.4g}" for v in m[:4])
+    print(
+        f"lyapunov: {res.space} space (dim {res.dim}), k={k}, {layers} layers, {spectrum['count']} of "
+        f"{spectrum['num_trajectories']} trajectories unflagged; top exponents (mean, {res.unit}): {top}; "
+        f"compile {timer.compile_s:.2f}s, run {timer.run_s:.2f}s; wrote {args.out / 'lyapunov.json'}"
+    )
+    return 0

@@ -1,0 +1,1 @@
+"""The implementation of `rankdyn.equilibria` (the public names are in rankdyn/equilibria.py)."""

@@ -1,0 +1,166 @@
+r"""Typed results of `continue_branch`: one `Branch` of equilibria and its `Bifurcation` points.
+
+A branch is the curve $\{(X, p) : F_p(X) = X\}$ followed by pseudo-arclength continuation
+(`rankdyn._equilibria._arclength`); its points, parameters, multipliers and stability are arrays
+with the point index in front, and its located bifurcations a tuple of `Bifurcation`. The status
+of the whole branch is a `BRANCH_RESULTS` member, in the style of `RESULTS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+__all__ = ["BRANCH_RESULTS", "BIFURCATION_KINDS", "Bifurcation", "Branch", "branch_status"]
+
+#: The kinds of `Bifurcation`, in the order of the test functions (`_bifurcations`).
+BIFURCATION_KINDS = ("fold", "branch-point", "period-doubling", "neimark-sacker")
+
+
+class BRANCH_RESULTS(eqx.Enumeration):  # noqa: N801 (named like RESULTS)
+    """How a branch of `continue_branch` ended."""
+
+    parameter_end = (
+        "The branch reached an end of the parameter interval [min(p_start, p_end), max(p_start, p_end)]; "
+        "its last point is solved at that end exactly."
+    )
+    max_steps_reached = "The branch took max_steps continuation steps before leaving the parameter interval."
+    newton_failed = (
+        "The Newton corrector on the bordered system did not converge, even at the smallest step ds_min: "
+        "the branch may end here (a singular point the corrector cannot pass) or need a smaller ds_min."
+    )
+    nonfinite = "The layer returned a non-finite value or a zero row (LN undefined) along the branch."
+
+
+_STATUS = ("parameter_end", "max_steps_reached", "newton_failed", "nonfinite")
+
+
+def branch_status(result) -> str:
+    """The name of a `BRANCH_RESULTS` member (host side)."""
+    for name in _STATUS:
+        if bool(result == getattr(BRANCH_RESULTS, name)):
+            return name
+    raise ValueError(f"not a BRANCH_RESULTS member: {result!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Bifurcation:
+    r"""One located bifurcation point of a branch.
+
+    Attributes:
+        kind: one of `BIFURCATION_KINDS`: ``"fold"`` (the parameter component $\dot p$ of the branch
+            tangent changes sign; a real multiplier crosses $+1$), ``"branch-point"`` (a real multiplier
+            crosses $+1$ with $\dot p \ne 0$: another branch crosses this one), ``"period-doubling"``
+            (a real multiplier crosses $-1$), ``"neimark-sacker"`` (a complex pair crosses $|\lambda| = 1$).
+        param: the located parameter value.
+        point: the located equilibrium ``(n, d)``.
+        step: index of the branch point before it (it lies between ``step`` and ``step + 1``; a
+            fold on a degenerate branch, located by `locate_turn`, within ``step`` and ``step + 2``).
+        test_value: the test function at the located point (near 0 when ``located``).
+        located: whether the bracketing solve converged to the corrector's tolerance.
+        iterations: bracketing iterations used.
+        bracket: the parameter values of the two branch points around it.
+    """
+
+    kind: str
+    param: float
+    point: np.ndarray
+    step: int
+    test_value: float = float("nan")
+    located: bool = True
+    iterations: int = 0
+    bracket: tuple[float, float] = (float("nan"), float("nan"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "kind": self.kind,
+            "param": float(self.param),
+            "point": np.asarray(self.point).tolist(),
+            "step": int(self.step),
+            "test_value": float(self.test_value),
+            "located": bool(self.located),
+            "iterations": int(self.iterations),
+            "bracket": [float(b) for b in self.bracket],
+        }
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Branch:
+    r"""One branch of equilibria $F_p(X) = X$ from `continue_branch`.
+
+    Attributes:
+        params: ``(k,)`` the parameter at each point.
+        points: ``(k, n, d)`` the equilibria.
+        multipliers: ``(k, m)`` complex, the leading multipliers after the symmetry reduction
+            (eigenvalues of $Q^\top J_T Q$, `_arclength`), sorted by decreasing modulus (NaN pads).
+        stable: ``(k,)`` every reduced multiplier has (cluster-averaged) modulus $< 1 -$ ``tol``.
+        tangents_p: ``(k,)`` the parameter component $\dot p$ of the unit branch tangent.
+        residuals: ``(k,)`` $\|F_p(X) - X\|_F$.
+        arclength: ``(k,)`` cumulative pseudo-arclength $s$.
+        bifurcations: the located `Bifurcation` points, in branch order.
+        result: a `BRANCH_RESULTS` member; ``status`` is its name.
+        symmetry_dims: the number of multipliers $+1$ quotiented out (orbit dimension of the
+            continuous symmetries commuting with the layer).
+        neutral_dims: the number of directions in the kernel of the bordered system beyond the
+            tangent at the start (degenerate roots such as the paper's first token; 0 normally).
+        space: ``"tangent"`` (sphere product) or ``"full"``.
+        tol: the stability tolerance.
+        param_name: what the parameter is (for reports and plots).
+    """
+
+    params: np.ndarray
+    points: np.ndarray
+    multipliers: np.ndarray
+    stable: np.ndarray
+    tangents_p: np.ndarray
+    residuals: np.ndarray
+    arclength: np.ndarray
+    bifurcations: tuple
+    result: Any
+    symmetry_dims: int = 0
+    neutral_dims: int = 0
+    space: str = "tangent"
+    tol: float = 1e-6
+    param_name: str = "p"
+
+    @property
+    def status(self) -> str:
+        """The name of ``result`` (e.g. ``"parameter_end"``)."""
+        return branch_status(self.result)
+
+    @property
+    def message(self) -> str:
+        """The explanation of ``result``."""
+        return BRANCH_RESULTS[self.result]
+
+    def __len__(self) -> int:
+        return int(self.params.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (multipliers as ``[re, im]`` pairs; NaN pads as null)."""
+
+        def pair(z):
+            return None if not np.isfinite(z) else [float(z.real), float(z.imag)]
+
+        return {
+            "param_name": self.param_name,
+            "status": self.status,
+            "message": self.message,
+            "num_points": len(self),
+            "params": np.asarray(self.params).tolist(),
+            "points": np.asarray(self.points).tolist(),
+            "multipliers": [[pair(z) for z in row] for row in np.asarray(self.multipliers)],
+            "stable": np.asarray(self.stable).tolist(),
+            "tangents_p": np.asarray(self.tangents_p).tolist(),
+            "residuals": np.asarray(self.residuals).tolist(),
+            "arclength": np.asarray(self.arclength).tolist(),
+            "bifurcations": [b.to_dict() for b in self.bifurcations],
+            "symmetry_dims": int(self.symmetry_dims),
+            "neutral_dims": int(self.neutral_dims),
+            "space": self.space,
+            "tol": float(self.tol),
+        }

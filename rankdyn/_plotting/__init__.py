@@ -1,0 +1,1 @@
+"""The implementation of `rankdyn.plotting` (the public names are in rankdyn/plotting.py)."""

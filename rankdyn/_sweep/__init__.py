@@ -1,0 +1,1 @@
+"""The implementation of `rankdyn.sweep` (the public names are in rankdyn/sweep.py)."""

@@ -1,0 +1,37 @@
+r"""Lyapunov spectra of the layer map, of any JAX map and of the flow (QR / Benettin method).
+
+Which space each kind of layer uses (docs/theory.md#lyapunov-spectra):
+
+- post-LN onto a sphere (`rankdyn.SphereNorm`, the paper's eq. 3): the tangent space of the
+  product of spheres $(\mathbb S^{d-1})^n$, dimension $n(d-1)$ (the $n$ radial directions,
+  contracted to zero by LN, are projected out after every layer);
+- pre-LN, no LN, RMS or affine LayerNorm, trained BERT / GPT-2 stacks: the full space
+  $\mathbb R^{nd}$;
+- the flow (`lyapunov_spectrum_flow`): the tangent space of the spheres, per unit time;
+- a generic map (`lyapunov_spectrum_map`): $\mathbb R^m$.
+
+Exponents are natural logs per layer (per step; per unit time for the flow), in descending
+order. For per-layer (or cycled) weights they are those of the product of the layers' Jacobians.
+"""
+
+from ._lyapunov._flow import lyapunov_spectrum_flow as lyapunov_spectrum_flow
+from ._lyapunov._layer import lyapunov_spectrum as lyapunov_spectrum
+from ._lyapunov._layer import spectrum_dim as spectrum_dim
+from ._lyapunov._layer import uses_tangent_space as uses_tangent_space
+from ._lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
+from ._lyapunov._result import FLAG_NONFINITE as FLAG_NONFINITE
+from ._lyapunov._result import FLAG_UNDERFLOW as FLAG_UNDERFLOW
+from ._lyapunov._result import LyapunovResult as LyapunovResult
+from ._lyapunov._result import flag_names as flag_names
+
+__all__ = [
+    "FLAG_NONFINITE",
+    "FLAG_UNDERFLOW",
+    "LyapunovResult",
+    "flag_names",
+    "lyapunov_spectrum",
+    "lyapunov_spectrum_flow",
+    "lyapunov_spectrum_map",
+    "spectrum_dim",
+    "uses_tangent_space",
+]
