@@ -337,6 +337,40 @@ class SelfAttentionLayer(eqx.Module):
         xv = parts[-1] if with_values else None
         return (scores, xv) if with_values else scores
 
+    def _attention_block(
+        self, x_att, x_in, w: AttentionWeights, key
+    ) -> tuple[Float[Array, "n d"], Float[Array, ""]]:
+        r"""The attention sub-block $F(X) = \big[A_1 X W_V^{(1)}, \dots\big] W_O$ (heads concatenated;
+        $W_O$ and $b_O$ if present), before hidden dropout, the skip and any normalisation.
+
+        ``x_att`` gives the scores, ``x_in`` the values (pre-LN with ``attention_from_normalized=False``
+        tells them apart). Returns ``(F(X), eps_min)``, eps_min the smallest weight on the mask
+        (Theorem 1). The norms' placement is `__call__`'s; how $A$ is computed is this method's.
+        """
+        prec = _PRECISIONS[self.precision]
+        xv = None
+        if self.fixed_attention is not None:
+            a = self._attention(x_att, w)
+        elif x_att is x_in:
+            # Same tokens on both sides: one wide GEMM gives the query/key side and X W_V.
+            scores, xv = self._scores(x_att, w, with_values=True)
+            a = masked_softmax(scores, self.mask)
+        else:
+            a = masked_softmax(self._scores(x_att, w), self.mask)
+        eps_min = jnp.min(jnp.where(self.mask, a, jnp.inf))
+        a = self._drop(a, key, self.attn_dropout)
+        # A X W_V for every head; heads are concatenated and projected by W_O if present.
+        # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
+        if xv is None:
+            xv = _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
+        heads = _head_einsum("hnm,hme->hne", a, xv, prec)
+        if w.w_o is None:
+            return heads[0], eps_min
+        sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x_in.shape[0], -1), w.w_o, precision=prec)
+        if w.b_o is not None:
+            sa = sa + w.b_o[None, :]
+        return sa, eps_min
+
     def __call__(
         self, x: Float[Array, "n d"], t=0, *, key: PRNGKeyArray | None = None
     ) -> tuple[Float[Array, "n d"], LayerAux]:
@@ -361,28 +395,7 @@ class SelfAttentionLayer(eqx.Module):
             x_in, bad = self._norm(w, "attn")(x)
             degenerate = degenerate | jnp.any(bad)
         x_att = x_in if self.attention_from_normalized else x
-        xv = None
-        if self.fixed_attention is not None:
-            a = self._attention(x_att, w)
-        elif x_att is x_in:
-            # Same tokens on both sides: one wide GEMM gives the query/key side and X W_V.
-            scores, xv = self._scores(x_att, w, with_values=True)
-            a = masked_softmax(scores, self.mask)
-        else:
-            a = masked_softmax(self._scores(x_att, w), self.mask)
-        eps_min = jnp.min(jnp.where(self.mask, a, jnp.inf))
-        a = self._drop(a, keys[0], self.attn_dropout)
-        # A X W_V for every head; heads are concatenated and projected by W_O if present.
-        # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
-        if xv is None:
-            xv = _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
-        heads = _head_einsum("hnm,hme->hne", a, xv, prec)
-        if w.w_o is None:
-            sa = heads[0]
-        else:
-            sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x.shape[0], -1), w.w_o, precision=prec)
-            if w.b_o is not None:
-                sa = sa + w.b_o[None, :]
+        sa, eps_min = self._attention_block(x_att, x_in, w, keys[0])
         sa = self._drop(sa, keys[1], self.hidden_dropout)
         y = x + sa if self.skip else sa
         if self.placement == "post":
