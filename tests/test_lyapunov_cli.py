@@ -23,7 +23,37 @@ def test_lyapunov_writes_json_and_figures(tmp_path, capsys):
     np.testing.assert_allclose(per.mean(axis=0), mean, atol=1e-12)
     assert data["seed"] == 0 and data["config"]["k"] == 5 and "provenance" in data
     assert (out / "spectrum.png").stat().st_size > 0 and (out / "convergence.png").stat().st_size > 0
-    assert "tangent space (dim 8)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "tangent space (dim 8)" in printed
+    # Every exponent asked for is printed with its role, not only the first four.
+    rows = [line.split() for line in printed.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 4, 5] and [r[-1] for r in rows] == s["roles"]
+
+
+def test_exponent_roles_follow_the_fixed_rule():
+    """Neutral within max(1e-3, log 10 / T); below log eps of the dtype is rounding-limited."""
+    from rankdyn._lyapunov._result import exponent_roles
+
+    mean = [0.02, 0.005, -0.0085, -0.0095, -0.7, -16.0, -15.8, float("nan")]
+    # T = 256: neutral up to log(10)/256 = 0.00899; float32 eps gives a floor of -15.94.
+    assert exponent_roles(mean, np.float32, 256) == [
+        "expanding",
+        "neutral",
+        "neutral",
+        "contracting",
+        "contracting",
+        "rounding-limited",
+        "contracting",
+        "not finite",
+    ]
+    # float64 resolves -16 (its floor is -36.04); a run 10x longer narrows the neutral band to 1e-3.
+    assert exponent_roles(mean[:6], np.float64, 2560)[1:] == [
+        "expanding",
+        "contracting",
+        "contracting",
+        "contracting",
+        "contracting",
+    ]
 
 
 @pytest.mark.parametrize(

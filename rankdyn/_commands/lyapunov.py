@@ -10,6 +10,7 @@ and their checks are those of ``rankdyn simulate`` (`rankdyn._commands.simulate`
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from .._errors import UsageError
@@ -118,7 +119,7 @@ def _model(args):
     k = check_spectrum_args(args, spectrum_dim(layer), args.layers)
     check_out_dir(args.out)
     x0 = initial_tokens(k_x0, args.x0, args.n, args.d, args.batch)
-    title = f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}"
+    title = f"mask={args.mask} placement={args.placement} value={args.value} n={args.n} d={args.d}"
     return layer, x0, args.layers, k, {}, title
 
 
@@ -176,6 +177,21 @@ def _checkpoint_model(args):
     return layer, ckpt.embed(ids), layers, k, extra, title
 
 
+def exponent_table(spectrum: dict) -> str:
+    """Every exponent (batch mean and std), its factor e^lambda and its role (docs/glossary.md)."""
+    e, unit = spectrum["exponents"], spectrum["unit"]
+    lines = [f"  {'i':>3}  {'lambda_i (' + unit + ')':>24}  {'std':>9}  {'e^lambda':>9}  role"]
+    for i, (m, sd, role) in enumerate(zip(e["mean"], e["std"], spectrum["roles"]), start=1):
+        factor = f"{math.exp(m):.4g}" if m < 700 else "inf"
+        lines.append(f"  {i:>3}  {m:>24.6g}  {sd:>9.2g}  {factor:>9}  {role}")
+    if "rounding-limited" in spectrum["roles"]:
+        lines.append(
+            "  rounding-limited: below log(eps) of the dtype per step, so set by rounding (an upper bound "
+            "on the true rate); --x64 resolves more"
+        )
+    return "\n".join(lines)
+
+
 def run(args) -> int:
     layer, x0, layers, k, extra, title = _model(args)  # the checks first: a refusal loads no JAX
     import jax
@@ -217,11 +233,11 @@ def run(args) -> int:
     write_json(args.out / "lyapunov.json", result)
     plot_lyapunov_spectrum(spectrum, title=title, path=args.out / "spectrum.png")
     plot_lyapunov_convergence(spectrum, title=title, path=args.out / "convergence.png")
-    m = spectrum["exponents"]["mean"]
-    top = ", ".join(f"{v:.4g}" for v in m[:4])
     print(
         f"lyapunov: {res.space} space (dim {res.dim}), k={k}, {layers} layers, {spectrum['count']} of "
-        f"{spectrum['num_trajectories']} trajectories unflagged; top exponents (mean, {res.unit}): {top}; "
-        f"compile {timer.compile_s:.2f}s, run {timer.run_s:.2f}s; wrote {args.out / 'lyapunov.json'}"
+        f"{spectrum['num_trajectories']} trajectories unflagged; compile {timer.compile_s:.2f}s, "
+        f"run {timer.run_s:.2f}s"
     )
+    print(exponent_table(spectrum))
+    print(f"wrote {args.out / 'lyapunov.json'}, spectrum.png, convergence.png")
     return 0

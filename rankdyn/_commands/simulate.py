@@ -289,5 +289,5 @@ def run(args) -> int:
 def _plot(traj, summary, args) -> list[str]:
     from ._table import plot_names, save_figures
 
-    title = f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}"
+    title = f"mask={args.mask} placement={args.placement} value={args.value} n={args.n} d={args.d}"
     return save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)

@@ -12,13 +12,53 @@ import equinox as eqx
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-__all__ = ["LyapunovResult", "FLAG_UNDERFLOW", "FLAG_NONFINITE", "flag_names"]
+__all__ = [
+    "LyapunovResult",
+    "FLAG_UNDERFLOW",
+    "FLAG_NONFINITE",
+    "NEUTRAL_TOL",
+    "exponent_roles",
+    "flag_names",
+]
 
 #: Bit set in ``flags`` when a diagonal entry of R fell below the dtype's smallest normal
 #: number (a tangent direction contracted past what the dtype holds between two QR steps).
 FLAG_UNDERFLOW = 1
 #: Bit set in ``flags`` when the state or the tangent vectors became NaN or infinite.
 FLAG_NONFINITE = 2
+
+
+#: An exponent with |lambda| at most this (per layer, step or unit time) is "neutral" whatever the
+#: run's length: its factor e^lambda is within 0.1% of 1.
+NEUTRAL_TOL = 1e-3
+
+
+def exponent_roles(mean, dtype, horizon: float | int) -> list[str]:
+    r"""What each exponent says, by a rule fixed in advance (docs/glossary.md):
+
+    - ``"rounding-limited"``: $\lambda < \log \varepsilon$ of the dtype (float32: -15.9 per
+      step): one step contracts that direction by more than the dtype's relative precision, so
+      the value is set by rounding and is only an upper bound on the true rate;
+    - ``"neutral"``: $|\lambda| \le \max(10^{-3}, \log 10 / T)$ with $T$ the ``horizon`` the
+      exponents were averaged over: the direction neither contracts nor expands by more than a
+      factor of 10 over the whole run (a finite-time estimate of a zero exponent is $O(1/T)$). For
+      a collapsed state on the spheres these are the $d - 1$ rotations of the common point;
+    - ``"contracting"``: the transverse, collapsing directions ($e^\lambda < 1$ per step);
+    - ``"expanding"``: $e^\lambda > 1$ per step.
+    """
+    floor = float(np.log(np.finfo(np.dtype(dtype)).eps))
+    neutral = max(NEUTRAL_TOL, float(np.log(10.0)) / max(float(horizon), 1e-300))
+    roles = []
+    for v in np.asarray(mean, dtype=float):
+        if not np.isfinite(v):
+            roles.append("not finite")
+        elif v < floor:
+            roles.append("rounding-limited")
+        elif abs(v) <= neutral:
+            roles.append("neutral")
+        else:
+            roles.append("contracting" if v < 0 else "expanding")
+    return roles
 
 
 def flag_names(code: int) -> list[str]:
@@ -78,6 +118,10 @@ class LyapunovResult(eqx.Module):
     def num_flagged(self) -> int:
         return int(np.sum(np.asarray(self.flags) != 0))
 
+    def roles(self) -> list[str]:
+        """Each mean exponent's role (`exponent_roles`): neutral, contracting, expanding, rounding-limited."""
+        return exponent_roles(self.mean, self.exponents.dtype, self.num_steps - self.discard)
+
     def to_dict(self, per_trajectory: bool = False) -> dict:
         """JSON-ready statistics (and every trajectory's exponents with ``per_trajectory``)."""
         f = lambda a: np.asarray(a, dtype=float).tolist()  # noqa: E731
@@ -93,6 +137,8 @@ class LyapunovResult(eqx.Module):
             "num_trajectories": int(np.asarray(self.flags).size),
             "num_flagged": self.num_flagged,
             "exponents": {s: f(getattr(self, s)) for s in ("mean", "std", "min", "max")},
+            "roles": self.roles(),
+            "dtype": str(self.exponents.dtype),
             "sum_mean": float(np.sum(np.asarray(self.mean))),
             "running": {
                 "depths": f(self.depths),

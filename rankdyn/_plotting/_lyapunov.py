@@ -8,6 +8,15 @@ import numpy as np
 from ._reproduce_sim import save_figure
 from ._style import legend_outside
 
+#: role -> (colour, marker) in the spectrum figure.
+_ROLE_STYLE = {
+    "neutral": ("C2", "s"),
+    "contracting": ("C0", "o"),
+    "expanding": ("C3", "^"),
+    "rounding-limited": ("0.5", "v"),
+    "not finite": ("k", "x"),
+}
+
 
 def plot_lyapunov_spectrum(spectrum: dict, *, title: str = "", path=None, ax=None):
     """The exponents by index: the batch mean with the min-max band (and std bars), 0 marked.
@@ -25,14 +34,25 @@ def plot_lyapunov_spectrum(spectrum: dict, *, title: str = "", path=None, ax=Non
     mean, std, lo, hi = (np.asarray(e[s], dtype=float) for s in ("mean", "std", "min", "max"))
     i = np.arange(1, mean.size + 1)
     ax.fill_between(i, lo, hi, color="C0", alpha=0.25, lw=0, step="mid", label="min-max over the batch")
-    ax.errorbar(i, mean, yerr=std, fmt="o", ms=3, color="C0", lw=1, label="batch mean +- std")
+    roles = spectrum.get("roles") or ["exponent"] * mean.size
+    for role in dict.fromkeys(roles):  # one marker style per role (docs/glossary.md), in order met
+        sel = np.array([r == role for r in roles])
+        color, marker = _ROLE_STYLE.get(role, ("C0", "o"))
+        ax.errorbar(
+            i[sel], mean[sel], yerr=std[sel], fmt=marker, ms=4, color=color, lw=1, label=f"{role}, mean+-std"
+        )
     ax.axhline(0.0, color="0.4", lw=0.8, ls="--")
+    if "rounding-limited" in roles and "dtype" in spectrum:
+        floor = float(np.log(np.finfo(np.dtype(spectrum["dtype"])).eps))
+        ax.axhline(floor, color="0.5", lw=0.8, ls=":", label=f"log eps of {spectrum['dtype']} (rounding)")
     ax.set_xlabel("index i")
     ax.set_ylabel(f"exponent lambda_i ({spectrum['unit']})")
-    if title:
+    if title and own:  # the figure's title spans the legend's column too, so the two never collide
+        fig.suptitle(title, fontsize=9)
+    elif title:
         ax.set_title(title, fontsize=9)
     if own:
-        legend_outside(fig)
+        legend_outside(fig, below=True)
         return save_figure(fig, path) if path is not None else fig
     return ax
 
@@ -45,17 +65,21 @@ def plot_lyapunov_convergence(spectrum: dict, *, title: str = "", path=None, ax=
     if own:
         fig, ax = plt.subplots(figsize=(5.6, 3.4), layout="constrained")
     r = spectrum["running"]
+    roles = spectrum.get("roles")
     depth = np.asarray(r["depths"], dtype=float)
     mean, lo, hi = (np.asarray(r[s], dtype=float) for s in ("mean", "min", "max"))
     for j in range(min(max_lines, mean.shape[1])):
         ax.fill_between(depth, lo[:, j], hi[:, j], color=f"C{j % 10}", alpha=0.15, lw=0)
-        ax.plot(depth, mean[:, j], color=f"C{j % 10}", lw=1.2, marker=".", label=f"lambda_{j + 1}")
+        role = f" ({roles[j]})" if roles else ""
+        ax.plot(depth, mean[:, j], color=f"C{j % 10}", lw=1.2, marker=".", label=f"lambda_{j + 1}{role}")
     ax.set_xlabel("time t" if spectrum["unit"] == "per unit time" else "depth (layers or steps)")
     ax.set_ylabel(f"running estimate ({spectrum['unit']})")
-    if title:
+    if title and own:  # the figure's title spans the legend's column too, so the two never collide
+        fig.suptitle(title, fontsize=9)
+    elif title:
         ax.set_title(title, fontsize=9)
     if own:
-        legend_outside(fig)
+        legend_outside(fig, below=True)
         return save_figure(fig, path) if path is not None else fig
     return ax
 
