@@ -21,13 +21,17 @@ from ._lyapunov._layer import uses_tangent_space as uses_tangent_space
 from ._lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
 from ._lyapunov._result import FLAG_NONFINITE as FLAG_NONFINITE
 from ._lyapunov._result import FLAG_UNDERFLOW as FLAG_UNDERFLOW
+from ._lyapunov._result import NEUTRAL_TOL as NEUTRAL_TOL
 from ._lyapunov._result import LyapunovResult as LyapunovResult
+from ._lyapunov._result import exponent_roles as exponent_roles
 from ._lyapunov._result import flag_names as flag_names
 
 __all__ = [
     "FLAG_NONFINITE",
     "FLAG_UNDERFLOW",
     "LyapunovResult",
+    "NEUTRAL_TOL",
+    "exponent_roles",
     "flag_names",
     "lyapunov_spectrum",
     "lyapunov_spectrum_flow",
