@@ -112,3 +112,16 @@ def test_random_init_keeps_the_head_groups(tmp_path):
     assert np.array_equal(wk[:, 0], wk[:, 1]) and not np.array_equal(wk[:, 1], wk[:, 2])
     assert abs(float(np.std(np.asarray(r.blocks.w_q))) - AS.INIT_STD) < 0.005
     assert np.all(np.asarray(r.blocks.norm_attn.gain) == 1.0)
+
+
+@pytest.mark.slow  # end to end: a simulate run with its figures
+def test_simulate_says_it_wrote_the_sink_files(tmp_path, capsys):
+    """``--attention-sinks`` writes sinks.json and attention_sinks.png, and the "wrote" line names them."""
+    from rankdyn.cli import main
+
+    out = tmp_path / "s"
+    argv = ["simulate", "--n", "4", "--d", "3", "--layers", "2", "--batch", "2", "--mask", "causal"]
+    assert main(argv + ["--attention-sinks", "--no-progress", "--out", str(out)]) == 0
+    wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote in")]
+    assert len(wrote) == 1 and wrote[0].endswith("sinks.json, attention_sinks.png")
+    assert (out / "sinks.json").is_file() and (out / "attention_sinks.png").is_file()

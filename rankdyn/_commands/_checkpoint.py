@@ -380,10 +380,15 @@ def run_checkpoint(args) -> int:
     write_json(args.out / "metrics.json", result)
     figures = []
     if summary:
-        title = f"{ckpt.arch} {config['variant']} mask={mask} n={n} d={ckpt.d}"
+        from .._trained._installed import known_model_name
+
+        model = known_model_name(ckpt.path) or f"{ckpt.arch} {Path(ckpt.path).name}"
+        title = f"{model}, {config['variant']}, mask={mask} n={n} d={ckpt.d}"
         figures = save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
     print_table(traj, summary, info, result, args.metrics)
     written = ["metrics.json", "input_ids.npy", *result.get("per_trajectory_file", "").split(), *figures]
+    if args.attention_sinks:
+        written += ["sinks.json", "attention_sinks.png"]
     print_written(args.out, written)
     return 0
 

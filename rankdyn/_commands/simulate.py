@@ -282,7 +282,9 @@ def run(args) -> int:
     write_json(args.out / "metrics.json", result)
     figures = _plot(traj, summary, args) if summary else []
     print_table(traj, summary, info, result, args.metrics)
-    print_written(args.out, ["metrics.json", *result.get("per_trajectory_file", "").split(), *figures])
+    sinks = ["sinks.json", "attention_sinks.png"] if args.attention_sinks else []
+    written = ["metrics.json", *result.get("per_trajectory_file", "").split(), *figures, *sinks]
+    print_written(args.out, written)
     return 0
 
 

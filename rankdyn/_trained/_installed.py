@@ -23,7 +23,15 @@ from .._errors import UsageError
 from ._fetch import cache_folder, cached_file
 from ._text import minilm_path
 
-__all__ = ["KNOWN", "InstalledCheckpoint", "installed", "resolve_checkpoint", "mpnet_folder"]
+__all__ = [
+    "KNOWN",
+    "MODEL_NAMES",
+    "InstalledCheckpoint",
+    "installed",
+    "known_model_name",
+    "resolve_checkpoint",
+    "mpnet_folder",
+]
 
 
 def _get(name: str) -> str:
@@ -89,6 +97,27 @@ KNOWN = {
         _get("mpnet") + "  (or set RANKDYN_MPNET=DIR to a folder of the five slices)",
     ),
 }
+
+
+#: name -> the model's own name, for titles and reports (a file name such as model.zip says nothing).
+MODEL_NAMES = {
+    "minilm": "all-MiniLM-L6-v2",
+    "smollm2": "SmolLM2-135M-Instruct (GGUF Q4_1)",
+    "mpnet": "all-mpnet-base-v2",
+}
+
+
+def known_model_name(path) -> str | None:
+    """The model's name when ``path`` is where a known checkpoint is installed, else None."""
+    try:
+        target = Path(path).resolve()
+    except (OSError, TypeError):
+        return None
+    for name, (_, locate, _) in KNOWN.items():
+        found = locate()
+        if found is not None and Path(found).resolve() == target:
+            return MODEL_NAMES[name]
+    return None
 
 
 def _size(path: Path) -> int:

@@ -111,16 +111,22 @@ def excerpt_ids(ckpt, n: int, batch: int, cache: dict | None) -> tuple[np.ndarra
 
 
 def model_setting(ckpt) -> dict:
-    """The checkpoint's provenance (path, sha256 of the weights, sizes) for a result's ``setting``."""
-    return {**ckpt.provenance(), "dtype": str(np.dtype(ckpt.dtype)), "own_mask": ckpt.own_mask}
+    """The checkpoint's provenance (path, sha256 of the weights, sizes) for a result's ``setting``,
+    with the model's name when it is a known checkpoint."""
+    from ..._trained._installed import known_model_name
+
+    name = known_model_name(ckpt.path)
+    named = {} if name is None else {"name": name}
+    return {**named, **ckpt.provenance(), "dtype": str(np.dtype(ckpt.dtype)), "own_mask": ckpt.own_mask}
 
 
 def model_label(ckpt) -> str:
-    """One line naming the weights for the report's summary row (file name and sha256 prefix)."""
-    return (
-        f"trained {ckpt.arch} checkpoint {Path(ckpt.path).name} (sha256 {ckpt.sha256[:12]}, "
-        f"{ckpt.num_layers} layers)"
-    )
+    """One line naming the weights for the report's summary row (the model's name when known, else
+    the file name; the sha256 prefix)."""
+    from ..._trained._installed import known_model_name
+
+    name = known_model_name(ckpt.path) or Path(ckpt.path).name
+    return f"trained {ckpt.arch} checkpoint {name} (sha256 {ckpt.sha256[:12]}, {ckpt.num_layers} layers)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,12 +143,12 @@ class ModelRun:
 
     @property
     def file(self) -> str:
-        """The checkpoint's file or folder name."""
-        return Path(self.model["path"]).name
+        """The model's name when known, else the checkpoint's file or folder name."""
+        return self.model.get("name") or Path(self.model["path"]).name
 
     @property
     def title(self) -> str:
-        """Architecture, file name and sha256 prefix, for figure titles."""
+        """Architecture, model (or file) name and sha256 prefix, for figure titles."""
         return f"{self.model['arch']} {self.file} (sha256 {self.model['sha256'][:12]})"
 
     def setting(self) -> dict:
