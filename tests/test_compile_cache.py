@@ -49,7 +49,15 @@ def test_warm_run_loads_every_program_and_gives_identical_numbers(tmp_path):
     entries = sorted(p.name for p in cache.iterdir())
     assert len(entries) >= 5, entries  # small programs too: the size and time thresholds are off
     assert cold["provenance"]["compile_cache"] == str(cache)
+    # The result and the report say whether the run was cold, and on which CPU.
+    assert cold["provenance"]["compile_cache_state"] == f"{cache}: 0 programs at the start (cold)"
+    from rankdyn._run._io import cpu_model
+
+    report = (tmp_path / "cold" / "report.md").read_text()
+    assert f"CPU {cpu_model()}" in report and "programs at the start (cold)" in report
     warm = _reproduce(tmp_path, "warm", [], env)
+    held = len([e for e in entries if not e.endswith("-atime")])
+    assert warm["provenance"]["compile_cache_state"] == f"{cache}: {held} programs at the start (warm)"
     assert sorted(p.name for p in cache.iterdir()) == entries  # every program was found: none added
     for key in ("measured", "checks", "verdict"):
         assert json.dumps(warm[key], sort_keys=True) == json.dumps(cold[key], sort_keys=True), key

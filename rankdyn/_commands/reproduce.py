@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
         "--quick",
         action="store_true",
         help="reduced sizes, compiled at XLA backend optimisation level 1 (compiling dominates; an "
-        "optimisation level in XLA_FLAGS wins): all targets in about 3 minutes on a 2-core CPU (see README)",
+        "optimisation level in XLA_FLAGS wins): the paper's targets in 2-3 minutes cold on a 2-core "
+        "CPU (benchmarks/README.md)",
     )
     p.add_argument("--seed", type=int, default=0, help="base PRNG seed, in [0, 2**32 - 1]")
     p.add_argument("--x64", action="store_true", help="float64 end to end")
@@ -106,6 +107,11 @@ def quick_compile_flags(args: argparse.Namespace) -> None:
     os.environ["XLA_FLAGS"] = f"{flags} {QUICK_XLA_FLAG}".strip()
 
 
+#: The environment variable that carries the compilation cache's state at the start of the run to
+#: the report (`rankdyn._run._io.provenance`).
+CACHE_STATE_ENV = "RANKDYN_COMPILE_CACHE_STATE"
+
+
 def default_compile_cache() -> Path:
     """``$RANKDYN_CACHE_DIR/compile`` (``~/.cache/rankdyn/compile`` by default), beside the
     autotuner's ``chunks.json``."""
@@ -156,6 +162,10 @@ def use_compile_cache(args: argparse.Namespace) -> Path | None:
 
     # CLI-level configuration (library code never touches jax.config).
     folder.mkdir(parents=True, exist_ok=True)
+    # What the cache held when this run started, for the report (a run that found it empty compiled
+    # everything: a cold run). The workers of --jobs inherit it with the environment.
+    held = sum(1 for f in folder.iterdir() if not f.name.endswith("-atime"))
+    os.environ[CACHE_STATE_ENV] = f"{folder}: {held} programs at the start ({'warm' if held else 'cold'})"
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)

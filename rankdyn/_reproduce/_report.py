@@ -258,8 +258,13 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         "the words (marginal, closed-form, round-off floor, reference) in docs/glossary.md.",
         "",
         f"Mode: {'quick (reduced sizes)' if quick else 'full'}; seed {seed}; total {runtime_s:.1f} s; "
-        f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}"
+        f"rankdyn {prov.get('rankdyn', '?')}, jax {prov.get('jax', '?')}; CPU {prov.get('cpu', '?')}"
         + (f", XLA_FLAGS `{prov['xla_flags']}`" if prov.get("xla_flags") else "")
+        + (
+            f"; compile cache {prov['compile_cache_state']}"
+            if prov.get("compile_cache_state")
+            else "; no compile cache"
+        )
         + ". Verdicts: "
         + ", ".join(f"{k} {v}" for k, v in counts.items())
         + ".",

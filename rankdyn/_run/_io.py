@@ -136,6 +136,9 @@ def provenance() -> dict:
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         # The persistent compilation cache in effect (`rankdyn reproduce` sets one by default).
         "compile_cache": jax.config.jax_compilation_cache_dir or None,
+        # Its state when the command started (set by `rankdyn reproduce`): cold or warm.
+        "compile_cache_state": os.environ.get("RANKDYN_COMPILE_CACHE_STATE") or None,
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "machine": platform.machine(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
