@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rankdyn",
         description="Token dynamics of masked self-attention with LayerNorm (Wu et al., NeurIPS 2024).",
+        allow_abbrev=False,
     )
     from ._version import __version__
 
@@ -59,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"rankdyn._commands.{_MODULES.get(name, name)}").add_parser(sub)
+    # A prefix of a flag is never taken for the flag (a bare --attention would turn on
+    # --attention-sinks). allow_abbrev does not pass from a parser to its subcommands' parsers, and
+    # argparse reads the attribute at parse time, so it is set on each one here.
+    for command in sub.choices.values():
+        command.allow_abbrev = False
     return parser
 
 
