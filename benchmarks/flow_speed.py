@@ -89,7 +89,7 @@ def main(argv=None):
 
     # 1. rankdyn Euler (batched) vs the NumPy loop (one trajectory at a time).
     run = lambda: solve_flow(
-        field, x0, a.time, beta=a.beta, saves=saves, solver="euler", dt=dt, save_states=True, batch_first=True
+        field, x0, a.time, beta=a.beta, saves=saves, solver="euler", dt=dt, save_states=True
     )
     sol, wall, cpu, first = timed(run)
     k = a.numpy_trajectories or a.batch
@@ -113,7 +113,7 @@ def main(argv=None):
 
     # 2. Adaptive vs fixed step at equal accuracy (error at T against a tight Tsit5 reference).
     xr = x0[: min(a.batch, 200)]
-    tight = dict(saves=2, rtol=1e-11, atol=1e-13, save_states=True, batch_first=True)
+    tight = dict(saves=2, rtol=1e-11, atol=1e-13, save_states=True)
     exact = np.asarray(solve_flow(field, xr, a.time, beta=a.beta, **tight).states[:, -1])
     rows = []
     configs = [("tsit5", dict(rtol=r, atol=r * 1e-2)) for r in (1e-4, 1e-6, 1e-8)]
@@ -122,7 +122,7 @@ def main(argv=None):
     ]
     for solver, kw in configs:
         f = lambda s=solver, kw=kw: solve_flow(
-            field, xr, a.time, beta=a.beta, saves=2, solver=s, save_states=True, batch_first=True, **kw
+            field, xr, a.time, beta=a.beta, saves=2, solver=s, save_states=True, **kw
         )
         out, w, c, _ = timed(f)
         err = float(np.max(np.abs(np.asarray(out.states[:, -1]) - exact)))

@@ -15,6 +15,14 @@ from ._trained import Embeddings as Embeddings
 from ._trained import default_corpus as default_corpus
 from ._trained import load_checkpoint as load_checkpoint
 from ._trained import minilm_path as minilm_path
+from ._trained._analysis import attractor_census as attractor_census
+from ._trained._analysis import collapsed_equilibria as collapsed_equilibria
+from ._trained._analysis import iterate_map as iterate_map
+from ._trained._analysis import leading_multipliers as leading_multipliers
+from ._trained._analysis import matrix_summary as matrix_summary
+from ._trained._analysis import orthogonality_distance as orthogonality_distance
+from ._trained._analysis import theory_layer as theory_layer
+from ._trained._analysis import value_output_report as value_output_report
 
 __all__ = [
     "load_checkpoint",
@@ -25,4 +33,12 @@ __all__ = [
     "Corpus",
     "default_corpus",
     "minilm_path",
+    "attractor_census",
+    "collapsed_equilibria",
+    "iterate_map",
+    "leading_multipliers",
+    "matrix_summary",
+    "orthogonality_distance",
+    "theory_layer",
+    "value_output_report",
 ]

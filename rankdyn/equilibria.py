@@ -13,7 +13,6 @@ from ._equilibria._branch import Bifurcation as Bifurcation
 from ._equilibria._branch import Branch as Branch
 from ._equilibria._census import equilibrium_census as equilibrium_census
 from ._equilibria._continuation import continue_branch as continue_branch
-from ._equilibria._continuation import continue_equilibria as continue_equilibria
 from ._equilibria._dedupe import EquilibriumClass as EquilibriumClass
 from ._equilibria._dedupe import deduplicate as deduplicate
 from ._equilibria._exact import ExactCensus as ExactCensus

@@ -19,6 +19,8 @@ from ._flow._observer import FLOW_METRICS as FLOW_METRICS
 from ._flow._observer import FlowObserver as FlowObserver
 from ._flow._observer import cluster_count as cluster_count
 from ._flow._observer import diameter as diameter
+from ._flow._plateaus import longest_plateau as longest_plateau
+from ._flow._plateaus import plateaus as plateaus
 from ._flow._solve import FlowSolution as FlowSolution
 from ._flow._solve import solve_flow as solve_flow
 from ._flow._solve import uniform_times as uniform_times
@@ -27,7 +29,6 @@ from ._flow._solvers import RESULTS as RESULTS
 from ._flow._solvers import RK4 as RK4
 from ._flow._solvers import SOLVERS as SOLVERS
 from ._flow._solvers import ProjectedSolver as ProjectedSolver
-from ._lyapunov._flow import lyapunov_spectrum_flow as lyapunov_spectrum_flow
 
 __all__ = [
     "ADAPTIVE_SOLVERS",
@@ -47,27 +48,10 @@ __all__ = [
     "field_jacobian",
     "find_zeros",
     "interaction_energy",
-    "lyapunov_spectrum_flow",
+    "longest_plateau",
+    "plateaus",
     "rotation_invariant",
     "solve_flow",
     "tangent_project",
     "uniform_times",
 ]
-
-# Names of earlier versions that collided with rankdyn.equilibria's (other types): one more version.
-_RENAMED = {"find_equilibria": "find_zeros", "tangent_jacobian": "field_jacobian"}
-
-
-def __getattr__(name: str):
-    if name in _RENAMED:
-        import warnings
-
-        new = _RENAMED[name]
-        warnings.warn(
-            f"rankdyn.flow.{name} is deprecated and goes in the next version: use rankdyn.flow.{new} "
-            f"(rankdyn.equilibria.{name} is the layer map's, with other types)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module 'rankdyn.flow' has no attribute {name!r}")

@@ -18,6 +18,8 @@ from ._plotting._lyapunov import plot_lyapunov_convergence as plot_lyapunov_conv
 from ._plotting._lyapunov import plot_lyapunov_rates as plot_lyapunov_rates
 from ._plotting._lyapunov import plot_lyapunov_spectrum as plot_lyapunov_spectrum
 from ._plotting._pretrained import plot_attention_sinks as plot_attention_sinks
+from ._plotting._pretrained import plot_census as plot_census
+from ._plotting._pretrained import plot_weight_spectra as plot_weight_spectra
 from ._plotting._reproduce_sim import (
     plot_band_panels as plot_band_panels,
 )

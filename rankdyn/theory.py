@@ -50,6 +50,7 @@ from ._theory._rates import (
 from ._theory._rates import (
     fit_rate as fit_rate,
 )
+from ._theory._rates import fit_rate_window as fit_rate_window
 from ._theory._rates import (
     theorem1_rate as theorem1_rate,
 )

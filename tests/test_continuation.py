@@ -197,11 +197,3 @@ def test_target_checks_pass_and_fail():
         _measured(p_branch=pb),
     ):
         assert not all(c.passed for c in target.checks(bad))
-
-
-def test_continue_equilibria_is_deprecated_for_continue_branch():
-    from rankdyn.equilibria import continue_equilibria
-
-    with pytest.warns(DeprecationWarning, match="use continue_branch"):
-        (step,) = continue_equilibria(fam_w, [1.3], start_a(1.3)[None])
-    assert step["kept"] == 1 and step["lost"] == 0

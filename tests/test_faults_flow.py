@@ -63,7 +63,7 @@ def test_solve_flow_refuses_what_cannot_fit_before_compute(monkeypatch):
         solve_flow(field, x0, 1.0, beta=1.0, saves=10**7)
     big = np.broadcast_to(x0[:1], (20000, 32, 3))
     with pytest.raises(UsageError, match=r"\(saved states: .*pass save_states=False"):
-        solve_flow(field, big, 1.0, beta=1.0, saves=5001, save_states=True, batch_first=True)
+        solve_flow(field, big, 1.0, beta=1.0, saves=5001, save_states=True)
 
 
 def test_flow_memory_estimate_follows_its_parts():

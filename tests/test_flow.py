@@ -57,9 +57,7 @@ def test_sa_matches_independent_rk4(getkey):
     field = FlowField(mask, d, dynamics, q=q, k=k, v=v)
     x0 = _starts(getkey(), (3, n, d))
     betas = np.array([0.5, 2.0])
-    sol = solve_flow(
-        field, x0, t1, beta=betas, saves=3, rtol=1e-11, atol=1e-13, save_states=True, batch_first=True
-    )
+    sol = solve_flow(field, x0, t1, beta=betas, saves=3, rtol=1e-11, atol=1e-13, save_states=True)
     assert int(np.sum(sol.steps_limit_hit)) == 0 and bool(np.all(sol.successful))
     for bi, beta in enumerate(betas):
         for b in range(3):
@@ -182,7 +180,7 @@ def test_solver_objects_are_the_names_they_stand_for():
 
     f = FlowField(complete_mask(4), 3)
     x0 = np.random.default_rng(2).normal(size=(2, 4, 3))
-    kw = dict(beta=1.0, saves=3, save_states=True, batch_first=True)
+    kw = dict(beta=1.0, saves=3, save_states=True)
     a = solve_flow(f, x0, 1.0, **kw, solver="rk4", dt=0.05)
     b = solve_flow(f, x0, 1.0, **kw, solver=ProjectedSolver(RK4()), dt=0.05)
     np.testing.assert_array_equal(np.asarray(a.states), np.asarray(b.states))

@@ -9,8 +9,15 @@ import pytest
 import rankdyn
 from rankdyn._lyapunov._orthonormal import _lower_inverse, orthonormalise
 from rankdyn._lyapunov._plan import MAX_EVERY, make_plan, next_every
-from rankdyn.flow import FlowField, lyapunov_spectrum_flow
-from rankdyn.lyapunov import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult, flag_names, spectrum_dim
+from rankdyn.flow import FlowField
+from rankdyn.lyapunov import (
+    FLAG_NONFINITE,
+    FLAG_UNDERFLOW,
+    LyapunovResult,
+    flag_names,
+    lyapunov_spectrum_flow,
+    spectrum_dim,
+)
 
 # Hénon (a = 1.4, b = 0.3): lambda_1 = 0.41922 (Sprott, "Chaos and Time-Series Analysis", table
 # of exponents; ChaosTools' test checks ~0.419); lambda_1 + lambda_2 = log b exactly (det Df = -b).

@@ -85,16 +85,14 @@ def test_cli_refuses_ignored_options(row, tmp_path, capsys, no_compute):
 
 
 def test_cli_reads_options_where_they_apply(tmp_path):
-    """Positive controls: --norm is the deprecated spelling of --placement (it works, and warns);
-    --w where the family reads it; --rank-tol with num_rank; equilibria's --w 7 default only where
-    W_V reads it."""
+    """Positive controls: --placement; --w where the family reads it; --rank-tol with num_rank;
+    equilibria's --w 7 default only where W_V reads it."""
     from rankdyn._commands import equilibria, simulate
     from rankdyn.cli import build_parser
 
     out = str(tmp_path / "out")
     parse = build_parser().parse_args
-    with pytest.warns(DeprecationWarning, match="--norm is deprecated.*use --placement"):
-        args = parse(["simulate", "--norm", "pre", "--value", "jordan", "--w", "3", "--metrics", "num_rank"])
+    args = parse(["simulate", "--placement", "pre", "--value", "jordan", "--w", "3", "--metrics", "num_rank"])
     config = simulate.check_model_args(args)
     assert config.placement == "pre" and config.w == 3.0
     assert simulate.check_run_args(args, config)[0] == ("num_rank",)

@@ -242,7 +242,7 @@ def test_multipliers_jit_vmap_equal_the_numpy_reference():
         assert np.allclose(np.sort(np.abs(got)), np.sort(np.abs(ref)), atol=2e-3)
     # The batched public call gives the same reports as one-by-one calls.
     reps = rd.stability(layer, xs)
-    assert len(reps) == xs.shape[0]
-    for r, x in zip(reps[:3], xs[:3]):
-        one = rd.stability(layer, x)
+    assert reps.batch_shape == (xs.shape[0],)
+    for i, x in enumerate(xs[:3]):
+        r, one = reps[i], rd.stability(layer, x)
         assert r.classification == one.classification and abs(r.spectral_radius - one.spectral_radius) < 1e-12

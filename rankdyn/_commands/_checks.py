@@ -73,30 +73,7 @@ def model_flags(g) -> None:
             kw["default"] = default
             if p.name.endswith("dropout"):
                 kw["metavar"] = "P"
-        if p.aliases:
-            # An alias is deprecated (``--norm`` reads as the normaliser, which is ``--ln``): it still
-            # works for one version, with a warning naming the flag to use.
-            kw["help"] += f"; {', '.join(p.aliases)}: deprecated spelling"
-            kw["action"] = _DeprecatedAlias if p.kind != "bool" else kw["action"]
-        g.add_argument(p.flag, *p.aliases, **kw)
-
-
-class _DeprecatedAlias(argparse.Action):
-    """Store the value; when given by an alias (not ``option_strings[0]``), warn once per use.
-
-    The warning is a `DeprecationWarning` (for scripts that call `rankdyn.cli.main`) and one
-    ``warning:`` line on stderr (a shell user never sees a DeprecationWarning).
-    """
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string is not None and option_string != self.option_strings[0]:
-            import sys
-            import warnings
-
-            msg = f"{option_string} is deprecated and goes in the next version: use {self.option_strings[0]}"
-            warnings.warn(msg, DeprecationWarning, stacklevel=2)
-            print(f"warning: {msg}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
+        g.add_argument(p.flag, **kw)
 
 
 def model_config(args: argparse.Namespace) -> ModelConfig:

@@ -168,7 +168,6 @@ def run(args) -> int:
             atol=args.atol,
             dt=args.dt,
             save_states=args.save_states,
-            batch_first=True,
             progress=not args.no_progress,
         )
         jax.block_until_ready(sol.summary)
@@ -237,7 +236,7 @@ def _lyapunov(args, field, x0) -> None:
     import jax
 
     from .._run._io import provenance, write_json
-    from ..flow import lyapunov_spectrum_flow
+    from ..lyapunov import lyapunov_spectrum_flow
     from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
 
     res = lyapunov_spectrum_flow(

@@ -19,7 +19,7 @@ $$\begin{pmatrix} G_X Q & G_p \\ \dot X_k^\top B Q & \dot p_k \end{pmatrix}
 solved in the least-squares sense (a minimum-norm step where the system is singular: at a
 branch point, or along a degenerate root such as the paper's first token). Because $p$ is an
 unknown, the branch turns at a fold (where $\dot p$ changes sign) instead of ending there, which
-natural-parameter stepping (`continue_equilibria`) cannot do. The step $\Delta s$ grows after
+natural-parameter stepping cannot do. The step $\Delta s$ grows after
 quick Newton convergence and halves after a failure or a tangent turning by more than
 ``max_turn``.
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from collections.abc import Sequence
 
 import jax
@@ -141,7 +140,6 @@ def equilibrium_census(
     joint_coverage: bool = False,
     progress: bool = True,
     joint: JointOptions | None = None,
-    **joint_options,
 ) -> CensusResult:
     r"""Find the distinct equilibria $F(X) = X$ of ``layer`` and classify them.
 
@@ -164,8 +162,6 @@ def equilibrium_census(
         joint: the joint search's settings, a `JointOptions` (``starts``, ``chunk``, ``method``,
             ``max_steps``, ``deflation_rounds``, ``dedup_tol``, ...; default `JointOptions()`);
             ``dedup_tol`` is also the distance of the coverage matching.
-        joint_options: deprecated: the same settings as keywords (a `DeprecationWarning`; they
-            go in the next version). Pass ``joint=JointOptions(...)``.
 
     Returns:
         A `CensusResult` (``to_dict()`` gives the JSON of ``equilibria.json``).
@@ -174,18 +170,6 @@ def equilibrium_census(
         UsageError: for per-layer weights, dropout, settings out of range or a ``search``
             that does not apply.
     """
-    unknown = [k for k in joint_options if k not in JointOptions.names()]
-    if unknown:
-        raise TypeError(f"equilibrium_census() got an unexpected keyword argument {unknown[0]!r}.")
-    if joint_options:
-        warnings.warn(
-            f"equilibrium_census({', '.join(f'{k}=' for k in joint_options)}) is deprecated and goes in "
-            "the next version: pass the joint search's settings as joint=JointOptions(...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    if joint is not None and joint_options:
-        raise UsageError("give the joint search's settings either as joint= or as keywords, not both.")
     if layer.num_layers is not None:
         raise UsageError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
     if layer.dropout > 0:
@@ -204,7 +188,7 @@ def equilibrium_census(
     how = census_method(layer, search)
     group = symmetry_group(layer)
     # One set of joint-search settings, with the census's tolerances (the dtype's defaults).
-    opts = joint if joint is not None else JointOptions(**joint_options)
+    opts = joint if joint is not None else JointOptions()
     opts = dataclasses.replace(opts, residual_tol=residual_tol, rank_tol=rank_tol, progress=progress)
     dedup_tol = opts.dedup_tol
     t0 = time.perf_counter()

@@ -1,23 +1,16 @@
-r"""Continuation of equilibria in a layer parameter: `continue_branch` (pseudo-arclength) and the
-deprecated natural-parameter `continue_equilibria`.
+r"""Continuation of equilibria in a layer parameter: `continue_branch` (pseudo-arclength).
 
 `continue_branch` follows one branch $\{(X, p) : F_p(X) = X\}$ from one equilibrium by
 pseudo-arclength continuation (`rankdyn._equilibria._arclength`: predictor along the branch
 tangent, Newton on the bordered system, step adaptation), through folds, and locates the
 bifurcations on it (`rankdyn._equilibria._bifurcations`). The multipliers $+1$ of continuous
 symmetries are quotiented out first (`rankdyn._equilibria._quotient`).
-
-`continue_equilibria` (deprecated in 0.3.x, kept with its behaviour: use `continue_branch`)
-walks a list of values, starts `find_equilibria` at value $p_{k+1}$ from the equilibria found at
-$p_k$, and reports per step how many branches were kept, lost (the solve failed: often a fold,
-which it cannot pass) and merged (two branches met, up to symmetry).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 from jaxtyping import ArrayLike, Float
@@ -39,12 +32,9 @@ from ._arclength import (
 )
 from ._bifurcations import detect, locate, locate_turn, test_function
 from ._branch import BRANCH_RESULTS, Branch
-from ._dedupe import deduplicate
 from ._quotient import commuting_rotations
-from ._solve import RESULTS, find_equilibria
-from ._symmetry import symmetry_group
 
-__all__ = ["continue_branch", "continue_equilibria"]
+__all__ = ["continue_branch"]
 
 
 def continue_branch(
@@ -254,80 +244,3 @@ def continue_branch(
         tol=float(stability_tol),
         param_name=param_name,
     )
-
-
-def continue_equilibria(
-    make_layer: Callable[[float], SelfAttentionLayer],
-    values: Sequence[float] | np.ndarray,
-    x_start: Float[ArrayLike, "m n d"],
-    *,
-    max_steps: int = 100,
-    residual_tol: float | None = None,
-    dedup_tol: float = 2e-2,
-    solver=None,
-) -> list[dict]:
-    r"""Follow equilibria along ``values`` of a layer parameter.
-
-    Arguments:
-        make_layer: ``value -> SelfAttentionLayer``; the layers must share their structure
-            (e.g. ``lambda w: uniform_causal_layer(n, d, bidiagonal(d, w))``), so one program
-            serves every value.
-        values: the parameter values, in the order to walk them (small steps keep branches).
-        x_start: equilibria ``(m, n, d)`` at ``values[0]`` (e.g. from `equilibrium_census`);
-            they are re-solved there first.
-        max_steps, residual_tol, solver: passed to `find_equilibria` (``throw=False``).
-        dedup_tol: max-abs distance under which two continued branches count as one
-            (`deduplicate`, modulo the layer's symmetries).
-
-    Returns:
-        One dict per value: ``value``, ``x`` ``(m_k, n, d)`` (the distinct equilibria kept),
-        ``residual`` ``(m_k,)``, ``rank`` ``(m_k,)``, ``kept`` / ``lost`` / ``merged`` counts
-        relative to the previous value's branches.
-
-    Raises:
-        ValueError: on an empty ``values`` or starts of the wrong shape.
-
-    Deprecated: natural-parameter stepping loses a branch at every fold; `continue_branch`
-    follows it through the fold and locates the bifurcations. Kept, with its behaviour, for code
-    written against 0.3.
-    """
-    warnings.warn(
-        "continue_equilibria is deprecated: use continue_branch (pseudo-arclength, passes folds, locates "
-        "bifurcations).",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    values = [float(v) for v in values]
-    if not values:
-        raise ValueError("values must list at least one parameter value.")
-    x = np.asarray(x_start, dtype=float)
-    if x.ndim == 2:
-        x = x[None]
-    if x.ndim != 3 or x.shape[0] == 0:
-        raise ValueError(f"x_start must hold equilibria as (m, n, d) with m >= 1, got shape {x.shape}.")
-    steps = []
-    for value in values:
-        layer = make_layer(value)
-        sol = find_equilibria(
-            layer, x, max_steps=max_steps, residual_tol=residual_tol, solver=solver, throw=False
-        )
-        ok = np.asarray(sol.result == RESULTS.successful)
-        xs, res, rank = np.asarray(sol.x)[ok], np.asarray(sol.residual)[ok], np.asarray(sol.rank)[ok]
-        # Two branches that meet (a pitchfork, or a symmetric pair) are counted once.
-        classes = deduplicate(xs, res, tol=dedup_tol, symmetries=symmetry_group(layer)) if len(xs) else []
-        keep = [int(c.members[0]) for c in classes]  # the first member is the representative
-        steps.append(
-            {
-                "value": value,
-                "x": xs[keep] if keep else np.zeros((0,) + x.shape[1:]),
-                "residual": res[keep],
-                "rank": rank[keep],
-                "kept": len(keep),
-                "lost": int((~ok).sum()),
-                "merged": int(ok.sum()) - len(keep),
-            }
-        )
-        if not keep:
-            break  # every branch was lost: nothing left to continue
-        x = xs[keep]
-    return steps

@@ -4,17 +4,14 @@
 a `TreeResult`, `joint_search` a `JointResult` and `symmetry_group` a `SymmetryGroup`; the joint
 search's settings are one `JointOptions`, shared by the census and the joint search.
 
-``to_dict()`` gives the JSON layout of 0.2 (as JSON values, `rankdyn._run._io.to_jsonable`).
-Dict-style access (``result["key"]``, ``result.get``, ``result.keys()``, ``"key" in result``), kept
-for code written against the dictionaries of 0.2, is deprecated: it still reads the field, with a
-`DeprecationWarning` that names the attribute, and goes in the next version.
+``to_dict()`` gives the JSON layout (as JSON values, `rankdyn._run._io.to_jsonable`); fields are
+read as attributes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,43 +30,12 @@ __all__ = [
 ]
 
 
-def _dict_style(result, what: str, instead: str) -> None:
-    """Warn that dict-style access ``what`` on a typed result is deprecated, naming ``instead``."""
-    warnings.warn(
-        f"{type(result).__name__}{what} (dict-style access to a typed result) is deprecated and goes "
-        f"in the next version; use {instead}.",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-
-
 class _Result:
-    """``to_dict`` for the dataclasses, and the deprecated read-only mapping access of 0.2."""
+    """``to_dict`` for the dataclasses."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Field -> JSON value (nested results as dicts, arrays as lists), the JSON layout of 0.2."""
+        """Field -> JSON value (nested results as dicts, arrays as lists)."""
         return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-    def __getitem__(self, key: str):
-        _dict_style(self, f"[{key!r}]", f"the attribute .{key}")
-        if key not in self._fields():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        _dict_style(self, f".get({key!r})", f"the attribute .{key}")
-        return getattr(self, key) if key in self._fields() else default
-
-    def keys(self) -> tuple[str, ...]:
-        _dict_style(self, ".keys()", "dataclasses.fields(result) or result.to_dict()")
-        return self._fields()
-
-    def __contains__(self, key) -> bool:
-        _dict_style(self, f": {key!r} in result", f"hasattr(result, {key!r})")
-        return key in self._fields()
-
-    def _fields(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

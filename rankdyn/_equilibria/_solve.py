@@ -41,8 +41,6 @@ annealed linearly to 0 so that the final Newton phase solves the unbiased equati
 
 from __future__ import annotations
 
-import warnings
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -53,6 +51,7 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, default_residual_tol
 from ._deflation import _log_deflation, _rank_penalty, _retract
@@ -286,23 +285,6 @@ def _solve_one(
     return EquilibriumSolution(x=x, residual=residual, result=result, steps=steps, rank=rank)
 
 
-def _renamed_starts(x0, x0s, where: str):
-    """``x0``, or the deprecated ``x0s=`` keyword (one name for the starts with `rankdyn.simulate`)."""
-    if x0s is None:
-        if x0 is None:
-            raise TypeError(f"{where}() missing the starts x0.")
-        return x0
-    warnings.warn(
-        f"{where}(x0s=) is deprecated and goes in the next version: use x0= (the name of the starts "
-        "in rankdyn.simulate and rankdyn.flow.solve_flow)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if x0 is not None:
-        raise ValueError("pass x0= only (x0s= is its deprecated spelling), not both.")
-    return x0s
-
-
 def find_equilibria(
     layer: SelfAttentionLayer,
     x0: Float[ArrayLike, "*batch n d"] | None = None,
@@ -325,7 +307,6 @@ def find_equilibria(
     rank_tol: float = EQUILIBRIUM_RANK_TOL,
     t=0,
     throw: bool = True,
-    x0s: Float[ArrayLike, "*batch n d"] | None = None,
 ) -> EquilibriumSolution:
     r"""Solve $F(X) = X$ from many starts at once (one compiled program, vmapped over starts).
 
@@ -355,7 +336,6 @@ def find_equilibria(
         t: layer index (per-layer weights).
         throw: raise if any start did not succeed (default). Batched censuses, the CLI and
             code under ``vmap`` pass ``False`` and read the per-start `RESULTS`.
-        x0s: deprecated spelling of ``x0`` (a `DeprecationWarning`; goes in the next version).
 
     Returns:
         An `EquilibriumSolution` with the batch axes of ``x0``.
@@ -364,7 +344,9 @@ def find_equilibria(
         ValueError: on bad shapes or options (trace time); with ``throw=True`` an
             `equinox.EquinoxRuntimeError` when some start did not converge.
     """
-    x0s = jnp.asarray(_renamed_starts(x0, x0s, "find_equilibria"))
+    if x0 is None:
+        raise UsageError("find_equilibria() needs the starts x0, shape (*batch, n, d).")
+    x0s = jnp.asarray(x0)
     n, d = layer.num_tokens, layer.dim
     if x0s.ndim < 2 or x0s.shape[-2:] != (n, d):
         raise ValueError(f"x0 must have shape (*batch, {n}, {d}) for this layer, got {x0s.shape}.")

@@ -18,7 +18,6 @@ from the concrete mask as a static argument); `stability` wraps it into host-sid
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Literal
 
 import equinox as eqx
@@ -64,9 +63,8 @@ class StabilityReport:
     """Linearisation of one layer map at a point, or at a batch of points (host-side NumPy arrays).
 
     For a batch ``(*batch, n, d)`` every per-point field has the batch axes in front (the
-    classification is an array of strings); ``report[i]`` is the report of one point. Iterating
-    over a batched report, or taking its ``len``, is the deprecated list behaviour of earlier
-    versions (a `DeprecationWarning`; it goes in the next version).
+    classification is an array of strings); ``report[i]`` is the report of one point. A report is
+    not a sequence: iterating over it is refused.
 
     Attributes:
         eigenvalues: complex multipliers, sorted by decreasing modulus.
@@ -118,23 +116,12 @@ class StabilityReport:
             tol=self.tol,
         )
 
-    def _as_list(self):
-        if not self.batch_shape:
-            raise TypeError("a report of one point is not a sequence.")
-        warnings.warn(
-            "stability() of a batch returns one batched StabilityReport: iterating over it or taking its "
-            "len() (the list of earlier versions) is deprecated and goes in the next version; read its "
-            "array fields, or report[i] for one point.",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return [self[i] for i in range(self.batch_shape[0])]
-
     def __iter__(self):
-        return iter(self._as_list())
-
-    def __len__(self) -> int:
-        return len(self._as_list())
+        # Without this, Python would iterate through __getitem__ (the sequence protocol) silently.
+        raise TypeError(
+            "a StabilityReport is not a sequence: read its array fields (batch axes first), or "
+            "report[i] for one point."
+        )
 
     def to_dict(self) -> dict:
         """JSON-ready dict (eigenvalues as ``[re, im]`` pairs; nested lists for a batch)."""
@@ -305,9 +292,7 @@ def stability(
             multipliers; see `cluster_means`); 0 classifies the raw moduli.
 
     Returns:
-        One `StabilityReport`; for a batch its fields have the batch axes in front (earlier
-        versions returned a list of reports: iterating over the batched report still works, with
-        a `DeprecationWarning`).
+        One `StabilityReport`; for a batch its fields have the batch axes in front.
 
     Raises:
         ValueError: if ``x`` is not ``(*batch, n, d)`` for this layer.

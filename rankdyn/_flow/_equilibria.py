@@ -48,7 +48,7 @@ def field_jacobian(field: FlowField, x: Float[ArrayLike, "n d"], beta) -> tuple[
     """``(J, B)``: the field's Jacobian on the tangent space in the basis ``B`` (``(nd, n(d-1))``).
 
     Not `rankdyn._equilibria.tangent_jacobian` (a layer map's Jacobian, one matrix): this one is
-    the vector field's, with its basis. ``rankdyn.flow.tangent_jacobian`` is its deprecated name.
+    the vector field's, with its basis.
     ``B`` is `rankdyn._equilibria.tangent_basis` ``(x)`` (the one basis of `rankdyn._model._sphere`:
     per token a Householder reflection), of the tokens' directions when ``x`` is off the spheres.
     """
@@ -150,8 +150,7 @@ def find_zeros(field: FlowField, x0, beta, *, max_steps: int = 200, rtol: float 
     r"""Zeros of $F_\beta$ near each start: Levenberg-Marquardt on $F_\beta(X/|X|)$, vmapped.
 
     The flow's equilibria, as plain arrays: not `rankdyn._equilibria.find_equilibria` (fixed
-    points of a layer map, an `EquilibriumSolution`). ``rankdyn.flow.find_equilibria`` is its
-    deprecated name.
+    points of a layer map, an `EquilibriumSolution`).
 
     Arguments:
         field: the `FlowField`.

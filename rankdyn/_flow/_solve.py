@@ -21,7 +21,6 @@ asked for.
 from __future__ import annotations
 
 import math
-import warnings
 
 import diffrax
 import equinox as eqx
@@ -65,9 +64,9 @@ class FlowSolution(eqx.Module):
         result: ``(batch,)`` a `RESULTS` member per trajectory (the name and type of
             `rankdyn.equilibria.EquilibriumSolution.result`).
         metrics: metric name -> ``(batch, S)`` per-trajectory values, or None (the name of
-            `rankdyn.Trajectory.metrics`; ``values`` is its deprecated spelling).
-        states: ``(batch, S, n, d)`` states from t = 0 with ``batch_first=True`` (the layout of
-            `rankdyn.Trajectory.states`), ``(S, batch, n, d)`` without it (deprecated), or None.
+            `rankdyn.Trajectory.metrics`).
+        states: ``(batch, S, n, d)`` states from t = 0 (the layout of
+            `rankdyn.Trajectory.states`), or None.
     """
 
     times: Array
@@ -85,16 +84,6 @@ class FlowSolution(eqx.Module):
     def successful(self) -> Array:
         """``(batch,)`` True where the trajectory's `result` is ``RESULTS.successful``."""
         return self.result == RESULTS.successful
-
-    @property
-    def values(self) -> dict | None:
-        """Deprecated spelling of `metrics` (one name with `rankdyn.Trajectory.metrics`)."""
-        warnings.warn(
-            "FlowSolution.values is deprecated and goes in the next version: use FlowSolution.metrics",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.metrics
 
     def stat(self, name: str, which: str = "mean") -> np.ndarray:
         """One statistic of one metric, ``(S,)``, or ``(beta, S)`` for a vector of temperatures."""
@@ -248,8 +237,6 @@ def solve_flow(
     chunk: int | None = None,
     progress: bool = False,
     throw: bool = False,
-    batch_first: bool | None = None,
-    observer: FlowObserver | None = None,
 ) -> FlowSolution:
     r"""Integrate the flow $\dot X = F_\beta(X)$ of ``field`` from ``x0`` and record its metrics.
 
@@ -274,17 +261,12 @@ def solve_flow(
             intervals; `rankdyn._flow._arguments.piece_length`); reaching it is reported in
             ``steps_limit_hit``, never raised.
         observe: the metrics recorded (default `FlowObserver()`; the name of `rankdyn.simulate`'s).
-        save_states: also return the states: ``(batch, S, n, d)`` with ``batch_first=True``.
+        save_states: also return the states, ``(batch, S, n, d)`` (the layout of `rankdyn.simulate`).
         per_trajectory: also return every trajectory's metrics.
         chunk: trajectories vmapped together (default: all, at most 1024, ``_arguments.MAX_CHUNK``).
         progress: show a progress bar.
         throw: raise if any trajectory's `RESULTS` is not ``successful`` (default False: read
             ``FlowSolution.result``, as the statistics leave failed trajectories out).
-        batch_first: ``True`` gives ``states`` batch-first, ``(batch, S, n, d)``, the layout of
-            `rankdyn.simulate`. Left unset with ``save_states=True``, the states keep the old
-            ``(S, batch, n, d)`` layout for one version, with a `DeprecationWarning`; the next
-            version makes batch-first the only layout.
-        observer: deprecated spelling of ``observe`` (a `DeprecationWarning`; goes in the next version).
 
     Returns:
         A `FlowSolution`.
@@ -294,27 +276,10 @@ def solve_flow(
             grid or ``x0``.
         RuntimeError: with ``throw=True``, when some trajectory did not succeed.
     """
-    check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe or observer, FlowObserver)
+    check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe, FlowObserver)
     saves = 101 if saves is None else saves
     solver_obj, controller = _solver_and_controller(solver, stepsize_controller, rtol, atol, dt)
     x0, betas, times = _validate(field, x0, t1, beta, times, saves)
-    if save_states and batch_first is None:
-        warnings.warn(
-            "solve_flow(save_states=True) returns states as (S, batch, n, d) for one more version; "
-            "pass batch_first=True for (batch, S, n, d), the layout of rankdyn.simulate and the only "
-            "one in the next version.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    if observer is not None:
-        warnings.warn(
-            "solve_flow(observer=) is deprecated and goes in the next version: use observe=",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if observe is not None:
-            raise UsageError("pass observe= only (observer= is its deprecated spelling), not both.")
-        observe = observer
     observer = FlowObserver() if observe is None else observe
     dtype = x0.dtype
     batch = x0.shape[0]
@@ -418,9 +383,9 @@ def solve_flow(
     if per_trajectory:
         vals_out = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}
     states_out = None
-    if save_states:  # (nb, batch, S, n, d); the deprecated layout is (S, batch, n, d) per beta
+    if save_states:  # (nb, batch, S, n, d)
         states_out = np.concatenate(states, axis=1)
-        states_out = pick(states_out if batch_first else np.moveaxis(states_out, 2, 1))
+        states_out = pick(states_out)
     result = jax.tree.map(lambda *a: pick(jnp.concatenate(a, axis=1)), *results)
     if throw and not bool(jnp.all(result == RESULTS.successful)):
         failed = int(np.sum(~np.asarray(result == RESULTS.successful)))

@@ -70,7 +70,7 @@ class Param:
         what: what a value is, for "unknown <what>" messages.
         fallback: the value used when unset and read (e.g. ``w`` 2.0).
         tool_default: the CLI's and the sweep's default where the API has none (``n``, ``d``).
-        flag: the CLI flag (None: not a CLI flag); ``aliases``: other spellings of it.
+        flag: the CLI flag (None: not a CLI flag).
         key: the TOML key of ``[axes]`` / ``[fixed]`` (None: not a sweep key); ``key_aliases``.
         structural: changes the compiled program (cells differing in it are compiled apart).
         api: an argument of `make_layer` (``x0`` and ``seed`` are inputs, not layer arguments).
@@ -87,7 +87,6 @@ class Param:
     fallback: Any = None
     tool_default: Any = None
     flag: str | None = None
-    aliases: tuple[str, ...] = ()
     key: str | None = None
     key_aliases: tuple[str, ...] = ()
     structural: bool = False
@@ -189,7 +188,7 @@ PARAMS: tuple[Param, ...] = (
           "add the output projection W_O (BERT-uniform); on the CLI and in sweeps: heads > 1"),
     # --- normalisation (eqs. 2-3)
     Param("placement", "choice", "post", "normalisation placement: none (eq. 2), post (eq. 3) or pre",
-          choices=PLACEMENTS, what="norm placement", flag="--placement", aliases=("--norm",), key="norm",
+          choices=PLACEMENTS, what="norm placement", flag="--placement", key="norm",
           key_aliases=("placement",), structural=True),
     Param("ln", "ln", None,
           "normalisation variant (sphere: the paper's x / ||x||), or in Python an AbstractNorm",

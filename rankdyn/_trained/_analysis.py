@@ -237,7 +237,6 @@ def attractor_census(
     x0: Float[ArrayLike, "m n d"] | None = None,
     tol: float | None = None,
     rank_rtol: float = RANK_TOL,
-    x0s: Float[ArrayLike, "m n d"] | None = None,
 ) -> dict:
     r"""Where the iterates of $F$ end from random (or given) starts: fixed points by rank, 2-cycles, neither.
 
@@ -250,7 +249,6 @@ def attractor_census(
             name of the starts in `rankdyn.simulate`).
         tol: residual under which a point counts as fixed (default 1e-8 in float64, 1e-4 in float32).
         rank_rtol: relative singular-value tolerance of the rank (`rankdyn._observe._tolerances.RANK_TOL`).
-        x0s: deprecated spelling of ``x0`` (a `DeprecationWarning`; goes in the next version).
 
     Returns:
         ``{"x": end points, "fixed": bool (m,), "period2": bool (m,) (2-cycles that are not fixed),
@@ -259,12 +257,12 @@ def attractor_census(
         {"fixed rank k": .., "2-cycle": .., "collapsed, moving": .., "not converged": ..}, "steps",
         "tol"}``.
     """
-    from .._equilibria._solve import _renamed_starts, equilibrium_rank
+    from .._equilibria._solve import equilibrium_rank
     from .._observe._metrics import mu
 
     n, d = layer.num_tokens, layer.dim
     dt = layer.weights.w_q.dtype
-    x0s = x0 if x0s is None and x0 is None else _renamed_starts(x0, x0s, "attractor_census")
+    x0s = x0
     if x0s is None:
         x0s = jax.random.normal(key, (starts, n, d), dt)
     x0s = jnp.asarray(x0s, dt)

@@ -84,7 +84,6 @@ def compute(sz: dict, seed: int) -> FlowCausalMeasured:
         max_steps=20000,
         per_trajectory=True,
         save_states=True,
-        batch_first=True,
     )
     st = np.asarray(sol.states)  # (beta, batch, S, n, d)
     moved = float(np.max(np.linalg.norm(st[:, :, :, 0] - st[:, :, :1, 0], axis=-1)))

@@ -76,9 +76,7 @@ def compute(sz: dict, seed: int) -> FlowLimitMeasured:
     for name, mask in (("causal", causal_mask(N)), ("complete", complete_mask(N))):
         q, k, v = (np.eye(D) + 0.5 * rng.normal(size=(D, D)) for _ in range(3))
         field = FlowField(mask, D, "sa", q=q, k=k, v=v)
-        ref = solve_flow(
-            field, x0, T, beta=BETA, saves=2, rtol=1e-12, atol=1e-14, save_states=True, batch_first=True
-        )
+        ref = solve_flow(field, x0, T, beta=BETA, saves=2, rtol=1e-12, atol=1e-14, save_states=True)
         xr = np.asarray(ref.states[:, -1])
         errs = []
         for h in sz["hs"]:

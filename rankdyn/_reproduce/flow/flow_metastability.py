@@ -143,7 +143,6 @@ def compute(sz: dict, seed: int) -> FlowMetastabilityMeasured:
         max_steps=20000,
         per_trajectory=True,
         save_states=True,
-        batch_first=True,
     )
     clusters, energy = np.asarray(sol.metrics["clusters"]), np.asarray(sol.metrics["energy"])
     per_beta = [_per_beta(b, times, clusters[i], energy[i]) for i, b in enumerate(betas)]
