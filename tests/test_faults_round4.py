@@ -47,3 +47,57 @@ def test_simulate_memory_is_flat_in_depth():
     saved layers at a time. The same bits come out (``tests/test_faults_bitwise.py``)."""
     short, deep = _peak_mib(300), _peak_mib(3000)
     assert deep <= 1.1 * short, (short, deep)
+
+
+# --- A chunk file is placed by the cells it holds ----------------------------------------------
+
+_TWO_CHUNKS = """
+name = "two"
+[axes]
+dqk = [0.25, 4.0]
+[fixed]
+mask = "causal"
+n = 3
+d = 2
+layers = 2
+batch = 2
+save_every = 1
+[observe]
+per_layer = ["mu"]
+final = ["mu"]
+[run]
+chunk_trajectories = 2
+"""
+
+
+def test_assemble_and_resume_check_each_chunks_cells_against_the_plan(tmp_path, capsys):
+    """A copy of chunk 0 saved as chunk 1 used to give a sweep.nc with cell 1 all NaN, exit 0;
+    ``--assemble`` now refuses it naming the cells the file holds, ``--resume`` recomputes it,
+    and a truncated chunk is called damaged, not missing."""
+    import shutil
+
+    import numpy as np
+    import xarray as xr
+
+    from rankdyn._sweep._assemble import NETCDF_ENGINE
+    from rankdyn.cli import main
+
+    config, out = tmp_path / "two.toml", tmp_path / "out"
+    config.write_text(_TWO_CHUNKS)
+    base = ["sweep", str(config), "--out", str(out), "--no-plots", "--no-progress", "--devices", "1"]
+    assert main(base) == 0
+    chunks = out / "chunks"
+    shutil.copy(chunks / "chunk_00000.npz", chunks / "chunk_00001.npz")
+    capsys.readouterr()
+    assert main(["sweep", "--assemble", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "chunk_00001.npz: it holds cells [0], not this chunk's [1]" in err, err
+    assert main(base + ["--resume"]) == 0
+    assert "chunk_00001.npz: it holds cells [0]" in capsys.readouterr().err
+    ds = xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE).load()
+    assert np.isfinite(ds["mu"].values).all()
+    data = (chunks / "chunk_00001.npz").read_bytes()
+    (chunks / "chunk_00001.npz").write_bytes(data[: len(data) // 2])
+    assert main(["sweep", "--assemble", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "missing or unusable" in err and "chunk_00001.npz: it is damaged" in err, err
