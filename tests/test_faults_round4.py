@@ -101,3 +101,36 @@ def test_assemble_and_resume_check_each_chunks_cells_against_the_plan(tmp_path, 
     assert main(["sweep", "--assemble", str(out), "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert "missing or unusable" in err and "chunk_00001.npz: it is damaged" in err, err
+
+
+# --- Memory refused before allocation ----------------------------------------------------------
+
+
+def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_path, capsys, monkeypatch):
+    """``lyapunov --batch 100000000`` drew its starting tokens before the memory check and was
+    killed by the kernel at 16 GB; the check now comes first and names the starting tokens'
+    bytes. Here the host has 64 MiB and the starts 1.5 GiB (n d = 2048, float64 in the tests)."""
+    from rankdyn._model import _tokens
+    from rankdyn._run import _memory
+    from rankdyn.cli import main
+
+    monkeypatch.setattr(_memory, "_host_available", lambda: 64 * 2**20)
+
+    def drawn(*args, **kwargs):
+        raise AssertionError("the starting tokens were drawn before the memory check")
+
+    monkeypatch.setattr(_tokens, "initial_tokens", drawn)
+    code = main(["lyapunov", "--batch", "50000", "--layers", "4", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "(starting tokens: 1.5 GiB)" in err and "lower --batch" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_flow_refuses_saves_that_cannot_fit_before_compute(tmp_path, capsys):
+    """``flow --saves 10000000``: refused naming the bytes, before any token is drawn."""
+    from rankdyn.cli import main
+
+    code = main(["flow", "--saves", "10000000", "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--saves 10000000 needs about" in err and "TiB" in err, err

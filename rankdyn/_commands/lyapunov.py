@@ -117,9 +117,29 @@ def _model(args):
     layer = layer_from_args(args, k_layer, config)
     k = check_spectrum_args(args, spectrum_dim(layer), args.layers)
     check_out_dir(args.out)
+    _check_memory_before_drawing(args, k)
     x0 = initial_tokens(k_x0, args.x0, args.n, args.d, args.batch)
     title = f"mask={args.mask} norm={args.placement} value={args.value} n={args.n} d={args.d}"
     return layer, x0, args.layers, k, {}, title
+
+
+def _check_memory_before_drawing(args, k: int) -> None:
+    """Refuse a run that cannot fit before its starting tokens are drawn (the library's own check
+    comes after them: ``--batch 100000000`` was killed by the kernel at 16 GB while drawing)."""
+    import jax
+    import jax.numpy as jnp
+
+    from .._lyapunov._budget import check_tangent_memory, default_chunk
+    from .._lyapunov._plan import make_plan
+
+    itemsize = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)).itemsize
+    m, devices = args.n * args.d, sharding_devices(args)
+    chunk = default_chunk(args.batch, m, k, itemsize, devices) if args.chunk is None else args.chunk
+    records = len(make_plan(args.layers, args.discard, args.qr_every).records)
+    # The drawn tokens and their flat copy, as `lyapunov_spectrum` holds them.
+    starts = {"starting tokens": 2 * args.batch * m * itemsize}
+    fix = "lower --batch (the starting tokens grow with it), --k, or pass a smaller --chunk."
+    check_tangent_memory(args.batch, chunk, m, k, itemsize, records, devices, extra=starts, fix=fix)
 
 
 def _checkpoint_model(args):
