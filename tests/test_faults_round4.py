@@ -134,3 +134,50 @@ def test_flow_refuses_saves_that_cannot_fit_before_compute(tmp_path, capsys):
     code = main(["flow", "--saves", "10000000", "--out", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "--saves 10000000 needs about" in err and "TiB" in err, err
+
+
+# --- reproduce --resume keeps only results computed with this run's flags ----------------------
+
+
+def test_reproduce_resume_recomputes_a_target_computed_with_other_flags(tmp_path, capsys, monkeypatch):
+    """``temperature --x64`` and then a float32 ``depth-table`` into one folder: ``--resume``
+    kept the float64 temperature.json in a float32 report (every run rewrites the folder's
+    record of its flags). Each target now records its own flags (``run_flags``) and a target
+    computed with other ones is recomputed, named with the flag. The targets are stand-ins
+    (`run_target` patched): this is about what is kept, not about the physics."""
+    import jax
+
+    import rankdyn._reproduce as rp
+    from rankdyn.cli import main
+
+    ran = []
+
+    def fake(spec, out, quick, seed, cache, checkpoint):
+        ran.append(spec.name)
+        return {
+            "name": spec.name,
+            "claim": "c",
+            "setting": {"quick": quick, "seed": seed},
+            "measured": {},
+            "verdict": "reproduced",
+            "criterion": "x",
+            "figures": [],
+            "notes": "",
+        }
+
+    monkeypatch.setattr(rp, "run_target", fake)
+    out = tmp_path / "o"
+    base = ["reproduce", "--quick", "--jobs", "1", "--no-progress", "--out", str(out)]
+    assert main([*base, "temperature", "depth-table"]) == 0  # the tests run with x64 on
+    assert rp.run_flags(True, 0)["x64"] and '"x64": true' in (out / "temperature.json").read_text()
+    jax.config.update("jax_enable_x64", False)  # as a run without --x64
+    try:
+        assert main([*base, "depth-table"]) == 0  # float32 now: the folder's record says so
+        capsys.readouterr()
+        ran.clear()
+        assert main([*base, "temperature", "depth-table", "--resume"]) == 0
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    stdout = capsys.readouterr().out
+    assert ran == ["temperature"], stdout
+    assert "recomputing temperature: it was computed with other flags (--x64 True there, False now)" in stdout
