@@ -70,6 +70,7 @@ chunk_trajectories = 2
 """
 
 
+@pytest.mark.slow
 def test_assemble_and_resume_check_each_chunks_cells_against_the_plan(tmp_path, capsys):
     """A copy of chunk 0 saved as chunk 1 used to give a sweep.nc with cell 1 all NaN, exit 0;
     ``--assemble`` now refuses it naming the cells the file holds, ``--resume`` recomputes it,
@@ -181,3 +182,37 @@ def test_reproduce_resume_recomputes_a_target_computed_with_other_flags(tmp_path
     stdout = capsys.readouterr().out
     assert ran == ["temperature"], stdout
     assert "recomputing temperature: it was computed with other flags (--x64 True there, False now)" in stdout
+
+
+# --- Ctrl-C and SIGTERM stop at the next boundary ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_lyapunov_stops_at_the_next_chunk_after_a_signal(tmp_path, capsys, monkeypatch):
+    """A SIGTERM that arrives during the first chunk (set as the handler sets it, so no timing is
+    involved) stops the run before the second chunk: exit 143, one line, nothing written. It
+    used to run every chunk to the end first."""
+    import signal
+
+    from rankdyn._lyapunov import _qr
+    from rankdyn._run import _interrupt
+    from rankdyn.cli import main
+
+    real, calls = _qr._advance, []
+
+    def advance(*args):
+        calls.append(1)
+        out = real(*args)
+        _interrupt._state["signum"] = signal.SIGTERM  # "arrived" during this piece
+        return out
+
+    monkeypatch.setattr(_qr, "_advance", advance)
+    argv = ["lyapunov", "--n", "3", "--d", "2", "--layers", "4", "--batch", "6", "--chunk", "2"]
+    try:
+        code = main([*argv, "--k", "2", "--no-progress", "--out", str(tmp_path / "o")])
+    finally:
+        _interrupt._state["signum"] = None
+    err = capsys.readouterr().err
+    assert code == 143 and len(calls) == 1, (code, calls, err)
+    assert "rankdyn lyapunov: interrupted; nothing was saved" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "lyapunov.json").exists()
