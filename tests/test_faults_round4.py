@@ -126,6 +126,10 @@ def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_
     assert code == 2, err
     assert "(starting tokens: 1.5 GiB)" in err and "lower --batch" in err, err
     assert not (tmp_path / "o").exists()
+    # --d 1 (the spheres S^0) talked about the default --k 0; it names --d.
+    assert main(["lyapunov", "--d", "1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rankdyn lyapunov: error: --d 1:") and "--k" not in err, err
 
 
 def test_flow_refuses_saves_that_cannot_fit_before_compute(tmp_path, capsys):
@@ -216,3 +220,29 @@ def test_lyapunov_stops_at_the_next_chunk_after_a_signal(tmp_path, capsys, monke
     assert code == 143 and len(calls) == 1, (code, calls, err)
     assert "rankdyn lyapunov: interrupted; nothing was saved" in err and "Traceback" not in err
     assert not (tmp_path / "o" / "lyapunov.json").exists()
+
+
+# --- Refusals before JAX loads, and their causes -----------------------------------------------
+
+
+def test_lyapunov_k_and_out_refused_before_jax(tmp_path):
+    """``--k 0``, a ``--k`` above n d and ``--out FILE`` were refused after the layer was built (50
+    XLA compiles); now before JAX is imported. (``--d 1``: in the Lyapunov memory test.)"""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code = f"""
+import sys
+from rankdyn.cli import main
+out = {str(tmp_path / "o")!r}
+for argv in (["--k", "0"], ["--k", "99999"], ["--out", {str(afile)!r}]):
+    args = ["lyapunov", "--out", out, *argv] if argv[0] != "--out" else ["lyapunov", *argv]
+    assert main(args) == 2, argv
+print("jax loaded:", "jax" in sys.modules)
+"""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "jax loaded: False" in res.stdout, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 3 and all(": error: " in ln for ln in lines), res.stderr
+    assert "--k 0: expected 1 <= k <=" in lines[0] and "--k 99999" in lines[1] and "existing file" in lines[2]

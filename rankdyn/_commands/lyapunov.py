@@ -59,6 +59,11 @@ def add_parser(sub) -> None:
 
 def check_spectrum_args(args, dim: int, layers: int) -> int:
     """The spectrum flags against the state space's dimension; returns k. UsageError names the flag."""
+    if dim == 0:  # --d 1 on the spheres S^0: the default --k would be 0, a misleading cause
+        raise UsageError(
+            f"--d {args.d}: the tokens live on the spheres S^0 (post sphere LayerNorm), whose tangent "
+            "space has dimension n(d-1) = 0: there is no spectrum to compute; use --d 2 or more."
+        )
     k = min(DEFAULT_K, dim) if args.k is None else args.k
     if not 1 <= k <= dim:
         raise UsageError(
@@ -66,6 +71,15 @@ def check_spectrum_args(args, dim: int, layers: int) -> int:
         )
     check_schedule(args, layers)
     return k
+
+
+def _check_k_bounds(args, most: int) -> None:
+    """``--k`` against what no model can change (before JAX loads): at least 1, at most ``most``
+    (n d, the largest state space); the exact dimension is checked once the layer is built."""
+    if args.k is not None and not 1 <= args.k <= most:
+        raise UsageError(
+            f"--k {args.k}: expected 1 <= k <= {most} (n d; n(d-1) on the spheres); e.g. --k {min(8, most)}."
+        )
 
 
 def check_schedule(args, layers: int | None) -> None:
@@ -108,6 +122,8 @@ def _model(args):
             "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
         )
     check_schedule(args, args.layers)  # before JAX loads: only --k needs the built layer
+    _check_k_bounds(args, args.n * args.d)
+    check_out_dir(args.out)
     import jax.random as jr
 
     from .._model._tokens import initial_tokens
