@@ -246,3 +246,24 @@ print("jax loaded:", "jax" in sys.modules)
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 3 and all(": error: " in ln for ln in lines), res.stderr
     assert "--k 0: expected 1 <= k <=" in lines[0] and "--k 99999" in lines[1] and "existing file" in lines[2]
+
+
+# --- Tracebacks --------------------------------------------------------------------------------
+
+
+def test_continue_accepts_every_param_it_lists():
+    """``continue --param qk_std | value_std | ln_radius`` (3 of the 5 choices it lists) was an
+    internal error: those parameters have no flag of their own, and the check read one. The
+    flags are checked (no compute) and the model at --from reads the parameter."""
+    from rankdyn._commands import continuation
+    from rankdyn.cli import build_parser
+
+    for name, extra in (
+        ("qk_std", ["--qk", "gaussian"]),
+        ("value_std", ["--value", "gaussian"]),
+        ("ln_radius", []),
+    ):
+        argv = ["continue", "--param", name, "--from", "0.5", "--to", "1", "--n", "2", "--d", "2", *extra]
+        args = build_parser().parse_args([*argv, "--out", "unused"])
+        config = continuation._check(args)
+        assert getattr(args, name) == 0.5 and config is not None, name
