@@ -267,3 +267,25 @@ def test_continue_accepts_every_param_it_lists():
         args = build_parser().parse_args([*argv, "--out", "unused"])
         config = continuation._check(args)
         assert getattr(args, name) == 0.5 and config is not None, name
+
+
+# --- Precision -------------------------------------------------------------------------------
+
+
+def test_lyapunov_spectrum_refuses_zero_tokens_under_the_sphere_layernorm():
+    """All-zero starting tokens gave finite exponents with nothing flagged: x/|x| is undefined
+    there. They are refused, naming the first zero token; a nonzero start is still accepted by
+    the same check (the control runs no spectrum: ``k`` 0 is refused after it)."""
+    import jax
+    import jax.numpy as jnp
+
+    import rankdyn as rd
+    from rankdyn._errors import UsageError
+    from rankdyn.lyapunov import lyapunov_spectrum
+
+    layer = rd.make_layer(jax.random.PRNGKey(0), n=3, d=2, mask="causal")
+    x0 = jnp.ones((2, 3, 2)).at[1, 2].set(0.0)
+    with pytest.raises(UsageError, match=r"1 zero token\(s\) \(first: trajectory 1, token 2\)"):
+        lyapunov_spectrum(layer, x0, 4, k=2)
+    with pytest.raises(UsageError, match="k"):
+        lyapunov_spectrum(layer, jnp.ones((2, 3, 2)), 4, k=0)
