@@ -72,9 +72,11 @@ def fold_members(acc: BatchStats, values: dict, ok) -> BatchStats:
 _fold_group = eqx.filter_jit(fold_members)
 
 #: Bytes of recorded values the depth scan holds before folding them (one group of records of
-#: a chunk): small on CPU, where it adds to the host's memory; larger on accelerators, where the
-#: fold's sequential steps (members x groups) are dear and the chunk is the whole batch.
-FOLD_BYTES = {"cpu": 2**23}
+#: a chunk): small on CPU, where it adds to the host's memory (XLA keeps several copies of a
+#: group: 8 MiB grew the peak by ~65 MiB, 1 MiB by nothing measurable, n = d = 16, 1024
+#: trajectories, 1000 layers); larger on accelerators, where the fold's sequential steps
+#: (members x groups) are dear and the chunk is the whole batch.
+FOLD_BYTES = {"cpu": 2**20}
 FOLD_BYTES_ACCELERATOR = 2**28
 
 
