@@ -289,3 +289,14 @@ def test_lyapunov_spectrum_refuses_zero_tokens_under_the_sphere_layernorm():
         lyapunov_spectrum(layer, x0, 4, k=2)
     with pytest.raises(UsageError, match="k"):
         lyapunov_spectrum(layer, jnp.ones((2, 3, 2)), 4, k=0)
+
+
+def test_checkpoints_lists_names_without_loading_jax():
+    """``rankdyn checkpoints`` took 12 s to print three names: listing them imported JAX (through
+    the checkpoint package's eager imports). It imports none now."""
+    code = "import sys; from rankdyn.cli import main; main(['checkpoints']); "
+    code += "print('jax:', 'jax' in sys.modules)"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "jax: False" in res.stdout, res.stdout + res.stderr
+    assert "rankdyn simulate --checkpoint NAME" in res.stdout
