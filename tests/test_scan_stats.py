@@ -100,39 +100,37 @@ def _shapes(jaxpr):
                     yield from _shapes(inner)
 
 
-def test_streamed_program_holds_no_batch_by_layers_array(getkey):
-    """The compiled chunk program (from a TokenSampler) has no array with the full batch axis.
+def test_streamed_program_holds_no_batch_by_layers_array(getkey, monkeypatch):
+    """The compiled chunk program (from a TokenSampler) has no array with the full batch axis,
+    and, streaming, none with the chunk and the saved layers: the statistics are folded in batch
+    order inside the scan, a group of records at a time (here 2, by a small budget), so memory
+    is flat in depth. It used to return one chunk's values at every saved layer, folded
+    afterwards: 12x the memory at 10,000 layers. Control: with per-trajectory values the walk
+    into the program's sub-jaxprs does find that ``chunk x layers`` array."""
+    from rankdyn._run import _fold
 
-    It returns one chunk's values per saved layer (``chunk x layers``, counted by the memory
-    estimate), which are folded into the statistics in batch order outside it, so that the
-    statistics do not depend on the chunk size (the bitwise contract, issue 33). Control: the
-    walk into the program's sub-jaxprs does find that ``chunk x layers`` array."""
-    n, d, chunk, blocks, batch = 3, 2, 5, 11, 37
+    n, d, chunk, blocks, batch = 3, 2, 7, 11, 37
+    # Room for two records of the chunk's values (3 metrics with eps_min, float64, and ok).
+    monkeypatch.setitem(_fold.FOLD_BYTES, jax.default_backend(), 2 * chunk * (3 * 8 + 1))
     layer = rd.make_layer(getkey(), n=n, d=d, mask="causal")
     sampler = TokenSampler(getkey(), "sphere", n, d, batch)
     obs = MetricObserver(("mu", "sigma_min"))
+    plan = lambda per: _scan.DepthPlan(blocks, 1, True, per, False, True)  # noqa: E731
+    acc = _scan.empty_acc(obs, sampler, True, blocks + 1)
 
     def shapes(per_trajectory):
         jaxpr = jax.make_jaxpr(
-            lambda s, l: _scan._first(
-                l,
-                obs,
-                s,
-                None,
-                jnp.asarray(0),
-                jnp.asarray(batch),
-                chunk,
-                _scan.DepthPlan(blocks, 1, True, per_trajectory, False, True),
-                None,
+            lambda s, l, a: _scan._first(
+                l, obs, s, None, jnp.asarray(0), jnp.asarray(batch), chunk, plan(per_trajectory), None, a
             )
-        )(sampler, layer)
+        )(sampler, layer, acc)
         return set(_shapes(jaxpr.jaxpr))
 
-    def bad(shape):
-        return batch in shape
-
-    assert not any(bad(s) for s in shapes(False)) and not any(bad(s) for s in shapes(True))
-    assert any(s[:2] == (chunk, blocks + 1) for s in shapes(False))
+    streamed, kept = shapes(False), shapes(True)
+    assert not any(batch in s for s in streamed | kept)
+    assert not any(chunk in s and (blocks in s or blocks + 1 in s) for s in streamed), sorted(streamed)
+    assert any(s[:2] == (chunk, blocks + 1) for s in kept)
+    assert any(s[:2] == (2, chunk) for s in streamed)  # one group's values
 
 
 def test_metric_subset_skips_svd_and_equals_full_run(getkey):

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._model._params import param
+from .._model._params import param, reads
 from ._checks import HelpFormatter, check_out_dir, check_positive
 from ._devices import add_devices_flag
 from .simulate import add_model_flags, check_model_args
@@ -75,7 +75,8 @@ def _check(args):
             f"--x0 {args.x0} is ignored by rankdyn continue (the starts are equilibria); drop it."
         )
     name = args.param
-    if getattr(args, name) is not None:
+    # qk_std, value_std and ln_radius have no flag of their own: only --param sets them.
+    if getattr(args, name, None) is not None:
         raise UsageError(
             f"{_flag(name)} {getattr(args, name)} is ignored: --param {name} moves it from --from to --to; "
             "drop it."
@@ -91,14 +92,13 @@ def _check(args):
             "choose another --qk or another --param."
         )
     row = param(name)
-    if row.reads is not None:
+    if not reads(row, vars(args)):  # a flag left unset reads as its fallback (--ln: sphere)
         on, values = row.reads
-        if getattr(args, on) not in values:
-            raise UsageError(
-                f"--param {name}: the model does not read {name} with {_flag(on)} {getattr(args, on)} "
-                "(only with "
-                f"{_flag(on)} {' / '.join(map(str, values))}); choose a parameter the model reads."
-            )
+        raise UsageError(
+            f"--param {name}: the model does not read {name} with {_flag(on)} {getattr(args, on)} "
+            "(only with "
+            f"{_flag(on)} {' / '.join(map(str, values))}); choose a parameter the model reads."
+        )
     config = None
     for v, flag in ((args.p_to, "--to"), (args.p_from, "--from")):
         setattr(args, name, v)

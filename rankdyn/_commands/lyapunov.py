@@ -60,6 +60,11 @@ def add_parser(sub) -> None:
 
 def check_spectrum_args(args, dim: int, layers: int) -> int:
     """The spectrum flags against the state space's dimension; returns k. UsageError names the flag."""
+    if dim == 0:  # --d 1 on the spheres S^0: the default --k would be 0, a misleading cause
+        raise UsageError(
+            f"--d {args.d}: the tokens live on the spheres S^0 (post sphere LayerNorm), whose tangent "
+            "space has dimension n(d-1) = 0: there is no spectrum to compute; use --d 2 or more."
+        )
     k = min(DEFAULT_K, dim) if args.k is None else args.k
     if not 1 <= k <= dim:
         raise UsageError(
@@ -67,6 +72,15 @@ def check_spectrum_args(args, dim: int, layers: int) -> int:
         )
     check_schedule(args, layers)
     return k
+
+
+def _check_k_bounds(args, most: int) -> None:
+    """``--k`` against what no model can change (before JAX loads): at least 1, at most ``most``
+    (n d, the largest state space); the exact dimension is checked once the layer is built."""
+    if args.k is not None and not 1 <= args.k <= most:
+        raise UsageError(
+            f"--k {args.k}: expected 1 <= k <= {most} (n d; n(d-1) on the spheres); e.g. --k {min(8, most)}."
+        )
 
 
 def check_schedule(args, layers: int | None) -> None:
@@ -109,6 +123,8 @@ def _model(args):
             "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
         )
     check_schedule(args, args.layers)  # before JAX loads: only --k needs the built layer
+    _check_k_bounds(args, args.n * args.d)
+    check_out_dir(args.out)
     import jax.random as jr
 
     from .._model._tokens import initial_tokens
@@ -118,9 +134,29 @@ def _model(args):
     layer = layer_from_args(args, k_layer, config)
     k = check_spectrum_args(args, spectrum_dim(layer), args.layers)
     check_out_dir(args.out)
+    _check_memory_before_drawing(args, k)
     x0 = initial_tokens(k_x0, args.x0, args.n, args.d, args.batch)
     title = f"mask={args.mask} placement={args.placement} value={args.value} n={args.n} d={args.d}"
     return layer, x0, args.layers, k, {}, title
+
+
+def _check_memory_before_drawing(args, k: int) -> None:
+    """Refuse a run that cannot fit before its starting tokens are drawn (the library's own check
+    comes after them: ``--batch 100000000`` was killed by the kernel at 16 GB while drawing)."""
+    import jax
+    import jax.numpy as jnp
+
+    from .._lyapunov._budget import check_tangent_memory, default_chunk
+    from .._lyapunov._plan import make_plan
+
+    itemsize = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)).itemsize
+    m, devices = args.n * args.d, sharding_devices(args)
+    chunk = default_chunk(args.batch, m, k, itemsize, devices) if args.chunk is None else args.chunk
+    records = len(make_plan(args.layers, args.discard, args.qr_every).records)
+    # The drawn tokens and their flat copy, as `lyapunov_spectrum` holds them.
+    starts = {"starting tokens": 2 * args.batch * m * itemsize}
+    fix = "lower --batch (the starting tokens grow with it), --k, or pass a smaller --chunk."
+    check_tangent_memory(args.batch, chunk, m, k, itemsize, records, devices, extra=starts, fix=fix)
 
 
 def _checkpoint_model(args):

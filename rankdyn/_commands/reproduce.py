@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = _jobs_flag(args)
     cache = use_compile_cache(args)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
-    kept, todo = _resume(args, names)
+    kept, todo = _resume(args, names, checkpoint)
     from ._phase import begin_compute
 
     begin_compute()
@@ -251,9 +251,10 @@ def _run_key(args) -> dict:
     }
 
 
-def _resume(args, names):
+def _resume(args, names, checkpoint=None):
     """``(kept results, targets to run)``: with ``--resume``, the complete targets of ``--out`` are
-    kept (a ``<target>.json`` with a verdict other than "error" and every figure it lists);
+    kept (a ``<target>.json`` with a verdict other than "error", every figure it lists, and its
+    own record of the flags it was computed with equal to this run's: `_own_flags_differ`);
     without it, everything runs. The folder's record of the run's flags is written either way.
 
     Raises:
@@ -294,9 +295,30 @@ def _resume(args, names):
                 and r.get("verdict") in VERDICTS
                 and all((args.out / str(f)).exists() for f in figures)
             ):
-                kept[n] = r
+                differ = _own_flags_differ(r, args, checkpoint)
+                if differ:
+                    print(f"--resume: recomputing {n}: {differ}")
+                else:
+                    kept[n] = r
     write_json(record, key)
     return kept, [n for n in names if n not in kept]
+
+
+def _own_flags_differ(result: dict, args, checkpoint) -> str:
+    """Why a target's result was computed with other flags than this run's ("" if it was not),
+    from the flags it records itself (`rankdyn._reproduce.run_flags`)."""
+    own = result.get("run_flags")
+    if not isinstance(own, dict):
+        return "its result records no flags (an older folder)"
+    now = {
+        "quick": bool(args.quick),
+        "seed": int(args.seed),
+        "x64": bool(args.x64),
+        "checkpoint": None if checkpoint is None else checkpoint.sha256,
+    }
+    names = {"quick": "--quick", "seed": "--seed", "x64": "--x64", "checkpoint": "--checkpoint (sha256)"}
+    diff = [f"{names[k]} {own.get(k)!r} there, {v!r} now" for k, v in now.items() if own.get(k) != v]
+    return f"it was computed with other flags ({', '.join(diff)})" if diff else ""
 
 
 def _run(args, names, checkpoint, jobs, cache, run_targets) -> dict:

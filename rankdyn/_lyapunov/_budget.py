@@ -8,14 +8,16 @@ __all__ = ["check_tangent_memory", "default_chunk"]
 
 
 def check_tangent_memory(
-    num: int, chunk: int, m: int, k: int, itemsize: int, records: int, devices=None
+    num: int, chunk: int, m: int, k: int, itemsize: int, records: int, devices=None, *, extra=None, fix=None
 ) -> None:
     """Refuse, before compute, a run whose tangent vectors cannot fit (`rankdyn._run._memory`).
 
     One chunk holds its ``(m, k)`` tangent vectors about four times (the carry, the jvp's output,
     the QR's factors); the exponents and running records are kept per trajectory of the chunk.
     With ``devices``, one whole chunk per device is in flight at once (CPU devices share the
-    host's memory, so they are counted together).
+    host's memory, so they are counted together). ``extra``: more parts (name -> bytes), e.g.
+    the starting tokens, for a caller that checks before it draws them; ``fix`` replaces the
+    advice (a command names its flags).
     """
     from .._run._memory import MemoryEstimate, check_memory
     from .._run._sharding import resolve_mesh
@@ -31,11 +33,11 @@ def check_tangent_memory(
     parts = {
         tangent: 4 * group * c * m * k * itemsize,
         "exponents and running estimates": 2 * (num + group * c * records) * k * itemsize,
-    }
+    } | dict(extra or {})
     check_memory(
         MemoryEstimate(parts),
         what=f"a Lyapunov spectrum of k={k} in dimension {m} for {num} trajectories",
-        fix="lower k, or pass a smaller chunk (trajectories advanced together).",
+        fix=fix or "lower k, or pass a smaller chunk (trajectories advanced together).",
     )
 
 

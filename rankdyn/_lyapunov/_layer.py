@@ -129,7 +129,8 @@ def lyapunov_spectrum(
 
     Raises:
         UsageError: as `rankdyn.simulate` for the layer, ``x0`` and ``devices``; a dropout layer;
-            ``k`` outside [1, dim], ``discard >= num_layers``, ``qr_every`` neither ``"auto"``
+            ``k`` outside [1, dim], a zero token under the sphere LayerNorm,
+            ``discard >= num_layers``, ``qr_every`` neither ``"auto"``
             nor >= 1, or depths that are not multiples of it.
     """
     if isinstance(x0, TokenSampler):
@@ -145,6 +146,14 @@ def lyapunov_spectrum(
     k = dim if k is None else k
     check_counts(num_layers, k, dim, discard, qr_every, what="num_layers")
     _check_logits(layer, x0, np.dtype(x0.dtype))
+    if isinstance(layer.norm, SphereNorm) and not isinstance(x0, jax.core.Tracer):
+        # x / |x| is undefined at a zero token: all-zero starts gave finite exponents, unflagged.
+        zero = np.argwhere(np.all(np.asarray(x0).reshape((-1,) + x0.shape[-2:]) == 0, axis=-1))
+        if zero.size:
+            raise UsageError(
+                f"x0 has {len(zero)} zero token(s) (first: trajectory {zero[0][0]}, token {zero[0][1]}): "
+                "the sphere LayerNorm x/|x| is undefined there, so there is no spectrum; pass nonzero tokens."
+            )
     layer, x0 = (_strong(v) for v in (layer, x0))
     n, d = layer.num_tokens, layer.dim
     batch_shape = x0.shape[:-2]

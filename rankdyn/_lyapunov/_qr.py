@@ -34,6 +34,7 @@ from jax import lax
 
 from .._errors import UsageError
 from .._observe._stats import chunk_stats, merge_stats
+from .._run._interrupt import check_interrupt
 from .._run._sharding import map_sharded, resolve_mesh
 from ._budget import check_tangent_memory, default_chunk
 from ._orthonormal import orthonormalise
@@ -218,6 +219,7 @@ def run_qr(
             t1 = min(t0 + piece, plan.num_steps)
             # t0, t1 are traced: every piece shares one compilation.
             state = _advance(propagate, state, jnp.int32(t0), jnp.int32(t1), plan, mesh)
+            check_interrupt()  # after the compile and between pieces and chunks (CLI signals only)
             if bar is not None:
                 bar.update(sum(reals) * (t1 - t0))
         for j, real in enumerate(reals):

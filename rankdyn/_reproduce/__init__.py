@@ -102,6 +102,20 @@ def _check_result(name: str, res) -> dict:
     return res
 
 
+def run_flags(quick: bool, seed: int, checkpoint=None) -> dict:
+    """The flags that make a target's result what it is, recorded in its JSON: ``reproduce
+    --resume`` keeps a target only if these equal its own run's (the folder's record of the last
+    run is not enough: a float64 target stayed in a later float32 folder)."""
+    import jax
+
+    return {
+        "quick": bool(quick),
+        "seed": int(seed),
+        "x64": bool(jax.config.jax_enable_x64),
+        "checkpoint": None if checkpoint is None else checkpoint.sha256,
+    }
+
+
 def run_targets(
     names, out, quick: bool = False, seed: int = 0, progress: bool = True, checkpoint=None
 ) -> dict:
@@ -163,6 +177,7 @@ def run_targets(
         res["runtime_s"] = time.perf_counter() - t0
         res["cpu_s"] = time.process_time() - c0  # all threads; wall >> cpu/cores means a busy machine
         res["provenance"] = provenance()
+        res["run_flags"] = run_flags(quick, seed, checkpoint)
         write_json(out / f"{name}.json", res)
         results[name] = res
         if bar is not None:

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._io import cpu_model
-from ._scan import DepthPlan, _first, _source, auto_chunk
+from ._scan import DepthPlan, _first, _source, auto_chunk, empty_acc
 
 __all__ = ["tuned_chunk", "candidates"]
 
@@ -84,7 +84,8 @@ def _key(layer, observe, x0, save_every: int, eps: bool) -> str:
 def _chunk_run(layer, observe, source, drop_key, chunk: int, num: int, plan: DepthPlan):
     """A compiled, warmed-up run of one chunk over ``plan``'s blocks, its trajectory-layers, and
     the warm-up's outputs (compared across candidates by `_same_numbers`)."""
-    args = (layer, observe, source, drop_key, jnp.asarray(0), jnp.asarray(num), chunk, plan, None)
+    acc = empty_acc(observe, source, plan.eps, plan.num_blocks + 1)
+    args = (layer, observe, source, drop_key, jnp.asarray(0), jnp.asarray(num), chunk, plan, None, acc)
     out = jax.block_until_ready(_first(*args))  # compile and warm up
     return (lambda: jax.block_until_ready(_first(*args))), chunk * plan.num_blocks * plan.save_every, out
 
@@ -92,7 +93,7 @@ def _chunk_run(layer, observe, source, drop_key, chunk: int, num: int, plan: Dep
 def _same_numbers(out, ref, m: int) -> bool:
     """Whether two `_first` outputs agree to the last bit on their first ``m`` trajectories: the
     recorded values and flags at every saved layer, and the final states and flags."""
-    (state, values, ok, _), (rstate, rvalues, rok, _) = out, ref
+    (state, values, ok, *_), (rstate, rvalues, rok, *_) = out, ref
     pairs = [(state.x, rstate.x), (state.nonfinite, rstate.nonfinite), (state.degenerate, rstate.degenerate)]
     pairs += [(ok, rok)] + [(values[k], rvalues[k]) for k in rvalues]
     return all(np.asarray(a)[:m].tobytes() == np.asarray(b)[:m].tobytes() for a, b in pairs)
@@ -144,7 +145,9 @@ def tuned_chunk(
     source = _source(x0)
     # The same layers for every candidate (sized for the largest), so their numbers can be compared.
     blocks = max(1, min(64, round(_TIMED_FLOPS / (max(cands) * save_every * work))))
-    plan = DepthPlan(blocks, save_every, True, False, False, eps)
+    # Per-trajectory values, so that the candidates' numbers can be compared (the statistics are
+    # folded inside the scan in both modes: the timed work is the same).
+    plan = DepthPlan(blocks, save_every, True, True, False, eps)
     runs = {c: _chunk_run(layer, observe, source, drop_key, c, num, plan) for c in cands}
     ref = runs[default][2]
     same = {c: run for c, run in runs.items() if _same_numbers(run[2], ref, min(c, default))}

@@ -18,7 +18,6 @@ so they do not depend on how the batch was cut either (docs/sweep.md, the bitwis
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -27,13 +26,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec
 
-from ._fold import fold_in_order
+from .._observe._stats import BatchStats
+from ._fold import empty_stats, fold_members, group_records, scan_folding
 from ._interrupt import check_interrupt
-from ._sharding import map_sharded
+from ._sharding import BATCH_AXIS, map_sharded
 
 __all__ = ["ScanState", "DepthPlan", "scan_depth", "run_batch", "auto_chunk", "estimate_parts"]
 
@@ -107,6 +105,9 @@ def scan_depth(
     include_start: bool = False,
     save_states: bool = False,
     eps: bool = True,
+    acc: BatchStats | None = None,
+    keep_values: bool = False,
+    gather_axis=None,
 ):
     r"""Advance a chunk ``state`` by ``num_blocks * save_every`` layers from block ``block0``.
 
@@ -119,9 +120,15 @@ def scan_depth(
     ``lax.cond`` choosing between that record and a block inside the scan body kept XLA from
     fusing across it and copied the carry every block (measured ~10% of a mu-only run).
 
+    With ``acc`` (`BatchStats` over this call's records) there is no reducer: the values are
+    folded into ``acc`` in batch order inside the scan (`rankdyn._run._fold.scan_folding`), a
+    group of records at a time, so memory is flat in depth; ``keep_values`` also returns them;
+    ``gather_axis`` folds the members of every device of that mesh axis, in device order.
+
     Returns:
         ``(state, ys)``: the `ScanState` after the last layer, and per record the reducer's
-        output (and the states if ``save_states``).
+        output (and the states if ``save_states``); with ``acc``, ``(state, (acc, (values, ok),
+        states))``, the values and ``ok`` record first (None unless ``keep_values``).
     """
     keys, valid = state.keys, state.valid
 
@@ -145,14 +152,17 @@ def scan_depth(
         ok = _finite(values, x_ok)
         # A zero token with finite states still counts: mu and the norms are defined there, and
         # only the metrics undefined at a zero row (its cosines) come out NaN, with the flag.
-        ys = reduce(values, (ok | (zero & x_ok)) & valid)
-        return bad | zero, nonfinite | ~(ok | (zero & x_ok)), ((ys, x) if save_states else ys)
+        counts = (ok | (zero & x_ok)) & valid
+        ys = (values, counts) if acc is not None else reduce(values, counts)
+        return bad | zero, nonfinite | ~(ok | (zero & x_ok)), ys
 
     def one_block(carry, b):
         x, bad, nonfinite = carry
         (x, bad), e = lax.scan(one_layer, (x, bad), b * save_every + jnp.arange(save_every))
         bad, nonfinite, ys = record(x, bad, nonfinite, jnp.min(e, axis=0))
-        return (x, bad, nonfinite), ys
+        if acc is not None:
+            return (x, bad, nonfinite), ys + ((x if save_states else None),)
+        return (x, bad, nonfinite), ((ys, x) if save_states else ys)
 
     # Tokens and weights made while x64 was on stay float64 after it is switched off, but the
     # layer then computes in float32, and the scan's carry would change type (a TypeError): both
@@ -162,17 +172,39 @@ def scan_depth(
     bad, nonfinite = state.degenerate, state.nonfinite
     if include_start:
         bad, nonfinite, first = record(x, bad, nonfinite, _eps_start(layer, x))
+        if acc is None and save_states:
+            first = (first, x)
     blocks = block0 + jnp.arange(num_blocks)
+    if acc is not None:
+        return _scan_folded(
+            one_block, (x, bad, nonfinite), blocks, acc, state, first if include_start else None,
+            keep_values=keep_values, gather_axis=gather_axis, save_states=save_states,
+        )  # fmt: skip
     (x, bad, nonfinite), ys = lax.scan(one_block, (x, bad, nonfinite), blocks)
     if include_start:
         ys = jax.tree.map(lambda f, y: jnp.concatenate([f[None], y]), first, ys)
     return state._replace(x=x, degenerate=bad, nonfinite=nonfinite), ys
 
 
-def _values_ok(values, ok):
-    """The depth scan's reducer for `run_batch`: every trajectory's values and whether they count
-    (the statistics are folded outside, in batch order: rankdyn._run._fold)."""
-    return values, ok
+def _scan_folded(one_block, carry, blocks, acc, state, first, *, keep_values, gather_axis, save_states):
+    """`scan_depth` with ``acc``: the start record (if any) and the blocks folded in order."""
+    x0 = carry[0]
+    if first is not None:
+        v, o = first
+        vg, og = (v, o) if gather_axis is None else lax.all_gather((v, o), gather_axis, tiled=True)
+        head = fold_members(
+            jax.tree.map(lambda t: t[:1], acc), jax.tree.map(lambda t: t[:, None], vg), og[:, None]
+        )
+        acc = jax.tree.map(lambda t: t[1:], acc)
+    (x, bad, nonfinite), acc, (kept, states) = scan_folding(
+        one_block, carry, blocks, acc, keep=keep_values, gather_axis=gather_axis
+    )
+    if first is not None:
+        cat = lambda f, y: jnp.concatenate([f[None], y])  # noqa: E731
+        acc = jax.tree.map(lambda h, t: jnp.concatenate([h, t]), head, acc)
+        kept = jax.tree.map(cat, first, kept) if keep_values else kept
+        states = jnp.concatenate([x0[None], states]) if save_states else None
+    return state._replace(x=x, degenerate=bad, nonfinite=nonfinite), (acc, kept, states)
 
 
 class _ArraySource(eqx.Module):
@@ -188,20 +220,21 @@ def _source(x0):
     return x0 if hasattr(x0, "sample") else _ArraySource(x0)
 
 
-def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh):
+def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh, acc):
     """One depth piece of a chunk, on one device, or of ``k`` chunks on the ``k`` devices of ``mesh``.
 
-    Returns ``(state, values, ok, states)``, batch first: every trajectory's recorded values
-    (name -> ``(c, records, ...)``), whether each counts (``(c, records)``: real and finite), and
-    the states (or None).
+    Returns ``(state, values, ok, states, acc)``: ``acc`` with the piece's records of these
+    trajectories folded in, in batch order; with ``plan.per_trajectory`` also every
+    trajectory's values (name -> ``(c, records, ...)``) and whether each counts (``(c,
+    records)``: real and finite), else None; the states ``(c, records, n, d)`` or None.
     """
 
     def local(model, state_):
-        layer_, observe_, block0_ = model
-        state_, ys = scan_depth(
+        layer_, observe_, block0_, acc_ = model
+        state_, (acc_, (values, ok), states) = scan_depth(
             layer_,
             observe_,
-            _values_ok,
+            None,
             state_,
             block0_,
             plan.num_blocks,
@@ -209,31 +242,46 @@ def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, me
             include_start=plan.include_start,
             save_states=plan.save_states,
             eps=plan.eps,
+            acc=acc_,
+            keep_values=plan.per_trajectory,
+            gather_axis=None if mesh is None else BATCH_AXIS,
         )
-        (values, ok), states = ys if plan.save_states else (ys, None)
         # Batch-first outputs, so that a device mesh concatenates them along its axis.
-        values = jax.tree.map(lambda v: jnp.moveaxis(v, 0, 1), values)
-        states = None if states is None else jnp.moveaxis(states, 0, 1)
-        return state_, values, ok.T, states
+        first = lambda v: None if v is None else jnp.moveaxis(v, 0, 1)  # noqa: E731
+        values = None if values is None else jax.tree.map(first, values)
+        return (state_, values, first(ok), first(states)), acc_
 
     if mesh is None:
-        return local((layer, observe, block0), state)
-    return map_sharded(local, mesh, (layer, observe, block0), state)
+        out, acc = local((layer, observe, block0, acc), state)
+    else:  # the statistics come back once (every device folded all members, in order)
+        out, acc = map_sharded(local, mesh, (layer, observe, block0, acc), state, shared_out=True)
+    return out + (acc,)
 
 
 @eqx.filter_jit
-def _first(layer, observe, source, drop_key, start, num, chunk: int, plan: DepthPlan, mesh):
+def _first(layer, observe, source, drop_key, start, num, chunk: int, plan: DepthPlan, mesh, acc):
     """Draw a chunk's initial tokens and run its first depth piece, recording layer 0 too."""
     index = start + jnp.arange(chunk)
     keys = None if drop_key is None else jax.vmap(lambda i: jr.fold_in(drop_key, i))(index)
     state = ScanState.start(source.sample(index), keys, valid=index < num)
-    return _chunk_program(layer, observe, state, jnp.zeros((), start.dtype), plan, mesh)
+    return _chunk_program(layer, observe, state, jnp.zeros((), start.dtype), plan, mesh, acc)
 
 
 @eqx.filter_jit
-def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh):
+def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh, acc):
     """Continue a chunk by one depth piece (progress mode)."""
-    return _chunk_program(layer, observe, state, block0, plan, mesh)
+    return _chunk_program(layer, observe, state, block0, plan, mesh, acc)
+
+
+@eqx.filter_jit  # traced once per observer and shape: a sweep of parameters compiles nothing new
+def empty_acc(observe, source, eps: bool, records: int) -> BatchStats:
+    """Statistics of no trajectory over ``records`` records of ``observe`` (and ``eps_min``)."""
+    x = jax.eval_shape(lambda s: _canonical(s.sample(jnp.zeros(1, int))), source)
+    shapes = dict(jax.eval_shape(jax.vmap(observe), x))
+    one = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in shapes.items()}
+    if eps:
+        one["eps_min"] = jax.ShapeDtypeStruct((), x.dtype)
+    return empty_stats(one, records)
 
 
 @eqx.filter_jit
@@ -276,15 +324,16 @@ def estimate_parts(
     One chunk's layer needs about ten token-sized buffers and three score-sized ones per head
     (scores, softmax, mask select); saved outputs are per layer and metric, times the batch
     when per-trajectory values or states are kept (twice: the chunks and their concatenation),
-    else one chunk's values (until they are folded, `rankdyn._run._fold`) and five running
-    statistics per layer and metric.
+    and five running statistics per layer and metric (twice: a piece's and the result), plus one
+    group of a chunk's values, folded inside the scan (`rankdyn._run._fold.group_records`).
     """
     work = chunk * (10 * n * d + 3 * heads * n * n) * itemsize
     if per_trajectory or save_states:
         per = num_metrics + 1 + (n * d if save_states else 0)
         out = 2 * num * num_saved * per * itemsize
     else:
-        out = 2 * num_saved * (num_metrics + 1) * (5 + chunk) * itemsize
+        group = min(num_saved, group_records(chunk, (num_metrics + 1) * itemsize + 1, num_saved))
+        out = (2 * 5 * num_saved + 3 * group * chunk) * (num_metrics + 1) * itemsize
     return {"working set of one chunk": int(work), "per-layer metrics": int(out)}
 
 
@@ -329,24 +378,25 @@ def run_batch(
         from ._progress import progress_bar as tqdm
 
         bar = tqdm(total=num * num_layers, desc="simulate", unit="traj-layer", unit_scale=True)
-    acc, nonfinite_count, degenerate_count = None, 0, 0
+    nonfinite_count, degenerate_count = 0, 0
     per = {"values": [], "nonfinite": [], "degenerate": [], "states": []}
     num_arr = jnp.asarray(num)
+    # The running statistics, one part per depth piece (the pieces are the same in every chunk).
+    sizes = [min(piece, num_blocks - b) for b in range(0, max(num_blocks, 1), piece)]
+    accs = [empty_acc(observe, source, eps, nb + (i == 0)) for i, nb in enumerate(sizes)]
     for start in range(0, num, step):
-        nb = min(piece, num_blocks)
-        plan = DepthPlan(nb, save_every, True, per_trajectory, save_states, eps)
-        state, values, ok, states = _first(
-            layer, observe, source, drop_key, jnp.asarray(start), num_arr, step, plan, mesh
+        plan = DepthPlan(sizes[0], save_every, True, per_trajectory, save_states, eps)
+        state, values, ok, states, accs[0] = _first(
+            layer, observe, source, drop_key, jnp.asarray(start), num_arr, step, plan, mesh, accs[0]
         )
         check_interrupt()  # after the first piece's compile and between chunks
         value_parts, ok_parts, state_parts = [values], [ok], [states]
-        b = nb
+        b = sizes[0]
         if bar is not None:
-            bar.update(min(step, num - start) * nb * save_every)
-        while b < num_blocks:
-            nb = min(piece, num_blocks - b)
+            bar.update(min(step, num - start) * b * save_every)
+        for i, nb in enumerate(sizes[1:], 1):
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
-            state, v, o, st = _advance(layer, observe, state, jnp.asarray(b), plan, mesh)
+            state, v, o, st, accs[i] = _advance(layer, observe, state, jnp.asarray(b), plan, mesh, accs[i])
             check_interrupt()
             value_parts.append(v)
             ok_parts.append(o)
@@ -354,23 +404,17 @@ def run_batch(
             b += nb
             if bar is not None:
                 bar.update(min(step, num - start) * nb * save_every)
-        values = _join_values(value_parts)
-        ok = jnp.concatenate(ok_parts, axis=1) if len(ok_parts) > 1 else ok_parts[0]
-        if mesh is None:
-            acc = fold_in_order(acc, values, ok)
-        else:  # every process gets all values, folded on one local device in batch order
-            whole = _gathered(mesh)((values, ok))
-            acc = fold_in_order(acc, *jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), whole))
         nf, dg = _flag_counts(state.valid, state.nonfinite, state.degenerate)
         nonfinite_count, degenerate_count = nonfinite_count + nf, degenerate_count + dg
         if per_trajectory or save_states:
-            per["values"].append(values if per_trajectory else None)
+            per["values"].append(_join_values(value_parts) if per_trajectory else None)
             per["nonfinite"].append(state.nonfinite)
             per["degenerate"].append(state.degenerate)
             if save_states:
                 per["states"].append(
                     jnp.concatenate(state_parts, axis=1) if len(state_parts) > 1 else state_parts[0]
                 )
+    acc = accs[0] if len(accs) == 1 else jax.tree.map(lambda *a: jnp.concatenate(a), *accs)
     if bar is not None:
         bar.close()
     return (
@@ -378,12 +422,6 @@ def run_batch(
         (nonfinite_count, degenerate_count),
         (_join_chunks(per, num) if (per_trajectory or save_states) else None),
     )
-
-
-@functools.lru_cache(maxsize=8)
-def _gathered(mesh):
-    """The identity, its output replicated on every device of ``mesh`` (one program per mesh)."""
-    return jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, PartitionSpec()))
 
 
 def _join_values(parts):

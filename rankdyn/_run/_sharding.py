@@ -83,12 +83,14 @@ def shard_batch(x: ArrayLike, mesh: Mesh | None = None) -> Array:
     return jax.device_put(x, NamedSharding(mesh, PartitionSpec(BATCH_AXIS)))
 
 
-def map_sharded(fn, mesh: Mesh, replicated, batched):
+def map_sharded(fn, mesh: Mesh, replicated, batched, *, shared_out: bool = False):
     """Run ``fn(replicated, batched)`` with ``batched`` (a pytree of arrays with a common
     leading axis) split over ``mesh`` and ``replicated`` copied to every device.
 
     The leading axis is padded to a multiple of the device count with copies of member 0
-    (computed and discarded), so any batch size works. Outputs must keep the leading axis.
+    (computed and discarded), so any batch size works. Outputs must keep the leading axis;
+    with ``shared_out``, ``fn`` returns ``(batched outputs, shared outputs)``, the latter the
+    same on every device (computed from all of them with a collective) and returned once.
     """
     import equinox as eqx
 
@@ -103,7 +105,9 @@ def map_sharded(fn, mesh: Mesh, replicated, batched):
         return fn(eqx.combine(dyn, static), b)
 
     spec = PartitionSpec(BATCH_AXIS)
-    out = jax.shard_map(local, mesh=mesh, in_specs=(PartitionSpec(), spec), out_specs=spec, check_vma=False)(
-        dynamic, batched
-    )
-    return jax.tree.map(lambda v: v[:num], out) if pad else out
+    out_specs = (spec, PartitionSpec()) if shared_out else spec
+    in_specs = (PartitionSpec(), spec)
+    mapped = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    out = mapped(dynamic, batched)
+    cut = (lambda o: jax.tree.map(lambda v: v[:num], o)) if pad else (lambda o: o)
+    return (cut(out[0]), out[1]) if shared_out else cut(out)

@@ -65,8 +65,8 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     finals = {k: np.full((ncell, max_batch), np.nan) for k in cfg.final}
     counts = {k: np.zeros(ncell, np.int64) for k in ("nonfinite", "degenerate")}
     devices_per_chunk = []
-    for i in range(len(plan.chunks)):
-        data = _load_chunk(_chunk_path(out, i), cfg)
+    for i, (_, chunk_cells) in enumerate(plan.chunks):
+        data = _load_chunk(_chunk_path(out, i), cfg, chunk_cells)
         if data is None:
             raise UsageError(
                 f"chunk {i} of the sweep in {str(out)!r} is missing; run with --resume to complete it."

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._schema import SweepConfig
 
-__all__ = ["_chunk_path", "_load_chunk"]
+__all__ = ["_chunk_path", "_load_chunk", "chunk_problem"]
 
 
 def _chunk_path(out: Path, i: int) -> Path:
@@ -26,13 +26,16 @@ def _chunk_path(out: Path, i: int) -> Path:
 _DAMAGED = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
-def _load_chunk(path: Path, cfg: SweepConfig, *, report: bool = False) -> dict[str, np.ndarray] | None:
-    """The arrays of a chunk file, or None if it is missing, damaged or of another sweep.
+def chunk_problem(path: Path, cfg: SweepConfig, cells) -> tuple[dict[str, np.ndarray] | None, str]:
+    """``(arrays, "")`` for a usable chunk file, else ``(None, why)``: ``"missing"``, or why the
+    file on disk cannot be used (damaged, of another configuration, or holding other cells).
 
-    With ``report``, a file that exists but cannot be used is named on stderr (it is recomputed).
+    ``cells`` are the flat cell indices the plan gives this chunk: a file is placed by the cells
+    it holds, never by its name alone (a copy of chunk 0 saved as chunk 1 filled chunk 0's cells
+    twice and left chunk 1's all NaN, with exit 0).
     """
     if not path.exists():
-        return None
+        return None, "missing"
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -45,10 +48,25 @@ def _load_chunk(path: Path, cfg: SweepConfig, *, report: bool = False) -> dict[s
         missing = [k for k in names if k not in data]
         if ok and missing:
             ok, why = False, f"it is damaged (no {missing[0]!r})"
+        held = np.asarray(data.get("cells", [])).ravel().tolist()
+        if ok and held != [int(c) for c in cells]:
+            shown = lambda c: str(c[:6])[:-1] + (", ...]" if len(c) > 6 else "]")  # noqa: E731
+            ok, why = (
+                False,
+                f"it holds cells {shown(held)}, not this chunk's {shown(list(cells))} (a copied file?)",
+            )
     except _DAMAGED as err:
         ok, why = False, f"it is damaged ({type(err).__name__}: {err})"
-    if not ok:
-        if report:
-            print(f"{path}: {why}; recomputing this chunk", file=sys.stderr, flush=True)
-        return None
+    return (data, "") if ok else (None, why)
+
+
+def _load_chunk(path: Path, cfg: SweepConfig, cells, *, report: bool = False) -> dict[str, np.ndarray] | None:
+    """The arrays of a chunk file, or None if it is missing, damaged, of another sweep or holds
+    other ``cells`` than the plan's for this chunk (`chunk_problem`).
+
+    With ``report``, a file that exists but cannot be used is named on stderr (it is recomputed).
+    """
+    data, why = chunk_problem(path, cfg, cells)
+    if data is None and why != "missing" and report:
+        print(f"{path}: {why}; recomputing this chunk", file=sys.stderr, flush=True)
     return data

@@ -29,7 +29,7 @@ from .._run._io import (
 )
 from .._run._memory import check_memory
 from ._assemble import NETCDF_ENGINE, assemble_sweep
-from ._chunks import _chunk_path, _load_chunk
+from ._chunks import _chunk_path, _load_chunk, chunk_problem
 from ._plan import SweepPlan, sweep_memory, sweep_plan
 from ._schema import SweepConfig
 from ._tasks import FOLDER_LOCK, TASKS_DIR, TaskLock, TaskShare, folder_lock, missing_report
@@ -204,7 +204,9 @@ def run_sweep(
             stale.unlink(missing_ok=True)
     try:
         mine = [i for i in range(len(plan.chunks)) if share.owns(i)]
-        todo = [i for i in mine if _load_chunk(_chunk_path(out, i), cfg, report=True) is None]
+        todo = [
+            i for i in mine if _load_chunk(_chunk_path(out, i), cfg, plan.chunks[i][1], report=True) is None
+        ]
         for i in todo:  # temp files of this task's chunks, left by a killed writer (no one else writes them)
             for stale in (out / "chunks").glob(f".{_chunk_path(out, i).name}.*.tmp"):
                 stale.unlink(missing_ok=True)
@@ -212,7 +214,9 @@ def run_sweep(
         # The last task to finish assembles: under the folder lock, so two never write at once
         # (assembling twice is harmless: the same chunk files give the same dataset).
         with folder_lock(out):
-            missing = [i for i in range(len(plan.chunks)) if _load_chunk(_chunk_path(out, i), cfg) is None]
+            missing = [
+                i for i, (_, c) in enumerate(plan.chunks) if _load_chunk(_chunk_path(out, i), cfg, c) is None
+            ]
             if task is not None:
                 write_json(out / TASKS_DIR / f"{share.lock_name[:-5]}.timing.json", timing)
             if missing:
@@ -330,9 +334,20 @@ def assemble_folder(out: str | os.PathLike, *, command: str = ""):
     config = out / "config.toml"
     plan = sweep_plan(cfg)
     with folder_lock(out):
-        missing = [i for i in range(len(plan.chunks)) if _load_chunk(_chunk_path(out, i), cfg) is None]
+        problems = {i: chunk_problem(_chunk_path(out, i), cfg, c)[1] for i, (_, c) in enumerate(plan.chunks)}
+        missing = [i for i, why in problems.items() if why]
         if missing:
             cmd = command or f"rankdyn sweep {config} --out {out}"
             cmd += " --x64" if meta.get("dtype") == "float64" else ""
-            raise UsageError(f"--assemble: {missing_report(out, missing, len(plan.chunks), cmd)}")
+            # A file on disk that cannot be used is named with its reason, not called "missing".
+            unusable = [
+                f"{_chunk_path(out, i).name}: {why}"
+                for i, why in problems.items()
+                if why not in ("", "missing")
+            ]
+            named = f" ({'; '.join(unusable[:3])}{'; ...' if len(unusable) > 3 else ''})" if unusable else ""
+            report = missing_report(out, missing, len(plan.chunks), cmd)
+            if unusable:
+                report = report.replace(" missing in ", " missing or unusable in ", 1)
+            raise UsageError(f"--assemble: {report[:-1]}{named}.")
         return cfg, _write_dataset(cfg, out)
