@@ -115,9 +115,8 @@ class MaskStructure:
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
             raise UsageError(f"block must be a positive integer, got {block!r}.")
         right = left if right is None else right
-        return cls(
-            "block-sparse", _check_n(n), left=_nonneg("left", left), right=_nonneg("right", right), block=int(block)
-        )
+        left, right = _nonneg("left", left), _nonneg("right", right)
+        return cls("block-sparse", _check_n(n), left=left, right=right, block=int(block))
 
     @classmethod
     def from_csr(cls, n: int, indptr, indices) -> "MaskStructure":
@@ -153,8 +152,8 @@ class MaskStructure:
         return hash(self._key())
 
     def _key(self):
-        return (self.kind, self.n, self.left, self.right, self.dilation, self.hops, self.num_global, self.block,
-                self.digest)  # fmt: skip
+        shape = (self.left, self.right, self.dilation, self.hops, self.num_global, self.block)
+        return (self.kind, self.n, *shape, self.digest)
 
     # ------------------------------------------------------------------ views
     @property
@@ -185,7 +184,8 @@ class MaskStructure:
             return np.frombuffer(self.rows[0], np.int64), np.frombuffer(self.rows[1], np.int64)
         if self.kind == "dilated":
             reach = self.hops * self.dilation
-            offs = sorted({0, -1, 1} | {s * m * self.dilation for m in range(1, self.hops + 1) for s in (-1, 1)})
+            hops = {s * m * self.dilation for m in range(1, self.hops + 1) for s in (-1, 1)}
+            offs = sorted({0, -1, 1} | hops)
             offs = np.array([o for o in offs if abs(o) <= max(reach, 1)], np.int64)
             cols = np.arange(self.n)[:, None] + offs[None, :]
             ok = (cols >= 0) & (cols < self.n)
