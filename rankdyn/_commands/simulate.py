@@ -219,7 +219,7 @@ def run(args) -> int:
     layer = layer_from_args(args, k_layer, config)
     # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).
     x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
-    info = graph_info(np.asarray(layer.mask))
+    info = graph_info(layer.mask)  # a MaskStructure on the blocked path: no n x n array
 
     with CompileTimer() as timer:
         traj = simulate(

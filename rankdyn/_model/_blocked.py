@@ -27,6 +27,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 from .._errors import UsageError
 from ._mask_structure import MaskStructure, as_structure
 from ._masks import mask_from_adjacency
+from ._names import ATTENTION_MODES
 from ._products import _add_bias, _head_einsum, _project
 
 __all__ = [
@@ -42,8 +43,6 @@ __all__ = [
 # A MaskStructure is static (hashable, no arrays): a pytree node without leaves inside a layer.
 jax.tree_util.register_static(MaskStructure)
 
-#: The attention paths: the dense (n, n) softmax, the blocked online softmax, or chosen by size.
-ATTENTION_MODES = ("dense", "blocked", "auto")
 #: ``attention="auto"`` takes the blocked path from this many tokens (docs/long-context.md:
 #: measured on a 2-core AMD EPYC, causal d = 64, where the blocked path stops being slower).
 AUTO_BLOCKED_MIN_TOKENS = 2048
@@ -163,7 +162,7 @@ def _online_softmax(layer, q, k, v, prec):
     q, k, v = (_pad_blocks(a, nb, size) for a in (q, k, v))
     h, dt = q.shape[0], q.dtype
     neg = jnp.finfo(dt).min
-    iota = jnp.arange(size)
+    iota = jnp.arange(size, dtype=jnp.int32)
 
     def step(carry, pair):
         m, l, smin, acc = carry
