@@ -156,7 +156,7 @@ class SelfAttentionLayer(eqx.Module):
 
     def __init__(
         self,
-        mask: ArrayLike,
+        mask: ArrayLike | MaskStructure,
         w_q: ArrayLike,
         w_k: ArrayLike,
         w_v: ArrayLike,

@@ -1,0 +1,152 @@
+"""The blocked attention path (issue 45, item 3): equal to the dense path, and never n x n.
+
+Oracle: the dense path (`masked_softmax` over the (n, n) scores). At an odd n (37, which no block
+size of 8 divides: the last block is ragged) and for every mask kind, depth 8 in float64, each
+metric satisfies |m_blocked - m_dense| <= 1e-12 (|m_dense| + ||X||_F), integer ranks are equal
+and eps_min agrees to 1e-10 relative. A wrong window edge, a missed key block, a forgotten
+rescale of the running sums or a padded key let through changes the states at O(1).
+"""
+
+import equinox as eqx
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rankdyn._errors import UsageError
+from rankdyn._model._blocked import AUTO_BLOCKED_MIN_TOKENS, resolve_attention
+from rankdyn._model._layer import MLPWeights, SelfAttentionLayer
+from rankdyn._model._mask_structure import MaskStructure as MS
+from rankdyn._model._mask_structure import make_mask_structure
+from rankdyn._model._norms import make_norm
+from rankdyn._model._positions import rotary
+from rankdyn._observe._observer import MetricObserver
+
+N, D, DEPTH, BLOCK = 37, 6, 8, 8
+
+
+def _weights(rng, heads, layers=None):
+    """Gaussian weights of spectral norm about 1 (NumPy: no compile per draw), ``b_q`` with heads."""
+    lead = (layers,) if layers else ()
+    dh = D // heads
+    g = lambda shape: rng.standard_normal(lead + shape) / np.sqrt(shape[-2])
+    w = dict(w_q=g((heads, D, dh)), w_k=g((heads, D, dh)), w_v=g((heads, D, dh)))
+    if heads > 1:
+        w["w_o"] = g((heads * dh, D))
+        w["b_q"] = 0.3 * rng.standard_normal(lead + (heads, dh))
+    return w
+
+
+def _cases(rng):
+    """(structure, layer kwargs): every mask kind, and across them every placement, heads + W_O,
+    biases, skip, MLP, per-layer weights, a LayerNorm, rotary embeddings and a temperature."""
+    w1, w2 = rng.standard_normal((D, 2 * D)) / 3, rng.standard_normal((2 * D, D)) / 3
+    mlp = MLPWeights(*(jnp.asarray(a) for a in (w1, np.zeros(2 * D), w2, np.zeros(D))))
+    masks = [
+        MS.complete(N), MS.causal(N), MS.window(N, 3, 1), MS.window(N, 2, 0), MS.dilated(N, 2, 3),
+        MS.global_local(N, 2, 2), MS.block_sparse(N, 5, 1, 0),
+        make_mask_structure("random", N, degree=3, seed=1),
+    ]  # fmt: skip
+    extras = [
+        dict(placement="post"),
+        dict(placement="pre", skip=True, mlp=mlp, **_weights(rng, 2)),
+        dict(placement="none", dqk=2.5),
+        dict(placement="post", skip=True, norm=make_norm("layernorm", D), **_weights(rng, 1, layers=DEPTH)),
+        dict(placement="pre", attention_from_normalized=False, **_weights(rng, 2)),
+        dict(placement="post", rotary=rotary(N, D, 10000.0, jnp.float64)),
+        dict(placement="post", skip=True, mlp=mlp),
+        dict(placement="pre", **_weights(rng, 3)),
+    ]
+    base = {k: v[0] for k, v in _weights(rng, 1).items()}  # (d, d): the paper's single head
+    for s, extra in zip(masks, extras):
+        yield s, base | extra
+
+
+def _run(layers, x):
+    def body(xs, t):
+        out = [l(xi, t) for l, xi in zip(layers, xs)]
+        return [o[0] for o in out], ([o[0] for o in out], [o[1].eps_min for o in out])
+
+    return jax.lax.scan(body, [x] * len(layers), jnp.arange(DEPTH))[1]
+
+
+def test_blocked_equals_dense_every_mask_odd_n_depth_8():
+    rng = np.random.default_rng(0)
+    cases = list(_cases(rng))
+    layers = []
+    for s, kw in cases:
+        layers += [
+            SelfAttentionLayer(s, **kw),
+            SelfAttentionLayer(s, **kw, attention="blocked", block_size=BLOCK),
+        ]
+    assert [l.attention_path for l in layers] == ["dense", "blocked"] * len(cases)
+    x0 = jnp.asarray(rng.standard_normal((N, D)))
+    states, eps = eqx.filter_jit(_run)(layers, x0)
+    metrics = jax.jit(jax.vmap(jax.vmap(MetricObserver())))(jnp.stack(states))  # (layers, depth)
+    for c, (s, _) in enumerate(cases):
+        xd, xb = states[2 * c], states[2 * c + 1]
+        assert np.all(np.isfinite(np.asarray(xd))), s
+        fro = jnp.linalg.norm(xd, axis=(1, 2))
+        assert np.all(np.abs(xb - xd).max(axis=(1, 2)) <= 1e-12 * fro), s
+        for name, m in metrics.items():
+            md, mb = m[2 * c], m[2 * c + 1]
+            if name == "num_rank":
+                assert np.array_equal(md, mb), (s, name)
+            else:
+                assert np.all(np.abs(mb - md) <= 1e-12 * (np.abs(md) + fro)), (s, name, np.abs(mb - md).max())
+        ed, eb = eps[2 * c], eps[2 * c + 1]
+        assert np.all(ed > 0), s
+        np.testing.assert_allclose(eb, ed, rtol=1e-10, err_msg=str(s))
+
+
+def test_blocked_path_has_no_n_by_n_array():
+    # Traced only (no compile): no value of the blocked program, inside the block scan included,
+    # holds n^2 / 16 numbers; the dense program does (the check can fail).
+    n, d = 4096, 8
+    w = jnp.eye(d)
+
+    def biggest(layer):
+        jaxpr = jax.make_jaxpr(lambda x: layer(x))(jnp.zeros((layer.num_tokens, d)))
+        sizes = []
+
+        def walk(j):
+            for e in j.eqns:
+                sizes.extend(int(np.prod(v.aval.shape)) for v in e.outvars if hasattr(v.aval, "shape"))
+                for sub in jax.extend.core.jaxprs_in_params(e.params):
+                    walk(sub)
+
+        walk(jaxpr.jaxpr)
+        return max(sizes)
+
+    window = MS.window(n, 16, 16)
+    assert biggest(SelfAttentionLayer(window, w, w, w, attention="blocked")) < n * n // 16
+    assert biggest(SelfAttentionLayer(MS.window(256, 16, 16), w, w, w)) >= 256 * 256
+    layer = SelfAttentionLayer(make_mask_structure("window", n, window=16), w, w, w, attention="auto")
+    assert layer.attention_path == "blocked" and isinstance(layer.mask, MS)
+
+
+def test_refusals_name_the_feature():
+    w = jnp.eye(4)
+    with pytest.raises(UsageError, match="attn-dropout"):
+        SelfAttentionLayer(MS.causal(5), w, w, w, attention="blocked", attn_dropout=0.1)
+    with pytest.raises(UsageError, match="fixed_attention"):
+        SelfAttentionLayer(
+            MS.causal(5), w, w, w, attention="blocked", fixed_attention=np.tril(np.ones((5, 5))) / 5
+        )
+    with pytest.raises(UsageError, match="logit_bias"):
+        SelfAttentionLayer(MS.causal(5), w, w, w, attention="blocked", logit_bias=np.zeros((1, 5, 5)))
+    with pytest.raises(UsageError, match="attention must be one of"):
+        resolve_attention("flash", 5, attn_dropout=0.0, fixed_attention=False, logit_bias=False)
+    # auto never refuses: it keeps the dense path for what the blocked one cannot carry.
+    big = AUTO_BLOCKED_MIN_TOKENS
+    assert (
+        resolve_attention("auto", big, attn_dropout=0.1, fixed_attention=False, logit_bias=False) == "dense"
+    )
+    assert (
+        resolve_attention("auto", big, attn_dropout=0.0, fixed_attention=False, logit_bias=False) == "blocked"
+    )
+    assert (
+        resolve_attention("auto", big - 1, attn_dropout=0.0, fixed_attention=False, logit_bias=False)
+        == "dense"
+    )
