@@ -22,6 +22,7 @@ from rankdyn._model._mask_structure import make_mask_structure
 from rankdyn._model._norms import make_norm
 from rankdyn._model._positions import rotary
 from rankdyn._observe._observer import MetricObserver
+from rankdyn.cli import main
 
 N, D, DEPTH, BLOCK = 37, 6, 8, 8
 
@@ -150,3 +151,30 @@ def test_refusals_name_the_feature():
         resolve_attention("auto", big - 1, attn_dropout=0.0, fixed_attention=False, logit_bias=False)
         == "dense"
     )
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--attention", "flash"], "invalid choice: 'flash'"),
+        (
+            ["--attention", "blocked", "--attn-dropout", "0.1"],
+            "--attention blocked cannot carry --attn-dropout",
+        ),
+        (
+            ["--attention", "blocked", "--mask", "window", "--window", "32"],
+            "--window 32 is not smaller than --n 32",
+        ),
+        (["--mask", "random", "--mask-degree", "32"], "--mask-degree 32 draws that many keys"),
+        (["--mask", "causal", "--mask-degree", "3"], "--mask-degree 3 is ignored by --mask causal"),
+    ],
+)
+def test_cli_refuses_before_compute(flags, says, capsys):
+    # One error line and exit 2, before JAX computes anything (n = 32 by default).
+    try:
+        code = main(["simulate", "--n", "32", *flags])
+    except SystemExit as exc:  # argparse's own refusals exit; UsageError returns 2
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert says in err and sum(line.startswith("rankdyn simulate: error:") for line in err.splitlines()) == 1
