@@ -38,6 +38,7 @@ __all__ = [
     "ATTENTION_MODES",
     "AUTO_BLOCKED_MIN_TOKENS",
     "BLOCK_SIZE",
+    "score_entries",
 ]
 
 # A MaskStructure is static (hashable, no arrays): a pytree node without leaves inside a layer.
@@ -109,6 +110,16 @@ def layer_mask(mask, attention: str, attn_dropout: float, fixed_attention, logit
     if isinstance(mask, jax.core.Tracer):
         return path, mask
     return path, jnp.asarray(mask.dense() if isinstance(mask, MaskStructure) else mask_from_adjacency(mask))
+
+
+def score_entries(path: str, n: int, dv: int, block: int = BLOCK_SIZE) -> int:
+    """Numbers per head and trajectory that the attention keeps at once, the unit of the memory
+    estimate (`rankdyn._run._scan.estimate_parts`): the ``(n, n)`` scores on the dense path; one
+    block's scores plus the running maximum, minimum, sum and ``(n, d_v)`` sums on the blocked one."""
+    if path != "blocked":
+        return n * n
+    b = min(block, n)
+    return b * b + -(-n // b) * b * (dv + 3)
 
 
 def _allowed(s: MaskStructure, rows, cols):

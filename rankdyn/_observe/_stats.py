@@ -131,6 +131,21 @@ class Summary(eqx.Module):
 
 def summarize(stats: BatchStats, layers, num_trajectories, nonfinite, degenerate) -> Summary:
     """Turn running `BatchStats` into a `Summary` (std from M2; NaN for empty layers)."""
+    out = _summary_arrays(stats)
+    return Summary(
+        layers=layers,
+        count=stats.count,
+        **out,
+        # Host numbers put on the device: no eager conversion program to compile.
+        num_trajectories=jax.device_put(np.asarray(num_trajectories)),
+        nonfinite=jax.device_put(np.asarray(nonfinite)),
+        degenerate=jax.device_put(np.asarray(degenerate)),
+    )
+
+
+@eqx.filter_jit
+def _summary_arrays(stats: BatchStats) -> dict:
+    """Mean, std, min and max per metric: one compiled program (op by op, each was one compile)."""
     empty = stats.count == 0
     out = {"mean": {}, "std": {}, "min": {}, "max": {}}
     for k in stats.mean:
@@ -141,11 +156,4 @@ def summarize(stats: BatchStats, layers, num_trajectories, nonfinite, degenerate
         out["std"][k] = jnp.where(e, nan, jnp.sqrt(stats.m2[k] / safe))
         out["min"][k] = jnp.where(e, nan, stats.min[k])
         out["max"][k] = jnp.where(e, nan, stats.max[k])
-    return Summary(
-        layers=layers,
-        count=stats.count,
-        **out,
-        num_trajectories=jnp.asarray(num_trajectories),
-        nonfinite=jnp.asarray(nonfinite),
-        degenerate=jnp.asarray(degenerate),
-    )
+    return out

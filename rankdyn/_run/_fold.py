@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._observe._stats import BatchStats, chunk_stats, merge_stats
@@ -33,14 +33,16 @@ GROUP = 256
 
 def _empty(values: dict, ok) -> BatchStats:
     """Statistics of no member, shaped like one trajectory's records (``ok``: ``(records,)``)."""
-    zero = {k: jnp.zeros(v.shape[1:], v.dtype) for k, v in values.items()}
+    # Host arrays put on the device: no eager program to compile (issue 45: programs per simulate).
+    full = lambda v, x: jax.device_put(np.full(v.shape[1:], x, v.dtype))  # noqa: E731
+    zero = {k: full(v, 0) for k, v in values.items()}
     dtype = next(iter(values.values())).dtype
     return BatchStats(
-        count=jnp.zeros(ok.shape[1:], dtype),
+        count=jax.device_put(np.zeros(ok.shape[1:], dtype)),
         mean=zero,
         m2=dict(zero),
-        min={k: jnp.full(v.shape[1:], jnp.inf, v.dtype) for k, v in values.items()},
-        max={k: jnp.full(v.shape[1:], -jnp.inf, v.dtype) for k, v in values.items()},
+        min={k: full(v, np.inf) for k, v in values.items()},
+        max={k: full(v, -np.inf) for k, v in values.items()},
     )
 
 
@@ -69,10 +71,9 @@ def fold_in_order(acc: BatchStats | None, values: dict, ok) -> BatchStats:
     c = ok.shape[0]
     pad = (-c) % GROUP
     if pad:  # masked members: merge_stats keeps the other side exactly
-        values = {
-            k: jnp.concatenate([v, jnp.zeros((pad,) + v.shape[1:], v.dtype)]) for k, v in values.items()
-        }
-        ok = jnp.concatenate([ok, jnp.zeros((pad,) + ok.shape[1:], bool)])
+        grow = lambda v: jax.device_put(np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)]))  # noqa: E731
+        values = {k: grow(v) for k, v in values.items()}
+        ok = grow(ok)
     if acc is None:
         acc = _empty(values, ok)
     for start in range(0, c + pad, GROUP):

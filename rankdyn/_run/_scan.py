@@ -270,6 +270,7 @@ def estimate_parts(
     num_metrics: int,
     per_trajectory: bool,
     save_states: bool,
+    score_entries: int | None = None,
 ) -> dict[str, int]:
     """A rough upper estimate of a run's peak memory in bytes, per part (for `rankdyn._run._memory`).
 
@@ -279,7 +280,9 @@ def estimate_parts(
     else one chunk's values (until they are folded, `rankdyn._run._fold`) and five running
     statistics per layer and metric.
     """
-    work = chunk * (10 * n * d + 3 * heads * n * n) * itemsize
+    # score_entries: the attention's numbers per head (n * n dense; `_model._blocked.score_entries`).
+    scores = n * n if score_entries is None else score_entries
+    work = chunk * (10 * n * d + 3 * heads * scores) * itemsize
     if per_trajectory or save_states:
         per = num_metrics + 1 + (n * d if save_states else 0)
         out = 2 * num * num_saved * per * itemsize
@@ -331,12 +334,12 @@ def run_batch(
         bar = tqdm(total=num * num_layers, desc="simulate", unit="traj-layer", unit_scale=True)
     acc, nonfinite_count, degenerate_count = None, 0, 0
     per = {"values": [], "nonfinite": [], "degenerate": [], "states": []}
-    num_arr = jnp.asarray(num)
+    num_arr = jax.device_put(np.asarray(num))  # a transfer, not an eager program to compile
     for start in range(0, num, step):
         nb = min(piece, num_blocks)
         plan = DepthPlan(nb, save_every, True, per_trajectory, save_states, eps)
         state, values, ok, states = _first(
-            layer, observe, source, drop_key, jnp.asarray(start), num_arr, step, plan, mesh
+            layer, observe, source, drop_key, jax.device_put(np.asarray(start)), num_arr, step, plan, mesh
         )
         check_interrupt()  # after the first piece's compile and between chunks
         value_parts, ok_parts, state_parts = [values], [ok], [states]
@@ -346,7 +349,7 @@ def run_batch(
         while b < num_blocks:
             nb = min(piece, num_blocks - b)
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
-            state, v, o, st = _advance(layer, observe, state, jnp.asarray(b), plan, mesh)
+            state, v, o, st = _advance(layer, observe, state, jax.device_put(np.asarray(b)), plan, mesh)
             check_interrupt()
             value_parts.append(v)
             ok_parts.append(o)
@@ -355,14 +358,15 @@ def run_batch(
             if bar is not None:
                 bar.update(min(step, num - start) * nb * save_every)
         values = _join_values(value_parts)
-        ok = jnp.concatenate(ok_parts, axis=1) if len(ok_parts) > 1 else ok_parts[0]
+        ok = _host_concat(ok_parts) if len(ok_parts) > 1 else ok_parts[0]
         if mesh is None:
             acc = fold_in_order(acc, values, ok)
         else:  # every process gets all values, folded on one local device in batch order
             whole = _gathered(mesh)((values, ok))
             acc = fold_in_order(acc, *jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), whole))
         nf, dg = _flag_counts(state.valid, state.nonfinite, state.degenerate)
-        nonfinite_count, degenerate_count = nonfinite_count + nf, degenerate_count + dg
+        # Python ints: an eager add of device scalars would be one more compiled program.
+        nonfinite_count, degenerate_count = nonfinite_count + int(nf), degenerate_count + int(dg)
         if per_trajectory or save_states:
             per["values"].append(values if per_trajectory else None)
             per["nonfinite"].append(state.nonfinite)
@@ -390,7 +394,15 @@ def _join_values(parts):
     """Depth pieces ``(c, nb)`` -> ``(c, saved layers)`` per name."""
     if len(parts) == 1:
         return parts[0]
-    return {k: jnp.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+    return {k: _host_concat([p[k] for p in parts]) for k in parts[0]}
+
+
+def _host_concat(parts):
+    """Depth pieces joined along axis 1 on the host (small per-layer records): an eager
+    ``jnp.concatenate`` is one more compiled program per simulate call (issue 45: at most 6)."""
+    if not all(p.is_fully_addressable for p in parts):  # other processes hold parts: on the devices
+        return jnp.concatenate(parts, axis=1)
+    return jax.device_put(np.concatenate([np.asarray(p) for p in parts], axis=1))
 
 
 def _join_chunks(per, num):
