@@ -11,6 +11,7 @@ import equinox as eqx
 import jax
 import jax.extend
 import jax.numpy as jnp
+import jax.random as jr
 import numpy as np
 import pytest
 
@@ -178,3 +179,57 @@ def test_cli_refuses_before_compute(flags, says, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert says in err and sum(line.startswith("rankdyn simulate: error:") for line in err.splitlines()) == 1
+
+
+def _count_compiles(fn):
+    count = [0]
+
+    def listen(event, duration, **kwargs):
+        count[0] += event == "/jax/core/compile/backend_compile_duration"
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        out = fn()
+    finally:
+        jax._src.monitoring.unregister_event_duration_listener(listen)
+    return out, count[0]
+
+
+@pytest.mark.slow
+def test_one_simulate_call_compiles_at_most_6_programs():
+    # The depth in pieces (progress), the fold, the flags and the summary: each one program; no
+    # eager helper compiles one more (about 50 programs at n = 2048 before issue 45).
+    from rankdyn import TokenSampler, make_layer, simulate
+
+    layer = make_layer(jr.PRNGKey(0), n=21, d=4, mask="window", window=2, attention="blocked")
+    x0 = TokenSampler(jr.PRNGKey(1), "sphere", 21, 4, 3)
+    traj, compiles = _count_compiles(lambda: simulate(layer, x0, 3, metrics="mu", progress=True))
+    assert np.all(np.isfinite(np.asarray(traj.summary.mean["mu"])))
+    assert 1 <= compiles <= 6
+
+
+@pytest.mark.slow
+def test_simulate_blocked_equals_dense_all_metrics():
+    # End to end through simulate (the scan's first eps_min, the fold, every metric) with heads,
+    # W_O, skip, MLP and pre-LN at an odd n on the causal mask.
+    from rankdyn import make_layer, simulate
+
+    kw = dict(n=37, d=6, mask="causal", heads=2, output_projection=True, skip=True, mlp=True, placement="pre")
+    x0 = jnp.asarray(np.random.default_rng(2).standard_normal((2, 37, 6)))
+    dense = make_layer(jr.PRNGKey(3), attention="dense", **kw)
+    w = dense.weights
+    blocked = SelfAttentionLayer(
+        np.asarray(dense.mask), w.w_q, w.w_k, w.w_v, w_o=w.w_o, mlp=w.mlp, skip=True, placement="pre",
+        dqk=dense.dqk, norm=dense.norm, attention="blocked", block_size=8,
+    )  # fmt: skip
+    td = simulate(dense, x0, 8, metrics="all", per_trajectory=True, save_states=True)
+    tb = simulate(blocked, x0, 8, metrics="all", per_trajectory=True, save_states=True)
+    fro = np.linalg.norm(np.asarray(td.states), axis=(-2, -1))
+    for name, md in td.metrics.items():
+        md, mb = np.asarray(md), np.asarray(tb.metrics[name])
+        if name == "num_rank":
+            assert np.array_equal(md, mb)
+        elif name == "eps_min":
+            np.testing.assert_allclose(mb, md, rtol=1e-10)
+        else:
+            assert np.all(np.abs(mb - md) <= 1e-12 * (np.abs(md) + fro)), name
