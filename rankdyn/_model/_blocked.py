@@ -6,7 +6,8 @@ The dense path (`masked_softmax`) forms the ``(heads, n, n)`` scores and weights
 that the mask touches (`rankdyn._model._mask_structure.MaskStructure.block_pairs`), keeping per
 query row the running maximum $m_i$, the running sum $\ell_i = \sum_j e^{R_{ij} - m_i}$, the
 running sum $\sum_j e^{R_{ij} - m_i} X W_V{}_j$ and the running minimum of the scores on the mask
-(the online softmax of flash attention). Its result is $A X W_V$ of eq. (1) with the same
+(the online softmax of flash attention), one batched product of as many pairs as there are
+query blocks per step. Its result is $A X W_V$ of eq. (1) with the same
 rounding up to the order of summation, and Theorem 1's $\varepsilon$ is
 $\min_i e^{\min_j R_{ij} - m_i} / \ell_i$. Work and memory follow the touched blocks: about
 $2 n w d$ FLOPs per head for a window of $w$ keys, not $2 n^2 d$.
@@ -142,33 +143,47 @@ def _allowed(s: MaskStructure, rows, cols):
     raise ValueError(f"no mask predicate for kind {s.kind!r}")
 
 
-def _tiles(s: MaskStructure, size: int, qb: np.ndarray, kb: np.ndarray) -> np.ndarray:
-    """For a CSR mask, the boolean ``(size, size)`` tile of each touched block pair (O(pairs size^2))."""
-    indptr, indices = s.csr()
+def _schedule(s: MaskStructure, size: int):
+    """The touched pairs in steps of ``W`` pairs (``W`` = the number of query blocks): int32
+    ``(steps, W)`` query and key block indices, the last step padded with the dummy query block
+    ``nb`` (discarded), and for a CSR mask the boolean ``(steps, W, size, size)`` tiles."""
+    qb, kb = s.block_pairs(size)
     nb = -(-s.n // size)
-    row = np.repeat(np.arange(s.n), np.diff(indptr))
-    pair = np.searchsorted(qb.astype(np.int64) * nb + kb, (row // size) * nb + indices // size)
-    tiles = np.zeros((qb.size, size, size), bool)
-    tiles[pair, row % size, indices % size] = True
-    return tiles
+    width = max(1, min(qb.size, nb))
+    steps = -(-qb.size // width)
+    pad = steps * width - qb.size
+    tiles = None
+    if s.kind == "csr":
+        indptr, indices = s.csr()
+        row = np.repeat(np.arange(s.n), np.diff(indptr))
+        pair = np.searchsorted(qb.astype(np.int64) * nb + kb, (row // size) * nb + indices // size)
+        tiles = np.zeros((steps * width, size, size), bool)
+        tiles[pair, row % size, indices % size] = True
+        tiles = tiles.reshape(steps, width, size, size)
+    qb = np.concatenate([qb, np.full(pad, nb, np.int32)]).reshape(steps, width)
+    kb = np.concatenate([kb, np.zeros(pad, np.int32)]).reshape(steps, width)
+    return qb, kb, tiles
 
 
 def _pad_blocks(v, nb: int, size: int):
-    """``(heads, n, k)`` -> ``(heads, nb, size, k)``, zero rows appended."""
+    """``(heads, n, k)`` -> ``(heads, nb + 1, size, k)``, zero rows appended (the last block: the dummy)."""
     h, n, k = v.shape
-    return jnp.pad(v, ((0, 0), (0, nb * size - n), (0, 0))).reshape(h, nb, size, k)
+    return jnp.pad(v, ((0, 0), (0, (nb + 1) * size - n), (0, 0))).reshape(h, nb + 1, size, k)
 
 
 def _online_softmax(layer, q, k, v, prec):
-    """``(A V, eps_min)`` of one head stack ``q (h, n, dk)``, ``k``, ``v (h, n, dv)`` by key blocks."""
+    """``(A V, eps_min)`` of one head stack ``q (h, n, dk)``, ``k``, ``v (h, n, dv)`` by key blocks.
+
+    Each step takes ``W`` touched (query block, key block) pairs at once (one batched product of
+    ``W`` blocks); pairs of the same query block in one step are merged by scatter-max and
+    scatter-add into the running statistics, so every touched block is computed once and no other.
+    """
     s: MaskStructure = layer.mask
     n = s.n
     size = min(layer.block_size, n)
     nb = -(-n // size)
-    qb, kb = s.block_pairs(size)
-    xs = (jnp.asarray(qb), jnp.asarray(kb))
-    if s.kind == "csr":
-        xs = xs + (jnp.asarray(_tiles(s, size, qb, kb)),)
+    qb, kb, tiles = _schedule(s, size)
+    xs = (jnp.asarray(qb), jnp.asarray(kb)) + (() if tiles is None else (jnp.asarray(tiles),))
     scale = (1.0 / jnp.sqrt(layer.dqk)).astype(q.dtype)
     q, k, v = (_pad_blocks(a, nb, size) for a in (q, k, v))
     h, dt = q.shape[0], q.dtype
@@ -177,32 +192,30 @@ def _online_softmax(layer, q, k, v, prec):
 
     def step(carry, pair):
         m, l, smin, acc = carry
-        qi, ki = pair[0], pair[1]
-        take = lambda a, i: lax.dynamic_index_in_dim(a, i, axis=1, keepdims=False)
-        put = lambda a, u: lax.dynamic_update_index_in_dim(a, u, qi, axis=1)
-        scores = _head_einsum("hbk,hck->hbc", take(q, qi), take(k, ki), prec) * scale
-        rows, cols = qi * size + iota, ki * size + iota
-        ok = _allowed(s, rows[:, None], cols[None, :]) & (cols < n)[None, :]
+        qi, ki = pair[0], pair[1]  # (W,)
+        scores = _head_einsum("hwbk,hwck->hwbc", q[:, qi], k[:, ki], prec) * scale
+        rows, cols = qi[:, None] * size + iota[None], ki[:, None] * size + iota[None]  # (W, size)
+        ok = _allowed(s, rows[:, :, None], cols[:, None, :]) & (cols < n)[:, None, :]
+        ok = ok & (qi < nb)[:, None, None]  # the padding pairs of the last step count nothing
         if len(pair) == 3:
             ok = ok & pair[2]
-        m_old, l_old, acc_old = take(m, qi), take(l, qi), take(acc, qi)
-        m_new = jnp.maximum(m_old, jnp.max(jnp.where(ok, scores, neg), axis=-1))
-        p = jnp.where(ok, jnp.exp(scores - m_new[..., None]), 0.0)
-        corr = jnp.exp(m_old - m_new)  # rescales what earlier key blocks summed (online softmax)
-        l_new = l_old * corr + jnp.sum(p, axis=-1)
-        acc_new = acc_old * corr[..., None] + _head_einsum("hbc,hce->hbe", p, take(v, ki), prec)
-        smin_new = jnp.minimum(take(smin, qi), jnp.min(jnp.where(ok, scores, jnp.inf), axis=-1))
-        return (put(m, m_new), put(l, l_new), put(smin, smin_new), put(acc, acc_new)), None
+        m_new = m.at[:, qi].max(jnp.max(jnp.where(ok, scores, neg), axis=-1))
+        p = jnp.where(ok, jnp.exp(scores - m_new[:, qi][..., None]), 0.0)
+        corr = jnp.exp(m - m_new)  # rescales what earlier steps summed (online softmax)
+        l = (l * corr).at[:, qi].add(jnp.sum(p, axis=-1))
+        acc = (acc * corr[..., None]).at[:, qi].add(_head_einsum("hwbc,hwce->hwbe", p, v[:, ki], prec))
+        smin = smin.at[:, qi].min(jnp.min(jnp.where(ok, scores, jnp.inf), axis=-1))
+        return (m_new, l, smin, acc), None
 
     init = (
-        jnp.full((h, nb, size), neg, dt),
-        jnp.zeros((h, nb, size), dt),
-        jnp.full((h, nb, size), jnp.inf, dt),
-        jnp.zeros((h, nb, size, v.shape[-1]), dt),
+        jnp.full((h, nb + 1, size), neg, dt),
+        jnp.zeros((h, nb + 1, size), dt),
+        jnp.full((h, nb + 1, size), jnp.inf, dt),
+        jnp.zeros((h, nb + 1, size, v.shape[-1]), dt),
     )
     (m, l, smin, acc), _ = lax.scan(step, init, xs)
-    out = (acc.reshape(h, nb * size, -1)[:, :n]) / l.reshape(h, nb * size, 1)[:, :n]
-    m, l, smin = (a.reshape(h, nb * size)[:, :n] for a in (m, l, smin))
+    out = acc.reshape(h, (nb + 1) * size, -1)[:, :n] / l.reshape(h, (nb + 1) * size, 1)[:, :n]
+    m, l, smin = (a.reshape(h, (nb + 1) * size)[:, :n] for a in (m, l, smin))
     # Theorem 1's epsilon: the smallest weight of row i is e^{min_j R_ij - m_i} / l_i.
     eps_min = jnp.min(jnp.exp(smin - m) / l)
     return out, eps_min

@@ -137,10 +137,15 @@ def summarize(stats: BatchStats, layers, num_trajectories, nonfinite, degenerate
         count=stats.count,
         **out,
         # Host numbers put on the device: no eager conversion program to compile.
-        num_trajectories=jax.device_put(np.asarray(num_trajectories)),
-        nonfinite=jax.device_put(np.asarray(nonfinite)),
-        degenerate=jax.device_put(np.asarray(degenerate)),
+        num_trajectories=_on_device(num_trajectories),
+        nonfinite=_on_device(nonfinite),
+        degenerate=_on_device(degenerate),
     )
+
+
+def _on_device(v):
+    """A host number put on the device (no eager conversion program); a JAX array as it is."""
+    return v if isinstance(v, jax.Array) else jax.device_put(np.asarray(v))
 
 
 @eqx.filter_jit

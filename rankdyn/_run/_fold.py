@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
@@ -71,7 +72,12 @@ def fold_in_order(acc: BatchStats | None, values: dict, ok) -> BatchStats:
     c = ok.shape[0]
     pad = (-c) % GROUP
     if pad:  # masked members: merge_stats keeps the other side exactly
-        grow = lambda v: jax.device_put(np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)]))  # noqa: E731
+
+        def grow(v):  # on the host (no eager program), or traced when simulate runs under jit/vmap
+            if isinstance(v, jax.core.Tracer):
+                return jnp.concatenate([v, jnp.zeros((pad,) + v.shape[1:], v.dtype)])
+            return jax.device_put(np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)]))
+
         values = {k: grow(v) for k, v in values.items()}
         ok = grow(ok)
     if acc is None:

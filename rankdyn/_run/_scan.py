@@ -366,7 +366,8 @@ def run_batch(
             acc = fold_in_order(acc, *jax.tree.map(lambda a: jnp.asarray(np.asarray(a)), whole))
         nf, dg = _flag_counts(state.valid, state.nonfinite, state.degenerate)
         # Python ints: an eager add of device scalars would be one more compiled program.
-        nonfinite_count, degenerate_count = nonfinite_count + int(nf), degenerate_count + int(dg)
+        host = lambda c: c if isinstance(c, jax.core.Tracer) else int(c)  # noqa: E731
+        nonfinite_count, degenerate_count = nonfinite_count + host(nf), degenerate_count + host(dg)
         if per_trajectory or save_states:
             per["values"].append(values if per_trajectory else None)
             per["nonfinite"].append(state.nonfinite)
@@ -400,7 +401,7 @@ def _join_values(parts):
 def _host_concat(parts):
     """Depth pieces joined along axis 1 on the host (small per-layer records): an eager
     ``jnp.concatenate`` is one more compiled program per simulate call (issue 45: at most 6)."""
-    if not all(p.is_fully_addressable for p in parts):  # other processes hold parts: on the devices
+    if any(isinstance(p, jax.core.Tracer) or not p.is_fully_addressable for p in parts):  # traced or remote
         return jnp.concatenate(parts, axis=1)
     return jax.device_put(np.concatenate([np.asarray(p) for p in parts], axis=1))
 
