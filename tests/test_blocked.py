@@ -233,3 +233,19 @@ def test_simulate_blocked_equals_dense_all_metrics():
             np.testing.assert_allclose(mb, md, rtol=1e-10)
         else:
             assert np.all(np.abs(mb - md) <= 1e-12 * (np.abs(md) + fro)), name
+
+
+def test_cosine_metrics_by_row_blocks_equal_the_cosine_matrix(monkeypatch):
+    # The long-context form (row blocks of the cosine matrix, a ragged last block) against the
+    # (n, n) form at n = 37; a wrong diagonal or a padded row let through changes both values.
+    from rankdyn._observe import _metrics
+
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((N, D)))
+    x = x.at[3].set(-x[5])  # a cosine of -1: the minimum is known
+    both = lambda: jax.jit(lambda x: (_metrics.min_cosine(x), _metrics.mean_abs_cosine(x)))(x)  # noqa: E731
+    want = both()
+    monkeypatch.setattr(_metrics, "_COS_BLOCKED_MIN", 2)
+    monkeypatch.setattr(_metrics, "_COS_BLOCK", 8)
+    got = both()  # a new jit: traced again with the patched sizes
+    assert float(want[0]) == pytest.approx(-1.0, abs=1e-14)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
