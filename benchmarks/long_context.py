@@ -103,6 +103,7 @@ def main() -> None:
     p.add_argument("--window-n", type=int, default=65536)
     p.add_argument("--window-layers", type=int, default=4)
     p.add_argument("--skip-dense", action="store_true", help="skip the dense causal run")
+    p.add_argument("--skip-causal", action="store_true", help="only the window comparison")
     a = p.parse_args()
     out = {"cpu": _cpu(), "cores": os.cpu_count(), "load_before": _load(), "jax": jax.__version__}
     print("cpu", out["cpu"], "load", out["load_before"], flush=True)
@@ -112,12 +113,12 @@ def main() -> None:
     flops = L * B * (2 * n * d * 3 * d + 4 * d * n * (n + 1) / 2)
     out["peak_gflops"] = peak
     causal = {}
-    for attention in ("auto",) + (() if a.skip_dense else ("dense",)):
+    for attention in () if a.skip_causal else ("auto",) + (() if a.skip_dense else ("dense",)):
         secs, first, path = rankdyn_run(n, d, L, B, "causal", attention)
         frac = flops / secs / 1e9 / peak
         causal[attention] = dict(path=path, seconds=secs, first_call_seconds=first, fraction_of_peak=frac)
         print("causal", attention, path, f"{secs:.2f} s", f"{frac:.0%} of peak", flush=True)
-    t = torch_run(n, d, L, B)
+    t = None if a.skip_causal else torch_run(n, d, L, B)
     out["causal"] = {"n": n, "d": d, "layers": L, "batch": B, "torch_seconds": t, **causal}
     if t is not None:
         for v in causal.values():

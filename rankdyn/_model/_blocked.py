@@ -6,9 +6,8 @@ The dense path (`masked_softmax`) forms the ``(heads, n, n)`` scores and weights
 that the mask touches (`rankdyn._model._mask_structure.MaskStructure.block_pairs`), keeping per
 query row the running maximum $m_i$, the running sum $\ell_i = \sum_j e^{R_{ij} - m_i}$, the
 running sum $\sum_j e^{R_{ij} - m_i} X W_V{}_j$ and the running minimum of the scores on the mask
-(the online softmax of flash attention), one batched product of as many pairs as there are
-query blocks per step. Its result is $A X W_V$ of eq. (1) with the same
-rounding up to the order of summation, and Theorem 1's $\varepsilon$ is
+(the online softmax of flash attention), up to `STEP_PAIRS` pairs per step. Its result is
+$A X W_V$ of eq. (1) with the same rounding up to the order of summation, and Theorem 1's $\varepsilon$ is
 $\min_i e^{\min_j R_{ij} - m_i} / \ell_i$. Work and memory follow the touched blocks: about
 $2 n w d$ FLOPs per head for a window of $w$ keys, not $2 n^2 d$.
 
@@ -143,26 +142,46 @@ def _allowed(s: MaskStructure, rows, cols):
     raise ValueError(f"no mask predicate for kind {s.kind!r}")
 
 
+#: Block pairs per step of the blocked path: one step's scores (``STEP_PAIRS`` blocks of
+#: ``BLOCK_SIZE`` squared) stay cache-sized (2 MiB in float32); with one step per query block
+#: row (W = n / 128) the time per token tripled from n = 4096 to 65536 (window +-64, measured).
+STEP_PAIRS = 32
+
+
 def _schedule(s: MaskStructure, size: int):
-    """The touched pairs in steps of ``W`` pairs (``W`` = the number of query blocks): int32
-    ``(steps, W)`` query and key block indices, the last step padded with the dummy query block
-    ``nb`` (discarded), and for a CSR mask the boolean ``(steps, W, size, size)`` tiles."""
+    """The touched pairs in steps of at most `STEP_PAIRS` pairs, no query block twice in a step:
+    int32 ``(steps, W)`` query and key block indices (padding: the dummy query block ``nb``,
+    discarded), and for a CSR mask the boolean ``(steps, W, size, size)`` tiles.
+
+    Round r holds the r-th touched key block of every query block that has one; each round is
+    cut into steps, so a step updates each of its query blocks' running statistics once.
+    """
     qb, kb = s.block_pairs(size)
     nb = -(-s.n // size)
-    width = max(1, min(qb.size, nb))
-    steps = -(-qb.size // width)
-    pad = steps * width - qb.size
     tiles = None
-    if s.kind == "csr":
+    if s.kind == "csr":  # the tile of each pair, in block_pairs' order
         indptr, indices = s.csr()
         row = np.repeat(np.arange(s.n), np.diff(indptr))
         pair = np.searchsorted(qb.astype(np.int64) * nb + kb, (row // size) * nb + indices // size)
-        tiles = np.zeros((steps * width, size, size), bool)
+        tiles = np.zeros((qb.size, size, size), bool)
         tiles[pair, row % size, indices % size] = True
-        tiles = tiles.reshape(steps, width, size, size)
-    qb = np.concatenate([qb, np.full(pad, nb, np.int32)]).reshape(steps, width)
-    kb = np.concatenate([kb, np.zeros(pad, np.int32)]).reshape(steps, width)
-    return qb, kb, tiles
+    rank = np.arange(qb.size) - np.searchsorted(qb, qb, side="left")  # position within its row
+    order = np.lexsort((qb, rank))
+    qb, kb, rank = qb[order], kb[order], rank[order]
+    width = max(1, min(STEP_PAIRS, nb))
+    first = np.searchsorted(rank, np.arange(rank.max() + 1), side="left")  # each round's start
+    within = np.arange(qb.size) - first[rank]
+    steps_per_round = -(-np.diff(np.append(first, qb.size)) // width)
+    step = np.concatenate([[0], np.cumsum(steps_per_round)])[rank] + within // width
+    slot = step * width + within % width
+    total = int(steps_per_round.sum()) * width
+    q_out, k_out = np.full(total, nb, np.int32), np.zeros(total, np.int32)
+    q_out[slot], k_out[slot] = qb, kb
+    if tiles is not None:
+        placed = np.zeros((total, size, size), bool)
+        placed[slot] = tiles[order]
+        tiles = placed.reshape(-1, width, size, size)
+    return q_out.reshape(-1, width), k_out.reshape(-1, width), tiles
 
 
 def _pad_blocks(v, nb: int, size: int):
@@ -174,9 +193,9 @@ def _pad_blocks(v, nb: int, size: int):
 def _online_softmax(layer, q, k, v, prec):
     """``(A V, eps_min)`` of one head stack ``q (h, n, dk)``, ``k``, ``v (h, n, dv)`` by key blocks.
 
-    Each step takes ``W`` touched (query block, key block) pairs at once (one batched product of
-    ``W`` blocks); pairs of the same query block in one step are merged by scatter-max and
-    scatter-add into the running statistics, so every touched block is computed once and no other.
+    Each step takes up to `STEP_PAIRS` touched (query block, key block) pairs with distinct query
+    blocks (one batched product of ``W`` blocks), so every touched block is computed once, no
+    other, and a step's work and memory do not grow with n.
     """
     s: MaskStructure = layer.mask
     n = s.n
@@ -199,13 +218,16 @@ def _online_softmax(layer, q, k, v, prec):
         ok = ok & (qi < nb)[:, None, None]  # the padding pairs of the last step count nothing
         if len(pair) == 3:
             ok = ok & pair[2]
-        m_new = m.at[:, qi].max(jnp.max(jnp.where(ok, scores, neg), axis=-1))
-        p = jnp.where(ok, jnp.exp(scores - m_new[:, qi][..., None]), 0.0)
-        corr = jnp.exp(m - m_new)  # rescales what earlier steps summed (online softmax)
-        l = (l * corr).at[:, qi].add(jnp.sum(p, axis=-1))
-        acc = (acc * corr[..., None]).at[:, qi].add(_head_einsum("hwbc,hwce->hwbe", p, v[:, ki], prec))
-        smin = smin.at[:, qi].min(jnp.min(jnp.where(ok, scores, jnp.inf), axis=-1))
-        return (m_new, l, smin, acc), None
+        # A step holds each query block once (`_schedule`): gather its statistics, update, put back.
+        m_old = m[:, qi]
+        m_new = jnp.maximum(m_old, jnp.max(jnp.where(ok, scores, neg), axis=-1))
+        p = jnp.where(ok, jnp.exp(scores - m_new[..., None]), 0.0)
+        corr = jnp.exp(m_old - m_new)  # rescales what earlier steps summed (online softmax)
+        l_new = l[:, qi] * corr + jnp.sum(p, axis=-1)
+        acc_new = acc[:, qi] * corr[..., None] + _head_einsum("hwbc,hwce->hwbe", p, v[:, ki], prec)
+        smin_new = jnp.minimum(smin[:, qi], jnp.min(jnp.where(ok, scores, jnp.inf), axis=-1))
+        put = lambda a, u: a.at[:, qi].set(u)  # noqa: E731
+        return (put(m, m_new), put(l, l_new), put(smin, smin_new), put(acc, acc_new)), None
 
     init = (
         jnp.full((h, nb + 1, size), neg, dt),

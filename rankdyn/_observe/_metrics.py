@@ -122,7 +122,7 @@ def mean_abs_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
     r"""$\frac{1}{n(n-1)} \sum_{i \ne j} |\cos(X_i, X_j)|$ ("anisotropy", Fig. 4); diagonal excluded."""
     n = x.shape[0]
     _, total, diag = _cosine_reductions(x)
-    return (total - diag) / max(n * (n - 1), 1)
+    return (total - diag) / float(max(n * (n - 1), 1))  # a Python int overflows int32 at n = 65536
 
 
 def singular_values(x: Float[Array, "n d"]) -> Float[Array, " k"]:
