@@ -143,9 +143,9 @@ def _allowed(s: MaskStructure, rows, cols):
 
 
 #: Block pairs per step of the blocked path: one step's scores (``STEP_PAIRS`` blocks of
-#: ``BLOCK_SIZE`` squared) stay cache-sized (2 MiB in float32); with one step per query block
+#: ``BLOCK_SIZE`` squared) stay cache-sized (1 MiB in float32); with one step per query block
 #: row (W = n / 128) the time per token tripled from n = 4096 to 65536 (window +-64, measured).
-STEP_PAIRS = 32
+STEP_PAIRS = 16
 
 
 def _schedule(s: MaskStructure, size: int):
@@ -153,8 +153,8 @@ def _schedule(s: MaskStructure, size: int):
     int32 ``(steps, W)`` query and key block indices (padding: the dummy query block ``nb``,
     discarded), and for a CSR mask the boolean ``(steps, W, size, size)`` tiles.
 
-    Round r holds the r-th touched key block of every query block that has one; each round is
-    cut into steps, so a step updates each of its query blocks' running statistics once.
+    Pairs are ordered by round (round r: the r-th touched key block of every query block that
+    has one), so a step updates each of its query blocks' running statistics once.
     """
     qb, kb = s.block_pairs(size)
     nb = -(-s.n // size)
@@ -167,14 +167,19 @@ def _schedule(s: MaskStructure, size: int):
         tiles[pair, row % size, indices % size] = True
     rank = np.arange(qb.size) - np.searchsorted(qb, qb, side="left")  # position within its row
     order = np.lexsort((qb, rank))
-    qb, kb, rank = qb[order], kb[order], rank[order]
+    qb, kb = qb[order], kb[order]
     width = max(1, min(STEP_PAIRS, nb))
-    first = np.searchsorted(rank, np.arange(rank.max() + 1), side="left")  # each round's start
-    within = np.arange(qb.size) - first[rank]
-    steps_per_round = -(-np.diff(np.append(first, qb.size)) // width)
-    step = np.concatenate([[0], np.cumsum(steps_per_round)])[rank] + within // width
-    slot = step * width + within % width
-    total = int(steps_per_round.sum()) * width
+    # Consecutive pairs fill a step until it is full or a query block would come twice; the
+    # rounds are long for banded masks and shrink only at causal's last rows: little padding.
+    slot = np.empty(qb.size, np.int64)
+    step, pos, seen = 0, 0, set()
+    for i, q in enumerate(qb.tolist()):
+        if pos == width or q in seen:
+            step, pos, seen = step + 1, 0, set()
+        slot[i] = step * width + pos
+        pos += 1
+        seen.add(q)
+    total = (step + 1) * width
     q_out, k_out = np.full(total, nb, np.int32), np.zeros(total, np.int32)
     q_out[slot], k_out[slot] = qb, kb
     if tiles is not None:
