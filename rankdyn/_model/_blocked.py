@@ -44,8 +44,8 @@ __all__ = [
 # A MaskStructure is static (hashable, no arrays): a pytree node without leaves inside a layer.
 jax.tree_util.register_static(MaskStructure)
 
-#: ``attention="auto"`` takes the blocked path from this many tokens (docs/long-context.md:
-#: measured on a 2-core AMD EPYC, causal d = 64, where the blocked path stops being slower).
+#: ``attention="auto"`` takes the blocked path from this many tokens (docs/long-context.md: on a
+#: 2-core AMD EPYC, causal d = 64, blocked was 1.5x faster at 4096 and about even at 2048).
 AUTO_BLOCKED_MIN_TOKENS = 2048
 #: Tokens per block of the blocked path (query and key blocks alike).
 BLOCK_SIZE = 128
