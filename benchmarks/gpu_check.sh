@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for issues 5 and 10 (speed at scale, default metrics), one script, < 4 minutes wall on one H200.
+# GPU check for issues 5, 10 and 45 (speed at scale, default metrics, long context), one script, < 8 minutes wall on one H200.
 #
 #   bash benchmarks/gpu_check.sh            # run from the repository root; results in $OUT
 #
@@ -14,6 +14,9 @@
 #   precision.json              mu and sigma_min at depth: float32 HIGHEST vs float32 DEFAULT
 #                               (TF32 on Ampere+/Hopper) vs float64, with timings
 #   precision.txt               its log
+#   long_context.txt            issue 45: simulate at n = 65536 on the blocked path, causal and
+#                               window +-64 (d = 64, one head, 4 layers, 2 trajectories): seconds of
+#                               the first (compile + run) and second call, and peak device memory
 set -uo pipefail
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
@@ -106,3 +109,27 @@ EOF
 echo "precision check exit code $? after $(( $(date +%s) - start )) s"
 cat "$OUT/precision.txt" | tail -n 20
 ls -la "$OUT"
+
+# Long context (issue 45): causal and window +-64 at n = 65536 on the blocked attention path.
+timeout 240 "$PY" - > "$OUT/long_context.txt" 2>&1 <<'EOF'
+import time
+import jax
+import jax.random as jr
+import rankdyn as rd
+
+for mask, kw in (("window", {"window": 64}), ("causal", {})):
+    n, d, layers, batch = 65536, 64, 4, 2
+    layer = rd.make_layer(jr.PRNGKey(0), n=n, d=d, mask=mask, attention="blocked", **kw)
+    x0 = rd.TokenSampler(jr.PRNGKey(1), "sphere", n, d, batch)
+    for call in ("compile+run", "run"):
+        t0 = time.perf_counter()
+        tr = rd.simulate(layer, x0, layers, metrics="mu")
+        jax.block_until_ready(tr.summary.mean)
+        secs = time.perf_counter() - t0
+        print(mask, n, call, f"{secs:.2f} s", f"{secs / (n * layers * batch) * 1e9:.1f} ns/token/layer",
+              "mu", float(tr.summary.mean["mu"][-1]), flush=True)
+    stats = jax.devices()[0].memory_stats() or {}
+    print(mask, "peak device bytes", stats.get("peak_bytes_in_use"), flush=True)
+EOF
+echo "long context exit code $? after $(( $(date +%s) - start )) s"
+cat "$OUT/long_context.txt"

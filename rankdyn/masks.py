@@ -2,12 +2,16 @@
 
 ``M[i, j] = True`` iff token ``i`` may attend to token ``j``; information flows along edges
 ``j -> i``. `graph_info` gives strong and quasi-strong connectivity, the centre nodes and the
-radius $r$ of Theorem 1 (``docs/theory.md#masks-as-graphs``).
+radius $r$ of Theorem 1 (``docs/theory.md#masks-as-graphs``). A `MaskStructure` is a mask by its
+structure (kind and widths, or CSR rows): `graph_info` and the blocked attention path use it
+without an ``(n, n)`` array (``docs/long-context.md``).
 """
 
 from ._model._graph import GraphInfo as GraphInfo
 from ._model._graph import distances as distances
 from ._model._graph import graph_info as graph_info
+from ._model._mask_structure import MaskStructure as MaskStructure
+from ._model._mask_structure import make_mask_structure as make_mask_structure
 from ._model._masks import (
     MASK_NAMES as MASK_NAMES,
 )

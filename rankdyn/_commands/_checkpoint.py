@@ -337,7 +337,7 @@ def run_checkpoint(args) -> int:
             devices=_devices(args),
         )
         jax.block_until_ready(traj.summary)
-    info = graph_info(np.asarray(layer.mask))
+    info = graph_info(layer.mask)  # a MaskStructure on the blocked path: no n x n array
     summary = traj.summary.to_dict()
     # The random model's flags do not describe this run: the checkpoint's architecture replaces them.
     config = {

@@ -159,10 +159,14 @@ def _check_memory(args, config, names) -> int:
     """Refuse a run that cannot fit, from the depth scan's estimate (streamed or per trajectory)."""
     import jax
 
+    from .._model._blocked import resolve_attention, score_entries
     from .._run._memory import MemoryEstimate, check_memory
     from .._run._scan import auto_chunk, estimate_parts
 
     item = 8 if args.x64 else 4
+    path = resolve_attention(
+        config.attention, args.n, attn_dropout=config.attn_dropout, fixed_attention=False, logit_bias=False
+    )
     chunk = min(args.chunk or auto_chunk(args.batch, args.n, args.d, item, jax.default_backend()), args.batch)
     parts = estimate_parts(
         num=args.batch,
@@ -175,6 +179,7 @@ def _check_memory(args, config, names) -> int:
         num_metrics=len(names),
         per_trajectory=args.per_trajectory,
         save_states=False,
+        score_entries=score_entries(path, args.n, args.d // args.heads),
     )
     weights = (
         (config.num_layers or 1)
@@ -219,7 +224,7 @@ def run(args) -> int:
     layer = layer_from_args(args, k_layer, config)
     # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).
     x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
-    info = graph_info(np.asarray(layer.mask))
+    info = graph_info(layer.mask)  # a MaskStructure on the blocked path: no n x n array
 
     with CompileTimer() as timer:
         traj = simulate(

@@ -18,7 +18,8 @@ from jaxtyping import PRNGKeyArray
 from .._errors import UsageError
 from ._config import ModelConfig, Names
 from ._layer import MLPWeights, SelfAttentionLayer
-from ._masks import make_mask, mask_from_adjacency
+from ._mask_structure import make_mask_structure
+from ._masks import mask_from_adjacency
 from ._norms import AbstractNorm, make_norm
 from ._params import PARAMS
 from ._weights import bert_uniform, query_key_matrices, value_matrix
@@ -123,7 +124,8 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
     """The layer of a validated `ModelConfig`, its random weights drawn from ``key``."""
     c = config
     if isinstance(c.mask, str):
-        m = make_mask(
+        # The structure (no n x n array); the dense path turns it into make_mask's array.
+        m = make_mask_structure(
             c.mask,
             c.n,
             window=c.window,
@@ -131,6 +133,7 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
             num_global=c.num_global,
             p=c.mask_p,
             seed=c.mask_seed,
+            degree=c.mask_degree,
         )
     else:
         m = mask_from_adjacency(c.mask)
@@ -180,5 +183,6 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
         w_o=w_o,
         mlp=mw,
         skip=c.skip,
+        attention=c.attention,
         **c.dropout_kwargs(),
     )

@@ -322,6 +322,16 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
         raise UsageError(
             f"{show('heads', heads)} needs an output projection W_O: pass {name('output_projection')}=True."
         )
+    if v["attention"] == "blocked" and v["attn_dropout"] > 0:
+        raise UsageError(
+            f"{show('attention', 'blocked')} cannot carry {name('attn_dropout')} (attention dropout "
+            f"needs the n x n attention matrix): use {show('attention', 'dense')}, or drop the dropout."
+        )
+    if v["mask_degree"] is not None and (given(param("mask_p"), v["mask_p"]) or v["mask_degree"] >= n):
+        raise UsageError(
+            f"{show('mask_degree', v['mask_degree'])} draws that many keys per token: it must be below "
+            f"{show('n', n)} and replaces {name('mask_p')}; give one of the two."
+        )
     mask, w_ = v["mask"], v["window"]
     if not isinstance(mask, str):
         if np.shape(mask) != (n, n):

@@ -13,8 +13,9 @@ import dataclasses
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import shortest_path
+from scipy.sparse.csgraph import connected_components, shortest_path
 
+from ._mask_structure import MaskStructure, as_structure
 from ._masks import mask_from_adjacency
 
 __all__ = ["GraphInfo", "graph_info", "distances"]
@@ -65,8 +66,15 @@ def distances(mask) -> np.ndarray:
 def graph_info(mask) -> GraphInfo:
     """Strong connectivity, centers, radius and diameter of a mask (docs/theory.md#masks-as-graphs).
 
+    No ``(n, n)`` distance matrix: named masks use their closed-form eccentricities
+    (`MaskStructure.eccentricities`, O(n)); other masks (dilated, random, a boolean array) the
+    condensation into strongly connected components (the centres are the source component when it
+    is unique) and exact BFS from the centres with bounds on the eccentricities (`_bounded`), each
+    BFS O(n + |E|). `distances` (all pairs) is kept as the oracle of the tests.
+
     Arguments:
-        mask: boolean ``(n, n)`` with ``M[i, j]`` = token i attends to token j, diagonal True.
+        mask: boolean ``(n, n)`` with ``M[i, j]`` = token i attends to token j, diagonal True, or a
+            `MaskStructure`.
 
     Returns:
         A `GraphInfo`. Oracles at n = 128: complete r = 1; causal r = 1 with center {0};
@@ -75,18 +83,80 @@ def graph_info(mask) -> GraphInfo:
     Raises:
         ValueError: if the mask is not square, not boolean, or lacks self-loops.
     """
-    dist = distances(mask)
-    n = dist.shape[0]
-    eccentricity = dist.max(axis=1)  # largest distance from each node
-    centers = tuple(int(c) for c in np.flatnonzero(np.isfinite(eccentricity)))
-    strongly = len(centers) == n
-    radius = int(eccentricity[list(centers)].min()) if centers else None
-    diameter = int(eccentricity.max()) if strongly else None
+    s = as_structure(mask)
+    n = s.n
+    ecc = s.eccentricities()
+    if ecc is not None:
+        finite = np.isfinite(ecc)
+        centers = np.flatnonzero(finite)
+        radius = int(ecc[finite].min()) if centers.size else None
+        strongly = bool(finite.all())
+        diameter = int(ecc.max()) if strongly else None
+    else:
+        centers, radius, diameter, strongly = _bfs_quantities(s)
     return GraphInfo(
         num_tokens=n,
         strongly_connected=strongly,
-        quasi_strongly_connected=bool(centers),
-        centers=centers,
+        quasi_strongly_connected=bool(len(centers)),
+        centers=tuple(centers.tolist()),
         radius=radius,
         diameter=diameter,
     )
+
+
+def _bfs_quantities(s: MaskStructure):
+    """Centres, radius, diameter and strong connectivity of a mask from its CSR rows, exactly."""
+    n = s.n
+    indptr, indices = s.csr()
+    data = np.ones(indices.size, np.int8)
+    m = sp.csr_matrix((data, indices, indptr), shape=(n, n))  # M[i, j]: edge j -> i
+    flow = m.T.tocsr()  # flow[u, v]: information moves u -> v
+    ncomp, comp = connected_components(flow, directed=True, connection="strong")
+    # A component with an edge into it from another component is not a source of the condensation.
+    row = np.repeat(np.arange(n), np.diff(indptr))
+    entered = np.zeros(ncomp, bool)
+    entered[comp[row][comp[indices] != comp[row]]] = True
+    sources = np.flatnonzero(~entered)
+    if sources.size != 1:
+        return np.arange(0), None, None, False
+    centers = np.flatnonzero(comp == sources[0])
+    strongly = ncomp == 1
+    symmetric = s.symmetric if s.symmetric is not None else (m != m.T).nnz == 0
+    radius, diameter = _bounded(flow, None if symmetric else m, centers, strongly)
+    return centers, radius, diameter, strongly
+
+
+def _bounded(flow, back, centers: np.ndarray, strongly: bool) -> tuple[int, int | None]:
+    r"""Exact radius over ``centers`` (and the diameter if ``strongly``) by BFS with eccentricity bounds.
+
+    The bounds of Takes & Kosters (BoundingDiameters), in their directed form: after a forward BFS
+    from v (distances $d(v, \cdot)$, eccentricity $e(v)$) and a backward one ($d(\cdot, v)$), every
+    w has $\max(d(w, v), e(v) - d(v, w)) \le e(w) \le d(w, v) + e(v)$ (triangle inequality). BFS
+    goes alternately from the unresolved candidate of smallest lower bound (radius) and of largest
+    upper bound (diameter) until the bounds meet: exact, and usually a few BFS (iFUB-style exit).
+    ``back`` is None for a symmetric mask (the backward BFS is the forward one).
+    """
+    n = flow.shape[0]
+    cand = np.zeros(n, bool)
+    cand[centers] = True
+    lo, up = np.zeros(n), np.full(n, np.inf)
+    turn = 0
+    while True:
+        r_lo, r_up = lo[cand].min(), up[cand].min()
+        d_lo, d_up = (lo.max(), up.max()) if strongly else (0.0, 0.0)
+        if r_lo == r_up and d_lo == d_up:
+            return int(r_up), (int(d_up) if strongly else None)
+        open_ = cand & (lo < up)
+        want_radius = r_lo < r_up and (turn % 2 == 0 or d_lo == d_up)
+        if want_radius:
+            v = int(np.flatnonzero(open_)[np.argmin(lo[open_])])
+        else:
+            v = int(np.flatnonzero(open_)[np.argmax(up[open_])])
+        turn += 1
+        fwd = shortest_path(flow, unweighted=True, directed=True, indices=v)
+        bwd = fwd if back is None else shortest_path(back, unweighted=True, directed=True, indices=v)
+        e = fwd.max()
+        with np.errstate(invalid="ignore"):
+            lo = np.maximum(lo, np.maximum(bwd, e - fwd))
+        up = np.minimum(up, bwd + e)
+        lo[v] = up[v] = e

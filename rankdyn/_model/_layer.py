@@ -28,13 +28,16 @@ import jax.random as jr
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from ._masks import check_fixed_attention, mask_from_adjacency
+from ._blocked import BLOCK_SIZE, blocked_attention_block, layer_mask
+from ._blocked import masked_softmax as masked_softmax
+from ._mask_structure import MaskStructure
+from ._masks import check_fixed_attention
 from ._mlp import GatedMLPWeights, MLPWeights
 from ._names import PLACEMENTS as PLACEMENTS
 from ._names import default_dqk as default_dqk
 from ._norms import AbstractNorm, SphereNorm
 from ._positions import Rotary, check_positions
-from ._products import _add_bias, _head_einsum, _project
+from ._products import _add_bias, _fold_qk, _head_einsum, _project
 
 __all__ = [
     "SelfAttentionLayer",
@@ -47,29 +50,6 @@ __all__ = [
 ]
 
 _PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
-
-
-def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[ArrayLike, "n n"]) -> Float[Array, "... n n"]:
-    r"""Row-wise softmax restricted to the mask graph, eq. (1).
-
-    $A_{ij} = e^{R_{ij}} / \sum_{k \in \mathcal N_i} e^{R_{ik}}$ on edges and 0 elsewhere. Masked
-    scores use the dtype's finite minimum (not ``-inf``) and the result is zeroed off the mask,
-    so every finite score matrix, however extreme, gives finite weights. Scores that overflowed
-    to ``inf`` before this call give NaN: `rankdyn.simulate` refuses, before compute, weights
-    whose score bound overflows the dtype, and the depth scan counts any NaN as non-finite.
-    """
-    neg = jnp.finfo(scores.dtype).min
-    a = jax.nn.softmax(jnp.where(mask, scores, neg), axis=-1)
-    return jnp.where(mask, a, 0.0)
-
-
-def _fold_qk(n: int, d: int, dk: int) -> bool:
-    r"""Whether folding $W_Q W_K^\top$ into one ``(d, d)`` matrix saves FLOPs per token matrix.
-
-    Separate projections cost $4 n d d_k + 2 n^2 d_k$, the folded form $2 n d^2 + 2 n^2 d$
-    (e.g. folded for n=32, d=d_k=64; not for BERT's d=768, d_k=64).
-    """
-    return 2 * n * d * d + 2 * n * n * d < 4 * n * d * dk + 2 * n * n * dk
 
 
 class AttentionWeights(eqx.Module):
@@ -146,6 +126,10 @@ class SelfAttentionLayer(eqx.Module):
             (a trained stack iterated beyond its depth); without it a deeper run is refused.
         rotary: optional `Rotary` tables ``(n, d_qk)`` applied to $X W_Q + b_Q$ and $X W_K + b_K$ (Llama).
         logit_bias: optional ``(heads, n, n)`` added to the scaled scores, shared by all layers (MPNet).
+        attention: ``"dense"`` (the ``(n, n)`` softmax), ``"blocked"`` (online softmax over the key
+            blocks the mask touches, `rankdyn._model._blocked`) or ``"auto"`` (blocked from
+            ``AUTO_BLOCKED_MIN_TOKENS`` tokens); ``mask`` may then be a `MaskStructure`.
+        block_size: tokens per block of the blocked path (``attention_path``: the path taken).
 
     Raises:
         ValueError: on inconsistent shapes, a bad mask, an unknown placement, a dqk <= 0 or a
@@ -154,7 +138,7 @@ class SelfAttentionLayer(eqx.Module):
 
     weights: AttentionWeights
     dqk: Float[Array, ""]
-    mask: Bool[Array, "n n"]
+    mask: Bool[Array, "n n"] | MaskStructure
     norm: AbstractNorm
     fixed_attention: Float[Array, "n n"] | None
     rotary: Rotary | None
@@ -167,10 +151,12 @@ class SelfAttentionLayer(eqx.Module):
     num_layers: int | None = eqx.field(static=True)
     precision: str = eqx.field(static=True)
     cycle: bool = eqx.field(static=True)
+    attention_path: str = eqx.field(static=True)
+    block_size: int = eqx.field(static=True)
 
     def __init__(
         self,
-        mask: ArrayLike,
+        mask: ArrayLike | MaskStructure,
         w_q: ArrayLike,
         w_k: ArrayLike,
         w_v: ArrayLike,
@@ -195,6 +181,8 @@ class SelfAttentionLayer(eqx.Module):
         cycle: bool = False,
         rotary: Rotary | None = None,
         logit_bias: ArrayLike | None = None,
+        attention: str = "dense",
+        block_size: int = BLOCK_SIZE,
     ):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
@@ -202,10 +190,10 @@ class SelfAttentionLayer(eqx.Module):
             raise ValueError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
         attn_dropout = _check_rate("attn_dropout", attn_dropout)
         hidden_dropout = _check_rate("hidden_dropout", hidden_dropout)
-        if isinstance(mask, jax.core.Tracer):
-            self.mask = mask
-        else:
-            self.mask = jnp.asarray(mask_from_adjacency(mask))
+        # The path decides the mask field: (n, n) array (dense) or MaskStructure (blocked).
+        path_mask = layer_mask(mask, attention, attn_dropout, fixed_attention, logit_bias)
+        self.attention_path, self.mask = path_mask
+        self.block_size = int(block_size)
         w_q, w_k, w_v = (jnp.asarray(w) for w in (w_q, w_k, w_v))
         # Lift (d, k) -> (1, d, k): one head. A 4-D weight carries a leading layer axis.
         if w_q.ndim == 2:
@@ -306,7 +294,15 @@ class SelfAttentionLayer(eqx.Module):
     def _attention(self, x, w: AttentionWeights):
         if self.fixed_attention is not None:
             return self.fixed_attention[None].astype(x.dtype)
-        return masked_softmax(self._scores(x, w), self.mask)
+        mask = jnp.asarray(self.mask.dense()) if self.attention_path == "blocked" else self.mask
+        return masked_softmax(self._scores(x, w), mask)
+
+    def eps_min(self, x: Float[Array, "n d"], t=0) -> Float[Array, ""]:
+        """Theorem 1's epsilon of `attention` ``(x, t)``: its smallest weight on the mask."""
+        w = self.weights_at(t)
+        if self.attention_path == "blocked":
+            return blocked_attention_block(self, x, x, w, _PRECISIONS[self.precision])[1]
+        return jnp.min(jnp.where(self.mask, self._attention(x, w), jnp.inf))
 
     def _scores(self, x, w: AttentionWeights, *, with_values: bool = False):
         r"""Scores $X W_Q (X W_K)^\top / \sqrt{d_{QK}}$ per head (and $X W_V$ if ``with_values``).
@@ -348,6 +344,8 @@ class SelfAttentionLayer(eqx.Module):
         (Theorem 1). The norms' placement is `__call__`'s; how $A$ is computed is this method's.
         """
         prec = _PRECISIONS[self.precision]
+        if self.attention_path == "blocked":
+            return blocked_attention_block(self, x_att, x_in, w, prec)
         xv = None
         if self.fixed_attention is not None:
             a = self._attention(x_att, w)

@@ -15,6 +15,7 @@ __all__ = [
     "VALUE_NAMES",
     "QK_NAMES",
     "VARIANTS",
+    "ATTENTION_MODES",
     "default_dqk",
 ]
 
@@ -22,6 +23,9 @@ __all__ = [
 PLACEMENTS = ("none", "post", "pre")
 #: The attention mask graphs of `rankdyn._model._masks.make_mask`.
 MASK_NAMES = ("complete", "causal", "window", "window-uni", "dilated", "global", "random")
+#: How the layer computes A (`rankdyn._model._blocked`): the (n, n) softmax, the online softmax over
+#: the key blocks the mask touches, or chosen by the number of tokens.
+ATTENTION_MODES = ("dense", "blocked", "auto")
 #: The normalisations of `rankdyn._model._norms`.
 LN_NAMES = ("sphere", "rms", "layernorm")
 #: The initial-token families of `rankdyn._model._tokens`.

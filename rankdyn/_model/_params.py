@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 
 from .._observe._tolerances import RANK_TOL
-from ._names import LN_NAMES, MASK_NAMES, PLACEMENTS, QK_NAMES, VALUE_NAMES, X0_NAMES, default_dqk
+from ._names import (
+    ATTENTION_MODES,
+    LN_NAMES,
+    MASK_NAMES,
+    PLACEMENTS,
+    QK_NAMES,
+    VALUE_NAMES,
+    X0_NAMES,
+    default_dqk,
+)
 
 __all__ = [
     "Param",
@@ -175,6 +184,10 @@ PARAMS: tuple[Param, ...] = (
           _in_unit("an edge probability must be in [0, 1]", True), key="mask_p", reads=("mask", ("random",))),
     Param("mask_seed", "int", 0, "seed of the random mask", _seed_rule, key="mask_seed",
           reads=("mask", ("random",))),
+    Param("mask_degree", "int", None,
+          "keys per token of a sparse random mask, drawn uniformly (instead of the edge probability "
+          "mask_p: a random mask at any n)", _at_least(1, "a token needs at least one other key"),
+          flag="--mask-degree", key="mask_degree", reads=("mask", ("random",))),
     # --- attention (eq. 1)
     Param("dqk", "real", None, "temperature d_QK, finite and > 0 (default: the key width d // heads)",
           _positive("the temperature d_QK"), flag="--dqk", key="dqk"),
@@ -182,6 +195,11 @@ PARAMS: tuple[Param, ...] = (
           what="query/key family", flag="--qk", key="qk"),
     Param("qk_std", "real", None, "standard deviation of the gaussian query/key family",
           _positive("a standard deviation"), key="qk_std", reads=("qk", ("gaussian",))),
+    Param("attention", "choice", "auto",
+          "attention path: dense (the n x n softmax), blocked (online softmax over the key blocks the "
+          "mask touches, never n x n) or auto (blocked from 2048 tokens when the layer allows it)",
+          choices=ATTENTION_MODES, what="attention path", flag="--attention", key="attention",
+          structural=True),
     Param("heads", "int", 1, "attention heads (dividing d; >1 adds W_O)",
           _at_least(1, "must be a positive integer"), flag="--heads", key="heads", structural=True),
     Param("output_projection", "bool", False,

@@ -56,3 +56,12 @@ def _project(x, weights, precision):
 def _add_bias(v, b):
     """``v`` ``(heads, n, k)`` plus a per-head bias ``(heads, k)`` (None: no bias)."""
     return v if b is None else v + b[:, None, :]
+
+
+def _fold_qk(n: int, d: int, dk: int) -> bool:
+    r"""Whether folding $W_Q W_K^\top$ into one ``(d, d)`` matrix saves FLOPs per token matrix.
+
+    Separate projections cost $4 n d d_k + 2 n^2 d_k$, the folded form $2 n d^2 + 2 n^2 d$
+    (e.g. folded for n=32, d=d_k=64; not for BERT's d=768, d_k=64).
+    """
+    return 2 * n * d * d + 2 * n * n * d < 4 * n * d * dk + 2 * n * n * dk

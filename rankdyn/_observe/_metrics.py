@@ -80,20 +80,49 @@ def cosine_matrix(x: Float[Array, "n d"]) -> Float[Array, "n n"]:
     return jnp.matmul(u, u.T, precision=_HI)
 
 
+#: From this many tokens the cosine metrics reduce the cosine matrix by row blocks of
+#: `_COS_BLOCK` (long context: an (n, n) matrix is 17 GB at n = 65536), never forming it whole.
+_COS_BLOCKED_MIN = 2048
+_COS_BLOCK = 256
+
+
+def _cosine_reductions(x):
+    """``(min_ij cos, sum_ij |cos|, trace |cos|)`` of the cosine matrix, by row blocks when large."""
+    n = x.shape[0]
+    if n < _COS_BLOCKED_MIN:
+        c = cosine_matrix(x)
+        a = jnp.abs(c)
+        return jnp.min(c), jnp.sum(a), jnp.trace(a)
+    u = _unit_rows(x)
+    nb = -(-n // _COS_BLOCK)
+    rows = jnp.pad(u, ((0, nb * _COS_BLOCK - n), (0, 0))).reshape(nb, _COS_BLOCK, -1)
+
+    def block(args):
+        i, r = args
+        c = jnp.matmul(r, u.T, precision=_HI)  # (block, n)
+        idx = i * _COS_BLOCK + jnp.arange(_COS_BLOCK)
+        valid = (idx < n)[:, None]
+        own = jnp.take_along_axis(c, jnp.minimum(idx, n - 1)[:, None], axis=1)  # cos(X_i, X_i)
+        diag = jnp.sum(jnp.where(valid, jnp.abs(own), 0.0))
+        return jnp.min(jnp.where(valid, c, jnp.inf)), jnp.sum(jnp.where(valid, jnp.abs(c), 0.0)), diag
+
+    lo, total, diag = lax.map(block, (jnp.arange(nb), rows))
+    return jnp.min(lo), jnp.sum(total), jnp.sum(diag)
+
+
 def min_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
     r"""$\phi = \min_{i,j} \cos(X_i, X_j)$, the smallest token cosine.
 
     Corollary 1 needs $\phi^{(0)} \ge 0$ (`docs/theory.md#metrics`).
     """
-    return jnp.min(cosine_matrix(x))
+    return _cosine_reductions(x)[0]
 
 
 def mean_abs_cosine(x: Float[Array, "n d"]) -> Float[Array, ""]:
     r"""$\frac{1}{n(n-1)} \sum_{i \ne j} |\cos(X_i, X_j)|$ ("anisotropy", Fig. 4); diagonal excluded."""
     n = x.shape[0]
-    c = jnp.abs(cosine_matrix(x))
-    off = jnp.sum(c) - jnp.trace(c)
-    return off / max(n * (n - 1), 1)
+    _, total, diag = _cosine_reductions(x)
+    return (total - diag) / float(max(n * (n - 1), 1))  # a Python int overflows int32 at n = 65536
 
 
 def singular_values(x: Float[Array, "n d"]) -> Float[Array, " k"]:

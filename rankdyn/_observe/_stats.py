@@ -131,6 +131,26 @@ class Summary(eqx.Module):
 
 def summarize(stats: BatchStats, layers, num_trajectories, nonfinite, degenerate) -> Summary:
     """Turn running `BatchStats` into a `Summary` (std from M2; NaN for empty layers)."""
+    out = _summary_arrays(stats)
+    return Summary(
+        layers=layers,
+        count=stats.count,
+        **out,
+        # Host numbers put on the device: no eager conversion program to compile.
+        num_trajectories=_on_device(num_trajectories),
+        nonfinite=_on_device(nonfinite),
+        degenerate=_on_device(degenerate),
+    )
+
+
+def _on_device(v):
+    """A host number put on the device (no eager conversion program); a JAX array as it is."""
+    return v if isinstance(v, jax.Array) else jax.device_put(np.asarray(v))
+
+
+@eqx.filter_jit
+def _summary_arrays(stats: BatchStats) -> dict:
+    """Mean, std, min and max per metric: one compiled program (op by op, each was one compile)."""
     empty = stats.count == 0
     out = {"mean": {}, "std": {}, "min": {}, "max": {}}
     for k in stats.mean:
@@ -141,11 +161,4 @@ def summarize(stats: BatchStats, layers, num_trajectories, nonfinite, degenerate
         out["std"][k] = jnp.where(e, nan, jnp.sqrt(stats.m2[k] / safe))
         out["min"][k] = jnp.where(e, nan, stats.min[k])
         out["max"][k] = jnp.where(e, nan, stats.max[k])
-    return Summary(
-        layers=layers,
-        count=stats.count,
-        **out,
-        num_trajectories=jnp.asarray(num_trajectories),
-        nonfinite=jnp.asarray(nonfinite),
-        degenerate=jnp.asarray(degenerate),
-    )
+    return out

@@ -10,7 +10,8 @@ sizeable run of a shape (>= 1e11 model FLOPs) times a few candidates around the 
 candidates in turn within each round), and keeps the fastest per trajectory. The choice is
 stored in ``$RANKDYN_CACHE_DIR/chunks.json`` (default ``~/.cache/rankdyn``) keyed by CPU model,
 core count, shape, dtype, layer variant and observer, so later runs and processes reuse it.
-``RANKDYN_CHUNK_TUNING=0`` turns it off (the rule only).
+``RANKDYN_CHUNK_TUNING=0`` turns it off (the rule only), and from `RULE_MIN_TOKENS` tokens the
+rule alone decides (long context: no compile per candidate).
 
 The tuner may choose only among chunks that give identical numbers (the bitwise contract,
 ``docs/sweep.md``). The batch statistics are folded in batch order whatever the chunk
@@ -42,6 +43,10 @@ __all__ = ["tuned_chunk", "candidates"]
 #: compile per candidate (a few seconds, once per machine and shape), which smaller runs, such
 #: as the tests' and most of ``rankdyn reproduce --quick``'s, would not win back.
 TUNE_MIN_FLOPS = 1e11
+#: From this many tokens the chunk is the rule's, never timed: one trajectory's tokens already fill
+#: the cache the candidates are sized by (the rule gives a chunk of 1-8 there), and every candidate
+#: would compile the whole long-context program again (issue 45: about 50 programs at n = 2048).
+RULE_MIN_TOKENS = 1024
 #: Model FLOPs of one timed candidate run (tens of ms), enough to rise above timer noise.
 _TIMED_FLOPS = 2e9
 _memory: dict[str, int] = {}
@@ -58,10 +63,15 @@ def _cache_file() -> Path:
 
 
 def layer_flops(layer) -> int:
-    r"""Model FLOPs of one layer on one token matrix: projections $4ndd_k + 2ndd_v$, $QK^\top$, $AV$."""
+    r"""Model FLOPs of one layer on one token matrix: projections $4ndd_k + 2ndd_v$, $QK^\top$, $AV$
+    over the computed scores ($n^2$ dense; the touched blocks' $B^2$ each on the blocked path)."""
     w = layer.weights
     n, d, dk, dv, h = layer.num_tokens, layer.dim, w.w_q.shape[-1], w.w_v.shape[-1], layer.num_heads
-    return h * (2 * n * d * (2 * dk + dv) + 2 * n * n * (dk + dv))
+    scores = n * n
+    if layer.attention_path == "blocked":
+        b = min(layer.block_size, n)
+        scores = layer.mask.block_pairs(b)[0].size * b * b
+    return h * (2 * n * d * (2 * dk + dv) + 2 * scores * (dk + dv))
 
 
 def candidates(default: int, num: int) -> list[int]:
@@ -131,7 +141,8 @@ def tuned_chunk(
     cands = candidates(default, num)
     work = layer_flops(layer)
     small = num * num_layers * work < TUNE_MIN_FLOPS
-    if os.environ.get("RANKDYN_CHUNK_TUNING", "1") == "0" or len(cands) < 2 or (small and not force):
+    rule = os.environ.get("RANKDYN_CHUNK_TUNING", "1") == "0" or layer.num_tokens >= RULE_MIN_TOKENS
+    if rule or len(cands) < 2 or (small and not force):
         return default
     key = _key(layer, observe, x0, save_every, eps)
     path = _cache_file()

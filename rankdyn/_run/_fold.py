@@ -27,6 +27,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._observe._stats import BatchStats, chunk_stats, merge_stats
@@ -53,7 +54,17 @@ def empty_stats(shapes: dict, records: int) -> BatchStats:
 
 def _empty(values: dict, ok) -> BatchStats:
     """Statistics of no member, shaped like one trajectory's records (``ok``: ``(c, records)``)."""
-    return empty_stats({k: v[0, 0] for k, v in values.items()}, ok.shape[1])
+    # Host arrays put on the device: no eager program to compile (issue 45: programs per simulate).
+    full = lambda v, x: jax.device_put(np.full(v.shape[1:], x, v.dtype))  # noqa: E731
+    zero = {k: full(v, 0) for k, v in values.items()}
+    dtype = next(iter(values.values())).dtype
+    return BatchStats(
+        count=jax.device_put(np.zeros(ok.shape[1:], dtype)),
+        mean=zero,
+        m2=dict(zero),
+        min={k: full(v, np.inf) for k, v in values.items()},
+        max={k: full(v, -np.inf) for k, v in values.items()},
+    )
 
 
 def fold_members(acc: BatchStats, values: dict, ok) -> BatchStats:
@@ -145,10 +156,14 @@ def fold_in_order(acc: BatchStats | None, values: dict, ok) -> BatchStats:
     c = ok.shape[0]
     pad = (-c) % GROUP
     if pad:  # masked members: merge_stats keeps the other side exactly
-        values = {
-            k: jnp.concatenate([v, jnp.zeros((pad,) + v.shape[1:], v.dtype)]) for k, v in values.items()
-        }
-        ok = jnp.concatenate([ok, jnp.zeros((pad,) + ok.shape[1:], bool)])
+
+        def grow(v):  # on the host (no eager program), or traced when simulate runs under jit/vmap
+            if isinstance(v, jax.core.Tracer):
+                return jnp.concatenate([v, jnp.zeros((pad,) + v.shape[1:], v.dtype)])
+            return jax.device_put(np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)]))
+
+        values = {k: grow(v) for k, v in values.items()}
+        ok = grow(ok)
     if acc is None:
         acc = _empty(values, ok)
     for start in range(0, c + pad, GROUP):

@@ -53,8 +53,8 @@ def _layer_keys(keys, t):
 
 
 def _eps_start(layer, x):
-    a = jax.vmap(lambda x1: layer.attention(x1, 0))(x)
-    return jnp.min(jnp.where(layer.mask, a, jnp.inf), axis=(1, 2, 3))
+    # The layer's own epsilon: on the blocked path there is no (n, n) matrix to take it from.
+    return jax.vmap(lambda x1: layer.eps_min(x1, 0))(x)
 
 
 class ScanState(NamedTuple):
@@ -318,6 +318,7 @@ def estimate_parts(
     num_metrics: int,
     per_trajectory: bool,
     save_states: bool,
+    score_entries: int | None = None,
 ) -> dict[str, int]:
     """A rough upper estimate of a run's peak memory in bytes, per part (for `rankdyn._run._memory`).
 
@@ -327,7 +328,9 @@ def estimate_parts(
     and five running statistics per layer and metric (twice: a piece's and the result), plus one
     group of a chunk's values, folded inside the scan (`rankdyn._run._fold.group_records`).
     """
-    work = chunk * (10 * n * d + 3 * heads * n * n) * itemsize
+    # score_entries: the attention's numbers per head (n * n dense; `_model._blocked.score_entries`).
+    scores = n * n if score_entries is None else score_entries
+    work = chunk * (10 * n * d + 3 * heads * scores) * itemsize
     if per_trajectory or save_states:
         per = num_metrics + 1 + (n * d if save_states else 0)
         out = 2 * num * num_saved * per * itemsize
@@ -380,14 +383,23 @@ def run_batch(
         bar = tqdm(total=num * num_layers, desc="simulate", unit="traj-layer", unit_scale=True)
     nonfinite_count, degenerate_count = 0, 0
     per = {"values": [], "nonfinite": [], "degenerate": [], "states": []}
-    num_arr = jnp.asarray(num)
+    num_arr = jax.device_put(np.asarray(num))  # a transfer, not an eager program to compile
     # The running statistics, one part per depth piece (the pieces are the same in every chunk).
     sizes = [min(piece, num_blocks - b) for b in range(0, max(num_blocks, 1), piece)]
     accs = [empty_acc(observe, source, eps, nb + (i == 0)) for i, nb in enumerate(sizes)]
     for start in range(0, num, step):
         plan = DepthPlan(sizes[0], save_every, True, per_trajectory, save_states, eps)
         state, values, ok, states, accs[0] = _first(
-            layer, observe, source, drop_key, jnp.asarray(start), num_arr, step, plan, mesh, accs[0]
+            layer,
+            observe,
+            source,
+            drop_key,
+            jax.device_put(np.asarray(start)),
+            num_arr,
+            step,
+            plan,
+            mesh,
+            accs[0],
         )
         check_interrupt()  # after the first piece's compile and between chunks
         value_parts, ok_parts, state_parts = [values], [ok], [states]
@@ -396,7 +408,9 @@ def run_batch(
             bar.update(min(step, num - start) * b * save_every)
         for i, nb in enumerate(sizes[1:], 1):
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
-            state, v, o, st, accs[i] = _advance(layer, observe, state, jnp.asarray(b), plan, mesh, accs[i])
+            state, v, o, st, accs[i] = _advance(
+                layer, observe, state, jax.device_put(np.asarray(b)), plan, mesh, accs[i]
+            )
             check_interrupt()
             value_parts.append(v)
             ok_parts.append(o)
@@ -405,7 +419,9 @@ def run_batch(
             if bar is not None:
                 bar.update(min(step, num - start) * nb * save_every)
         nf, dg = _flag_counts(state.valid, state.nonfinite, state.degenerate)
-        nonfinite_count, degenerate_count = nonfinite_count + nf, degenerate_count + dg
+        # Python ints: an eager add of device scalars would be one more compiled program.
+        host = lambda c: c if isinstance(c, jax.core.Tracer) else int(c)  # noqa: E731
+        nonfinite_count, degenerate_count = nonfinite_count + host(nf), degenerate_count + host(dg)
         if per_trajectory or save_states:
             per["values"].append(_join_values(value_parts) if per_trajectory else None)
             per["nonfinite"].append(state.nonfinite)
@@ -428,7 +444,15 @@ def _join_values(parts):
     """Depth pieces ``(c, nb)`` -> ``(c, saved layers)`` per name."""
     if len(parts) == 1:
         return parts[0]
-    return {k: jnp.concatenate([p[k] for p in parts], axis=1) for k in parts[0]}
+    return {k: _host_concat([p[k] for p in parts]) for k in parts[0]}
+
+
+def _host_concat(parts):
+    """Depth pieces joined along axis 1 on the host (small per-layer records): an eager
+    ``jnp.concatenate`` is one more compiled program per simulate call (issue 45: at most 6)."""
+    if any(isinstance(p, jax.core.Tracer) or not p.is_fully_addressable for p in parts):  # traced or remote
+        return jnp.concatenate(parts, axis=1)
+    return jax.device_put(np.concatenate([np.asarray(p) for p in parts], axis=1))
 
 
 def _join_chunks(per, num):

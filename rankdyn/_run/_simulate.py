@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from .._errors import UsageError
+from .._model._blocked import score_entries
 from .._model._layer import SelfAttentionLayer
 from .._model._tokens import TokenSampler
 from .._observe._observer import MetricObserver, parse_metrics
@@ -62,7 +63,10 @@ class Trajectory(eqx.Module):
 
 
 def _strong(v):
-    return v.astype(v.dtype) if isinstance(v, jax.Array) and getattr(v, "weak_type", False) else v
+    if not (isinstance(v, jax.Array) and getattr(v, "weak_type", False)):
+        return v
+    # A host round trip (no compile) for a concrete leaf; astype (traced) under jit.
+    return v.astype(v.dtype) if isinstance(v, jax.core.Tracer) else jax.device_put(np.asarray(v))
 
 
 def _check_options(rank_tol, devices, observe) -> None:
@@ -338,6 +342,9 @@ def simulate(
             num_metrics=len(names),
             per_trajectory=per_trajectory,
             save_states=save_states,
+            score_entries=score_entries(
+                layer.attention_path, n, layer.weights.w_v.shape[-1], layer.block_size
+            ),
         )
         check_memory(
             MemoryEstimate(parts),
@@ -361,7 +368,7 @@ def simulate(
         mesh=mesh,
         progress=progress,
     )
-    layers = jnp.arange(0, num_layers + 1, save_every)
+    layers = jax.device_put(np.arange(0, num_layers + 1, save_every))  # no eager program to compile
     summary = summarize(stats, layers, num, nonfinite, degenerate)
     if per is None:
         return Trajectory(
