@@ -9,7 +9,7 @@ from helpers import ulp_distance
 import rankdyn as rd
 from rankdyn._observe._observer import MetricObserver, parse_metrics
 from rankdyn._run import _autotune
-from rankdyn._run._scan import auto_chunk
+from rankdyn._run._sizing import auto_chunk
 
 
 @pytest.mark.slow  # ~12 s: 4 timed candidates + 4 simulate programs

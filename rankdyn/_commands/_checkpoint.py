@@ -267,8 +267,8 @@ def run_checkpoint(args) -> int:
     from .._model._graph import graph_info
     from .._run._io import CompileTimer, atomic_write, provenance, savez, write_json
     from .._run._memory import MemoryEstimate, check_memory
-    from .._run._scan import auto_chunk, estimate_parts
     from .._run._simulate import simulate
+    from .._run._sizing import auto_chunk, estimate_parts
     from .._trained import load_checkpoint
 
     try:

@@ -145,7 +145,7 @@ def check_run_args(args, config):
     return names, est
 
 
-#: The flags that shrink each part of the depth scan's estimate (`rankdyn._run._scan.estimate_parts`).
+#: The flags that shrink each part of the depth scan's estimate (`rankdyn._run._sizing.estimate_parts`).
 _MEMORY_FIXES = {
     "working set of one chunk": "lower --n, --d or --heads, or use a smaller --chunk.",
     "per-layer metrics": (
@@ -161,7 +161,7 @@ def _check_memory(args, config, names) -> int:
 
     from .._model._blocked import resolve_attention, score_entries
     from .._run._memory import MemoryEstimate, check_memory
-    from .._run._scan import auto_chunk, estimate_parts
+    from .._run._sizing import auto_chunk, estimate_parts
 
     item = 8 if args.x64 else 4
     path = resolve_attention(

@@ -114,7 +114,7 @@ def layer_mask(mask, attention: str, attn_dropout: float, fixed_attention, logit
 
 def score_entries(path: str, n: int, dv: int, block: int = BLOCK_SIZE) -> int:
     """Numbers per head and trajectory that the attention keeps at once, the unit of the memory
-    estimate (`rankdyn._run._scan.estimate_parts`): the ``(n, n)`` scores on the dense path; one
+    estimate (`rankdyn._run._sizing.estimate_parts`): the ``(n, n)`` scores on the dense path; one
     block's scores plus the running maximum, minimum, sum and ``(n, d_v)`` sums on the blocked one."""
     if path != "blocked":
         return n * n

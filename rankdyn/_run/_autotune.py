@@ -6,7 +6,7 @@ observer: on the 2-core Intel dev box, n = 16, d = 32 ran fastest at 64 trajecto
 of tokens) but n = 32, d = 64 at 128-256 (1-2 MiB), and 4x too large a chunk cost 1.2-1.6x
 (process CPU time, `benchmarks/chunk_speed.py`). So, like XLA's autotuning, the first
 sizeable run of a shape (>= 1e11 model FLOPs) times a few candidates around the cache-sized rule
-(`rankdyn._run._scan.auto_chunk`): one chunk each, over a few layers, best of three rounds (the
+(`rankdyn._run._sizing.auto_chunk`): one chunk each, over a few layers, best of three rounds (the
 candidates in turn within each round), and keeps the fastest per trajectory. The choice is
 stored in ``$RANKDYN_CACHE_DIR/chunks.json`` (default ``~/.cache/rankdyn``) keyed by CPU model,
 core count, shape, dtype, layer variant and observer, so later runs and processes reuse it.
@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._io import cpu_model
-from ._scan import DepthPlan, _first, _source, auto_chunk, empty_acc
+from ._scan import DepthPlan, _first, _source, empty_acc
+from ._sizing import auto_chunk
 
 __all__ = ["tuned_chunk", "candidates"]
 

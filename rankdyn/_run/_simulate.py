@@ -28,8 +28,9 @@ from .._observe._stats import Summary, summarize
 from .._observe._tolerances import RANK_TOL
 from ._autotune import tuned_chunk
 from ._memory import MemoryEstimate, check_memory
-from ._scan import auto_chunk, estimate_parts, run_batch
+from ._scan import run_batch
 from ._sharding import resolve_mesh
+from ._sizing import auto_chunk, estimate_parts
 
 __all__ = ["simulate", "Trajectory"]
 

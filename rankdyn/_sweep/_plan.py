@@ -56,11 +56,11 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     """Peak memory of the sweep's largest chunk and of the assembled dataset, per part.
 
     A chunk runs all its cells' trajectories at once (``vmap`` over cells), so its working set
-    is the depth scan's (`rankdyn._run._scan.estimate_parts`, the estimate `rankdyn.simulate` uses)
+    is the depth scan's (`rankdyn._run._sizing.estimate_parts`, the estimate `rankdyn.simulate` uses)
     for ``cells x batch`` trajectories in one chunk, plus the cells' initial tokens, weights and
     final metrics; the dataset holds ``(mean, std)`` per cell, saved layer and metric (float64).
     """
-    from .._run._scan import estimate_parts  # loads JAX: the flag checks before it do not
+    from .._run._sizing import estimate_parts  # loads JAX: the flag checks before it do not
 
     if itemsize is None:
         import jax
