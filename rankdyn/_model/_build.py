@@ -180,5 +180,8 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
         w_o=w_o,
         mlp=mw,
         skip=c.skip,
+        mix_layers=c.mix_layers,
+        ngpt_alpha=c.ngpt_alpha,
+        qk_norm=c.qk_norm,
         **c.dropout_kwargs(),
     )
