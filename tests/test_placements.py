@@ -1,0 +1,193 @@
+"""The placement schemes peri, mix, ngpt, lns and QK-norm against a NumPy map written from their
+equations (docs/theory.md#normalisation-schemes), in float64 to 1e-10.
+
+The reference below never calls rankdyn: for each depth t it applies the scheme's equation to
+the attention sub-block F and then to the MLP sub-block. Each case runs several layers with
+per-layer weights through a ``lax.scan`` (t traced, as in `rankdyn.simulate`), so a scheme that
+depends on t (mix, lns) is checked at every depth, and an off-by-one in t, a missing or an
+extra N, or a wrong residual changes the numbers far beyond the tolerance.
+"""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import rankdyn as rd
+from rankdyn._errors import UsageError
+from rankdyn._model._layer import MLPWeights, SelfAttentionLayer
+from rankdyn._model._norms import make_norm
+
+TOL = 1e-10
+N_TOK, D, HEADS, DEPTH = 5, 4, 2, 4
+
+
+# --------------------------------------------------------------------------- the NumPy reference
+def _softmax(s, mask):
+    s = np.where(mask, s, -np.inf)
+    e = np.where(mask, np.exp(s - s.max(axis=-1, keepdims=True)), 0.0)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _np_norm(kind, x):
+    if kind == "sphere":
+        return x / np.linalg.norm(x, axis=-1, keepdims=True)
+    xc = x - x.mean(axis=-1, keepdims=True)  # centred LayerNorm, eps as rankdyn's default
+    return xc / np.sqrt(np.mean(xc**2, axis=-1, keepdims=True) + 1e-12)
+
+
+def _np_attention(h_att, h_in, p, t, mask, dqk, qk_norm):
+    outs = []
+    for h in range(HEADS):
+        q, k = h_att @ p["wq"][t, h], h_att @ p["wk"][t, h]
+        if qk_norm:  # per token and head, no gain: |q| = sqrt(d_qk)
+            q = q / np.sqrt(np.mean(q**2, axis=-1, keepdims=True))
+            k = k / np.sqrt(np.mean(k**2, axis=-1, keepdims=True))
+        a = _softmax(q @ k.T / np.sqrt(dqk), mask)
+        outs.append(a @ (h_in @ p["wv"][t, h]))
+    return np.concatenate(outs, axis=-1) @ p["wo"][t]
+
+
+def _np_mlp(h, p, t):
+    return _gelu_tanh(h @ p["w1"][t] + p["b1"][t]) @ p["w2"][t] + p["b2"][t]
+
+
+def _np_sublayer(scheme, x, f, nrm, t, k, alpha, skip):
+    """y for one sub-block, straight from the equations of the schemes."""
+    if scheme == "mix":
+        scheme = "post" if t < k else "pre"
+    if scheme == "post":
+        return nrm(x + f(x, x) if skip else f(x, x))
+    if scheme == "pre":
+        return x + f(nrm(x), nrm(x)) if skip else f(nrm(x), nrm(x))
+    if scheme == "peri":
+        return x + nrm(f(nrm(x), nrm(x)))
+    if scheme == "ngpt":
+        return nrm(x + alpha * (nrm(f(nrm(x), nrm(x))) - nrm(x)))
+    if scheme == "lns":
+        h = nrm(x) / np.sqrt(t + 1)
+        return x + f(h, h)
+    raise AssertionError(scheme)
+
+
+def _np_run(scheme, x, p, mask, *, ln, k=None, alpha=None, skip=False, qk_norm=False, dqk=2.0):
+    nrm = lambda v: _np_norm(ln, v)  # noqa: E731
+    xs = []
+    for t in range(DEPTH):
+        att = lambda a, b: _np_attention(a, b, p, t, mask, dqk, qk_norm)  # noqa: E731, B023
+        x = _np_sublayer(scheme, x, att, nrm, t, k, alpha, skip)
+        x = _np_sublayer(scheme, x, lambda a, b: _np_mlp(b, p, t), nrm, t, k, alpha, skip)  # noqa: B023
+        xs.append(x)
+    return np.stack(xs)
+
+
+# --------------------------------------------------------------------------- the rankdyn side
+def _weights(seed):
+    r = np.random.default_rng(seed)
+    dh, f = D // HEADS, 2 * D
+    g = lambda *s: r.normal(size=(DEPTH,) + s)  # noqa: E731
+    return dict(
+        wq=g(HEADS, D, dh), wk=g(HEADS, D, dh), wv=g(HEADS, D, dh) / np.sqrt(D), wo=g(D, D) / np.sqrt(D),
+        w1=g(D, f) / np.sqrt(D), b1=0.1 * g(f), w2=g(f, D) / np.sqrt(f), b2=0.1 * g(D),
+    )  # fmt: skip
+
+
+def _layer(p, mask, **kw):
+    mlp = MLPWeights(*(jnp.asarray(p[k]) for k in ("w1", "b1", "w2", "b2")))
+    j = {k: jnp.asarray(p[k]) for k in ("wq", "wk", "wv", "wo")}
+    return SelfAttentionLayer(mask, j["wq"], j["wk"], j["wv"], w_o=j["wo"], mlp=mlp, dqk=2.0, **kw)
+
+
+@jax.jit
+def _scan(layer, x0):
+    def step(x, t):
+        y, aux = layer(x, t)
+        return y, (y, aux.degenerate)
+
+    return jax.lax.scan(step, x0, jnp.arange(DEPTH))[1]
+
+
+CASES = {
+    # name: (scheme, ln, layer arguments, reference arguments)
+    "peri": ("peri", "layernorm", {}, {}),
+    "mix": ("mix", "layernorm", dict(mix_layers=2, skip=True), dict(k=2, skip=True)),
+    "ngpt": ("ngpt", "sphere", dict(ngpt_alpha=0.3), dict(alpha=0.3)),
+    "lns": ("lns", "layernorm", {}, {}),
+    "qk-norm, pre": ("pre", "sphere", dict(skip=True, qk_norm=True), dict(skip=True, qk_norm=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_scheme_equals_numpy_map(name):
+    scheme, ln, kw, ref_kw = CASES[name]
+    p = _weights(1)
+    mask = np.tril(np.ones((N_TOK, N_TOK), bool))
+    x0 = np.random.default_rng(2).normal(size=(N_TOK, D))
+    layer = _layer(p, mask, placement=scheme, norm=make_norm(ln), **kw)
+    xs, bad = _scan(layer, jnp.asarray(x0))
+    want = _np_run(scheme, x0, p, mask, ln=ln, **ref_kw)
+    assert not bool(jnp.any(bad))
+    np.testing.assert_allclose(np.asarray(xs), want, rtol=0, atol=TOL)
+    # The map moves the tokens by O(1) at every depth: the tolerance is far below any change.
+    assert np.min(np.abs(np.diff(np.concatenate([x0[None], want]), axis=0)).max(axis=(1, 2))) > 1e-2
+
+
+def test_mix_with_a_python_depth_equals_the_traced_one():
+    """A Python ``t`` takes the other code path (no ``lax.cond``): the same map on both sides of k."""
+    p = _weights(3)
+    mask = np.ones((N_TOK, N_TOK), bool)
+    x0 = np.random.default_rng(4).normal(size=(N_TOK, D))
+    layer = _layer(p, mask, placement="mix", mix_layers=1, norm=make_norm("sphere"), skip=True)
+    for t in (0, 1):
+        got = np.asarray(jax.jit(lambda lay, x, t: lay(x, t)[0], static_argnums=2)(layer, jnp.asarray(x0), t))
+        att = lambda a, b: _np_attention(a, b, p, t, mask, 2.0, False)  # noqa: E731, B023
+        y = _np_sublayer("mix", x0, att, lambda v: _np_norm("sphere", v), t, 1, None, True)
+        y = _np_sublayer(
+            "mix", y, lambda a, b: _np_mlp(b, p, t), lambda v: _np_norm("sphere", v), t, 1, None, True
+        )  # noqa: B023
+        np.testing.assert_allclose(got, y, rtol=0, atol=TOL)
+
+
+def test_qk_norm_gives_unit_rms_queries_and_keeps_the_temperature():
+    """With QK-norm |q| = |k| = sqrt(d_qk), so every score is at most d_qk / sqrt(dqk) (d_qk = 4 here)."""
+    key = jr.PRNGKey(0)
+    layer = rd.make_layer(key, n=6, d=4, qk="gaussian", qk_std=30.0, qk_norm=True, mask="complete", dqk=8.0)
+    x = rd.initial_tokens(jr.PRNGKey(1), "gaussian", 6, 4)
+    scores = layer._scores(x, layer.weights_at(0))
+    assert float(jnp.max(jnp.abs(scores))) <= 4 / np.sqrt(8) * (1 + 1e-12)
+    q = layer.weights.w_q[0]  # the queries themselves: unit RMS rows
+    from rankdyn._model._norms import qk_normalise
+
+    np.testing.assert_allclose(
+        np.sqrt(np.mean(np.asarray(qk_normalise(x @ q)) ** 2, axis=-1)), 1.0, atol=1e-14
+    )
+    plain = rd.make_layer(key, n=6, d=4, qk="gaussian", qk_std=30.0, mask="complete", dqk=8.0)
+    assert float(jnp.max(jnp.abs(plain._scores(x, plain.weights_at(0))))) > 10
+
+
+# --------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(placement="mix"), "needs mix_layers"),
+        (dict(placement="mix", mix_layers=-1), "mix_layers=-1"),
+        (dict(placement="mix", mix_layers=5, num_layers=4), "mix_layers=5 is outside [0, 4]"),
+        (dict(placement="ngpt"), "needs ngpt_alpha"),
+        (dict(placement="ngpt", ngpt_alpha=0.0), "ngpt_alpha=0.0"),
+        (dict(placement="ngpt", ngpt_alpha=1.5), "ngpt_alpha=1.5"),
+        (dict(placement="ngpt", ngpt_alpha=0.5, ln="rms"), "ln='rms' with placement='ngpt'"),
+        (dict(placement="ngpt", ngpt_alpha=0.5, ln=rd.RMSNorm()), "ln RMSNorm with placement='ngpt'"),
+        (dict(qk_norm=True, qk="zero"), "qk_norm with qk='zero'"),
+        (dict(placement="post", mix_layers=2), "mix_layers=2 is ignored by placement='post'"),
+        (dict(placement="pre", ngpt_alpha=0.5), "ngpt_alpha=0.5 is ignored by placement='pre'"),
+    ],
+)
+def test_bad_scheme_arguments_are_refused(kwargs, needle):
+    with pytest.raises(UsageError) as err:
+        rd.make_layer(jr.PRNGKey(0), n=4, d=4, **kwargs)
+    assert needle in str(err.value)
