@@ -17,7 +17,7 @@ import pytest
 import rankdyn as rd
 from rankdyn._errors import UsageError
 from rankdyn._model._layer import MLPWeights, SelfAttentionLayer
-from rankdyn._model._norms import make_norm
+from rankdyn._model._norms import make_norm, qk_normalise
 
 TOL = 1e-10
 N_TOK, D, HEADS, DEPTH = 5, 4, 2, 4
@@ -146,10 +146,10 @@ def test_mix_with_a_python_depth_equals_the_traced_one():
     for t in (0, 1):
         got = np.asarray(jax.jit(lambda lay, x, t: lay(x, t)[0], static_argnums=2)(layer, jnp.asarray(x0), t))
         att = lambda a, b: _np_attention(a, b, p, t, mask, 2.0, False)  # noqa: E731, B023
-        y = _np_sublayer("mix", x0, att, lambda v: _np_norm("sphere", v), t, 1, None, True)
-        y = _np_sublayer(
-            "mix", y, lambda a, b: _np_mlp(b, p, t), lambda v: _np_norm("sphere", v), t, 1, None, True
-        )  # noqa: B023
+        mlp = lambda a, b: _np_mlp(b, p, t)  # noqa: E731, B023
+        sph = lambda v: _np_norm("sphere", v)  # noqa: E731
+        y = _np_sublayer("mix", x0, att, sph, t, 1, None, True)
+        y = _np_sublayer("mix", y, mlp, sph, t, 1, None, True)
         np.testing.assert_allclose(got, y, rtol=0, atol=TOL)
 
 
@@ -161,8 +161,6 @@ def test_qk_norm_gives_unit_rms_queries_and_keeps_the_temperature():
     scores = layer._scores(x, layer.weights_at(0))
     assert float(jnp.max(jnp.abs(scores))) <= 4 / np.sqrt(8) * (1 + 1e-12)
     q = layer.weights.w_q[0]  # the queries themselves: unit RMS rows
-    from rankdyn._model._norms import qk_normalise
-
     np.testing.assert_allclose(
         np.sqrt(np.mean(np.asarray(qk_normalise(x @ q)) ** 2, axis=-1)), 1.0, atol=1e-14
     )
