@@ -189,3 +189,60 @@ def test_bad_scheme_arguments_are_refused(kwargs, needle):
     with pytest.raises(UsageError) as err:
         rd.make_layer(jr.PRNGKey(0), n=4, d=4, **kwargs)
     assert needle in str(err.value)
+
+
+# --------------------------------------------------------------------------- analyses on the schemes
+@pytest.mark.slow
+def test_ngpt_lyapunov_spectrum_is_the_closed_form_at_consensus():
+    r"""nGPT ends with the sphere norm, so its spectrum lives on the tangent space (n (d - 1)).
+
+    At consensus X* (every token e_1) the attention is uniform, so the linearised sub-block is
+    the token mean times W_V / 1.5 followed by N: multipliers 1.0/1.5 and 0.6/1.5 on the mean
+    mode, 0 on the 3 (d - 1) = 6 others. nGPT's step makes each $1 - \alpha + \alpha \mu$.
+    """
+    n, d, alpha = 4, 3, 0.3
+    wq, wk = (0.3 * jr.normal(jr.PRNGKey(i), (d, d)) for i in (1, 2))
+    wv = jnp.diag(jnp.array([1.5, 1.0, 0.6]))
+    layer = SelfAttentionLayer(np.ones((n, n), bool), wq, wk, wv, placement="ngpt", ngpt_alpha=alpha)
+    x = jnp.tile(jnp.array([1.0, 0.0, 0.0]), (n, 1))
+    r = rd.lyapunov_spectrum(layer, x, 600, discard=100)
+    mu = np.array([1.0 / 1.5, 0.6 / 1.5] + [0.0] * 6)
+    want = np.sort(np.log(1 - alpha + alpha * mu))[::-1]
+    assert r.space == "tangent" and r.dim == n * (d - 1)
+    rep = rd.stability(layer, x)  # the equilibria side: ngpt's multipliers on the tangent space
+    assert rep.space == "tangent" and rep.residual < 1e-14
+    np.testing.assert_allclose(np.sort(rep.moduli)[::-1], np.exp(want), atol=1e-12)
+    # Gaps of 0.16 between exponents: after 100 discarded layers the QR error is below 1e-5.
+    np.testing.assert_allclose(r.exponents, want, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["peri", "mix", "lns"])
+def test_lyapunov_spectrum_of_the_other_schemes_is_finite_in_the_full_space(scheme):
+    kw = dict(mix=dict(mix_layers=1)).get(scheme, {})
+    layer = rd.make_layer(jr.PRNGKey(0), n=3, d=3, placement=scheme, num_layers=3, **kw)
+    r = rd.lyapunov_spectrum(layer, rd.initial_tokens(jr.PRNGKey(1), "sphere", 3, 3), 3, qr_every=1)
+    assert r.space == "full" and r.dim == 9
+    assert np.all(np.isfinite(np.asarray(r.exponents)))
+
+
+def test_equilibria_refuse_peri_and_lns_and_take_mix_at_one_depth():
+    """peri and lns are refused with the reason; mix at depth t is that depth's post or pre map."""
+    from rankdyn._model._placements import fixed_point_layer
+
+    n, d = 3, 3
+    x = jnp.tile(jnp.array([1.0, 0.0, 0.0]), (n, 1))
+    for scheme, reason in (("peri", "never vanishes"), ("lns", "changes with every depth t")):
+        layer = rd.make_layer(jr.PRNGKey(0), n=n, d=d, placement=scheme)
+        with pytest.raises(UsageError, match=reason):
+            rd.find_equilibria(layer, x)
+        with pytest.raises(UsageError, match=reason):
+            rd.equilibrium_census(layer, jr.PRNGKey(0))
+        with pytest.raises(UsageError, match=reason):
+            rd.equilibria.continue_branch(lambda p: layer, x, 0.0, 1.0)
+    mix = rd.make_layer(jr.PRNGKey(0), n=n, d=d, placement="mix", mix_layers=2)
+    with pytest.raises(UsageError, match="find_equilibria"):
+        rd.equilibrium_census(mix, jr.PRNGKey(0))
+    assert [fixed_point_layer(mix, t).placement for t in (0, 1, 2, 5)] == ["post", "post", "pre", "pre"]
+    post = fixed_point_layer(mix, 1)
+    np.testing.assert_array_equal(post(x)[0], rd.make_layer(jr.PRNGKey(0), n=n, d=d)(x)[0])

@@ -54,6 +54,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._model._layer import SelfAttentionLayer
+from .._model._placements import fixed_point_layer, on_spheres
 from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, default_residual_tol
 from ._deflation import _log_deflation, _rank_penalty, _retract
 
@@ -192,7 +193,7 @@ def _solve_one(
     rank_floor,
     rank_tol,
 ):
-    on_sphere = layer.placement == "post"
+    on_sphere = on_spheres(layer)
     f = _map(layer, t)
     dt = x0.dtype
     bad_start = ~jnp.all(jnp.isfinite(x0))
@@ -364,6 +365,7 @@ def find_equilibria(
         ValueError: on bad shapes or options (trace time); with ``throw=True`` an
             `equinox.EquinoxRuntimeError` when some start did not converge.
     """
+    layer = fixed_point_layer(layer, t)  # mix at depth t: post or pre; peri and lns: refused
     x0s = jnp.asarray(_renamed_starts(x0, x0s, "find_equilibria"))
     n, d = layer.num_tokens, layer.dim
     if x0s.ndim < 2 or x0s.shape[-2:] != (n, d):

@@ -21,13 +21,16 @@ normalised input read the un-normalised $x$ instead (the values still read the n
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["apply_placement", "check_scheme"]
+from .._errors import UsageError
+
+__all__ = ["apply_placement", "check_scheme", "fixed_point_layer", "on_spheres", "NO_FIXED_POINTS"]
 
 
 def apply_placement(layer, x, t, w, keys, prec):
@@ -120,3 +123,38 @@ def check_scheme(placement: str, mix_layers, ngpt_alpha):
     if not isinstance(alpha, jax.core.Tracer) and not (alpha.ndim == 0 and 0 < float(alpha) <= 1):
         raise ValueError(f"ngpt_alpha must be a scalar in (0, 1], got {ngpt_alpha!r}.")
     return None, alpha
+
+
+#: Why a placement's map has no fixed points to look for (equilibria, continuation).
+NO_FIXED_POINTS = {
+    "peri": "peri's map x + N(F(N(x))) has no fixed points: a fixed point needs N(F(N(x))) = 0, "
+    "and a normalised row never vanishes",
+    "lns": "lns's map x + F(N(x) / sqrt(t + 1)) changes with every depth t, and a fixed point of "
+    "one of them needs the added term F to vanish",
+}
+
+
+def fixed_point_layer(layer, t=0):
+    """The one map of depth ``t`` whose fixed points are sought: Mix-LN at a concrete ``t`` is its
+    post-LN or pre-LN layer; peri and lns are refused (`NO_FIXED_POINTS`), naming the reason.
+
+    Raises:
+        UsageError: for ``placement`` peri or lns.
+    """
+    if layer.placement in NO_FIXED_POINTS:
+        raise UsageError(
+            f"placement={layer.placement!r}: {NO_FIXED_POINTS[layer.placement]}; equilibria and "
+            "continuation run for none, post, pre, ngpt and mix (at one layer t)."
+        )
+    if layer.placement != "mix":
+        return layer
+    out = copy.copy(layer)
+    # Static fields of a frozen module: set on the copy (the same arrays, another program).
+    object.__setattr__(out, "placement", "post" if int(t) < layer.mix_layers else "pre")
+    object.__setattr__(out, "mix_layers", None)
+    return out
+
+
+def on_spheres(layer) -> bool:
+    """Whether the map ends with the norm on every row (post, ngpt): its outputs lie on spheres."""
+    return layer.placement in ("post", "ngpt")
