@@ -158,3 +158,54 @@ def test_renormalisation_is_refused_where_it_cannot_apply(tiny):
         with pytest.raises(UsageError) as err:
             ckpt.layers(6, **kwargs)
         assert needle in str(err.value), kwargs
+
+
+def _ids_file(tmp_path):
+    path = tmp_path / "ids.npy"
+    np.save(path, np.random.default_rng(0).integers(3, 40, (2, 6)).astype(np.int32))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "flags, fragments",
+    [
+        (["--placement", "ngpt", "--ngpt-alpha", "0.5"], ["--placement ngpt", "add --ln sphere"]),
+        (["--variant", "san", "--ln", "rms"], ["--ln", "--variant full", "not --variant san"]),
+        (
+            ["--placement", "mix", "--mix-layers", "5", "--layers", "4"],
+            ["--mix-layers 5 is outside [0, --layers 4]"],
+        ),
+        (["--placement", "mix"], ["--placement mix needs --mix-layers"]),
+        (["--placement", "ngpt", "--ln", "sphere", "--ngpt-alpha", "2"], ["--ngpt-alpha 2.0", "(0, 1]"]),
+        (["--mix-layers", "1"], ["--mix-layers 1 is ignored"]),
+        (["--placement", "none", "--ln", "rms"], ["--ln rms is ignored by --placement none"]),
+    ],
+)
+def test_cli_renormalisation_refusals(tiny, tmp_path, capsys, monkeypatch, flags, fragments):
+    import rankdyn._run._simulate
+    from rankdyn.cli import main
+
+    def no_compute(*a, **k):
+        raise AssertionError("simulate ran")
+
+    monkeypatch.setattr(rankdyn._run._simulate, "simulate", no_compute)
+    argv = ["simulate", "--checkpoint", str(tiny["bert"][0]), "--input-ids", _ids_file(tmp_path), *flags]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rankdyn simulate: error: "), err
+    for fragment in fragments:
+        assert fragment in err[0], (fragment, err[0])
+
+
+@pytest.mark.slow  # end to end: a compiled run
+def test_cli_runs_a_renormalised_checkpoint(tiny, tmp_path):
+    import json
+
+    from rankdyn.cli import main
+
+    out = tmp_path / "out"
+    argv = ["simulate", "--checkpoint", str(tiny["bert"][0]), "--input-ids", _ids_file(tmp_path)]
+    argv += ["--placement", "peri", "--ln", "rms", "--layers", "3", "--metrics", "mu", "--no-progress"]
+    assert main([*argv, "--out", str(out)]) == 0
+    cfg = json.loads((out / "metrics.json").read_text())["config"]
+    assert (cfg["placement"], cfg["ln"], cfg["arch"]) == ("peri", "rms", "bert")
