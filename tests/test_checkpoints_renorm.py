@@ -50,6 +50,7 @@ def test_own_scheme_chosen_explicitly_equals_full_bit_for_bit(tiny):
         full = ckpt.layers(6)
         own = ckpt.layers(6, placement=ckpt.placement, ln="layernorm")
         assert type(full.norm) is type(own.norm) is LayerNorm  # the norm applied, not a SphereNorm
+        assert type(ckpt.layers(6, "san-ln").norm) is LayerNorm
         depth = 2 * ckpt.num_layers + 1
         a, b = _run_stack(full, x0, depth), _run_stack(own, x0, depth)
         assert np.array_equal(np.asarray(a), np.asarray(b)), arch
