@@ -69,6 +69,31 @@ def test_sinks_equal_a_loop_over_depth_and_need_the_normalised_tokens(getkey):
     assert np.max(np.abs(wrong - first)) > 1e-3
 
 
+@pytest.mark.parametrize("placement", ["none", "post", "pre", "peri", "mix", "ngpt", "lns"])
+def test_sinks_read_the_attention_input_the_layer_uses(placement, getkey, monkeypatch):
+    """The tokens `attention_input` names are those the layer's own forward pass hands its
+    attention sub-block, at a depth before and after mix's switch (recorded by wrapping
+    `_attention_block`); reading x itself (the old pre-only rule) fails for peri, ngpt and lns."""
+    from rankdyn._model._layer import SelfAttentionLayer
+    from rankdyn._model._placements import attention_input
+
+    kw = {"mix": dict(mix_layers=1), "ngpt": dict(ngpt_alpha=0.5)}.get(placement, {})
+    layer = rd.make_layer(getkey(), n=5, d=4, placement=placement, value="gaussian", mask="causal", **kw)
+    seen = []
+    block = SelfAttentionLayer._attention_block
+    monkeypatch.setattr(
+        SelfAttentionLayer, "_attention_block", lambda self, xa, *a: seen.append(xa) or block(self, xa, *a)
+    )
+    x = jr.normal(getkey(), (5, 4))
+    for t in (0, 2):
+        seen.clear()
+        layer(x, t)
+        want = attention_input(layer, x, t, layer.weights_at(t))
+        assert len(seen) == 1 and np.allclose(want, seen[0], rtol=1e-13, atol=1e-14), (placement, t)
+        if placement in ("peri", "ngpt", "lns"):
+            assert np.max(np.abs(np.asarray(seen[0]) - np.asarray(x))) > 1e-3
+
+
 def _stats(ratio, cos_first, cos_others, u=0.1):
     ratio = np.asarray(ratio, float)
     return SinkStats(

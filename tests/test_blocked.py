@@ -42,7 +42,8 @@ def _weights(rng, heads, layers=None):
 
 def _cases(rng):
     """(structure, layer kwargs): every mask kind, and across them every placement, heads + W_O,
-    biases, skip, MLP, per-layer weights, a LayerNorm, rotary embeddings and a temperature."""
+    biases, skip, MLP, per-layer weights, a LayerNorm, rotary embeddings, a temperature and QK-norm
+    (under Peri-LN)."""
     w1, w2 = rng.standard_normal((D, 2 * D)) / 3, rng.standard_normal((2 * D, D)) / 3
     mlp = MLPWeights(*(jnp.asarray(a) for a in (w1, np.zeros(2 * D), w2, np.zeros(D))))
     masks = [
@@ -58,7 +59,7 @@ def _cases(rng):
         dict(placement="pre", attention_from_normalized=False, **_weights(rng, 2)),
         dict(placement="post", rotary=rotary(N, D, 10000.0, jnp.float64)),
         dict(placement="post", skip=True, mlp=mlp),
-        dict(placement="pre", **_weights(rng, 3)),
+        dict(placement="peri", qk_norm=True, **_weights(rng, 3)),
     ]
     base = {k: v[0] for k, v in _weights(rng, 1).items()}  # (d, d): the paper's single head
     for s, extra in zip(masks, extras):

@@ -85,7 +85,7 @@ def test_assemble_and_resume_check_each_chunks_cells_against_the_plan(tmp_path, 
 
     config, out = tmp_path / "two.toml", tmp_path / "out"
     config.write_text(_TWO_CHUNKS)
-    base = ["sweep", str(config), "--out", str(out), "--no-plots", "--no-progress", "--devices", "1"]
+    base = ["sweep", str(config), "--out", str(out), "--no-plots", "--no-progress"]
     assert main(base) == 0
     chunks = out / "chunks"
     shutil.copy(chunks / "chunk_00000.npz", chunks / "chunk_00001.npz")

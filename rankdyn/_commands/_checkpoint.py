@@ -18,6 +18,7 @@ from pathlib import Path
 from .._errors import UsageError
 from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
+from ._scheme import SCHEME_FLAGS, check_mix_depth, scheme_of, scheme_record
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "architecture"]
 
@@ -105,10 +106,11 @@ def checkpoint_requested(args: argparse.Namespace) -> bool:
 
 def _refuse_model_flags(args, given: dict) -> None:
     for dest, flag in given.items():
-        if dest not in _ALLOWED and dest not in _RECORDED:
+        if dest not in _ALLOWED and dest not in _RECORDED and dest not in SCHEME_FLAGS:
             raise UsageError(
                 f"{flag} does not apply with --checkpoint (the trained weights define the model); "
-                f"drop {flag} (only --mask, --window, --n, --seed and --x64 are read with a checkpoint)."
+                f"drop {flag} (only --mask, --window, --n, --seed and --x64 are read with a checkpoint, "
+                "and with --variant full --placement, --ln, --mix-layers, --ngpt-alpha and --qk-norm)."
             )
 
 
@@ -221,7 +223,7 @@ def _mask_of(args, ckpt, given: dict):
     return mask
 
 
-def architecture(ckpt, variant: str) -> dict:
+def architecture(ckpt, variant: str, scheme: dict | None = None) -> dict:
     """The model a checkpoint run iterates, in the random model's config names (issue 33's schema):
     ``arch``, ``d``, ``heads``, ``kv_heads``, ``dqk`` (head width), ``placement``, ``ln``, ``mlp``
     (its activation, or None), ``skip``, ``positions`` and ``trained_layers``."""
@@ -240,7 +242,7 @@ def architecture(ckpt, variant: str) -> dict:
         "skip": full or "skip" in variant,
         "positions": positions,
         "trained_layers": ckpt.num_layers,
-    }
+    } | scheme_record(scheme or {})
 
 
 def run_checkpoint(args) -> int:
@@ -251,6 +253,7 @@ def run_checkpoint(args) -> int:
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
+    scheme = scheme_of(args, given)
     check_seed_flag(args.seed)  # recorded with the result (a checkpoint run draws nothing)
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
@@ -277,6 +280,7 @@ def run_checkpoint(args) -> int:
         raise UsageError(f"--{err}") from None
     mask = _mask_of(args, ckpt, given)
     layers = args.layers if "layers" in given else ckpt.num_layers
+    check_mix_depth(scheme, layers)
     if layers % args.save_every:
         raise UsageError(
             f"--layers {layers} is not a multiple of --save-every {args.save_every}; choose a divisor."
@@ -293,7 +297,7 @@ def run_checkpoint(args) -> int:
     # --seed reaches --mask random (it was built with seed 0 whatever --seed said).
     mask_arg = make_mask("random", n, window=args.window, seed=args.seed) if mask == "random" else mask
     try:
-        layer = ckpt.layers(n, args.variant or "full", mask_arg, window=args.window)
+        layer = ckpt.layers(n, args.variant or "full", mask_arg, window=args.window, **scheme)
     except ValueError as err:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     item = ckpt.dtype.itemsize
@@ -346,7 +350,7 @@ def run_checkpoint(args) -> int:
         if k != "func" and (k not in _FALLBACK_MODEL or k in _ALLOWED)
     }
     config |= {"variant": args.variant or "full", "mask": mask, "n": n, "batch": batch, "layers": layers}
-    config |= architecture(ckpt, args.variant or "full")
+    config |= architecture(ckpt, args.variant or "full", scheme)
     result = {
         "config": config,
         "checkpoint": ckpt.provenance() | {"own_mask": ckpt.own_mask, "placement": ckpt.placement},

@@ -99,6 +99,12 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     values["output_projection"] = args.heads > 1
     values["num_layers"] = getattr(args, "layers", None) if args.per_layer_weights else None
     config = ModelConfig.from_mapping(values, where=Names.flags(flags))
+    depth = getattr(args, "layers", None)
+    if config.mix_layers is not None and depth is not None and config.mix_layers > depth:
+        raise UsageError(
+            f"--mix-layers {config.mix_layers} is outside [0, --layers {depth}]: Mix-LN's post-LN layers "
+            "are among the run's layers; choose at most --layers."
+        )
     resolved = config.resolved()
     for p in PARAMS:
         if p.flag and (p.fallback is not None or p.name == "x0") and getattr(args, p.name) is None:

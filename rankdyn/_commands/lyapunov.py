@@ -171,9 +171,11 @@ def _checkpoint_model(args):
         _refuse_model_flags,
         architecture,
     )
+    from ._scheme import check_mix_depth, scheme_of
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
+    scheme = scheme_of(args, given)  # --placement, --ln, ...: the trained block re-normalised
     check_nonnegative(args, "layers", "batch", minimum=1)
     # Every check that needs no weights first (a refusal loads neither JAX nor the model).
     check_schedule(args, args.layers if "layers" in given else None)
@@ -187,9 +189,10 @@ def _checkpoint_model(args):
         raise UsageError(f"--{err}") from None
     mask = _mask_of(args, ckpt, given)
     layers = args.layers if "layers" in given else ckpt.num_layers
+    check_mix_depth(scheme, layers)
     ids, source = _check_inputs(args, ckpt, given)
     try:
-        layer = ckpt.layers(ids.shape[1], args.variant or "full", mask, window=args.window)
+        layer = ckpt.layers(ids.shape[1], args.variant or "full", mask, window=args.window, **scheme)
     except ValueError as err:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     k = check_spectrum_args(args, spectrum_dim(layer), layers)
@@ -201,7 +204,7 @@ def _checkpoint_model(args):
         if key != "func" and (key not in _FALLBACK_MODEL or key in _ALLOWED)
     }
     config |= {"variant": variant, "mask": mask, "n": int(ids.shape[1]), "batch": int(ids.shape[0])}
-    config |= architecture(ckpt, variant)
+    config |= architecture(ckpt, variant, scheme)
     extra = {
         "checkpoint": ckpt.provenance(),
         "inputs": source,

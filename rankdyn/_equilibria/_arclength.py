@@ -45,6 +45,7 @@ import numpy as np
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
+from .._model._placements import fixed_point_layer
 from .._observe._tolerances import default_residual_tol
 from ._linearise import tangent_basis
 from ._quotient import orbit_complement
@@ -345,6 +346,7 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         raise UsageError(f"t = {fam.t} is outside the layer stack's {layer.num_layers} layers.")
     if layer.has_dropout:
         raise UsageError("dropout must be 0: a stochastic map has no equilibria to continue.")
+    fixed_point_layer(layer, fam.t)  # peri and lns: refused, naming the reason
     x = np.asarray(x, dtype=np.float64)
     n, d = layer.num_tokens, layer.dim
     if n * d > MAX_STATE:

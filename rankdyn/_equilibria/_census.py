@@ -30,6 +30,7 @@ from jaxtyping import ArrayLike, PRNGKeyArray
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
+from .._model._placements import fixed_point_layer
 from .._observe._tolerances import (
     EQUILIBRIUM_RANK_TOL,
     MERGE_ERRORS,
@@ -174,6 +175,12 @@ def equilibrium_census(
         raise UsageError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
     if layer.dropout > 0:
         raise UsageError("dropout must be 0: a stochastic map has no fixed points.")
+    if layer.placement == "mix":
+        raise UsageError(
+            "placement='mix' is post-LN or pre-LN by depth: the census has no layer t; use "
+            "find_equilibria(layer, t=...) for the map of one depth."
+        )
+    fixed_point_layer(layer)  # peri and lns: refused, naming the reason
     if tree_starts < 1:
         raise UsageError(f"tree_starts must be >= 1, got {tree_starts}.")
     for name, v in (("rank_tol", rank_tol), ("residual_tol", residual_tol), ("stability_tol", stability_tol)):

@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
 from .._model._layer import SelfAttentionLayer
+from .._model._placements import on_spheres
 from .._model._sphere import tangent_basis, token_bases
 
 __all__ = ["tangent_basis", "tangent_jacobian", "layer_jacobian", "leading_eigenvalues"]
@@ -45,7 +46,7 @@ def _use_tangent(layer: SelfAttentionLayer, space: str) -> bool:
     if space not in ("auto", "tangent", "full"):
         raise ValueError(f"space must be 'auto', 'tangent' or 'full', got {space!r}.")
     if space == "auto":
-        return layer.placement == "post"
+        return on_spheres(layer)
     return space == "tangent"
 
 

@@ -53,6 +53,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
+from .._model._placements import fixed_point_layer, on_spheres
 from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, default_residual_tol
 from ._deflation import _log_deflation, _rank_penalty, _retract
 
@@ -191,7 +192,7 @@ def _solve_one(
     rank_floor,
     rank_tol,
 ):
-    on_sphere = layer.placement == "post"
+    on_sphere = on_spheres(layer)
     f = _map(layer, t)
     dt = x0.dtype
     bad_start = ~jnp.all(jnp.isfinite(x0))
@@ -346,6 +347,7 @@ def find_equilibria(
     """
     if x0 is None:
         raise UsageError("find_equilibria() needs the starts x0, shape (*batch, n, d).")
+    layer = fixed_point_layer(layer, t)  # mix at depth t: post or pre; peri and lns: refused
     x0s = jnp.asarray(x0)
     n, d = layer.num_tokens, layer.dim
     if x0s.ndim < 2 or x0s.shape[-2:] != (n, d):

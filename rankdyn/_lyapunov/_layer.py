@@ -1,6 +1,7 @@
 r"""Lyapunov spectra of the layer map: tangent space of the product of spheres, or $\mathbb R^{nd}$.
 
-With post-LN onto a sphere (`rankdyn.SphereNorm`, the paper's eq. 3) the state space is
+With post-LN onto a sphere (`rankdyn.SphereNorm`, the paper's eq. 3), or nGPT (whose layer ends
+with the sphere norm, `rankdyn._model._placements`), the state space is
 $(\mathbb S^{d-1})^n$, of dimension $n(d-1)$: after every layer each token's tangent vector is
 projected, $v_i \leftarrow (I - u_i u_i^\top) v_i$ with $u_i = x_i / |x_i|$, so the $n$ radial
 directions (which LN contracts to zero in one step, exponent $-\infty$) never appear. Every other
@@ -21,6 +22,7 @@ from .._errors import UsageError
 from .._flow._field import tangent_project
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
+from .._model._placements import on_spheres
 from .._model._tokens import TokenSampler
 from .._run._simulate import _check_logits, _check_options, _strong, _validate
 from ._budget import check_tangent_memory, default_chunk
@@ -32,11 +34,12 @@ __all__ = ["lyapunov_spectrum", "uses_tangent_space", "spectrum_dim"]
 
 
 def uses_tangent_space(layer: SelfAttentionLayer) -> bool:
-    """True when the layer's outputs lie on a product of spheres: post placement, every
-    normalisation a `SphereNorm` (no per-sub-block affine norms)."""
+    """True when the layer's outputs lie on a product of spheres: post or ngpt placement (both end
+    with the norm), every normalisation a `SphereNorm` (no per-sub-block affine norms). Mix-LN
+    leaves the spheres at its pre-LN layers, peri and lns never reach them: the full space."""
     w = layer.weights
     return (
-        layer.placement == "post"
+        on_spheres(layer)
         and isinstance(layer.norm, SphereNorm)
         and all(nm is None or isinstance(nm, SphereNorm) for nm in (w.norm_attn, w.norm_mlp))
     )

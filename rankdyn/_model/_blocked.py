@@ -28,6 +28,7 @@ from .._errors import UsageError
 from ._mask_structure import MaskStructure, as_structure
 from ._masks import mask_from_adjacency
 from ._names import ATTENTION_MODES
+from ._norms import qk_normalise
 from ._products import _add_bias, _head_einsum, _project
 
 __all__ = [
@@ -251,14 +252,16 @@ def _online_softmax(layer, q, k, v, prec):
 def blocked_attention_block(layer, x_att, x_in, w, prec):
     r"""`SelfAttentionLayer._attention_block` on the blocked path: $(F(X), \varepsilon_{\min})$.
 
-    The queries, keys and values are projected once for all tokens ($O(n d)$), rotated if the
-    layer has rotary tables, then `_online_softmax` visits the touched key blocks; heads are
+    The queries, keys and values are projected once for all tokens ($O(n d)$), QK-normalised and
+    rotated if the layer says so, then `_online_softmax` visits the touched key blocks; heads are
     concatenated and projected by $W_O$ (and $b_O$) as on the dense path.
     """
     same = x_att is x_in
     right = [(w.w_q, w.b_q), (w.w_k, w.b_k)] + ([(w.w_v, w.b_v)] if same else [])
     parts = _project(x_att, right, prec)
     q, k = parts[0], parts[1]
+    if layer.qk_norm:  # as on the dense path: right after the projections, before any rotation
+        q, k = qk_normalise(q), qk_normalise(k)
     if layer.rotary is not None:
         q, k = layer.rotary(q), layer.rotary(k)
     xv = parts[2] if same else _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)

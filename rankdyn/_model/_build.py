@@ -184,5 +184,8 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
         mlp=mw,
         skip=c.skip,
         attention=c.attention,
+        mix_layers=c.mix_layers,
+        ngpt_alpha=c.ngpt_alpha,
+        qk_norm=c.qk_norm,
         **c.dropout_kwargs(),
     )

@@ -332,6 +332,7 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
             f"{show('mask_degree', v['mask_degree'])} draws that many keys per token: it must be below "
             f"{show('n', n)} and replaces {name('mask_p')}; give one of the two."
         )
+    _check_scheme(v, name)
     mask, w_ = v["mask"], v["window"]
     if not isinstance(mask, str):
         if np.shape(mask) != (n, n):
@@ -340,6 +341,45 @@ def _check(v: Mapping[str, Any], name: Names) -> None:
             )
         return
     check_mask_size(mask, n, w_, v["dilation"], v["num_global"], name)
+
+
+def _check_scheme(v: Mapping[str, Any], name: Names) -> None:
+    """The relations of the placement schemes: what Mix-LN, nGPT and QK-norm need."""
+    show, placement = name.show, v["placement"]
+    if placement == "mix":
+        if v["mix_layers"] is None:
+            raise UsageError(
+                f"{show('placement', 'mix')} needs {name('mix_layers')}: the number of post-LN layers "
+                "before the pre-LN ones, in [0, layers]."
+            )
+        if v["num_layers"] is not None and v["mix_layers"] > v["num_layers"]:
+            raise UsageError(
+                f"{show('mix_layers', v['mix_layers'])} is outside [0, {v['num_layers']}]: the stack has "
+                f"{v['num_layers']} layers; choose at most that many post-LN layers."
+            )
+    if placement == "ngpt":
+        if v["ngpt_alpha"] is None:
+            raise UsageError(f"{show('placement', 'ngpt')} needs {name('ngpt_alpha')}, its step in (0, 1].")
+        ln = v["ln"]
+        if (isinstance(ln, str) and ln != "sphere") or (
+            ln is not None and not isinstance(ln, str) and not _is_sphere(ln)
+        ):
+            shown = show("ln", ln) if isinstance(ln, str) else f"{name('ln')} {type(ln).__name__}"
+            raise UsageError(
+                f"{shown} with {show('placement', 'ngpt')}: nGPT keeps every token on the unit sphere, "
+                f"so its norm is the sphere norm; use {show('ln', 'sphere')} (or leave it unset)."
+            )
+    if v["qk_norm"] is True and v["qk"] == "zero":
+        raise UsageError(
+            f"{name('qk_norm')} with {show('qk', 'zero')}: the queries and keys are zero and have no "
+            "direction to normalise; drop one of them."
+        )
+
+
+def _is_sphere(x) -> bool:
+    from ._norms import SphereNorm
+
+    return isinstance(x, SphereNorm)
 
 
 def check_mask_size(mask: str, n: int, window: int, dilation: int, num_global: int, name: Names) -> None:

@@ -34,8 +34,9 @@ from ._mask_structure import MaskStructure
 from ._masks import check_fixed_attention
 from ._mlp import GatedMLPWeights, MLPWeights
 from ._names import PLACEMENTS as PLACEMENTS
-from ._names import default_dqk as default_dqk
-from ._norms import AbstractNorm, SphereNorm
+from ._names import RESIDUAL_PLACEMENTS, default_dqk
+from ._norms import AbstractNorm, SphereNorm, check_ngpt_norms, qk_normalise
+from ._placements import apply_placement, check_scheme
 from ._positions import Rotary, check_positions
 from ._products import _add_bias, _fold_qk, _head_einsum, _project
 
@@ -105,7 +106,12 @@ class SelfAttentionLayer(eqx.Module):
             no ``w_o`` it must be square.
         dqk: the temperature $d_{QK}$ in $\sqrt{d_{QK}}$ (default: the key width). Must be > 0.
         norm: an `AbstractNorm`; default the paper's `SphereNorm`.
-        placement: ``"none"`` (eq. 2), ``"post"`` (eq. 3) or ``"pre"``.
+        placement: ``"none"`` (eq. 2), ``"post"`` (eq. 3), ``"pre"``, or ``"peri"``, ``"mix"``,
+            ``"ngpt"``, ``"lns"`` (`rankdyn._model._placements`; peri, ngpt, lns imply ``skip``).
+        mix_layers: ``"mix"`` only: post-LN for depths ``t < mix_layers``, pre-LN after.
+        ngpt_alpha: ``"ngpt"`` only: the step $\alpha \in (0, 1]$ (a scalar array: sweepable).
+        qk_norm: RMS-normalise queries and keys per head, no gain ($|q| = \sqrt{d_{QK}}$), before
+            rotary embeddings and the temperature.
         w_o: optional output projection ``(heads * d_v, d)`` (or with a leading layer axis).
         mlp: optional `MLPWeights` (shapes with the same leading layer axis as the other weights).
         skip: residual connections ``X + SA(X)`` (and ``+ MLP``); post-LN normalises after the skip.
@@ -143,7 +149,10 @@ class SelfAttentionLayer(eqx.Module):
     fixed_attention: Float[Array, "n n"] | None
     rotary: Rotary | None
     logit_bias: Float[Array, "heads n n"] | None
+    ngpt_alpha: Float[Array, ""] | None
     placement: str = eqx.field(static=True)
+    mix_layers: int | None = eqx.field(static=True)
+    qk_norm: bool = eqx.field(static=True)
     skip: bool = eqx.field(static=True)
     attn_dropout: float = eqx.field(static=True)
     hidden_dropout: float = eqx.field(static=True)
@@ -183,9 +192,14 @@ class SelfAttentionLayer(eqx.Module):
         logit_bias: ArrayLike | None = None,
         attention: str = "dense",
         block_size: int = BLOCK_SIZE,
+        mix_layers: int | None = None,
+        ngpt_alpha: ArrayLike | None = None,
+        qk_norm: bool = False,
     ):
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
+        self.mix_layers, self.ngpt_alpha = check_scheme(placement, mix_layers, ngpt_alpha)
+        self.qk_norm = bool(qk_norm)
         if precision not in _PRECISIONS:
             raise ValueError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
         attn_dropout = _check_rate("attn_dropout", attn_dropout)
@@ -243,9 +257,11 @@ class SelfAttentionLayer(eqx.Module):
         self.rotary, self.logit_bias = check_positions(rotary, logit_bias, self.mask.shape[-1], heads, dk)
         self.dqk = dqk
         self.norm = SphereNorm() if norm is None else norm
+        if placement == "ngpt":
+            check_ngpt_norms(self.norm, norm_attn, norm_mlp)
         self.fixed_attention = fixed_attention
         self.placement = placement
-        self.skip = skip
+        self.skip = bool(skip) or placement in RESIDUAL_PLACEMENTS
         self.attn_dropout = attn_dropout
         self.hidden_dropout = hidden_dropout
         self.attention_from_normalized = attention_from_normalized
@@ -314,8 +330,9 @@ class SelfAttentionLayer(eqx.Module):
         prec = _PRECISIONS[self.precision]
         d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
         scale = (1.0 / jnp.sqrt(self.dqk)).astype(x.dtype)
-        # A query or key bias, or a rotation by position, adds terms the folded product cannot hold.
+        # A query or key bias, a rotation by position or QK-norm adds terms the fold cannot hold.
         fold = _fold_qk(x.shape[0], d, dk) and w.b_q is None and w.b_k is None and self.rotary is None
+        fold = fold and not self.qk_norm
         if fold:
             right = [(jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale, None)]
         else:
@@ -325,6 +342,8 @@ class SelfAttentionLayer(eqx.Module):
             scores = _head_einsum("hne,me->hnm", parts[0], x, prec)
         else:
             q, k = parts[0], parts[1]
+            if self.qk_norm:  # per head and token, right after the projections (and their biases)
+                q, k = qk_normalise(q), qk_normalise(k)
             if self.rotary is not None:
                 q, k = self.rotary(q), self.rotary(k)
             scores = _head_einsum("hnk,hmk->hnm", q, k, prec) * scale
@@ -383,32 +402,11 @@ class SelfAttentionLayer(eqx.Module):
                 f"hidden_dropout={self.hidden_dropout}): "
                 "pass `key=` (simulate does it given a key)."
             )
-        w = self.weights_at(t)
-        prec = _PRECISIONS[self.precision]
         keys = jr.split(key, 3) if key is not None else (None, None, None)
-        degenerate = jnp.array(False)
-
-        x_in = x
-        if self.placement == "pre":
-            x_in, bad = self._norm(w, "attn")(x)
-            degenerate = degenerate | jnp.any(bad)
-        x_att = x_in if self.attention_from_normalized else x
-        sa, eps_min = self._attention_block(x_att, x_in, w, keys[0])
-        sa = self._drop(sa, keys[1], self.hidden_dropout)
-        y = x + sa if self.skip else sa
-        if self.placement == "post":
-            y, bad = self._norm(w, "attn")(y)
-            degenerate = degenerate | jnp.any(bad)
-        if w.mlp is not None:
-            h = y
-            if self.placement == "pre":
-                h, bad = self._norm(w, "mlp")(y)
-                degenerate = degenerate | jnp.any(bad)
-            m = self._drop(w.mlp(h, prec), keys[2], self.hidden_dropout)
-            y = y + m if self.skip else m
-            if self.placement == "post":
-                y, bad = self._norm(w, "mlp")(y)
-                degenerate = degenerate | jnp.any(bad)
+        # Where N sits around the attention and the MLP sub-blocks: `._placements`.
+        y, eps_min, degenerate = apply_placement(
+            self, x, t, self.weights_at(t), keys, _PRECISIONS[self.precision]
+        )
         return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
 
     @staticmethod

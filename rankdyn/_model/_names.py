@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "PLACEMENTS",
+    "RESIDUAL_PLACEMENTS",
     "MASK_NAMES",
     "LN_NAMES",
     "X0_NAMES",
@@ -19,8 +20,11 @@ __all__ = [
     "default_dqk",
 ]
 
-#: Where the normalisation sits: none (eq. 2), after the attention (eq. 3) or before it.
-PLACEMENTS = ("none", "post", "pre")
+#: Where the normalisation sits: none (eq. 2), after the attention (eq. 3), before it, and the
+#: schemes of `rankdyn._model._placements` (Peri-LN, Mix-LN, nGPT, LayerNorm Scaling).
+PLACEMENTS = ("none", "post", "pre", "peri", "mix", "ngpt", "lns")
+#: Placements whose residual stream is part of the scheme (``skip`` is implied).
+RESIDUAL_PLACEMENTS = ("peri", "ngpt", "lns")
 #: The attention mask graphs of `rankdyn._model._masks.make_mask`.
 MASK_NAMES = ("complete", "causal", "window", "window-uni", "dilated", "global", "random")
 #: How the layer computes A (`rankdyn._model._blocked`): the (n, n) softmax, the online softmax over

@@ -18,7 +18,16 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-__all__ = ["AbstractNorm", "SphereNorm", "RMSNorm", "LayerNorm", "make_norm", "LN_NAMES"]
+__all__ = [
+    "AbstractNorm",
+    "SphereNorm",
+    "RMSNorm",
+    "LayerNorm",
+    "make_norm",
+    "LN_NAMES",
+    "qk_normalise",
+    "check_ngpt_norms",
+]
 
 LN_NAMES = ("sphere", "rms", "layernorm")
 
@@ -140,3 +149,25 @@ def make_norm(name: str, d: int | None = None, *, radius: float | None = None) -
     if name == "layernorm":
         return LayerNorm()
     raise ValueError(f"unknown normalisation {name!r}; expected one of {', '.join(LN_NAMES)}.")
+
+
+def qk_normalise(q: Float[Array, "*heads n k"]) -> Float[Array, "*heads n k"]:
+    r"""QK-norm: each query (or key) row RMS-normalised without a gain, $q \mapsto q / \mathrm{rms}(q)$.
+
+    Every row then has $|q| = \sqrt{d_{QK}}$ ($d_{QK}$ the key width), so $q \cdot k / \sqrt{d_{QK}}$
+    lies in $[-\sqrt{d_{QK}}, \sqrt{d_{QK}}]$ and the temperature alone sets how sharp $A$ can be.
+    A zero row (a token with no query or key) stays zero: its scores are 0, uniform attention.
+    """
+    rms = jnp.sqrt(jnp.mean(q**2, axis=-1, keepdims=True))
+    tiny = jnp.finfo(q.dtype).tiny
+    return q / jnp.where(rms <= tiny, 1.0, rms)
+
+
+def check_ngpt_norms(*norms: AbstractNorm | None) -> None:
+    """nGPT lives on the sphere: every normalisation given must be a `SphereNorm` (ValueError)."""
+    for nm in norms:
+        if nm is not None and not isinstance(nm, SphereNorm):
+            raise ValueError(
+                f"placement='ngpt' normalises onto the sphere: the norm must be a SphereNorm, got "
+                f"{type(nm).__name__} (ln='sphere')."
+            )

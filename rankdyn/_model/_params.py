@@ -158,6 +158,14 @@ def _jordan_rule(k, v, name):
 
 _DROPOUT = "a dropout rate must be in [0, 1) (0: off)"
 
+
+def _alpha_rule(x, v, name):
+    return None if 0 < x <= 1 else "nGPT's step alpha must be in (0, 1]"
+
+
+#: Placements that apply the normalisation (they read ``ln``).
+_NORMED = tuple(p for p in PLACEMENTS if p != "none")
+
 # ----------------------------------------------------------------------------- the table
 
 PARAMS: tuple[Param, ...] = (
@@ -205,15 +213,27 @@ PARAMS: tuple[Param, ...] = (
     Param("output_projection", "bool", False,
           "add the output projection W_O (BERT-uniform); on the CLI and in sweeps: heads > 1"),
     # --- normalisation (eqs. 2-3)
-    Param("placement", "choice", "post", "normalisation placement: none (eq. 2), post (eq. 3) or pre",
+    Param("placement", "choice", "post",
+          "normalisation placement: none (eq. 2), post (eq. 3), pre, peri (x + N(F(N(x)))), mix "
+          "(post for layers t < mix_layers, pre after), ngpt (N(x + alpha (N(F(N(x))) - N(x))), sphere "
+          "norm) or lns (x + F(N(x) / sqrt(t + 1)))",
           choices=PLACEMENTS, what="norm placement", flag="--placement", key="norm",
           key_aliases=("placement",), structural=True),
     Param("ln", "ln", None,
           "normalisation variant (sphere: the paper's x / ||x||), or in Python an AbstractNorm",
           choices=LN_NAMES, what="normalisation", fallback="sphere", flag="--ln", key="ln", structural=True,
-          reads=("placement", ("post", "pre"))),
+          reads=("placement", _NORMED)),
     Param("ln_radius", "real", None, "radius of the sphere normalisation (default 1)",
           _positive("the sphere radius"), key="ln_radius", reads=("ln", ("sphere",))),
+    Param("mix_layers", "int", None,
+          "Mix-LN: the first mix_layers layers (t < mix_layers) post-LN, the rest pre-LN; in [0, layers]",
+          _at_least(0, "the number of post-LN layers of Mix-LN must be in [0, layers]"),
+          flag="--mix-layers", key="mix_layers", structural=True, reads=("placement", ("mix",))),
+    Param("ngpt_alpha", "real", None, "nGPT's step alpha in (0, 1] (one scalar for every dimension)",
+          _alpha_rule, flag="--ngpt-alpha", key="ngpt_alpha", reads=("placement", ("ngpt",))),
+    Param("qk_norm", "bool", False,
+          "QK-norm: RMS-normalise queries and keys per head, no gain (|q| = sqrt(d_qk)); dqk stays "
+          "the temperature", flag="--qk-norm", key="qk_norm", structural=True),
     # --- the value matrix W_V
     Param("value", "choice", "orthogonal",
           "value matrix family (gaussian: i.i.d. N(0, 1/d) entries, std 1/sqrt(d); scaled: gaussian "
@@ -230,7 +250,8 @@ PARAMS: tuple[Param, ...] = (
           "independent weights for each of this many layers (None: shared); on the CLI "
           "--per-layer-weights with --layers",
           _at_least(1, "per-layer weights need at least one layer")),
-    Param("skip", "bool", False, "residual connection X + SA(X)", flag="--skip", key="skip", structural=True),
+    Param("skip", "bool", False, "residual connection X + SA(X) (implied by peri, ngpt and lns)",
+          flag="--skip", key="skip", structural=True),
     Param("mlp", "bool", False, "add an MLP block", flag="--mlp", key="mlp", structural=True),
     Param("mlp_ratio", "int", None, "MLP width factor (hidden width mlp_ratio * d)",
           _at_least(1, "the MLP width factor must be >= 1"), fallback=4, reads=("mlp", (True,))),

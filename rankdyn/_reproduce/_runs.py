@@ -179,8 +179,8 @@ def san_layer(key, n: int, d: int, num_layers: int, *, placement: str = "none", 
 
 def rebuild(layer, **changes):
     """The same weights, mask and temperature with other switches (placement, norm, skip, MLP,
-    dropouts): static fields cannot be changed with ``eqx.tree_at``, so the layer is rebuilt.
-    ``mlp=None`` drops the MLP block."""
+    dropouts, ...): static fields cannot be changed with ``eqx.tree_at``, so the layer is rebuilt
+    from every constructor argument it holds. ``mlp=None`` drops the MLP block."""
     from .._model._layer import SelfAttentionLayer
 
     w = layer.weights
@@ -196,6 +196,20 @@ def rebuild(layer, **changes):
         "attention_from_normalized": layer.attention_from_normalized,
         "fixed_attention": layer.fixed_attention,
         "precision": layer.precision,
+        "b_q": w.b_q,
+        "b_k": w.b_k,
+        "b_v": w.b_v,
+        "b_o": w.b_o,
+        "norm_attn": w.norm_attn,
+        "norm_mlp": w.norm_mlp,
+        "cycle": layer.cycle,
+        "rotary": layer.rotary,
+        "logit_bias": layer.logit_bias,
+        "attention": layer.attention_path,
+        "block_size": layer.block_size,
+        "mix_layers": layer.mix_layers,
+        "ngpt_alpha": layer.ngpt_alpha,
+        "qk_norm": layer.qk_norm,
     }
     kw.update(changes)
     return SelfAttentionLayer(layer.mask, w.w_q, w.w_k, w.w_v, **kw)

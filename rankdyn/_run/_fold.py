@@ -41,30 +41,23 @@ GROUP = 256
 def empty_stats(shapes: dict, records: int) -> BatchStats:
     """Statistics of no member over ``records`` records; ``shapes``: name -> one trajectory's
     value at one record (anything with ``shape`` and ``dtype``)."""
-    full = lambda v, c: jnp.full((records,) + tuple(v.shape), c, v.dtype)  # noqa: E731
+    # Host arrays put on the device: no eager program to compile (a simulate call compiles only
+    # its scan pieces, the flag counts and the summary); under jit they are constants.
+    full = lambda v, c: jax.device_put(np.full((records,) + tuple(v.shape), c, v.dtype))  # noqa: E731
     zero = {k: full(v, 0) for k, v in shapes.items()}
     return BatchStats(
-        count=jnp.zeros((records,), next(iter(shapes.values())).dtype),
+        count=jax.device_put(np.zeros((records,), next(iter(shapes.values())).dtype)),
         mean=zero,
         m2=dict(zero),
-        min={k: full(v, jnp.inf) for k, v in shapes.items()},
-        max={k: full(v, -jnp.inf) for k, v in shapes.items()},
+        min={k: full(v, np.inf) for k, v in shapes.items()},
+        max={k: full(v, -np.inf) for k, v in shapes.items()},
     )
 
 
 def _empty(values: dict, ok) -> BatchStats:
     """Statistics of no member, shaped like one trajectory's records (``ok``: ``(c, records)``)."""
-    # Host arrays put on the device: no eager program to compile (issue 45: programs per simulate).
-    full = lambda v, x: jax.device_put(np.full(v.shape[1:], x, v.dtype))  # noqa: E731
-    zero = {k: full(v, 0) for k, v in values.items()}
-    dtype = next(iter(values.values())).dtype
-    return BatchStats(
-        count=jax.device_put(np.zeros(ok.shape[1:], dtype)),
-        mean=zero,
-        m2=dict(zero),
-        min={k: full(v, np.inf) for k, v in values.items()},
-        max={k: full(v, -np.inf) for k, v in values.items()},
-    )
+    shapes = {k: jax.ShapeDtypeStruct(v.shape[2:], v.dtype) for k, v in values.items()}
+    return empty_stats(shapes, ok.shape[1])
 
 
 def fold_members(acc: BatchStats, values: dict, ok) -> BatchStats:

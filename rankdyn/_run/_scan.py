@@ -274,7 +274,6 @@ def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh, ac
     return _chunk_program(layer, observe, state, block0, plan, mesh, acc)
 
 
-@eqx.filter_jit  # traced once per observer and shape: a sweep of parameters compiles nothing new
 def empty_acc(observe, source, eps: bool, records: int) -> BatchStats:
     """Statistics of no trajectory over ``records`` records of ``observe`` (and ``eps_min``)."""
     x = jax.eval_shape(lambda s: _canonical(s.sample(jnp.zeros(1, int))), source)
@@ -380,7 +379,7 @@ def run_batch(
                 per["states"].append(
                     jnp.concatenate(state_parts, axis=1) if len(state_parts) > 1 else state_parts[0]
                 )
-    acc = accs[0] if len(accs) == 1 else jax.tree.map(lambda *a: jnp.concatenate(a), *accs)
+    acc = accs[0] if len(accs) == 1 else jax.tree.map(lambda *a: _host_concat(a, axis=0), *accs)
     if bar is not None:
         bar.close()
     return (
@@ -397,12 +396,12 @@ def _join_values(parts):
     return {k: _host_concat([p[k] for p in parts]) for k in parts[0]}
 
 
-def _host_concat(parts):
-    """Depth pieces joined along axis 1 on the host (small per-layer records): an eager
+def _host_concat(parts, axis: int = 1):
+    """Depth pieces joined along ``axis`` on the host (small per-layer records): an eager
     ``jnp.concatenate`` is one more compiled program per simulate call (issue 45: at most 6)."""
     if any(isinstance(p, jax.core.Tracer) or not p.is_fully_addressable for p in parts):  # traced or remote
-        return jnp.concatenate(parts, axis=1)
-    return jax.device_put(np.concatenate([np.asarray(p) for p in parts], axis=1))
+        return jnp.concatenate(parts, axis=axis)
+    return jax.device_put(np.concatenate([np.asarray(p) for p in parts], axis=axis))
 
 
 def _join_chunks(per, num):

@@ -1,7 +1,8 @@
 r"""Attention sinks: the attention mass on token 0 and on the mask's centres, per layer and head.
 
-For the attention $A^{(t,h)}$ that layer $t$ computes (from $\mathrm{LN}(X)$ for pre-norm layers),
-with the queries $\mathcal Q = \{1, \dots, n-1\}$ (token 0 attends only to itself under a causal mask),
+For the attention $A^{(t,h)}$ that layer $t$ computes (from the tokens its placement feeds the
+attention: $\mathrm{LN}(X)$ for pre, peri and nGPT), with the queries
+$\mathcal Q = \{1, \dots, n-1\}$ (token 0 attends only to itself under a causal mask),
 
 $$m_0^{(t,h)} = \operatorname{mean}_{b,\, i \in \mathcal Q} A^{(t,h)}_{i0}, \qquad
 m_C^{(t,h)} = \operatorname{mean}_{b,\, i \in \mathcal Q} \textstyle\sum_{j \in C} A^{(t,h)}_{ij},$$
@@ -25,6 +26,7 @@ import numpy as np
 from jax import lax
 
 from .._model._graph import graph_info
+from .._model._placements import attention_input
 
 __all__ = ["SinkStats", "attention_sinks"]
 
@@ -63,8 +65,7 @@ class SinkStats:
 def _attention_used(layer, x, t):
     """The attention matrices ``(heads, n, n)`` that layer ``t`` applies to ``x`` (eval mode)."""
     w = layer.weights_at(t)
-    x_in = layer._norm(w, "attn")(x)[0] if layer.placement == "pre" else x
-    return layer._attention(x_in if layer.attention_from_normalized else x, w)
+    return layer._attention(attention_input(layer, x, t, w), w)
 
 
 def _cosines(x):
@@ -110,7 +111,7 @@ def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
         raise ValueError(f"x0 must be (batch, n, d) with n >= 3, got shape {x0.shape}.")
     if layer.has_dropout:
         raise ValueError("attention_sinks measures the eval-mode map: build the layer without dropout.")
-    mask = np.asarray(layer.mask)
+    mask = np.asarray(layer.mask.dense() if layer.attention_path == "blocked" else layer.mask)
     info = graph_info(mask)
     centers = np.zeros(mask.shape[0], bool)
     centers[list(info.centers)] = True

@@ -41,6 +41,7 @@ from ._installed import resolve_checkpoint
 from ._modern import read_llama, read_mpnet
 from ._parts import SUPPORTED, Embeddings
 from ._read import read_checkpoint
+from ._renorm import check_scheme_arguments, renormalised
 from ._text import check_ids, excerpts
 
 __all__ = ["Checkpoint", "load_checkpoint", "VARIANTS"]
@@ -141,6 +142,11 @@ class Checkpoint:
         window: int = 1,
         dqk: ArrayLike | None = None,
         precision: str = "highest",
+        placement: str | None = None,
+        ln: str | None = None,
+        mix_layers: int | None = None,
+        ngpt_alpha: float | None = None,
+        qk_norm: bool = False,
     ) -> SelfAttentionLayer:
         r"""The trained stack as one `SelfAttentionLayer` for ``n`` tokens (depth $t$ uses layer $t \bmod L$).
 
@@ -152,9 +158,18 @@ class Checkpoint:
             window: the width of the masks that read it.
             dqk: temperature $d_{QK}$ (default the head width, as trained); e.g. ``64 * d_h``
                 makes the logits 8 times flatter.
+            placement: with ``variant="full"``, another placement of the trained norms (one of
+                `rankdyn.internal.PLACEMENTS`; default the checkpoint's own, `Checkpoint.placement`).
+            ln: with ``variant="full"``, another norm: ``layernorm``, ``rms`` or ``sphere``; trained
+                gains and biases are kept where the new norm has them, dropped otherwise
+                (`rankdyn._trained._renorm`). Default: the trained norms.
+            mix_layers, ngpt_alpha: what placements ``mix`` and ``ngpt`` need (`make_layer`'s).
+            qk_norm: RMS-normalise the trained queries and keys per head (no gain).
 
         Raises:
-            UsageError: for an unknown variant or mask, or ``n`` outside ``[1, max_positions]``.
+            UsageError: for an unknown variant, mask, placement or ln, ``n`` outside
+                ``[1, max_positions]``, ``placement`` or ``ln`` with a variant other than full,
+                ``ngpt`` without ``ln="sphere"``, or a scheme without what it needs.
         """
         if variant not in VARIANTS:
             raise UsageError(f"variant {variant!r} is unknown; expected one of {', '.join(VARIANTS)}.")
@@ -163,10 +178,13 @@ class Checkpoint:
                 f"n={n!r}: the checkpoint has {self.max_positions} positions (max_position_embeddings); "
                 f"use 1 <= n <= {self.max_positions}."
             )
+        check_scheme_arguments(variant, placement, ln, mix_layers, ngpt_alpha)
         m = self._mask(int(n), mask, window)
         w = self.blocks
         full = variant == "full"
         with_ln = full or variant.endswith("-ln")
+        # The norm applied (layer.norm reports it) and each sub-block's: trained, converted or sphere.
+        norm, norm_attn, norm_mlp = renormalised(self.arch, self.d, w.norm_attn, w.norm_mlp, ln)
         dk = int(w.w_q.shape[-1])
         rot = None if self.rope_theta is None else rotary(int(n), dk, self.rope_theta, self.dtype)
         bias = None if self.position_bias is None else jnp.asarray(relative_bias(self.position_bias, int(n)))
@@ -176,7 +194,8 @@ class Checkpoint:
             w.w_k,
             w.w_v,
             dqk=float(dk) if dqk is None else dqk,
-            placement=self.placement if with_ln else "none",
+            placement=(placement or self.placement) if with_ln else "none",
+            norm=norm if with_ln else None,
             w_o=w.w_o,
             mlp=w.mlp if full else None,
             skip=full or "skip" in variant,
@@ -185,11 +204,14 @@ class Checkpoint:
             b_k=w.b_k,
             b_v=w.b_v,
             b_o=w.b_o,
-            norm_attn=w.norm_attn if with_ln else None,
-            norm_mlp=w.norm_mlp if full else None,
+            norm_attn=norm_attn if with_ln else None,
+            norm_mlp=norm_mlp if full else None,
             cycle=True,
             rotary=rot,
             logit_bias=bias,
+            mix_layers=mix_layers,
+            ngpt_alpha=ngpt_alpha,
+            qk_norm=qk_norm,
         )
 
     def _mask(self, n: int, mask, window: int):
