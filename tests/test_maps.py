@@ -1,0 +1,97 @@
+"""`continue_branch` on plain maps f(x, p): bifurcations against closed forms, one crossing at a time.
+
+Oracles: the Henon map x' = 1 - a x^2 + y, y' = b x has fixed points a x^2 + (1 - b) x - 1 = 0,
+born in a fold at a = -(1 - b)^2 / 4; the one with x > 0 doubles its period at a = 3 (1 - b)^2 / 4.
+The delayed logistic map x' = a x (1 - y), y' = x has the fixed point x = y = 1 - 1/a with
+multipliers lambda^2 - lambda + (a - 1) = 0: a Neimark-Sacker point at a = 2, angle pi / 3.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rankdyn._errors import UsageError
+from rankdyn.equilibria import continue_branch
+
+B = 0.3
+A_FOLD, A_PD = -((1 - B) ** 2) / 4, 3 * (1 - B) ** 2 / 4
+
+
+def henon(z, a):
+    return jnp.stack([1 - a * z[0] ** 2 + z[1], B * z[0]])
+
+
+def henon_fixed(a):
+    x = (-(1 - B) + np.sqrt((1 - B) ** 2 + 4 * a)) / (2 * a)
+    return np.array([x, B * x])
+
+
+def test_henon_fold_and_period_doubling_closed_forms():
+    br = continue_branch(henon, henon_fixed(0.1), 0.1, 1.0, ds=0.05)
+    assert br.points.shape[1:] == (2,) and br.space == "full" and br.status == "parameter_end"
+    (pd,) = br.bifurcations
+    # Classified by the multiplier that crossed: -1 (the other multiplier is -b / lambda = 0.3).
+    assert pd.kind == "period-doubling" and pd.located and abs(pd.param - A_PD) <= 1e-9, pd
+    assert br.stable[0] and not br.stable[-1]
+    br = continue_branch(henon, henon_fixed(0.1), 0.1, -0.5, ds=0.05, max_steps=30)
+    folds = [b for b in br.bifurcations if b.kind == "fold"]
+    assert len(folds) == 1 and folds[0].located and abs(folds[0].param - A_FOLD) <= 1e-9, folds
+    assert "branch-point" not in [b.kind for b in br.bifurcations]
+
+
+def test_delayed_logistic_neimark_sacker_angle():
+    def f(z, a):
+        return jnp.stack([a * z[0] * (1 - z[1]), z[0]])
+
+    x = 1 - 1 / 1.8
+    br = continue_branch(f, np.array([x, x]), 1.8, 2.2, ds=0.05)
+    (ns,) = br.bifurcations
+    assert ns.kind == "neimark-sacker" and ns.located and abs(ns.param - 2) <= 1e-9
+    assert abs(ns.theta - np.pi / 3) <= 1e-9 and ns.resonance == 0
+    assert "theta = 1.0472" in ns.describe("a")
+
+
+def test_two_crossings_in_one_step_are_located_apart():
+    # Multipliers -(1 + (p - 0.3)) (crosses -1 at p = 0.3) and 1 + (p - 0.32) with a transcritical
+    # term (a branch point at p = 0.32): both fall in one step of 0.1. Classified by the multiplier
+    # nearest the circle, they would be one event of a single kind.
+    def f(z, p):
+        return jnp.stack([-(1 + (p - 0.3)) * z[0], (1 + (p - 0.32)) * z[1] - z[1] ** 2])
+
+    br = continue_branch(f, np.zeros(2), 0.25, 0.45, ds=0.1, ds_max=0.1)
+    kinds = {b.kind: b for b in br.bifurcations}
+    assert sorted(kinds) == ["branch-point", "period-doubling"], br.bifurcations
+    assert abs(kinds["period-doubling"].param - 0.3) <= 1e-9
+    assert abs(kinds["branch-point"].param - 0.32) <= 1e-9
+    assert all(b.located for b in br.bifurcations)
+
+
+def test_unlocated_is_a_bracket():
+    def f(z, a):
+        return jnp.stack([a * z[0] * (1 - z[1]), z[0]])
+
+    x = 1 - 1 / 1.8
+    br = continue_branch(f, np.array([x, x]), 1.8, 2.2, ds=0.05, locate_bifurcations=False)
+    (ns,) = br.bifurcations
+    lo, hi = sorted(ns.bracket)
+    assert (
+        not ns.located
+        and lo < 2 < hi
+        and ns.describe("a") == f"neimark-sacker in [{lo:.6g}, {hi:.6g}], not located"
+    )
+
+
+def test_map_bad_input_is_refused():
+    x = henon_fixed(0.1)
+    with pytest.raises(UsageError, match="shape it is given"):
+        continue_branch(lambda z, a: z[:1] * a, np.array([0.0, 0.0]), 0.1, 1.0)
+    with pytest.raises(UsageError, match=r"fixed point \(m,\)"):
+        continue_branch(henon, np.zeros((2, 2, 2)), 0.1, 1.0)
+    with pytest.raises(UsageError, match="period must be an integer >= 1"):
+        continue_branch(henon, x, 0.1, 1.0, period=0)
+    with pytest.raises(UsageError, match="finite"):
+        continue_branch(henon, x, 0.1, np.nan)
+    with pytest.raises(UsageError, match="not a fixed point"):
+        continue_branch(henon, x + 0.1, 0.1, 1.0)
+    with pytest.raises(UsageError, match="does not depend"):
+        continue_branch(lambda z, a: z, x, 0.1, 1.0)
