@@ -6,12 +6,15 @@ The delayed logistic map x' = a x (1 - y), y' = x has the fixed point x = y = 1 
 multipliers lambda^2 - lambda + (a - 1) = 0: a Neimark-Sacker point at a = 2, angle pi / 3.
 """
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from rankdyn._errors import UsageError
-from rankdyn.equilibria import continue_branch
+from rankdyn._model._layer import SelfAttentionLayer
+from rankdyn.equilibria import continue_branch, switch_branch
 
 B = 0.3
 A_FOLD, A_PD = -((1 - B) ** 2) / 4, 3 * (1 - B) ** 2 / 4
@@ -95,3 +98,49 @@ def test_map_bad_input_is_refused():
         continue_branch(henon, x + 0.1, 0.1, 1.0)
     with pytest.raises(UsageError, match="does not depend"):
         continue_branch(lambda z, a: z, x, 0.1, 1.0)
+
+
+def logistic(x, r):
+    return r * x * (1 - x)
+
+
+@pytest.mark.slow
+def test_logistic_cascade_feigenbaum_ratios():
+    # r_1 = 3 and r_2 = 1 + sqrt(6) in closed form; the ratios of the gaps tend to 4.6692...
+    x, p, period, rs, gap = np.array([1 - 1 / 2.8]), 2.8, 1, [], 0.45
+    for _ in range(6):
+        br = continue_branch(logistic, x, p, 3.5699, period=period, ds=gap / 20, max_steps=200)
+        pd = next(b for b in br.bifurcations if b.kind == "period-doubling")
+        assert pd.located and br.period == period
+        rs.append(pd.param)
+        gap = rs[-1] - rs[-2] if len(rs) > 1 else gap
+        start = switch_branch(br, pd)
+        assert (
+            start.period == 2 * period and abs(logistic(logistic(start.x, start.p), start.p) - start.x)[0] > 0
+        )
+        x, p, period = start.x, start.p, start.period
+    r = np.array(rs)
+    assert abs(r[0] - 3) <= 1e-9 and abs(r[1] - (1 + np.sqrt(6))) <= 1e-9
+    ratios = (r[2:-1] - r[1:-2]) / (r[3:] - r[2:-1])  # k = 3, 4, 5
+    assert np.all(np.abs(ratios[1:] - 4.6692) <= 1e-2), ratios
+
+
+def test_period_and_switch_bad_input():
+    br = continue_branch(logistic, np.array([1 - 1 / 2.8]), 2.8, 3.1, ds=0.05)
+    (pd,) = br.bifurcations
+    assert pd.kind == "period-doubling" and abs(pd.param - 3) <= 1e-9
+    start = switch_branch(br, pd)
+    # A point of the 2-cycle, not of the fixed point: f(x) != x, f(f(x)) = x.
+    assert abs(logistic(start.x, start.p) - start.x)[0] > 1e-4 and start.p > 3
+    unlocated = dataclasses.replace(pd, located=False)
+    with pytest.raises(UsageError, match="not located"):
+        switch_branch(br, unlocated)
+    with pytest.raises(UsageError, match="needs a period doubling"):
+        switch_branch(br, dataclasses.replace(pd, kind="fold"))
+    with pytest.raises(UsageError, match="per-layer stack"):
+        # Two layers of weights (a leading layer axis): a different map at every depth.
+        z = jnp.zeros((2, 1, 2, 2))
+        continue_branch(
+            lambda w: SelfAttentionLayer(jnp.tril(jnp.ones((2, 2), bool)), z, z, z + w),
+            np.array([[0.0, 1.0], [0.0, 1.0]]), 1.0, 2.0, period=2,
+        )  # fmt: skip
