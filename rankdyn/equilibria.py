@@ -14,6 +14,8 @@ from ._equilibria._branch import Branch as Branch
 from ._equilibria._census import equilibrium_census as equilibrium_census
 from ._equilibria._continuation import continue_branch as continue_branch
 from ._equilibria._continuation import continue_equilibria as continue_equilibria
+from ._equilibria._curves import Curve as Curve
+from ._equilibria._curves import continue_curve as continue_curve
 from ._equilibria._cycles import BranchStart as BranchStart
 from ._equilibria._cycles import switch_branch as switch_branch
 from ._equilibria._dedupe import EquilibriumClass as EquilibriumClass
