@@ -6,7 +6,9 @@ parameter that moves from ``--from`` to ``--to``. With ``--start census`` (the d
 census of ``rankdyn equilibria`` runs at ``--from`` and every class found is continued; with
 ``--start FILE.npy`` the equilibria in the file are. Writes ``branches.json`` (every branch's
 points, multipliers, stability and bifurcations, with the config, seed and provenance) and
-``bifurcation.png``. (The module cannot be named ``continue``, a Python keyword.)
+``bifurcation.png``. It always computes in float64: float32 cannot resolve the test functions
+near a bifurcation (folds "located" outside their own bracket), so ``--x64`` is refused as
+redundant. (The module cannot be named ``continue``, a Python keyword.)
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ def add_parser(sub) -> None:
         formatter_class=HelpFormatter,
     )
     add_model_flags(p)
-    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal")
+    for action in p._actions:
+        if action.dest == "x64":
+            action.help = "refused: rankdyn continue always computes in float64"
+    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal", before_jax=_float64)
     g = p.add_argument_group("continuation")
     g.add_argument("--param", required=True, choices=PARAM_CHOICES, help="the parameter to move")
     g.add_argument("--from", dest="p_from", type=float, required=True, metavar="P0", help="start value")
@@ -47,11 +52,16 @@ def add_parser(sub) -> None:
         default="census",
         help="'census' (every class of the census at --from) or a .npy file of equilibria (n, d) / (m, n, d)",
     )
+    g.add_argument(
+        "--period",
+        type=int,
+        default=1,
+        metavar="K",
+        help="follow fixed points of the K-th iterate F^K (cycles of period K; shared weights)",
+    )
     g.add_argument("--ds", type=float, default=None, help="first arclength step (default |P1 - P0| / 50)")
     g.add_argument("--max-steps", type=int, default=400, help="continuation steps per branch")
-    g.add_argument(
-        "--residual-tol", type=float, default=None, help="corrector tolerance (default 1e-10 f64 / 1e-5 f32)"
-    )
+    g.add_argument("--residual-tol", type=float, default=None, help="corrector tolerance (default 1e-10)")
     g.add_argument("--stability-tol", type=float, default=1e-6, help="tolerance on |lambda| - 1")
     g.add_argument(
         "--measure", choices=("sigma_min", "min_cos"), default="sigma_min", help="y axis of bifurcation.png"
@@ -62,12 +72,29 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _float64(args) -> None:
+    """Float64 before JAX starts (read from ``JAX_ENABLE_X64`` at import), or now if it is loaded."""
+    import os
+
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_enable_x64", True)
+    else:
+        os.environ["JAX_ENABLE_X64"] = "1"
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
 def _check(args):
     """Every flag before compute; returns the `ModelConfig` at ``--from``."""
+    if args.x64:
+        raise UsageError(
+            "--x64 is not needed: rankdyn continue always computes in float64 (float32 cannot resolve the "
+            "test functions near a bifurcation); drop it."
+        )
+    if args.period < 1:
+        raise UsageError(f"--period {args.period}: expected an integer >= 1 (the length of the cycle).")
     if args.per_layer_weights:
         raise UsageError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
     if args.x0 is not None:
@@ -196,10 +223,11 @@ def run(args) -> int:
         br = continue_branch(
             family, x, args.p_from, args.p_to, ds=args.ds, max_steps=args.max_steps,
             residual_tol=args.residual_tol, stability_tol=args.stability_tol, param_name=name,
-            progress=not args.no_progress,
+            period=args.period, progress=not args.no_progress,
         )  # fmt: skip
         branches.append(br)
-        kinds = ", ".join(f"{b.kind} at {name} = {b.param:.10g}" for b in br.bifurcations) or "no bifurcation"
+        # An unlocated bifurcation is known only to its bracket: printed as one, never as a point.
+        kinds = ", ".join(b.describe(name) for b in br.bifurcations) or "no bifurcation"
         print(
             f"  {len(br)} points, {name} in [{br.params.min():.6g}, {br.params.max():.6g}], {kinds}; "
             f"{br.status}"
@@ -215,7 +243,11 @@ def run(args) -> int:
             print(
                 f"rankdyn continue: branch {i + 1} ended early ({br.status}): {br.message}", file=sys.stderr
             )
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("func",)}
+    cfg = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+        if k not in ("func", "before_jax")
+    }
     result = {
         "config": cfg,
         "seed": args.seed,
