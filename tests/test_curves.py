@@ -12,8 +12,10 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_continuation import P, fam_w, start_a  # noqa: E402 (the layer family's oracle)
 
 from rankdyn._errors import UsageError
+from rankdyn._theory._constructions import uniform_causal_layer
 from rankdyn.equilibria import continue_branch, continue_curve
 
 B0 = -0.9
@@ -81,3 +83,16 @@ def test_curve_bad_input():
         continue_curve(henon2, dataclasses.replace(pd, kind="branch-point"), B0, 0.9)
     with pytest.raises(UsageError, match="not a fixed point"):
         continue_curve(henon2, pd, 0.5, 0.9)  # pd is a point of b = -0.9, not of b = 0.5
+
+
+@pytest.mark.slow
+def test_attention_fold_curve_in_two_parameters():
+    # n = d = 2, causal, uniform attention, W_V = [[p, w], [0, 1]]: the rank-2 equilibria with
+    # token 1 at (0, 1) are born in a fold at w = sqrt(2 p - p^2) (tests/test_continuation.py).
+    br = continue_branch(fam_w, start_a(1.3), 1.3, 0.5, ds=0.05, param_name="w")
+    fold = next(b for b in br.bifurcations if b.kind == "fold")
+    c = continue_curve(
+        lambda w, p: uniform_causal_layer(2, 2, jnp.array([[p, w], [0.0, 1.0]])), fold, P, 0.95
+    )
+    assert c.status == "parameter_end" and c.points.shape[1:] == (2, 2) and c.q[-1] == 0.95
+    assert np.max(np.abs(c.p**2 - (2 * c.q - c.q**2))) <= 1e-8

@@ -38,7 +38,8 @@ import numpy as np
 
 from .._errors import UsageError
 from ._branch import Bifurcation
-from ._maps import check_period
+from ._maps import LayerMap2, PlainMap2, check_period
+from ._quotient import commuting_rotations
 
 __all__ = ["CURVE_KINDS", "Curve", "continue_curve"]
 
@@ -89,42 +90,42 @@ class Curve:
         }
 
 
-def _system(f2: Callable, period: int, kind: str, m: int):
-    """``H(y, b, c, pair)`` and its Jacobian, compiled once; ``y = (x, p, q[, kappa])``; ``pair``: the
-    two entries of the flattened $G$ a Neimark--Sacker curve uses."""
+def _system(map2, period: int, kind: str, m: int):
+    """``H(y, b, c, pair, aux)`` and its Jacobian, compiled once; ``y = (x, p, q[, kappa])``; ``pair``:
+    the two entries of the flattened $G$ a Neimark--Sacker curve uses; ``aux``: ``map2.aux(p, q)``."""
 
-    def g(x, p, q):
+    def g(x, p, q, aux):
         for _ in range(period):
-            x = f2(x, p, q)
+            x = map2(x, p, q, aux)
         return x
 
     eye = jnp.eye(m)
 
-    def matrix(y):
+    def matrix(y, aux):
         x, p, q = y[:m], y[m], y[m + 1]
-        a = jax.jacfwd(lambda z: g(z, p, q))(x)
+        a = jax.jacfwd(lambda z: g(z, p, q, aux))(x)
         if kind == "fold":
             return a - eye
         if kind == "period-doubling":
             return a + eye
         return a @ a - 2 * y[m + 2] * a + eye
 
-    def h(y, b, c, pair):
+    def h(y, b, c, pair, aux):
         x, p, q = y[:m], y[m], y[m + 1]
         k = b.shape[1]
-        big = jnp.block([[matrix(y), b], [c.T, jnp.zeros((k, k))]])
+        big = jnp.block([[matrix(y, aux), b], [c.T, jnp.zeros((k, k))]])
         rhs = jnp.concatenate([jnp.zeros((m, k)), jnp.eye(k)])
         gg = jnp.linalg.solve(big, rhs)[m:]
         cond = gg.reshape(-1)[pair] if kind == "neimark-sacker" else gg.reshape(-1)
-        return jnp.concatenate([g(x, p, q) - x, cond])
+        return jnp.concatenate([g(x, p, q, aux) - x, cond])
 
-    def both(y, b, c, pair):
+    def both(y, b, c, pair, aux):
         with jax.default_matmul_precision("highest"):
-            return h(y, b, c, pair), jax.jacfwd(h)(y, b, c, pair)
+            return h(y, b, c, pair, aux), jax.jacfwd(h)(y, b, c, pair, aux)
 
-    def cusp(y, v, w):
+    def cusp(y, v, w, aux):
         x, p, q = y[:m], y[m], y[m + 1]
-        d2 = jax.jvp(lambda z: jax.jvp(lambda u: g(u, p, q), (z,), (v,))[1], (x,), (v,))[1]
+        d2 = jax.jvp(lambda z: jax.jvp(lambda u: g(u, p, q, aux), (z,), (v,))[1], (x,), (v,))[1]
         return w @ d2
 
     return jax.jit(both), jax.jit(matrix), jax.jit(cusp)
@@ -194,34 +195,48 @@ def continue_curve(
         )
     x0 = np.asarray(bifurcation.point, dtype=np.float64)
     p0 = float(bifurcation.param)
-    if x0.ndim != 1:
-        raise UsageError(
-            "continue_curve follows maps f2(x, p, q) of a 1-D state; this bifurcation is of a layer family."
-        )
+    if x0.ndim == 2:
+        map2 = LayerMap2(f2, p0, q0)
+        if map2.layer0.has_dropout:
+            raise UsageError("dropout must be 0: a stochastic map has no bifurcation curves.")
+        if commuting_rotations(map2.layer0).shape[0]:
+            raise UsageError(
+                "the layer commutes with rotations: its equilibria come in continua (a multiplier 1 "
+                "everywhere), so a curve in two parameters is degenerate; break the symmetry first."
+            )
+        x0 = x0.reshape(-1)
+    elif x0.ndim == 1:
+        map2 = PlainMap2(f2)
+        dt = jnp.asarray(0.0).dtype
+        out = jax.eval_shape(f2, jax.ShapeDtypeStruct(x0.shape, dt), *(jax.ShapeDtypeStruct((), dt),) * 2)
+        if getattr(out, "shape", None) != x0.shape:
+            raise UsageError(
+                f"the map must return a state of the shape it is given: f2(x, p, q) with x of shape "
+                f"{x0.shape} returned {getattr(out, 'shape', type(out).__name__)}."
+            )
+    else:
+        raise UsageError(f"the bifurcation's point must be (m,) or (n, d), got shape {x0.shape}.")
     m = x0.size
-    dt = jnp.asarray(0.0).dtype
-    out = jax.eval_shape(f2, jax.ShapeDtypeStruct(x0.shape, dt), *(jax.ShapeDtypeStruct((), dt),) * 2)
-    if getattr(out, "shape", None) != x0.shape:
-        raise UsageError(
-            f"the map must return a state of the shape it is given: f2(x, p, q) with x of shape {x0.shape} "
-            f"returned {getattr(out, 'shape', type(out).__name__)}."
-        )
+
+    def A(z):  # noqa: N802 (the host data of the map at z's parameters)
+        return map2.aux(z[m], z[m + 1])
+
     ns = bifurcation.kind == "neimark-sacker"
     k = 2 if ns else 1
     y = np.concatenate([x0, [p0, q0]] + ([[math.cos(bifurcation.theta)]] if ns else []))
     pair = np.array([0, 3])
-    both, matrix, cusp_fn = _system(f2, period, bifurcation.kind, m)
-    res = float(np.linalg.norm(np.asarray(both(y, np.eye(m, k), np.eye(m, k), pair)[0][:m])))
+    both, matrix, cusp_fn = _system(map2, period, bifurcation.kind, m)
+    res = float(np.linalg.norm(np.asarray(both(y, np.eye(m, k), np.eye(m, k), pair, A(y))[0][:m])))
     if not res <= 1e3 * tol:
         raise UsageError(
             f"the bifurcation's point is not a fixed point of f2(., {p0:g}, {q0:g}): ||g(x) - x|| = "
             f"{res:.3e}; pass a bifurcation of the branch at q_start."
         )
-    borders = _borders(np.asarray(matrix(y)), k)
+    borders = _borders(np.asarray(matrix(y, A(y))), k)
     if ns:  # the two entries of G whose Jacobian is best conditioned here
         best = -1.0
         for cand in itertools.combinations(range(4), 2):
-            jac = np.asarray(both(y, *borders, np.array(cand))[1])
+            jac = np.asarray(both(y, *borders, np.array(cand), A(y))[1])
             sv = np.linalg.svd(jac, compute_uv=False)[-1]
             if sv > best:
                 best, pair = sv, np.array(cand)
@@ -229,7 +244,7 @@ def continue_curve(
     def newton(y, con):
         """Newton on ``H = 0`` and the scalar constraint ``con(y) -> (value, gradient)``."""
         for it in range(16):
-            hv, jac = (np.asarray(a, dtype=np.float64) for a in both(y, *borders, pair))
+            hv, jac = (np.asarray(a, dtype=np.float64) for a in both(y, *borders, pair, A(y)))
             cv, cg = con(y)
             if not (np.all(np.isfinite(hv)) and np.all(np.isfinite(jac))):
                 return None, it
@@ -251,7 +266,7 @@ def continue_curve(
         raise UsageError(f"the {bifurcation.kind} could not be polished at q = {q0:g}; is it located?")
 
     def tangent(y, prev):
-        jac = np.asarray(both(y, *borders, pair)[1], dtype=np.float64)
+        jac = np.asarray(both(y, *borders, pair, A(y))[1], dtype=np.float64)
         t = np.linalg.svd(jac)[2][-1]
         if prev is None:
             return t if (t[m + 1] >= 0) == (q1 > q0) else -t
@@ -260,10 +275,10 @@ def continue_curve(
     def cusp_value(y):
         if bifurcation.kind != "fold":
             return np.nan
-        mat = np.asarray(matrix(y))
+        mat = np.asarray(matrix(y, A(y)))
         big = _bordered(mat, borders)
         v, w = np.linalg.solve(big, _unit(m)), np.linalg.solve(big.T, _unit(m))
-        return float(cusp_fn(y, v[:m] / np.linalg.norm(v[:m]), w[:m] / np.linalg.norm(w[:m])))
+        return float(cusp_fn(y, v[:m] / np.linalg.norm(v[:m]), w[:m] / np.linalg.norm(w[:m]), A(y)))
 
     span = abs(q1 - q0)
     ds = span / 50 if ds is None else float(ds)
@@ -298,7 +313,7 @@ def continue_curve(
             cusps.append(_locate_cusp(newton, cusp_value, last, t, s, cps[-1], cv, m))
         ys.append(new)
         cps.append(cv)
-        borders = _borders(np.asarray(matrix(new)), k, borders)
+        borders = _borders(np.asarray(matrix(new, A(new))), k, borders)
         t = new_t
         if at_end:
             status = "parameter_end"
@@ -310,13 +325,17 @@ def continue_curve(
         kind=bifurcation.kind,
         p=arr[:, m],
         q=arr[:, m + 1],
-        points=arr[:, :m],
+        points=arr[:, :m].reshape((len(ys),) + np.shape(bifurcation.point)),
         kappa=arr[:, m + 2] if ns else np.full(len(ys), np.nan),
-        residuals=np.array([float(np.linalg.norm(np.asarray(both(z, *borders, pair)[0][:m]))) for z in ys]),
+        residuals=np.array([_residual(both, z, borders, pair, A(z), m) for z in ys]),
         cusps=tuple(cusps),
         status=status,
         param_names=tuple(param_names),
     )
+
+
+def _residual(both, y, borders, pair, aux, m) -> float:
+    return float(np.linalg.norm(np.asarray(both(y, *borders, pair, aux)[0][:m])))
 
 
 def _bordered(mat, borders):

@@ -141,3 +141,64 @@ def finite_parameter(value, name: str) -> float:
     if not math.isfinite(v):
         raise UsageError(f"{name} must be finite, got {v}.")
     return v
+
+
+class PlainMap2:
+    """``f2(x, p, q)`` as the map of `continue_curve` (no host-side data: ``aux`` is None)."""
+
+    def __init__(self, f2: Callable):
+        self.f2 = f2
+
+    def __call__(self, x, p, q, aux):
+        return self.f2(x, p, q)
+
+    def aux(self, p: float, q: float):
+        return None
+
+
+class LayerMap2:
+    r"""A family ``(p, q) -> SelfAttentionLayer`` as a map of $\mathbb R^{nd}$ for `continue_curve`.
+
+    Around the current $(p_c, q_c)$ the layer's arrays are taken affine in the parameters,
+    $\theta(p, q) = \theta_c + (p - p_c)\,\partial_p\theta + (q - q_c)\,\partial_q\theta$, with the
+    derivatives by central differences of the family (exact for arrays affine in a parameter, such
+    as ``w`` in $W_V$); ``aux`` recomputes them at every Newton iterate. The state is the flattened
+    token matrix: at a fixed point of a post-LN layer $DF$ maps into the tangent space of the
+    spheres, so the full-space multipliers are the tangent ones and a zero per token, and the
+    fold / period-doubling / Neimark-Sacker conditions are those of the tangent space.
+
+    Arguments:
+        family: ``(p, q) -> SelfAttentionLayer`` of one structure.
+        p, q: where the family is first built (its structure and the state's shape).
+        t: the layer index, for a per-layer stack.
+        h: relative central-difference step.
+    """
+
+    def __init__(self, family: Callable, p: float, q: float, t: int = 0, h: float = 1e-5):
+        import equinox as eqx
+
+        self.family, self.t, self.h = family, int(t), float(h)
+        self.layer0 = family(float(p), float(q))
+        self.static = eqx.partition(self.layer0, eqx.is_inexact_array)[1]
+        self.shape = (self.layer0.num_tokens, self.layer0.dim)
+
+    def _arrays(self, p: float, q: float):
+        import equinox as eqx
+
+        return eqx.filter(self.family(float(p), float(q)), eqx.is_inexact_array)
+
+    def aux(self, p: float, q: float):
+        p, q = float(p), float(q)
+        hp, hq = self.h * max(abs(p), 1e-3), self.h * max(abs(q), 1e-3)
+        base = self._arrays(p, q)
+        dp = jax.tree.map(lambda a, b: (a - b) / (2 * hp), self._arrays(p + hp, q), self._arrays(p - hp, q))
+        dq = jax.tree.map(lambda a, b: (a - b) / (2 * hq), self._arrays(p, q + hq), self._arrays(p, q - hq))
+        return base, dp, dq, jnp.asarray(p), jnp.asarray(q)
+
+    def __call__(self, x, p, q, aux):
+        import equinox as eqx
+
+        base, dp, dq, pc, qc = aux
+        arrays = jax.tree.map(lambda a, b, c: a + (p - pc) * b + (q - qc) * c, base, dp, dq)
+        layer = eqx.combine(arrays, self.static)
+        return layer(x.reshape(self.shape), self.t)[0].reshape(-1)
