@@ -163,6 +163,14 @@ def test_cli_continue_max_steps_and_refusals(tmp_path, capsys):
         "n * d = 4096 is above 2048": ["--n", "64", "--d", "64", "--param", "w", "--from", "1", "--to", "2"],
         "always computes in float64": ["--x64", "--param", "w", "--from", "1", "--to", "2"],
         "--period 0: expected an integer >= 1": ["--period", "0", "--param", "w", "--from", "1", "--to", "2"],
+        "--param2 needs --from2 and --to2": ["--param", "w", "--from", "1", "--to", "2", "--param2", "dqk"],
+        "--from2 need --param2": ["--param", "w", "--from", "1", "--to", "2", "--from2", "1"],
+        "--param2 w is --param too": ["--param", "w", "--from", "1", "--to", "2", "--param2", "w", "--from2",
+                                      "1", "--to2", "2"],
+        "the range of --param2 is empty": ["--qk", "bert", "--param", "w", "--from", "1", "--to", "2",
+                                           "--param2", "dqk", "--from2", "1", "--to2", "1"],
+        "--from2 nan: expected a finite number": ["--qk", "bert", "--param", "w", "--from", "1", "--to", "2",
+                                                  "--param2", "dqk", "--from2", "nan", "--to2", "1"],
     }  # fmt: skip
     for text, flags in refusals.items():
         assert main(base + flags + ["--out", str(tmp_path / "r")]) == 2, text

@@ -167,15 +167,22 @@ class Step:
         _, tpc = tangent_at(pt, self.tangent, self.extra)
         return self.end(s, pt, tpc)
 
-    def split(self, a: End, b: End, depth: int = 12) -> list[tuple[str, End, End]]:
-        """``(kind, a', b')`` brackets: the step halved until each holds one sign change."""
+    def split(self, a: End, b: End, depth: int = 12, allowed=None) -> list[tuple[str, End, End]]:
+        """``(kind, a', b')`` brackets: the step halved until each holds one sign change.
+
+        Only the kinds seen over the whole step are kept in its halves: at a fold $\psi_+$ and
+        $\dot p$ vanish together, and a half that holds the one root without the other (their
+        computed roots differ by rounding) would otherwise report a branch point beside the fold.
+        """
         kinds = kinds_between(a.tests, a.tp, b.tests, b.tp)
+        if allowed is not None:
+            kinds = [k for k in kinds if k in allowed]
         if len(kinds) <= 1 or depth == 0:
             return [(k, a, b) for k in kinds]
         mid = self.at(0.5 * (a.s + b.s))
         if mid is None:
             return [(k, a, b) for k in kinds]
-        return self.split(a, mid, depth - 1) + self.split(mid, b, depth - 1)
+        return self.split(a, mid, depth - 1, kinds) + self.split(mid, b, depth - 1, kinds)
 
     def locate(
         self, kind: str, a: End, b: End, *, step: int, s_tol: float = 1e-13, max_iter: int = 80
