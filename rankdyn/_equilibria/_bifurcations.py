@@ -168,7 +168,7 @@ class Step:
         return self.end(s, pt, tpc)
 
     def split(self, a: End, b: End, depth: int = 12, allowed=None) -> list[tuple[str, End, End]]:
-        """``(kind, a', b')`` brackets: the step halved until each holds one sign change.
+        r"""``(kind, a', b')`` brackets: the step halved until each holds one sign change.
 
         Only the kinds seen over the whole step are kept in its halves: at a fold $\psi_+$ and
         $\dot p$ vanish together, and a half that holds the one root without the other (their
