@@ -14,12 +14,19 @@ __all__ = ["plot_bifurcation", "equilibrium_measure", "MEASURES"]
 MEASURES = ("sigma_min", "min_cos")
 
 _MARKERS = {"fold": "o", "branch-point": "s", "period-doubling": "D", "neimark-sacker": "^"}
-_SHORT = {"fold": "LP", "branch-point": "BP", "period-doubling": "PD", "neimark-sacker": "NS"}
+#: Point labels in words (docs/glossary.md, "Bifurcations").
+_WORDS = {
+    "fold": "fold",
+    "branch-point": "branch point",
+    "period-doubling": "period doubling",
+    "neimark-sacker": "Neimark-Sacker",
+}
 
 
 def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray | float:
     """``sigma_min``: the smallest singular value of each ``X (n, d)``; ``min_cos``: the smallest
-    cosine between two tokens. ``points`` is ``(n, d)`` or ``(k, n, d)``.
+    cosine between two tokens. ``points`` is ``(n, d)`` or ``(k, n, d)``; the states ``(k, m)`` of
+    a map's branch (`plot_bifurcation`) are drawn by their first coordinate instead.
 
     Raises:
         ValueError: for another ``measure``.
@@ -62,7 +69,10 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=No
     seen = set()
     for i, b in enumerate(branches):
         p = np.asarray(_get(b, "params"), dtype=float)
-        y = equilibrium_measure(np.asarray(_get(b, "points")), measure)
+        pts = np.asarray(_get(b, "points"))
+        # A map's branch has 1-D states (k, m): its first coordinate separates the sheets of a fold.
+        on_map = pts.ndim == 2
+        y = pts[:, 0] if on_map else equilibrium_measure(pts, measure)
         stable = np.asarray(_get(b, "stable"), dtype=bool)
         color = colors[i % len(colors)]
         label = labels[i] if labels is not None else f"branch {i}"
@@ -75,7 +85,8 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=No
         ax.plot([], [], color=color, label=label)
         for bif in _get(b, "bifurcations"):
             kind = _get(bif, "kind")
-            yb = equilibrium_measure(np.asarray(_get(bif, "point")), measure)
+            bp = np.asarray(_get(bif, "point"))
+            yb = bp[0] if on_map else equilibrium_measure(bp, measure)
             pb = float(_get(bif, "param"))
             ax.scatter(
                 [pb],
@@ -88,13 +99,19 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=No
             )
             seen.add(kind)
             ax.annotate(
-                f"{_SHORT[kind]} {pb:.4g}", (pb, yb), textcoords="offset points", xytext=(5, 5), fontsize=8
+                f"{_WORDS[kind]} {pb:.4g}" + ("" if _get(bif, "located") else " (bracket)"),
+                (pb, yb),
+                textcoords="offset points",
+                xytext=(5, 5),
+                fontsize=8,
             )
     ax.plot([], [], color="0.3", ls="-", label="stable")
     ax.plot([], [], color="0.3", ls="--", label="unstable / marginal")
     names = {_get(b, "param_name") for b in branches}
     ax.set_xlabel(xlabel or (names.pop() if len(names) == 1 else "parameter"))
-    ax.set_ylabel({"sigma_min": "smallest singular value of X", "min_cos": "min cos between tokens"}[measure])
+    maps = all(np.ndim(_get(b, "points")) == 2 for b in branches) and len(branches) > 0
+    names_y = {"sigma_min": "smallest singular value of X", "min_cos": "min cos between tokens"}
+    ax.set_ylabel("first coordinate of x" if maps else names_y[measure])
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
