@@ -247,6 +247,9 @@ class Step:
             theta = float(abs(np.angle(z)))
             q = next((k for k in (1, 2, 3, 4) if abs(theta - 2 * np.pi / k) <= RESONANCE_TOL), 0)
             q = 1 if theta <= RESONANCE_TOL else q
+        if kind != "fold":  # p is monotone over a step without a fold: the point lies in its bracket
+            slack = 1e-12 * max(1.0, abs(bracket[0]), abs(bracket[1]))
+            located = located and min(bracket) - slack <= e.pt.p <= max(bracket) + slack
         return Bifurcation(kind, e.pt.p, e.pt.x, step, val, bool(located), iterations, bracket, theta, q)
 
 

@@ -56,7 +56,7 @@ class Bifurcation:
             crosses $+1$ with $\dot p \ne 0$: another branch crosses this one), ``"period-doubling"``
             (a real multiplier crosses $-1$), ``"neimark-sacker"`` (a complex pair crosses $|\lambda| = 1$).
         param: the located parameter value.
-        point: the located equilibrium ``(n, d)``.
+        point: the located equilibrium ``(n, d)`` (``(m,)`` for a map).
         step: index of the branch point before it (it lies between ``step`` and ``step + 1``; a
             fold on a degenerate branch, located by `locate_turn`, within ``step`` and ``step + 2``).
         test_value: the test function at the located point (near 0 when ``located``).
@@ -116,7 +116,7 @@ class Branch:
 
     Attributes:
         params: ``(k,)`` the parameter at each point.
-        points: ``(k, n, d)`` the equilibria.
+        points: ``(k, n, d)`` the equilibria, or ``(k, m)`` the fixed points of a map ``f(x, p)``.
         multipliers: ``(k, m)`` complex, the leading multipliers after the symmetry reduction
             (eigenvalues of $Q^\top J_T Q$, `_arclength`), sorted by decreasing modulus (NaN pads).
         stable: ``(k,)`` every reduced multiplier has (cluster-averaged) modulus $< 1 -$ ``tol``.
