@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_bifurcation", "equilibrium_measure", "MEASURES"]
+__all__ = ["plot_basins_across", "plot_bifurcation", "equilibrium_measure", "MEASURES"]
 
 #: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis.
 MEASURES = ("sigma_min", "min_cos")
@@ -112,6 +112,45 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=No
     maps = all(np.ndim(_get(b, "points")) == 2 for b in branches) and len(branches) > 0
     names_y = {"sigma_min": "smallest singular value of X", "min_cos": "min cos between tokens"}
     ax.set_ylabel("first coordinate of x" if maps else names_y[measure])
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return ax
+
+
+def plot_basins_across(scan, *, ax=None, names=None, title=None, xlabel="parameter"):
+    """Stacked basin fractions of each attractor across the parameter (`rankdyn.theory.basins_across`),
+    with the not-settled share on top and each attractor's Wilson 95% interval as error bars.
+
+    Arguments:
+        scan: a `BasinScan`.
+        ax: matplotlib Axes (created when None).
+        names: one legend name per attractor (default ``period k, label l``).
+        title, xlabel: the title and the x label.
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    p = np.asarray(scan.params)
+    order = np.argsort(p)
+    labels = names or [f"period {k}, label {v}" for k, v in scan.attractors]
+    layers = [scan.fractions[order, i] for i in range(len(scan.attractors))] + [scan.not_settled[order]]
+    ax.stackplot(p[order], *layers, labels=list(labels) + ["not settled"], alpha=0.8)
+    base = np.zeros(p.size)
+    for i in range(len(scan.attractors)):
+        top = base + scan.fractions[order, i]
+        err = np.stack(
+            [scan.fractions[order, i] - scan.lo[order, i], scan.hi[order, i] - scan.fractions[order, i]]
+        )
+        ax.errorbar(p[order], top, yerr=err, fmt="none", ecolor="k", elinewidth=0.6, capsize=1.5)
+        base = top
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("basin fraction")
+    ax.set_ylim(0, 1)
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
