@@ -144,3 +144,13 @@ def test_period_and_switch_bad_input():
             lambda w: SelfAttentionLayer(jnp.tril(jnp.ones((2, 2), bool)), z, z, z + w),
             np.array([[0.0, 1.0], [0.0, 1.0]]), 1.0, 2.0, period=2,
         )  # fmt: skip
+
+
+def test_default_diagram_measure_separates_what_sigma_min_merges():
+    from rankdyn._plotting._bifurcation import equilibrium_measure
+
+    # Two equilibria with the same singular values (tokens swapped), e.g. two sheets of a fold.
+    x = np.array([[0.0, 1.0], [0.6, 0.8]])
+    pair = np.stack([x, x[::-1]])
+    assert np.ptp(equilibrium_measure(pair, "sigma_min")) <= 1e-12
+    assert np.ptp(equilibrium_measure(pair)) > 1e-3

@@ -73,7 +73,11 @@ def add_parser(sub) -> None:
     g.add_argument("--residual-tol", type=float, default=None, help="corrector tolerance (default 1e-10)")
     g.add_argument("--stability-tol", type=float, default=1e-6, help="tolerance on |lambda| - 1")
     g.add_argument(
-        "--measure", choices=("sigma_min", "min_cos"), default="sigma_min", help="y axis of bifurcation.png"
+        "--measure",
+        choices=("projection", "sigma_min", "min_cos"),
+        default="projection",
+        help="y axis of bifurcation.png: <X, U> for a fixed random U (separates the sheets of a fold), or "
+        "the smallest singular value, or the smallest cosine between tokens",
     )
     g.add_argument("--out", type=Path, default=Path("out/continue"), help="output folder")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bars")

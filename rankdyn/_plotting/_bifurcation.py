@@ -10,8 +10,8 @@ import numpy as np
 
 __all__ = ["plot_basins_across", "plot_bifurcation", "equilibrium_measure", "MEASURES"]
 
-#: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis.
-MEASURES = ("sigma_min", "min_cos")
+#: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis (the first is the default).
+MEASURES = ("projection", "sigma_min", "min_cos")
 
 _MARKERS = {"fold": "o", "branch-point": "s", "period-doubling": "D", "neimark-sacker": "^"}
 #: Point labels in words (docs/glossary.md, "Bifurcations").
@@ -23,10 +23,13 @@ _WORDS = {
 }
 
 
-def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray | float:
-    """``sigma_min``: the smallest singular value of each ``X (n, d)``; ``min_cos``: the smallest
-    cosine between two tokens. ``points`` is ``(n, d)`` or ``(k, n, d)``; the states ``(k, m)`` of
-    a map's branch (`plot_bifurcation`) are drawn by their first coordinate instead.
+def equilibrium_measure(points, measure: str = "projection") -> np.ndarray | float:
+    r"""``projection``: $\langle X, U\rangle_F$ with one fixed random unit ``U (n, d)`` (seed 0): a
+    signed coordinate that separates distinct equilibria (both sheets of a fold, and branches that
+    share their singular values); ``sigma_min``: the smallest singular value of each ``X (n, d)``;
+    ``min_cos``: the smallest cosine between two tokens. ``points`` is ``(n, d)`` or
+    ``(k, n, d)``; the states ``(k, m)`` of a map's branch (`plot_bifurcation`) are drawn by their
+    first coordinate instead.
 
     Raises:
         ValueError: for another ``measure``.
@@ -34,7 +37,10 @@ def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray | floa
     x = np.asarray(points, dtype=float)
     one = x.ndim == 2
     x = x[None] if one else x
-    if measure == "sigma_min":
+    if measure == "projection":
+        u = np.random.default_rng(0).standard_normal(x.shape[1:])
+        out = np.einsum("kid,id->k", x, u / np.linalg.norm(u))
+    elif measure == "sigma_min":
         out = np.linalg.svd(x, compute_uv=False)[:, -1]
     elif measure == "min_cos":
         u = x / np.linalg.norm(x, axis=-1, keepdims=True)
@@ -48,7 +54,7 @@ def _get(b, name):
     return b[name] if isinstance(b, dict) else getattr(b, name)
 
 
-def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=None, title=None, xlabel=None):
+def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=None, title=None, xlabel=None):
     """Bifurcation diagram of one or several branches (`Branch` objects or their ``to_dict()``).
 
     Arguments:
@@ -110,7 +116,11 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=No
     names = {_get(b, "param_name") for b in branches}
     ax.set_xlabel(xlabel or (names.pop() if len(names) == 1 else "parameter"))
     maps = all(np.ndim(_get(b, "points")) == 2 for b in branches) and len(branches) > 0
-    names_y = {"sigma_min": "smallest singular value of X", "min_cos": "min cos between tokens"}
+    names_y = {
+        "projection": "<X, U> (U: a fixed random direction)",
+        "sigma_min": "smallest singular value of X",
+        "min_cos": "min cos between tokens",
+    }
     ax.set_ylabel("first coordinate of x" if maps else names_y[measure])
     if title:
         ax.set_title(title, fontsize=9)
