@@ -36,6 +36,15 @@ def test_henon_fold_and_period_doubling_closed_forms():
     # Classified by the multiplier that crossed: -1 (the other multiplier is -b / lambda = 0.3).
     assert pd.kind == "period-doubling" and pd.located and abs(pd.param - A_PD) <= 1e-9, pd
     assert br.stable[0] and not br.stable[-1]
+    # The diagram draws the loss of stability at the located point, not at the next branch point.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rankdyn.plotting import plot_bifurcation
+
+    lines = [ln for ln in plot_bifurcation([br]).lines if len(ln.get_xdata()) == 2]
+    solid_ends = [max(ln.get_xdata()) for ln in lines if ln.get_linestyle() == "-"]
+    assert max(solid_ends) == pd.param
     br = continue_branch(henon, henon_fixed(0.1), 0.1, -0.5, ds=0.05, max_steps=30)
     folds = [b for b in br.bifurcations if b.kind == "fold"]
     assert len(folds) == 1 and folds[0].located and abs(folds[0].param - A_FOLD) <= 1e-9, folds

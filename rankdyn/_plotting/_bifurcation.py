@@ -82,12 +82,28 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
         stable = np.asarray(_get(b, "stable"), dtype=bool)
         color = colors[i % len(colors)]
         label = labels[i] if labels is not None else f"branch {i}"
-        # One segment per pair of points: solid where both ends are stable, dashed otherwise.
+        # One segment per pair of points: solid where both ends are stable, dashed otherwise; a
+        # segment whose stability changes is cut at the located bifurcation in it, so the change
+        # is drawn where it happens, not at the next branch point.
+        cuts = {}
+        for bif in _get(b, "bifurcations"):
+            if _get(bif, "located") and 0 <= int(_get(bif, "step")) < len(p) - 1:
+                bp = np.asarray(_get(bif, "point"))
+                cuts[int(_get(bif, "step"))] = (
+                    float(_get(bif, "param")),
+                    bp[0] if on_map else equilibrium_measure(bp, measure),
+                )
         for j in range(len(p) - 1):
-            solid = stable[j] and stable[j + 1]
-            ax.plot(
-                p[j : j + 2], y[j : j + 2], color=color, ls="-" if solid else "--", lw=1.8 if solid else 1.2
-            )
+            if stable[j] != stable[j + 1] and j in cuts:
+                pc, yc = cuts[j]
+                pieces = [
+                    ([p[j], pc], [y[j], yc], stable[j]),
+                    ([pc, p[j + 1]], [yc, y[j + 1]], stable[j + 1]),
+                ]
+            else:
+                pieces = [(p[j : j + 2], y[j : j + 2], stable[j] and stable[j + 1])]
+            for px, py, solid in pieces:
+                ax.plot(px, py, color=color, ls="-" if solid else "--", lw=1.8 if solid else 1.2)
         ax.plot([], [], color=color, label=label)
         for bif in _get(b, "bifurcations"):
             kind = _get(bif, "kind")
