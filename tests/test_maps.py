@@ -163,3 +163,18 @@ def test_default_diagram_measure_separates_what_sigma_min_merges():
     pair = np.stack([x, x[::-1]])
     assert np.ptp(equilibrium_measure(pair, "sigma_min")) <= 1e-12
     assert np.ptp(equilibrium_measure(pair)) > 1e-3
+
+
+def test_float32_brackets_below_resolution_are_flagged():
+    from types import SimpleNamespace
+
+    from rankdyn._equilibria._bifurcations import below_resolution
+
+    def end(v):
+        return SimpleNamespace(tp=v, tests={"+1": v, "-1": v, "complex": v})
+
+    tiny, clear = end(3e-5), end(2e-2)  # 3e-5 < 1e3 eps_32 = 1.2e-4 < 2e-2
+    assert below_resolution("period-doubling", tiny, end(-3e-5), np.float32)
+    assert not below_resolution("period-doubling", tiny, end(-2e-2), np.float32)
+    assert not below_resolution("fold", tiny, end(-3e-5), np.float64)
+    assert not below_resolution("fold", clear, end(-2e-2), np.float32)

@@ -114,6 +114,17 @@ def kinds_between(tests_a: dict, tp_a: float, tests_b: dict, tp_b: float) -> lis
     return kinds
 
 
+def below_resolution(kind: str, a, b, dtype) -> bool:
+    r"""Whether ``kind``'s test function is below the resolution of ``dtype`` at both bracket ends
+    ``a`` and ``b``: $|\psi| \le 10^3 \varepsilon_{\mathrm{dtype}}$ (the test functions are
+    scaled to $|\psi| \le 1$; their inputs carry the dtype's rounding, amplified by the solve).
+    Always False in float64, where the bracket is resolved far below the corrector's tolerance."""
+    eps = float(np.finfo(dtype).eps)
+    if eps <= float(np.finfo(np.float64).eps):
+        return False
+    return max(abs(_value(kind, a)), abs(_value(kind, b))) <= 1e3 * eps
+
+
 def _value(kind: str, end) -> float:
     if kind == "fold":
         return float(end.tp)

@@ -15,6 +15,7 @@ which it cannot pass) and merged (two branches met, up to symmetry).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ from ._arclength import (
     reduced_multipliers,
     tangent_at,
 )
-from ._bifurcations import Step, locate_turn
+from ._bifurcations import Step, below_resolution, locate_turn
 from ._branch import BRANCH_RESULTS, Branch
 from ._dedupe import deduplicate
 from ._maps import MapFamily, check_map_start, check_period
@@ -111,6 +112,10 @@ def continue_branch(
             their multipliers; for maps and shared-weight layers.
         progress: show a progress bar (one per branch).
 
+    In float32 a bifurcation whose test function is below float32's resolution at both ends of
+    its bracket (`below_resolution`) is reported with ``located=False``: its sign change may be
+    rounding, and its point is known only to the bracket.
+
     Returns:
         A `Branch`; ``result`` is `BRANCH_RESULTS` ``parameter_end``, ``max_steps_reached``,
         ``newton_failed`` or ``nonfinite``.
@@ -171,6 +176,7 @@ def continue_branch(
         )
     newton = Newton(tol=tol, max_step=max(0.5, 10 * ds_max))
     lo, hi = min(p0, p1), max(p0, p1)
+    dtype = fam._dtype() if ndim == 1 else fam(p0).weights.w_v.dtype
 
     pt, _, why = correct(fam, x, p0, fixed_parameter(p0, x.size), gens, newton)
     if pt is None:
@@ -245,6 +251,8 @@ def continue_branch(
             else:
                 e = ea if abs(ea.tp) <= abs(eb.tp) else eb
                 bif = stepper.bifurcation(kind, e, float("nan"), False, 0, len(pts) - 1, (last.p, new.p))
+            if bif is not None and bif.located and below_resolution(kind, ea, eb, dtype):
+                bif = dataclasses.replace(bif, located=False)
             if bif is not None:
                 bifs.append(bif)
         arcs.append(arcs[-1] + float(np.sqrt(np.sum((new.x - last.x) ** 2) + (new.p - last.p) ** 2)))
