@@ -57,6 +57,7 @@ def test_cusp_map_fold_curve_and_its_cusp():
     assert abs(pc) <= 1e-9 and abs(qc) <= 1e-6
 
 
+@pytest.mark.slow
 def test_neimark_sacker_curve():
     def f2(z, p, q):
         rot = jnp.array([[jnp.cos(q), -jnp.sin(q)], [jnp.sin(q), jnp.cos(q)]])
