@@ -178,3 +178,13 @@ def test_float32_brackets_below_resolution_are_flagged():
     assert not below_resolution("period-doubling", tiny, end(-2e-2), np.float32)
     assert not below_resolution("fold", tiny, end(-3e-5), np.float64)
     assert not below_resolution("fold", clear, end(-2e-2), np.float32)
+
+
+def test_neutral_multipliers_never_split_a_conjugate_pair():
+    from rankdyn._equilibria._bifurcations import crossing_tests, drop_neutral
+
+    # Three neutral multipliers to leave out, the third nearest 1 one half of a complex pair: a
+    # product over the rest would be complex, and the sign of its real part arbitrary.
+    eig = np.array([1.0, 1.0 + 1e-12, 0.9 + 0.3j, 0.9 - 0.3j, -0.5])
+    assert drop_neutral(eig, 3).tolist() == [-0.5]
+    assert crossing_tests(eig, 3) == {"+1": -1.0, "-1": 0.5, "complex": 1.0}

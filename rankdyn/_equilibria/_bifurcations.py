@@ -65,11 +65,25 @@ RESONANCE_TOL = 1e-3
 
 def drop_neutral(eig: np.ndarray, k: int) -> np.ndarray:
     """``eig`` without the ``k`` multipliers nearest $+1$ (those that are 1 along the whole branch:
-    the degenerate directions found at the start, `continue_branch`'s ``neutral_dims``)."""
+    the degenerate directions found at the start, `continue_branch`'s ``neutral_dims``), and
+    without the conjugate of a complex one dropped."""
     if k <= 0:
         return eig
-    keep = np.argsort(np.abs(eig - 1), kind="stable")[k:]
-    return eig[np.sort(keep)]
+    order = np.argsort(np.abs(eig - 1), kind="stable")
+    drop = set(order[:k].tolist())
+    # Never split a conjugate pair: a product over the rest would not be real, and the sign of
+    # its real part (the test functions) would flip with rounding.
+    for i in list(drop):
+        if abs(eig[i].imag) > REAL_TOL * max(1.0, abs(eig[i])):
+            partner = [
+                j
+                for j in order[k:]
+                if j not in drop and abs(eig[j] - np.conj(eig[i])) <= 1e-9 * max(1.0, abs(eig[i]))
+            ]
+            if partner:
+                drop.add(int(partner[0]))
+    keep = [i for i in range(eig.size) if i not in drop]
+    return eig[np.array(keep, dtype=int)]
 
 
 def unstable_count(eig: np.ndarray, tol: float) -> int:
