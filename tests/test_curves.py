@@ -90,10 +90,9 @@ def test_curve_bad_input():
 def test_attention_fold_curve_in_two_parameters():
     # n = d = 2, causal, uniform attention, W_V = [[p, w], [0, 1]]: the rank-2 equilibria with
     # token 1 at (0, 1) are born in a fold at w = sqrt(2 p - p^2) (tests/test_continuation.py).
-    br = continue_branch(fam_w, start_a(1.3), 1.3, 0.5, ds=0.05, param_name="w")
+    br = continue_branch(fam_w, start_a(1.3), 1.3, 0.5, ds=0.05, max_steps=12, param_name="w")
     fold = next(b for b in br.bifurcations if b.kind == "fold")
-    c = continue_curve(
-        lambda w, p: uniform_causal_layer(2, 2, jnp.array([[p, w], [0.0, 1.0]])), fold, P, 0.95
-    )
-    assert c.status == "parameter_end" and c.points.shape[1:] == (2, 2) and c.q[-1] == 0.95
+    fam2 = lambda w, p: uniform_causal_layer(2, 2, jnp.array([[p, w], [0.0, 1.0]]))  # noqa: E731
+    c = continue_curve(fam2, fold, P, 0.9, ds=0.03)
+    assert c.status == "parameter_end" and c.points.shape[1:] == (2, 2) and c.q[-1] == 0.9 and len(c) > 3
     assert np.max(np.abs(c.p**2 - (2 * c.q - c.q**2))) <= 1e-8
