@@ -4,8 +4,10 @@ Modules, one concept each: `_solve` (`find_equilibria` on an Optimistix solver, 
 `_symmetry` (the discrete symmetry group), `_dedupe` (classes modulo symmetry), `_exact` (the
 exact census of the paper's system), `_tree` (token-by-token search for acyclic masks),
 `_joint` (the joint batched search with deflation), `_continuation` (`continue_branch`: pseudo-arclength
-continuation in any layer parameter, on `_arclength`, `_bifurcations`, `_quotient`, `_branch`), `_census` (the
-pipeline behind ``rankdyn equilibria``) and `_stability` (multipliers on the tangent space).
+continuation in any layer parameter or of any map `f(x, p)`, on `_arclength`, `_bifurcations`, `_quotient`,
+`_branch`, `_maps`), `_cycles` (`switch_branch` at a period doubling), `_curves` (`continue_curve`:
+bifurcation curves in two parameters), `_census` (the pipeline behind ``rankdyn equilibria``) and
+`_stability` (multipliers on the tangent space).
 """
 
 from ._equilibria._branch import BRANCH_RESULTS as BRANCH_RESULTS
