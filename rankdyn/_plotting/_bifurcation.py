@@ -72,7 +72,7 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    seen = set()
+    seen, labelled = set(), set()
     for i, b in enumerate(branches):
         p = np.asarray(_get(b, "params"), dtype=float)
         pts = np.asarray(_get(b, "points"))
@@ -120,6 +120,11 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
                 label=None if kind in seen else kind,
             )
             seen.add(kind)
+            # Two branches through one bifurcation (both sheets of a fold) label it once.
+            spot = (kind, f"{pb:.4g}", round(float(yb), 2))
+            if spot in labelled:
+                continue
+            labelled.add(spot)
             ax.annotate(
                 f"{_WORDS[kind]} {pb:.4g}" + ("" if _get(bif, "located") else " (bracket)"),
                 (pb, yb),
