@@ -91,6 +91,18 @@ def test_unlocated_is_a_bracket():
         and lo < 2 < hi
         and ns.describe("a") == f"neimark-sacker in [{lo:.6g}, {hi:.6g}], not located"
     )
+    # The diagram draws a map's branch by its first coordinate and labels the point in words,
+    # once where two branches reach it.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rankdyn.plotting import plot_bifurcation
+
+    ax = plot_bifurcation([br])
+    assert ax.get_ylabel() == "first coordinate of x"
+    assert [t.get_text() for t in ax.texts] == [f"Neimark-Sacker {ns.param:.4g} (bracket)"]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), br.points[:2, 0])
+    assert len(plot_bifurcation([br, br]).texts) == 1
 
 
 def test_map_bad_input_is_refused():
