@@ -4,8 +4,10 @@ Modules, one concept each: `_solve` (`find_equilibria` on an Optimistix solver, 
 `_symmetry` (the discrete symmetry group), `_dedupe` (classes modulo symmetry), `_exact` (the
 exact census of the paper's system), `_tree` (token-by-token search for acyclic masks),
 `_joint` (the joint batched search with deflation), `_continuation` (`continue_branch`: pseudo-arclength
-continuation in any layer parameter, on `_arclength`, `_bifurcations`, `_quotient`, `_branch`), `_census` (the
-pipeline behind ``rankdyn equilibria``) and `_stability` (multipliers on the tangent space).
+continuation in any layer parameter or of any map `f(x, p)`, on `_arclength`, `_bifurcations`, `_quotient`,
+`_branch`, `_maps`), `_cycles` (`switch_branch` at a period doubling), `_curves` (`continue_curve`:
+bifurcation curves in two parameters), `_census` (the pipeline behind ``rankdyn equilibria``) and
+`_stability` (multipliers on the tangent space).
 """
 
 from ._equilibria._branch import BRANCH_RESULTS as BRANCH_RESULTS
@@ -13,6 +15,10 @@ from ._equilibria._branch import Bifurcation as Bifurcation
 from ._equilibria._branch import Branch as Branch
 from ._equilibria._census import equilibrium_census as equilibrium_census
 from ._equilibria._continuation import continue_branch as continue_branch
+from ._equilibria._curves import Curve as Curve
+from ._equilibria._curves import continue_curve as continue_curve
+from ._equilibria._cycles import BranchStart as BranchStart
+from ._equilibria._cycles import switch_branch as switch_branch
 from ._equilibria._dedupe import EquilibriumClass as EquilibriumClass
 from ._equilibria._dedupe import deduplicate as deduplicate
 from ._equilibria._exact import ExactCensus as ExactCensus

@@ -6,6 +6,7 @@ never call ``plt.show()``. Each topic has its own module; the rules every figure
 panels, legends outside the data, the round-off floor as a band) live in ``_style``.
 """
 
+from ._plotting._bifurcation import plot_basins_across as plot_basins_across
 from ._plotting._bifurcation import plot_bifurcation as plot_bifurcation
 from ._plotting._collapse import plot_metric_band as plot_metric_band
 from ._plotting._equilibria import plot_equilibria_moduli as plot_equilibria_moduli

@@ -14,6 +14,8 @@ from ._theory._basins import (
 from ._theory._basins import (
     wilson_interval as wilson_interval,
 )
+from ._theory._basins_across import BasinScan as BasinScan
+from ._theory._basins_across import basins_across as basins_across
 from ._theory._constructions import (
     all_closed_form_equilibria as all_closed_form_equilibria,
 )

@@ -136,16 +136,18 @@ def test_newton_failure_ends_with_a_status():
 def test_cli_continue_max_steps_and_refusals(tmp_path, capsys):
     x = np.array([[0.0, 1.0], [0.0, 1.0]])  # e_d twice: an equilibrium of the bidiagonal W_V for every w
     np.save(tmp_path / "x.npy", x)
-    base = ["continue", "--n", "2", "--d", "2", "--x64", "--no-progress"]
+    base = ["continue", "--n", "2", "--d", "2", "--no-progress"]
     out = tmp_path / "c"
+    # --period 2: fixed points of F^2 (e_d twice is one); float64 without --x64.
     rc = main(base + ["--param", "w", "--from", "2", "--to", "3", "--start", str(tmp_path / "x.npy"),
-                      "--max-steps", "2", "--out", str(out)])  # fmt: skip
+                      "--max-steps", "2", "--period", "2", "--out", str(out)])  # fmt: skip
     assert rc == 0
     err = capsys.readouterr().err
     assert "stopped at --max-steps 2" in err
     res = json.loads((out / "branches.json").read_text())
     (br,) = res["branches"]
-    assert br["status"] == "max_steps_reached" and br["num_points"] == 3
+    assert br["status"] == "max_steps_reached" and br["num_points"] == 3 and br["period"] == 2
+    assert res["config"]["period"] == 2 and np.asarray(br["points"]).dtype == np.float64
     assert res["seed"] == 0 and res["config"]["param"] == "w" and "versions" in res["provenance"]
     assert (out / "bifurcation.png").stat().st_size > 0
     np.save(tmp_path / "bad.npy", np.array([[0.0, 1.0], [1.0, 0.0]]))
@@ -159,6 +161,16 @@ def test_cli_continue_max_steps_and_refusals(tmp_path, capsys):
                                str(tmp_path / "bad.npy")],
         "--to -1.0 for --param dqk": ["--qk", "bert", "--param", "dqk", "--from", "1", "--to", "-1"],
         "n * d = 4096 is above 2048": ["--n", "64", "--d", "64", "--param", "w", "--from", "1", "--to", "2"],
+        "always computes in float64": ["--x64", "--param", "w", "--from", "1", "--to", "2"],
+        "--period 0: expected an integer >= 1": ["--period", "0", "--param", "w", "--from", "1", "--to", "2"],
+        "--param2 needs --from2 and --to2": ["--param", "w", "--from", "1", "--to", "2", "--param2", "dqk"],
+        "--from2 need --param2": ["--param", "w", "--from", "1", "--to", "2", "--from2", "1"],
+        "--param2 w is --param too": ["--param", "w", "--from", "1", "--to", "2", "--param2", "w", "--from2",
+                                      "1", "--to2", "2"],
+        "the range of --param2 is empty": ["--qk", "bert", "--param", "w", "--from", "1", "--to", "2",
+                                           "--param2", "dqk", "--from2", "1", "--to2", "1"],
+        "--from2 nan: expected a finite number": ["--qk", "bert", "--param", "w", "--from", "1", "--to", "2",
+                                                  "--param2", "dqk", "--from2", "nan", "--to2", "1"],
     }  # fmt: skip
     for text, flags in refusals.items():
         assert main(base + flags + ["--out", str(tmp_path / "r")]) == 2, text

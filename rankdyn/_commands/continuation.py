@@ -6,7 +6,9 @@ parameter that moves from ``--from`` to ``--to``. With ``--start census`` (the d
 census of ``rankdyn equilibria`` runs at ``--from`` and every class found is continued; with
 ``--start FILE.npy`` the equilibria in the file are. Writes ``branches.json`` (every branch's
 points, multipliers, stability and bifurcations, with the config, seed and provenance) and
-``bifurcation.png``. (The module cannot be named ``continue``, a Python keyword.)
+``bifurcation.png``. It always computes in float64: float32 cannot resolve the test functions
+near a bifurcation (folds "located" outside their own bracket), so ``--x64`` is refused as
+redundant. (The module cannot be named ``continue``, a Python keyword.)
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ def add_parser(sub) -> None:
         formatter_class=HelpFormatter,
     )
     add_model_flags(p)
-    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal")
+    for action in p._actions:
+        if action.dest == "x64":
+            action.help = "refused: rankdyn continue always computes in float64"
+    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal", before_jax=_float64)
     g = p.add_argument_group("continuation")
     g.add_argument("--param", required=True, choices=PARAM_CHOICES, help="the parameter to move")
     g.add_argument("--from", dest="p_from", type=float, required=True, metavar="P0", help="start value")
@@ -47,19 +52,47 @@ def add_parser(sub) -> None:
         default="census",
         help="'census' (every class of the census at --from) or a .npy file of equilibria (n, d) / (m, n, d)",
     )
+    g.add_argument(
+        "--period",
+        type=int,
+        default=1,
+        metavar="K",
+        help="follow fixed points of the K-th iterate F^K (cycles of period K; shared weights)",
+    )
+    g.add_argument(
+        "--param2",
+        default=None,
+        choices=PARAM_CHOICES,
+        help="a second parameter: follow each located fold, period doubling and Neimark-Sacker point in "
+        "(--param, --param2) from --from2 to --to2 (writes curves.png); branches are continued at --from2",
+    )
+    g.add_argument("--from2", dest="q_from", type=float, default=None, metavar="Q0", help="start of --param2")
+    g.add_argument("--to2", dest="q_to", type=float, default=None, metavar="Q1", help="end of --param2")
     g.add_argument("--ds", type=float, default=None, help="first arclength step (default |P1 - P0| / 50)")
     g.add_argument("--max-steps", type=int, default=400, help="continuation steps per branch")
-    g.add_argument(
-        "--residual-tol", type=float, default=None, help="corrector tolerance (default 1e-10 f64 / 1e-5 f32)"
-    )
+    g.add_argument("--residual-tol", type=float, default=None, help="corrector tolerance (default 1e-10)")
     g.add_argument("--stability-tol", type=float, default=1e-6, help="tolerance on |lambda| - 1")
     g.add_argument(
-        "--measure", choices=("sigma_min", "min_cos"), default="sigma_min", help="y axis of bifurcation.png"
+        "--measure",
+        choices=("projection", "sigma_min", "min_cos"),
+        default="projection",
+        help="y axis of bifurcation.png: <X, U> for a fixed random U (separates the sheets of a fold), or "
+        "the smallest singular value, or the smallest cosine between tokens",
     )
     g.add_argument("--out", type=Path, default=Path("out/continue"), help="output folder")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     add_devices_flag(p, "The continuation runs on the first device.")
     p.set_defaults(func=run)
+
+
+def _float64(args) -> None:
+    """Float64 before JAX starts (read from ``JAX_ENABLE_X64`` at import), or now if it is loaded."""
+    import os
+
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update("jax_enable_x64", True)
+    else:
+        os.environ["JAX_ENABLE_X64"] = "1"
 
 
 def _flag(name: str) -> str:
@@ -68,6 +101,13 @@ def _flag(name: str) -> str:
 
 def _check(args):
     """Every flag before compute; returns the `ModelConfig` at ``--from``."""
+    if args.x64:
+        raise UsageError(
+            "--x64 is not needed: rankdyn continue always computes in float64 (float32 cannot resolve the "
+            "test functions near a bifurcation); drop it."
+        )
+    if args.period < 1:
+        raise UsageError(f"--period {args.period}: expected an integer >= 1 (the length of the cycle).")
     if args.per_layer_weights:
         raise UsageError("--per-layer-weights is not supported: an equilibrium is a fixed point of one map.")
     if args.x0 is not None:
@@ -84,6 +124,7 @@ def _check(args):
     for v, flag in ((args.p_from, "--from"), (args.p_to, "--to")):
         if not math.isfinite(v):
             raise UsageError(f"{flag} {v}: expected a finite number.")
+    _check_param2(args)
     if args.p_from == args.p_to:
         raise UsageError(f"--from and --to are equal ({args.p_from:g}): give an interval to continue over.")
     if name == "dqk" and args.qk == "zero":
@@ -124,6 +165,46 @@ def _check(args):
         )
     check_out_dir(args.out)
     return config
+
+
+def _check_param2(args) -> None:
+    """``--param2 / --from2 / --to2``: all or none, another parameter, a finite non-empty range; the
+    model is checked at both ends (and the branches are continued at ``--from2``)."""
+    given = [f for f, v in (("--from2", args.q_from), ("--to2", args.q_to)) if v is not None]
+    if args.param2 is None:
+        if given:
+            raise UsageError(f"{' and '.join(given)} need --param2 (the second parameter of the curves).")
+        return
+    if len(given) != 2:
+        raise UsageError("--param2 needs --from2 and --to2 (the range of the second parameter).")
+    if args.param2 == args.param:
+        raise UsageError(f"--param2 {args.param2} is --param too: choose two different parameters.")
+    for v, flag in ((args.q_from, "--from2"), (args.q_to, "--to2")):
+        if not math.isfinite(v):
+            raise UsageError(f"{flag} {v}: expected a finite number.")
+    if args.q_from == args.q_to:
+        raise UsageError(f"--from2 and --to2 are equal ({args.q_from:g}): the range of --param2 is empty.")
+    name = args.param2
+    if getattr(args, name) is not None:
+        raise UsageError(
+            f"{_flag(name)} {getattr(args, name)} is ignored: --param2 {name} moves it from --from2 to "
+            "--to2; drop it."
+        )
+    if args.period != 1:
+        raise UsageError("--param2 follows fixed points (--period 1); drop --period or --param2.")
+    row = param(name)
+    if row.reads is not None and getattr(args, row.reads[0]) not in row.reads[1]:
+        on, values = row.reads
+        raise UsageError(
+            f"--param2 {name}: the model does not read {name} with {_flag(on)} {getattr(args, on)} (only "
+            f"with {_flag(on)} {' / '.join(map(str, values))}); choose a parameter the model reads."
+        )
+    for v, flag in ((args.q_to, "--to2"), (args.q_from, "--from2")):
+        setattr(args, name, v)
+        try:
+            check_model_args(args)
+        except (UsageError, ValueError) as err:
+            raise UsageError(f"{flag} {v} for --param2 {name}: {err}") from None
 
 
 def _file_starts(path: str, n: int, d: int):
@@ -196,10 +277,11 @@ def run(args) -> int:
         br = continue_branch(
             family, x, args.p_from, args.p_to, ds=args.ds, max_steps=args.max_steps,
             residual_tol=args.residual_tol, stability_tol=args.stability_tol, param_name=name,
-            progress=not args.no_progress,
+            period=args.period, progress=not args.no_progress,
         )  # fmt: skip
         branches.append(br)
-        kinds = ", ".join(f"{b.kind} at {name} = {b.param:.10g}" for b in br.bifurcations) or "no bifurcation"
+        # An unlocated bifurcation is known only to its bracket: printed as one, never as a point.
+        kinds = ", ".join(b.describe(name) for b in br.bifurcations) or "no bifurcation"
         print(
             f"  {len(br)} points, {name} in [{br.params.min():.6g}, {br.params.max():.6g}], {kinds}; "
             f"{br.status}"
@@ -215,7 +297,12 @@ def run(args) -> int:
             print(
                 f"rankdyn continue: branch {i + 1} ended early ({br.status}): {br.message}", file=sys.stderr
             )
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("func",)}
+    curves = _curves(branches, config, k_layer, args) if args.param2 else []
+    cfg = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in vars(args).items()
+        if k not in ("func", "before_jax")
+    }
     result = {
         "config": cfg,
         "seed": args.seed,
@@ -224,13 +311,74 @@ def run(args) -> int:
         "to": args.p_to,
         "starts": source,
         "branches": [br.to_dict() for br in branches],
+        "curves": [dict(c.to_dict(), branch=i, bifurcation=j) for i, j, c in curves],
         "provenance": provenance(),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "branches.json", result)
     _plot(branches, args)
-    print(f"wrote {args.out / 'branches.json'} and {args.out / 'bifurcation.png'}")
+    figures = "bifurcation.png"
+    if args.param2:
+        _plot_curves(curves, args)
+        figures += " and curves.png"
+    print(f"wrote {args.out / 'branches.json'}, {figures}")
     return 0
+
+
+def _curves(branches, config, key, args):
+    """Each located fold, period doubling and Neimark-Sacker point followed in (--param, --param2)."""
+    from .._model._build import build_layer
+    from ..equilibria import continue_curve
+
+    name, name2 = args.param, args.param2
+
+    def family2(v, w):
+        return build_layer(key, dataclasses.replace(config, **{name: float(v), name2: float(w)}))
+
+    out = []
+    for i, br in enumerate(branches):
+        for j, bif in enumerate(br.bifurcations):
+            if bif.kind not in ("fold", "period-doubling", "neimark-sacker"):
+                continue
+            if not bif.located:
+                print(f"  {bif.describe(name)}: no curve (a curve starts from a located point)")
+                continue
+            try:
+                c = continue_curve(family2, bif, args.q_from, args.q_to, param_names=(name, name2))
+            except UsageError as err:
+                print(f"  {bif.kind} of branch {i + 1} at {name} = {bif.param:.10g}: no curve ({err})")
+                continue
+            out.append((i, j, c))
+            print(
+                f"  {c.kind} curve from branch {i + 1}: {len(c)} points, {name2} in [{c.q.min():.6g}, "
+                f"{c.q.max():.6g}], {name} in [{c.p.min():.6g}, {c.p.max():.6g}]"
+                + (f", {len(c.cusps)} cusp(s)" if c.cusps else "")
+                + f"; {c.status}"
+            )
+    return out
+
+
+def _plot_curves(curves, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .._run._io import savefig
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    for i, j, c in curves:
+        ax.plot(c.p, c.q, label=f"{c.kind} (branch {i + 1})")
+        for pc, qc in c.cusps:
+            ax.plot([pc], [qc], "k*", ms=9)
+    ax.set_xlabel(args.param)
+    ax.set_ylabel(args.param2)
+    ax.set_title(f"bifurcation curves in ({args.param}, {args.param2})", fontsize=9)
+    if curves:
+        ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    savefig(fig, args.out / "curves.png", dpi=120)
+    plt.close(fig)
 
 
 def _plot(branches, args) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -51,7 +52,7 @@ from ._linearise import tangent_basis
 from ._quotient import orbit_complement
 from ._stability import block_eigvals, cluster_means
 
-__all__ = ["LayerFamily", "Point", "evaluate", "correct", "tangent_at", "on_unit_spheres"]
+__all__ = ["Family", "LayerFamily", "Point", "evaluate", "correct", "tangent_at", "on_unit_spheres"]
 
 
 @eqx.filter_jit
@@ -61,9 +62,21 @@ def _central_difference(plus, minus, h):
 
 
 @eqx.filter_jit
-def _residual(layer, x, t):
-    r"""$\|F(X) - X\|_F$, one compiled program (the start's check)."""
-    return jnp.linalg.norm(layer(x, t)[0] - x)
+def _residual(layer, x, t, period=1):
+    r"""$\|F^k(X) - X\|_F$, one compiled program (the start's check)."""
+    return jnp.linalg.norm(_compose(layer, x, t, period)[0] - x)
+
+
+@runtime_checkable
+class Family(Protocol):
+    """What the corrector needs of a family: a `LayerFamily` or a `rankdyn._equilibria._maps.MapFamily`."""
+
+    t: int
+    period: int
+
+    def linearise(self, x: np.ndarray, p: float) -> tuple: ...
+
+    def on_spheres(self, p: float) -> bool: ...
 
 
 #: Largest n * d: every corrector step forms the dense Jacobian (8 (n d)^2 bytes) and an SVD of it.
@@ -87,10 +100,30 @@ class LayerFamily:
         UsageError: if the layers differ in structure, or do not depend on ``p`` at all.
     """
 
-    def __init__(self, family: Callable[[float], SelfAttentionLayer], h: float = 1e-5, t: int = 0):
+    def __init__(
+        self, family: Callable[[float], SelfAttentionLayer], h: float = 1e-5, t: int = 0, period: int = 1
+    ):
         self.family = family
         self.h = float(h)
         self.t = int(t)
+        self.period = int(period)
+
+    def linearise(self, x: np.ndarray, p: float):
+        """``(F^k(X) - X, D F^k, d_p F^k, ok)`` flattened, in float64 on the host, and whether the
+        unit-sphere retraction applies (``k`` = ``period``)."""
+        layer, dlayer = self.at(p)
+        dt = layer.weights.w_v.dtype
+        r, jac, fp, degen = (
+            np.asarray(a, dtype=np.float64)
+            for a in _pieces(layer, dlayer, jnp.asarray(x, dt), self.t, self.period)
+        )
+        ok = bool(
+            np.all(np.isfinite(r)) and np.all(np.isfinite(jac)) and np.all(np.isfinite(fp)) and not degen
+        )
+        return r, jac, fp, ok, on_unit_spheres(layer)
+
+    def on_spheres(self, p: float) -> bool:
+        return on_unit_spheres(self(p))
 
     def __call__(self, p: float) -> SelfAttentionLayer:
         return self.family(float(p))
@@ -131,19 +164,29 @@ def _probe_map(layer, t):
     return layer(x / jnp.linalg.norm(x, axis=-1, keepdims=True), t)[0]
 
 
+def _compose(layer, x, t, period):
+    """$F^k(X)$ (``k`` = ``period``, the same shared-weight map each time) and whether a norm met a
+    zero row on the way."""
+    degenerate = jnp.zeros((), bool)
+    for _ in range(period):  # period is static and small: the cycle's length
+        x, info = layer(x, t)
+        degenerate = degenerate | info.degenerate
+    return x, degenerate
+
+
 @eqx.filter_jit
-def _pieces(layer, dlayer, x, t):
-    """``F(X) - X``, $DF(X)$ and $\\partial_p F$ (JVP along the arrays' derivative), flattened."""
+def _pieces(layer, dlayer, x, t, period=1):
+    """``F^k(X) - X``, $DF^k(X)$ and $\\partial_p F^k$ (JVP along the arrays' derivative), flattened."""
     n, d = x.shape
     dyn, static = eqx.partition(layer, eqx.is_inexact_array)
 
     def f_of(arrays):
-        return eqx.combine(arrays, static)(x, t)[0]
+        return _compose(eqx.combine(arrays, static), x, t, period)[0]
 
     with jax.default_matmul_precision("highest"):
         y, fp = jax.jvp(f_of, (dyn,), (dlayer,))
-        jac = jax.jacfwd(lambda z: layer(z, t)[0])(x)
-        degenerate = layer(x, t)[1].degenerate
+        jac = jax.jacfwd(lambda z: _compose(layer, z, t, period)[0])(x)
+        degenerate = _compose(layer, x, t, period)[1]
     return (y - x).reshape(-1), jac.reshape(n * d, n * d), fp.reshape(-1), degenerate
 
 
@@ -188,17 +231,11 @@ def _retract(x: np.ndarray, sphere: bool) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True) if sphere else x
 
 
-def evaluate(fam: LayerFamily, x: np.ndarray, p: float, generators: np.ndarray) -> Point:
-    """The residual and linearisation of the bordered system at ``(x, p)``."""
-    layer, dlayer = fam.at(p)
-    dt = layer.weights.w_v.dtype
-    r, jac, fp, degen = (
-        np.asarray(a, dtype=np.float64) for a in _pieces(layer, dlayer, jnp.asarray(x, dt), fam.t)
-    )
-    n, d = x.shape
-    sphere = on_unit_spheres(layer)
-    basis = np.asarray(tangent_basis(jnp.asarray(x)), dtype=np.float64) if sphere else np.eye(n * d)
-    ok = bool(np.all(np.isfinite(r)) and np.all(np.isfinite(jac)) and np.all(np.isfinite(fp)) and not degen)
+def evaluate(fam: Family, x: np.ndarray, p: float, generators: np.ndarray) -> Point:
+    """The residual and linearisation of the bordered system at ``(x, p)`` (``fam``: a `LayerFamily`
+    or a `rankdyn._equilibria._maps.MapFamily`)."""
+    r, jac, fp, ok, sphere = fam.linearise(x, p)
+    basis = np.asarray(tangent_basis(jnp.asarray(x)), dtype=np.float64) if sphere else np.eye(x.size)
     if not ok:
         m = basis.shape[1]
         z = np.zeros((m, m))
@@ -245,7 +282,7 @@ class Newton:
 
 
 def correct(
-    fam: LayerFamily,
+    fam: Family,
     x: np.ndarray,
     p: float,
     con: Constraint,
@@ -257,7 +294,7 @@ def correct(
     Returns:
         ``(point or None, iterations, reason)``: reason ``"ok"``, ``"nonfinite"`` or ``"diverged"``.
     """
-    sphere = on_unit_spheres(fam(p))
+    sphere = fam.on_spheres(p)
     step_norm = math.inf
     for it in range(newton.max_iter + 1):
         pt = evaluate(fam, x, p, generators)
@@ -360,7 +397,7 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         raise UsageError("x_start has non-finite entries (NaN or inf): pass a finite equilibrium.")
     tol = default_residual_tol(layer.weights.w_v.dtype) if residual_tol is None else float(residual_tol)
     dt = layer.weights.w_v.dtype
-    res = float(_residual(layer, jnp.asarray(x, dt), fam.t))
+    res = float(_residual(layer, jnp.asarray(x, dt), fam.t, fam.period))
     if not res <= tol:
         raise UsageError(
             f"x_start is not an equilibrium at p = {p:g}: ||F(X) - X||_F = {res:.3e} > residual_tol = "

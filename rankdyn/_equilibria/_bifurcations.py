@@ -1,30 +1,38 @@
 r"""Bifurcations along a branch of equilibria: test functions, detection and location.
 
-For a map the multipliers $\lambda$ of the reduced Jacobian $Q^\top J_T Q$ (`_arclength`) decide:
+For a map the multipliers $\lambda_1, \dots, \lambda_m$ of the reduced Jacobian $A = Q^\top J_T Q$
+(`_arclength`) decide. Each kind of crossing has its own test function, as for fixed points of
+maps in MatContM (Govaerts, Kuznetsov et al.):
 
-- **fold**: the parameter component of the unit branch tangent changes sign,
-  $\psi_{\mathrm{LP}} = \dot p$; a real multiplier crosses $+1$ there;
-- **branch point**: a real multiplier crosses $+1$ while $\dot p$ keeps its sign (two branches
-  cross; a pitchfork from a discrete symmetry is one), $\psi_{\mathrm{BP}} = \lambda_+ - 1$ with
-  $\lambda_+$ the real multiplier nearest $+1$;
-- **period doubling**: a real multiplier crosses $-1$, $\psi_{\mathrm{PD}} = \lambda_- + 1$;
-- **Neimark--Sacker**: a complex pair crosses the unit circle, $\psi_{\mathrm{NS}} = |\lambda_c| - 1$.
+- **+1** (fold or branch point): $\psi_{+} = \det(A - I) = \prod_i (\lambda_i - 1)$;
+- **-1** (period doubling): $\psi_{-} = \det(A + I) = \prod_i (\lambda_i + 1)$;
+- **complex pair at modulus 1** (Neimark--Sacker): the bialternate product
+  $\psi_{\mathrm{NS}} = \det(A \odot A - I) = \prod_{i<j} (\lambda_i \lambda_j - 1)$, zero where
+  $\lambda \bar\lambda = 1$ (a located zero with no non-real pair on the circle is a neutral saddle,
+  $\lambda_i \lambda_j = 1$ with both real, and is dropped).
 
-Detection between branch points $k$ and $k+1$: a sign change of $\dot p$ (fold), or a change of
-the number of multipliers with $|\lambda| > 1 + \mathrm{tol}$, classified by the multiplier
-nearest the unit circle (outside the neutral band $||\lambda| - 1| \le \mathrm{tol}$, which holds
-the multipliers that are 1 along the whole branch). Location: the corrector is re-run from point
-$k$ at arclength $s \in (0, \Delta s_k)$, and the test function's root is bracketed by the
-Illinois variant of regula falsi until the bracket is below ``s_tol`` (the parameter is then
-known to the corrector's tolerance: at a fold $p(s) - p^* = O((s - s^*)^2)$).
+Each product is evaluated as $\operatorname{Re}\prod_i z_i / \max(1, |z_i|)$ (the same sign, no
+overflow) less the ``neutral`` multipliers that are 1 along the whole branch. A fold is a $+1$
+crossing where the parameter component of the unit tangent $\psi_{\mathrm{LP}} = \dot p$ also
+changes sign; a $+1$ crossing with $\dot p$ of one sign is a branch point. The kind is thus the
+multiplier that crossed, not the one nearest the circle.
+
+Location: between branch points $k$ and $k+1$ the corrector is re-run from point $k$ at
+arclength $s \in (0, \Delta s_k)$. A step in which several test functions change sign is halved
+until each bracket holds one; then each root is bracketed by the Illinois variant of regula falsi
+until the bracket is below ``s_tol`` (at a fold $p(s) - p^* = O((s - s^*)^2)$). A Neimark--Sacker
+point reports the angle $\theta = |\arg \lambda|$ of its pair and the strong resonance
+$\theta = 2\pi / q$, $q \le 4$, when it is one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ._arclength import (
-    LayerFamily,
+    Family,
     Newton,
     Point,
     arclength_constraint,
@@ -36,26 +44,46 @@ from ._branch import Bifurcation
 from ._stability import cluster_means
 
 __all__ = [
+    "CROSSINGS",
+    "Step",
+    "crossing_tests",
     "drop_neutral",
+    "kinds_between",
     "locate_turn",
     "unstable_count",
-    "crossing_kind",
-    "test_function",
-    "detect",
-    "locate",
 ]
 
 #: Imaginary parts below this (relative to 1) count as real multipliers.
 REAL_TOL = 1e-8
 
+#: The crossings, each with its test function (module docstring).
+CROSSINGS = ("+1", "-1", "complex")
+
+#: A Neimark-Sacker angle within this of 2 pi / q (q <= 4) is a strong resonance.
+RESONANCE_TOL = 1e-3
+
 
 def drop_neutral(eig: np.ndarray, k: int) -> np.ndarray:
     """``eig`` without the ``k`` multipliers nearest $+1$ (those that are 1 along the whole branch:
-    the degenerate directions found at the start, `continue_branch`'s ``neutral_dims``)."""
+    the degenerate directions found at the start, `continue_branch`'s ``neutral_dims``), and
+    without the conjugate of a complex one dropped."""
     if k <= 0:
         return eig
-    keep = np.argsort(np.abs(eig - 1), kind="stable")[k:]
-    return eig[np.sort(keep)]
+    order = np.argsort(np.abs(eig - 1), kind="stable")
+    drop = set(order[:k].tolist())
+    # Never split a conjugate pair: a product over the rest would not be real, and the sign of
+    # its real part (the test functions) would flip with rounding.
+    for i in list(drop):
+        if abs(eig[i].imag) > REAL_TOL * max(1.0, abs(eig[i])):
+            partner = [
+                j
+                for j in order[k:]
+                if j not in drop and abs(eig[j] - np.conj(eig[i])) <= 1e-9 * max(1.0, abs(eig[i]))
+            ]
+            if partner:
+                drop.add(int(partner[0]))
+    keep = [i for i in range(eig.size) if i not in drop]
+    return eig[np.array(keep, dtype=int)]
 
 
 def unstable_count(eig: np.ndarray, tol: float) -> int:
@@ -64,141 +92,194 @@ def unstable_count(eig: np.ndarray, tol: float) -> int:
     return int(np.sum(np.abs(cluster_means(eig)) > 1 + tol))
 
 
-def _nearest_outside_band(eig: np.ndarray, tol: float):
-    eig = cluster_means(eig)
-    gap = np.abs(np.abs(eig) - 1)
-    keep = gap > tol
-    if not np.any(keep):
-        return None, np.inf
-    i = int(np.argmin(np.where(keep, gap, np.inf)))
-    return eig[i], float(gap[i])
+def _scaled_product(z: np.ndarray) -> float:
+    r"""$\operatorname{Re}\prod_i z_i / \max(1, |z_i|)$: the sign of $\prod_i z_i$ (real for the
+    conjugate-closed sets used here), continuous, and neither overflowing nor underflowing."""
+    if z.size == 0:
+        return 1.0
+    return float(np.real(np.prod(z / np.maximum(1.0, np.abs(z)))))
 
 
-def crossing_kind(eig_a: np.ndarray, eig_b: np.ndarray, tol: float) -> str:
-    """``"+1"``, ``"-1"`` or ``"complex"``: how the multiplier nearest the unit circle crossed."""
-    za, ga = _nearest_outside_band(eig_a, tol)
-    zb, gb = _nearest_outside_band(eig_b, tol)
-    z = za if ga <= gb else zb
-    if z is None:
-        return "+1"
-    if abs(z.imag) > REAL_TOL * max(1.0, abs(z)):
-        return "complex"
-    return "+1" if z.real > 0 else "-1"
+def crossing_tests(eig: np.ndarray, neutral: int = 0) -> dict[str, float]:
+    r"""$\psi_+$, $\psi_-$ and $\psi_{\mathrm{NS}}$ (module docstring) of the multipliers ``eig``."""
+    eig = np.asarray(drop_neutral(np.asarray(eig, complex), neutral))
+    i, j = np.triu_indices(eig.size, 1)
+    return {
+        "+1": _scaled_product(eig - 1),
+        "-1": _scaled_product(eig + 1),
+        "complex": _scaled_product(eig[i] * eig[j] - 1),
+    }
 
 
-def test_function(kind: str, eig: np.ndarray, tangent_p: float, neutral: int = 0) -> float:
-    r"""$\psi$ of one kind (module docstring) at a point with multipliers ``eig`` (less the
-    ``neutral`` ones nearest 1, `drop_neutral`)."""
-    if kind == "fold":
-        return float(tangent_p)
-    eig = drop_neutral(eig, neutral)
-    real = np.abs(eig.imag) <= REAL_TOL * np.maximum(1.0, np.abs(eig))
-    if kind == "branch-point":
-        cand = eig.real[real]
-        return float(cand[np.argmin(np.abs(cand - 1))] - 1) if cand.size else np.nan
-    if kind == "period-doubling":
-        cand = eig.real[real]
-        return float(cand[np.argmin(np.abs(cand + 1))] + 1) if cand.size else np.nan
-    cand = np.abs(eig[~real])
-    return float(cand[np.argmin(np.abs(cand - 1))] - 1) if cand.size else np.nan
+def _flips(a: float, b: float) -> bool:
+    return bool(np.isfinite(a) and np.isfinite(b) and (a > 0) != (b > 0))
 
 
-def detect(eig_a, tp_a: float, eig_b, tp_b: float, tol: float, neutral: int = 0) -> list[str]:
-    """The kinds of bifurcation between two consecutive branch points (usually none)."""
-    kinds = []
-    eig_a, eig_b = drop_neutral(eig_a, neutral), drop_neutral(eig_b, neutral)
-    fold = np.sign(tp_a) != np.sign(tp_b) and tp_a != 0 and tp_b != 0
-    if unstable_count(eig_a, tol) != unstable_count(eig_b, tol):
-        how = crossing_kind(eig_a, eig_b, tol)
-        kinds.append(
-            {"+1": "fold" if fold else "branch-point", "-1": "period-doubling", "complex": "neimark-sacker"}[
-                how
-            ]
-        )
-    if fold and "fold" not in kinds:
-        kinds.append("fold")
+def kinds_between(tests_a: dict, tp_a: float, tests_b: dict, tp_b: float) -> list[str]:
+    """The kinds whose test function changes sign between two branch points (usually none)."""
+    fold = tp_a != 0 and tp_b != 0 and np.sign(tp_a) != np.sign(tp_b)
+    kinds = ["fold"] if fold else []
+    if _flips(tests_a["+1"], tests_b["+1"]) and not fold:
+        kinds.append("branch-point")
+    if _flips(tests_a["-1"], tests_b["-1"]):
+        kinds.append("period-doubling")
+    if _flips(tests_a["complex"], tests_b["complex"]):
+        kinds.append("neimark-sacker")
     return kinds
 
 
-def locate(
-    kind: str,
-    fam: LayerFamily,
-    start: Point,
-    tangent: tuple[np.ndarray, float],
-    ds: float,
-    psi_a: float,
-    psi_b: float,
-    end: Point,
-    *,
-    step: int,
-    extra: int,
-    neutral: int = 0,
-    generators: np.ndarray,
-    newton: Newton,
-    s_tol: float = 1e-13,
-    max_iter: int = 80,
-) -> Bifurcation:
-    r"""Locate one bifurcation between ``start`` (arclength 0) and ``end`` (arclength ``ds``).
+def below_resolution(kind: str, a, b, dtype) -> bool:
+    r"""Whether ``kind``'s test function is below the resolution of ``dtype`` at both bracket ends
+    ``a`` and ``b``: $|\psi| \le 10^3 \varepsilon_{\mathrm{dtype}}$ (the test functions are
+    scaled to $|\psi| \le 1$; their inputs carry the dtype's rounding, amplified by the solve).
+    Always False in float64, where the bracket is resolved far below the corrector's tolerance."""
+    eps = float(np.finfo(dtype).eps)
+    if eps <= float(np.finfo(np.float64).eps):
+        return False
+    return max(abs(_value(kind, a)), abs(_value(kind, b))) <= 1e3 * eps
 
-    Every trial point is corrected with the arclength constraint of the step from ``start``
-    (so it lies on the branch), then $\psi$ is evaluated there; the Illinois rule halves the
-    weight of an endpoint kept twice, so the bracket shrinks superlinearly.
 
-    Returns:
-        A `Bifurcation`; ``located`` is False when the signs did not bracket a root or the
-        bracket did not shrink below ``s_tol * max(1, |ds|)`` (then the better endpoint is given).
+def _value(kind: str, end) -> float:
+    if kind == "fold":
+        return float(end.tp)
+    return float(
+        end.tests[{"branch-point": "+1", "period-doubling": "-1", "neimark-sacker": "complex"}[kind]]
+    )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class End:
+    """A branch point at arclength ``s`` of one step, with its multipliers and test values."""
+
+    s: float
+    pt: Point
+    tp: float
+    eig: np.ndarray
+    tests: dict
+
+
+class Step:
+    r"""One continuation step from ``start`` along ``tangent``: the points at arclength $s$ on it
+    (corrected with the step's arclength constraint, so on the branch) and the location of the
+    bifurcations in it.
+
+    Arguments:
+        fam, generators, newton: as in `_arclength.correct`.
+        start: the step's first point; ``tangent``: its unit tangent ``(tx, tp)``.
+        extra, neutral: the degenerate directions of the branch (`continue_branch`).
+        num_tokens: the token blocks of `reduced_multipliers` (1 for a map).
     """
-    n = start.x.shape[0]
-    tx, tp = tangent
-    bracket = (start.p, end.p)
-    if not (np.isfinite(psi_a) and np.isfinite(psi_b)) or np.sign(psi_a) == np.sign(psi_b):
-        best = start if abs(psi_a) <= abs(psi_b) else end
-        val = psi_a if best is start else psi_b
-        return Bifurcation(kind, best.p, best.x, step, val, False, 0, bracket)
-    sa, sb, fa, fb = 0.0, float(ds), float(psi_a), float(psi_b)
-    best = (end, fb) if abs(fb) < abs(fa) else (start, fa)
-    side = 0
-    width = s_tol * max(1.0, abs(ds))
-    it = 0
-    for it in range(1, max_iter + 1):
-        sc = sb - fb * (sb - sa) / (fb - fa)
-        if not (min(sa, sb) < sc < max(sa, sb)):
-            sc = 0.5 * (sa + sb)
-        guess = start.x + sc * tx.reshape(start.x.shape)
+
+    def __init__(self, fam, start, tangent, *, extra, neutral, generators, newton, num_tokens):
+        self.fam, self.start, self.tangent = fam, start, tangent
+        self.extra, self.neutral, self.generators, self.newton = extra, neutral, generators, newton
+        self.num_tokens = num_tokens
+
+    def end(self, s: float, pt: Point, tp: float, eig: np.ndarray | None = None) -> End:
+        eig = reduced_multipliers(pt, self.num_tokens) if eig is None else eig
+        return End(float(s), pt, float(tp), eig, crossing_tests(eig, self.neutral))
+
+    def at(self, s: float) -> End | None:
+        """The branch point at arclength ``s`` from ``start`` (None where the corrector fails)."""
+        start, (tx, tp) = self.start, self.tangent
+        guess = start.x + s * tx.reshape(start.x.shape)
         if start.basis.shape[0] != start.basis.shape[1]:  # sphere product: retract the predictor
             guess = guess / np.linalg.norm(guess, axis=-1, keepdims=True)
-        con = arclength_constraint(start.x, start.p, tx, tp, sc)
-        pt, _, _ = correct(fam, guess, start.p + sc * tp, con, generators, newton)
+        con = arclength_constraint(start.x, start.p, tx, tp, s)
+        pt, _, _ = correct(self.fam, guess, start.p + s * tp, con, self.generators, self.newton)
         if pt is None:
-            break
-        eig = reduced_multipliers(pt, n)
-        _, tpc = tangent_at(pt, (tx, tp), extra)
-        fc = test_function(kind, eig, tpc, neutral)
-        if not np.isfinite(fc):
-            break
-        if abs(fc) < abs(best[1]):
-            best = (pt, fc)
-        if fc == 0.0:
-            sa = sb = sc
-            break
-        if np.sign(fc) == np.sign(fb):
-            sb, fb = sc, fc
-            if side == -1:
-                fa *= 0.5
-            side = -1
-        else:
-            sa, fa = sc, fc
-            if side == 1:
-                fb *= 0.5
-            side = 1
-        if abs(sb - sa) <= width:
-            break
-    pt, val = best
-    return Bifurcation(kind, pt.p, pt.x, step, val, bool(abs(sb - sa) <= width), it, bracket)
+            return None
+        _, tpc = tangent_at(pt, self.tangent, self.extra)
+        return self.end(s, pt, tpc)
+
+    def split(self, a: End, b: End, depth: int = 12, allowed=None) -> list[tuple[str, End, End]]:
+        r"""``(kind, a', b')`` brackets: the step halved until each holds one sign change.
+
+        Only the kinds seen over the whole step are kept in its halves: at a fold $\psi_+$ and
+        $\dot p$ vanish together, and a half that holds the one root without the other (their
+        computed roots differ by rounding) would otherwise report a branch point beside the fold.
+        """
+        kinds = kinds_between(a.tests, a.tp, b.tests, b.tp)
+        if allowed is not None:
+            kinds = [k for k in kinds if k in allowed]
+        if len(kinds) <= 1 or depth == 0:
+            return [(k, a, b) for k in kinds]
+        mid = self.at(0.5 * (a.s + b.s))
+        if mid is None:
+            return [(k, a, b) for k in kinds]
+        return self.split(a, mid, depth - 1, kinds) + self.split(mid, b, depth - 1, kinds)
+
+    def locate(
+        self, kind: str, a: End, b: End, *, step: int, s_tol: float = 1e-13, max_iter: int = 80
+    ) -> Bifurcation | None:
+        r"""Locate the root of ``kind``'s test function between ``a`` and ``b`` (Illinois rule: the
+        weight of an endpoint kept twice is halved, so the bracket shrinks superlinearly).
+
+        Returns:
+            A `Bifurcation`, ``located`` False when the bracket did not shrink below
+            ``s_tol * max(1, |s_b - s_a|)`` (then the better end is given); None for a neutral
+            saddle (a located $\psi_{\mathrm{NS}} = 0$ without a non-real pair on the circle).
+        """
+        sa, sb, fa, fb = a.s, b.s, _value(kind, a), _value(kind, b)
+        best = (b, fb) if abs(fb) < abs(fa) else (a, fa)
+        bracket = (a.pt.p, b.pt.p)
+        side, it = 0, 0
+        width = s_tol * max(1.0, abs(b.s - a.s))
+        done = False
+        for it in range(1, max_iter + 1):
+            sc = sb - fb * (sb - sa) / (fb - fa)
+            if not (min(sa, sb) < sc < max(sa, sb)):
+                sc = 0.5 * (sa + sb)
+            c = self.at(sc)
+            if c is None:
+                break
+            fc = _value(kind, c)
+            if not np.isfinite(fc):
+                break
+            if abs(fc) < abs(best[1]):
+                best = (c, fc)
+            if fc == 0.0:
+                done = True
+                break
+            if (fc > 0) == (fb > 0):
+                sb, fb = sc, fc
+                if side == -1:
+                    fa *= 0.5
+                side = -1
+            else:
+                sa, fa = sc, fc
+                if side == 1:
+                    fb *= 0.5
+                side = 1
+            if abs(sb - sa) <= width:
+                done = True
+                break
+        e, val = best
+        return self.bifurcation(kind, e, val, done, it, step, bracket)
+
+    def bifurcation(self, kind, e: End, val, located, iterations, step, bracket) -> Bifurcation | None:
+        theta, q = float("nan"), 0
+        if kind == "neimark-sacker":
+            eig = drop_neutral(e.eig, self.neutral)
+            cplx = eig[np.abs(eig.imag) > REAL_TOL * np.maximum(1.0, np.abs(eig))]
+            if cplx.size == 0 or (located and np.min(np.abs(np.abs(cplx) - 1)) > 1e-4):
+                return (
+                    None
+                    if located
+                    else Bifurcation(kind, e.pt.p, e.pt.x, step, val, False, iterations, bracket)
+                )
+            z = cplx[np.argmin(np.abs(np.abs(cplx) - 1))]
+            theta = float(abs(np.angle(z)))
+            q = next((k for k in (1, 2, 3, 4) if abs(theta - 2 * np.pi / k) <= RESONANCE_TOL), 0)
+            q = 1 if theta <= RESONANCE_TOL else q
+        if kind != "fold":  # p is monotone over a step without a fold: the point lies in its bracket
+            slack = 1e-12 * max(1.0, abs(bracket[0]), abs(bracket[1]))
+            located = located and min(bracket) - slack <= e.pt.p <= max(bracket) + slack
+        return Bifurcation(kind, e.pt.p, e.pt.x, step, val, bool(located), iterations, bracket, theta, q)
 
 
 def locate_turn(
-    fam: LayerFamily,
+    fam: Family,
     before: Point,
     mid: Point,
     after: Point,

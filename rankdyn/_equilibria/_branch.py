@@ -56,13 +56,18 @@ class Bifurcation:
             crosses $+1$ with $\dot p \ne 0$: another branch crosses this one), ``"period-doubling"``
             (a real multiplier crosses $-1$), ``"neimark-sacker"`` (a complex pair crosses $|\lambda| = 1$).
         param: the located parameter value.
-        point: the located equilibrium ``(n, d)``.
+        point: the located equilibrium ``(n, d)`` (``(m,)`` for a map).
         step: index of the branch point before it (it lies between ``step`` and ``step + 1``; a
             fold on a degenerate branch, located by `locate_turn`, within ``step`` and ``step + 2``).
         test_value: the test function at the located point (near 0 when ``located``).
         located: whether the bracketing solve converged to the corrector's tolerance.
         iterations: bracketing iterations used.
-        bracket: the parameter values of the two branch points around it.
+        bracket: the parameter values of the two branch points around it (of the halved step
+            when several crossings fell in one step).
+        theta: for ``"neimark-sacker"``, the angle $\theta = |\arg\lambda| \in [0, \pi]$ of the
+            pair on the unit circle (NaN otherwise).
+        resonance: ``q`` when $\theta = 2\pi / q$ with $q \le 4$ (a strong resonance: 1:1, 1:2,
+            1:3, 1:4, where the Neimark-Sacker normal form does not apply), else 0.
     """
 
     kind: str
@@ -73,6 +78,21 @@ class Bifurcation:
     located: bool = True
     iterations: int = 0
     bracket: tuple[float, float] = (float("nan"), float("nan"))
+    theta: float = float("nan")
+    resonance: int = 0
+
+    def describe(self, name: str = "p") -> str:
+        """One line: ``"fold at p = 1.25"`` when located, else the bracket, e.g.
+        ``"period-doubling in [3.0125, 3.4125], not located"``."""
+        if not self.located:
+            lo, hi = sorted(float(b) for b in self.bracket)
+            return f"{self.kind} in [{lo:.6g}, {hi:.6g}], not located"
+        text = f"{self.kind} at {name} = {self.param:.10g}"
+        if self.kind == "neimark-sacker":
+            text += f" (theta = {self.theta:.6g}" + (
+                f", strong resonance 1:{self.resonance})" if self.resonance else ")"
+            )
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -85,6 +105,8 @@ class Bifurcation:
             "located": bool(self.located),
             "iterations": int(self.iterations),
             "bracket": [float(b) for b in self.bracket],
+            "theta": None if not np.isfinite(self.theta) else float(self.theta),
+            "resonance": int(self.resonance),
         }
 
 
@@ -94,7 +116,7 @@ class Branch:
 
     Attributes:
         params: ``(k,)`` the parameter at each point.
-        points: ``(k, n, d)`` the equilibria.
+        points: ``(k, n, d)`` the equilibria, or ``(k, m)`` the fixed points of a map ``f(x, p)``.
         multipliers: ``(k, m)`` complex, the leading multipliers after the symmetry reduction
             (eigenvalues of $Q^\top J_T Q$, `_arclength`), sorted by decreasing modulus (NaN pads).
         stable: ``(k,)`` every reduced multiplier has (cluster-averaged) modulus $< 1 -$ ``tol``.
@@ -110,6 +132,8 @@ class Branch:
         space: ``"tangent"`` (sphere product) or ``"full"``.
         tol: the stability tolerance.
         param_name: what the parameter is (for reports and plots).
+        period: ``k``: the points are fixed points of the ``k``-th iterate (cycles of period ``k``).
+        family: the map or layer family that was continued (for `switch_branch`; not serialised).
     """
 
     params: np.ndarray
@@ -126,6 +150,8 @@ class Branch:
     space: str = "tangent"
     tol: float = 1e-6
     param_name: str = "p"
+    period: int = 1
+    family: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def status(self) -> str:
@@ -162,5 +188,6 @@ class Branch:
             "symmetry_dims": int(self.symmetry_dims),
             "neutral_dims": int(self.neutral_dims),
             "space": self.space,
+            "period": int(self.period),
             "tol": float(self.tol),
         }

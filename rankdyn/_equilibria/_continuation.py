@@ -9,6 +9,7 @@ symmetries are quotiented out first (`rankdyn._equilibria._quotient`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -30,16 +31,17 @@ from ._arclength import (
     reduced_multipliers,
     tangent_at,
 )
-from ._bifurcations import detect, locate, locate_turn, test_function
+from ._bifurcations import Step, below_resolution, locate_turn
 from ._branch import BRANCH_RESULTS, Branch
+from ._maps import MapFamily, check_map_start, check_period
 from ._quotient import commuting_rotations
 
 __all__ = ["continue_branch"]
 
 
 def continue_branch(
-    family: Callable[[float], SelfAttentionLayer],
-    x_start: Float[ArrayLike, "n d"],
+    family: Callable[[float], SelfAttentionLayer] | Callable,
+    x_start: Float[ArrayLike, "..."],
     p_start: float,
     p_end: float,
     *,
@@ -55,6 +57,7 @@ def continue_branch(
     locate_bifurcations: bool = True,
     param_name: str = "p",
     t: int = 0,
+    period: int = 1,
     progress: bool = False,
 ) -> Branch:
     r"""Follow one branch of equilibria $F_p(X) = X$ in $p$ by pseudo-arclength continuation.
@@ -66,13 +69,20 @@ def continue_branch(
 
     on the slice orthogonal to the continuous-symmetry orbits (`rankdyn._equilibria._arclength`).
     Bifurcations are detected by test functions on the reduced multipliers and $\dot p$ and
-    located by bracketing (`rankdyn._equilibria._bifurcations`). Branch switching at a branch
-    point is not done: continue the other branch from its own start.
+    located by bracketing (`rankdyn._equilibria._bifurcations`), one bracket per crossing.
+    Branch switching at a branch point is not done: continue the other branch from its own
+    start; at a period doubling, `switch_branch` gives a start on the doubled cycle.
+
+    The start decides what ``family`` is: a 2-D ``x_start`` ``(n, d)`` means a layer family
+    ``p -> SelfAttentionLayer``; a 1-D ``x_start`` ``(m,)`` means a plain JAX map
+    ``f(x, p) -> x`` of $\mathbb R^m$, continued in the full space (``symmetries`` and ``t`` do
+    not apply, and the branch's points have shape ``(k, m)``).
 
     Arguments:
         family: ``p -> SelfAttentionLayer`` of one structure (any mask, heads, skip, MLP, a
-            trained layer); only its arrays may depend on ``p``.
-        x_start: one equilibrium ``(n, d)`` of ``family(p_start)``.
+            trained layer; only its arrays may depend on ``p``), or a map ``f(x, p) -> x``.
+        x_start: one equilibrium ``(n, d)`` of ``family(p_start)``, or one fixed point ``(m,)``
+            of ``f^period(., p_start)``.
         p_start, p_end: the parameter interval; the branch starts towards ``p_end`` and stops
             when $p$ leaves $[\min, \max]$ (its last point is then solved at that end).
         ds: first arclength step (default $|p_\mathrm{end} - p_\mathrm{start}| / 50$);
@@ -88,7 +98,13 @@ def continue_branch(
         param_name: the parameter's name, for reports.
         t: the layer whose map is continued, for a per-layer stack (a trained checkpoint:
             `Checkpoint.layers`); 0 otherwise.
+        period: ``k``: follow fixed points of the ``k``-th iterate (cycles of period ``k``), with
+            their multipliers; for maps and shared-weight layers.
         progress: show a progress bar (one per branch).
+
+    In float32 a bifurcation whose test function is below float32's resolution at both ends of
+    its bracket (`below_resolution`) is reported with ``located=False``: its sign change may be
+    rounding, and its point is known only to the bracket.
 
     Returns:
         A `Branch`; ``result`` is `BRANCH_RESULTS` ``parameter_end``, ``max_steps_reached``,
@@ -97,8 +113,11 @@ def continue_branch(
     Raises:
         UsageError: if ``p_start == p_end``, the start is non-finite, misshapen or not an
             equilibrium (the message gives the residual and the tolerance), the family does not
-            depend on the parameter, or a setting is out of range.
+            depend on the parameter, a map changes the state's shape, ``x_start`` is neither 1-D
+            nor 2-D, the period is below 1 or asked of a per-layer stack, or a setting is out of
+            range.
     """
+    period = check_period(period)
     p0, p1 = float(p_start), float(p_end)
     if not (math.isfinite(p0) and math.isfinite(p1)):
         raise UsageError(f"p_start and p_end must be finite, got {p0} and {p1}.")
@@ -114,18 +133,40 @@ def continue_branch(
         raise UsageError(f"need 0 < ds_min <= ds <= ds_max, got {ds_min}, {ds}, {ds_max}.")
     if max_steps < 1:
         raise UsageError(f"max_steps must be >= 1, got {max_steps}.")
-    fam = LayerFamily(family, t=t)
-    x, tol = check_start(fam, x_start, p0, residual_tol)
-    if not fam.reads_parameter(p0):
+    ndim = np.ndim(x_start)
+    if ndim == 1:
+        fam = MapFamily(family, period)
+        x, tol = check_map_start(fam, x_start, p0, residual_tol)
+        if not fam.reads_parameter(x, p0):
+            raise UsageError(
+                f"the map does not depend on {param_name}: f(x, {param_name}) is the same on both sides of "
+                f"{p0:g}, so there is no branch to follow."
+            )
+        n, gens = 1, np.zeros((0, x.size, x.size))
+    elif ndim == 2:
+        fam = LayerFamily(family, t=t, period=period)
+        if period > 1 and fam(p0).num_layers is not None:
+            raise UsageError(
+                f"period = {period} needs one map iterated: a per-layer stack has a different map at every "
+                "layer, so it has no cycles to continue; use shared weights or period = 1."
+            )
+        x, tol = check_start(fam, x_start, p0, residual_tol)
+        if not fam.reads_parameter(p0):
+            raise UsageError(
+                f"the family does not depend on {param_name}: no array of family({p0:g}) changes with it, so "
+                "there is no branch to follow; choose a parameter the layer reads."
+            )
+        layer0 = fam(p0)
+        gens = commuting_rotations(layer0, t=fam.t) if symmetries else np.zeros((0, layer0.dim, layer0.dim))
+        n = layer0.num_tokens
+    else:
         raise UsageError(
-            f"the family does not depend on {param_name}: no array of family({p0:g}) changes with it, so "
-            "there is no branch to follow; choose a parameter the layer reads."
+            "x_start must be a fixed point (m,) of a map f(x, p) or an equilibrium (n, d) of a layer "
+            f"family, got an array of shape {np.shape(x_start)}."
         )
-    layer0 = fam(p0)
-    gens = commuting_rotations(layer0, t=fam.t) if symmetries else np.zeros((0, layer0.dim, layer0.dim))
     newton = Newton(tol=tol, max_step=max(0.5, 10 * ds_max))
     lo, hi = min(p0, p1), max(p0, p1)
-    n = layer0.num_tokens
+    dtype = fam._dtype() if ndim == 1 else fam(p0).weights.w_v.dtype
 
     pt, _, why = correct(fam, x, p0, fixed_parameter(p0, x.size), gens, newton)
     if pt is None:
@@ -183,31 +224,27 @@ def continue_branch(
         # On a degenerate branch the turns of p itself (secants) mark the folds: the projected
         # tangent's p component is not reliable there (`locate_turn`).
         tp_a, tp_b = (last.p - pts[-2].p, new.p - last.p) if extra and len(pts) >= 2 else (tp, new_tan[1])
-        for kind in detect(eigs[-1], tp_a, eig, tp_b, stability_tol, neutral):
-            if extra and kind == "fold" and len(pts) >= 2:
-                bifs.append(
-                    locate_turn(fam, pts[-2], last, new, step=len(pts) - 2, generators=gens, newton=newton)
-                )
-                continue
-            fa, fb = (test_function(kind, e, t, neutral) for e, t in ((eigs[-1], tp), (eig, new_tan[1])))
-            # Without location the same sign on both ends makes `locate` report the better end.
-            fb = fb if locate_bifurcations else fa
-            bif = locate(
-                kind,
-                fam,
-                last,
-                (tx, tp),
-                s,
-                fa,
-                fb,
-                new,
-                step=len(pts) - 1,
-                extra=extra,
-                neutral=neutral,
-                generators=gens,
-                newton=newton,
+        if extra and len(pts) >= 2 and tp_a != 0 and tp_b != 0 and np.sign(tp_a) != np.sign(tp_b):
+            bifs.append(
+                locate_turn(fam, pts[-2], last, new, step=len(pts) - 2, generators=gens, newton=newton)
             )
-            bifs.append(bif)
+        stepper = Step(
+            fam, last, (tx, tp), extra=extra, neutral=neutral, generators=gens, newton=newton, num_tokens=n
+        )
+        # On a degenerate branch the secants decide the fold (above), not the projected tangents.
+        a, b = stepper.end(0.0, last, tp_a, eigs[-1]), stepper.end(s, new, tp_b, eig)
+        for kind, ea, eb in stepper.split(a, b) if locate_bifurcations else stepper.split(a, b, depth=0):
+            if kind == "fold" and extra and len(pts) >= 2:
+                continue  # located above by the turn of p
+            if locate_bifurcations:
+                bif = stepper.locate(kind, ea, eb, step=len(pts) - 1)
+            else:
+                e = ea if abs(ea.tp) <= abs(eb.tp) else eb
+                bif = stepper.bifurcation(kind, e, float("nan"), False, 0, len(pts) - 1, (last.p, new.p))
+            if bif is not None and bif.located and below_resolution(kind, ea, eb, dtype):
+                bif = dataclasses.replace(bif, located=False)
+            if bif is not None:
+                bifs.append(bif)
         arcs.append(arcs[-1] + float(np.sqrt(np.sum((new.x - last.x) ** 2) + (new.p - last.p) ** 2)))
         pts.append(new)
         tans.append(new_tan)
@@ -243,4 +280,6 @@ def continue_branch(
         space="tangent" if pt.basis.shape[0] != pt.basis.shape[1] else "full",
         tol=float(stability_tol),
         param_name=param_name,
+        period=period,
+        family=family,
     )

@@ -8,18 +8,28 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_bifurcation", "equilibrium_measure", "MEASURES"]
+__all__ = ["plot_basins_across", "plot_bifurcation", "equilibrium_measure", "MEASURES"]
 
-#: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis.
-MEASURES = ("sigma_min", "min_cos")
+#: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis (the first is the default).
+MEASURES = ("projection", "sigma_min", "min_cos")
 
 _MARKERS = {"fold": "o", "branch-point": "s", "period-doubling": "D", "neimark-sacker": "^"}
-_SHORT = {"fold": "LP", "branch-point": "BP", "period-doubling": "PD", "neimark-sacker": "NS"}
+#: Point labels in words (docs/glossary.md, "Bifurcations").
+_WORDS = {
+    "fold": "fold",
+    "branch-point": "branch point",
+    "period-doubling": "period doubling",
+    "neimark-sacker": "Neimark-Sacker",
+}
 
 
-def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray | float:
-    """``sigma_min``: the smallest singular value of each ``X (n, d)``; ``min_cos``: the smallest
-    cosine between two tokens. ``points`` is ``(n, d)`` or ``(k, n, d)``.
+def equilibrium_measure(points, measure: str = "projection") -> np.ndarray | float:
+    r"""``projection``: $\langle X, U\rangle_F$ with one fixed random unit ``U (n, d)`` (seed 0): a
+    signed coordinate that separates distinct equilibria (both sheets of a fold, and branches that
+    share their singular values); ``sigma_min``: the smallest singular value of each ``X (n, d)``;
+    ``min_cos``: the smallest cosine between two tokens. ``points`` is ``(n, d)`` or
+    ``(k, n, d)``; the states ``(k, m)`` of a map's branch (`plot_bifurcation`) are drawn by their
+    first coordinate instead.
 
     Raises:
         ValueError: for another ``measure``.
@@ -27,7 +37,10 @@ def equilibrium_measure(points, measure: str = "sigma_min") -> np.ndarray | floa
     x = np.asarray(points, dtype=float)
     one = x.ndim == 2
     x = x[None] if one else x
-    if measure == "sigma_min":
+    if measure == "projection":
+        u = np.random.default_rng(0).standard_normal(x.shape[1:])
+        out = np.einsum("kid,id->k", x, u / np.linalg.norm(u))
+    elif measure == "sigma_min":
         out = np.linalg.svd(x, compute_uv=False)[:, -1]
     elif measure == "min_cos":
         u = x / np.linalg.norm(x, axis=-1, keepdims=True)
@@ -41,7 +54,7 @@ def _get(b, name):
     return b[name] if isinstance(b, dict) else getattr(b, name)
 
 
-def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=None, title=None, xlabel=None):
+def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=None, title=None, xlabel=None):
     """Bifurcation diagram of one or several branches (`Branch` objects or their ``to_dict()``).
 
     Arguments:
@@ -59,23 +72,43 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=No
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    seen = set()
+    seen, labelled = set(), set()
     for i, b in enumerate(branches):
         p = np.asarray(_get(b, "params"), dtype=float)
-        y = equilibrium_measure(np.asarray(_get(b, "points")), measure)
+        pts = np.asarray(_get(b, "points"))
+        # A map's branch has 1-D states (k, m): its first coordinate separates the sheets of a fold.
+        on_map = pts.ndim == 2
+        y = pts[:, 0] if on_map else equilibrium_measure(pts, measure)
         stable = np.asarray(_get(b, "stable"), dtype=bool)
         color = colors[i % len(colors)]
         label = labels[i] if labels is not None else f"branch {i}"
-        # One segment per pair of points: solid where both ends are stable, dashed otherwise.
+        # One segment per pair of points: solid where both ends are stable, dashed otherwise; a
+        # segment whose stability changes is cut at the located bifurcation in it, so the change
+        # is drawn where it happens, not at the next branch point.
+        cuts = {}
+        for bif in _get(b, "bifurcations"):
+            if _get(bif, "located") and 0 <= int(_get(bif, "step")) < len(p) - 1:
+                bp = np.asarray(_get(bif, "point"))
+                cuts[int(_get(bif, "step"))] = (
+                    float(_get(bif, "param")),
+                    bp[0] if on_map else equilibrium_measure(bp, measure),
+                )
         for j in range(len(p) - 1):
-            solid = stable[j] and stable[j + 1]
-            ax.plot(
-                p[j : j + 2], y[j : j + 2], color=color, ls="-" if solid else "--", lw=1.8 if solid else 1.2
-            )
+            if stable[j] != stable[j + 1] and j in cuts:
+                pc, yc = cuts[j]
+                pieces = [
+                    ([p[j], pc], [y[j], yc], stable[j]),
+                    ([pc, p[j + 1]], [yc, y[j + 1]], stable[j + 1]),
+                ]
+            else:
+                pieces = [(p[j : j + 2], y[j : j + 2], stable[j] and stable[j + 1])]
+            for px, py, solid in pieces:
+                ax.plot(px, py, color=color, ls="-" if solid else "--", lw=1.8 if solid else 1.2)
         ax.plot([], [], color=color, label=label)
         for bif in _get(b, "bifurcations"):
             kind = _get(bif, "kind")
-            yb = equilibrium_measure(np.asarray(_get(bif, "point")), measure)
+            bp = np.asarray(_get(bif, "point"))
+            yb = bp[0] if on_map else equilibrium_measure(bp, measure)
             pb = float(_get(bif, "param"))
             ax.scatter(
                 [pb],
@@ -87,14 +120,68 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "sigma_min", labels=No
                 label=None if kind in seen else kind,
             )
             seen.add(kind)
+            # Two branches through one bifurcation (both sheets of a fold) label it once.
+            spot = (kind, f"{pb:.4g}", round(float(yb), 2))
+            if spot in labelled:
+                continue
+            labelled.add(spot)
             ax.annotate(
-                f"{_SHORT[kind]} {pb:.4g}", (pb, yb), textcoords="offset points", xytext=(5, 5), fontsize=8
+                f"{_WORDS[kind]} {pb:.4g}" + ("" if _get(bif, "located") else " (bracket)"),
+                (pb, yb),
+                textcoords="offset points",
+                xytext=(5, 5),
+                fontsize=8,
             )
     ax.plot([], [], color="0.3", ls="-", label="stable")
     ax.plot([], [], color="0.3", ls="--", label="unstable / marginal")
     names = {_get(b, "param_name") for b in branches}
     ax.set_xlabel(xlabel or (names.pop() if len(names) == 1 else "parameter"))
-    ax.set_ylabel({"sigma_min": "smallest singular value of X", "min_cos": "min cos between tokens"}[measure])
+    maps = all(np.ndim(_get(b, "points")) == 2 for b in branches) and len(branches) > 0
+    names_y = {
+        "projection": "<X, U> (U: a fixed random direction)",
+        "sigma_min": "smallest singular value of X",
+        "min_cos": "min cos between tokens",
+    }
+    ax.set_ylabel("first coordinate of x" if maps else names_y[measure])
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return ax
+
+
+def plot_basins_across(scan, *, ax=None, names=None, title=None, xlabel="parameter"):
+    """Stacked basin fractions of each attractor across the parameter (`rankdyn.theory.basins_across`),
+    with the not-settled share on top and each attractor's Wilson 95% interval as error bars.
+
+    Arguments:
+        scan: a `BasinScan`.
+        ax: matplotlib Axes (created when None).
+        names: one legend name per attractor (default ``period k, label l``).
+        title, xlabel: the title and the x label.
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    p = np.asarray(scan.params)
+    order = np.argsort(p)
+    labels = names or [f"period {k}, label {v}" for k, v in scan.attractors]
+    layers = [scan.fractions[order, i] for i in range(len(scan.attractors))] + [scan.not_settled[order]]
+    ax.stackplot(p[order], *layers, labels=list(labels) + ["not settled"], alpha=0.8)
+    base = np.zeros(p.size)
+    for i in range(len(scan.attractors)):
+        top = base + scan.fractions[order, i]
+        err = np.stack(
+            [scan.fractions[order, i] - scan.lo[order, i], scan.hi[order, i] - scan.fractions[order, i]]
+        )
+        ax.errorbar(p[order], top, yerr=err, fmt="none", ecolor="k", elinewidth=0.6, capsize=1.5)
+        base = top
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("basin fraction")
+    ax.set_ylim(0, 1)
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)

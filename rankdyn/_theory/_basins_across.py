@@ -1,0 +1,165 @@
+r"""Basins across a parameter: where many starts of a map $f(x, p)$ end, at each of many $p$.
+
+`basins_across` runs $x_{t+1} = f(x_t, p)$ for every start and every parameter value in one
+batched program (``jax.vmap`` over both), then labels each trajectory's limit:
+
+- its **period** $k \le$ ``max_period``: the smallest $k$ with
+  $\|x_{T+k} - x_T\|_\infty \le$ ``settle_tol`` after the horizon $T$ (a fixed point is $k = 1$);
+- ``0``, **not settled**: no such $k$ (a longer cycle, a torus, chaos, or a transient longer than
+  $T$); ``-1``: the trajectory left the finite numbers;
+- and a user **label** of the limit (``label(x_T, p) -> int``, traced), e.g. the sign of a
+  coordinate, or an equilibrium class up to the symmetries of the map.
+
+An attractor is the pair (period, label), the same at every parameter value: attractors are
+matched across $p$ by their labels, never by the distance between their points (which moves with
+$p$ and mixes up attractors that pass near each other). Fractions come with Wilson 95% intervals
+(`wilson_interval`), and the per-start labels serve basin maps over a grid of starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import UsageError
+from ._basins import wilson_interval
+
+__all__ = ["BasinScan", "basins_across"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BasinScan:
+    """Basins of a map at each parameter value (`basins_across`).
+
+    Attributes:
+        params: ``(P,)`` the parameter values.
+        period: ``(P, S)`` each start's limit period (0 not settled, -1 non-finite).
+        label: ``(P, S)`` the user label of each start's limit (0 where not settled).
+        attractors: the attractors ``(period, label)``, sorted; ``attractor`` indexes them.
+        attractor: ``(P, S)`` each start's attractor index (-1: not settled or non-finite).
+        fractions, lo, hi: ``(P, A)`` basin fractions of each attractor and their Wilson 95%
+            interval.
+        not_settled: ``(P,)`` the fraction of starts with period 0 or -1.
+        horizon: the number of steps before the limit was labelled.
+    """
+
+    params: np.ndarray
+    period: np.ndarray
+    label: np.ndarray
+    attractors: tuple
+    attractor: np.ndarray
+    fractions: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    not_settled: np.ndarray
+    horizon: int
+
+    def fraction(self, period: int, label: int = 0) -> np.ndarray:
+        """``(P,)`` the basin fraction of the attractor ``(period, label)`` (0 where it is absent)."""
+        key = (int(period), int(label))
+        if key not in self.attractors:
+            return np.zeros(self.params.shape)
+        return self.fractions[:, self.attractors.index(key)]
+
+
+def basins_across(
+    f: Callable,
+    starts,
+    params,
+    *,
+    horizon: int = 1000,
+    max_period: int = 8,
+    settle_tol: float = 1e-8,
+    label: Callable | None = None,
+) -> BasinScan:
+    r"""Basin fractions of a map's attractors at every parameter value, attractors matched by label.
+
+    Arguments:
+        f: ``f(x, p) -> x``, a JAX map of an ``(m,)`` state.
+        starts: ``(S, m)`` the starts (the same at every parameter value, so fractions are paired).
+        params: ``(P,)`` the parameter values.
+        horizon: $T$, the steps before the limit is examined.
+        max_period: the longest cycle looked for.
+        settle_tol: $\|x_{T+k} - x_T\|_\infty$ below this makes $k$ a period.
+        label: ``label(x_T, p) -> int`` (traced), what distinguishes attractors of one period
+            (default: 0, the period alone).
+
+    Returns:
+        A `BasinScan`.
+
+    Raises:
+        UsageError: for starts that are not ``(S, m)``, non-finite starts or parameters, an empty
+            parameter list, a horizon or ``max_period`` below 1, or a map whose output shape differs.
+    """
+    x0 = np.asarray(starts, dtype=float)
+    ps = np.asarray(params, dtype=float).reshape(-1)
+    if x0.ndim != 2 or x0.shape[0] == 0:
+        raise UsageError(f"starts must be (S, m) with S >= 1, got shape {x0.shape}.")
+    if ps.size == 0:
+        raise UsageError("params is empty: give at least one parameter value.")
+    if not (np.all(np.isfinite(x0)) and np.all(np.isfinite(ps))):
+        raise UsageError("starts and params must be finite (NaN or inf found).")
+    if int(horizon) < 1 or int(max_period) < 1:
+        raise UsageError(f"horizon and max_period must be >= 1, got {horizon} and {max_period}.")
+    if not (math.isfinite(settle_tol) and settle_tol > 0):
+        raise UsageError(f"settle_tol must be finite and > 0, got {settle_tol}.")
+    dt = jnp.asarray(0.0).dtype
+    out = jax.eval_shape(f, jax.ShapeDtypeStruct(x0.shape[1:], dt), jax.ShapeDtypeStruct((), dt))
+    if getattr(out, "shape", None) != x0.shape[1:]:
+        raise UsageError(
+            f"the map must return a state of the shape it is given: f(x, p) with x of shape {x0.shape[1:]} "
+            f"returned {getattr(out, 'shape', type(out).__name__)}."
+        )
+    lab = label if label is not None else (lambda x, p: jnp.zeros((), jnp.int32))
+    period, labels = _run(f, lab, int(horizon), int(max_period), float(settle_tol))(
+        jnp.asarray(x0, dt), jnp.asarray(ps, dt)
+    )
+    period, labels = np.asarray(period), np.where(np.asarray(period) > 0, np.asarray(labels), 0)
+    keys = sorted({(int(k), int(v)) for k, v in zip(period.ravel(), labels.ravel(), strict=True) if k > 0})
+    index = {key: i for i, key in enumerate(keys)}
+    att = np.full(period.shape, -1)
+    for key, i in index.items():
+        att[(period == key[0]) & (labels == key[1])] = i
+    total = x0.shape[0]
+    counts = (
+        np.stack([(att == i).sum(axis=1) for i in range(len(keys))], axis=1)
+        if keys
+        else np.zeros((ps.size, 0))
+    )
+    lo, hi = wilson_interval(counts, total)
+    return BasinScan(
+        params=ps,
+        period=period,
+        label=labels,
+        attractors=tuple(keys),
+        attractor=att,
+        fractions=counts / total,
+        lo=lo,
+        hi=hi,
+        not_settled=(period <= 0).mean(axis=1),
+        horizon=int(horizon),
+    )
+
+
+def _run(f, label, horizon, max_period, tol):
+    """The compiled batch: every start at every parameter value, ``(P, S)`` periods and labels."""
+
+    def one(x, p):
+        x = jax.lax.fori_loop(0, horizon, lambda _, z: f(z, p), x)
+
+        def step(z, _):
+            z = f(z, p)
+            return z, jnp.max(jnp.abs(z - x))
+
+        _, gaps = jax.lax.scan(step, x, None, length=max_period)
+        hit = gaps <= tol
+        k = jnp.where(jnp.any(hit), jnp.argmax(hit) + 1, 0)
+        k = jnp.where(jnp.all(jnp.isfinite(x)), k, -1)
+        return k, jnp.asarray(label(x, p), jnp.int32)
+
+    return jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))

@@ -1,0 +1,59 @@
+"""`basins_across`: basin fractions of a map's attractors across a parameter, matched by label.
+
+Oracle: x' = x + (p + x - x^3) / 2 has a stable fixed point x > 0 for every p near 0.385 and
+gains a second one, x < 0, in the fold at p* = 2 / (3 sqrt 3) (located by `continue_branch`): the
+x < 0 attractor has basin fraction exactly 0 just above p* and a Wilson 95% interval that
+excludes 0 just below.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rankdyn._errors import UsageError
+from rankdyn.equilibria import continue_branch
+from rankdyn.theory import basins_across
+
+
+def f(x, p):
+    return x + 0.5 * (p + x - x**3)
+
+
+def sign(x, p):
+    return jnp.where(x[0] > 0, 1, -1)
+
+
+def test_attractor_born_at_a_fold_has_basin_zero_before_it():
+    br = continue_branch(f, np.array([-1.0]), 0.0, 1.0, ds=0.05)
+    (fold,) = [b for b in br.bifurcations if b.kind == "fold"]
+    assert fold.located and abs(fold.param - 2 / (3 * np.sqrt(3))) <= 1e-9
+    starts = np.linspace(-2, 2, 401)[:, None]
+    scan = basins_across(f, starts, [fold.param + 1e-3, fold.param - 1e-3], horizon=3000, label=sign)
+    assert scan.attractors == ((1, -1), (1, 1)) and scan.label.shape == (2, 401)
+    neg = scan.attractors.index((1, -1))
+    assert scan.fractions[0, neg] == 0 and scan.hi[0, neg] > 0  # absent, with an honest upper end
+    assert scan.lo[1, neg] > 0 and scan.fraction(1, -1)[1] > 0.2
+    assert np.all(scan.not_settled == 0) and np.allclose(scan.fractions.sum(axis=1), 1)
+    # Per-start labels: after the fold the starts just left of the unstable point (x = -0.58) end
+    # at x < 0 (far-left starts overshoot to x > 0: f(-2) = 1 + p / 2).
+    near = (starts[:, 0] > -1) & (starts[:, 0] < -0.7)
+    assert np.all(scan.attractor[1, near] == neg) and np.all(scan.attractor[0] != neg)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rankdyn.plotting import plot_basins_across
+
+    ax = plot_basins_across(scan, names=["x < 0", "x > 0"])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["x < 0", "x > 0", "not settled"]
+
+
+def test_cycles_and_bad_input():
+    logistic = lambda x, r: r * x * (1 - x)  # noqa: E731
+    scan = basins_across(logistic, np.array([[0.3], [0.6]]), [2.8, 3.2, 3.5], horizon=2000)
+    assert scan.period.tolist() == [[1, 1], [2, 2], [4, 4]] and scan.attractors == ((1, 0), (2, 0), (4, 0))
+    with pytest.raises(UsageError, match="shape it is given"):
+        basins_across(lambda x, p: x[:0], np.zeros((2, 1)), [1.0])
+    with pytest.raises(UsageError, match="finite"):
+        basins_across(logistic, np.zeros((2, 1)), [np.nan])
+    with pytest.raises(UsageError, match=r"\(S, m\)"):
+        basins_across(logistic, np.zeros(3), [1.0])
