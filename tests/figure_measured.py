@@ -526,7 +526,9 @@ def bifurcation():
         params = w0 + (fold - w0) * (1 - (s - 1) ** 2)
         y = 0.2 + 0.3 * s
         points = np.stack([np.diag([1.0, v]) for v in y])
-        bif = NS(kind="fold", param=fold, point=points[20])
+        bif = NS(
+            kind="fold", param=fold, point=points[20], step=19, located=True, bracket=(params[19], params[20])
+        )
         return NS(params=params, points=points, stable=s < 1, bifurcations=(bif,), param_name="w")
 
     branches = (branch(2.0, 3.2), branch(2.0, 2.6))

@@ -307,6 +307,8 @@ def _resume(args, names, checkpoint=None):
 def _own_flags_differ(result: dict, args, checkpoint) -> str:
     """Why a target's result was computed with other flags than this run's ("" if it was not),
     from the flags it records itself (`rankdyn._reproduce.run_flags`)."""
+    from .._reproduce import weights_sha256
+
     own = result.get("run_flags")
     if not isinstance(own, dict):
         return "its result records no flags (an older folder)"
@@ -314,7 +316,7 @@ def _own_flags_differ(result: dict, args, checkpoint) -> str:
         "quick": bool(args.quick),
         "seed": int(args.seed),
         "x64": bool(args.x64),
-        "checkpoint": None if checkpoint is None else checkpoint.sha256,
+        "checkpoint": None if checkpoint is None else weights_sha256(checkpoint),
     }
     names = {"quick": "--quick", "seed": "--seed", "x64": "--x64", "checkpoint": "--checkpoint (sha256)"}
     diff = [f"{names[k]} {own.get(k)!r} there, {v!r} now" for k, v in now.items() if own.get(k) != v]

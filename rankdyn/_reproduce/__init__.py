@@ -102,18 +102,28 @@ def _check_result(name: str, res) -> dict:
     return res
 
 
-def run_flags(quick: bool, seed: int, checkpoint=None) -> dict:
+def run_flags(quick: bool, seed: int, weights_sha256: str | None = None) -> dict:
     """The flags that make a target's result what it is, recorded in its JSON: ``reproduce
     --resume`` keeps a target only if these equal its own run's (the folder's record of the last
-    run is not enough: a float64 target stayed in a later float32 folder)."""
+    run is not enough: a float64 target stayed in a later float32 folder). ``weights_sha256``:
+    the checkpoint's (`weights_sha256`), None without one."""
     import jax
 
     return {
         "quick": bool(quick),
         "seed": int(seed),
         "x64": bool(jax.config.jax_enable_x64),
-        "checkpoint": None if checkpoint is None else checkpoint.sha256,
+        "checkpoint": weights_sha256,
     }
+
+
+def weights_sha256(checkpoint) -> str:
+    """The sha256 of a checkpoint's weights: a loaded `Checkpoint`'s own, or read from its path."""
+    if hasattr(checkpoint, "sha256"):
+        return checkpoint.sha256
+    from .._trained._read import read_checkpoint
+
+    return read_checkpoint(checkpoint).sha256
 
 
 def run_targets(
@@ -144,6 +154,8 @@ def run_targets(
     results: dict[str, dict] = {}
     failed: list[str] = []
     cache: dict = {}  # shared by the targets of this call only (e.g. the ablation runs)
+    # A path's weights are read once for their sha256, not once per target.
+    weights = None if checkpoint is None else weights_sha256(checkpoint)
     t_start = time.perf_counter()
     bar = None
     if progress:
@@ -177,7 +189,7 @@ def run_targets(
         res["runtime_s"] = time.perf_counter() - t0
         res["cpu_s"] = time.process_time() - c0  # all threads; wall >> cpu/cores means a busy machine
         res["provenance"] = provenance()
-        res["run_flags"] = run_flags(quick, seed, checkpoint)
+        res["run_flags"] = run_flags(quick, seed, weights)
         write_json(out / f"{name}.json", res)
         results[name] = res
         if bar is not None:

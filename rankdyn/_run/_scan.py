@@ -276,12 +276,35 @@ def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh, ac
 
 def empty_acc(observe, source, eps: bool, records: int) -> BatchStats:
     """Statistics of no trajectory over ``records`` records of ``observe`` (and ``eps_min``)."""
+    return empty_stats(_record_shapes(observe, source, eps), records)
+
+
+#: (observe, source) signatures -> one record's shapes: tracing them again on every call would
+#: be compile time a sweep of parameters pays per call (the arrays are built on the host).
+_SHAPES: dict = {}
+
+
+def _signature(tree):
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple((l.shape, l.dtype) if hasattr(l, "shape") else l for l in leaves)
+
+
+def _record_shapes(observe, source, eps: bool) -> dict:
+    try:
+        key = (_signature(observe), _signature(source), eps, jax.config.jax_enable_x64)
+        hash(key)
+    except TypeError:  # an unhashable static field: trace every time
+        key = None
+    if key is not None and key in _SHAPES:
+        return _SHAPES[key]
     x = jax.eval_shape(lambda s: _canonical(s.sample(jnp.zeros(1, int))), source)
     shapes = dict(jax.eval_shape(jax.vmap(observe), x))
     one = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in shapes.items()}
     if eps:
         one["eps_min"] = jax.ShapeDtypeStruct((), x.dtype)
-    return empty_stats(one, records)
+    if key is not None:
+        _SHAPES[key] = one
+    return one
 
 
 @eqx.filter_jit
