@@ -29,8 +29,9 @@ trajectory-layer) would take ~4.5 minutes at full size and is timed at 32 x 32 o
 
 Every small-size figure is the median of ``--repeats`` runs (>= 3) with its spread
 (`speed/_repeat.py`), per trajectory-layer, with the load before and after and the CPU model.
-Results go into ``benchmarks/README.md`` between the ``lyapunov_speed`` markers, unless the
-machine was loaded at the start (then only with ``--force-readme``, and the table says so).
+The table goes into ``benchmarks/HISTORY.md`` between the ``lyapunov_speed`` markers (the README
+quotes its headline), unless the machine was loaded at the start (then only with
+``--force-readme``, and the table says so); ``--no-readme`` never writes it.
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     if not args.no_readme and (not report["loaded"] or args.force_readme):
-        write_readme(HERE / "README.md", table(report))
+        write_readme(HERE / "HISTORY.md", table(report))
     return 0
 
 

@@ -19,9 +19,10 @@ Per configuration and metric set (post-LN, orthogonal W_V, BERT-uniform W_Q/W_K,
 
 Every figure is the median of ``--repeats`` runs (>= 3) with min and max (`speed/_repeat.py`),
 wall and process CPU seconds, with the load average before and after each row. A start load
-above 0.25 per core marks the run "loaded machine, not comparable" and leaves the README
+above 0.25 per core marks the run "loaded machine, not comparable" and leaves the HISTORY.md
 tables alone. ``--quick`` (~2 min on 2 cores): small and bert mu-only, small default metrics on
-256 trajectories. The tables go into ``benchmarks/README.md`` between markers (`speed/_readme.py`).
+256 trajectories. The tables go into ``benchmarks/HISTORY.md`` (``--readme`` to choose another
+file) between markers (`speed/_readme.py`); the README quotes their headline.
 ``RANKDYN_BENCH_TINY=1`` shrinks every configuration to check the script itself.
 """
 
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--no-readme", action="store_true")
-    p.add_argument("--readme", type=Path, default=HERE / "README.md")
+    p.add_argument("--readme", type=Path, default=HERE / "HISTORY.md")
     p.add_argument("--_child", nargs=3, metavar=("CONFIG", "DEVICES", "METRICS"), help=argparse.SUPPRESS)
     p.add_argument("--force-readme", action="store_true", help="write the tables even from a loaded machine")
     p.add_argument("--_memory-child", nargs=2, metavar=("CONFIG", "LAYERS"), help=argparse.SUPPRESS)
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
     if report["loaded"]:
         print(
             f"load average {report['loadavg_before'][0]:.2f} > 0.25 per core: loaded machine, figures not "
-            "comparable; the README tables are left as they are",
+            "comparable; the tables in HISTORY.md are left as they are",
             flush=True,
         )
     report["peak"] = matmul_peak(4096, args.repeats) | {"repeats": args.repeats}
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     if args.no_readme or (report["loaded"] and not args.force_readme):
-        print("README not rewritten" + (" (loaded machine)" if report["loaded"] else ""))
+        print(f"{args.readme.name} not rewritten" + (" (loaded machine)" if report["loaded"] else ""))
     else:
         write_readme(args.readme, text, quick=args.quick)
         print(f"table written to {args.readme}")

@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("RANKDYN_NO_COMPILE_CACHE", "1")
 # The suite is compile-bound: compile at XLA's backend optimisation level 1, as `rankdyn reproduce
 # --quick` does (every quick target's numbers were bit-identical to the default level's:
-# docs/devnotes.md; about 7% less CPU on test_simulate/test_flow/test_equilibria), unless
+# benchmarks/DEVNOTES.md; about 7% less CPU on test_simulate/test_flow/test_equilibria), unless
 # XLA_FLAGS already chooses a level. XLA reads the variable when JAX creates its backend, after this.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (

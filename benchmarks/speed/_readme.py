@@ -1,4 +1,4 @@
-"""The speed tables of `benchmarks/README.md`, rewritten between markers by each unloaded run."""
+"""The speed tables of `benchmarks/HISTORY.md`, rewritten between markers by each unloaded run."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def _peaks(c) -> str:
 
 
 def _scaling(report) -> list[str]:
-    r"""The cores model of benchmarks/README.md from each row's 1-device and all-cores CPU seconds.
+    r"""The cores model (benchmarks/DEVNOTES.md, "Scaling over cores") from each row's CPU seconds.
 
     $T(K) = W / K + c$ with $W$ = CPU seconds on 1 device and $c = (\mathrm{CPU}_{all} - W) / k$
     the per-device overhead measured on the run's $k$ cores; expected speed-up $W / T(K)$.

@@ -8,7 +8,7 @@ import statistics
 from ._hardware import Clock, cores
 
 #: Above this 1-minute load average per core at the start, a run is "loaded machine, not
-#: comparable": its figures are kept in the JSON but never written into the README tables.
+#: comparable": its figures are kept in the JSON but never written into the tables of HISTORY.md.
 MAX_START_LOAD_PER_CORE = 0.25
 
 
