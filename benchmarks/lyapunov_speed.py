@@ -177,9 +177,11 @@ def torch_qr(layer, x0, num_layers, k):
 
 
 def rankdyn_run(layer, x0, num_layers, k):
+    import jax
+
     import rankdyn as rd
 
-    return lambda: _block(rd.lyapunov_spectrum(layer, x0, num_layers, k=k).exponents)
+    return lambda: _block(rd.lyapunov_spectrum(layer, x0, num_layers, k=k, key=jax.random.key(0)).exponents)
 
 
 def simulate_run(layer, x0, num_layers):

@@ -22,77 +22,51 @@ from ._lazy import lazy_attributes as _lazy_attributes
 
 # The table of contents: imported on first use (rankdyn/_lazy.py), so `import rankdyn` loads no JAX.
 if _typing.TYPE_CHECKING:
-    from . import checkpoints as checkpoints
-    from . import equilibria as equilibria
-    from . import internal as internal
-    from . import masks as masks
-    from . import metrics as metrics
-    from . import sweep as sweep
-    from . import theory as theory
-    from . import weights as weights
+    from . import (
+        checkpoints as checkpoints,
+        equilibria as equilibria,
+        internal as internal,
+        masks as masks,
+        metrics as metrics,
+        sweep as sweep,
+        theory as theory,
+        weights as weights,
+    )
+    from ._errors import UsageError as UsageError
     from ._lyapunov._layer import lyapunov_spectrum as lyapunov_spectrum
     from ._lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
     from ._model._build import make_layer as make_layer
     from ._model._config import ModelConfig as ModelConfig
-    from ._model._graph import GraphInfo as GraphInfo
-    from ._model._graph import graph_info as graph_info
-    from ._model._layer import MLPWeights as MLPWeights
-    from ._model._layer import SelfAttentionLayer as SelfAttentionLayer
+    from ._model._graph import GraphInfo as GraphInfo, graph_info as graph_info
+    from ._model._layer import MLPWeights as MLPWeights, SelfAttentionLayer as SelfAttentionLayer
     from ._model._norms import (
         AbstractNorm as AbstractNorm,
-    )
-    from ._model._norms import (
         LayerNorm as LayerNorm,
-    )
-    from ._model._norms import (
         RMSNorm as RMSNorm,
-    )
-    from ._model._norms import (
         SphereNorm as SphereNorm,
     )
-    from ._model._tokens import TokenSampler as TokenSampler
-    from ._model._tokens import initial_tokens as initial_tokens
+    from ._model._tokens import TokenSampler as TokenSampler, initial_tokens as initial_tokens
     from ._observe._metrics import (
         collapse_metrics as collapse_metrics,
-    )
-    from ._observe._metrics import (
         mu as mu,
-    )
-    from ._observe._metrics import (
         mu_normalized as mu_normalized,
-    )
-    from ._observe._metrics import (
         mu_relative as mu_relative,
     )
     from ._observe._stats import Summary as Summary
     from ._run._devices import use_cpu_devices as use_cpu_devices
-    from ._run._simulate import Trajectory as Trajectory
-    from ._run._simulate import simulate as simulate
+    from ._run._simulate import Trajectory as Trajectory, simulate as simulate
     from ._theory._counterexample_search import search_value_matrix as search_value_matrix
     from ._version import __version__ as __version__
     from .equilibria import (
         RESULTS as RESULTS,
-    )
-    from .equilibria import (
         EquilibriumSolution as EquilibriumSolution,
-    )
-    from .equilibria import (
         StabilityReport as StabilityReport,
-    )
-    from .equilibria import (
         equilibrium_census as equilibrium_census,
-    )
-    from .equilibria import (
         exact_equilibria as exact_equilibria,
-    )
-    from .equilibria import (
         find_equilibria as find_equilibria,
-    )
-    from .equilibria import (
         stability as stability,
     )
-    from .sweep import load_sweep_config as load_sweep_config
-    from .sweep import run_sweep as run_sweep
+    from .sweep import load_sweep_config as load_sweep_config, run_sweep as run_sweep
 
 
 __getattr__, __dir__ = _lazy_attributes(__name__, __file__, globals())

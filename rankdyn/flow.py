@@ -6,29 +6,38 @@ integration with Diffrax (`solve_flow`, its per-trajectory `RESULTS`), the obser
 classification (`find_zeros`, `classify_equilibrium`).
 """
 
-from ._flow._equilibria import Classification as Classification
-from ._flow._equilibria import classify_equilibrium as classify_equilibrium
-from ._flow._equilibria import field_jacobian as field_jacobian
-from ._flow._equilibria import find_zeros as find_zeros
-from ._flow._equilibria import rotation_invariant as rotation_invariant
-from ._flow._field import DYNAMICS as DYNAMICS
-from ._flow._field import FlowField as FlowField
-from ._flow._field import interaction_energy as interaction_energy
-from ._flow._field import tangent_project as tangent_project
-from ._flow._observer import FLOW_METRICS as FLOW_METRICS
-from ._flow._observer import FlowObserver as FlowObserver
-from ._flow._observer import cluster_count as cluster_count
-from ._flow._observer import diameter as diameter
-from ._flow._plateaus import longest_plateau as longest_plateau
-from ._flow._plateaus import plateaus as plateaus
-from ._flow._solve import FlowSolution as FlowSolution
-from ._flow._solve import solve_flow as solve_flow
-from ._flow._solve import uniform_times as uniform_times
-from ._flow._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
-from ._flow._solvers import RESULTS as RESULTS
-from ._flow._solvers import RK4 as RK4
-from ._flow._solvers import SOLVERS as SOLVERS
-from ._flow._solvers import ProjectedSolver as ProjectedSolver
+from ._flow._equilibria import (
+    Classification as Classification,
+    classify_equilibrium as classify_equilibrium,
+    field_jacobian as field_jacobian,
+    find_zeros as find_zeros,
+    rotation_invariant as rotation_invariant,
+)
+from ._flow._field import (
+    DYNAMICS as DYNAMICS,
+    FlowField as FlowField,
+    interaction_energy as interaction_energy,
+    tangent_project as tangent_project,
+)
+from ._flow._observer import (
+    FLOW_METRICS as FLOW_METRICS,
+    FlowObserver as FlowObserver,
+    cluster_count as cluster_count,
+    diameter as diameter,
+)
+from ._flow._plateaus import longest_plateau as longest_plateau, plateaus as plateaus
+from ._flow._solve import (
+    FlowSolution as FlowSolution,
+    solve_flow as solve_flow,
+    uniform_times as uniform_times,
+)
+from ._flow._solvers import (
+    ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
+    RESULTS as RESULTS,
+    RK4 as RK4,
+    SOLVERS as SOLVERS,
+    ProjectedSolver as ProjectedSolver,
+)
 
 __all__ = [
     "ADAPTIVE_SOLVERS",

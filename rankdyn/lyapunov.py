@@ -15,16 +15,20 @@ order. For per-layer (or cycled) weights they are those of the product of the la
 """
 
 from ._lyapunov._flow import lyapunov_spectrum_flow as lyapunov_spectrum_flow
-from ._lyapunov._layer import lyapunov_spectrum as lyapunov_spectrum
-from ._lyapunov._layer import spectrum_dim as spectrum_dim
-from ._lyapunov._layer import uses_tangent_space as uses_tangent_space
+from ._lyapunov._layer import (
+    lyapunov_spectrum as lyapunov_spectrum,
+    spectrum_dim as spectrum_dim,
+    uses_tangent_space as uses_tangent_space,
+)
 from ._lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
-from ._lyapunov._result import FLAG_NONFINITE as FLAG_NONFINITE
-from ._lyapunov._result import FLAG_UNDERFLOW as FLAG_UNDERFLOW
-from ._lyapunov._result import NEUTRAL_TOL as NEUTRAL_TOL
-from ._lyapunov._result import LyapunovResult as LyapunovResult
-from ._lyapunov._result import exponent_roles as exponent_roles
-from ._lyapunov._result import flag_names as flag_names
+from ._lyapunov._result import (
+    FLAG_NONFINITE as FLAG_NONFINITE,
+    FLAG_UNDERFLOW as FLAG_UNDERFLOW,
+    NEUTRAL_TOL as NEUTRAL_TOL,
+    LyapunovResult as LyapunovResult,
+    exponent_roles as exponent_roles,
+    flag_names as flag_names,
+)
 
 __all__ = [
     "FLAG_NONFINITE",

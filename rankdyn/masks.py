@@ -7,35 +7,16 @@ structure (kind and widths, or CSR rows): `graph_info` and the blocked attention
 without an ``(n, n)`` array (``docs/long-context.md``).
 """
 
-from ._model._graph import GraphInfo as GraphInfo
-from ._model._graph import distances as distances
-from ._model._graph import graph_info as graph_info
-from ._model._mask_structure import MaskStructure as MaskStructure
-from ._model._mask_structure import make_mask_structure as make_mask_structure
+from ._model._graph import GraphInfo as GraphInfo, distances as distances, graph_info as graph_info
+from ._model._mask_structure import MaskStructure as MaskStructure, make_mask_structure as make_mask_structure
 from ._model._masks import (
     MASK_NAMES as MASK_NAMES,
-)
-from ._model._masks import (
     causal_mask as causal_mask,
-)
-from ._model._masks import (
     complete_mask as complete_mask,
-)
-from ._model._masks import (
     dilated_mask as dilated_mask,
-)
-from ._model._masks import (
     global_local_mask as global_local_mask,
-)
-from ._model._masks import (
     make_mask as make_mask,
-)
-from ._model._masks import (
     mask_from_adjacency as mask_from_adjacency,
-)
-from ._model._masks import (
     random_mask as random_mask,
-)
-from ._model._masks import (
     window_mask as window_mask,
 )

@@ -7,50 +7,22 @@ over a batch.
 
 from ._observe._metrics import (
     METRIC_NAMES as METRIC_NAMES,
-)
-from ._observe._metrics import (
     collapse_metrics as collapse_metrics,
-)
-from ._observe._metrics import (
     cosine_matrix as cosine_matrix,
-)
-from ._observe._metrics import (
     direction_metrics as direction_metrics,
-)
-from ._observe._metrics import (
     effective_rank as effective_rank,
-)
-from ._observe._metrics import (
     mean_abs_cosine as mean_abs_cosine,
-)
-from ._observe._metrics import (
     min_cosine as min_cosine,
-)
-from ._observe._metrics import (
     mu as mu,
-)
-from ._observe._metrics import (
     mu_normalized as mu_normalized,
-)
-from ._observe._metrics import (
     mu_relative as mu_relative,
-)
-from ._observe._metrics import (
     numerical_rank as numerical_rank,
-)
-from ._observe._metrics import (
     row_norms as row_norms,
-)
-from ._observe._metrics import (
     singular_values as singular_values,
-)
-from ._observe._metrics import (
     stable_rank as stable_rank,
 )
-from ._observe._observer import ALL_METRICS as ALL_METRICS
-from ._observe._observer import parse_metrics as parse_metrics
+from ._observe._observer import ALL_METRICS as ALL_METRICS, parse_metrics as parse_metrics
 from ._observe._spectral import SVD_METHODS as SVD_METHODS
 
 # Attention sinks: a layer's attention on token 0 and on the mask's centres (`rankdyn._run._sinks`).
-from ._run._sinks import SinkStats as SinkStats
-from ._run._sinks import attention_sinks as attention_sinks
+from ._run._sinks import SinkStats as SinkStats, attention_sinks as attention_sinks

@@ -6,75 +6,58 @@ never call ``plt.show()``. Each topic has its own module; the rules every figure
 panels, legends outside the data, the round-off floor as a band) live in ``_style``.
 """
 
-from ._plotting._bifurcation import plot_basins_across as plot_basins_across
-from ._plotting._bifurcation import plot_bifurcation as plot_bifurcation
+from ._plotting._bifurcation import (
+    plot_basins_across as plot_basins_across,
+    plot_bifurcation as plot_bifurcation,
+)
 from ._plotting._collapse import plot_metric_band as plot_metric_band
-from ._plotting._equilibria import plot_equilibria_moduli as plot_equilibria_moduli
-from ._plotting._equilibria import plot_equilibria_moduli_grid as plot_equilibria_moduli_grid
-from ._plotting._flow import plot_flow_metrics as plot_flow_metrics
-from ._plotting._flow import plot_order as plot_order
-from ._plotting._flow import plot_phase_diagram as plot_phase_diagram
-from ._plotting._flow import plot_staircases as plot_staircases
-from ._plotting._lyapunov import plot_lyapunov_convergence as plot_lyapunov_convergence
-from ._plotting._lyapunov import plot_lyapunov_rates as plot_lyapunov_rates
-from ._plotting._lyapunov import plot_lyapunov_spectrum as plot_lyapunov_spectrum
-from ._plotting._pretrained import plot_attention_sinks as plot_attention_sinks
-from ._plotting._pretrained import plot_census as plot_census
-from ._plotting._pretrained import plot_weight_spectra as plot_weight_spectra
+from ._plotting._equilibria import (
+    plot_equilibria_moduli as plot_equilibria_moduli,
+    plot_equilibria_moduli_grid as plot_equilibria_moduli_grid,
+)
+from ._plotting._flow import (
+    plot_flow_metrics as plot_flow_metrics,
+    plot_order as plot_order,
+    plot_phase_diagram as plot_phase_diagram,
+    plot_staircases as plot_staircases,
+)
+from ._plotting._lyapunov import (
+    plot_lyapunov_convergence as plot_lyapunov_convergence,
+    plot_lyapunov_rates as plot_lyapunov_rates,
+    plot_lyapunov_spectrum as plot_lyapunov_spectrum,
+)
+from ._plotting._pretrained import (
+    plot_attention_sinks as plot_attention_sinks,
+    plot_census as plot_census,
+    plot_weight_spectra as plot_weight_spectra,
+)
 from ._plotting._reproduce_sim import (
     plot_band_panels as plot_band_panels,
-)
-from ._plotting._reproduce_sim import (
     plot_rate_vs_dqk as plot_rate_vs_dqk,
-)
-from ._plotting._reproduce_sim import (
     plot_rates_vs_bounds as plot_rates_vs_bounds,
-)
-from ._plotting._reproduce_sim import (
     save_figure as save_figure,
 )
 from ._plotting._reproduce_theory import (
     plot_counterexample_2d as plot_counterexample_2d,
-)
-from ._plotting._reproduce_theory import (
     plot_counterexample_2d_basins as plot_counterexample_2d_basins,
-)
-from ._plotting._reproduce_theory import (
     plot_equilibria_ranks as plot_equilibria_ranks,
-)
-from ._plotting._reproduce_theory import (
     plot_fraction_vs_horizon as plot_fraction_vs_horizon,
-)
-from ._plotting._reproduce_theory import (
     plot_positive_measure as plot_positive_measure,
 )
-from ._plotting._runs import plot_runs as plot_runs
-from ._plotting._runs import save_metric_figure as save_metric_figure
+from ._plotting._runs import plot_runs as plot_runs, save_metric_figure as save_metric_figure
 from ._plotting._stability import (
     plot_basin_fractions as plot_basin_fractions,
-)
-from ._plotting._stability import (
     plot_circle_trajectories as plot_circle_trajectories,
-)
-from ._plotting._stability import (
     plot_eigen_moduli as plot_eigen_moduli,
 )
 from ._plotting._style import (
     floor_band as floor_band,
-)
-from ._plotting._style import (
     legend_outside as legend_outside,
-)
-from ._plotting._style import (
     round_off_floor as round_off_floor,
 )
 from ._plotting._sweep import (
     plot_sweep_mu as plot_sweep_mu,
-)
-from ._plotting._sweep import (
     plot_sweep_rank as plot_sweep_rank,
-)
-from ._plotting._sweep import (
     plot_sweep_rate as plot_sweep_rate,
 )
 from ._plotting._undirected import plot_undirected as plot_undirected

@@ -290,8 +290,7 @@ def undirected():
     """The quick run's shape: the causal control found (and certified) a stable rank-2 state, the
     complete mask's searches found nothing (shares 0), and the stored certificates (window and
     complete masks, N = 3) re-prove."""
-    from rankdyn._reproduce.theory import _undirected_known as K
-    from rankdyn._reproduce.theory import undirected as T
+    from rankdyn._reproduce.theory import _undirected_known as K, undirected as T
 
     point = [["1", "0", "0"], ["0", "1", "0"], ["0.6", "0.8", "0"]]  # rank 2, unit rows
     cert = {
@@ -376,8 +375,7 @@ def undirected():
 
 
 def counterexample_2d():
-    from rankdyn._reproduce.theory import _counterexample_2d_runs as R
-    from rankdyn._reproduce.theory import counterexample_2d as T
+    from rankdyn._reproduce.theory import _counterexample_2d_runs as R, counterexample_2d as T
     from rankdyn._theory._constructions import example_2d
 
     ex = example_2d(2.0)
@@ -432,8 +430,7 @@ def counterexample_2d():
 
 
 def equilibria_ranks():
-    from rankdyn._reproduce.theory import _equilibria_runs as R
-    from rankdyn._reproduce.theory import equilibria_ranks as T
+    from rankdyn._reproduce.theory import _equilibria_runs as R, equilibria_ranks as T
 
     fams = []
     for n, w in ((3, 3.0), (4, 4.0)):
@@ -484,8 +481,7 @@ def equilibria_ranks():
 
 
 def positive_measure():
-    from rankdyn._reproduce.theory import _positive_measure_runs as R
-    from rankdyn._reproduce.theory import positive_measure as T
+    from rankdyn._reproduce.theory import _positive_measure_runs as R, positive_measure as T
 
     hor = (100, 500)
 

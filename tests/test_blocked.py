@@ -18,8 +18,7 @@ import pytest
 from rankdyn._errors import UsageError
 from rankdyn._model._blocked import AUTO_BLOCKED_MIN_TOKENS, resolve_attention
 from rankdyn._model._layer import MLPWeights, SelfAttentionLayer
-from rankdyn._model._mask_structure import MaskStructure as MS
-from rankdyn._model._mask_structure import make_mask_structure
+from rankdyn._model._mask_structure import MaskStructure as MS, make_mask_structure
 from rankdyn._model._norms import make_norm
 from rankdyn._model._positions import rotary
 from rankdyn._observe._observer import MetricObserver

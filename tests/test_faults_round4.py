@@ -286,9 +286,9 @@ def test_lyapunov_spectrum_refuses_zero_tokens_under_the_sphere_layernorm():
     layer = rd.make_layer(jax.random.PRNGKey(0), n=3, d=2, mask="causal")
     x0 = jnp.ones((2, 3, 2)).at[1, 2].set(0.0)
     with pytest.raises(UsageError, match=r"1 zero token\(s\) \(first: trajectory 1, token 2\)"):
-        lyapunov_spectrum(layer, x0, 4, k=2)
+        lyapunov_spectrum(layer, x0, 4, k=2, key=jax.random.key(0))
     with pytest.raises(UsageError, match="k"):
-        lyapunov_spectrum(layer, jnp.ones((2, 3, 2)), 4, k=0)
+        lyapunov_spectrum(layer, jnp.ones((2, 3, 2)), 4, k=0, key=jax.random.key(0))
 
 
 def test_checkpoints_lists_names_without_loading_jax():

@@ -34,7 +34,7 @@ def logistic(x):
 
 def test_henon_and_logistic_oracles(getkey):
     x0 = 0.1 * jax.random.uniform(getkey(), (32, 2))
-    r = rankdyn.lyapunov_spectrum_map(henon, x0, 20000, discard=500)
+    r = rankdyn.lyapunov_spectrum_map(henon, x0, 20000, discard=500, key=jax.random.key(0))
     assert isinstance(r, LyapunovResult) and r.exponents.shape == (32, 2) and r.space == "map"
     assert int(r.count) == 32 and r.num_flagged == 0
     assert abs(float(r.mean[0]) - HENON_L1) < 1e-3
@@ -46,12 +46,14 @@ def test_henon_and_logistic_oracles(getkey):
     np.testing.assert_allclose(r.running_mean[-1], r.mean, atol=1e-12)
     assert float(r.depths[-1]) == 20000.0
     lg = rankdyn.lyapunov_spectrum_map(
-        logistic, jax.random.uniform(getkey(), (16, 1), minval=0.1, maxval=0.9), 20000
+        logistic, jax.random.uniform(getkey(), (16, 1), minval=0.1, maxval=0.9), 20000, key=jax.random.key(0)
     )
     assert abs(float(lg.mean[0]) - np.log(2.0)) < 1e-3
     # The oracle fails on a plausible bug: forgetting the log (summing |R_ii|) or not
     # re-orthonormalising (qr_every too large makes both columns collapse onto the top one).
-    lazy = rankdyn.lyapunov_spectrum_map(henon, x0[:4], 20000, discard=500, qr_every=50)
+    lazy = rankdyn.lyapunov_spectrum_map(
+        henon, x0[:4], 20000, discard=500, qr_every=50, key=jax.random.key(0)
+    )
     assert abs(float(lazy.mean[1]) - (np.log(0.3) - HENON_L1)) > 0.1 or lazy.num_flagged > 0
 
 
@@ -71,7 +73,7 @@ def test_stable_equilibrium_exponents_are_log_moduli_of_the_multipliers():
     layer, x = _stable_layer()
     rep = rankdyn.stability(layer, x)
     assert rep.classification == "stable" and rep.residual < 1e-12
-    r = rankdyn.lyapunov_spectrum(layer, x, 600, discard=100)
+    r = rankdyn.lyapunov_spectrum(layer, x, 600, discard=100, key=jax.random.key(0))
     assert r.space == "tangent" and r.dim == spectrum_dim(layer) == 8 and r.exponents.shape == (8,)
     want = np.sort(np.log(rep.moduli))[::-1]
     np.testing.assert_allclose(r.exponents, want, atol=1e-4)
@@ -84,15 +86,15 @@ def test_stable_equilibrium_exponents_are_log_moduli_of_the_multipliers():
 def test_batched_equals_single_and_full_space(getkey):
     layer, _ = _stable_layer()
     x0 = jax.random.normal(getkey(), (3, 4, 3))
-    batch = rankdyn.lyapunov_spectrum(layer, x0, 40, k=3, chunk=2)
-    one = rankdyn.lyapunov_spectrum(layer, x0[1], 40, k=3, key=None)
+    batch = rankdyn.lyapunov_spectrum(layer, x0, 40, k=3, chunk=2, key=jax.random.key(0))
+    one = rankdyn.lyapunov_spectrum(layer, x0[1], 40, k=3, key=jax.random.key(0))
     assert batch.exponents.shape == (3, 3)
     np.testing.assert_allclose(batch.mean, np.mean(np.asarray(batch.exponents), axis=0), atol=1e-12)
     assert one.exponents.shape == (3,)
     pre = rankdyn.SelfAttentionLayer(
         layer.mask, layer.weights.w_q, layer.weights.w_k, layer.weights.w_v, placement="pre"
     )
-    full = rankdyn.lyapunov_spectrum(pre, x0[:1], 20)
+    full = rankdyn.lyapunov_spectrum(pre, x0[:1], 20, key=jax.random.key(0))
     assert spectrum_dim(pre) == 12 and full.space == "full" and full.exponents.shape == (1, 12)
 
 
@@ -100,7 +102,9 @@ def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
     n, d = 4, 3
     field = FlowField(np.ones((n, n), bool), d)
     x = jnp.tile(jnp.array([0.6, 0.8, 0.0]), (n, 1))
-    r = lyapunov_spectrum_flow(field, x, 30.0, beta=1.0, intervals=60, discard=20, rtol=1e-10, atol=1e-12)
+    r = lyapunov_spectrum_flow(
+        field, x, 30.0, beta=1.0, intervals=60, discard=20, rtol=1e-10, atol=1e-12, key=jax.random.key(0)
+    )
     want = np.array([0.0] * (d - 1) + [-1.0] * ((n - 1) * (d - 1)))
     np.testing.assert_allclose(r.exponents, want, atol=1e-5)
     assert r.unit == "per unit time" and r.space == "tangent"
@@ -120,19 +124,33 @@ def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
 def test_bad_input_is_a_usage_error(kwargs, message):
     layer, x = _stable_layer()
     with pytest.raises(rankdyn._lyapunov._qr.UsageError, match=message):
-        rankdyn.lyapunov_spectrum(layer, x, 40, **kwargs)
+        rankdyn.lyapunov_spectrum(layer, x, 40, **kwargs, key=jax.random.key(0))
 
 
 def test_bad_map_input():
     with pytest.raises(ValueError, match="must map an"):
-        rankdyn.lyapunov_spectrum_map(lambda x: x[:1], jnp.zeros(2), 10)
+        rankdyn.lyapunov_spectrum_map(lambda x: x[:1], jnp.zeros(2), 10, key=jax.random.key(0))
     with pytest.raises(ValueError, match="k \\(the number"):
-        rankdyn.lyapunov_spectrum_map(henon, jnp.zeros(2), 10, k=3)
+        rankdyn.lyapunov_spectrum_map(henon, jnp.zeros(2), 10, k=3, key=jax.random.key(0))
     with pytest.raises(ValueError, match="NaN"):
-        rankdyn.lyapunov_spectrum_map(henon, jnp.array([jnp.nan, 0.0]), 10)
+        rankdyn.lyapunov_spectrum_map(henon, jnp.array([jnp.nan, 0.0]), 10, key=jax.random.key(0))
     # 200000 tangent vectors of dimension 200000 (~1.3 TB): refused before anything is allocated.
     with pytest.raises(ValueError, match="Lyapunov spectrum of k=200000"):
-        rankdyn.lyapunov_spectrum_map(lambda x: 0.5 * x, jnp.zeros(200000), 10)
+        rankdyn.lyapunov_spectrum_map(lambda x: 0.5 * x, jnp.zeros(200000), 10, key=jax.random.key(0))
+    # The key of the tangent vectors is named by the caller: none is a usage error naming key=,
+    # and a new-style key draws the same vectors as the legacy PRNGKey of the same seed.
+    with pytest.raises(TypeError, match="key"):
+        rankdyn.lyapunov_spectrum_map(henon, jnp.full(2, 0.1), 10)
+    with pytest.raises(rankdyn.UsageError, match="needs key="):
+        rankdyn.lyapunov_spectrum_map(henon, jnp.full(2, 0.1), 10, key=None)
+    with pytest.raises(rankdyn.UsageError, match="must be a jax.random.key"):
+        rankdyn.lyapunov_spectrum_map(henon, jnp.full(2, 0.1), 10, key=0)
+    x0 = jnp.array([[0.1, 0.2], [0.3, -0.1]])
+    new = rankdyn.lyapunov_spectrum_map(henon, x0, 40, qr_every=1, key=jax.random.key(3))
+    old = rankdyn.lyapunov_spectrum_map(henon, x0, 40, qr_every=1, key=jax.random.PRNGKey(3))
+    other = rankdyn.lyapunov_spectrum_map(henon, x0, 40, qr_every=1, key=jax.random.key(4))
+    np.testing.assert_array_equal(new.running_mean, old.running_mean)
+    assert not np.array_equal(new.running_mean, other.running_mean)
 
 
 def test_orthonormalise_against_householder_and_numpy(getkey):
@@ -187,12 +205,12 @@ def test_auto_interval_equals_every_layer(getkey):
     # one (here q = 4 or 8: the exponents spread by < 1 per layer) agrees with q = 1 to rounding.
     layer, _ = _stable_layer()
     x0 = jax.random.normal(getkey(), (2, 4, 3))
-    auto = rankdyn.lyapunov_spectrum(layer, x0, 96, k=3, discard=16)
-    every = rankdyn.lyapunov_spectrum(layer, x0, 96, k=3, discard=16, qr_every=1)
+    auto = rankdyn.lyapunov_spectrum(layer, x0, 96, k=3, discard=16, key=jax.random.key(0))
+    every = rankdyn.lyapunov_spectrum(layer, x0, 96, k=3, discard=16, qr_every=1, key=jax.random.key(0))
     assert auto.qr_every == "auto" and every.qr_every == 1
     np.testing.assert_allclose(auto.exponents, every.exponents, atol=1e-12)
     # x -> 1e-200 x: a column decays by e^-460 per step, so "auto" keeps q = 1 and never underflows.
-    tiny = rankdyn.lyapunov_spectrum_map(lambda x: 1e-200 * x, jnp.ones((2, 1)), 8)
+    tiny = rankdyn.lyapunov_spectrum_map(lambda x: 1e-200 * x, jnp.ones((2, 1)), 8, key=jax.random.key(0))
     assert int(tiny.count) == 2 and tiny.num_flagged == 0
     np.testing.assert_allclose(tiny.mean, [np.log(1e-200)], rtol=1e-13)
 
@@ -200,11 +218,13 @@ def test_auto_interval_equals_every_layer(getkey):
 def test_underflow_and_nonfinite_are_flagged_not_averaged():
     # x -> 1e-200 x contracts by e^-460 per step: with qr_every = 4 the tangent vector passes
     # below the smallest normal double between two QR steps. x -> x^2 from 2 overflows.
-    tiny = rankdyn.lyapunov_spectrum_map(lambda x: 1e-200 * x, jnp.ones((2, 1)), 8, qr_every=4)
+    tiny = rankdyn.lyapunov_spectrum_map(
+        lambda x: 1e-200 * x, jnp.ones((2, 1)), 8, qr_every=4, key=jax.random.key(0)
+    )
     assert np.all(np.asarray(tiny.flags) & FLAG_UNDERFLOW) and int(tiny.count) == 0
     assert np.all(np.isnan(np.asarray(tiny.mean)))
     x0 = jnp.array([[1.0], [2.0]])  # 1 is a fixed point with multiplier 2; from 2 it overflows
-    blow = rankdyn.lyapunov_spectrum_map(lambda x: x * x, x0, 40)
+    blow = rankdyn.lyapunov_spectrum_map(lambda x: x * x, x0, 40, key=jax.random.key(0))
     np.testing.assert_allclose(blow.mean, [np.log(2.0)], rtol=1e-12)
     assert np.asarray(blow.flags).tolist()[1] & FLAG_NONFINITE and flag_names(int(blow.flags[1])) != []
     assert int(blow.count) == 1  # only the clean trajectory enters the statistics
@@ -219,10 +239,11 @@ import rankdyn as rd
 n, d = 4, 3
 layer = rd.SelfAttentionLayer(np.tril(np.ones((n, n), bool)), 0.5 * jnp.eye(d), jnp.eye(d), jnp.eye(d))
 x0 = jax.random.normal(jax.random.PRNGKey(0), (7, n, d))  # 7 trajectories in chunks of 3: padding
-one = rd.lyapunov_spectrum(layer, x0, 16, k=4)
+one = rd.lyapunov_spectrum(layer, x0, 16, k=4, key=jax.random.key(0))
 fields = ("exponents", "mean", "std", "min", "max", "running_mean", "running_std", "running_min",
           "running_max", "flags", "count")
-runs = {k: rd.lyapunov_spectrum(layer, x0, 16, k=4, chunk=3, devices=k) for k in (None, 2, 4)}
+runs = {k: rd.lyapunov_spectrum(layer, x0, 16, k=4, chunk=3, devices=k, key=jax.random.key(0))
+        for k in (None, 2, 4)}
 print(json.dumps({"devices": len(jax.devices()),
                   "diff": float(np.max(np.abs(np.asarray(one.exponents) - np.asarray(runs[2].exponents)))),
                   "mean_diff": float(np.max(np.abs(np.asarray(one.mean) - np.asarray(runs[2].mean)))),

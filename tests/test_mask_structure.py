@@ -9,8 +9,7 @@ import pytest
 
 from rankdyn._errors import UsageError
 from rankdyn._model._graph import GraphInfo, distances, graph_info
-from rankdyn._model._mask_structure import MaskStructure as MS
-from rankdyn._model._mask_structure import as_structure, make_mask_structure
+from rankdyn._model._mask_structure import MaskStructure as MS, as_structure, make_mask_structure
 from rankdyn._model._masks import make_mask
 
 

@@ -201,7 +201,7 @@ def test_ngpt_lyapunov_spectrum_is_the_closed_form_at_consensus():
     wv = jnp.diag(jnp.array([1.5, 1.0, 0.6]))
     layer = SelfAttentionLayer(np.ones((n, n), bool), wq, wk, wv, placement="ngpt", ngpt_alpha=alpha)
     x = jnp.tile(jnp.array([1.0, 0.0, 0.0]), (n, 1))
-    r = rd.lyapunov_spectrum(layer, x, 600, discard=100)
+    r = rd.lyapunov_spectrum(layer, x, 600, discard=100, key=jax.random.key(0))
     mu = np.array([1.0 / 1.5, 0.6 / 1.5] + [0.0] * 6)
     want = np.sort(np.log(1 - alpha + alpha * mu))[::-1]
     assert r.space == "tangent" and r.dim == n * (d - 1)
@@ -217,7 +217,9 @@ def test_ngpt_lyapunov_spectrum_is_the_closed_form_at_consensus():
 def test_lyapunov_spectrum_of_the_other_schemes_is_finite_in_the_full_space(scheme):
     kw = dict(mix=dict(mix_layers=1)).get(scheme, {})
     layer = rd.make_layer(jr.PRNGKey(0), n=3, d=3, placement=scheme, num_layers=3, **kw)
-    r = rd.lyapunov_spectrum(layer, rd.initial_tokens(jr.PRNGKey(1), "sphere", 3, 3), 3, qr_every=1)
+    r = rd.lyapunov_spectrum(
+        layer, rd.initial_tokens(jr.PRNGKey(1), "sphere", 3, 3), 3, qr_every=1, key=jax.random.key(0)
+    )
     assert r.space == "full" and r.dim == 9
     assert np.all(np.isfinite(np.asarray(r.exponents)))
 

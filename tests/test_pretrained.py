@@ -13,12 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rankdyn._reproduce import _verdict as V
-from rankdyn._reproduce import run_target
+from rankdyn._reproduce import _verdict as V, run_target
 from rankdyn._reproduce._masktable import PAPER_MASKS
-from rankdyn._reproduce.pretrained import geometry as G
-from rankdyn._reproduce.pretrained import pretrained_ablation as PA
-from rankdyn._reproduce.pretrained import pretrained_temperature as PT
+from rankdyn._reproduce.pretrained import (
+    geometry as G,
+    pretrained_ablation as PA,
+    pretrained_temperature as PT,
+)
 from rankdyn._trained import _analysis as TA
 
 

@@ -3,8 +3,7 @@ model a target ran on, numbers to 3 significant digits (synthetic results, no si
 
 import re
 
-from rankdyn._reproduce import CLAIM_VERDICTS, OPEN_QUESTION_VERDICTS, VERDICTS
-from rankdyn._reproduce import _verdict as V
+from rankdyn._reproduce import CLAIM_VERDICTS, OPEN_QUESTION_VERDICTS, VERDICTS, _verdict as V
 from rankdyn._reproduce._report import CHECKS_HEADER, format_number, format_table, summary_row, write_report
 
 P, F = V.check("p", True), V.check("f", False)

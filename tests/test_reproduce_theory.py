@@ -12,9 +12,7 @@ import pytest
 
 import rankdyn as rd
 from rankdyn._reproduce import RESULT_KEYS, VERDICTS, run_target
-from rankdyn._reproduce.theory import counterexample_2d as ce
-from rankdyn._reproduce.theory import equilibria_ranks as er
-from rankdyn._reproduce.theory import positive_measure as pm
+from rankdyn._reproduce.theory import counterexample_2d as ce, equilibria_ranks as er, positive_measure as pm
 from rankdyn._reproduce.theory._counterexample_2d_runs import _tokens
 from rankdyn._reproduce.theory._intervals import wilson_interval
 from rankdyn._run._io import to_jsonable

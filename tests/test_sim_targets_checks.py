@@ -10,11 +10,13 @@ import numpy as np
 
 from rankdyn._reproduce import _verdict as V
 from rankdyn._reproduce._masktable import PAPER_MASKS
-from rankdyn._reproduce.sim import ablation as AB
-from rankdyn._reproduce.sim import depth_table as DT
-from rankdyn._reproduce.sim import layernorm_orthogonal as LO
-from rankdyn._reproduce.sim import masks_collapse as MC
-from rankdyn._reproduce.sim import temperature as TE
+from rankdyn._reproduce.sim import (
+    ablation as AB,
+    depth_table as DT,
+    layernorm_orthogonal as LO,
+    masks_collapse as MC,
+    temperature as TE,
+)
 from rankdyn._reproduce.sim._ablation_runs import VARIANTS
 
 LAYERS = np.arange(3)

@@ -8,9 +8,7 @@ import json
 import numpy as np
 
 from rankdyn._reproduce._target import TargetResult
-from rankdyn._reproduce.theory import counterexample_2d as ce
-from rankdyn._reproduce.theory import equilibria_ranks as er
-from rankdyn._reproduce.theory import positive_measure as pm
+from rankdyn._reproduce.theory import counterexample_2d as ce, equilibria_ranks as er, positive_measure as pm
 
 replace = dataclasses.replace
 

@@ -36,13 +36,18 @@ from .._run._interrupt import check_interrupt
 from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
 from ._observer import FlowObserver
-from ._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
-from ._solvers import DEFAULT_ATOL as DEFAULT_ATOL
-from ._solvers import DEFAULT_RTOL as DEFAULT_RTOL
-from ._solvers import RESULTS, _check_positive, _solver_and_controller, host_checked_times
-from ._solvers import RK4 as RK4
-from ._solvers import SOLVERS as SOLVERS
-from ._solvers import ProjectedSolver as ProjectedSolver
+from ._solvers import (
+    ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
+    DEFAULT_ATOL as DEFAULT_ATOL,
+    DEFAULT_RTOL as DEFAULT_RTOL,
+    RESULTS,
+    RK4 as RK4,
+    SOLVERS as SOLVERS,
+    ProjectedSolver as ProjectedSolver,
+    _check_positive,
+    _solver_and_controller,
+    host_checked_times,
+)
 
 __all__ = ["solve_flow", "FlowSolution", "uniform_times"]
 

@@ -18,7 +18,6 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 
 from .._errors import UsageError
@@ -27,7 +26,7 @@ from .._flow._solve import ADAPTIVE_SOLVERS, DEFAULT_ATOL, DEFAULT_RTOL, RK4, SO
 from ._budget import check_tangent_memory, default_chunk
 from ._layer import _project_columns
 from ._plan import check_counts, make_plan
-from ._qr import assemble, gaussian_start, jvp_columns, run_qr
+from ._qr import assemble, check_key, gaussian_start, jvp_columns, run_qr
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum_flow"]
@@ -100,7 +99,7 @@ def lyapunov_spectrum_flow(
     atol: float | None = None,
     dt: float | None = None,
     max_steps: int = 4096,
-    key=None,
+    key,
     chunk: int | None = None,
     progress: bool = False,
 ) -> LyapunovResult:
@@ -118,7 +117,7 @@ def lyapunov_spectrum_flow(
         k: exponents computed, 1 <= k <= n(d - 1) (default: all).
         intervals: QR steps $S$ over $[0, T]$; discard: intervals $S_0 < S$ left out.
         solver, rtol, atol, dt, max_steps: as `rankdyn.flow.solve_flow` (max_steps per interval).
-        key: PRNG key of the initial tangent vectors; chunk: trajectories vmapped together.
+        key: PRNG key of the initial tangent vectors (required); chunk: trajectories vmapped together.
         progress: show a progress bar.
 
     Returns:
@@ -128,6 +127,7 @@ def lyapunov_spectrum_flow(
         UsageError: for a bad field, ``x0``, horizon, temperature, solver settings, ``k``,
             ``intervals`` or ``discard``.
     """
+    key = check_key(key, "lyapunov_spectrum_flow")
     if not isinstance(field, FlowField):
         raise UsageError(f"field must be a rankdyn.flow.FlowField, got {type(field).__name__}.")
     if solver not in SOLVERS:
@@ -179,7 +179,7 @@ def lyapunov_spectrum_flow(
         flat,
         k,
         plan,
-        key=jr.PRNGKey(0) if key is None else key,
+        key=key,
         chunk=chunk,
         progress=progress,
         desc="lyapunov flow",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
-import jax.random as jr
 import numpy as np
 
 from .._errors import UsageError
@@ -27,7 +26,7 @@ from .._model._tokens import TokenSampler
 from .._run._simulate import _check_logits, _check_options, _strong, _validate
 from ._budget import check_tangent_memory, default_chunk
 from ._plan import check_counts, make_plan
-from ._qr import assemble, gaussian_start, jvp_columns, run_qr
+from ._qr import assemble, check_key, gaussian_start, jvp_columns, run_qr
 from ._result import LyapunovResult
 
 __all__ = ["lyapunov_spectrum", "uses_tangent_space", "spectrum_dim"]
@@ -96,7 +95,7 @@ def lyapunov_spectrum(
     k: int | None = None,
     discard: int = 0,
     qr_every: int | str = "auto",
-    key=None,
+    key,
     chunk: int | None = None,
     devices=None,
     progress: bool = False,
@@ -120,7 +119,8 @@ def lyapunov_spectrum(
         qr_every: layers between QR factorisations (an integer >= 1), or ``"auto"``: 1 to 8,
             chosen from the spread of the exponents as the run goes (`rankdyn._lyapunov._plan`;
             ``small``'s first 64 exponents get 4, a full spectrum 1).
-        key: PRNG key of the initial tangent vectors (default ``PRNGKey(0)``).
+        key: PRNG key of the initial tangent vectors (required; ``jax.random.key(0)`` or a
+            legacy ``PRNGKey``).
         chunk: trajectories advanced together (default: ~256 MiB of tangent vectors on CPU,
             and with ``devices`` at most the batch over the device count).
         devices: as `rankdyn.simulate`: whole chunks run side by side, one per device, so a
@@ -136,6 +136,7 @@ def lyapunov_spectrum(
             ``discard >= num_layers``, ``qr_every`` neither ``"auto"``
             nor >= 1, or depths that are not multiples of it.
     """
+    key = check_key(key, "lyapunov_spectrum")
     if isinstance(x0, TokenSampler):
         raise UsageError("x0 must be an array of tokens here; draw one with rankdyn.initial_tokens.")
     x0 = _validate(layer, x0, num_layers if isinstance(num_layers, (int, np.integer)) else 0, 1)
@@ -176,7 +177,7 @@ def lyapunov_spectrum(
         flat,
         k,
         plan,
-        key=jr.PRNGKey(0) if key is None else key,
+        key=key,
         chunk=chunk,
         devices=devices,
         progress=progress,

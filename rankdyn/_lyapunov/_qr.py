@@ -45,6 +45,7 @@ __all__ = [
     "QRPlan",
     "run_qr",
     "lyapunov_spectrum_map",
+    "check_key",
     "check_counts",
     "make_plan",
     "gaussian_start",
@@ -289,6 +290,21 @@ def _map_start(k: int):
     return lambda x, key: gaussian_start(key, x.shape[0], k, x.dtype)
 
 
+def check_key(key, where: str):
+    """The PRNG key of the initial tangent vectors, required: their draw is part of the result,
+    so the caller names it. New-style ``jax.random.key`` keys and legacy ``PRNGKey`` arrays
+    (uint32) both work."""
+    if key is None:
+        raise UsageError(
+            f"{where}() needs key=, the PRNG key of the initial tangent vectors: pass e.g. "
+            "key=jax.random.key(0)."
+        )
+    dtype = jnp.asarray(key).dtype
+    if not (jnp.issubdtype(dtype, jax.dtypes.prng_key) or dtype == jnp.uint32):
+        raise UsageError(f"{where}(): key= must be a jax.random.key (or a PRNGKey), got {key!r}.")
+    return key
+
+
 def lyapunov_spectrum_map(
     step: Callable,
     x0,
@@ -297,7 +313,7 @@ def lyapunov_spectrum_map(
     k: int | None = None,
     discard: int = 0,
     qr_every: int | str = "auto",
-    key=None,
+    key,
     chunk: int | None = None,
     devices=None,
     progress: bool = False,
@@ -320,7 +336,8 @@ def lyapunov_spectrum_map(
             integer ``qr_every``).
         qr_every: steps between QR factorisations (an integer >= 1), or ``"auto"``: 1 to 8,
             chosen from the spread of the exponents as the run goes (`rankdyn._lyapunov._plan`).
-        key: PRNG key of the initial tangent vectors (default ``PRNGKey(0)``).
+        key: PRNG key of the initial tangent vectors (required; ``jax.random.key(0)`` or a
+            legacy ``PRNGKey``).
         chunk: trajectories advanced together; devices: as `rankdyn.simulate` (whole chunks,
             one per device; see `rankdyn.lyapunov_spectrum`).
         progress: show a progress bar.
@@ -333,6 +350,7 @@ def lyapunov_spectrum_map(
             a non-float or non-finite ``x0``, ``k`` outside [1, m], ``discard >= num_steps``,
             ``qr_every`` neither ``"auto"`` nor >= 1, or depths that are not multiples of it.
     """
+    key = check_key(key, "lyapunov_spectrum_map")
     if not callable(step):
         raise UsageError(f"step must be a function (m,) -> (m,), got {type(step).__name__}.")
     x0 = jnp.asarray(x0)
@@ -364,7 +382,7 @@ def lyapunov_spectrum_map(
         flat,
         k,
         plan,
-        key=jr.PRNGKey(0) if key is None else key,
+        key=key,
         chunk=chunk,
         devices=devices,
         progress=progress,

@@ -28,13 +28,11 @@ import jax.random as jr
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
-from ._blocked import BLOCK_SIZE, blocked_attention_block, layer_mask
-from ._blocked import masked_softmax as masked_softmax
+from ._blocked import BLOCK_SIZE, blocked_attention_block, layer_mask, masked_softmax as masked_softmax
 from ._mask_structure import MaskStructure
 from ._masks import check_fixed_attention
 from ._mlp import GatedMLPWeights, MLPWeights
-from ._names import PLACEMENTS as PLACEMENTS
-from ._names import RESIDUAL_PLACEMENTS, default_dqk
+from ._names import PLACEMENTS as PLACEMENTS, RESIDUAL_PLACEMENTS, default_dqk
 from ._norms import AbstractNorm, SphereNorm, check_ngpt_norms, qk_normalise
 from ._placements import apply_placement, check_scheme
 from ._positions import Rotary, check_positions

@@ -17,8 +17,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ._names import QK_NAMES as QK_NAMES
-from ._names import VALUE_NAMES as VALUE_NAMES
+from ._names import QK_NAMES as QK_NAMES, VALUE_NAMES as VALUE_NAMES
 
 __all__ = [
     "orthogonal",

@@ -25,8 +25,7 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
 from ._names import METRIC_NAMES as METRIC_NAMES
-from ._spectral import _pow2_scale
-from ._spectral import singular_values as _accurate_singular_values
+from ._spectral import _pow2_scale, singular_values as _accurate_singular_values
 from ._tolerances import RANK_TOL
 
 __all__ = [

@@ -16,10 +16,12 @@ from jaxtyping import Array, Float
 
 from .._errors import UsageError
 from ._metrics import METRIC_NAMES, collapse_metrics, direction_metrics
-from ._names import ALL_METRICS as ALL_METRICS
-from ._names import CHEAP_METRICS as CHEAP_METRICS
-from ._names import SPECTRAL_METRICS as SPECTRAL_METRICS
-from ._names import parse_metrics as parse_metrics
+from ._names import (
+    ALL_METRICS as ALL_METRICS,
+    CHEAP_METRICS as CHEAP_METRICS,
+    SPECTRAL_METRICS as SPECTRAL_METRICS,
+    parse_metrics as parse_metrics,
+)
 from ._tolerances import RANK_TOL
 
 __all__ = ["MetricObserver", "ALL_METRICS", "SPECTRAL_METRICS", "CHEAP_METRICS", "parse_metrics"]

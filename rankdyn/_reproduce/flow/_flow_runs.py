@@ -5,8 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from ..._flow._plateaus import longest_plateau as longest_plateau
-from ..._flow._plateaus import plateaus as plateaus
+from ..._flow._plateaus import longest_plateau as longest_plateau, plateaus as plateaus
 
 
 def unit_starts(seed: int, batch: int, n: int, d: int, salt: int = 0) -> np.ndarray:

@@ -32,8 +32,15 @@ from .._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
 from .._observer import observe_zero_rows
 from .._runs import band, simulate_many, with_masks
 from .._target import Description, Measured, Rendered, off_json
-from ._zero_rows import LIVE_COLLAPSED, QUASI, STRONG, ZeroRowModel, mechanism_verdict, zero_row_model
-from ._zero_rows import mechanism_checks as _mechanism_checks
+from ._zero_rows import (
+    LIVE_COLLAPSED,
+    QUASI,
+    STRONG,
+    ZeroRowModel,
+    mechanism_checks as _mechanism_checks,
+    mechanism_verdict,
+    zero_row_model,
+)
 
 __all__ = [
     "NAME",

@@ -135,7 +135,7 @@ def _equilibria(sz, seed, dtype):
         if rec.classification != "stable":
             continue
         x = jnp.asarray(rec.tokens, dtype)
-        res = lyapunov_spectrum(layer, x, 300, discard=60)
+        res = lyapunov_spectrum(layer, x, 300, discard=60, key=jax.random.PRNGKey(0))
         want = np.sort(np.log(np.maximum(np.asarray(rec.moduli, float), 1e-300)))[::-1]
         keep = want > math.log(MODULUS_MIN)
         errors.append(float(np.max(np.abs(np.asarray(res.exponents)[keep] - want[keep]))))
@@ -162,7 +162,7 @@ def compute(sz: dict, seed: int) -> LyapunovRatesMeasured:
     out = {k: {} for k in ("exponents", "transverse", "log_bound", "bound_name", "log_mu_rate", "floor", "c")}
     for key, (layer, m, pl) in layers.items():
         c = d - 1 if pl == "post" else d
-        res = lyapunov_spectrum(layer, x0, depth, k=c + 2, discard=depth // 2)
+        res = lyapunov_spectrum(layer, x0, depth, k=c + 2, discard=depth // 2, key=jax.random.PRNGKey(0))
         tr = simulate(layer, x0, depth, metrics="mu,mu_rel,eps_min", chunk=x0.shape[0])
         mean = np.asarray(res.mean, float)
         mu, rel = (np.asarray(tr.summary.mean[k], float) for k in ("mu", "mu_rel"))

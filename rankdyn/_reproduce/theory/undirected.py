@@ -36,8 +36,7 @@ import jax.random as jr
 from ..._run._io import to_jsonable
 from .. import _verdict as V
 from .._target import Description, Measured, Rendered
-from . import _undirected_known as K
-from . import _undirected_search as U
+from . import _undirected_known as K, _undirected_search as U
 
 NAME = "undirected"
 CLAIM = (
