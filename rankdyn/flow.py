@@ -25,10 +25,10 @@ from ._flow._solve import FlowSolution as FlowSolution
 from ._flow._solve import solve_flow as solve_flow
 from ._flow._solve import uniform_times as uniform_times
 from ._flow._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
-from ._flow._solvers import RESULTS as RESULTS
 from ._flow._solvers import RK4 as RK4
 from ._flow._solvers import SOLVERS as SOLVERS
 from ._flow._solvers import ProjectedSolver as ProjectedSolver
+from ._results import RESULTS as RESULTS
 
 __all__ = [
     "ADAPTIVE_SOLVERS",

@@ -31,6 +31,7 @@ from jaxtyping import Array
 
 from .._errors import UsageError
 from .._observe._stats import Summary, summarize
+from .._results import RESULTS
 from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
 from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
@@ -39,10 +40,10 @@ from ._observer import FlowObserver
 from ._solvers import ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS
 from ._solvers import DEFAULT_ATOL as DEFAULT_ATOL
 from ._solvers import DEFAULT_RTOL as DEFAULT_RTOL
-from ._solvers import RESULTS, _check_positive, _solver_and_controller, host_checked_times
 from ._solvers import RK4 as RK4
 from ._solvers import SOLVERS as SOLVERS
 from ._solvers import ProjectedSolver as ProjectedSolver
+from ._solvers import _check_positive, _solver_and_controller, host_checked_times
 
 __all__ = ["solve_flow", "FlowSolution", "uniform_times"]
 
@@ -169,7 +170,7 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         result = RESULTS.promote(sol.result)
         result = RESULTS.where(
             result == RESULTS.successful,
-            RESULTS.where(broken, RESULTS.nonfinite_state, RESULTS.successful),
+            RESULTS.where(broken, RESULTS.nonfinite, RESULTS.successful),
             result,
         )
         return u[-1], saved, result, sol.stats["num_steps"]
