@@ -70,9 +70,10 @@ with warnings.catch_warnings():
             "opposite tokens averaged), so the token has no direction and its direction metrics are NaN."
         )
         underflow = (
-            "Values underflowed: a token became zero in a layer without a normalisation (its entries fell "
-            "below the dtype's range), or a Lyapunov tangent direction contracted below the dtype's "
-            "smallest normal number between two QR steps (lower qr_every)."
+            "Values underflowed: a token became zero in a layer without a normalisation (placement='none': "
+            "its entries fell below the dtype's range, or cancelled exactly), or a Lyapunov tangent "
+            "direction contracted below the dtype's smallest normal number between two QR steps (lower "
+            "qr_every)."
         )
 
 

@@ -84,7 +84,7 @@ class LyapunovResult(eqx.Module):
         mean, std, min, max: ``(k,)`` batch statistics of ``exponents`` over unflagged trajectories.
         count: how many trajectories entered the statistics.
         flags: ``(*batch,)`` bit codes: `FLAG_UNDERFLOW`, `FLAG_NONFINITE` (0 = clean); the
-            same as a `rankdyn.RESULTS` member per trajectory in ``result``.
+            property ``result`` gives them as a `rankdyn.RESULTS` member per trajectory.
         space: ``"tangent"`` (product of spheres, dimension $n(d-1)$), ``"full"`` ($\mathbb R^{nd}$)
             or ``"map"`` ($\mathbb R^m$ of a generic map).
         dim: the dimension of that space (the largest possible k).
