@@ -53,12 +53,12 @@ if _typing.TYPE_CHECKING:
         mu_relative as mu_relative,
     )
     from ._observe._stats import Summary as Summary
+    from ._results import RESULTS as RESULTS
     from ._run._devices import use_cpu_devices as use_cpu_devices
     from ._run._simulate import Trajectory as Trajectory, simulate as simulate
     from ._theory._counterexample_search import search_value_matrix as search_value_matrix
     from ._version import __version__ as __version__
     from .equilibria import (
-        RESULTS as RESULTS,
         EquilibriumSolution as EquilibriumSolution,
         StabilityReport as StabilityReport,
         equilibrium_census as equilibrium_census,

@@ -1,6 +1,6 @@
 """Equilibria of one layer map: solve, enumerate (exact / tree / joint search), deduplicate, classify.
 
-Modules, one concept each: `_solve` (`find_equilibria` on an Optimistix solver, `RESULTS`),
+Modules, one concept each: `_solve` (`find_equilibria` on an Optimistix solver; its status is `RESULTS`),
 `_symmetry` (the discrete symmetry group), `_dedupe` (classes modulo symmetry), `_exact` (the
 exact census of the paper's system), `_tree` (token-by-token search for acyclic masks),
 `_joint` (the joint batched search with deflation), `_continuation` (`continue_branch`: pseudo-arclength
@@ -37,7 +37,6 @@ from ._equilibria._results import (
     TreeResult as TreeResult,
 )
 from ._equilibria._solve import (
-    RESULTS as RESULTS,
     EquilibriumSolution as EquilibriumSolution,
     default_residual_tol as default_residual_tol,
     equilibrium_rank as equilibrium_rank,
@@ -54,3 +53,7 @@ from ._equilibria._stability import (
     stability as stability,
 )
 from ._equilibria._symmetry import symmetric_images as symmetric_images, symmetry_group as symmetry_group
+
+# One status enumeration for every solver and run (rankdyn/_results.py); `BRANCH_RESULTS` (the
+# status of `continue_branch`, rankdyn/_equilibria/_branch.py) is the same object.
+from ._results import RESULTS as RESULTS

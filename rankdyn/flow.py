@@ -33,11 +33,11 @@ from ._flow._solve import (
 )
 from ._flow._solvers import (
     ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
-    RESULTS as RESULTS,
     RK4 as RK4,
     SOLVERS as SOLVERS,
     ProjectedSolver as ProjectedSolver,
 )
+from ._results import RESULTS as RESULTS
 
 __all__ = [
     "ADAPTIVE_SOLVERS",

@@ -3,7 +3,8 @@ r"""Typed results of `continue_branch`: one `Branch` of equilibria and its `Bifu
 A branch is the curve $\{(X, p) : F_p(X) = X\}$ followed by pseudo-arclength continuation
 (`rankdyn._equilibria._arclength`); its points, parameters, multipliers and stability are arrays
 with the point index in front, and its located bifurcations a tuple of `Bifurcation`. The status
-of the whole branch is a `BRANCH_RESULTS` member, in the style of `RESULTS`.
+of the whole branch is a member of the one `rankdyn.RESULTS` (``parameter_end`` when it reached the
+end of the parameter interval); `BRANCH_RESULTS` is that same enumeration.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import equinox as eqx
 import numpy as np
+
+from .._results import RESULTS
 
 __all__ = ["BRANCH_RESULTS", "BIFURCATION_KINDS", "Bifurcation", "Branch", "branch_status"]
 
@@ -20,30 +22,20 @@ __all__ = ["BRANCH_RESULTS", "BIFURCATION_KINDS", "Bifurcation", "Branch", "bran
 BIFURCATION_KINDS = ("fold", "branch-point", "period-doubling", "neimark-sacker")
 
 
-class BRANCH_RESULTS(eqx.Enumeration):  # noqa: N801 (named like RESULTS)
-    """How a branch of `continue_branch` ended."""
-
-    parameter_end = (
-        "The branch reached an end of the parameter interval [min(p_start, p_end), max(p_start, p_end)]; "
-        "its last point is solved at that end exactly."
-    )
-    max_steps_reached = "The branch took max_steps continuation steps before leaving the parameter interval."
-    newton_failed = (
-        "The Newton corrector on the bordered system did not converge, even at the smallest step ds_min: "
-        "the branch may end here (a singular point the corrector cannot pass) or need a smaller ds_min."
-    )
-    nonfinite = "The layer returned a non-finite value or a zero row (LN undefined) along the branch."
-
+#: The status of a branch: the one `rankdyn.RESULTS` (rankdyn/_results.py) under the name it had.
+#: A branch succeeds with ``parameter_end``; ``max_steps_reached``, ``newton_failed`` and
+#: ``nonfinite`` (a non-finite value or a zero row, LN undefined, along the branch) end it early.
+BRANCH_RESULTS = RESULTS
 
 _STATUS = ("parameter_end", "max_steps_reached", "newton_failed", "nonfinite")
 
 
 def branch_status(result) -> str:
-    """The name of a `BRANCH_RESULTS` member (host side)."""
+    """The name of the `RESULTS` member a branch ended with (host side)."""
     for name in _STATUS:
-        if bool(result == getattr(BRANCH_RESULTS, name)):
+        if bool(result == getattr(RESULTS, name)):
             return name
-    raise ValueError(f"not a BRANCH_RESULTS member: {result!r}")
+    raise ValueError(f"not a status a branch ends with ({', '.join(_STATUS)}): {result!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -124,7 +116,7 @@ class Branch:
         residuals: ``(k,)`` $\|F_p(X) - X\|_F$.
         arclength: ``(k,)`` cumulative pseudo-arclength $s$.
         bifurcations: the located `Bifurcation` points, in branch order.
-        result: a `BRANCH_RESULTS` member; ``status`` is its name.
+        result: a `RESULTS` member (``parameter_end`` on success); ``status`` is its name.
         symmetry_dims: the number of multipliers $+1$ quotiented out (orbit dimension of the
             continuous symmetries commuting with the layer).
         neutral_dims: the number of directions in the kernel of the bordered system beyond the
@@ -161,7 +153,7 @@ class Branch:
     @property
     def message(self) -> str:
         """The explanation of ``result``."""
-        return BRANCH_RESULTS[self.result]
+        return RESULTS[self.result]
 
     def __len__(self) -> int:
         return int(self.params.shape[0])

@@ -18,6 +18,7 @@ from jaxtyping import ArrayLike, Float
 
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
+from .._results import RESULTS
 from .._run._progress import progress_bar
 from ._arclength import (
     LayerFamily,
@@ -32,7 +33,7 @@ from ._arclength import (
     tangent_at,
 )
 from ._bifurcations import Step, below_resolution, locate_turn
-from ._branch import BRANCH_RESULTS, Branch
+from ._branch import Branch
 from ._maps import MapFamily, check_map_start, check_period
 from ._quotient import commuting_rotations
 
@@ -107,8 +108,8 @@ def continue_branch(
     rounding, and its point is known only to the bracket.
 
     Returns:
-        A `Branch`; ``result`` is `BRANCH_RESULTS` ``parameter_end``, ``max_steps_reached``,
-        ``newton_failed`` or ``nonfinite``.
+        A `Branch`; ``result`` is the `rankdyn.RESULTS` member ``parameter_end`` (success),
+        ``max_steps_reached``, ``newton_failed`` or ``nonfinite``.
 
     Raises:
         UsageError: if ``p_start == p_end``, the start is non-finite, misshapen or not an
@@ -181,7 +182,7 @@ def continue_branch(
     neutral = 0 if extra == 0 else max(extra, int(np.sum(np.abs(eig0 - 1) <= 1e-3)))
     pts, tans, eigs, arcs = [pt], [tangent], [eig0], [0.0]
     bifs = []
-    result = BRANCH_RESULTS.max_steps_reached
+    result = RESULTS.max_steps_reached
     bar = progress_bar(total=max_steps, desc=f"branch in {param_name}", disable=not progress, leave=False)
     step = ds
     while len(pts) <= max_steps:
@@ -213,11 +214,11 @@ def continue_branch(
             turned = float(new_tan[0] @ tx + new_tan[1] * tp) < math.cos(max_turn)
         if new is None or turned:
             if why == "nonfinite" and step <= ds_min:
-                result = BRANCH_RESULTS.nonfinite
+                result = RESULTS.nonfinite
                 break
             step *= 0.5
             if step < ds_min:
-                result = BRANCH_RESULTS.newton_failed
+                result = RESULTS.newton_failed
                 break
             continue
         eig = reduced_multipliers(new, n)
@@ -252,7 +253,7 @@ def continue_branch(
         bar.update(1)
         bar.set_postfix({param_name: f"{new.p:.6g}"}, refresh=False)
         if at_end:
-            result = BRANCH_RESULTS.parameter_end
+            result = RESULTS.parameter_end
             break
         if iters <= 3:
             step = min(step * 1.5, ds_max)

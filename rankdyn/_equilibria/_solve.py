@@ -55,6 +55,7 @@ from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._placements import fixed_point_layer, on_spheres
 from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, default_residual_tol
+from .._results import RESULTS
 from ._deflation import _log_deflation, _rank_penalty, _retract
 
 __all__ = [
@@ -69,24 +70,10 @@ __all__ = [
 ]
 
 
-class RESULTS(optx.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
-    r"""Status of one start of `find_equilibria`: Optimistix's results plus two of ours.
-
-    ``successful`` means $\|F(X) - X\|_F \le$ ``residual_tol`` (not merely that the solver
-    stopped); the solver's own outcomes (``max_steps_reached``, ``singular``, ``nonfinite``, ...)
-    are promoted from ``optx.RESULTS``.
-    """
-
-    residual_above_tolerance = (
-        "The solver converged (its step criterion was met) at a point whose residual ||F(X) - X||_F is "
-        "above residual_tol: a local minimum of the residual, not an equilibrium. Try more starts."
-    )
-    degenerate_normalisation = (
-        "A normalisation met a zero row (LN is undefined there). Such a point is not an equilibrium."
-    )
-
-
-# Every status, in a fixed order (host-side reporting compares with each; no private internals).
+# The status of one start is a member of the one `rankdyn.RESULTS` (rankdyn/_results.py):
+# ``successful`` means ||F(X) - X||_F <= residual_tol (not merely that the solver stopped); the
+# solver's own outcomes are promoted from ``optx.RESULTS``. Every status a start can end with,
+# in a fixed order (host-side reporting compares with each; no private internals).
 _STATUS = (
     "successful",
     "max_steps_reached",

@@ -31,6 +31,7 @@ from jaxtyping import Array
 
 from .._errors import UsageError
 from .._observe._stats import Summary, summarize
+from .._results import RESULTS
 from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
 from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
@@ -40,7 +41,6 @@ from ._solvers import (
     ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
     DEFAULT_ATOL as DEFAULT_ATOL,
     DEFAULT_RTOL as DEFAULT_RTOL,
-    RESULTS,
     RK4 as RK4,
     SOLVERS as SOLVERS,
     ProjectedSolver as ProjectedSolver,
@@ -174,7 +174,7 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         result = RESULTS.promote(sol.result)
         result = RESULTS.where(
             result == RESULTS.successful,
-            RESULTS.where(broken, RESULTS.nonfinite_state, RESULTS.successful),
+            RESULTS.where(broken, RESULTS.nonfinite, RESULTS.successful),
             result,
         )
         return u[-1], saved, result, sol.stats["num_steps"]

@@ -4,7 +4,9 @@ r"""The solvers of the flow: Diffrax solver and step-size-controller objects, or
 take a fixed step ``dt`` and project back to the sphere after every step (`ProjectedSolver`),
 $x_i \leftarrow x_i / |x_i|$, as the peers' scripts integrate. `solve_flow` also takes any
 `diffrax.AbstractSolver` with any `diffrax.AbstractStepSizeController`, as `diffrax.diffeqsolve`
-does. `RESULTS` is the status of one trajectory.
+does. The status of one trajectory is a member of the one `rankdyn.RESULTS` (rankdyn/_results.py):
+``successful`` when every interval was integrated within ``max_steps`` and every saved state and
+metric is finite with no zero token, ``nonfinite`` when not, Diffrax's own outcomes promoted.
 """
 
 from __future__ import annotations
@@ -18,25 +20,11 @@ import numpy as np
 
 from .._errors import UsageError
 
-__all__ = ["RESULTS", "SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "ProjectedSolver"]
+__all__ = ["SOLVERS", "ADAPTIVE_SOLVERS", "RK4", "ProjectedSolver"]
 
 SOLVERS = ("tsit5", "dopri5", "euler", "rk4")
 ADAPTIVE_SOLVERS = ("tsit5", "dopri5")
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-6, 1e-8
-
-
-class RESULTS(diffrax.RESULTS):  # pyright: ignore[reportGeneralTypeIssues]
-    """Status of one trajectory of `solve_flow`: Diffrax's results plus one of ours.
-
-    ``successful`` means every interval was integrated within ``max_steps`` and every saved state
-    and metric is finite with no zero token; Diffrax's own outcomes (``max_steps_reached``, ...) are
-    promoted from ``diffrax.RESULTS``. The first failure met along the trajectory is kept.
-    """
-
-    nonfinite_state = (
-        "A saved state or recorded metric became NaN or infinite, or a token became zero (it has no "
-        "direction on the sphere). Try a smaller step or tighter tolerances."
-    )
 
 
 class RK4(diffrax.AbstractERK):

@@ -9,6 +9,7 @@ batch statistics, never averaged in silently.
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import numpy as np
 from jaxtyping import Array, Float, Int
 
@@ -82,7 +83,8 @@ class LyapunovResult(eqx.Module):
             convergence.
         mean, std, min, max: ``(k,)`` batch statistics of ``exponents`` over unflagged trajectories.
         count: how many trajectories entered the statistics.
-        flags: ``(*batch,)`` bit codes: `FLAG_UNDERFLOW`, `FLAG_NONFINITE` (0 = clean).
+        flags: ``(*batch,)`` bit codes: `FLAG_UNDERFLOW`, `FLAG_NONFINITE` (0 = clean); the
+            property ``result`` gives them as a `rankdyn.RESULTS` member per trajectory.
         space: ``"tangent"`` (product of spheres, dimension $n(d-1)$), ``"full"`` ($\mathbb R^{nd}$)
             or ``"map"`` ($\mathbb R^m$ of a generic map).
         dim: the dimension of that space (the largest possible k).
@@ -113,6 +115,17 @@ class LyapunovResult(eqx.Module):
     @property
     def k(self) -> int:
         return int(self.exponents.shape[-1])
+
+    @property
+    def result(self):
+        """``(*batch,)`` each trajectory's status, a member of the one `rankdyn.RESULTS`, read from
+        ``flags``: ``nonfinite`` where `FLAG_NONFINITE` is set (whatever else is), else
+        ``underflow`` where `FLAG_UNDERFLOW` is, else ``successful``."""
+        from .._results import RESULTS, results_where  # Optimistix and Diffrax load only when used
+
+        flags = self.flags if isinstance(self.flags, jax.core.Tracer) else np.asarray(self.flags)
+        under = results_where((flags & FLAG_UNDERFLOW) != 0, RESULTS.underflow, RESULTS.successful)
+        return results_where((flags & FLAG_NONFINITE) != 0, RESULTS.nonfinite, under)
 
     @property
     def num_flagged(self) -> int:

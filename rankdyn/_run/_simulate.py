@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -53,6 +54,12 @@ class Trajectory(eqx.Module):
             tokens averaged; such trajectories are kept), or None without per-trajectory values.
         nonfinite: ``(*batch,)`` True where a state or a recorded metric became NaN or infinite,
             or None without per-trajectory values.
+        result: ``(*batch,)`` the status of each trajectory, a member of the one `rankdyn.RESULTS`
+            (`status_of`), or None without per-trajectory values: ``nonfinite`` where
+            ``nonfinite``; else where ``degenerate``, ``underflow`` for a layer without a
+            normalisation (``placement="none"``: a zero token there underflowed or cancelled
+            exactly) and ``degenerate`` for one with (a normalisation met a zero row);
+            ``successful`` otherwise.
     """
 
     layers: Int[Array, " s"]
@@ -61,6 +68,24 @@ class Trajectory(eqx.Module):
     states: Float[Array, "*batch s n d"] | None
     degenerate: Bool[Array, "*batch"] | None
     nonfinite: Bool[Array, "*batch"] | None
+    # A `rankdyn.RESULTS` member (Any: rankdyn/_results.py imports Optimistix and Diffrax, which a
+    # run that keeps no per-trajectory values need not load).
+    result: Any = None
+
+
+def status_of(nonfinite, degenerate, placement: str):
+    """Each trajectory's `rankdyn.RESULTS` member from its flags (the rule of `Trajectory.result`).
+
+    ``degenerate`` folds two causes the scan records together: a normalisation that met a zero row
+    and a zero token at a saved layer. Without a normalisation (``placement="none"``) no
+    normalisation runs, so every degenerate trajectory is a zero token: ``underflow`` (the CLI's
+    ``underflow`` count, `rankdyn._commands.simulate`); with one, ``degenerate``. No number of the
+    run is recomputed.
+    """
+    from .._results import RESULTS, results_where  # Optimistix and Diffrax load only when used
+
+    zero = RESULTS.underflow if placement == "none" else RESULTS.degenerate
+    return results_where(nonfinite, RESULTS.nonfinite, results_where(degenerate, zero, RESULTS.successful))
 
 
 def _strong(v):
@@ -376,11 +401,13 @@ def simulate(
             layers=layers, summary=summary, metrics=None, states=None, degenerate=None, nonfinite=None
         )
     shape = lambda v: v.reshape(batch_shape + v.shape[1:])  # noqa: E731
+    degenerate, nonfinite = shape(per["degenerate"]), shape(per["nonfinite"])
     return Trajectory(
         layers=layers,
         summary=summary,
         metrics={k: shape(v) for k, v in per["values"].items()} if "values" in per else None,
         states=shape(per["states"]) if save_states else None,
-        degenerate=shape(per["degenerate"]),
-        nonfinite=shape(per["nonfinite"]),
+        degenerate=degenerate,
+        nonfinite=nonfinite,
+        result=status_of(nonfinite, degenerate, layer.placement),
     )
