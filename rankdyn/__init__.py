@@ -50,7 +50,6 @@ if _typing.TYPE_CHECKING:
         collapse_metrics as collapse_metrics,
         mu as mu,
         mu_normalized as mu_normalized,
-        mu_relative as mu_relative,
     )
     from ._observe._stats import Summary as Summary
     from ._results import RESULTS as RESULTS

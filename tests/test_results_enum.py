@@ -8,6 +8,7 @@ normalisation, a map that overflows and one whose tangent falls below the smalle
 
 import diffrax
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
@@ -94,6 +95,8 @@ def test_every_result_compares_with_the_one_enumeration():
 
     # Lyapunov, x -> x^2: 1 is a fixed point, from 2 it overflows, from 1e-200 the tangent
     # vector (2x) falls below the smallest normal double.
-    lyap = rd.lyapunov_spectrum_map(lambda x: x * x, jnp.array([[1.0], [2.0], [1e-200]]), 40)
+    lyap = rd.lyapunov_spectrum_map(
+        lambda x: x * x, jnp.array([[1.0], [2.0], [1e-200]]), 40, key=jax.random.key(0)
+    )
     assert _names(lyap.result) == ["successful", "nonfinite", "underflow"]
     assert np.asarray(lyap.flags).tolist() == [0, FLAG_NONFINITE, FLAG_UNDERFLOW]  # the bits are kept
