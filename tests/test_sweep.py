@@ -277,3 +277,40 @@ def test_ulp_distance_counts_units_in_the_last_place():
     assert ulp_distance([0.1, np.nan], [0.1, np.nan]) == 0.0
     assert ulp_distance([0.1], [np.nan]) == np.inf  # NaN must match NaN
     assert ulp_distance([1e-17], [2e-17]) > 4  # a relative error of 1 is far from 4 ulps
+
+
+_MASKS_BY_TEMPERATURE = """
+name = "masks by temperature"
+[axes]
+mask = ["causal", "complete"]
+dqk = [1.0, 4.0]
+[fixed]
+n = 4
+d = 3
+layers = 2
+batch = 2
+save_every = 1
+[observe]
+per_layer = ["mu"]
+final = ["mu"]
+"""
+
+
+@pytest.mark.slow
+def test_float32_sweep_is_stored_in_float32_and_graph_over_mask_axes_only(tmp_path):
+    """Without --x64 the stored values are float32 (they were float64 copies of float32 numbers);
+    the mask's graph quantities carry the mask axis only, not the temperature's."""
+    config = tmp_path / "s.toml"
+    config.write_text(_MASKS_BY_TEMPERATURE)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "rankdyn.cli", "sweep", str(config), "--out", str(out), "--no-plots"]
+    proc = subprocess.run([*cmd, "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ds = xr.open_dataset(out / "sweep.nc", engine=NETCDF_ENGINE)
+    assert ds.attrs["dtype"] == "float32"
+    assert ds["mu"].dtype == np.float32 and ds["final_mu"].dtype == np.float32
+    assert ds["mu"].dims == ("mask", "dqk", "layer", "stat")
+    for name in ("radius", "strongly_connected", "quasi_strongly_connected", "num_centers"):
+        assert ds[name].dims == ("mask",), name
+    assert ds["radius"].sel(mask="causal").item() == 1.0 and ds["radius"].sel(mask="complete").item() == 1.0
+    assert ds["num_centers"].sel(mask="complete").item() == 4

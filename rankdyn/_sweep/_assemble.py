@@ -43,7 +43,9 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
             NaN where that curve is NaN at a layer of the fit window (all trajectories non-finite).
         ``nonfinite``, ``degenerate``: ``(A...)`` counts of such trajectories.
         ``radius``, ``strongly_connected``, ``quasi_strongly_connected``, ``num_centers``:
-            ``(A...)``, the mask graph of each cell (``docs/theory.md#masks-as-graphs``).
+            the mask graph (``docs/theory.md#masks-as-graphs``), over only the sweep axes that
+            change the mask (``mask``, ``n``, ``window``, ...; no dims when none does).
+    The per-layer and final values are stored in the run's dtype.
     Cells with fewer layers (or samples) than the largest are padded with NaN.
     Attributes: ``config`` (TOML text), ``config_hash``, ``normalized_config`` (JSON),
     ``versions`` (JSON), ``provenance`` (JSON: device, time of the first run), ``devices_per_chunk``
@@ -61,8 +63,10 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     layer_coord = np.arange(0, max_layers + 1, save_every)
     max_batch = max(g["batch"] for g, _ in plan.groups)
     names = tuple(cfg.per_layer) + ("eps_min",)
-    series = {k: np.full((ncell, len(layer_coord), 2), np.nan) for k in names}
-    finals = {k: np.full((ncell, max_batch), np.nan) for k in cfg.final}
+    # Stored in the run's dtype: a float32 sweep's values are float32 numbers.
+    dtype = _dtype_of(cfg, out)
+    series = {k: np.full((ncell, len(layer_coord), 2), np.nan, dtype) for k in names}
+    finals = {k: np.full((ncell, max_batch), np.nan, dtype) for k in cfg.final}
     counts = {k: np.zeros(ncell, np.int64) for k in ("nonfinite", "degenerate")}
     devices_per_chunk = []
     for i, (_, chunk_cells) in enumerate(plan.chunks):
@@ -125,8 +129,16 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     for k, v in finals.items():
         variables[f"final_{k}"] = (dims + ("sample",), v.reshape(shape + v.shape[1:]))
     variables["mu_rate"] = (dims, rate.reshape(shape))
-    for k, v in (counts | graph).items():
+    for k, v in counts.items():
         variables[k] = (dims, v.reshape(shape))
+    # The mask's graph quantities vary only along the axes that change the mask.
+    mask_axes = tuple(a for a in dims if a in _MASK_KEYS)
+    for k, v in graph.items():
+        v = v.reshape(shape)
+        for axis in reversed(range(len(dims))):
+            if dims[axis] not in _MASK_KEYS:
+                v = np.take(v, 0, axis=axis)
+        variables[k] = (mask_axes, v)
     manifest = json.loads((out / "manifest.json").read_text())
     attrs = {
         "name": cfg.name,
@@ -151,6 +163,10 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         "radius r of the mask graph (``docs/theory.md#masks-as-graphs``); NaN if not quasi-strongly connected"
     )
     return ds
+
+
+#: The cell parameters that decide the mask (`cell_mask`), hence its graph quantities.
+_MASK_KEYS = ("mask", "n", "window", "dilation", "num_global", "mask_p", "mask_seed")
 
 
 def _dtype_of(cfg: SweepConfig, out: Path):
