@@ -29,7 +29,7 @@ from ._mask_structure import MaskStructure, as_structure
 from ._masks import mask_from_adjacency
 from ._names import ATTENTION_MODES
 from ._norms import qk_normalise
-from ._products import _add_bias, _head_einsum, _project
+from ._products import _add_bias, _head_einsum, _merge_heads, _project
 
 __all__ = [
     "masked_softmax",
@@ -266,9 +266,4 @@ def blocked_attention_block(layer, x_att, x_in, w, prec):
         q, k = layer.rotary(q), layer.rotary(k)
     xv = parts[2] if same else _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
     heads, eps_min = _online_softmax(layer, q, k, xv, prec)
-    if w.w_o is None:
-        return heads[0], eps_min
-    sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x_in.shape[0], -1), w.w_o, precision=prec)
-    if w.b_o is not None:
-        sa = sa + w.b_o[None, :]
-    return sa, eps_min
+    return _merge_heads(heads, w, prec), eps_min

@@ -36,7 +36,7 @@ from ._names import PLACEMENTS as PLACEMENTS, RESIDUAL_PLACEMENTS, default_dqk
 from ._norms import AbstractNorm, SphereNorm, check_ngpt_norms, qk_normalise
 from ._placements import apply_placement, check_scheme
 from ._positions import Rotary, check_positions
-from ._products import _add_bias, _fold_qk, _head_einsum, _project
+from ._products import _add_bias, _fold_qk, _head_einsum, _merge_heads, _project
 
 __all__ = [
     "SelfAttentionLayer",
@@ -378,13 +378,7 @@ class SelfAttentionLayer(eqx.Module):
         # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
         if xv is None:
             xv = _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
-        heads = _head_einsum("hnm,hme->hne", a, xv, prec)
-        if w.w_o is None:
-            return heads[0], eps_min
-        sa = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(x_in.shape[0], -1), w.w_o, precision=prec)
-        if w.b_o is not None:
-            sa = sa + w.b_o[None, :]
-        return sa, eps_min
+        return _merge_heads(_head_einsum("hnm,hme->hne", a, xv, prec), w, prec), eps_min
 
     def __call__(
         self, x: Float[Array, "n d"], t=0, *, key: PRNGKeyArray | None = None

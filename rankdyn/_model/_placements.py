@@ -93,12 +93,9 @@ def _sublayer(scheme, layer, x, t, f, n):
     if scheme == "post":
         out = f(x, x)
         return n(x + out if layer.skip else out)
+    h_att, h = _inputs(scheme, layer, x, t, n)
     if scheme == "lns":
-        # LayerNorm Scaling: the normalised input shrinks as 1/sqrt(t + 1) with depth.
-        h = n(x) / jnp.sqrt(jnp.asarray(t, x.dtype) + 1)
-        return x + f(h if layer.attention_from_normalized else x, h)
-    h = n(x)
-    h_att = h if layer.attention_from_normalized else x
+        return x + f(h_att, h)
     if scheme == "pre":
         out = f(h_att, h)
         return x + out if layer.skip else out
@@ -112,6 +109,17 @@ def _sublayer(scheme, layer, x, t, f, n):
     raise ValueError(f"unknown placement {scheme!r}")
 
 
+def _inputs(scheme, layer, x, t, n):
+    """``(x_att, x_in)`` a sub-block reads under ``scheme``: the scores' tokens and the values'."""
+    if scheme in ("none", "post"):
+        return x, x
+    h = n(x)
+    if scheme == "lns":
+        # LayerNorm Scaling: the normalised input shrinks as 1/sqrt(t + 1) with depth.
+        h = h / jnp.sqrt(jnp.asarray(t, x.dtype) + 1)
+    return (h if layer.attention_from_normalized else x), h
+
+
 def attention_input(layer, x, t, w):
     """The tokens the attention sub-block of depth ``t`` computes its scores from (eval mode): what
     `_sublayer` hands it, for measurements of $A^{(t)}$ such as attention sinks."""
@@ -123,10 +131,7 @@ def attention_input(layer, x, t, w):
 
 
 def _attention_input(scheme, layer, x, t, w):
-    if scheme in ("none", "post") or not layer.attention_from_normalized:
-        return x
-    h = layer._norm(w, "attn")(x)[0]
-    return h / jnp.sqrt(jnp.asarray(t, x.dtype) + 1) if scheme == "lns" else h
+    return _inputs(scheme, layer, x, t, lambda v: layer._norm(w, "attn")(v)[0])[0]
 
 
 def check_scheme(placement: str, mix_layers, ngpt_alpha):

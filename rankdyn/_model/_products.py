@@ -65,3 +65,13 @@ def _fold_qk(n: int, d: int, dk: int) -> bool:
     (e.g. folded for n=32, d=d_k=64; not for BERT's d=768, d_k=64).
     """
     return 2 * n * d * d + 2 * n * n * d < 4 * n * d * dk + 2 * n * n * dk
+
+
+def _merge_heads(heads, w, precision):
+    """Per-head outputs ``(h, n, d_v)`` -> the sub-block's output: the one head itself without
+    $W_O$, else the heads concatenated and projected by $W_O$ (plus $b_O$)."""
+    if w.w_o is None:
+        return heads[0]
+    n = heads.shape[1]
+    out = jnp.matmul(jnp.moveaxis(heads, 0, 1).reshape(n, -1), w.w_o, precision=precision)
+    return out if w.b_o is None else out + w.b_o[None, :]

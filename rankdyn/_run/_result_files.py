@@ -30,7 +30,8 @@ __all__ = ["RESULT_MANIFEST", "recording_result", "result_files", "verified_resu
 RESULT_MANIFEST = "rankdyn-result.json"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -82,7 +83,7 @@ def recording_result(folder, command: str) -> Iterator[None]:
         _recorded["paths"] = None
     if not written:
         return
-    files = {name: _sha256(folder / name) for name in written}
+    files = {name: file_sha256(folder / name) for name in written}
     write_json(folder / RESULT_MANIFEST, {"command": command, "files": files})
     for name in sorted(set(previous) - set(files) - {RESULT_MANIFEST}):
         with contextlib.suppress(OSError):  # listed by the previous result: rankdyn wrote it
@@ -107,7 +108,7 @@ def verified_result_file(folder, name: str, flag: str = "DIR") -> Path:
             f"{flag} {folder}: {name} is not part of the result listed in {RESULT_MANIFEST}; "
             "re-run the command that wrote the folder."
         )
-    if not path.is_file() or _sha256(path) != files[name]:
+    if not path.is_file() or file_sha256(path) != files[name]:
         raise UsageError(
             f"{flag} {folder}: {name} does not match {RESULT_MANIFEST} (a run was interrupted or ran "
             "out of space while replacing this result); re-run the command that wrote the folder."

@@ -361,7 +361,7 @@ def run_batch(
     accs = [empty_acc(observe, source, eps, nb + (i == 0)) for i, nb in enumerate(sizes)]
     for start in range(0, num, step):
         plan = DepthPlan(sizes[0], save_every, True, per_trajectory, save_states, eps)
-        state, values, ok, states, accs[0] = _first(
+        state, values, _, states, accs[0] = _first(
             layer,
             observe,
             source,
@@ -374,18 +374,17 @@ def run_batch(
             accs[0],
         )
         check_interrupt()  # after the first piece's compile and between chunks
-        value_parts, ok_parts, state_parts = [values], [ok], [states]
+        value_parts, state_parts = [values], [states]
         b = sizes[0]
         if bar is not None:
             bar.update(min(step, num - start) * b * save_every)
         for i, nb in enumerate(sizes[1:], 1):
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
-            state, v, o, st, accs[i] = _advance(
+            state, v, _, st, accs[i] = _advance(
                 layer, observe, state, jax.device_put(np.asarray(b)), plan, mesh, accs[i]
             )
             check_interrupt()
             value_parts.append(v)
-            ok_parts.append(o)
             state_parts.append(st)
             b += nb
             if bar is not None:

