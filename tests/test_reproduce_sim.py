@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rankdyn
 import rankdyn._reproduce as ex
 from rankdyn._reproduce import run_target
 from rankdyn._reproduce._masktable import PAPER_MASKS
@@ -306,6 +307,16 @@ def test_resolve_targets_order_and_errors():
     for mix in (["all", "foo"], ["all", "geometry"], ["foo", "all"]):
         with pytest.raises(ValueError, match="'all' cannot be combined"):
             ex.resolve_targets(mix)
+
+
+def test_extended_tier_is_left_out_of_all_and_added_by_the_flag(monkeypatch):
+    names = list(ex.TARGETS)
+    monkeypatch.setattr(ex, "EXTENDED_TARGETS", (names[1],))
+    assert ex.resolve_targets(["all"]) == [names[0], *names[2:]]
+    assert ex.resolve_targets(["all"], extended=True) == names
+    assert ex.resolve_targets([names[1]]) == [names[1]]  # by name it runs without the flag
+    with pytest.raises(rankdyn.UsageError, match="--extended"):
+        ex.resolve_targets([names[0]], extended=True)
 
 
 @pytest.mark.parametrize("argv", [["no-such-target"], ["all", "foo"]])

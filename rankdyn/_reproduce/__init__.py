@@ -29,6 +29,7 @@ from ._report import render_target, write_report
 __all__ = [
     "TARGETS",
     "CHECKPOINT_TARGETS",
+    "EXTENDED_TARGETS",
     "VERDICTS",
     "CLAIM_VERDICTS",
     "OPEN_QUESTION_VERDICTS",
@@ -50,6 +51,9 @@ TARGETS: dict[str, str] = {t.name: t.module for t in REGISTRY}
 #: `rankdyn.checkpoints.Checkpoint`; default MiniLM when installed).
 CHECKPOINT_TARGETS = tuple(t.name for t in REGISTRY if t.needs_checkpoint)
 
+#: The extended tier: targets beyond the paper that ``all`` leaves out (``--extended`` adds them).
+EXTENDED_TARGETS = tuple(t.name for t in REGISTRY if t.extended)
+
 #: The verdicts a claim of the paper may get (computed from its numbers, never hard-coded).
 #: "not testable here" means the target could not run what its checks need on this machine
 #: (e.g. no trained checkpoint installed); it is never a failure of the claim.
@@ -66,25 +70,38 @@ VERDICTS = CLAIM_VERDICTS + OPEN_QUESTION_VERDICTS
 RESULT_KEYS = ("name", "claim", "setting", "measured", "verdict", "criterion", "figures", "notes")
 
 
-def resolve_targets(names) -> list[str]:
-    """Expand ``[]`` / ``["all"]`` to every target and validate names, keeping the issue's order.
+def resolve_targets(names, extended: bool = False) -> list[str]:
+    """Expand ``[]`` / ``["all"]`` to the main job's targets and validate names, in registry order.
+
+    Arguments:
+        names: target names, or ``["all"]`` (the default when empty).
+        extended: ``all`` also covers the extended tier (`EXTENDED_TARGETS`); with named targets it
+            would be ignored, so it is refused.
 
     Raises:
-        ValueError: for an unknown name (listing the valid ones), or "all" mixed with other names.
+        UsageError: for an unknown name (listing the valid ones), "all" mixed with other names, or
+            ``extended`` with named targets.
     """
+    from .._errors import UsageError
+
     names = list(names or ["all"])
     unknown = [n for n in names if n != "all" and n not in TARGETS]
     if "all" in names and (unknown or len(names) > 1):
-        raise ValueError(
+        raise UsageError(
             f"'all' cannot be combined with other names (got {', '.join(map(repr, names))}); "
             "pass 'all' alone "
             f"or a list of targets from: {', '.join(TARGETS)}."
         )
     if "all" in names:
-        return list(TARGETS)
+        return [n for n in TARGETS if extended or n not in EXTENDED_TARGETS]
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"unknown target(s) {', '.join(map(repr, unknown))}; valid targets: all, {', '.join(TARGETS)}."
+        )
+    if extended:
+        raise UsageError(
+            "--extended adds the extended tier to 'all'; with named targets it would be ignored: "
+            "drop --extended, or name the extended targets you want."
         )
     seen = set(names)
     return [n for n in TARGETS if n in seen]
