@@ -35,7 +35,7 @@ def branch_status(result) -> str:
     for name in _STATUS:
         if bool(result == getattr(RESULTS, name)):
             return name
-    raise ValueError(f"not a status a branch ends with ({', '.join(_STATUS)}): {result!r}")
+    raise RuntimeError(f"not a status a branch ends with ({', '.join(_STATUS)}): {result!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
