@@ -59,7 +59,7 @@ def resolve_mesh(devices) -> Mesh | None:
         if devices.axis_names != (BATCH_AXIS,):
             raise UsageError(
                 f"the mesh must be one-dimensional with axis {BATCH_AXIS!r}, got axes {devices.axis_names}; "
-                "build it with rankdyn.internal.batch_mesh()."
+                "build it with rankdyn.sweep.batch_mesh()."
             )
         return devices
     if devices == "all":
