@@ -32,7 +32,7 @@ if _typing.TYPE_CHECKING:
         theory as theory,
         weights as weights,
     )
-    from ._errors import UsageError as UsageError
+    from ._errors import SolveError as SolveError, UsageError as UsageError
     from ._lyapunov._layer import lyapunov_spectrum as lyapunov_spectrum
     from ._lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
     from ._model._build import make_layer as make_layer

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import rankdyn as rd
 from rankdyn._reproduce.flow import flow_causal, flow_clustering, flow_limit, flow_metastability
 from rankdyn._reproduce.flow._flow_runs import longest_plateau, plateaus
 from rankdyn.cli import main
@@ -100,7 +101,7 @@ def test_step_limit_is_reported(tmp_path, capsys):
     assert int(sol.steps_limit_hit) == 2
     assert np.asarray(sol.result == RESULTS.max_steps_reached).tolist() == [True, True]
     assert not np.any(np.asarray(sol.successful))
-    with pytest.raises(RuntimeError, match="2 trajectory"):
+    with pytest.raises(rd.SolveError, match="2 trajectory"):
         solve_flow(f, x0, 50.0, beta=1.0, saves=3, solver="rk4", dt=0.1, max_steps=5, throw=True)
 
 

@@ -241,7 +241,7 @@ def run(args) -> int:
 
     config = _check(args)
     name = args.param
-    k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
+    k_layer, k_x0 = jr.split(jr.key(args.seed))
 
     def family(v):
         return build_layer(k_layer, dataclasses.replace(config, **{name: float(v)}))
@@ -273,10 +273,19 @@ def run(args) -> int:
             f"branch {i + 1}/{len(starts)} (rank {int(np.linalg.matrix_rank(x, tol=1e-8))})", file=sys.stderr
         )
         br = continue_branch(
-            family, x, args.p_from, args.p_to, ds=args.ds, max_steps=args.max_steps,
-            residual_tol=args.residual_tol, stability_tol=args.stability_tol, param_name=name,
-            period=args.period, progress=not args.no_progress,
-        )  # fmt: skip
+            family,
+            x,
+            args.p_from,
+            args.p_to,
+            ds=args.ds,
+            max_steps=args.max_steps,
+            residual_tol=args.residual_tol,
+            stability_tol=args.stability_tol,
+            param_name=name,
+            period=args.period,
+            progress=not args.no_progress,
+            throw=False,
+        )  # fmt: skip  (a branch that ends early is reported with its status)
         branches.append(br)
         # An unlocated bifurcation is known only to its bracket: printed as one, never as a point.
         kinds = ", ".join(b.describe(name) for b in br.bifurcations) or "no bifurcation"

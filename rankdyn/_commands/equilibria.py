@@ -279,7 +279,7 @@ def run(args) -> int:
     from ..equilibria import JointOptions, equilibrium_census
     from .simulate import layer_from_args
 
-    k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
+    k_layer, k_x0 = jr.split(jr.key(args.seed))
     layer = layer_from_args(args, k_layer, config)
     try:  # refuse a --search that does not apply, before compute
         how = census_method(layer, args.search)

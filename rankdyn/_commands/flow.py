@@ -36,7 +36,9 @@ def add_parser(sub) -> None:
     p.add_argument("--mask", choices=MASK_NAMES, default="complete", help="attention mask graph")
     p.add_argument("--n", type=int, default=32, help="number of tokens (>= 1)")
     p.add_argument("--d", type=int, default=3, help="token dimension (>= 2: the sphere S^(d-1))")
-    p.add_argument("--beta", type=float, default=1.0, help="temperature beta, finite and >= 0 (one value)")
+    p.add_argument(
+        "--beta", type=float, default=1.0, help="inverse temperature beta, finite and >= 0 (one value)"
+    )
     p.add_argument("--time", type=float, default=10.0, help="time horizon T > 0")
     p.add_argument("--batch", type=int, default=64, help="number of trajectories (>= 1)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the starts (and of --mask random)")
@@ -153,7 +155,7 @@ def run(args) -> int:
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(mask, args.d, args.dynamics)
     dtype = jnp.float64 if args.x64 else jnp.float32
-    x0 = jax.random.normal(jax.random.PRNGKey(args.seed), (args.batch, args.n, args.d), dtype)
+    x0 = jax.random.normal(jax.random.key(args.seed), (args.batch, args.n, args.d), dtype)
     with CompileTimer() as timer:
         sol = solve_flow(
             field,
@@ -248,7 +250,7 @@ def _lyapunov(args, field, x0) -> None:
         rtol=args.rtol,
         atol=args.atol,
         dt=args.dt,
-        key=jax.random.fold_in(jax.random.PRNGKey(args.seed), 7),
+        key=jax.random.fold_in(jax.random.key(args.seed), 7),
         progress=not args.no_progress,
     )
     spectrum = res.to_dict()

@@ -130,7 +130,7 @@ def _model(args):
     from .._model._tokens import initial_tokens
     from ..lyapunov import spectrum_dim
 
-    k_layer, k_x0, _ = jr.split(jr.PRNGKey(args.seed), 3)
+    k_layer, k_x0, _ = jr.split(jr.key(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
     k = check_spectrum_args(args, spectrum_dim(layer), args.layers)
     check_out_dir(args.out)
@@ -248,7 +248,7 @@ def run(args) -> int:
             k=k,
             discard=args.discard,
             qr_every=args.qr_every,
-            key=jr.fold_in(jr.PRNGKey(args.seed), 7),
+            key=jr.fold_in(jr.key(args.seed), 7),
             chunk=args.chunk,
             devices=sharding_devices(args),
             progress=not args.no_progress,

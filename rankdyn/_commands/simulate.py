@@ -218,7 +218,7 @@ def run(args) -> int:
     from .._run._io import CompileTimer, provenance, savez, write_json
     from .._run._simulate import simulate
 
-    k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
+    k_layer, k_x0, k_drop = jr.split(jr.key(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
     # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).
     x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)

@@ -160,7 +160,7 @@ class LayerFamily:
 def _probe_map(layer, t):
     """$F(X)$ at a fixed random point of the sphere product: one compiled program for every
     layer of a family (same structure), so equal maps give bit-equal outputs."""
-    x = jax.random.normal(jax.random.PRNGKey(1), (layer.num_tokens, layer.dim), layer.weights.w_v.dtype)
+    x = jax.random.normal(jax.random.key(1), (layer.num_tokens, layer.dim), layer.weights.w_v.dtype)
     return layer(x / jnp.linalg.norm(x, axis=-1, keepdims=True), t)[0]
 
 

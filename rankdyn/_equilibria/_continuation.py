@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from .._errors import UsageError
+from .._errors import SolveError, UsageError
 from .._model._layer import SelfAttentionLayer
 from .._results import RESULTS
 from .._run._progress import progress_bar
@@ -33,7 +33,7 @@ from ._arclength import (
     tangent_at,
 )
 from ._bifurcations import Step, below_resolution, locate_turn
-from ._branch import Branch
+from ._branch import Branch, branch_status
 from ._maps import MapFamily, check_map_start, check_period
 from ._quotient import commuting_rotations
 
@@ -60,6 +60,7 @@ def continue_branch(
     t: int = 0,
     period: int = 1,
     progress: bool = False,
+    throw: bool = True,
 ) -> Branch:
     r"""Follow one branch of equilibria $F_p(X) = X$ in $p$ by pseudo-arclength continuation.
 
@@ -102,6 +103,9 @@ def continue_branch(
         period: ``k``: follow fixed points of the ``k``-th iterate (cycles of period ``k``), with
             their multipliers; for maps and shared-weight layers.
         progress: show a progress bar (one per branch).
+        throw: raise `rankdyn.SolveError` unless the branch reaches ``p_end`` (default). With
+            ``throw=False`` the branch so far is returned with its ``result``: a branch that
+            ends early (at a turning point it cannot pass, a singular point) is a result too.
 
     In float32 a bifurcation whose test function is below float32's resolution at both ends of
     its bracket (`below_resolution`) is reported with ``located=False``: its sign change may be
@@ -112,6 +116,7 @@ def continue_branch(
         ``max_steps_reached``, ``newton_failed`` or ``nonfinite``.
 
     Raises:
+        SolveError: with ``throw=True``, if the branch ended before ``p_end``.
         UsageError: if ``p_start == p_end``, the start is non-finite, misshapen or not an
             equilibrium (the message gives the residual and the tolerance), the family does not
             depend on the parameter, a map changes the state's shape, ``x_start`` is neither 1-D
@@ -266,6 +271,12 @@ def continue_branch(
     mult = np.full((len(pts), k), np.nan + 0j)
     for i, e in enumerate(eigs):
         mult[i, : min(k, e.size)] = e[:k]
+    if throw and result != RESULTS.parameter_end:
+        raise SolveError(
+            f"continue_branch: the branch ended at {param_name} = {pts[-1].p:.6g}, before {p1:g}, with "
+            f"status {branch_status(result)!r} ({RESULTS[result]}); pass throw=False to get the branch "
+            "so far with its status."
+        )
     return Branch(
         params=np.array([q.p for q in pts]),
         points=np.stack([q.x for q in pts]),

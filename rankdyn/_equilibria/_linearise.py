@@ -168,7 +168,7 @@ def leading_eigenvalues(
         k: how many eigenvalues to return.
         iters: Krylov dimension (capped at the dimension of the space).
         t: layer index.
-        key: PRNG key for the start vector (default ``PRNGKey(0)``).
+        key: PRNG key for the start vector (default ``key(0)``).
         space: see `tangent_jacobian`.
 
     Returns:
@@ -178,7 +178,7 @@ def leading_eigenvalues(
     x = jnp.asarray(x)
     op, size = _jvp_operator(layer, x, t, _use_tangent(layer, space))
     m = int(min(iters, size))
-    key = jr.PRNGKey(0) if key is None else key
+    key = jr.key(0) if key is None else key
     v0 = jr.normal(key, (size,), x.dtype)
     with jax.default_matmul_precision("highest"):
         h = np.asarray(jax.jit(lambda v: _arnoldi(op, v, m))(v0), dtype=np.float64)

@@ -59,7 +59,7 @@ def commuting_rotations(
     Arguments:
         layer: a `SelfAttentionLayer`; ``t``: the layer index of a per-layer stack.
         points: random points of the sphere product at which the linear condition is imposed.
-        key: PRNG key of those points (default ``PRNGKey(0)``).
+        key: PRNG key of those points (default ``key(0)``).
         rtol: singular values below ``rtol`` times the largest (or times 1) count as zero.
 
     Returns:
@@ -74,7 +74,7 @@ def commuting_rotations(
     basis = np.zeros((len(pairs), d, d))
     for j, (a, b) in enumerate(pairs):
         basis[j, a, b], basis[j, b, a] = 1 / np.sqrt(2), -1 / np.sqrt(2)
-    key = jr.PRNGKey(0) if key is None else key
+    key = jr.key(0) if key is None else key
     rows = []
     for k in jr.split(key, points):
         x = jr.normal(k, (layer.num_tokens, d), dt)

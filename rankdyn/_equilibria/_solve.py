@@ -51,7 +51,7 @@ import optimistix as optx
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._errors import UsageError
+from .._errors import SolveError, UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._placements import fixed_point_layer, on_spheres
 from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, default_residual_tol
@@ -329,8 +329,9 @@ def find_equilibria(
         An `EquilibriumSolution` with the batch axes of ``x0``.
 
     Raises:
-        ValueError: on bad shapes or options (trace time); with ``throw=True`` an
-            `equinox.EquinoxRuntimeError` when some start did not converge.
+        UsageError: on bad shapes or options (trace time).
+        SolveError: with ``throw=True``, when a start did not succeed (inside a caller's ``jit``,
+            Equinox's runtime error instead).
     """
     if x0 is None:
         raise UsageError("find_equilibria() needs the starts x0, shape (*batch, n, d).")
@@ -388,14 +389,15 @@ def find_equilibria(
     )
     sol = jax.tree.map(lambda a: a.reshape(batch + a.shape[1:]), sol)
     if throw:
-        failed = ~jnp.all(sol.result == RESULTS.successful)
-        x = eqx.error_if(
-            sol.x,
-            failed,
-            "find_equilibria: some starts did not reach residual_tol (more max_steps or starts may help); "
-            "pass throw=False to get the per-start status in `EquilibriumSolution.result` instead.",
+        why = (
+            "find_equilibria: {} start(s) did not reach residual_tol (more max_steps or starts may help); "
+            "pass throw=False to get the per-start status in `EquilibriumSolution.result` instead."
         )
-        sol = eqx.tree_at(lambda s: s.x, sol, x)
+        ok = sol.result == RESULTS.successful
+        if isinstance(ok, jax.core.Tracer):  # inside the caller's jit: a runtime check
+            sol = eqx.tree_at(lambda s: s.x, sol, eqx.error_if(sol.x, ~jnp.all(ok), why.format("some")))
+        elif not bool(jnp.all(ok)):
+            raise SolveError(why.format(int(np.sum(~np.asarray(ok)))))
     return sol
 
 

@@ -75,7 +75,7 @@ def symmetry_group(
     sign = True
     if check:
         test = [np.roll(np.arange(n), 1)] if complete and n > 1 else perms
-        key = jr.PRNGKey(0) if key is None else key
+        key = jr.key(0) if key is None else key
         fx, f_neg, f_perm = map(np.asarray, _probe(layer, key, jnp.asarray(np.stack(test or [np.arange(n)]))))
         scale = 1e3 * float(np.finfo(fx.dtype).eps) * max(1.0, float(np.max(np.abs(fx))))
         sign = bool(np.max(np.abs(f_neg + fx)) <= scale)

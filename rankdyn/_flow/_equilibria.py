@@ -112,7 +112,7 @@ def classify_equilibrium(
     Arguments:
         field: the `FlowField`.
         x: ``(n, d)`` the equilibrium (rows are normalised).
-        beta: the temperature.
+        beta: the inverse temperature.
         tol: $\tau$; set it above the accuracy of the zero (about its residual).
 
     Returns:
@@ -156,7 +156,7 @@ def find_zeros(field: FlowField, x0, beta, *, max_steps: int = 200, rtol: float 
         field: the `FlowField`.
         x0: ``(k, n, d)`` starting configurations (e.g. states at a metastable plateau); the
             name of the starts in `solve_flow` and `rankdyn.simulate`.
-        beta: the temperature.
+        beta: the inverse temperature.
         max_steps: Levenberg-Marquardt steps per start.
         rtol, atol: its tolerances.
 

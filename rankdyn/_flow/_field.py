@@ -61,7 +61,7 @@ class FlowField(eqx.Module):
     r"""The vector field of the SA or USA flow on $(S^{d-1})^n$ for one mask and $Q, K, V$.
 
     ``field(x, beta)`` is tangent to the sphere at every row of ``x`` (module docstring).
-    The temperature is an argument, not a field, so one compiled program serves every $\beta$
+    The inverse temperature is an argument, not a field, so one compiled program serves every $\beta$
     (and ``jax.vmap`` over it gives the phase diagram).
 
     Arguments:
@@ -138,7 +138,7 @@ def interaction_energy(x: Float[ArrayLike, "n d"], beta) -> Float[Array, ""]:
 
     Arguments:
         x: ``(n, d)`` tokens on the sphere.
-        beta: the temperature, >= 0.
+        beta: the inverse temperature, >= 0.
 
     Returns:
         The energy (a scalar).

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._errors import UsageError
+from .._errors import SolveError, UsageError
 from .._observe._stats import Summary, summarize
 from .._results import RESULTS
 from .._run._fold import fold_in_order
@@ -53,13 +53,14 @@ __all__ = ["solve_flow", "FlowSolution", "uniform_times"]
 
 
 class FlowSolution(eqx.Module):
-    """The result of `solve_flow`. With a vector of temperatures every field has a leading beta axis.
+    """The result of `solve_flow`. With a vector of inverse temperatures every field has a leading beta axis.
 
     Attributes:
         times: ``(S,)`` the saved times.
-        beta: the temperature(s).
-        summary: batch statistics per saved time (`rankdyn._observe._stats.Summary`; its ``layers`` are
-            the saved-time indices); a tuple of them, one per beta, for a vector of temperatures.
+        beta: the inverse temperature(s).
+        summary: batch statistics per saved time (`rankdyn.Summary`; its ``layers`` are the
+            saved-time indices); for a vector of inverse temperatures, one `Summary` whose
+            arrays have a leading beta axis.
         time_to_cluster: ``(batch,)`` first saved time at which the diameter is <= ``eps``
             (inf if never).
         drift: largest $||x_i| - 1|$ before a projection, over all trajectories and intervals.
@@ -76,7 +77,7 @@ class FlowSolution(eqx.Module):
 
     times: Array
     beta: Array
-    summary: Summary | tuple
+    summary: Summary
     time_to_cluster: Array
     drift: Array
     steps_limit_hit: Array
@@ -90,10 +91,14 @@ class FlowSolution(eqx.Module):
         """``(batch,)`` True where the trajectory's `result` is ``RESULTS.successful``."""
         return self.result == RESULTS.successful
 
+    def summary_at(self, i: int) -> Summary:
+        """The `Summary` of the ``i``-th inverse temperature of a vector of them."""
+        if self.beta.ndim == 0:
+            raise UsageError("summary_at(i) indexes a vector of inverse temperatures; this solution has one.")
+        return jax.tree.map(lambda a: a[i], self.summary)
+
     def stat(self, name: str, which: str = "mean") -> np.ndarray:
         """One statistic of one metric, ``(S,)``, or ``(beta, S)`` for a vector of temperatures."""
-        if isinstance(self.summary, tuple):
-            return np.stack([np.asarray(getattr(s, which)[name]) for s in self.summary])
         return np.asarray(getattr(self.summary, which)[name])
 
 
@@ -249,7 +254,7 @@ def solve_flow(
         field: a `FlowField` (SA or USA, mask, $Q, K, V$).
         x0: ``(n, d)`` or ``(batch, n, d)`` initial tokens (rows are normalised to the sphere).
         t1: the horizon $T$ (> 0), with ``saves`` saved times uniform on $[0, T]$.
-        beta: the temperature (>= 0), or a 1-D array of them (vmapped; same starts for each).
+        beta: the inverse temperature (>= 0), or a 1-D array of them (vmapped; same starts for each).
         times: instead of ``t1``/``saves``, an increasing array of saved times starting at 0.
         saves: number of saved times (>= 2, default 101), t = 0 included; not with ``times``.
         solver: a Diffrax solver object (e.g. ``diffrax.Tsit5()``, ``ProjectedSolver(RK4())``), or
@@ -279,7 +284,7 @@ def solve_flow(
     Raises:
         UsageError: on a bad solver, controller, tolerance, step, horizon, temperature, time
             grid or ``x0``.
-        RuntimeError: with ``throw=True``, when some trajectory did not succeed.
+        SolveError: with ``throw=True``, when some trajectory did not succeed.
     """
     check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe, FlowObserver)
     saves = 101 if saves is None else saves
@@ -383,7 +388,8 @@ def solve_flow(
         )
         for i in range(nb)
     ]
-    summary = per_beta[0] if scalar else tuple(per_beta)
+    # A vector of temperatures: one Summary whose arrays have a leading beta axis.
+    summary = per_beta[0] if scalar else jax.tree.map(lambda *a: jnp.stack(a), *per_beta)
     vals_out = None
     if per_trajectory:
         vals_out = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}
@@ -394,7 +400,7 @@ def solve_flow(
     result = jax.tree.map(lambda *a: pick(jnp.concatenate(a, axis=1)), *results)
     if throw and not bool(jnp.all(result == RESULTS.successful)):
         failed = int(np.sum(~np.asarray(result == RESULTS.successful)))
-        raise RuntimeError(
+        raise SolveError(
             f"solve_flow: {failed} trajectory(ies) did not succeed (max_steps reached or a non-finite "
             "state); pass throw=False to get the per-trajectory status in FlowSolution.result instead."
         )

@@ -113,7 +113,7 @@ def lyapunov_spectrum_flow(
         field: a `rankdyn.flow.FlowField`.
         x0: ``(n, d)`` or ``(batch, n, d)`` initial tokens (rows normalised to the sphere).
         t1: the horizon $T > 0$.
-        beta: the temperature (a number >= 0).
+        beta: the inverse temperature (a number >= 0).
         k: exponents computed, 1 <= k <= n(d - 1) (default: all).
         intervals: QR steps $S$ over $[0, T]$; discard: intervals $S_0 < S$ left out.
         solver, rtol, atol, dt, max_steps: as `rankdyn.flow.solve_flow` (max_steps per interval).
@@ -142,7 +142,7 @@ def lyapunov_spectrum_flow(
     if t1 is None or not np.isfinite(t1) or not t1 > 0:
         raise UsageError(f"t1 (the time horizon T) must be finite and > 0, got {t1!r}.")
     if np.ndim(beta) != 0 or not np.isfinite(beta) or beta < 0:
-        raise UsageError(f"beta must be a finite number >= 0 (one temperature), got {beta!r}.")
+        raise UsageError(f"beta must be a finite number >= 0 (one inverse temperature), got {beta!r}.")
     x0 = jnp.asarray(x0)
     n, d = field.num_tokens, field.dim
     if x0.ndim not in (2, 3) or x0.shape[-2:] != (n, d) or 0 in x0.shape:

@@ -74,7 +74,7 @@ def _cell_inputs(p: dict):
     """Layer, initial tokens and per-trajectory dropout keys of one cell."""
     arr = lambda v: None if v is None else jnp.asarray(v, dtype=float)  # noqa: E731
     layer, x0, keys = _build(
-        jr.PRNGKey(p["seed"]),
+        jr.key(p["seed"]),
         {name: arr(p[param(name).key]) for name in _TRACED},
         tuple((k, p[k]) for k in _STATIC_BUILD),
     )

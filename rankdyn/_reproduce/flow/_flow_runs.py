@@ -10,7 +10,7 @@ from ..._flow._plateaus import longest_plateau as longest_plateau, plateaus as p
 
 def unit_starts(seed: int, batch: int, n: int, d: int, salt: int = 0) -> np.ndarray:
     """``(batch, n, d)`` tokens uniform on the sphere (normalised Gaussians), float64."""
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), salt)
+    key = jax.random.fold_in(jax.random.key(seed), salt)
     x = np.asarray(jax.random.normal(key, (batch, n, d)), dtype=np.float64)
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 

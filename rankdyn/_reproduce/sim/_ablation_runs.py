@@ -73,7 +73,7 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
         raise UsageError(f"unknown dropout mode(s) {unknown}; expected some of {tuple(DROPOUT_MODES)}.")
     rank_tol = 1e-4 if dtype == jnp.float32 else 1e-10
     masks = masks_for(PAPER_MASKS, n)
-    k_w, k_x, k_drop = jax.random.split(jax.random.PRNGKey(seed), 3)
+    k_w, k_x, k_drop = jax.random.split(jax.random.key(seed), 3)
     x0 = initial_tokens(k_x, "bert", n, d, batch=batch, dtype=dtype)
     # Draw the weights once (with the MLP); every variant reuses them and differs only in its switches.
     base = jit_make_layer()(
@@ -132,7 +132,7 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
         "sqrt(d))",
         "mlp_ratio": 4,
         "rank_tol": rank_tol,
-        "keys": "PRNGKey(seed) split into (weights, inputs, dropout)",
+        "keys": "key(seed) split into (weights, inputs, dropout)",
     }
     out = {"setting": setting, "layers": layers, "runs": runs, "masks": mask_table(masks)}
     if cache is not None:

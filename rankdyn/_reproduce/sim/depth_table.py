@@ -155,7 +155,7 @@ def compute(sz: dict, seed: int) -> DepthTableMeasured:
 
     Arguments:
         sz: ``n, d, dk, dqk, batch, depth`` (`sizes`).
-        seed: ``PRNGKey(seed)`` splits into the weights', inputs' and dropout keys (shared by every
+        seed: ``key(seed)`` splits into the weights', inputs' and dropout keys (shared by every
             mask and mode: common random numbers).
 
     Returns:
@@ -170,7 +170,7 @@ def compute(sz: dict, seed: int) -> DepthTableMeasured:
     table_layers = tuple(sorted({int(round(f * depth)) for f in (0, 0.25, 0.5, 0.75, 1.0)}))
     dtype = float_dtype()
     masks = masks_for(PAPER_MASKS, n)
-    k_w, k_x, k_drop = jr.split(jr.PRNGKey(seed), 3)
+    k_w, k_x, k_drop = jr.split(jr.key(seed), 3)
     w_q, w_k, w_v = _weights(k_w, d, dk, depth, dtype)
     x0 = initial_tokens(k_x, "bert", n, d, batch=batch, dtype=dtype)
     stacks, keys = [], []
@@ -231,7 +231,7 @@ def _setting(sz: dict, seed: int, dtype, table_layers: tuple) -> dict:
         "layernorm": "centred, gain 1, bias 0, eps 1e-12: token norm sqrt(d)",
         "x0": "bert: centred LN of Gaussian embeddings sharing a direction (common_weight 1), token norm "
         "sqrt(d)",
-        "keys": "PRNGKey(seed) -> (weights, inputs, dropout); shared by every mask and mode",
+        "keys": "key(seed) -> (weights, inputs, dropout); shared by every mask and mode",
     }
 
 

@@ -119,7 +119,7 @@ def compute(sz: dict, seed: int) -> LayerNormMeasured:
 
     Arguments:
         sz: ``n, d, batch, depth, save_every`` (`sizes`), with ``n <= d`` (Theorem 2's full rank).
-        seed: ``PRNGKey(seed)`` splits into the weights' and the inputs' keys.
+        seed: ``key(seed)`` splits into the weights' and the inputs' keys.
 
     Returns:
         Per case its bound, fitted rate, mu and min cosine; the pre/post gap; curves and setting.
@@ -136,7 +136,7 @@ def compute(sz: dict, seed: int) -> LayerNormMeasured:
     floor = rel_floor(dtype)
     masks = masks_for(sorted({m for m, _, _ in CASES}), n)
     graph = mask_table(masks)
-    k_w, k_x = jax.random.split(jax.random.PRNGKey(seed))
+    k_w, k_x = jax.random.split(jax.random.key(seed))
     x0s = {
         kind: initial_tokens(jax.random.fold_in(k_x, i), kind, n, d, batch=batch, dtype=dtype)
         for i, kind in enumerate(("sphere", "nonneg"))
@@ -225,7 +225,7 @@ def _setting(sz: dict, seed: int, dtype, floor: float) -> dict:
             "sphere": "uniform on S^{d-1} (full rank since n <= d)",
             "nonneg": "uniform on the positive orthant of the sphere (all cosines >= 0)",
         },
-        "keys": "PRNGKey(seed) -> (weights, inputs); inputs fold_in 0 (sphere), 1 (nonneg); same weights for "
+        "keys": "key(seed) -> (weights, inputs); inputs fold_in 0 (sphere), 1 (nonneg); same weights for "
         "both placements",
         "fit": f"log(geometric-mean mu), layers >= 1 above the relative floor {floor:.2g}, second half of "
         "the points",

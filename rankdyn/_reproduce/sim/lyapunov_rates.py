@@ -82,7 +82,7 @@ def _layers(sz, seed, dtype):
     from ..._model._weights import gaussian, orthogonal
 
     n, d = sz["n"], sz["d"]
-    kv, kq, kk, kx = jax.random.split(jax.random.PRNGKey(seed), 4)
+    kv, kq, kk, kx = jax.random.split(jax.random.key(seed), 4)
     wv = orthogonal(kv, d, dtype)
     wq, wk = (gaussian(k, (d, d), 1 / math.sqrt(d), dtype) for k in (kq, kk))
     masks = masks_for(PAPER_MASKS, n)
@@ -112,8 +112,8 @@ def stable_layer(sz: dict, dtype):
     from ..._model._layer import SelfAttentionLayer
 
     n, d = 4, 3
-    wq = 0.3 * jax.random.normal(jax.random.PRNGKey(1), (d, d), dtype)
-    wk = 0.3 * jax.random.normal(jax.random.PRNGKey(2), (d, d), dtype)
+    wq = 0.3 * jax.random.normal(jax.random.key(1), (d, d), dtype)
+    wk = 0.3 * jax.random.normal(jax.random.key(2), (d, d), dtype)
     wv = jnp.diag(jnp.asarray([1.5, 1.0, 0.6], dtype))
     return SelfAttentionLayer(np.ones((n, n), bool), wq, wk, wv, skip=True)
 
@@ -125,7 +125,7 @@ def _equilibria(sz, seed, dtype):
     layer = stable_layer(sz, dtype)
     census = equilibrium_census(
         layer,
-        jax.random.PRNGKey(seed),
+        jax.random.key(seed),
         search="joint-search",
         joint=JointOptions(starts=sz["census_starts"], chunk=sz["census_starts"], deflation_rounds=0),
         progress=False,
@@ -135,7 +135,7 @@ def _equilibria(sz, seed, dtype):
         if rec.classification != "stable":
             continue
         x = jnp.asarray(rec.tokens, dtype)
-        res = lyapunov_spectrum(layer, x, 300, discard=60, key=jax.random.PRNGKey(0))
+        res = lyapunov_spectrum(layer, x, 300, discard=60, key=jax.random.key(0))
         want = np.sort(np.log(np.maximum(np.asarray(rec.moduli, float), 1e-300)))[::-1]
         keep = want > math.log(MODULUS_MIN)
         errors.append(float(np.max(np.abs(np.asarray(res.exponents)[keep] - want[keep]))))
@@ -147,7 +147,7 @@ def compute(sz: dict, seed: int) -> LyapunovRatesMeasured:
 
     Arguments:
         sz: ``n, d, batch, depth, census_starts`` (`sizes`).
-        seed: PRNGKey(seed) -> (W_V, W_Q, W_K, tokens); the census' starts.
+        seed: key(seed) -> (W_V, W_Q, W_K, tokens); the census' starts.
 
     Returns:
         A `LyapunovRatesMeasured` (float64 throughout).
@@ -162,7 +162,7 @@ def compute(sz: dict, seed: int) -> LyapunovRatesMeasured:
     out = {k: {} for k in ("exponents", "transverse", "log_bound", "bound_name", "log_mu_rate", "floor", "c")}
     for key, (layer, m, pl) in layers.items():
         c = d - 1 if pl == "post" else d
-        res = lyapunov_spectrum(layer, x0, depth, k=c + 2, discard=depth // 2, key=jax.random.PRNGKey(0))
+        res = lyapunov_spectrum(layer, x0, depth, k=c + 2, discard=depth // 2, key=jax.random.key(0))
         tr = simulate(layer, x0, depth, metrics="mu,mu_rel,eps_min", chunk=x0.shape[0])
         mean = np.asarray(res.mean, float)
         mu, rel = (np.asarray(tr.summary.mean[k], float) for k in ("mu", "mu_rel"))

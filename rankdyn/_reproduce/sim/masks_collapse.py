@@ -113,7 +113,7 @@ def compute(sz: dict, seed: int) -> MasksCollapseMeasured:
 
     Arguments:
         sz: ``n, d, batch, depth`` (`sizes`).
-        seed: ``PRNGKey(seed)`` splits into the weights' and the inputs' keys.
+        seed: ``key(seed)`` splits into the weights' and the inputs' keys.
 
     Returns:
         The per-mask rates, bounds and ratios, the curves of the figure and the setting.
@@ -125,7 +125,7 @@ def compute(sz: dict, seed: int) -> MasksCollapseMeasured:
     floor = rel_floor(dtype)
     masks = masks_for(MASKS, n)
     graph = mask_table(masks)
-    k_w, k_x = jax.random.split(jax.random.PRNGKey(seed))
+    k_w, k_x = jax.random.split(jax.random.key(seed))
     layer = san_layer(k_w, n, d, depth, dtype=dtype)
     x0 = initial_tokens(k_x, "gaussian", n, d, batch=batch, dtype=dtype)
     layers, met, nonfinite, _ = simulate_stacked(with_masks(layer, masks), x0, depth)
@@ -185,7 +185,7 @@ def _setting(sz: dict, seed: int, dtype, floor: float) -> dict:
         "qk": "bert U(+-1/sqrt d), per layer",
         "dqk": sz["d"],
         "x0": "gaussian N(0,1)",
-        "keys": "PRNGKey(seed) -> (weights, inputs)",
+        "keys": "key(seed) -> (weights, inputs)",
         "fit": "least squares of log(geometric-mean mu) on layers >= 1 above the relative floor "
         f"{floor:.2g}, second half of the usable points when more than 8",
     }

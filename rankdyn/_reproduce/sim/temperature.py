@@ -123,7 +123,7 @@ def compute(sz: dict, seed: int) -> TemperatureMeasured:
     dtype = float_dtype()
     floor = rel_floor(dtype)
     masks = masks_for(PAPER_MASKS, n)
-    k_w, k_x = jax.random.split(jax.random.PRNGKey(seed))
+    k_w, k_x = jax.random.split(jax.random.key(seed))
     layer = san_layer(k_w, n, d, max(sz["weight_layers"], depth), dtype=dtype)
     x0 = initial_tokens(k_x, "gaussian", n, d, batch=batch, dtype=dtype)
     # Configs ordered (mask, dqk): one stacked layer per pair, one compiled program.
@@ -183,7 +183,7 @@ def _setting(sz: dict, seed: int, dtype, floor: float) -> dict:
         "model": "masks-collapse SAN (no LN, per-layer Haar-orthogonal W_V, BERT-uniform W_Q/W_K), same "
         "weights and inputs as masks-collapse at this seed",
         "x0": "gaussian N(0,1)",
-        "keys": "PRNGKey(seed) -> (weights, inputs)",
+        "keys": "key(seed) -> (weights, inputs)",
     }
 
 

@@ -41,9 +41,7 @@ def census_table(n: int, w: float) -> dict:
     from ...equilibria import equilibrium_census
 
     layer = uniform_causal_layer(n, n, bidiagonal(n, w))
-    c = equilibrium_census(
-        layer, jr.PRNGKey(0), closed_forms=all_closed_form_equilibria(n, n, w), progress=False
-    )
+    c = equilibrium_census(layer, jr.key(0), closed_forms=all_closed_form_equilibria(n, n, w), progress=False)
     xs = np.stack([e.tokens for e in c.equilibria])
     closed = np.stack([np.asarray(x) for _, x in all_closed_form_equilibria(n, n, w)])
     # Independent evidence: every census member is a fixed point of the NumPy map, and every

@@ -117,13 +117,20 @@ def _bert_branches(seed: int, divisions: int):
     from ..._model._build import make_layer
     from ...equilibria import continue_branch, equilibrium_census
 
-    k_layer, k_x0 = jr.split(jr.PRNGKey(seed))
+    k_layer, k_x0 = jr.split(jr.key(seed))
     spec = dict(n=3, d=4, mask="complete", qk="bert", value="bert")
     fam = lambda t: make_layer(k_layer, **spec, dqk=t)  # noqa: E731
     census = equilibrium_census(fam(4.0), k_x0, progress=False)
     return [
         continue_branch(
-            fam, e.tokens, 4.0, 0.25, ds=3.75 / divisions, max_steps=4 * divisions, param_name="dqk"
+            fam,
+            e.tokens,
+            4.0,
+            0.25,
+            ds=3.75 / divisions,
+            max_steps=4 * divisions,
+            param_name="dqk",
+            throw=False,
         )
         for e in census.equilibria
     ]
@@ -134,18 +141,21 @@ def compute(sz: dict, seed: int) -> BifurcationMeasured:
 
     from ...equilibria import continue_branch, equilibrium_census
 
-    census = equilibrium_census(family_layer(P, W_START), jr.PRNGKey(seed), progress=False)
+    census = equilibrium_census(family_layer(P, W_START), jr.key(seed), progress=False)
     starts = [np.asarray(e.tokens) for e in census.equilibria if e.rank == 2]
     ds = (W_START - W_END) / sz["divisions"]
     w_fam = lambda w: family_layer(P, w)  # noqa: E731
     branches, summaries = [], []
     for x in starts:
-        br = continue_branch(w_fam, x, W_START, W_END, ds=ds, max_steps=8 * sz["divisions"], param_name="w")
+        br = continue_branch(
+            w_fam, x, W_START, W_END, ds=ds, max_steps=8 * sz["divisions"], param_name="w", throw=False
+        )
         branches.append(br)
         summaries.append(_summary(br, _family_of(x)))
     p_fam = lambda p: family_layer(p, W_FIXED)  # noqa: E731
     x1 = np.array([[0.0, 1.0], [0.0, 1.0]])
-    pbr = continue_branch(p_fam, x1, *P_RANGE, ds=(P_RANGE[1] - P_RANGE[0]) / sz["divisions"], param_name="p")
+    ds_p = (P_RANGE[1] - P_RANGE[0]) / sz["divisions"]
+    pbr = continue_branch(p_fam, x1, *P_RANGE, ds=ds_p, param_name="p", throw=False)
     branches.append(pbr)
     bert = _bert_branches(seed, sz["divisions"]) if sz["bert"] else []
     return BifurcationMeasured(

@@ -141,7 +141,7 @@ def compute(sz: dict, seed: int) -> PositiveMeasureMeasured:
     from ..._run._progress import plan_steps, step_done
 
     plan_steps(len(sz["lemma_cases"]) + len(sz["joint_cases"]))  # progress: one step per case
-    key = jr.PRNGKey(seed)
+    key = jr.key(seed)
     lemma, joint = [], []
     for j, (d, w) in enumerate(sz["lemma_cases"]):
         res = lemma13_frozen(

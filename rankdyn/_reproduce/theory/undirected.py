@@ -238,7 +238,7 @@ def compute(sz: dict, seed: int) -> UndirectedMeasured:
     from ..._run._progress import plan_steps, step_done
     from ._intervals import wilson_interval
 
-    key = jr.PRNGKey(seed)
+    key = jr.key(seed)
     cells, runs, controls, found, certs, points = {}, [], {}, [], [], []
     # One progress step per batched search pass (ETA from the measured ones).
     plan_steps(sum(len(_passes(n, sz, [])) for n in sz["ns"]))
@@ -396,7 +396,7 @@ def describe(m: UndirectedMeasured, cs: list[V.Check], sz: dict, *, seed: int, q
         "sustained_fraction": SUSTAINED_FRACTION,
         "seed": seed,
         "quick": quick,
-        "keys": "PRNGKey(seed) for every search (same inits and inputs across settings); W_Q, W_K per size "
+        "keys": "key(seed) for every search (same inits and inputs across settings); W_Q, W_K per size "
         "and family from fold_in(key, 1000 + N), shared by the masks",
     }
     certs = m.certificates
