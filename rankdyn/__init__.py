@@ -37,7 +37,7 @@ if _typing.TYPE_CHECKING:
     from ._lyapunov._qr import lyapunov_spectrum_map as lyapunov_spectrum_map
     from ._model._build import make_layer as make_layer
     from ._model._config import ModelConfig as ModelConfig
-    from ._model._graph import GraphInfo as GraphInfo, graph_info as graph_info
+    from ._model._graph import graph_info as graph_info
     from ._model._layer import MLPWeights as MLPWeights, SelfAttentionLayer as SelfAttentionLayer
     from ._model._norms import (
         AbstractNorm as AbstractNorm,
