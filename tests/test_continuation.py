@@ -128,7 +128,7 @@ def test_newton_failure_ends_with_a_status():
     def jump(w):
         return fam_w(w) if w > 1.1 else uniform_causal_layer(2, 2, jnp.array([[P, -w], [0.0, 1.0]]))
 
-    br = continue_branch(jump, start_a(1.3), 1.3, 0.5, ds=0.05)
+    br = continue_branch(jump, start_a(1.3), 1.3, 0.5, ds=0.05, throw=False)
     assert br.result == BRANCH_RESULTS.newton_failed and br.status == "newton_failed"
     assert br.params.min() > 1.1 and "did not converge" in br.to_dict()["message"]
 

@@ -109,7 +109,7 @@ def test_status_codes_and_bad_members():
     assert sol.status[0] == "nonlinear_max_steps_reached" and sol.status[1] == "nonfinite"
     assert np.all(np.isfinite(np.asarray(sol.x)[[0, 2, 3]]))
     # throw=True is the default at the public boundary: one rankdyn.SolveError, with the count.
-    with pytest.raises(rd.SolveError, match="3 start.s. did not reach residual_tol"):
+    with pytest.raises(rd.SolveError, match="4 start.s. did not reach residual_tol"):
         rd.find_equilibria(layer, x0, max_steps=2)
     # Inside a caller's jit the check runs with the program (Equinox's runtime error).
     with pytest.raises(Exception, match="some start.s. did not reach residual_tol"):
