@@ -9,6 +9,10 @@ from ._theory._basins import (
     wilson_interval as wilson_interval,
 )
 from ._theory._basins_across import BasinScan as BasinScan, basins_across as basins_across
+from ._theory._token_classes import (
+    token_class_label as token_class_label,
+    token_class_name as token_class_name,
+)
 from ._theory._constructions import (
     all_closed_form_equilibria as all_closed_form_equilibria,
     example_2d as example_2d,
