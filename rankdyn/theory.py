@@ -9,10 +9,6 @@ from ._theory._basins import (
     wilson_interval as wilson_interval,
 )
 from ._theory._basins_across import BasinScan as BasinScan, basins_across as basins_across
-from ._theory._token_classes import (
-    token_class_label as token_class_label,
-    token_class_name as token_class_name,
-)
 from ._theory._constructions import (
     all_closed_form_equilibria as all_closed_form_equilibria,
     example_2d as example_2d,
@@ -33,4 +29,8 @@ from ._theory._rates import (
     fit_rate_window as fit_rate_window,
     theorem1_rate as theorem1_rate,
     theorem2_rate as theorem2_rate,
+)
+from ._theory._token_classes import (
+    token_class_label as token_class_label,
+    token_class_name as token_class_name,
 )

@@ -9,6 +9,7 @@ whose fractions and intervals are those of its per-start labels.
 import itertools
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -24,15 +25,17 @@ def test_token_class_label_is_invariant_and_separating():
     perms = np.array(list(itertools.permutations(range(5))))
     images = np.stack([s * x[p] for p in perms[::11] for s in (1, -1)])
     for lab in (token_class_label(5, all_permutations=True), token_class_label(5, permutations=perms)):
-        values = {int(lab(y)) for y in images}
+        values = set(np.asarray(jax.jit(jax.vmap(lab))(images)).tolist())
         assert len(values) == 1
         (v,) = values
         assert token_class_name(v, 5).startswith("rank 3: ") and token_class_name(v, 5).count("=") == 2
-    plain = token_class_label(5)
-    assert token_class_name(int(plain(x)), 5) == "rank 3: x1 = x2 = -x3"
-    assert int(plain(x[[1, 0, 3, 2, 4]])) != int(plain(x))  # the identity alone: order matters
-    others = [np.stack([a, a, b, b, c]), np.stack([a, -a, -a, b, c]), np.stack([a] * 5), np.stack([a, b, c, a + b, c])]
-    names = [token_class_name(int(plain(y)), 5) for y in others]
+    plain = jax.jit(jax.vmap(token_class_label(5)))
+    ys = np.stack([x, x[[1, 0, 3, 2, 4]], np.stack([a, a, b, b, c]), np.stack([a, -a, -a, b, c]),
+                   np.stack([a] * 5), np.stack([a, b, c, a + b, c])])  # fmt: skip
+    got = np.asarray(plain(ys)).tolist()
+    assert token_class_name(got[0], 5) == "rank 3: x1 = x2 = -x3"
+    assert got[1] != got[0]  # the identity alone: the order of the tokens matters
+    names = [token_class_name(v, 5) for v in got[2:]]
     assert names == ["rank 3: x1 = x2; x3 = x4", "rank 3: x1 = -x2 = -x3", "rank 1: x1 = x2 = x3 = x4 = x5",
                      "rank 3: x3 = x5"]  # fmt: skip
     with pytest.raises(UsageError, match="1 to 9 tokens"):
@@ -41,6 +44,7 @@ def test_token_class_label_is_invariant_and_separating():
         token_class_label(3, permutations=[[0, 0, 1]])
 
 
+@pytest.mark.slow  # about 10 s: the symmetry probe, the batch's compile and the figure
 def test_cli_basins_dataset_and_figure(tmp_path, capsys):
     import xarray as xr
 
@@ -49,7 +53,11 @@ def test_cli_basins_dataset_and_figure(tmp_path, capsys):
             "--horizon", "300", "--settle-tol", "1e-5", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     ds = xr.open_dataset(out / "basins.nc")
-    assert ds.period.shape == (3, 24) and ds.starts.shape == (24, 2, 2) and np.allclose(ds.param, [0.6, 0.9, 1.2])
+    assert (
+        ds.period.shape == (3, 24)
+        and ds.starts.shape == (24, 2, 2)
+        and np.allclose(ds.param, [0.6, 0.9, 1.2])
+    )
     names = [str(v) for v in ds.attractor.values]
     assert "fixed point, rank 1: x1 = x2" in names
     idx = ds.attractor_index.values

@@ -227,7 +227,8 @@ def _plot(scan, names, args) -> None:
         ax=ax,
         names=names,
         xlabel=args.param,
-        title=f"mask={args.mask} value={args.value} qk={args.qk} n={args.n} d={args.d}: {args.starts} starts, "
+        title=f"mask={args.mask} value={args.value} qk={args.qk} n={args.n} d={args.d}: "
+        f"{args.starts} starts, "
         f"horizon {args.horizon}",
     )
     fig.tight_layout()

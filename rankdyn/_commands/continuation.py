@@ -154,7 +154,9 @@ def check_param_range(args):
         if not math.isfinite(v):
             raise UsageError(f"{flag} {v}: expected a finite number.")
     if args.p_from == args.p_to:
-        raise UsageError(f"--from and --to are equal ({args.p_from:g}): give an interval to move --param over.")
+        raise UsageError(
+            f"--from and --to are equal ({args.p_from:g}): give an interval to move --param over."
+        )
     if name == "dqk" and args.qk == "zero":
         raise UsageError(
             "--param dqk with --qk zero: uniform attention does not read the temperature (every score is 0); "

@@ -169,7 +169,9 @@ def _layer_map(family, values, shape, label):
 
     layers = [family(float(v)) for v in values]
     tree = jax.tree.structure(layers[0])
-    fixed = [np.asarray(a) for a in jax.tree.leaves(eqx.filter(layers[0], eqx.is_inexact_array, inverse=True))]
+    fixed = [
+        np.asarray(a) for a in jax.tree.leaves(eqx.filter(layers[0], eqx.is_inexact_array, inverse=True))
+    ]
     for layer in layers[1:]:
         same = jax.tree.structure(layer) == tree and all(
             np.shape(u) == np.shape(v) for u, v in zip(jax.tree.leaves(layer), jax.tree.leaves(layers[0]))

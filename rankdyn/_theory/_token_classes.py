@@ -56,7 +56,9 @@ def _code(together, opposite, weights):
     return jnp.sum((2 * first + sign.astype(jnp.int32)) * jnp.asarray(weights))
 
 
-def token_class_label(num_tokens: int, *, permutations=None, all_permutations: bool = False, tol: float = 1e-3):
+def token_class_label(
+    num_tokens: int, *, permutations=None, all_permutations: bool = False, tol: float = 1e-3
+):
     r"""A traced labeller ``label(x, p=None) -> int32`` of a token matrix's equilibrium class.
 
     Arguments:
@@ -80,7 +82,9 @@ def token_class_label(num_tokens: int, *, permutations=None, all_permutations: b
     if permutations is not None and len(permutations) and not all_permutations:
         perms = np.asarray(permutations)
         if perms.ndim != 2 or perms.shape[1] != n or not np.all(np.sort(perms, axis=1) == np.arange(n)):
-            raise UsageError(f"permutations must be (G, {n}) permutations of range({n}), got shape {perms.shape}.")
+            raise UsageError(
+                f"permutations must be (G, {n}) permutations of range({n}), got shape {perms.shape}."
+            )
     weights = np.cumprod([1] + [2 * (i + 1) for i in range(n - 1)]).astype(np.int32)
     base = np.int32(_patterns(n))
 
@@ -95,7 +99,9 @@ def token_class_label(num_tokens: int, *, permutations=None, all_permutations: b
             order = _class_order(together, opposite, n)
             code = _code(together[order][:, order], opposite[order][:, order], weights)
         elif perms is not None:
-            codes = jax.vmap(lambda q: _code(together[q][:, q], opposite[q][:, q], weights))(jnp.asarray(perms))
+            codes = jax.vmap(lambda q: _code(together[q][:, q], opposite[q][:, q], weights))(
+                jnp.asarray(perms)
+            )
             code = jnp.min(codes)
         else:
             code = _code(together, opposite, weights)
