@@ -188,18 +188,34 @@ def plot_basins_across(scan, *, ax=None, names=None, title=None, xlabel="paramet
     return ax
 
 
+def _edges(v):
+    """Cell edges around grid values ``v`` (midpoints; half a step beyond the ends)."""
+    v = np.asarray(v, dtype=float)
+    if v.size == 1:
+        return np.array([v[0] - 0.5, v[0] + 0.5])
+    mid = 0.5 * (v[1:] + v[:-1])
+    return np.concatenate([[2 * v[0] - mid[0]], mid, [2 * v[-1] - mid[-1]]])
+
+
 def _categories(ax, codes, xs, ys, names, title):
-    """A categorical map: one colour per code present, named in a legend below the panel."""
+    """A categorical map: one colour per code present (cells drawn as polygons with their colour,
+    no colour scale), named in a legend below the panel."""
     import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap
+    from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
-    present = sorted(set(np.asarray(codes).ravel().tolist()))
+    codes = np.asarray(codes)
+    present = sorted(set(codes.ravel().tolist()))
     colors = plt.get_cmap("tab10").colors
-    index = np.searchsorted(present, codes)
-    cmap = ListedColormap([colors[i % len(colors)] for i in range(len(present))])
-    ax.pcolormesh(xs, ys, index, cmap=cmap, vmin=-0.5, vmax=len(present) - 0.5, shading="nearest")
-    handles = [Patch(color=cmap(i), label=names(c)) for i, c in enumerate(present)]
+    ex, ey = _edges(xs), _edges(ys)
+    x0, y0 = np.meshgrid(ex[:-1], ey[:-1])
+    x1, y1 = np.meshgrid(ex[1:], ey[1:])
+    verts = np.stack([np.stack(c, -1) for c in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))], axis=-2)
+    face = [colors[present.index(c) % len(colors)] for c in codes.ravel().tolist()]
+    ax.add_collection(PolyCollection(verts.reshape(-1, 4, 2), facecolors=face, edgecolors="none"))
+    ax.set_xlim(ex[0], ex[-1])
+    ax.set_ylim(ey[0], ey[-1])
+    handles = [Patch(color=colors[i % len(colors)], label=names(c)) for i, c in enumerate(present)]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=7, frameon=False)
     ax.set_title(title, fontsize=9)
 
