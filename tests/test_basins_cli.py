@@ -73,7 +73,10 @@ def test_cli_basins_dataset_and_figure(tmp_path, capsys):
     assert "basin fraction" in capsys.readouterr().out
 
 
-def test_cli_basins_refuses_bad_flags(tmp_path, capsys):
+def test_cli_basins_refuses_bad_flags(tmp_path, capsys, monkeypatch):
+    import rankdyn._run._memory as memory
+
+    monkeypatch.setattr(memory, "available_memory", lambda backend=None: (2**34, "host RAM"))  # 16 GiB
     base = ["basins", "--param", "w", "--from", "1", "--to", "2", "--steps", "3"]
     refusals = {
         "--from and --to are equal": ["basins", "--param", "w", "--from", "1", "--to", "1", "--steps", "3"],
