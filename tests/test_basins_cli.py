@@ -102,3 +102,9 @@ def test_cli_basins_refuses_bad_flags(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err
         assert err.count("error:") == 1 and text in err and "Traceback" not in err, (text, err)
     assert not (tmp_path / "r").exists()
+    # Positive control: the defaults (1000 starts) pass every check, and the check writes nothing.
+    from rankdyn._commands import basins
+    from rankdyn.cli import build_parser
+
+    basins._check(build_parser().parse_args(base + ["--out", str(tmp_path / "ok")]))
+    assert not (tmp_path / "ok").exists()
