@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 from .._errors import UsageError
@@ -141,6 +142,12 @@ def run(args) -> int:
     dtype = jnp.asarray(0.0).dtype
     settle = scaled_tol(1e-8, dtype) if args.settle_tol is None else args.settle_tol
     group = symmetry_group(family(args.p_from))
+    if not group.sign:  # the label reads relative signs only
+        print(
+            "rankdyn basins: this map does not commute with X -> -X, but a token class does not tell X "
+            "from -X: their basins are counted together.",
+            file=sys.stderr,
+        )
     label = token_class_label(
         args.n,
         permutations=group.permutations,
