@@ -11,8 +11,8 @@ most scripts need are here; the rest lives in the sub-namespaces
 - `rankdyn.checkpoints`: trained BERT / GPT-2 checkpoints as layer stacks, text as tokens;
 - `rankdyn.equilibria`: the equilibrium solvers, census, symmetry and stability;
 - `rankdyn.lyapunov`: Lyapunov spectra of the layer map, of any map and of the flow;
-- `rankdyn.sweep`: declarative TOML sweeps;
-- `rankdyn.internal`: layer parts, name tables, batch sharding;
+- `rankdyn.sweep`: declarative TOML sweeps, and batches sharded over devices;
+- `rankdyn.layer`: the layer and its parts (weights, masked softmax, norms, name tables);
 - `rankdyn.plotting` (imported on demand: the only package that needs matplotlib).
 """
 
@@ -25,7 +25,7 @@ if _typing.TYPE_CHECKING:
     from . import (
         checkpoints as checkpoints,
         equilibria as equilibria,
-        internal as internal,
+        layer as layer,
         masks as masks,
         metrics as metrics,
         sweep as sweep,

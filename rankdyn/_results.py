@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
+from ._errors import UsageError
+
 __all__ = ["RESULTS", "results_where"]
 
 # One message for ``nonfinite`` (Optimistix's solver failure, our non-finite states and
@@ -100,5 +102,5 @@ def results_where(pred, a, b):
     # An enumeration member is a pytree (its value the leaf, its enumeration static), so mapping
     # over the leaves keeps the enumeration: no private constructor needed.
     if not (isinstance(a, RESULTS) and isinstance(b, RESULTS)):
-        raise ValueError(f"results_where takes RESULTS members, got {type(a).__name__}, {type(b).__name__}.")
+        raise UsageError(f"results_where takes RESULTS members, got {type(a).__name__}, {type(b).__name__}.")
     return jax.tree.map(pick, a, b)

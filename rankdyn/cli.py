@@ -6,9 +6,9 @@ dispatches. ``--devices`` (default: one CPU device per core, `rankdyn.use_cpu_de
 command's ``before_jax`` and ``--x64`` are applied here, before any array is created: library
 code never changes JAX's global configuration.
 
-Exit codes: 0 success; 2 a problem the user can fix (`rankdyn._errors.UsageError`, or a
-``ValueError`` raised while the arguments are checked, before compute: one ``error:`` line, no
-traceback); 1 an internal error (traceback and a request to report it); 130 Ctrl-C (one line
+Exit codes: 0 success; 2 a problem the user can fix (`rankdyn.UsageError`, raised for bad input
+in every folder of the package: one ``error:`` line, no traceback); 1 an internal error (any other
+exception, a plain ``ValueError`` included: a traceback and a request to report it); 130 Ctrl-C (one line
 saying what was saved and how to resume; no traceback).
 """
 
@@ -23,7 +23,6 @@ import time
 import traceback
 from pathlib import Path
 
-from ._commands._phase import _phase, begin_compute  # noqa: F401 - begin_compute: the old home
 from ._errors import UsageError
 from ._run._interrupt import (
     check_interrupt,
@@ -164,7 +163,6 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:  # while the command modules import: nothing was started
         print("\nrankdyn: interrupted; nothing was saved.", file=sys.stderr, flush=True)
         return 128 + (interrupt_received() or signal.SIGINT)
-    _phase["computing"] = False
     if _empty_out(sys.argv[1:] if argv is None else argv):  # type=Path reads "" as "."
         return _error(args, "--out is empty; name an output folder (for the current one, --out .).")
     if hasattr(args, "devices"):
@@ -172,7 +170,7 @@ def _main(argv: list[str] | None) -> int:
 
         try:  # before any array exists: JAX reads the device count once, at initialisation
             apply_devices_flag(args)
-        except ValueError as err:
+        except UsageError as err:
             return _error(args, err)
     if hasattr(args, "before_jax"):  # process-wide XLA configuration, also before JAX starts
         args.before_jax(args)
@@ -185,10 +183,6 @@ def _main(argv: list[str] | None) -> int:
         return code
     except UsageError as err:  # user errors: a clear message, no traceback
         return _error(args, err)
-    except ValueError as err:
-        if not _phase["computing"]:  # raised while the arguments were checked: the user's to fix
-            return _error(args, err)
-        return _internal(args)
     except KeyboardInterrupt as err:  # `Interrupted` (SIGINT / SIGTERM), or a plain Ctrl-C
         return _interrupted(args, t0, getattr(err, "signum", signal.SIGINT))
     except Exception:

@@ -28,6 +28,7 @@ from ._lazy import lazy_attributes as _lazy_attributes
 # Imported on first use (rankdyn/_lazy.py): the CLI's refusals of a sweep's flags, and the modules
 # that need no JAX (`_tasks`), load no JAX through this package.
 if _typing.TYPE_CHECKING:
+    from ._run._sharding import batch_mesh as batch_mesh, shard_batch as shard_batch
     from ._sweep._assemble import NETCDF_ENGINE as NETCDF_ENGINE, assemble_sweep as assemble_sweep
     from ._sweep._params import (
         CHEAP_METRICS as CHEAP_METRICS,

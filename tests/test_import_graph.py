@@ -31,7 +31,7 @@ FLOORS = (
             "rankdyn.theory",
             "rankdyn.flow",
             "rankdyn.checkpoints",
-            "rankdyn.internal",
+            "rankdyn.layer",
             "rankdyn.equilibria",
             "rankdyn.lyapunov",
             "rankdyn.sweep",

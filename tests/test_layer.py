@@ -29,7 +29,7 @@ def test_attention_rows_sum_to_one_and_vanish_off_mask(getkey, mask):
 def test_masked_softmax_extreme_scores_no_nan():
     mask = rd.masks.causal_mask(3)
     scores = jnp.array([[1e308, -1e308, 0.0], [-1e308, 1e308, 5.0], [0.0, 0.0, 0.0]])
-    a = np.asarray(rd.internal.masked_softmax(scores, mask))
+    a = np.asarray(rd.layer.masked_softmax(scores, mask))
     assert np.all(np.isfinite(a))
     np.testing.assert_allclose(a.sum(-1), 1.0)
 

@@ -109,3 +109,30 @@ def test_architecture_page_lists_every_module():
                 f"rankdyn/{sub.name}/{n}" for n in names if f"`{n}`" not in page and f"/{n}`" not in page
             ]
     assert not missing, f"add to docs/architecture.md: {missing}"
+
+
+def test_bad_input_is_a_usage_error_in_every_folder():
+    # One error type for the user's mistakes (rankdyn.UsageError, a ValueError): the CLI prints it
+    # as one `error:` line, and any other exception is an internal error with a traceback. A plain
+    # `raise ValueError` would turn a user's mistake into a bug report.
+    plain = []
+    for path in MODULES:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                name = getattr(node.exc.func, "id", None)
+                if name in ("ValueError", "TypeError") and not _caught_locally(tree, node):
+                    plain.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
+    assert not plain, f"raise UsageError (rankdyn._errors) for bad input, not a plain error: {plain}"
+
+
+def _caught_locally(tree: ast.Module, raise_node: ast.Raise) -> bool:
+    """A raise inside a ``try`` (its handler turns it into a UsageError or a message), or a Python
+    protocol's TypeError (indexing or iterating a report)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(raise_node is n for b in node.body for n in ast.walk(b)):
+            return True
+        if isinstance(node, ast.FunctionDef) and node.name in ("__getitem__", "__iter__"):
+            if any(raise_node is n for n in ast.walk(node)):
+                return True
+    return False

@@ -20,7 +20,7 @@ NAMESPACES = (
     "rankdyn.theory",
     "rankdyn.flow",
     "rankdyn.checkpoints",
-    "rankdyn.internal",
+    "rankdyn.layer",
     "rankdyn.equilibria",
     "rankdyn.lyapunov",
     "rankdyn.sweep",

@@ -182,44 +182,48 @@ def test_log_fit_recovers_geometric_rate():
 
 
 def _fake_modules(monkeypatch):
+    from rankdyn._reproduce._target import Description, Rendered
+    from rankdyn._reproduce._verdict import check, untestable
+
     good = types.ModuleType("_rankdyn_fake_target")
     good.NAME, good.CLAIM = "fake", "Fake claim (Theorem 0)."
     seen_caches = []
+    good.sizes = lambda quick: {"n": 3}
 
-    def run(out, *, quick, seed, cache=None):
+    def compute(sizes, seed, cache=None):
         seen_caches.append(cache)
-        (Path(out) / "fake.png").write_bytes(b"\x89PNG fake")
-        value = 0.25 + seed
-        return {
-            "name": "fake",
-            "claim": good.CLAIM,
-            "setting": {"n": 3, "seed": seed, "quick": quick},
-            "measured": {"value": value, "curve": list(np.linspace(0, 1, 20))},
-            "verdict": "reproduced" if value < 1 else "not reproduced",
-            "criterion": "value < 1",
-            "checks": [
-                {"name": "value < 1", "status": "pass", "detail": "0.25"},
-                {"name": "bound", "status": "not testable here", "detail": "bound is 1"},
-            ],
-            "key_numbers": {"value": 0.123456},
-            "figures": ["fake.png", "never_written.png"],
-            "notes": "a note",
-            "markdown": "| a | b |\n|---|---|\n| 1 | 2 |",
-        }
+        return {"value": 0.25 + seed, "curve": list(np.linspace(0, 1, 20))}
 
-    good.run = run
+    good.compute = compute
+    good.checks = lambda m: [
+        check("value < 1", m["value"] < 1, "0.25"),
+        untestable("bound", "bound is 1"),
+    ]
+
+    def render(out, m, cs, *, quick):
+        (Path(out) / "fake.png").write_bytes(b"\x89PNG fake")
+        tables = "| a | b |\n|---|---|\n| 1 | 2 |"
+        return Rendered(figures=["fake.png", "never_written.png"], notes="a note", tables=tables)
+
+    good.render = render
+    good.describe = lambda m, cs, sizes, *, seed, quick: Description(
+        setting={**sizes, "seed": seed, "quick": quick},
+        key_numbers={"value": 0.123456},
+        criterion="value < 1",
+        verdict_word="reproduced" if m["value"] < 1 else "not reproduced",
+    )
     good.seen_caches = seen_caches
     bad = types.ModuleType("_rankdyn_broken_target")
     bad.NAME, bad.CLAIM = "broken", "Broken."
+    bad.sizes = lambda quick: {}
 
-    def run_bad(out, *, quick, seed):
+    def compute_bad(sizes, seed):
         raise RuntimeError("boom")
 
-    bad.run = run_bad
+    bad.compute = compute_bad
     monkeypatch.setitem(sys.modules, good.__name__, good)
     monkeypatch.setitem(sys.modules, bad.__name__, bad)
     monkeypatch.setattr(ex, "TARGETS", {"fake": good.__name__, "broken": bad.__name__})
-    # Written with their own run() (the convention before the registry), which run_target still calls.
     records = {
         "fake": ex.Target("fake", good.__name__, shares_runs=True),
         "broken": ex.Target("broken", bad.__name__),
@@ -288,7 +292,7 @@ def test_report_refuses_more_than_200_lines(tmp_path):
         }
         for i in range(40)
     }
-    with pytest.raises(ValueError, match="limit 200"):
+    with pytest.raises(RuntimeError, match="limit 200"):
         write_report(tmp_path, many, runtime_s=0.0, quick=True, seed=0)
 
 

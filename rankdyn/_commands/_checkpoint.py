@@ -323,9 +323,6 @@ def run_checkpoint(args) -> int:
     )
     check_out_dir(args.out)
 
-    from ._phase import begin_compute
-
-    begin_compute()  # every flag is checked: an error from here on is internal, not a usage error
     x0 = ckpt.embed(ids)
     with CompileTimer() as timer:
         traj = simulate(

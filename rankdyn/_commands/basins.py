@@ -126,7 +126,6 @@ def run(args) -> int:
     from .._observe._tolerances import scaled_tol
     from .._run._io import provenance
     from ..theory import basins_across, token_class_label, token_class_name
-    from ._phase import begin_compute
 
     name = args.param
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
@@ -138,7 +137,6 @@ def run(args) -> int:
         raise UsageError(
             f"--param {name}: the layer does not change with {name} here; choose another parameter."
         )
-    begin_compute()
     dtype = jnp.asarray(0.0).dtype
     settle = scaled_tol(1e-8, dtype) if args.settle_tol is None else args.settle_tol
     group = symmetry_group(family(args.p_from))

@@ -251,7 +251,6 @@ def run(args) -> int:
     from .._model._build import build_layer
     from .._run._io import provenance, write_json
     from ..equilibria import continue_branch, equilibrium_census
-    from ._phase import begin_compute
 
     config = _check(args)
     name = args.param
@@ -273,7 +272,6 @@ def run(args) -> int:
             except UsageError as err:
                 raise UsageError(f"--start {args.start}[{i}]: {err}") from None
         source = str(args.start)
-    begin_compute()
     if args.start == "census":
         census = equilibrium_census(family(args.p_from), k_x0, progress=not args.no_progress)
         starts = np.stack([np.asarray(e.tokens, dtype=float) for e in census.equilibria])

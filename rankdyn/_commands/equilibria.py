@@ -277,7 +277,6 @@ def run(args) -> int:
     from .._run._io import provenance, write_json
     from .._theory._constructions import all_closed_form_equilibria
     from ..equilibria import JointOptions, equilibrium_census
-    from ._phase import begin_compute
     from .simulate import layer_from_args
 
     k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
@@ -287,7 +286,6 @@ def run(args) -> int:
     except ValueError as err:
         raise UsageError(f"--search {args.search}: {err}") from None
     _refuse_unread(args, how)
-    begin_compute()
     print(
         f"method: {how}"
         + {

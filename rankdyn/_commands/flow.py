@@ -136,7 +136,6 @@ def run(args) -> int:
     from .._model._masks import make_mask
     from .._run._io import CompileTimer, atomic_write, provenance, write_json
     from ..flow import FlowField, solve_flow
-    from ._phase import begin_compute
 
     check_flow_memory(
         batch=args.batch,
@@ -153,7 +152,6 @@ def run(args) -> int:
     )
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(mask, args.d, args.dynamics)
-    begin_compute()  # every flag is checked: a ValueError from here on is an internal error
     dtype = jnp.float64 if args.x64 else jnp.float32
     x0 = jax.random.normal(jax.random.PRNGKey(args.seed), (args.batch, args.n, args.d), dtype)
     with CompileTimer() as timer:

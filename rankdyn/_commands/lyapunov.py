@@ -239,9 +239,7 @@ def run(args) -> int:
     from .._run._io import CompileTimer, provenance, write_json
     from ..lyapunov import lyapunov_spectrum
     from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
-    from ._phase import begin_compute
 
-    begin_compute()
     with CompileTimer() as timer:
         res = lyapunov_spectrum(
             layer,

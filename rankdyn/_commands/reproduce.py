@@ -193,9 +193,7 @@ def run(args: argparse.Namespace) -> int:
     cache = use_compile_cache(args)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
     kept, todo = _resume(args, names, checkpoint)
-    from ._phase import begin_compute
 
-    begin_compute()
     res = {"results": {}, "failed": [], "runtime_s": 0.0, "report": args.out / "report.md"}
     if todo:
         res = _run(args, todo, checkpoint, jobs, cache, run_targets)

@@ -217,9 +217,7 @@ def run(args) -> int:
     from .._model._tokens import TokenSampler
     from .._run._io import CompileTimer, provenance, savez, write_json
     from .._run._simulate import simulate
-    from ._phase import begin_compute
 
-    begin_compute()
     k_layer, k_x0, k_drop = jr.split(jr.PRNGKey(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
     # Drawn chunk by chunk inside the compiled scan (the same tokens as initial_tokens).

@@ -195,7 +195,6 @@ def run(args) -> int:
     # The config is read and checked without JAX (rankdyn.sweep loads its modules on first use);
     # sweep_plan and run_sweep load it, after every refusal.
     from ..sweep import MAX_CELLS, load_sweep_config
-    from ._phase import begin_compute
 
     if args.max_cells is not None and args.max_cells < 1:
         raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")
@@ -226,7 +225,6 @@ def run(args) -> int:
         f"{len(plan.groups)} compiled group(s), {len(plan.chunks)} chunk(s){share} -> {args.out}",
         flush=True,
     )
-    begin_compute()  # run_sweep's own checks (folder, lock, memory) raise UsageError
     # Ctrl-C: rankdyn.cli prints how many chunks are saved (atomic writes) and the --resume command.
     ds = run_sweep(cfg, args.out, resume=args.resume, progress=not args.no_progress, task=task)
     if task is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import UsageError
 from .._results import RESULTS
 
 __all__ = ["BRANCH_RESULTS", "BIFURCATION_KINDS", "Bifurcation", "Branch", "branch_status"]
@@ -35,7 +36,7 @@ def branch_status(result) -> str:
     for name in _STATUS:
         if bool(result == getattr(RESULTS, name)):
             return name
-    raise ValueError(f"not a status a branch ends with ({', '.join(_STATUS)}): {result!r}")
+    raise UsageError(f"not a status a branch ends with ({', '.join(_STATUS)}): {result!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from .._errors import UsageError
 from ._results import SymmetryGroup
 from ._symmetry import group_distance, trivial_group
 
@@ -71,11 +72,11 @@ def deduplicate(
     xs = np.asarray(xs)
     res = np.asarray(residuals, dtype=float)
     if xs.ndim != 3 or res.shape != xs.shape[:1]:
-        raise ValueError(f"xs must be (m, n, d) and residuals (m,), got {xs.shape} and {res.shape}.")
+        raise UsageError(f"xs must be (m, n, d) and residuals (m,), got {xs.shape} and {res.shape}.")
     group = symmetries or trivial_group()
     err = np.zeros(len(xs)) if errors is None else np.asarray(errors, dtype=float)
     if err.shape != res.shape:
-        raise ValueError(f"errors must be (m,) like residuals, got {err.shape}.")
+        raise UsageError(f"errors must be (m,) like residuals, got {err.shape}.")
     reps = [np.asarray(k) for k in known]
     rep_err = [0.0] * len(reps)
     rep_res = [math.inf] * len(reps)

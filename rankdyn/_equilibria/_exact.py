@@ -41,6 +41,8 @@ import dataclasses
 
 import numpy as np
 
+from .._errors import UsageError
+
 __all__ = ["ExactCensus", "exact_equilibria", "bidiagonal_parameter"]
 
 # A root of Q is "real" when its imaginary part is below this (relative); a real double root
@@ -172,12 +174,12 @@ def exact_equilibria(n: int, d: int, w: float) -> ExactCensus:
         ValueError: for ``n < 1``, ``d < 2`` or ``w`` zero or not finite.
     """
     if not (isinstance(n, (int, np.integer)) and n >= 1):
-        raise ValueError(f"n must be an integer >= 1, got {n!r}.")
+        raise UsageError(f"n must be an integer >= 1, got {n!r}.")
     if not (isinstance(d, (int, np.integer)) and d >= 2):
-        raise ValueError(f"d must be an integer >= 2, got {d!r}; for d = 1 every unit token is +-1.")
+        raise UsageError(f"d must be an integer >= 2, got {d!r}; for d = 1 every unit token is +-1.")
     w = float(w)
     if not np.isfinite(w) or w == 0:
-        raise ValueError(
+        raise UsageError(
             f"w must be finite and nonzero, got {w}; at w = 0, W_V = I and every point is fixed."
         )
     census = _enumerate(n, d, w, np.float64)

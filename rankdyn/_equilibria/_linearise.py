@@ -18,6 +18,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
+from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._placements import on_spheres
 from .._model._sphere import tangent_basis, token_bases
@@ -44,7 +45,7 @@ def _jacobian(layer, x, t):
 
 def _use_tangent(layer: SelfAttentionLayer, space: str) -> bool:
     if space not in ("auto", "tangent", "full"):
-        raise ValueError(f"space must be 'auto', 'tangent' or 'full', got {space!r}.")
+        raise UsageError(f"space must be 'auto', 'tangent' or 'full', got {space!r}.")
     if space == "auto":
         return on_spheres(layer)
     return space == "tangent"

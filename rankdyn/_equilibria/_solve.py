@@ -338,30 +338,30 @@ def find_equilibria(
     x0s = jnp.asarray(x0)
     n, d = layer.num_tokens, layer.dim
     if x0s.ndim < 2 or x0s.shape[-2:] != (n, d):
-        raise ValueError(f"x0 must have shape (*batch, {n}, {d}) for this layer, got {x0s.shape}.")
+        raise UsageError(f"x0 must have shape (*batch, {n}, {d}) for this layer, got {x0s.shape}.")
     if not jnp.issubdtype(x0s.dtype, jnp.floating):
         x0s = x0s.astype(float)
     if solver is None:
         solver = default_solver(method, rtol, atol)
     elif not isinstance(solver, (optx.AbstractLeastSquaresSolver, optx.AbstractRootFinder)):
-        raise ValueError(
+        raise UsageError(
             "solver must be an optimistix least-squares solver or root finder (e.g. "
             f"optx.GaussNewton(rtol, atol, linear_solver=lx.SVD())), got {type(solver).__name__}."
         )
     if min(max_steps, forward_steps, minimise_steps) < 0:
-        raise ValueError("max_steps, forward_steps and minimise_steps must be >= 0.")
+        raise UsageError("max_steps, forward_steps and minimise_steps must be >= 0.")
     if target_rank is not None:
         if not 1 <= target_rank <= min(n, d):
-            raise ValueError(f"target_rank must be in [1, min(n, d) = {min(n, d)}], got {target_rank}.")
+            raise UsageError(f"target_rank must be in [1, min(n, d) = {min(n, d)}], got {target_rank}.")
         if minimise_steps == 0:
-            raise ValueError("target_rank acts in the Adam phase: pass minimise_steps > 0.")
+            raise UsageError("target_rank acts in the Adam phase: pass minimise_steps > 0.")
     known = None
     if deflation is not None:
         known = jnp.asarray(deflation, dtype=x0s.dtype)
         if known.ndim == 2:
             known = known[None]
         if known.ndim != 3 or known.shape[1:] != (n, d):
-            raise ValueError(f"deflation must be (m, {n}, {d}) known solutions, got {known.shape}.")
+            raise UsageError(f"deflation must be (m, {n}, {d}) known solutions, got {known.shape}.")
         if known.shape[0] == 0:
             known = None
     power = float(d + 1 if deflation_power is None else deflation_power)
@@ -409,7 +409,7 @@ def default_solver(method: str = "gn", rtol: float = 1e-13, atol: float = 1e-13)
         return optx.GaussNewton(rtol=float(rtol), atol=float(atol), linear_solver=lx.SVD())
     if method == "lm":
         return optx.LevenbergMarquardt(rtol=float(rtol), atol=float(atol))
-    raise ValueError(f"method must be 'gn' or 'lm', got {method!r}; or pass an optimistix solver as solver=.")
+    raise UsageError(f"method must be 'gn' or 'lm', got {method!r}; or pass an optimistix solver as solver=.")
 
 
 @eqx.filter_jit

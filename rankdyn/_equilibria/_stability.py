@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Complex, Float, Int
 
+from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from ._linearise import _use_tangent, tangent_jacobian
 from ._solve import equilibrium_residual
@@ -300,7 +301,7 @@ def stability(
     x = jnp.asarray(x)
     n, d = layer.num_tokens, layer.dim
     if x.ndim < 2 or x.shape[-2:] != (n, d):
-        raise ValueError(f"x must be (n, d) = ({n}, {d}) or a batch (*batch, {n}, {d}), got shape {x.shape}.")
+        raise UsageError(f"x must be (n, d) = ({n}, {d}) or a batch (*batch, {n}, {d}), got shape {x.shape}.")
     blocks = token_blocks(layer)
     space_name = "tangent" if _use_tangent(layer, space) else "full"
     opts = dict(t=t, tol=float(tol), space=space, cluster=float(cluster), blocks=blocks)

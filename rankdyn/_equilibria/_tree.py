@@ -30,6 +30,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import ArrayLike, Float
 
+from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._observe._tolerances import default_residual_tol
@@ -220,7 +221,7 @@ def tree_search(
         ValueError: if the mask is not acyclic or the tree grows past ``max_members``.
     """
     if not is_acyclic(layer):
-        raise ValueError("tree_search needs a lower-triangular (acyclic) mask; use the joint search instead.")
+        raise UsageError("tree_search needs a lower-triangular (acyclic) mask; use the joint search instead.")
     n, d = layer.num_tokens, layer.dim
     dt = np.asarray(layer.weights.w_v).dtype
     # Tolerances follow the dtype: a float32 token is accurate to ~1e-7, never to 1e-10.
@@ -279,7 +280,7 @@ def tree_search(
                 break
         total = sum(len(f) for f in found)
         if total > max_members:
-            raise ValueError(
+            raise UsageError(
                 f"tree_search: {total} partial equilibria at token {i + 1} exceed max_members="
                 f"{max_members}; raise it or use the joint search."
             )
@@ -329,7 +330,7 @@ def polish_tokens(
     (a conservative bound for a double root), plus rounding.
     """
     if not is_acyclic(layer):
-        raise ValueError("polish_tokens needs a lower-triangular (acyclic) mask.")
+        raise UsageError("polish_tokens needs a lower-triangular (acyclic) mask.")
     xs = np.array(xs, dtype=float, copy=True)
     m, n, d = xs.shape
     if m == 0:

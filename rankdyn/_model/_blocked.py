@@ -140,7 +140,7 @@ def _allowed(s: MaskStructure, rows, cols):
     if s.kind == "block-sparse":
         b = cols // s.block - rows // s.block
         return (b >= -s.left) & (b <= s.right)
-    raise ValueError(f"no mask predicate for kind {s.kind!r}")
+    raise RuntimeError(f"no mask predicate for kind {s.kind!r}")
 
 
 #: Block pairs per step of the blocked path: one step's scores (``STEP_PAIRS`` blocks of

@@ -45,7 +45,7 @@ def make_layer(key: PRNGKeyArray, **kwargs) -> "SelfAttentionLayer":
     known = {p.name for p in _API}
     unknown = [k for k in kwargs if k not in known]
     if unknown:
-        raise TypeError(
+        raise UsageError(
             f"make_layer() got an unexpected keyword argument {unknown[0]!r}; expected one of "
             f"{', '.join(sorted(known | {'dropout'}))}."
         )

@@ -28,6 +28,7 @@ import jax.random as jr
 from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
+from .._errors import UsageError
 from ._blocked import BLOCK_SIZE, blocked_attention_block, layer_mask, masked_softmax as masked_softmax
 from ._mask_structure import MaskStructure
 from ._masks import check_fixed_attention
@@ -195,11 +196,11 @@ class SelfAttentionLayer(eqx.Module):
         qk_norm: bool = False,
     ):
         if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
+            raise UsageError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
         self.mix_layers, self.ngpt_alpha = check_scheme(placement, mix_layers, ngpt_alpha)
         self.qk_norm = bool(qk_norm)
         if precision not in _PRECISIONS:
-            raise ValueError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
+            raise UsageError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
         attn_dropout = _check_rate("attn_dropout", attn_dropout)
         hidden_dropout = _check_rate("hidden_dropout", hidden_dropout)
         # The path decides the mask field: (n, n) array (dense) or MaskStructure (blocked).
@@ -211,21 +212,21 @@ class SelfAttentionLayer(eqx.Module):
         if w_q.ndim == 2:
             w_q, w_k, w_v = w_q[None], w_k[None], w_v[None]
         if not (w_q.ndim == w_k.ndim == w_v.ndim) or w_q.ndim not in (3, 4):
-            raise ValueError(
+            raise UsageError(
                 "w_q, w_k, w_v must all be (d, k), (heads, d, k) or (layers, heads, d, k); got shapes "
                 f"{w_q.shape}, {w_k.shape}, {w_v.shape}."
             )
         self.num_layers = int(w_q.shape[0]) if w_q.ndim == 4 else None
         if w_q.shape != w_k.shape:
-            raise ValueError(f"w_q and w_k must have the same shape, got {w_q.shape} and {w_k.shape}.")
+            raise UsageError(f"w_q and w_k must have the same shape, got {w_q.shape} and {w_k.shape}.")
         if w_v.shape[:-1] != w_q.shape[:-1]:
-            raise ValueError(
+            raise UsageError(
                 f"w_v {w_v.shape} must agree with w_q {w_q.shape} in layers, heads and input width d."
             )
         heads, d, dk, dv = w_q.shape[-3], w_q.shape[-2], w_q.shape[-1], w_v.shape[-1]
         if w_o is None:
             if heads != 1 or dv != d:
-                raise ValueError(
+                raise UsageError(
                     f"without an output projection w_o the layer needs one head and a square w_v "
                     f"(d x d = {d} x {d}); got {heads} heads and w_v of width {dv}. Pass w_o."
                 )
@@ -233,17 +234,17 @@ class SelfAttentionLayer(eqx.Module):
             w_o = jnp.asarray(w_o)
             want = ((self.num_layers,) if self.num_layers else ()) + (heads * dv, d)
             if w_o.shape != want:
-                raise ValueError(f"w_o must have shape {want} (heads * d_v, d), got {w_o.shape}.")
+                raise UsageError(f"w_o must have shape {want} (heads * d_v, d), got {w_o.shape}.")
         if mlp is not None and mlp.w1.shape[-2] != d:
-            raise ValueError(f"mlp.w1 must map from d = {d}, got shape {mlp.w1.shape}.")
+            raise UsageError(f"mlp.w1 must map from d = {d}, got shape {mlp.w1.shape}.")
         if fixed_attention is not None:
             fixed_attention = check_fixed_attention(self.mask, jnp.asarray(fixed_attention))
 
         dqk = jnp.asarray(default_dqk(dk) if dqk is None else dqk)
         if dqk.ndim != 0:
-            raise ValueError(f"dqk must be a scalar (vmap the layer to sweep it), got shape {dqk.shape}.")
+            raise UsageError(f"dqk must be a scalar (vmap the layer to sweep it), got shape {dqk.shape}.")
         if not isinstance(dqk, jax.core.Tracer) and not float(dqk) > 0:
-            raise ValueError(f"the temperature dqk must be > 0, got {float(dqk)}.")
+            raise UsageError(f"the temperature dqk must be > 0, got {float(dqk)}.")
         lead = (self.num_layers,) if self.num_layers else ()
         biases = _check_biases(
             dict(b_q=b_q, b_k=b_k, b_v=b_v, b_o=b_o), lead, heads, dk, dv, d, w_o is not None
@@ -389,7 +390,7 @@ class SelfAttentionLayer(eqx.Module):
             ``(x_next, aux)`` with `LayerAux` diagnostics (Theorem 1's epsilon, zero rows).
         """
         if self.has_dropout and key is None:
-            raise ValueError(
+            raise UsageError(
                 f"this layer has dropout (attn_dropout={self.attn_dropout}, "
                 f"hidden_dropout={self.hidden_dropout}): "
                 "pass `key=` (simulate does it given a key)."
@@ -415,9 +416,9 @@ def _check_rate(name: str, rate) -> float:
     try:
         rate = float(rate)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number in [0, 1), got {rate!r}.") from None
+        raise UsageError(f"{name} must be a number in [0, 1), got {rate!r}.") from None
     if not 0.0 <= rate < 1.0:
-        raise ValueError(f"{name} must be in [0, 1) (e.g. 0.1 as in BERT), got {rate}.")
+        raise UsageError(f"{name} must be in [0, 1) (e.g. 0.1 as in BERT), got {rate}.")
     return rate
 
 
@@ -429,9 +430,9 @@ def _check_biases(biases: dict, lead: tuple, heads: int, dk: int, dv: int, d: in
         if b is None:
             continue
         if name == "b_o" and not has_w_o:
-            raise ValueError("b_o is the bias of the output projection: pass w_o too, or drop b_o.")
+            raise UsageError("b_o is the bias of the output projection: pass w_o too, or drop b_o.")
         b = jnp.asarray(b)
         if b.shape != lead + want[name]:
-            raise ValueError(f"{name} must have shape {lead + want[name]}, got {b.shape}.")
+            raise UsageError(f"{name} must have shape {lead + want[name]}, got {b.shape}.")
         out[name] = b
     return out

@@ -222,7 +222,7 @@ class MaskStructure:
             a = (lo // self.block - self.left) * self.block
             b = (hi // self.block + self.right + 1) * self.block - 1
         else:
-            raise ValueError(f"key_interval has no interval for kind {self.kind!r}")
+            raise RuntimeError(f"key_interval has no interval for kind {self.kind!r}")
         return np.clip(a, 0, n - 1), np.clip(b, 0, n - 1)
 
     def block_pairs(self, size: int) -> tuple[np.ndarray, np.ndarray]:

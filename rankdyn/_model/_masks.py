@@ -33,7 +33,7 @@ __all__ = [
 
 def _check_n(n: int) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"number of tokens n must be a positive integer, got {n!r}.")
+        raise UsageError(f"number of tokens n must be a positive integer, got {n!r}.")
     return int(n)
 
 
@@ -65,7 +65,7 @@ def window_mask(n: int, left: int = 1, right: int | None = None) -> Bool[np.ndar
     right = left if right is None else right
     for name, val in (("left", left), ("right", right)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 0:
-            raise ValueError(f"window width {name} must be a non-negative integer, got {val!r}.")
+            raise UsageError(f"window width {name} must be a non-negative integer, got {val!r}.")
     off = _offsets(n)
     return (off >= -left) & (off <= right)
 
@@ -80,7 +80,7 @@ def dilated_mask(n: int, window: int = 2, dilation: int = 4) -> Bool[np.ndarray,
     """
     n = _check_n(n)
     if window < 0 or dilation < 1:
-        raise ValueError(
+        raise UsageError(
             f"dilated mask needs window >= 0 and dilation >= 1, got window={window}, dilation={dilation}."
         )
     off = np.abs(_offsets(n))
@@ -95,7 +95,7 @@ def global_local_mask(n: int, num_global: int = 1, window: int = 1) -> Bool[np.n
     """
     n = _check_n(n)
     if not 0 <= num_global <= n:
-        raise ValueError(f"num_global must be in [0, n={n}], got {num_global}.")
+        raise UsageError(f"num_global must be in [0, n={n}], got {num_global}.")
     m = window_mask(n, window, window)
     m[:num_global, :] = True
     m[:, :num_global] = True
@@ -106,7 +106,7 @@ def random_mask(n: int, p: float = 0.1, seed: int = 0) -> Bool[np.ndarray, "n n"
     """Erdos-Renyi directed mask: each off-diagonal edge present with probability p, plus self-loops."""
     n = _check_n(n)
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"edge probability p must be in [0, 1], got {p}.")
+        raise UsageError(f"edge probability p must be in [0, 1], got {p}.")
     rng = np.random.default_rng(seed)
     m = rng.random((n, n)) < p
     np.fill_diagonal(m, True)
@@ -122,19 +122,19 @@ def mask_from_adjacency(adjacency) -> Bool[np.ndarray, "n n"]:
     """
     m = np.asarray(adjacency)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:
-        raise ValueError(f"a mask must be a square (n, n) matrix, got shape {m.shape}.")
+        raise UsageError(f"a mask must be a square (n, n) matrix, got shape {m.shape}.")
     if m.dtype != bool:
         if np.issubdtype(m.dtype, np.integer) and np.isin(m, (0, 1)).all():
             m = m.astype(bool)
         else:
-            raise ValueError(
+            raise UsageError(
                 f"a mask must be boolean (or 0/1 integers), got dtype {m.dtype}; "
                 "pass `mask.astype(bool)` if that is what you mean."
             )
     missing = np.flatnonzero(~np.diagonal(m))
     if missing.size:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if missing.size > 10 else "")
-        raise ValueError(
+        raise UsageError(
             f"mask lacks self-loops (assumption A1) in rows [{shown}]; every token must be allowed "
             "to attend to itself. Fix: `np.fill_diagonal(mask, True)`."
         )
@@ -204,4 +204,4 @@ def make_mask(
         return global_local_mask(n, num_global, window)
     if name == "random":
         return random_mask(n, p, seed)
-    raise ValueError(f"unknown mask {name!r}; expected one of {', '.join(MASK_NAMES)}.")
+    raise UsageError(f"unknown mask {name!r}; expected one of {', '.join(MASK_NAMES)}.")

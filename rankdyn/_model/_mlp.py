@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._errors import UsageError
+
 __all__ = ["MLPWeights", "GatedMLPWeights", "ACTIVATIONS"]
 
 #: Activation name -> function. The two GELUs differ by up to ~1e-3 at |x| ~ 2: a checkpoint
@@ -51,7 +53,7 @@ class MLPWeights(eqx.Module):
 
     def __check_init__(self):
         if self.activation not in ACTIVATIONS:
-            raise ValueError(
+            raise UsageError(
                 f"MLPWeights(activation={self.activation!r}): expected one of {', '.join(ACTIVATIONS)}."
             )
 
@@ -79,7 +81,7 @@ class GatedMLPWeights(eqx.Module):
 
     def __check_init__(self):
         if self.activation not in ACTIVATIONS:
-            raise ValueError(
+            raise UsageError(
                 f"GatedMLPWeights(activation={self.activation!r}): expected one of {', '.join(ACTIVATIONS)}."
             )
 

@@ -18,6 +18,8 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._errors import UsageError
+
 __all__ = [
     "AbstractNorm",
     "SphereNorm",
@@ -148,7 +150,7 @@ def make_norm(name: str, d: int | None = None, *, radius: float | None = None) -
         return RMSNorm()
     if name == "layernorm":
         return LayerNorm()
-    raise ValueError(f"unknown normalisation {name!r}; expected one of {', '.join(LN_NAMES)}.")
+    raise UsageError(f"unknown normalisation {name!r}; expected one of {', '.join(LN_NAMES)}.")
 
 
 def qk_normalise(q: Float[Array, "*heads n k"]) -> Float[Array, "*heads n k"]:
@@ -167,7 +169,7 @@ def check_ngpt_norms(*norms: AbstractNorm | None) -> None:
     """nGPT lives on the sphere: every normalisation given must be a `SphereNorm` (ValueError)."""
     for nm in norms:
         if nm is not None and not isinstance(nm, SphereNorm):
-            raise ValueError(
+            raise UsageError(
                 f"placement='ngpt' normalises onto the sphere: the norm must be a SphereNorm, got "
                 f"{type(nm).__name__} (ln='sphere')."
             )

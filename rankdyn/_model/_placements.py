@@ -106,7 +106,7 @@ def _sublayer(scheme, layer, x, t, f, n):
         # sphere x = N(x): a step from x towards N(F(x)) along their chord).
         alpha = layer.ngpt_alpha.astype(x.dtype)
         return n(x + alpha * (n(f(h_att, h)) - h))
-    raise ValueError(f"unknown placement {scheme!r}")
+    raise RuntimeError(f"unknown placement {scheme!r}")
 
 
 def _inputs(scheme, layer, x, t, n):
@@ -137,20 +137,20 @@ def _attention_input(scheme, layer, x, t, w):
 def check_scheme(placement: str, mix_layers, ngpt_alpha):
     """``mix_layers`` (an int >= 0) with ``"mix"`` only; ``ngpt_alpha`` in (0, 1] with ``"ngpt"`` only."""
     if (mix_layers is not None) != (placement == "mix"):
-        raise ValueError(
+        raise UsageError(
             f"mix_layers goes with placement='mix' (and it needs it); got {placement!r}, {mix_layers}."
         )
     if (ngpt_alpha is not None) != (placement == "ngpt"):
-        raise ValueError(f"ngpt_alpha goes with placement='ngpt' (and it needs it); got {placement!r}.")
+        raise UsageError(f"ngpt_alpha goes with placement='ngpt' (and it needs it); got {placement!r}.")
     if mix_layers is not None and (
         isinstance(mix_layers, bool) or int(mix_layers) != mix_layers or mix_layers < 0
     ):
-        raise ValueError(f"mix_layers must be an integer >= 0, got {mix_layers!r}.")
+        raise UsageError(f"mix_layers must be an integer >= 0, got {mix_layers!r}.")
     if ngpt_alpha is None:
         return (None if mix_layers is None else int(mix_layers)), None
     alpha = jnp.asarray(ngpt_alpha, dtype=float)
     if not isinstance(alpha, jax.core.Tracer) and not (alpha.ndim == 0 and 0 < float(alpha) <= 1):
-        raise ValueError(f"ngpt_alpha must be a scalar in (0, 1], got {ngpt_alpha!r}.")
+        raise UsageError(f"ngpt_alpha must be a scalar in (0, 1], got {ngpt_alpha!r}.")
     return None, alpha
 
 

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import UsageError
+
 __all__ = ["Rotary", "rotary", "relative_bias", "relative_buckets", "check_positions"]
 
 
@@ -48,7 +50,7 @@ def rotary(n: int, head_dim: int, theta: float, dtype) -> Rotary:
         ValueError: for an odd ``head_dim`` or ``theta <= 0``.
     """
     if head_dim % 2 or not theta > 0:
-        raise ValueError(f"rotary embeddings need an even head width and theta > 0, got {head_dim}, {theta}.")
+        raise UsageError(f"rotary embeddings need an even head width and theta > 0, got {head_dim}, {theta}.")
     dt = np.dtype(dtype)
     inv = (
         1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(dt) / dt.type(head_dim)))
@@ -97,9 +99,9 @@ def check_positions(rotary: Rotary | None, logit_bias, n: int, heads: int, dk: i
         ValueError: for tables of another shape.
     """
     if rotary is not None and rotary.cos.shape != (n, dk):
-        raise ValueError(f"rotary tables must have shape {(n, dk)} (n, d_qk), got {rotary.cos.shape}.")
+        raise UsageError(f"rotary tables must have shape {(n, dk)} (n, d_qk), got {rotary.cos.shape}.")
     if logit_bias is not None:
         logit_bias = jnp.asarray(logit_bias)
         if logit_bias.shape != (heads, n, n):
-            raise ValueError(f"logit_bias must have shape {(heads, n, n)}, got {logit_bias.shape}.")
+            raise UsageError(f"logit_bias must have shape {(heads, n, n)}, got {logit_bias.shape}.")
     return rotary, logit_bias

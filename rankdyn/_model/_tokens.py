@@ -17,6 +17,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._errors import UsageError
 from ._names import X0_NAMES as X0_NAMES
 
 __all__ = ["initial_tokens", "TokenSampler", "X0_NAMES"]
@@ -42,14 +43,14 @@ def _one(key, kind, n, d, dtype, common_weight):
         e = common_weight * jr.normal(k1, (1, d), dtype) + jr.normal(k2, (n, d), dtype)
         e = e - jnp.mean(e, axis=-1, keepdims=True)
         return jnp.sqrt(jnp.asarray(d, dtype)) * _unit_rows(e)
-    raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
+    raise UsageError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
 
 
 def _batch_shape(batch) -> tuple[int, ...]:
     """``batch`` as a tuple of positive ints; an empty or negative batch has no statistics to report."""
     shape = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
     if not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b >= 1 for b in shape):
-        raise ValueError(
+        raise UsageError(
             "batch must be a positive integer, a tuple of positive integers or None (one sample), got "
             f"{batch!r}; "
             "e.g. batch=256."
@@ -59,9 +60,9 @@ def _batch_shape(batch) -> tuple[int, ...]:
 
 def _check(kind, n, d, batch):
     if kind not in X0_NAMES:
-        raise ValueError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
+        raise UsageError(f"unknown initial condition {kind!r}; expected one of {', '.join(X0_NAMES)}.")
     if n < 1 or d < 1:
-        raise ValueError(f"need n >= 1 tokens and d >= 1 features, got n={n}, d={d}.")
+        raise UsageError(f"need n >= 1 tokens and d >= 1 features, got n={n}, d={d}.")
     if batch is not None:
         _batch_shape(batch)
 
@@ -92,7 +93,7 @@ class TokenSampler(eqx.Module):
     def __init__(self, key, kind: str, n: int, d: int, batch: int, *, dtype=None, common_weight: float = 1.0):
         _check(kind, n, d, batch)
         if isinstance(batch, (tuple, list)):
-            raise ValueError(f"a TokenSampler has one batch axis: pass an integer batch, got {batch!r}.")
+            raise UsageError(f"a TokenSampler has one batch axis: pass an integer batch, got {batch!r}.")
         self.key = key
         self.kind, self.num_tokens, self.dim, self.batch = kind, n, d, int(batch)
         self.dtype = jnp.zeros((), dtype if dtype is not None else float).dtype

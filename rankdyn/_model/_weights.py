@@ -17,6 +17,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._errors import UsageError
 from ._names import QK_NAMES as QK_NAMES, VALUE_NAMES as VALUE_NAMES
 
 __all__ = [
@@ -84,7 +85,7 @@ def jordan_block(d: int, k: int, w: ArrayLike, dtype=None) -> Float[Array, "d d"
         ValueError: if ``k`` is not in ``[1, d]``.
     """
     if not 1 <= k <= d:
-        raise ValueError(f"Jordan block size k must be in [1, d={d}], got {k}; use k <= d.")
+        raise UsageError(f"Jordan block size k must be in [1, d={d}], got {k}; use k <= d.")
     dt = _dtype(dtype)
     m = np.arange(d)
     # Superdiagonal entries (m, m+1) lying inside the trailing k x k block.
@@ -128,7 +129,7 @@ def value_matrix(
         return bidiagonal(d, w, dtype)
     if family == "jordan":
         return jordan_block(d, d if k is None else k, w, dtype)
-    raise ValueError(f"unknown value family {family!r}; expected one of {', '.join(VALUE_NAMES)}.")
+    raise UsageError(f"unknown value family {family!r}; expected one of {', '.join(VALUE_NAMES)}.")
 
 
 def query_key_matrices(
@@ -143,4 +144,4 @@ def query_key_matrices(
     if family == "zero":
         z = jnp.zeros((d, dk), _dtype(dtype))
         return z, z
-    raise ValueError(f"unknown query/key family {family!r}; expected one of {', '.join(QK_NAMES)}.")
+    raise UsageError(f"unknown query/key family {family!r}; expected one of {', '.join(QK_NAMES)}.")

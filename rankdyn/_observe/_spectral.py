@@ -43,6 +43,8 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Float
 
+from .._errors import UsageError
+
 __all__ = ["singular_values", "SVD_METHODS"]
 
 #: Values of ``method`` accepted by `singular_values`.
@@ -154,12 +156,12 @@ def singular_values(x: Float[Array, "n d"], *, method: str = "lapack") -> Float[
     """
     x = jnp.asarray(x)
     if x.ndim != 2 or not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(
+        raise UsageError(
             f"singular_values expects one real floating (n, d) matrix, got shape {x.shape} and dtype "
             f"{x.dtype}; vmap it over leading batch axes and cast integers to float."
         )
     if method not in SVD_METHODS:
-        raise ValueError(f"method must be one of {SVD_METHODS}, got {method!r}.")
+        raise UsageError(f"method must be one of {SVD_METHODS}, got {method!r}.")
     if min(x.shape) == 0:
         return jnp.zeros((0,), x.dtype)
     a = x if x.shape[0] >= x.shape[1] else x.T  # (m, k) with m >= k

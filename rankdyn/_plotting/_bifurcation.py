@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import UsageError
+
 __all__ = ["plot_basins_across", "plot_bifurcation", "plot_pair_phases", "equilibrium_measure", "MEASURES"]
 
 #: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis (the first is the default).
@@ -46,7 +48,7 @@ def equilibrium_measure(points, measure: str = "projection") -> np.ndarray | flo
         u = x / np.linalg.norm(x, axis=-1, keepdims=True)
         out = np.min(np.einsum("kid,kjd->kij", u, u), axis=(1, 2))
     else:
-        raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}.")
+        raise UsageError(f"measure must be one of {MEASURES}, got {measure!r}.")
     return out[0] if one else out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import UsageError
+
 
 def _moduli(rep):
     """Moduli from a `StabilityReport`, its ``to_dict()`` or a plain array of eigenvalues/moduli."""
@@ -77,7 +79,7 @@ def plot_circle_trajectories(states, *, ax=None, points=None, show_circle=True, 
     if s.ndim == 3:
         s = s[None]
     if s.ndim != 4 or s.shape[-1] != 2:
-        raise ValueError(f"states must be (T, n, 2) or (batch, T, n, 2), got shape {np.shape(states)}.")
+        raise UsageError(f"states must be (T, n, 2) or (batch, T, n, 2), got shape {np.shape(states)}.")
     if ax is None:
         _, ax = plt.subplots(figsize=(4.5, 4.5))
     if show_circle:

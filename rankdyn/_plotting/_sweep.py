@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 
+from .._errors import UsageError
 from ._collapse import plot_metric_band
 from ._style import floor_band, legend_outside, panel_grid
 
@@ -62,7 +63,7 @@ def plot_sweep_mu(
     if hue is None and axes:
         hue = "dqk" if "dqk" in axes else axes[-1]
     if hue is not None and hue not in axes:
-        raise ValueError(f"hue={hue!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
+        raise UsageError(f"hue={hue!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
     panel_dims = [a for a in axes if a != hue]
     combos, total = _combos(ds, panel_dims, max_panels)
     fig, grid = panel_grid(len(combos), 4, (3.4, 2.7), sharey=True)
@@ -123,9 +124,9 @@ def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels
     axes = sweep_axes(ds)
     for a in (x, y):
         if a not in axes:
-            raise ValueError(f"plot axis {a!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
+            raise UsageError(f"plot axis {a!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
     if x == y:
-        raise ValueError(f"the two plot axes must differ, got {x!r} twice.")
+        raise UsageError(f"the two plot axes must differ, got {x!r} twice.")
     rest = [a for a in axes if a not in (x, y)]
     combos, total = _combos(ds, rest, max_panels)
     ncol = min(3, len(combos))
@@ -191,7 +192,7 @@ def plot_sweep_rank(ds, *, metric: str = "num_rank", ax=None):
 
     name = f"final_{metric}"
     if name not in ds:
-        raise ValueError(f"the dataset has no {name!r}; add {metric!r} to [observe] final.")
+        raise UsageError(f"the dataset has no {name!r}; add {metric!r} to [observe] final.")
     axes = sweep_axes(ds)
     da = ds[name].transpose(*axes, "sample")
     vals = da.values.reshape(-1, da.sizes["sample"])

@@ -110,12 +110,12 @@ def resolve_targets(names, extended: bool = False) -> list[str]:
 def _check_result(name: str, res) -> dict:
     """Validate a target's result dict against the contract (a broken target is reported, not hidden)."""
     if not isinstance(res, dict):
-        raise TypeError(f"target {name!r} returned {type(res).__name__}, expected a dict.")
+        raise RuntimeError(f"target {name!r} returned {type(res).__name__}, expected a dict.")
     missing = [k for k in RESULT_KEYS if k not in res]
     if missing:
-        raise TypeError(f"target {name!r} result lacks keys {missing}.")
+        raise RuntimeError(f"target {name!r} result lacks keys {missing}.")
     if res["verdict"] not in VERDICTS:
-        raise TypeError(f"target {name!r} verdict {res['verdict']!r} is not one of {VERDICTS}.")
+        raise RuntimeError(f"target {name!r} verdict {res['verdict']!r} is not one of {VERDICTS}.")
     return res
 
 

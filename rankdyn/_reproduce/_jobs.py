@@ -89,7 +89,7 @@ def split_cores(num_workers: int, cores: list[int] | None = None) -> list[list[i
     """The process's cores split into ``num_workers`` disjoint, near-equal, contiguous sets."""
     cores = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
     if not 1 <= num_workers <= len(cores):
-        raise ValueError(f"{num_workers} workers for {len(cores)} cores")
+        raise RuntimeError(f"{num_workers} workers for {len(cores)} cores")
     base, extra = divmod(len(cores), num_workers)
     out, start = [], 0
     for k in range(num_workers):

@@ -154,12 +154,6 @@ def run_target(
     """
     spec = target(spec) if isinstance(spec, str) else spec
     mod = spec.load()
-    if not hasattr(mod, "describe"):
-        # A target still written with its own ``run`` (the convention before this registry).
-        kw = {"cache": cache} if spec.shares_runs else {}
-        kw |= {"checkpoint": checkpoint} if spec.needs_checkpoint and checkpoint is not None else {}
-        kw |= {"size": size} if size is not None else {}
-        return mod.run(out, quick=quick, seed=seed, **kw)
     ctx: dict = {}
     if spec.shares_runs:
         ctx["cache"] = cache

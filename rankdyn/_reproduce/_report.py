@@ -292,7 +292,7 @@ def write_report(out, results: dict, *, runtime_s: float, quick: bool, seed: int
         lines += _summary_section(res, out)
         _write_text(out / "report" / f"{name}.md", render_target(res, out))
     if len(lines) > MAX_LINES:
-        raise ValueError(
+        raise RuntimeError(
             f"report.md would have {len(lines)} lines (limit {MAX_LINES}); shorten the targets' "
             "key numbers or checks."
         )

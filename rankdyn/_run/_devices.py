@@ -40,6 +40,8 @@ import os
 import sys
 import warnings
 
+from .._errors import UsageError
+
 __all__ = [
     "available_cores",
     "pool_threads",
@@ -88,11 +90,11 @@ def resolve_num_devices(n: int | str = "all", *, flag: str = "n") -> int:
         try:
             n = int(n)
         except ValueError:
-            raise ValueError(f"{flag} must be 'all' or an integer in [1, {cores}], got {n!r}.") from None
+            raise UsageError(f"{flag} must be 'all' or an integer in [1, {cores}], got {n!r}.") from None
     if isinstance(n, bool) or not isinstance(n, int):
-        raise ValueError(f"{flag} must be 'all' or an integer in [1, {cores}], got {n!r}.")
+        raise UsageError(f"{flag} must be 'all' or an integer in [1, {cores}], got {n!r}.")
     if not 1 <= n <= cores:
-        raise ValueError(
+        raise UsageError(
             f"{flag} must be 'all' or an integer in [1, {cores}] (this machine has {cores} core(s)), got {n}."
         )
     return n

@@ -19,6 +19,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxtyping import Array, ArrayLike
 
+from .._errors import UsageError
+
 __all__ = ["BATCH_AXIS", "batch_mesh", "shard_batch", "resolve_mesh"]
 
 #: Name of the mesh axis over which trajectories are split.
@@ -40,12 +42,12 @@ def batch_mesh(devices: Sequence[jax.Device] | int | None = None) -> Mesh:
         devs = list(available)
     elif isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
         if not 1 <= devices <= len(available):
-            raise ValueError(f"devices={devices} but {len(available)} device(s) are available: {available}.")
+            raise UsageError(f"devices={devices} but {len(available)} device(s) are available: {available}.")
         devs = list(available[:devices])
     else:
         devs = list(devices)
         if not devs:
-            raise ValueError("devices is empty; pass None for all devices or a non-empty list.")
+            raise UsageError("devices is empty; pass None for all devices or a non-empty list.")
     return Mesh(np.array(devs), (BATCH_AXIS,))
 
 
@@ -55,9 +57,9 @@ def resolve_mesh(devices) -> Mesh | None:
         return None
     if isinstance(devices, Mesh):
         if devices.axis_names != (BATCH_AXIS,):
-            raise ValueError(
+            raise UsageError(
                 f"the mesh must be one-dimensional with axis {BATCH_AXIS!r}, got axes {devices.axis_names}; "
-                "build it with rankdyn.internal.batch_mesh()."
+                "build it with rankdyn.sweep.batch_mesh()."
             )
         return devices
     if devices == "all":
@@ -76,7 +78,7 @@ def shard_batch(x: ArrayLike, mesh: Mesh | None = None) -> Array:
     x = jnp.asarray(x)
     k = mesh.devices.size
     if x.ndim == 0 or x.shape[0] % k:
-        raise ValueError(
+        raise UsageError(
             f"the leading axis ({x.shape[0] if x.ndim else 'scalar'}) must be a multiple of the "
             f"{k} device(s)."
         )

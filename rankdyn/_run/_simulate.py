@@ -307,7 +307,7 @@ def simulate(
             so for a given chunk the results are the same bits on any number of devices.
         devices: spread the chunks over devices (`jax.sharding`, mesh axis ``"batch"``; each
             device runs whole chunks): None (default) runs on the default device; ``"all"``, an
-            int k (first k devices), a list of devices or a `rankdyn.internal.batch_mesh`.
+            int k (first k devices), a list of devices or a `rankdyn.sweep.batch_mesh`.
 
     Returns:
         A `Trajectory`.

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._errors import UsageError
 from .._model._graph import graph_info
 from .._model._placements import attention_input
 
@@ -108,9 +109,9 @@ def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
     """
     x0 = jnp.asarray(x0)
     if x0.ndim != 3 or x0.shape[1] < 3:
-        raise ValueError(f"x0 must be (batch, n, d) with n >= 3, got shape {x0.shape}.")
+        raise UsageError(f"x0 must be (batch, n, d) with n >= 3, got shape {x0.shape}.")
     if layer.has_dropout:
-        raise ValueError("attention_sinks measures the eval-mode map: build the layer without dropout.")
+        raise UsageError("attention_sinks measures the eval-mode map: build the layer without dropout.")
     mask = np.asarray(layer.mask.dense() if layer.attention_path == "blocked" else layer.mask)
     info = graph_info(mask)
     centers = np.zeros(mask.shape[0], bool)

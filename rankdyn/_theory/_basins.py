@@ -25,6 +25,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._observe._metrics import mu, numerical_rank, singular_values
 from .._observe._tolerances import KEEPS_RANK_TOL
@@ -139,16 +140,16 @@ def basin_fractions(
             not match the layer.
     """
     if chunk < 1:
-        raise ValueError(f"chunk must be a positive integer, got {chunk}.")
+        raise UsageError(f"chunk must be a positive integer, got {chunk}.")
     is_sampler = callable(sampler_or_x0)
     if is_sampler:
         if batch is None or key is None:
-            raise ValueError("with a sampler function pass both `batch=` (number of samples) and `key=`.")
+            raise UsageError("with a sampler function pass both `batch=` (number of samples) and `key=`.")
         total = int(batch)
     else:
         x_all = jnp.asarray(sampler_or_x0)
         if x_all.ndim != 3:
-            raise ValueError(f"initial tokens must be (batch, n, d), got shape {x_all.shape}.")
+            raise UsageError(f"initial tokens must be (batch, n, d), got shape {x_all.shape}.")
         total = x_all.shape[0] if batch is None else min(int(batch), x_all.shape[0])
     num_chunks = math.ceil(total / chunk)
     save_every = max(num_layers, 1)

@@ -28,6 +28,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._masks import causal_mask
 from .._model._norms import SphereNorm
@@ -62,7 +63,7 @@ def uniform_causal_layer(
     """
     w_v = jnp.asarray(w_v)
     if w_v.shape != (d, d):
-        raise ValueError(f"w_v must be a square (d, d) = ({d}, {d}) matrix, got shape {w_v.shape}.")
+        raise UsageError(f"w_v must be a square (d, d) = ({d}, {d}) matrix, got shape {w_v.shape}.")
     if not jnp.issubdtype(w_v.dtype, jnp.floating):
         w_v = w_v.astype(float)
     zero = jnp.zeros((d, d), w_v.dtype)
@@ -92,7 +93,7 @@ def example_2d(w: float | int) -> dict:
     """
     w = float(w)
     if not w > 1.0:
-        raise ValueError(f"the 2-D example needs w > 1 (WLOG, docs/theory.md#constructions), got w={w}.")
+        raise UsageError(f"the 2-D example needs w > 1 (WLOG, docs/theory.md#constructions), got w={w}.")
     s = math.sqrt(1.0 - 1.0 / w**2)
     a = jnp.array([-1.0 / w, s])
     b = jnp.array([-1.0 / w, -s])
@@ -121,18 +122,18 @@ def _parse_signs(k: int, signs, first_sign) -> tuple[float, np.ndarray]:
     if signs.shape[0] == k:
         # Length k: signs[0] is the sign of the repeated first block, the rest of tokens c+1..n.
         if float(first_sign) != 1.0 and float(signs[0]) != float(first_sign):
-            raise ValueError(
+            raise UsageError(
                 f"signs[0]={signs[0]} (the first block's sign) contradicts first_sign={first_sign}; "
                 "pass one of them."
             )
         first_sign, signs = float(signs[0]), signs[1:]
     elif signs.shape[0] != k - 1:
-        raise ValueError(
+        raise UsageError(
             f"signs must have length k = {k} (first-block sign, then one per token c+1..n) or k - 1 = "
             f"{k - 1} (token signs only, with first_sign), got length {signs.shape[0]}."
         )
     if not np.all(np.abs(signs) == 1.0) or abs(float(first_sign)) != 1.0:
-        raise ValueError(f"signs must be +1 or -1, got signs={signs.tolist()}, first_sign={first_sign}.")
+        raise UsageError(f"signs must be +1 or -1, got signs={signs.tolist()}, first_sign={first_sign}.")
     return float(first_sign), signs
 
 
@@ -184,15 +185,15 @@ def rank_k_equilibrium(
             signs are malformed.
     """
     if not (isinstance(k, (int, np.integer)) and 1 <= k <= n):
-        raise ValueError(f"the rank k must be an integer in [1, n={n}], got {k!r}.")
+        raise UsageError(f"the rank k must be an integer in [1, n={n}], got {k!r}.")
     if d < k:
-        raise ValueError(
+        raise UsageError(
             f"a rank-{k} configuration needs d >= k, got d={d}; use d >= {k} (the paper takes d = n)."
         )
     c = n - k + 1
     w = float(w)
     if k >= 2 and not w >= c:
-        raise ValueError(
+        raise UsageError(
             f"the rank-{k} equilibrium for n={n} needs w >= c = n - k + 1 = {c} (token c+1 has "
             f"first-to-last coordinate -c/w), got w={w}; use w >= {c} (w >= n gives every rank)."
         )
@@ -290,11 +291,11 @@ def lemma13_sample(
         ValueError: for ``d < 2``, ``w <= 1`` or an unknown condition.
     """
     if d < 2:
-        raise ValueError(f"Lemma 13 needs d >= 2, got d={d}.")
+        raise UsageError(f"Lemma 13 needs d >= 2, got d={d}.")
     if condition not in ("proof", "paper"):
-        raise ValueError(f"condition must be 'proof' or 'paper', got {condition!r}.")
+        raise UsageError(f"condition must be 'proof' or 'paper', got {condition!r}.")
     if not isinstance(w, jax.core.Tracer) and not float(w) > 1.0:
-        raise ValueError(f"Lemma 13 needs w > 1, got w={float(w)}.")
+        raise UsageError(f"Lemma 13 needs w > 1, got w={float(w)}.")
     dt = jnp.zeros((), dtype if dtype is not None else float).dtype
     return _lemma13_sample(key, jnp.asarray(w, dt), d, batch, condition)
 

@@ -27,7 +27,7 @@ def _unique_keys(pairs):
     out = {}
     for k, v in pairs:
         if k in out:
-            raise ValueError(f"the key {k!r} appears twice")
+            raise UsageError(f"the key {k!r} appears twice")
         out[k] = v
     return out
 

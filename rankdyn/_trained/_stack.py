@@ -159,7 +159,7 @@ class Checkpoint:
             dqk: temperature $d_{QK}$ (default the head width, as trained); e.g. ``64 * d_h``
                 makes the logits 8 times flatter.
             placement: with ``variant="full"``, another placement of the trained norms (one of
-                `rankdyn.internal.PLACEMENTS`; default the checkpoint's own, `Checkpoint.placement`).
+                `rankdyn.layer.PLACEMENTS`; default the checkpoint's own, `Checkpoint.placement`).
             ln: with ``variant="full"``, another norm: ``layernorm``, ``rms`` or ``sphere``; trained
                 gains and biases are kept where the new norm has them, dropped otherwise
                 (`rankdyn._trained._renorm`). Default: the trained norms.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..._errors import UsageError
 from .._dtype import float_dtype
 from .._masktable import PAPER_MASKS, mask_table, masks_for
 from .._observer import cheap_observe, full_observe
@@ -69,7 +70,7 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
     modes = tuple(sizes.get("modes", ("eval",)))
     unknown = [m for m in modes if m not in DROPOUT_MODES]
     if unknown:
-        raise ValueError(f"unknown dropout mode(s) {unknown}; expected some of {tuple(DROPOUT_MODES)}.")
+        raise UsageError(f"unknown dropout mode(s) {unknown}; expected some of {tuple(DROPOUT_MODES)}.")
     rank_tol = 1e-4 if dtype == jnp.float32 else 1e-10
     masks = masks_for(PAPER_MASKS, n)
     k_w, k_x, k_drop = jax.random.split(jax.random.PRNGKey(seed), 3)

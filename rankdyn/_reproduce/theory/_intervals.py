@@ -14,7 +14,7 @@ def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -
         ValueError: if ``trials < 0`` or ``successes`` is not in ``[0, trials]``.
     """
     if trials < 0 or not 0 <= successes <= trials:
-        raise ValueError(f"need 0 <= successes <= trials, got successes={successes}, trials={trials}.")
+        raise RuntimeError(f"need 0 <= successes <= trials, got successes={successes}, trials={trials}.")
     if trials == 0:
         return (0.0, 1.0)
     lo, hi = _wilson(successes, trials, z)
