@@ -196,7 +196,7 @@ def compute(sz: dict, seed: int) -> BifurcationMeasured:
 def phase_grid(num_w: int, num_s: int, seed: int):
     """``(ws, ss, phases)``: `causal_pair_phases` of $W_V = [[p, w], [0, 1]]$, $W_Q = s G_Q$,
     $W_K = s G_K$ ($G$ standard gaussian from ``seed``) on ``num_s`` x ``num_w`` points."""
-    from ...theory import causal_pair_phases
+    from ..._theory._pair_phases import causal_pair_phases
 
     ws, ss = np.linspace(W_END, W_START, num_w), np.linspace(*S_RANGE, num_s)
     g = np.random.default_rng(seed).standard_normal((2, 2, 2))
