@@ -38,6 +38,7 @@ COMMANDS = (
     "sweep",
     "equilibria",
     "continue",
+    "basins",
     "plot",
     "flow",
     "lyapunov",
@@ -134,7 +135,7 @@ def _interrupted(args, t0: float, signum: int) -> int:
 
 
 #: Commands that write one result into the folder ``--out``: it gets a result manifest.
-RESULT_COMMANDS = ("simulate", "flow", "equilibria", "continue", "lyapunov")
+RESULT_COMMANDS = ("simulate", "flow", "equilibria", "continue", "basins", "lyapunov")
 
 
 def _run_command(args):

@@ -9,6 +9,7 @@ panels, legends outside the data, the round-off floor as a band) live in ``_styl
 from ._plotting._bifurcation import (
     plot_basins_across as plot_basins_across,
     plot_bifurcation as plot_bifurcation,
+    plot_pair_phases as plot_pair_phases,
 )
 from ._plotting._collapse import plot_metric_band as plot_metric_band
 from ._plotting._equilibria import (

@@ -22,6 +22,11 @@ from ._theory._counterexample_search import (
     rank_objective as rank_objective,
     search_value_matrix as search_value_matrix,
 )
+from ._theory._pair_phases import (
+    PAIR_RELATIONS as PAIR_RELATIONS,
+    causal_pair_equilibria as causal_pair_equilibria,
+    causal_pair_phases as causal_pair_phases,
+)
 from ._theory._rates import (
     bound_rate as bound_rate,
     corollary1_rate as corollary1_rate,
@@ -29,4 +34,8 @@ from ._theory._rates import (
     fit_rate_window as fit_rate_window,
     theorem1_rate as theorem1_rate,
     theorem2_rate as theorem2_rate,
+)
+from ._theory._token_classes import (
+    token_class_label as token_class_label,
+    token_class_name as token_class_name,
 )

@@ -540,7 +540,22 @@ def bifurcation():
         p_branch=fill(T.BranchSummary, family="p", folds=(), branch_points=(0.25,), other=()),
         bert_branches=(),
         branches=branches,
+        phase_w=tuple(np.linspace(2.0, 3.4, 15)),
+        phase_s=tuple(np.linspace(0.0, 2.0, 11)),
+        phases=_pair_phases(np.linspace(2.0, 3.4, 15), np.linspace(0.0, 2.0, 11)),
     )
+
+
+def _pair_phases(ws, ss):
+    # Rank-2 equilibria of family a beyond w = 3.2 - s / 4, of family b beyond 2.6; one stable in a.
+    count = np.zeros((ss.size, ws.size, 2, 3), int)
+    count[..., 0] = 1
+    count[..., 0, 2] = 2 * (ws[None] > 3.2 - ss[:, None] / 4)
+    count[..., 1, 2] = 2 * (ws[None] > 2.6)
+    stable = np.zeros_like(count)
+    stable[..., 0, 0] = 1
+    stable[..., 0, 2] = count[..., 0, 2] // 2
+    return {"count": count, "stable": stable}
 
 
 # -- the flow targets ------------------------------------------------------------------------------

@@ -57,3 +57,31 @@ def test_cycles_and_bad_input():
         basins_across(logistic, np.zeros((2, 1)), [np.nan])
     with pytest.raises(UsageError, match=r"\(S, m\)"):
         basins_across(logistic, np.zeros(3), [1.0])
+
+
+def test_layer_family_attractor_born_at_its_fold():
+    # The causal n = d = 2 family of the bifurcation target: its stable rank-2 equilibrium (token 1
+    # at (0, +-1)) is born at the fold w_A = sqrt(2p - p^2) (continuation locates it there to 1e-6:
+    # tests/test_continuation.py).
+    from rankdyn.theory import token_class_label, token_class_name, uniform_causal_layer
+
+    p = 0.75
+
+    def family(w):
+        return uniform_causal_layer(2, 2, jnp.array([[p, w], [0.0, 1.0]]))
+
+    w_a = np.sqrt(2 * p - p * p)
+    starts = np.random.default_rng(1).standard_normal((400, 2, 2))
+    starts /= np.linalg.norm(starts, axis=-1, keepdims=True)
+    scan = basins_across(family, starts, [w_a - 0.05, w_a + 0.05], horizon=400, settle_tol=1e-9,
+                         label=token_class_label(2))  # fmt: skip
+    assert np.all(scan.not_settled == 0) and np.allclose(scan.params, [w_a - 0.05, w_a + 0.05])
+    names = [token_class_name(v, 2) for _, v in scan.attractors]
+    assert names == ["rank 1: x1 = x2", "rank 2: tokens distinct"], names
+    assert scan.fractions[0, 1] == 0 and scan.lo[1, 1] > 0
+    with pytest.raises(UsageError, match=r"starts must be \(S, 2, 2\)"):
+        basins_across(family, np.zeros((3, 3, 2)), [1.0])
+    with pytest.raises(UsageError, match="one structure"):
+        basins_across(
+            lambda w: family(w) if w < 1 else uniform_causal_layer(2, 3, jnp.eye(3)), starts, [0.5, 1.5]
+        )

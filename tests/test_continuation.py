@@ -190,8 +190,19 @@ def _measured(**over):
         6,
         (br("A", fold["A"]), br("A", fold["A"]), br("B", fold["B"]), br("B", fold["B"])),
         target.BranchSummary("rank-1", "parameter_end", 0.5, 2.5, 16, (), (1.0, 2.0), (), True, False, 0.0),
+        phase_w=tuple(np.linspace(target.W_END, target.W_START, 46)),
+        phase_s=(0.0, 1.0),
+        phase_row0=_row0(fold),
+        phase_start={"A": {"rank2": 2, "stable_rank2": 2}, "B": {"rank2": 2, "stable_rank2": 0}},
     )
     return dataclasses.replace(m, **over)
+
+
+def _row0(fold, shift=0):
+    """Rank-2 counts on the phase grid's row qk_std = 0: 2 from each family's fold on (``shift``
+    grid points later)."""
+    ws = np.linspace(target.W_END, target.W_START, 46)
+    return {f: tuple(2 if i >= np.searchsorted(ws, fold[f]) + shift else 0 for i in range(46)) for f in "AB"}
 
 
 def test_target_checks_pass_and_fail():
@@ -207,5 +218,7 @@ def test_target_checks_pass_and_fail():
         _measured(w_branches=(good.w_branches[0], no_change) + good.w_branches[2:]),
         _measured(w_branches=good.w_branches[:2]),
         _measured(p_branch=pb),
+        _measured(phase_row0=_row0(target.closed_form_folds(target.P), shift=1)),  # boundary one cell off
+        _measured(phase_start={"A": {"rank2": 2, "stable_rank2": 1}, "B": {"rank2": 2, "stable_rank2": 0}}),
     ):
         assert not all(c.passed for c in target.checks(bad))

@@ -7,6 +7,7 @@ multipliers lambda^2 - lambda + (a - 1) = 0: a Neimark-Sacker point at a = 2, an
 """
 
 import dataclasses
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -61,6 +62,15 @@ def test_delayed_logistic_neimark_sacker_angle():
     assert ns.kind == "neimark-sacker" and ns.located and abs(ns.param - 2) <= 1e-9
     assert abs(ns.theta - np.pi / 3) <= 1e-9 and ns.resonance == 0
     assert "theta = 1.0472" in ns.describe("a")
+    # branches.json: each point's multipliers as [re, im] pairs (a complex pair here), no padding.
+    rows = json.loads(json.dumps(br.to_dict()))["multipliers"]
+    assert [len(r) for r in rows] == [2] * len(br)
+    np.testing.assert_array_equal([[complex(*z) for z in r] for r in rows], br.multipliers[:, :2])
+    assert np.all(np.isnan(br.multipliers[:, 2:]))  # the array's pads, left out of the JSON
+    padded = br.multipliers.copy()
+    padded[0, 1] = np.nan  # a point with one multiplier fewer
+    rows = dataclasses.replace(br, multipliers=padded).to_dict()["multipliers"]
+    assert len(rows[0]) == 1 and rows[0][0] == [br.multipliers[0, 0].real, br.multipliers[0, 0].imag]
 
 
 def test_two_crossings_in_one_step_are_located_apart():

@@ -114,6 +114,35 @@ def _check(args):
         raise UsageError(
             f"--x0 {args.x0} is ignored by rankdyn continue (the starts are equilibria); drop it."
         )
+    _check_param2(args)  # first: the branches are continued at --from2
+    config = check_param_range(args)
+    if config.has_dropout:
+        raise UsageError(
+            "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
+        )
+    if args.ds is not None and not (math.isfinite(args.ds) and args.ds > 0):
+        raise UsageError(f"--ds {args.ds}: expected a finite number > 0.")
+    if args.max_steps < 1:
+        raise UsageError(f"--max-steps {args.max_steps}: expected an integer >= 1.")
+    check_positive(args, "residual_tol", "stability_tol")
+    from .._equilibria._arclength import MAX_STATE
+
+    if args.n * args.d > MAX_STATE:
+        raise UsageError(
+            f"--n {args.n} --d {args.d}: n * d = {args.n * args.d} is above {MAX_STATE} (dense (n d)^2 "
+            "Jacobians at every corrector step); lower --n or --d."
+        )
+    check_out_dir(args.out)
+    return config
+
+
+def check_param_range(args):
+    """``--param`` / ``--from`` / ``--to`` (shared with ``rankdyn basins``): a parameter the model
+    reads, not also set by its own flag, a finite non-empty range, the model valid at both ends.
+
+    Returns:
+        The `ModelConfig` at ``--from``.
+    """
     name = args.param
     # qk_std, value_std and ln_radius have no flag of their own: only --param sets them.
     if getattr(args, name, None) is not None:
@@ -124,9 +153,10 @@ def _check(args):
     for v, flag in ((args.p_from, "--from"), (args.p_to, "--to")):
         if not math.isfinite(v):
             raise UsageError(f"{flag} {v}: expected a finite number.")
-    _check_param2(args)
     if args.p_from == args.p_to:
-        raise UsageError(f"--from and --to are equal ({args.p_from:g}): give an interval to continue over.")
+        raise UsageError(
+            f"--from and --to are equal ({args.p_from:g}): give an interval to move --param over."
+        )
     if name == "dqk" and args.qk == "zero":
         raise UsageError(
             "--param dqk with --qk zero: uniform attention does not read the temperature (every score is 0); "
@@ -147,23 +177,6 @@ def _check(args):
             config = check_model_args(args)
         except (UsageError, ValueError) as err:
             raise UsageError(f"{flag} {v} for --param {name}: {err}") from None
-    if config.has_dropout:
-        raise UsageError(
-            "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
-        )
-    if args.ds is not None and not (math.isfinite(args.ds) and args.ds > 0):
-        raise UsageError(f"--ds {args.ds}: expected a finite number > 0.")
-    if args.max_steps < 1:
-        raise UsageError(f"--max-steps {args.max_steps}: expected an integer >= 1.")
-    check_positive(args, "residual_tol", "stability_tol")
-    from .._equilibria._arclength import MAX_STATE
-
-    if args.n * args.d > MAX_STATE:
-        raise UsageError(
-            f"--n {args.n} --d {args.d}: n * d = {args.n * args.d} is above {MAX_STATE} (dense (n d)^2 "
-            "Jacobians at every corrector step); lower --n or --d."
-        )
-    check_out_dir(args.out)
     return config
 
 

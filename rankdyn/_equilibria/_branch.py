@@ -160,10 +160,12 @@ class Branch:
         return int(self.params.shape[0])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (multipliers as ``[re, im]`` pairs; NaN pads as null)."""
+        """JSON-ready dict: each point's multipliers as a list of ``[re, im]`` pairs, by decreasing
+        modulus, without the NaN pads of ``multipliers`` (a point with fewer multipliers has a
+        shorter list)."""
 
         def pair(z):
-            return None if not np.isfinite(z) else [float(z.real), float(z.imag)]
+            return [float(z.real), float(z.imag)]
 
         return {
             "param_name": self.param_name,
@@ -172,7 +174,7 @@ class Branch:
             "num_points": len(self),
             "params": np.asarray(self.params).tolist(),
             "points": np.asarray(self.points).tolist(),
-            "multipliers": [[pair(z) for z in row] for row in np.asarray(self.multipliers)],
+            "multipliers": [[pair(z) for z in row if np.isfinite(z)] for row in np.asarray(self.multipliers)],
             "stable": np.asarray(self.stable).tolist(),
             "tangents_p": np.asarray(self.tangents_p).tolist(),
             "residuals": np.asarray(self.residuals).tolist(),

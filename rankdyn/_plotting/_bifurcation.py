@@ -10,7 +10,7 @@ import numpy as np
 
 from .._errors import UsageError
 
-__all__ = ["plot_basins_across", "plot_bifurcation", "equilibrium_measure", "MEASURES"]
+__all__ = ["plot_basins_across", "plot_bifurcation", "plot_pair_phases", "equilibrium_measure", "MEASURES"]
 
 #: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis (the first is the default).
 MEASURES = ("projection", "sigma_min", "min_cos")
@@ -188,3 +188,78 @@ def plot_basins_across(scan, *, ax=None, names=None, title=None, xlabel="paramet
         ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return ax
+
+
+def _edges(v):
+    """Cell edges around grid values ``v`` (midpoints; half a step beyond the ends)."""
+    v = np.asarray(v, dtype=float)
+    if v.size == 1:
+        return np.array([v[0] - 0.5, v[0] + 0.5])
+    mid = 0.5 * (v[1:] + v[:-1])
+    return np.concatenate([[2 * v[0] - mid[0]], mid, [2 * v[-1] - mid[-1]]])
+
+
+def _categories(ax, codes, xs, ys, names, title):
+    """A categorical map: one colour per code present (cells drawn as polygons with their colour,
+    no colour scale), named in a legend below the panel."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    codes = np.asarray(codes)
+    present = sorted(set(codes.ravel().tolist()))
+    colors = plt.get_cmap("tab10").colors
+    ex, ey = _edges(xs), _edges(ys)
+    x0, y0 = np.meshgrid(ex[:-1], ey[:-1])
+    x1, y1 = np.meshgrid(ex[1:], ey[1:])
+    verts = np.stack([np.stack(c, -1) for c in ((x0, y0), (x1, y0), (x1, y1), (x0, y1))], axis=-2)
+    face = [colors[present.index(c) % len(colors)] for c in codes.ravel().tolist()]
+    ax.add_collection(PolyCollection(verts.reshape(-1, 4, 2), facecolors=face, edgecolors="none"))
+    ax.set_xlim(ex[0], ex[-1])
+    ax.set_ylim(ey[0], ey[-1])
+    handles = [Patch(color=colors[i % len(colors)], label=names(c)) for i, c in enumerate(present)]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=7, frameon=False)
+    ax.set_title(title, fontsize=9)
+
+
+def plot_pair_phases(
+    phases, xs, ys, *, families=("A", "B"), xlabel="w", ylabel="qk_std", folds=(), axes=None
+):
+    """Phase diagram of the causal two-token layer (`rankdyn.theory.causal_pair_phases` on a grid):
+    which rank-2 equilibrium classes exist (left) and which classes are stable (right).
+
+    Arguments:
+        phases: the dict of `causal_pair_phases` for weights on the grid ``(len(ys), len(xs))``.
+        xs, ys: the grid's parameter values.
+        families: names of token 1's two families (largest eigenvalue first).
+        xlabel, ylabel: the parameters' names.
+        folds: ``(x, y, label)`` points to mark (e.g. folds located by continuation).
+        axes: two matplotlib Axes (created when None).
+
+    Returns:
+        The two Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    count, stable = np.asarray(phases["count"]), np.asarray(phases["stable"])
+    rank2 = (count[..., 2] > 0).astype(int) @ np.array([1, 2])
+    exist_names = ["no rank-2 equilibrium", f"rank 2, token 1 in {families[0]}", f"rank 2, token 1 in "
+                   f"{families[1]}", f"rank 2 in {families[0]} and in {families[1]}"]  # fmt: skip
+    _categories(axes[0], rank2, xs, ys, lambda c: exist_names[c], "rank-2 equilibria that exist")
+    words = ("x2 = x1", "x2 = -x1", "rank 2")
+    classes = [f"{f}: {r}" for f in families for r in words]
+    bits = (stable.reshape(stable.shape[:-2] + (6,)) > 0).astype(int) @ (2 ** np.arange(6))
+
+    def stable_names(code):
+        return ", ".join(c for i, c in enumerate(classes) if code >> i & 1) or "none stable"
+
+    _categories(axes[1], bits, xs, ys, stable_names, "stable equilibria (token 1 in family: token 2)")
+    for ax in axes:
+        for x, y, label in folds:
+            ax.plot([x], [y], "ko", ms=5)
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+    return axes

@@ -10,6 +10,12 @@ batched program (``jax.vmap`` over both), then labels each trajectory's limit:
 - and a user **label** of the limit (``label(x_T, p) -> int``, traced), e.g. the sign of a
   coordinate, or an equilibrium class up to the symmetries of the map.
 
+The same function takes a layer family ``family(p) -> SelfAttentionLayer`` when the starts are
+token matrices ``(S, n, d)``: the layers of every parameter value are built on the host, stacked,
+and indexed inside the one program (the layer's arrays need not be traceable in $p$); the
+default label is then the token class of `rankdyn.theory.token_class_label` (rank and coincidence
+pattern, the identity permutation only: pass ``label=`` with the map's permutations).
+
 An attractor is the pair (period, label), the same at every parameter value: attractors are
 matched across $p$ by their labels, never by the distance between their points (which moves with
 $p$ and mixes up attractors that pass near each other). Fractions come with Wilson 95% intervals
@@ -80,26 +86,29 @@ def basins_across(
     r"""Basin fractions of a map's attractors at every parameter value, attractors matched by label.
 
     Arguments:
-        f: ``f(x, p) -> x``, a JAX map of an ``(m,)`` state.
-        starts: ``(S, m)`` the starts (the same at every parameter value, so fractions are paired).
+        f: ``f(x, p) -> x``, a JAX map of an ``(m,)`` state; or, with ``(S, n, d)`` starts, a family
+            ``f(p) -> SelfAttentionLayer`` (one structure at every value, shared weights, no dropout).
+        starts: ``(S, m)`` or ``(S, n, d)`` the starts (the same at every parameter value, so
+            fractions are paired).
         params: ``(P,)`` the parameter values.
         horizon: $T$, the steps before the limit is examined.
         max_period: the longest cycle looked for.
         settle_tol: $\|x_{T+k} - x_T\|_\infty$ below this makes $k$ a period.
         label: ``label(x_T, p) -> int`` (traced), what distinguishes attractors of one period
-            (default: 0, the period alone).
+            (default: 0, the period alone; for a layer family, `token_class_label`).
 
     Returns:
         A `BasinScan`.
 
     Raises:
-        UsageError: for starts that are not ``(S, m)``, non-finite starts or parameters, an empty
-            parameter list, a horizon or ``max_period`` below 1, or a map whose output shape differs.
+        UsageError: for starts that are not ``(S, m)`` or ``(S, n, d)``, non-finite starts or
+            parameters, an empty parameter list, a horizon or ``max_period`` below 1, a map whose
+            output shape differs, or layers of different structures, per-layer weights or dropout.
     """
     x0 = np.asarray(starts, dtype=float)
     ps = np.asarray(params, dtype=float).reshape(-1)
-    if x0.ndim != 2 or x0.shape[0] == 0:
-        raise UsageError(f"starts must be (S, m) with S >= 1, got shape {x0.shape}.")
+    if x0.ndim not in (2, 3) or x0.shape[0] == 0:
+        raise UsageError(f"starts must be (S, m) or (S, n, d) with S >= 1, got shape {x0.shape}.")
     if ps.size == 0:
         raise UsageError("params is empty: give at least one parameter value.")
     if not (np.all(np.isfinite(x0)) and np.all(np.isfinite(ps))):
@@ -108,7 +117,12 @@ def basins_across(
         raise UsageError(f"horizon and max_period must be >= 1, got {horizon} and {max_period}.")
     if not (math.isfinite(settle_tol) and settle_tol > 0):
         raise UsageError(f"settle_tol must be finite and > 0, got {settle_tol}.")
-    dt = jnp.asarray(0.0).dtype
+    values = ps
+    if x0.ndim == 3:  # a layer family: the map of the flattened tokens, indexed by parameter
+        f, dt, label = _layer_map(f, ps, x0.shape[1:], label)
+        x0, ps = x0.reshape(x0.shape[0], -1), np.arange(ps.size, dtype=float)
+    else:
+        dt = jnp.asarray(0.0).dtype
     out = jax.eval_shape(f, jax.ShapeDtypeStruct(x0.shape[1:], dt), jax.ShapeDtypeStruct((), dt))
     if getattr(out, "shape", None) != x0.shape[1:]:
         raise UsageError(
@@ -133,7 +147,7 @@ def basins_across(
     )
     lo, hi = wilson_interval(counts, total)
     return BasinScan(
-        params=ps,
+        params=values,
         period=period,
         label=labels,
         attractors=tuple(keys),
@@ -144,6 +158,53 @@ def basins_across(
         not_settled=(period <= 0).mean(axis=1),
         horizon=int(horizon),
     )
+
+
+def _layer_map(family, values, shape, label):
+    """The layers at ``values`` stacked: ``(f(x, i), dtype, label)`` with ``f`` the layer of index
+    ``i`` acting on flattened ``(n d,)`` tokens."""
+    import equinox as eqx
+
+    from ._token_classes import token_class_label
+
+    layers = [family(float(v)) for v in values]
+    tree = jax.tree.structure(layers[0])
+    fixed = [
+        np.asarray(a) for a in jax.tree.leaves(eqx.filter(layers[0], eqx.is_inexact_array, inverse=True))
+    ]
+    for layer in layers[1:]:
+        same = jax.tree.structure(layer) == tree and all(
+            np.shape(u) == np.shape(v) for u, v in zip(jax.tree.leaves(layer), jax.tree.leaves(layers[0]))
+        )
+        others = jax.tree.leaves(eqx.filter(layer, eqx.is_inexact_array, inverse=True)) if same else []
+        if not (same and all(np.array_equal(np.asarray(a), b) for a, b in zip(others, fixed))):
+            raise UsageError(
+                "the family must build layers of one structure at every parameter value (same shapes, "
+                "heads, blocks, masks and switches); only floating arrays may depend on the parameter."
+            )
+    first = layers[0]
+    if first.num_layers is not None or first.has_dropout:
+        raise UsageError(
+            "basins of a layer family need one map iterated: shared weights (not a per-layer stack) "
+            "and no dropout."
+        )
+    if (first.num_tokens, first.dim) != tuple(shape):
+        raise UsageError(
+            f"starts must be (S, {first.num_tokens}, {first.dim}) for these layers, got (S, {shape[0]}, "
+            f"{shape[1]})."
+        )
+    parts = [eqx.partition(layer, eqx.is_inexact_array) for layer in layers]
+    stacked = jax.tree.map(lambda *a: jnp.stack(a), *[a for a, _ in parts])
+    static, at = parts[0][1], jnp.asarray(values, first.weights.w_v.dtype)
+    n, d = shape
+
+    def f(x, i):
+        one = jax.tree.map(lambda a: a[i.astype(jnp.int32)], stacked)
+        return eqx.combine(one, static)(x.reshape(n, d))[0].reshape(-1)
+
+    lab = token_class_label(n) if label is None else label
+    # The label reads the parameter's value, not its index.
+    return f, first.weights.w_v.dtype, lambda x, i: lab(x.reshape(n, d), at[i.astype(jnp.int32)])
 
 
 def _run(f, label, horizon, max_period, tol):

@@ -15,6 +15,14 @@ located within ``FOLD_TOL`` of its closed form, and comes back to ``W_START`` on
 class of its family. A second check continues the rank-1 equilibrium $x_1 = x_2 = (0, 1)$ in
 $p$ at fixed $w$: its multipliers are $p$ (token 1) and $p/2$ (token 2), so two branch points
 (transcritical: family B and family A cross it) sit at $p = 1$ and $p = 2$, with no fold.
+A phase diagram in $(w, s)$, with $W_Q = s G_Q$ and $W_K = s G_K$ for fixed standard gaussian
+$G_Q, G_K$ (at $s = 0$ the family above; there the temperature is not read), says which
+equilibrium classes exist and which are stable at every grid point
+(`rankdyn.theory.causal_pair_phases`: token 1 on an eigenvector of $W_V$, token 2 on the circle).
+It is checked against the continuation: on the row $s = 0$ each family's rank-2 region has one
+boundary, and the fold located by continuation lies in that boundary's grid cell; at
+$(w_{start}, 0)$ it counts as many rank-2 classes per family, and as many stable ones, as the
+census and the continued branches.
 The full run adds the temperature family of a BERT-like layer (complete mask, BERT-uniform
 $W_Q, W_K, W_V$), whose bifurcations have no closed form: it is reported, not checked.
 """
@@ -56,9 +64,16 @@ def family_layer(p: float, w: float):
     return uniform_causal_layer(2, 2, jnp.array([[p, w], [0.0, 1.0]]))
 
 
+#: The phase diagram's range of s (qk_std); w runs from W_END to W_START.
+S_RANGE = (0.0, 2.0)
+
+
 def sizes(quick: bool) -> dict:
-    """Quick: 12 steps across each interval; full: 40, and the BERT-like temperature family."""
-    return dict(divisions=12, bert=False) if quick else dict(divisions=40, bert=True)
+    """Quick: 12 steps across each interval, a 46 x 21 phase grid; full: 40, a 181 x 81 grid, and the
+    BERT-like temperature family."""
+    if quick:
+        return dict(divisions=12, bert=False, phase_w=46, phase_s=21)
+    return dict(divisions=40, bert=True, phase_w=181, phase_s=81)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +103,14 @@ class BifurcationMeasured(Measured):
     w_branches: tuple[BranchSummary, ...]
     p_branch: BranchSummary
     bert_branches: tuple[BranchSummary, ...] = ()
+    #: The phase grid's w and s values, the rank-2 counts per family on the row s = 0, and the
+    #: rank-2 counts and stable counts per family at (W_START, 0).
+    phase_w: tuple[float, ...] = ()
+    phase_s: tuple[float, ...] = ()
+    phase_row0: dict = dataclasses.field(default_factory=dict)
+    phase_start: dict = dataclasses.field(default_factory=dict)
     branches: tuple = off_json(default=())
+    phases: dict = off_json(default_factory=dict)
 
 
 def _family_of(x: np.ndarray) -> str:
@@ -158,6 +180,13 @@ def compute(sz: dict, seed: int) -> BifurcationMeasured:
     pbr = continue_branch(p_fam, x1, *P_RANGE, ds=ds_p, param_name="p", throw=False)
     branches.append(pbr)
     bert = _bert_branches(seed, sz["divisions"]) if sz["bert"] else []
+    ws, ss, phases = phase_grid(sz["phase_w"], sz["phase_s"], seed)
+    row0 = {f: tuple(int(c) for c in phases["count"][0, :, i, 2]) for i, f in enumerate("AB")}
+    j = int(np.argmin(np.abs(ws - W_START)))
+    start = {
+        f: {"rank2": int(phases["count"][0, j, i, 2]), "stable_rank2": int(phases["stable"][0, j, i, 2])}
+        for i, f in enumerate("AB")
+    }
     return BifurcationMeasured(
         P,
         closed_form_folds(P),
@@ -165,8 +194,26 @@ def compute(sz: dict, seed: int) -> BifurcationMeasured:
         tuple(summaries),
         _summary(pbr, "rank-1"),
         tuple(_summary(b, "bert") for b in bert),
+        tuple(float(w) for w in ws),
+        tuple(float(v) for v in ss),
+        row0,
+        start,
         tuple(branches + bert),
+        phases,
     )
+
+
+def phase_grid(num_w: int, num_s: int, seed: int):
+    """``(ws, ss, phases)``: `causal_pair_phases` of $W_V = [[p, w], [0, 1]]$, $W_Q = s G_Q$,
+    $W_K = s G_K$ ($G$ standard gaussian from ``seed``) on ``num_s`` x ``num_w`` points."""
+    from ..._theory._pair_phases import causal_pair_phases
+
+    ws, ss = np.linspace(W_END, W_START, num_w), np.linspace(*S_RANGE, num_s)
+    g = np.random.default_rng(seed).standard_normal((2, 2, 2))
+    w_v = np.zeros((num_s, num_w, 2, 2))
+    w_v[..., 0, 0], w_v[..., 0, 1], w_v[..., 1, 1] = P, ws, 1.0
+    s = ss[:, None, None, None]
+    return ws, ss, causal_pair_phases(w_v, s * g[0], s * g[1])
 
 
 def checks(m: BifurcationMeasured) -> list[Check]:
@@ -212,6 +259,42 @@ def checks(m: BifurcationMeasured) -> list[Check]:
             f"branch points {[f'{v:.12f}' for v in bp]}, folds {list(pb.folds)}, other {list(pb.other)}",
         )
     )
+    return out + _phase_checks(m)
+
+
+def _phase_checks(m: BifurcationMeasured) -> list[Check]:
+    """The phase diagram against the continuation and the census (fixed before any run)."""
+    out = []
+    ws = np.asarray(m.phase_w)
+    step = float(ws[1] - ws[0]) if ws.size > 1 else float("nan")
+    for fam in ("A", "B"):
+        exists = np.asarray(m.phase_row0.get(fam, ()), dtype=int) > 0
+        flips = np.flatnonzero(exists[1:] != exists[:-1]) if exists.size == ws.size else np.array([])
+        folds = sorted({round(f, 9) for b in m.w_branches if b.family == fam for f in b.folds})
+        ok, detail = False, f"{int(exists.sum())} of {ws.size} grid points with rank-2 {fam}, folds {folds}"
+        if flips.size == 1 and len(folds) == 1 and not exists[0] and exists[-1]:
+            lo, hi = ws[flips[0]], ws[flips[0] + 1]
+            ok = lo - 1e-12 <= folds[0] <= hi + 1e-12
+            detail = f"boundary cell [{lo:.4f}, {hi:.4f}] (grid step {step:.4f}), fold {folds[0]:.10f}"
+        out.append(
+            check(
+                f"phase diagram at qk_std = 0: the family-{fam} fold lies on its region's boundary",
+                ok,
+                detail,
+            )
+        )
+    for fam in ("A", "B"):
+        here = [b for b in m.w_branches if b.family == fam]
+        got = m.phase_start.get(fam, {})
+        want = {"rank2": len(here), "stable_rank2": sum(b.stable_before for b in here)}
+        out.append(
+            check(
+                f"phase diagram at (w = {W_START}, 0): family-{fam} rank-2 classes and stable ones as "
+                "continued",
+                got == want,
+                f"diagram {got}, census and branches {want}",
+            )
+        )
     return out
 
 
@@ -235,6 +318,22 @@ def render(out: Path, m: BifurcationMeasured, cs: list[Check], *, quick: bool = 
     fig.tight_layout()
     savefig(fig, out / "bifurcation.png", dpi=120)
     plt.close(fig)
+    figures = ["bifurcation.png"]
+    if m.phases:
+        from ...plotting import plot_pair_phases
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 5.4))
+        folds = sorted({(round(f, 6), b.family) for b in m.w_branches for f in b.folds})
+        plot_pair_phases(
+            m.phases, m.phase_w, m.phase_s, folds=[(f, 0.0, f"fold {fam}") for f, fam in folds], axes=axes
+        )
+        fig.suptitle(
+            f"n = d = 2, causal, post-LN, W_V = [[{m.p}, w], [0, 1]], W_Q = s G_Q, W_K = s G_K", fontsize=9
+        )
+        fig.tight_layout()
+        savefig(fig, out / "phase_diagram.png", dpi=120)
+        plt.close(fig)
+        figures.append("phase_diagram.png")
     errs = [abs(b.folds[0] - m.closed_form[b.family]) for b in m.w_branches if len(b.folds) == 1]
     notes = (
         f"{len(m.w_branches)} rank-2 classes of the census at w = {W_START} were continued; "
@@ -258,11 +357,19 @@ def render(out: Path, m: BifurcationMeasured, cs: list[Check], *, quick: bool = 
         notes += (
             " BERT-like layer in d_QK from 4 to 0.25 (no closed form, not checked): " + "; ".join(found) + "."
         )
-    return Rendered(["bifurcation.png"], notes)
+    if m.phases:
+        stable_a = np.asarray(m.phases["stable"])[..., 0, 2] > 0
+        notes += (
+            f" Phase diagram on {len(m.phase_s)} x {len(m.phase_w)} points of (qk_std, w): a stable rank-2 "
+            f"equilibrium (token 1 in family A) at {stable_a.mean():.0%} of them."
+        )
+    return Rendered(figures, notes)
 
 
 def describe(m: BifurcationMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
-    setting = dict(sz, n=2, d=2, p=P, w_start=W_START, w_end=W_END, w_fixed=W_FIXED, p_range=P_RANGE)
+    setting = dict(
+        sz, n=2, d=2, p=P, w_start=W_START, w_end=W_END, w_fixed=W_FIXED, p_range=P_RANGE, s_range=S_RANGE
+    )
     errs = [abs(b.folds[0] - m.closed_form[b.family]) for b in m.w_branches if len(b.folds) == 1]
     return Description(
         dict(setting, seed=seed, quick=quick, dtype="float64"),
