@@ -114,6 +114,7 @@ REGISTRY: tuple[Target, ...] = (
         needs_checkpoint=True,
         default_checkpoint="smollm2",
     ),
+    Target("long-context-radius", _SIM + "long_context_radius", float64=True, extended=True),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
