@@ -115,6 +115,7 @@ REGISTRY: tuple[Target, ...] = (
         default_checkpoint="smollm2",
     ),
     Target("long-context-radius", _SIM + "long_context_radius", float64=True, extended=True),
+    Target("critical-temperature", _SIM + "critical_temperature", float64=True, extended=True),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
