@@ -116,6 +116,13 @@ REGISTRY: tuple[Target, ...] = (
     ),
     Target("long-context-radius", _SIM + "long_context_radius", float64=True, extended=True),
     Target("critical-temperature", _SIM + "critical_temperature", float64=True, extended=True),
+    Target(
+        "long-context-sinks",
+        _PRETRAINED + "long_context_sinks",
+        needs_checkpoint=True,
+        default_checkpoint="smollm2",
+        extended=True,
+    ),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
