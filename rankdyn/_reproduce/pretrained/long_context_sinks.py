@@ -33,7 +33,6 @@ import dataclasses
 from pathlib import Path
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -52,7 +51,8 @@ CLAIM = (
 CHECK_NAMES = (
     "k1: trained: attention on token 0 >= 2x the uniform causal baseline in most layers",
     "k2: random-init control: below 2x in most layers",
-    "k3: trained: attention by key position is U-shaped (first and last bins >= U_FACTOR x the middle median)",
+    "k3: trained: attention by key position is U-shaped (first and last bins >= U_FACTOR x the middle "
+    "median)",
 )
 #: Bins of key position, and the part of the queries whose profile is taken (the last 1/8).
 BINS, LAST_QUERIES = 16, 8
@@ -190,10 +190,11 @@ def render(out: Path, m: LongContextSinksMeasured, cs: list[V.Check], *, quick: 
     figs = [save_figure(fig, out / "long_context_sinks.png")]
     ok, first, last, mid = u_shape(m.profile["trained"])
     shape = "U-shaped" if ok else "not U-shaped by the rule"
+    share = {k: _sink_share(v, m.uniform_first) for k, v in m.mass_first.items()}
     notes = (
         f"Model: {r.label}; one excerpt of {m.n} tokens of {r.text}; mask {m.mask}. Trained: attention on "
-        f"token 0 is >= {SINK_FACTOR:g}x uniform in {_sink_share(m.mass_first['trained'], m.uniform_first):.0%} "
-        f"of layers (random init: {_sink_share(m.mass_first['random'], m.uniform_first):.0%}). The trained "
+        f"token 0 is >= {SINK_FACTOR:g}x uniform in {share['trained']:.0%} of layers (random init: "
+        f"{share['random']:.0%}). The trained "
         f"profile by key position (last 1/{LAST_QUERIES} of the queries) is {shape}: first bin {first:.3g}, "
         f"middle median {mid:.3g}, last bin {last:.3g} (1 = uniform)."
     )
