@@ -9,36 +9,49 @@ from ._style import legend_outside
 
 
 def plot_radius_collapse(curves, runs, radius, rho, lambda2, w, exponent):
-    """Left: mu_t / mu_0 against depth per run (semi-log). Right: 1 - rho against the radius r
-    (log-log), the uniform window's 1 - lambda_2 as open markers, and a slope -2 guide."""
+    """Left: mu_t / mu_0 against depth per run at the largest n (semi-log). Right: 1 - rho against
+    the radius r (log-log) per n, the uniform window's 1 - lambda_2 (open squares), a slope -2 guide."""
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(9.6, 3.6), layout="constrained")
-    for i, name in enumerate(runs):
+    # The curves at the largest n only: at a smaller n with the same r they lie on top (the rate
+    # depends on r, not n), which the right panel shows.
+    top = max(int(name.split("n=")[1].split()[0]) for name in runs)
+    for i, name in enumerate(r for r in runs if int(r.split("n=")[1].split()[0]) == top):
         t, rel = curves[name]
-        a.semilogy(t, np.maximum(np.asarray(rel, float), 1e-300), lw=1, label=name, color=f"C{i % 10}")
+        # Held at 1e-17 (below float64's round-off floor): an exact 0 has no place on a log axis.
+        a.semilogy(t, np.maximum(np.asarray(rel, float), 1e-17), lw=1, label=name, color=f"C{i % 10}")
     a.set_xlabel("layer t")
     a.set_ylabel("mu_t / mu_0")
-    a.set_ylim(bottom=1e-17)
     win = [i for i, x in enumerate(w) if x]
     ns = sorted({name.split()[1] for name in (runs[i] for i in win)})
+    dashes = ("-", "--", "-.", (0, (1, 1)))
     for k, nlabel in enumerate(ns):
         sel = [i for i in win if runs[i].split()[1] == nlabel]
         r = np.asarray([radius[i] for i in sel], float)
-        b.loglog(r, [1 - rho[i] for i in sel], "o", color=f"C{k}", label=f"measured, {nlabel}")
+        # One dash per n: at equal r the points of different n coincide (the rate follows r).
+        b.loglog(
+            r,
+            [1 - rho[i] for i in sel],
+            marker="o",
+            ls=dashes[k % 4],
+            color=f"C{k}",
+            label=f"measured, {nlabel}",
+        )
+    if win:
+        sel = [i for i in win if runs[i].split()[1] == ns[-1]]
+        r = np.asarray([radius[i] for i in sel], float)
         b.loglog(
             r,
             [1 - lambda2[i] for i in sel],
             "s",
             mfc="none",
-            color=f"C{k}",
-            ms=8,
-            label=f"uniform 1 - lambda_2, {nlabel}",
+            ms=9,
+            color="k",
+            label=f"uniform window 1 - lambda_2, {ns[-1]}",
         )
-    if win:
-        r = np.asarray(sorted({radius[i] for i in win}), float)
-        ref = 1 - rho[win[0]]
-        b.loglog(r, ref * (r / radius[win[0]]) ** -2.0, "k--", lw=0.8, label="slope -2")
+        ref = 1 - lambda2[sel[0]]
+        b.loglog(r, ref * (r / r[0]) ** -2.0, color="0.5", ls=(0, (4, 4)), lw=0.8, label="slope -2")
     b.set_xlabel("graph radius r")
     b.set_ylabel("1 - rho (per layer)")
     b.set_title(f"fitted exponent p = {exponent:.2f}", fontsize=9)
@@ -81,7 +94,7 @@ def plot_position_profile(mu, profiles, sink, uniform_sink, title=""):
     attention mass by key-position bin (mean over layers, heads and the last queries), per model."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.4), layout="constrained")
+    fig, axes = plt.subplots(1, 3, figsize=(10.8, 3.7), layout="constrained")
     for k, (name, v) in enumerate(mu.items()):
         axes[0].semilogy(np.arange(len(v)), v, color=f"C{k}", label=name)
         axes[1].semilogy(np.arange(len(sink[name])), np.asarray(sink[name]) / uniform_sink, color=f"C{k}")

@@ -88,7 +88,7 @@ def _scan(layer, x0, num_layers: int):
     q0 = n - n // LAST_QUERIES
     rows = i[q0:]
     valid = (i[None, :] <= rows[:, None]) & (i[None, :] >= 1)  # (queries, keys), token 0 left out
-    scale = (rows + 1.0)[:, None]
+    scale = (rows.astype(x0.dtype) + 1.0)[:, None]
     bins = jnp.minimum((i * BINS) // n, BINS - 1)
     onehot = (bins[:, None] == jnp.arange(BINS)[None, :]) & (i >= 1)[:, None]
     counts = jnp.sum(valid, axis=0).astype(x0.dtype) @ onehot.astype(x0.dtype)
