@@ -293,7 +293,9 @@ def test_report_refuses_more_than_200_lines(tmp_path):
 
 
 def test_resolve_targets_order_and_errors():
-    assert ex.resolve_targets([]) == list(ex.TARGETS)
+    # No name is 'all': every target but the extended tier (long-context-radius and the others).
+    assert ex.resolve_targets([]) == [n for n in ex.TARGETS if n not in ex.EXTENDED_TARGETS]
+    assert ex.EXTENDED_TARGETS and set(ex.EXTENDED_TARGETS) < set(ex.TARGETS)
     assert ex.resolve_targets(["geometry", "masks-collapse"]) == ["masks-collapse", "geometry"]
     assert list(ex.TARGETS)[:5] == [
         "masks-collapse",
