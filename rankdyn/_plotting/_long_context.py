@@ -99,7 +99,8 @@ def plot_position_profile(mu, profiles, sink, uniform_sink, title=""):
         axes[0].semilogy(np.arange(len(v)), v, color=f"C{k}", label=name)
         axes[1].semilogy(np.arange(len(sink[name])), np.asarray(sink[name]) / uniform_sink, color=f"C{k}")
         p = np.asarray(profiles[name], float)
-        axes[2].plot((np.arange(p.size) + 0.5) / p.size, p, "o-", ms=3, color=f"C{k}")
+        # Log scale: the recent keys get 10x uniform, the start and the middle a fraction of it.
+        axes[2].semilogy((np.arange(p.size) + 0.5) / p.size, p, "o-", ms=3, color=f"C{k}")
     axes[0].set_xlabel("layer")
     axes[0].set_ylabel("mu")
     axes[1].axhline(1.0, color="0.4", lw=0.8, ls="--")
