@@ -18,9 +18,11 @@ picks (blocked from 2048 tokens). $\lambda_2$ of the uniform window comes from L
 (`scipy.sparse.linalg.eigsh`) on $D^{-1/2} A D^{-1/2}$, applied by prefix sums in O(n).
 
 Cost: quick (n in {256, 512}, r in {2, 4, 8}, 400 layers, d = 4, batch 2) 16 s on the
-2-core AMD EPYC at load 7; full (n in {1024, 4096, 16384}, r in {2, 4, 8, 16}, 1600 layers)
-is estimated at 10-20 minutes there (n = 16384 with r = 2 is a window of 8193 keys per query on
-the blocked path, about 1.1e9 score entries per layer and trajectory), not measured.
+2-core AMD EPYC at load 7. Full (n in {1024, 4096, 16384}, r in {2, 4, 8, 16}, 1600 layers,
+batch 1) is dominated by n = 16384, where a layer costs about n (2w + 1) score entries: measured
+there with batch 2 in float64 at load 11, 3.1 s per layer for r = 2 (w = 4096) and 0.7 s for
+r = 16 (w = 512); the whole full run is estimated at 1.5-3 hours on that CPU (not run), and is
+meant for a GPU.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ EXPONENT_TOL = 0.3
 def sizes(quick: bool) -> dict:
     if quick:
         return {"ns": (256, 512), "radii": (2, 4, 8), "d": 4, "batch": 2, "depth": 400}
-    return {"ns": (1024, 4096, 16384), "radii": (2, 4, 8, 16), "d": 4, "batch": 2, "depth": 1600}
+    return {"ns": (1024, 4096, 16384), "radii": (2, 4, 8, 16), "d": 4, "batch": 1, "depth": 1600}
 
 
 @dataclasses.dataclass(frozen=True)
