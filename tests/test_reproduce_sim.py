@@ -274,8 +274,8 @@ def test_run_targets_writes_short_report_and_listings(tmp_path, monkeypatch):
     assert len(rep.splitlines()) <= 200
 
 
-def test_report_refuses_more_than_200_lines(tmp_path):
-    from rankdyn._reproduce._report import write_report
+def test_report_refuses_more_than_max_lines(tmp_path):
+    from rankdyn._reproduce._report import MAX_LINES, write_report
 
     many = {
         f"t{i}": {
@@ -288,7 +288,7 @@ def test_report_refuses_more_than_200_lines(tmp_path):
         }
         for i in range(40)
     }
-    with pytest.raises(ValueError, match="limit 200"):
+    with pytest.raises(ValueError, match=f"limit {MAX_LINES}"):
         write_report(tmp_path, many, runtime_s=0.0, quick=True, seed=0)
 
 
