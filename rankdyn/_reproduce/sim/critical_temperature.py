@@ -29,9 +29,10 @@ $\beta_c \propto n^{s_d}$ is fitted by least squares over the swept $n$; the law
 Rule, fixed before the numbers were seen: for each $d \in \{3, 4, 8\}$, $|s_d - 2/(d-1)| \le
 0.25 \cdot 2/(d-1)$.
 
-Cost: quick (n in {256, 512, 1024, 2048}, d in {3, 4, 8, 64}, about 2048 rows per n) measured in
-docs/long-context.md; full (n up to 16384, 8192 rows per n) is about 8 x 64 times the largest
-quick cell per d, estimated at 10-20 minutes on the 2-core AMD EPYC, not measured.
+Cost: quick (n in {256, 512, 1024, 2048}, d in {3, 4, 8, 64}, about 2048 tokens per n) 18.4 s on
+the 2-core AMD EPYC at load 9. Full (n up to 16384, 8192 tokens per n): one n = 16384 cell (one
+sample, 28 values of beta over 16384^2 pairs) took 208 s there at load 10, so the full run's
+four such cells and the smaller ones come to about 15 minutes (estimated, not run).
 """
 
 from __future__ import annotations
