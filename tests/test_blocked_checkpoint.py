@@ -31,6 +31,7 @@ def _states(layer, x, depth):
 def _assert_equal(ckpt, ids, depth, block=None):
     n = ids.shape[1]
     dense = ckpt.layers(n, "full")
+    assert dense.attention_path == "dense"  # the default, whatever n
     blocked = ckpt.layers(n, "full", attention="blocked")
     assert blocked.attention_path == "blocked" and isinstance(blocked.mask, MaskStructure)
     if block is not None:
@@ -69,3 +70,31 @@ def test_smollm2_blocked_equals_dense_at_255_tokens():
     ckpt = load_checkpoint(path, dtype=jnp.float64)
     ids = np.random.default_rng(0).integers(0, ckpt.vocab_size, (1, 255))
     _assert_equal(ckpt, ids, depth=8, block=64)
+
+
+@pytest.mark.slow  # two CLI runs of a tiny HF Llama
+def test_cli_checkpoint_reads_attention(tmp_path):
+    # --attention reaches a --checkpoint run (it was refused): the blocked run records its path
+    # and its mu equals the dense run's (without the flag a trained stack stays dense: above).
+    import json
+
+    pytest.importorskip("transformers")
+    from checkpoint_models import llama
+
+    from rankdyn.cli import main
+
+    llama(tmp_path / "ckpt")
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 40, (1, 29)))
+    base = ["simulate", "--checkpoint", str(tmp_path / "ckpt"), "--input-ids", str(tmp_path / "ids.npy")]
+    base += ["--n", "29", "--layers", "2", "--metrics", "mu", "--x64", "--no-progress"]
+    runs = {}
+    for flags in (["--attention", "blocked"], ["--attention", "dense"]):
+        out = tmp_path / flags[1]
+        assert main(base + flags + ["--out", str(out)]) == 0
+        runs[" ".join(flags)] = json.loads((out / "metrics.json").read_text())
+    assert runs["--attention blocked"]["config"]["attention"] == "blocked"
+    assert runs["--attention dense"]["config"]["attention"] == "dense"
+    mb, md = (
+        np.asarray(runs[k]["metrics"]["mu"]["mean"]) for k in ("--attention blocked", "--attention dense")
+    )
+    assert np.all(np.abs(mb - md) <= 1e-12 * np.abs(md))
