@@ -44,19 +44,45 @@ def _assert_equal(ckpt, ids, depth, block=None):
     assert np.all(np.isfinite(xd))
     err = np.abs(xb - xd).max(axis=(1, 2))
     assert np.all(err <= 1e-12 * fro), err / fro
+    return x0, xd
 
 
-@pytest.mark.slow  # builds a tiny HF Llama (transformers) and compiles two layer maps
-def test_tiny_llama_blocked_equals_dense(tmp_path):
+@pytest.mark.slow  # builds a tiny HF Llama (transformers), two layer maps and one CLI run
+def test_tiny_llama_blocked_equals_dense_and_the_cli_reads_attention(tmp_path):
+    # The stack: blocked (blocks of 8, n = 29) equals dense. The CLI: --attention reaches a
+    # --checkpoint run (it was refused), records its path, and its mu is the dense states' mu.
+    import json
+
     pytest.importorskip("transformers")
     from checkpoint_models import llama
 
     from rankdyn.checkpoints import load_checkpoint
+    from rankdyn.cli import main
 
-    llama(tmp_path)
-    ckpt = load_checkpoint(tmp_path, dtype=jnp.float64)
+    llama(tmp_path / "ckpt")
+    ckpt = load_checkpoint(tmp_path / "ckpt", dtype=jnp.float64)
     ids = np.random.default_rng(0).integers(0, ckpt.vocab_size, (1, 29))
-    _assert_equal(ckpt, ids, depth=4, block=8)
+    x0, xd = _assert_equal(ckpt, ids, depth=2, block=8)
+    np.save(tmp_path / "ids.npy", ids)
+    argv = ["simulate", "--checkpoint", str(tmp_path / "ckpt"), "--input-ids", str(tmp_path / "ids.npy")]
+    argv += [
+        "--n",
+        "29",
+        "--layers",
+        "2",
+        "--metrics",
+        "mu",
+        "--x64",
+        "--no-progress",
+        "--attention",
+        "blocked",
+    ]
+    assert main(argv + ["--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert res["config"]["attention"] == "blocked"
+    x = np.concatenate([np.asarray(x0)[None], xd])
+    want = np.linalg.norm(x - x.mean(axis=1, keepdims=True), axis=(1, 2))
+    np.testing.assert_allclose(res["metrics"]["mu"]["mean"], want, rtol=1e-12)
 
 
 @pytest.mark.slow  # SmolLM2-135M at 255 tokens (odd), 8 layers, when it is installed
@@ -70,31 +96,3 @@ def test_smollm2_blocked_equals_dense_at_255_tokens():
     ckpt = load_checkpoint(path, dtype=jnp.float64)
     ids = np.random.default_rng(0).integers(0, ckpt.vocab_size, (1, 255))
     _assert_equal(ckpt, ids, depth=8, block=64)
-
-
-@pytest.mark.slow  # two CLI runs of a tiny HF Llama
-def test_cli_checkpoint_reads_attention(tmp_path):
-    # --attention reaches a --checkpoint run (it was refused): the blocked run records its path
-    # and its mu equals the dense run's (without the flag a trained stack stays dense: above).
-    import json
-
-    pytest.importorskip("transformers")
-    from checkpoint_models import llama
-
-    from rankdyn.cli import main
-
-    llama(tmp_path / "ckpt")
-    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 40, (1, 29)))
-    base = ["simulate", "--checkpoint", str(tmp_path / "ckpt"), "--input-ids", str(tmp_path / "ids.npy")]
-    base += ["--n", "29", "--layers", "2", "--metrics", "mu", "--x64", "--no-progress"]
-    runs = {}
-    for flags in (["--attention", "blocked"], ["--attention", "dense"]):
-        out = tmp_path / flags[1]
-        assert main(base + flags + ["--out", str(out)]) == 0
-        runs[" ".join(flags)] = json.loads((out / "metrics.json").read_text())
-    assert runs["--attention blocked"]["config"]["attention"] == "blocked"
-    assert runs["--attention dense"]["config"]["attention"] == "dense"
-    mb, md = (
-        np.asarray(runs[k]["metrics"]["mu"]["mean"]) for k in ("--attention blocked", "--attention dense")
-    )
-    assert np.all(np.abs(mb - md) <= 1e-12 * np.abs(md))
