@@ -739,3 +739,62 @@ def attention_sinks():
 
     s = {"trained full": stats(20.0), "trained san": stats(5.0), "random full": stats(1.0)}
     return A, A.AttentionSinksMeasured(s, {k: 0 for k in s}, "causal", run=_run(64, 8, "llama"))
+
+
+def long_context_radius():
+    from rankdyn._reproduce.sim import long_context_radius as R
+
+    t = list(range(0, 401, 4))
+    runs, rho, lam, w, radius, curves = [], [], [], [], [], {}
+    for n in (256, 512):
+        for r in (2, 4, 8):
+            g = 0.5 / r**2
+            runs.append(f"window n={n} r={r}")
+            rho.append(1 - g)
+            lam.append(1 - g * 1.001)
+            w.append(n // (2 * r))
+            radius.append(r)
+    runs.append("causal n=512")
+    rho, lam, w, radius = rho + [0.5], lam + [0.5], w + [0], radius + [1]
+    for name, p in zip(runs, rho):
+        curves[name] = (t, [max(p**s, 1e-16) if s < 300 else 0.0 for s in t])
+    n = len(runs)
+    return R, R.LongContextRadiusMeasured(
+        runs=runs, n=[256] * n, w=w, radius=radius, rho=rho, lambda2=lam, eps=[1e-6] * n,
+        log10_eps_r=[-6.0 * r for r in radius], theorem1=[1.0] * n, exponent=2.0, exponent_se=0.01,
+        curves=curves, setting={"ns": (256, 512), "depth": 400},
+    )  # fmt: skip
+
+
+def critical_temperature():
+    from rankdyn._reproduce.sim import critical_temperature as C
+
+    ns, dims = [256, 512, 1024, 2048], [3, 4, 8, 64]
+    law = [2 / (d - 1) for d in dims]
+    beta_c = [[0.4 * n**s for n in ns] for s in law]
+    grid = [[list(np.geomspace(0.1, 10 * n, 28)) for n in ns] for _ in dims]
+    curves = [
+        [list(1 / (1 + (b / np.asarray(g)) ** 2)) for b, g in zip(bc, gr)] for bc, gr in zip(beta_c, grid)
+    ]
+    curves = [[list(1 - np.asarray(c)) for c in row] for row in curves]
+    return C, C.CriticalTemperatureMeasured(
+        ns=ns, dims=dims, beta_c=beta_c, exponent=law, exponent_se=[0.01] * 4, law=law,
+        beta_c_over_log_n=[[b / np.log(n) for b, n in zip(bc, ns)] for bc in beta_c], grid=grid,
+        curves=curves, setting={"rows": 2048},
+    )  # fmt: skip
+
+
+def long_context_sinks():
+    from rankdyn._reproduce.pretrained import long_context_sinks as S
+
+    layers = 30
+    mu = {
+        "trained": list(np.geomspace(60, 1.5e4, layers + 1)),
+        "random": list(np.geomspace(60, 240, layers + 1)),
+    }
+    first = {"trained": list(np.full(layers, 0.3)), "random": list(np.full(layers, 0.012))}
+    prof = {"trained": list(np.r_[0.15, np.full(13, 0.3), 3.8, 8.8]), "random": list(np.ones(S.BINS))}
+    return S, S.LongContextSinksMeasured(
+        mu=mu, mass_first=first, profile=prof, uniform_first=0.0122, mask="causal", n=512,
+        run=_run(512, 1, "llama"),
+    )  # fmt: skip

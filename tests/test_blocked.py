@@ -102,6 +102,47 @@ def test_blocked_equals_dense_every_mask_odd_n_depth_8():
         np.testing.assert_allclose(eb, ed, rtol=1e-10, err_msg=str(s))
 
 
+def _f32(tree):
+    return jax.tree_util.tree_map(lambda a: a.astype(jnp.float32) if eqx.is_inexact_array(a) else a, tree)
+
+
+@pytest.mark.slow  # one compile of all 16 layers (about 10 s of CPU)
+def test_blocked_equals_dense_every_mask_odd_n_float32():
+    # The float32 contract: |m_blocked - m_dense| <= 1e-5 (|m_dense| + ||X||_F) for every metric,
+    # every mask kind, n = 37, depth 8 (the same cases as float64, cast: one compile). Integer
+    # ranks are equal unless a dense singular value lies within 1e-5 sigma_max of the threshold.
+    from rankdyn._observe._tolerances import RANK_TOL
+
+    rng = np.random.default_rng(1)
+    cases = list(_cases(rng))
+    layers = []
+    for s, kw in cases:
+        layers += [
+            _f32(SelfAttentionLayer(s, **kw)),
+            _f32(SelfAttentionLayer(s, **kw, attention="blocked", block_size=BLOCK)),
+        ]
+    x0 = jnp.asarray(rng.standard_normal((N, D)), jnp.float32)
+    states, eps = eqx.filter_jit(_run)(layers, x0)
+    assert all(st.dtype == jnp.float32 for st in states)
+    metrics = jax.jit(jax.vmap(jax.vmap(MetricObserver())))(jnp.stack(states))
+    for c, (s, _) in enumerate(cases):
+        xd, xb = (np.asarray(states[2 * c + k], np.float64) for k in (0, 1))
+        assert np.all(np.isfinite(xd)), s
+        fro = np.linalg.norm(xd, axis=(1, 2))
+        assert np.all(np.abs(xb - xd).max(axis=(1, 2)) <= 1e-5 * fro), s
+        sv = np.linalg.svd(xd, compute_uv=False)  # (depth, d)
+        near = np.any(np.abs(sv - RANK_TOL * sv[:, :1]) <= 1e-5 * sv[:, :1], axis=1)
+        for name, m in metrics.items():
+            md, mb = (np.asarray(m[2 * c + k], np.float64) for k in (0, 1))
+            if name == "num_rank":
+                assert np.array_equal(md[~near], mb[~near]), (s, name)
+            else:
+                assert np.all(np.abs(mb - md) <= 1e-5 * (np.abs(md) + fro)), (s, name, np.abs(mb - md).max())
+        ed, eb = (np.asarray(eps[2 * c + k], np.float64) for k in (0, 1))
+        assert np.all(ed > 0), s
+        np.testing.assert_allclose(eb, ed, rtol=1e-4, err_msg=str(s))
+
+
 def test_blocked_path_has_no_n_by_n_array():
     # Traced only (no compile): no value of the blocked program, inside the block scan included,
     # holds n^2 / 16 numbers; the dense program does (the check can fail).

@@ -278,8 +278,8 @@ def test_run_targets_writes_short_report_and_listings(tmp_path, monkeypatch):
     assert len(rep.splitlines()) <= 200
 
 
-def test_report_refuses_more_than_200_lines(tmp_path):
-    from rankdyn._reproduce._report import write_report
+def test_report_refuses_more_than_max_lines(tmp_path):
+    from rankdyn._reproduce._report import MAX_LINES, write_report
 
     many = {
         f"t{i}": {
@@ -292,12 +292,14 @@ def test_report_refuses_more_than_200_lines(tmp_path):
         }
         for i in range(40)
     }
-    with pytest.raises(RuntimeError, match="limit 200"):
+    with pytest.raises(RuntimeError, match=f"limit {MAX_LINES}"):
         write_report(tmp_path, many, runtime_s=0.0, quick=True, seed=0)
 
 
 def test_resolve_targets_order_and_errors():
-    assert ex.resolve_targets([]) == list(ex.TARGETS)
+    # No name is 'all': every target but the extended tier (long-context-radius and the others).
+    assert ex.resolve_targets([]) == [n for n in ex.TARGETS if n not in ex.EXTENDED_TARGETS]
+    assert ex.EXTENDED_TARGETS and set(ex.EXTENDED_TARGETS) < set(ex.TARGETS)
     assert ex.resolve_targets(["geometry", "masks-collapse"]) == ["masks-collapse", "geometry"]
     assert list(ex.TARGETS)[:5] == [
         "masks-collapse",

@@ -25,7 +25,7 @@ __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "ar
 #: Flags of `add_model_flags` that a checkpoint run still reads; every other model flag is refused.
 _ALLOWED = ("mask", "window", "seed", "x64", "n")
 #: Flags (dests) whose default depends on whether --checkpoint is given: their use is recorded.
-_RECORDED = ("n", "batch", "layers", "mask", "window")
+_RECORDED = ("n", "batch", "layers", "mask", "window", "attention")
 _EXPLICIT = "_checkpoint_explicit_flags"
 #: A random model's flags that must have a default when no group titled "model" is found.
 #: (The flags of the parameter table, `rankdyn._model._params.PARAMS`, plus the two hand-written ones.)
@@ -109,8 +109,9 @@ def _refuse_model_flags(args, given: dict) -> None:
         if dest not in _ALLOWED and dest not in _RECORDED and dest not in SCHEME_FLAGS:
             raise UsageError(
                 f"{flag} does not apply with --checkpoint (the trained weights define the model); "
-                f"drop {flag} (only --mask, --window, --n, --seed and --x64 are read with a checkpoint, "
-                "and with --variant full --placement, --ln, --mix-layers, --ngpt-alpha and --qk-norm)."
+                f"drop {flag} (only --mask, --window, --n, --seed, --x64 and --attention are read with a "
+                "checkpoint, and with --variant full --placement, --ln, --mix-layers, --ngpt-alpha and "
+                "--qk-norm)."
             )
 
 
@@ -297,7 +298,9 @@ def run_checkpoint(args) -> int:
     # --seed reaches --mask random (it was built with seed 0 whatever --seed said).
     mask_arg = make_mask("random", n, window=args.window, seed=args.seed) if mask == "random" else mask
     try:
-        layer = ckpt.layers(n, args.variant or "full", mask_arg, window=args.window, **scheme)
+        # --attention given: that path (a trained stack stays dense by default, as before).
+        path = {"attention": args.attention} if "attention" in given else {}
+        layer = ckpt.layers(n, args.variant or "full", mask_arg, window=args.window, **scheme, **path)
     except ValueError as err:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     item = ckpt.dtype.itemsize
@@ -348,6 +351,7 @@ def run_checkpoint(args) -> int:
     }
     config |= {"variant": args.variant or "full", "mask": mask, "n": n, "batch": batch, "layers": layers}
     config |= architecture(ckpt, args.variant or "full", scheme)
+    config["attention"] = layer.attention_path  # the path taken (dense unless --attention said so)
     result = {
         "config": config,
         "checkpoint": ckpt.provenance() | {"own_mask": ckpt.own_mask, "placement": ckpt.placement},

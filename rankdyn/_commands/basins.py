@@ -128,7 +128,7 @@ def run(args) -> int:
     from ..theory import basins_across, token_class_label, token_class_name
 
     name = args.param
-    k_layer, k_x0 = jr.split(jr.PRNGKey(args.seed))
+    k_layer, k_x0 = jr.split(jr.key(args.seed))
 
     def family(v):
         return build_layer(k_layer, dataclasses.replace(config, **{name: float(v)}))

@@ -192,7 +192,8 @@ def _checkpoint_model(args):
     check_mix_depth(scheme, layers)
     ids, source = _check_inputs(args, ckpt, given)
     try:
-        layer = ckpt.layers(ids.shape[1], args.variant or "full", mask, window=args.window, **scheme)
+        path = {"attention": args.attention} if "attention" in given else {}  # as simulate's
+        layer = ckpt.layers(ids.shape[1], args.variant or "full", mask, window=args.window, **scheme, **path)
     except ValueError as err:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     k = check_spectrum_args(args, spectrum_dim(layer), layers)

@@ -114,6 +114,15 @@ REGISTRY: tuple[Target, ...] = (
         needs_checkpoint=True,
         default_checkpoint="smollm2",
     ),
+    Target("long-context-radius", _SIM + "long_context_radius", float64=True, extended=True),
+    Target("critical-temperature", _SIM + "critical_temperature", float64=True, extended=True),
+    Target(
+        "long-context-sinks",
+        _PRETRAINED + "long_context_sinks",
+        needs_checkpoint=True,
+        default_checkpoint="smollm2",
+        extended=True,
+    ),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}

@@ -147,6 +147,7 @@ class Checkpoint:
         mix_layers: int | None = None,
         ngpt_alpha: float | None = None,
         qk_norm: bool = False,
+        attention: str = "dense",
     ) -> SelfAttentionLayer:
         r"""The trained stack as one `SelfAttentionLayer` for ``n`` tokens (depth $t$ uses layer $t \bmod L$).
 
@@ -165,6 +166,8 @@ class Checkpoint:
                 (`rankdyn._trained._renorm`). Default: the trained norms.
             mix_layers, ngpt_alpha: what placements ``mix`` and ``ngpt`` need (`make_layer`'s).
             qk_norm: RMS-normalise the trained queries and keys per head (no gain).
+            attention: ``"dense"`` (default), ``"blocked"`` or ``"auto"`` (`SelfAttentionLayer`'s
+                paths); off the dense path a named mask is a `MaskStructure` (no ``(n, n)`` array).
 
         Raises:
             UsageError: for an unknown variant, mask, placement or ln, ``n`` outside
@@ -179,7 +182,7 @@ class Checkpoint:
                 f"use 1 <= n <= {self.max_positions}."
             )
         check_scheme_arguments(variant, placement, ln, mix_layers, ngpt_alpha)
-        m = self._mask(int(n), mask, window)
+        m = self._mask(int(n), mask, window, structured=attention != "dense")
         w = self.blocks
         full = variant == "full"
         with_ln = full or variant.endswith("-ln")
@@ -212,14 +215,19 @@ class Checkpoint:
             mix_layers=mix_layers,
             ngpt_alpha=ngpt_alpha,
             qk_norm=qk_norm,
+            attention=attention,
         )
 
-    def _mask(self, n: int, mask, window: int):
+    def _mask(self, n: int, mask, window: int, structured: bool = False):
         if mask is None:
             mask = self.own_mask
         if isinstance(mask, str):
             if mask not in MASK_NAMES:
                 raise UsageError(f"mask {mask!r} is unknown; expected one of {', '.join(MASK_NAMES)}.")
+            if structured:
+                from .._model._mask_structure import make_mask_structure
+
+                return make_mask_structure(mask, n, window=window)
             return make_mask(mask, n, window=window)
         m = mask_from_adjacency(mask)
         if m.shape != (n, n):
