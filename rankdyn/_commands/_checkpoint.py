@@ -225,7 +225,7 @@ def _mask_of(args, ckpt, given: dict):
 
 
 def architecture(ckpt, variant: str, scheme: dict | None = None) -> dict:
-    """The model a checkpoint run iterates, in the random model's config names (issue 33's schema):
+    """The model a checkpoint run iterates, in the random model's config names (one schema for both):
     ``arch``, ``d``, ``heads``, ``kv_heads``, ``dqk`` (head width), ``placement``, ``ln``, ``mlp``
     (its activation, or None), ``skip``, ``positions`` and ``trained_layers``."""
     full = variant == "full"
@@ -292,7 +292,7 @@ def run_checkpoint(args) -> int:
     from .._model._masks import make_mask
     from ._checks import check_rank_tol_read
 
-    # The random path's checks, on this path too (issue 33): one validation serves both.
+    # The random path's checks, on this path too: one validation serves both.
     check_mask_size(mask, n, args.window, 4, 1, Names.flags())
     check_rank_tol_read(args, names)
     # --seed reaches --mask random (it was built with seed 0 whatever --seed said).

@@ -28,7 +28,7 @@ def trivial_group() -> SymmetryGroup:
 
 
 def as_group(group) -> SymmetryGroup:
-    """A `SymmetryGroup` (a dict with its three keys, as in 0.2, is accepted)."""
+    """A `SymmetryGroup` (or a dict with its three keys)."""
     return group if isinstance(group, SymmetryGroup) else SymmetryGroup(**group)
 
 

@@ -1,6 +1,6 @@
 """Checks of `rankdyn.flow.solve_flow`'s arguments that the time grid and ``x0`` checks leave out.
 
-Each of these used to run silently wrong or crash later: ``times`` with NaN or inf (NaN
+Without these checks each would run silently wrong or crash later: ``times`` with NaN or inf (NaN
 everywhere), float16 or complex ``x0`` (NaN, or a dtype error deep in the solver), ``t1`` or
 ``saves`` next to ``times`` (ignored), ``chunk <= 0`` (clamped to 1), ``max_steps <= 0``, an
 ``observe`` that is not a `FlowObserver`, and a call under ``jax.jit`` / ``vmap`` / ``grad``

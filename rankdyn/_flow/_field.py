@@ -132,8 +132,8 @@ def interaction_energy(x: Float[ArrayLike, "n d"], beta) -> Float[Array, ""]:
     returns the limit of $E_\beta - 1/(2\beta)$, i.e. $\frac{1}{2n^2}\sum_{i,j}\langle x_i, x_j\rangle$,
     which orders configurations the same way as $E_\beta$ for small $\beta$. The energy is
     computed in log space, $\log E_\beta = \beta + \log\sum_{ij} e^{\beta(\langle x_i, x_j\rangle - 1)}
-    - \log(2\beta n^2)$, then exponentiated: no intermediate overflows (the old $e^\beta$ factor
-    overflowed float32 above $\beta \approx 88.7$ although $E_\beta$ itself was representable);
+    - \log(2\beta n^2)$, then exponentiated: no intermediate overflows (a direct $e^\beta$ factor
+    overflows float32 above $\beta \approx 88.7$ although $E_\beta$ itself is representable);
     the result is inf only where $E_\beta$ itself exceeds the dtype's range.
 
     Arguments:

@@ -33,11 +33,11 @@ _API = tuple(p for p in PARAMS if p.api)
 def make_layer(key: PRNGKeyArray, **kwargs) -> "SelfAttentionLayer":
     # The docstring and the signature are generated from the parameter table (below).
     if kwargs.get("norm") is not None:
-        # Renamed in 0.2 ("placement" everywhere for none/post/pre); refused rather than guessed,
-        # since `norm` names the normaliser elsewhere (SelfAttentionLayer(norm=...)).
+        # Refused rather than guessed: `norm` names the normaliser object elsewhere
+        # (SelfAttentionLayer(norm=...)), while the placement of none/post/pre is `placement`.
         norm = kwargs["norm"]
         raise UsageError(
-            f"make_layer(norm={norm!r}): the argument is now called placement; pass "
+            f"make_layer(norm={norm!r}): the placement is placement=; pass "
             f"placement={norm!r} (none/post/pre). The normalisation variant is ln=."
         )
     kwargs.pop("norm", None)

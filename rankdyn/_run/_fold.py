@@ -17,8 +17,8 @@ chunk (and device by device), changed in the last bits with the chunk size.
 
 The depth scan folds inside itself (`scan_folding`): a group of records at a time, every
 member of the chunk in order, so that it never holds more than one group's values and its
-memory does not grow with depth (it used to return a chunk's values at every record, folded
-afterwards: 12x the memory at 10,000 layers). `fold_in_order` folds values already held, in
+memory does not grow with depth (returning a chunk's values at every record and folding
+afterwards takes 12x the memory at 10,000 layers). `fold_in_order` folds values already held, in
 one compiled program of fixed shape (`GROUP` members per call).
 """
 

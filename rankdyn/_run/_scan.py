@@ -420,7 +420,7 @@ def _join_values(parts):
 
 def _host_concat(parts, axis: int = 1):
     """Depth pieces joined along ``axis`` on the host (small per-layer records): an eager
-    ``jnp.concatenate`` is one more compiled program per simulate call (issue 45: at most 6)."""
+    ``jnp.concatenate`` is one more compiled program per simulate call (a call compiles at most 6)."""
     if any(isinstance(p, jax.core.Tracer) or not p.is_fully_addressable for p in parts):  # traced or remote
         return jnp.concatenate(parts, axis=axis)
     return jax.device_put(np.concatenate([np.asarray(p) for p in parts], axis=axis))
