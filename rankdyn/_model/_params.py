@@ -108,7 +108,8 @@ class Param:
 
     @property
     def sweep_default(self):
-        """The value a sweep records when the key is absent (fixed: existing sweeps' config hashes depend on it)."""
+        """The value a sweep records when the key is absent (fixed: saved sweeps' config hashes
+        depend on it)."""
         if self.tool_default is not None:
             return self.tool_default
         return self.fallback if self.default is None and self.fallback is not None else self.default

@@ -46,7 +46,7 @@ __all__ = ["tuned_chunk", "candidates"]
 TUNE_MIN_FLOPS = 1e11
 #: From this many tokens the chunk is the rule's, never timed: one trajectory's tokens already fill
 #: the cache the candidates are sized by (the rule gives a chunk of 1-8 there), and every candidate
-#: would compile the whole long-context program again (about 50 programs at n = 2048 if every candidate compiled).
+#: would compile the whole long-context program again (about 50 programs at n = 2048).
 RULE_MIN_TOKENS = 1024
 #: Model FLOPs of one timed candidate run (tens of ms), enough to rise above timer noise.
 _TIMED_FLOPS = 2e9
