@@ -223,7 +223,7 @@ API_ROWS = {
         lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, placement="side"),
         ["unknown norm placement placement='side'"],
     ),
-    "make_layer old norm=": (
+    "make_layer norm=": (
         lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, norm="post"),
         ["now called placement", "placement='post'"],
     ),
