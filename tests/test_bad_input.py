@@ -225,7 +225,7 @@ API_ROWS = {
     ),
     "make_layer norm=": (
         lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, norm="post"),
-        ["now called placement", "placement='post'"],
+        ["the placement is placement=", "placement='post'"],
     ),
     "make_layer dropout": (
         lambda: rd.make_layer(jr.PRNGKey(0), n=3, d=3, dropout=1.0),
