@@ -1,0 +1,72 @@
+"""`solve_flow` and `rankdyn flow`: arguments that would be ignored, clamped or crash, saves that
+cannot fit, and a large inverse temperature.
+"""
+
+import pytest
+
+from rankdyn.cli import main
+
+
+def test_solve_flow_refuses_what_it_ignored_clamped_or_crashed_on():
+    """NaN / inf in ``times`` (NaN everywhere), float16 and complex ``x0``, ``t1`` or ``saves``
+    next to ``times`` (ignored), ``chunk <= 0`` (clamped), ``max_steps <= 0``, an observer that is
+    not one, and a call under ``jax.jit``: each one UsageError, before any compile."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rankdyn._errors import UsageError
+    from rankdyn.flow import FlowField, solve_flow
+
+    field = FlowField(np.ones((3, 3), bool), 2)
+    x0 = jnp.asarray(np.random.default_rng(0).normal(size=(3, 2)))
+    t = np.array([0.0, 1.0, 2.0])
+    cases = [
+        (dict(times=np.array([0.0, np.nan, 2.0])), "times must be finite"),
+        (dict(times=np.array([0.0, 1.0, np.inf])), "times must be finite"),
+        (dict(x0=x0.astype(jnp.float16), t1=1.0), "float32 or float64"),
+        (dict(x0=x0.astype(jnp.complex64), t1=1.0), "x0 must be real"),
+        (dict(times=t, t1=5.0), "either times= or t1"),
+        (dict(times=t, saves=7), "either times= or t1"),
+        (dict(t1=1.0, chunk=0), "chunk must be an integer >= 1"),
+        (dict(t1=1.0, max_steps=0), "max_steps must be an integer >= 1"),
+    ]
+    for kwargs, words in cases:
+        kwargs = {"x0": x0, **kwargs}
+        with pytest.raises(UsageError, match=words):
+            solve_flow(field, kwargs.pop("x0"), kwargs.pop("t1", None), beta=1.0, **kwargs)
+    from rankdyn._flow._arguments import check_flow_arguments  # the tests' type checker would stop it first
+    from rankdyn.flow import FlowObserver
+
+    with pytest.raises(UsageError, match="observe must be a rankdyn.flow.FlowObserver"):
+        check_flow_arguments(x0, 1.0, None, None, None, 10, lambda x: x, FlowObserver)
+    with pytest.raises(UsageError, match="cannot run under jax.jit"):
+        jax.jit(lambda x: solve_flow(field, x, 1.0, beta=1.0).summary)(x0)
+
+
+def test_energy_does_not_overflow_and_large_beta_names_x64(tmp_path, capsys):
+    """float32 at beta 90: the energy is finite and equals float64's (the old e^beta factor
+    overflowed to inf and nulled every metric); a beta whose energy cannot be represented is
+    refused naming --x64, before compute."""
+    import numpy as np
+
+    from rankdyn.flow import interaction_energy
+
+    x = np.random.default_rng(1).normal(size=(6, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    e32 = float(interaction_energy(x.astype(np.float32), 90.0))
+    g = x @ x.T
+    oracle = np.exp(90.0 * g).sum() / (2 * 90.0 * 36)  # NumPy float64, the formula itself
+    assert np.isfinite(e32) and abs(e32 / oracle - 1) < 1e-4
+    assert main(["flow", "--beta", "200", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--beta 200" in err and "--x64" in err
+
+
+def test_flow_refuses_saves_that_cannot_fit_before_compute(tmp_path, capsys):
+    """``flow --saves 10000000``: refused naming the bytes, before any token is drawn."""
+    from rankdyn.cli import main
+
+    code = main(["flow", "--saves", "10000000", "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--saves 10000000 needs about" in err and "TiB" in err, err
