@@ -234,10 +234,23 @@ def check_colorbars(fig, name: str) -> None:
             mapped.append((ax, art))
     scales = {(a.get_cmap().name, tuple(a.get_clim())) for _, a in mapped if getattr(a, "colorbar", None)}
     for ax, art in mapped:
-        if getattr(art, "colorbar", None) is None:
+        if getattr(art, "colorbar", None) is None and not _categories_in_legend(ax, art):
             assert (art.get_cmap().name, tuple(art.get_clim())) in scales, (
                 f"{name} / {ax.get_title()!r}: a colour map without a colorbar"
             )
+
+
+def _categories_in_legend(ax, art) -> bool:
+    """A map of a few discrete outcomes (a `ListedColormap` of at most 8 colours) explained by a
+    legend of patches, one per colour: a colour bar would suggest a continuum between them."""
+    from matplotlib.colors import ListedColormap, to_rgba
+    from matplotlib.patches import Patch
+
+    cmap, leg = art.get_cmap(), ax.get_legend()
+    if not isinstance(cmap, ListedColormap) or cmap.N > 8 or leg is None:
+        return False
+    shown = {to_rgba(h.get_facecolor()) for h in leg.legend_handles if isinstance(h, Patch)}
+    return all(to_rgba(c) in shown for c in cmap.colors)
 
 
 def _style(art):

@@ -1,0 +1,89 @@
+"""The figures of issue 43 (first contact, round four), each with the check its old version failed:
+a figure draws the quantity its target's checks test, no cell of its grid is empty, a binary map has
+a legend of its two outcomes, a count has integer ticks, a diverging map is centred at 0 and a title
+does not sit on a y label. Figures are drawn by each target's own ``render`` from the synthetic
+results of tests/figure_measured.py (no simulation).
+"""
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import figure_measured  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+from test_figures import _render, check_figure_kept  # noqa: E402
+
+
+def _grid_cells_used(fig) -> bool:
+    """Every cell of the grid the figure's panels sit on holds an axes (data or a legend)."""
+    specs = [ax.get_subplotspec() for ax in fig.axes if ax.get_subplotspec() is not None]
+    rows, cols = specs[0].get_gridspec().get_geometry()
+    used = set()
+    for sp in specs:
+        used |= {(r, c) for r in sp.rowspan for c in sp.colspan}
+    return len(used) == rows * cols
+
+
+def test_metastability_draws_the_fitted_plateau_lengths(tmp_path):
+    module, m = figure_measured.flow_metastability()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["flow_metastability.png"]
+    check_figure_kept(fig, "flow_metastability")
+    betas = np.array([r.beta for r in m.per_beta])
+    fits = [(ax, ln) for ax in fig.axes for ln in ax.get_lines() if ln.get_label().startswith("fit: log T")]
+    assert len(fits) == 1, "the fitted line log T = a + c beta is drawn once"
+    ax, fit = fits[0]
+    x = np.asarray(fit.get_xdata(), float)
+    assert np.allclose(fit.get_ydata(), np.exp(m.fit_a + m.fit_c * x)) and ax.get_yscale() == "log"
+    assert x.min() == betas.min() and x.max() == betas.max()
+    assert f"{m.fit_c:.2f}" in fit.get_label()
+    (med,) = [ln for ln in ax.get_lines() if ln.get_label() == "median per beta"]
+    assert np.allclose(med.get_xdata(), betas)
+    assert np.allclose(med.get_ydata(), [r.median_plateau for r in m.per_beta])
+    # Every run's plateau is a point on that panel, the censored ones (lower bounds) apart.
+    runs = [ln for ln in ax.get_lines() if ln.get_marker() in ("o", "^")]
+    assert sum(len(ln.get_xdata()) for ln in runs) == sum(len(r.durations) for r in m.per_beta)
+    assert sum(len(ln.get_xdata()) for ln in runs if ln.get_marker() == "^") == 3
+    # The cluster count, an integer, has integer ticks.
+    (clusters,) = [a for a in fig.axes if a.get_ylabel() == "clusters"]
+    ticks = [t for t in clusters.get_yticks() if clusters.get_ylim()[0] <= t <= clusters.get_ylim()[1]]
+    assert np.allclose(ticks, np.round(ticks)), ticks
+    plt.close(fig)
+
+
+def test_flow_causal_draws_the_distance_to_token_1(tmp_path):
+    module, m = figure_measured.flow_causal()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["flow_causal.png"]
+    check_figure_kept(fig, "flow_causal")
+    dist, share = fig.axes
+    assert "token 1" in dist.get_ylabel() and dist.get_yscale() == "log"
+    # The tolerance of the check, and the fraction it requires, are drawn as lines.
+    lines = [ln for ln in dist.get_lines() if ln.get_transform() is not dist.transData]
+    eps = [ln for ln in lines if ln.get_ydata()[0] == module.EPS]
+    assert eps, "the tolerance EPS is a reference line"
+    assert any(ln.get_ydata()[0] == module.FRACTION for ln in share.get_lines())
+    # The share of runs within EPS at T, per beta, ends at the fraction the check reads.
+    curves = [ln for ln in share.get_lines() if ln.get_label().startswith("beta=")]
+    assert [ln.get_ydata()[-1] for ln in curves] == [r.converged_fraction for r in m.per_beta]
+    assert "token 1 moved" in fig.get_suptitle()
+    plt.close(fig)
+
+
+def test_counterexample_basin_fills_its_grid_and_has_a_discrete_legend(tmp_path):
+    module, m = figure_measured.counterexample_2d()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["counterexample_2d_basin.png"]
+    check_figure_kept(fig, "counterexample_2d_basin")
+    assert _grid_cells_used(fig), "a cell of the grid is left empty"
+    assert not [ax for ax in fig.axes if ax.get_label() == "<colorbar>"], "a binary map with a colour bar"
+    (img,) = [im for ax in fig.axes for im in ax.images]
+    assert img.get_cmap().N == 2
+    leg = img.axes.get_legend()
+    labels = [t.get_text() for t in leg.get_texts()]
+    assert len(labels) == 2 and "collapsed" in labels[0] and "rank 2 kept" in labels[1], labels
+    traj = figs["counterexample_2d_trajectories.png"]
+    (arc,) = [ln for ln in traj.axes[1].get_lines() if ln.get_label().startswith("predicted basin")]
+    radius = np.hypot(arc.get_xdata(), arc.get_ydata())
+    assert np.allclose(radius, 1.0), f"the basin arc is drawn at radius {radius.min():.3g}, off the circle"
+    plt.close("all")
