@@ -343,6 +343,11 @@ def check_figure(fig, name: str) -> None:
             assert not _boxes_overlap(ab, ob), f"{name}: legend or title lies on panel {ax.get_title()!r}"
     if fig._suptitle is not None:
         tb = fig._suptitle.get_window_extent(renderer)
+        for ax in axes:  # a title above the panels, clear of their titles, labels and ticks
+            for t in _texts(ax):
+                assert not _boxes_overlap(t.get_window_extent(renderer), tb), (
+                    f"{name}: the title lies on {t.get_text()!r}"
+                )
         for leg in legends:
             assert not _boxes_overlap(leg.get_window_extent(renderer), tb), (
                 f"{name}: a legend lies on the title"

@@ -87,3 +87,59 @@ def test_counterexample_basin_fills_its_grid_and_has_a_discrete_legend(tmp_path)
     radius = np.hypot(arc.get_xdata(), arc.get_ydata())
     assert np.allclose(radius, 1.0), f"the basin arc is drawn at radius {radius.min():.3g}, off the circle"
     plt.close("all")
+
+
+def test_geometry_rank_panel_counts_and_cosines_centre_at_zero(tmp_path):
+    module, m = figure_measured.geometry()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["geometry.png"]
+    (rank,) = [ax for ax in fig.axes if ax.get_title() == "numerical rank"]
+    ticks = [t for t in rank.get_yticks() if rank.get_ylim()[0] <= t <= rank.get_ylim()[1]]
+    assert np.allclose(ticks, np.round(ticks)) and m.full_rank in ticks, ticks  # a rank is whole
+    assert rank.get_ylim()[0] == 0 and rank.get_ylim()[1] > m.full_rank  # read against 0 and full
+    check_figure_kept(fig, "geometry")
+    cos = figs["geometry_initial_cosines.png"]
+    off = np.asarray(m.initial_cosines)[:, ~np.eye(np.shape(m.initial_cosines)[-1], dtype=bool)]
+    for img in [im for ax in cos.axes for im in ax.images]:
+        norm = img.norm
+        assert np.isclose(norm(0.0), 0.5), "the diverging map is centred at 0"
+        assert norm(off.min()) <= 0.01, "the most negative cosine is full blue, not a pale cell"
+        assert norm(1.0) >= 0.99
+    check_figure_kept(cos, "geometry_initial_cosines")
+    plt.close("all")
+
+
+def _decades(lo, hi):
+    return np.log10(hi / lo)
+
+
+def test_pretrained_ablation_fills_its_grid_and_fits_each_panel_to_its_data(tmp_path):
+    module, m = figure_measured.pretrained_ablation()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["pretrained_ablation_own.png"]
+    check_figure_kept(fig, "pretrained_ablation_own")
+    assert _grid_cells_used(fig), "the sixth cell of the 3 + 2 grid is empty"
+    panels = [ax for ax in fig.axes if ax.has_data()]
+    assert len(panels) == 5
+    for ax in panels:
+        ys = [
+            np.asarray(ln.get_ydata(), float) for ln in ax.get_lines() if ln.get_transform() is ax.transData
+        ]
+        y = np.concatenate(ys)
+        y = y[np.isfinite(y) & (y > 0)]
+        # No range forced from another panel: the axis spans at most a decade more than its data.
+        assert _decades(*ax.get_ylim()) <= _decades(y.min(), y.max()) + 1, (ax.get_title(), ax.get_ylim())
+    plt.close(fig)
+
+
+def test_attention_sinks_title_clears_the_y_labels(tmp_path):
+    module, m = figure_measured.attention_sinks()
+    figs, _ = _render(module, m, tmp_path)
+    fig = figs["attention_sinks.png"]
+    check_figure_kept(fig, "attention_sinks")  # the title clear of every label (check_figure)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    top = fig._suptitle.get_window_extent(r)
+    for ax in fig.axes:
+        assert ax.yaxis.label.get_window_extent(r).y1 < top.y0, ax.get_ylabel()
+    plt.close(fig)

@@ -43,6 +43,7 @@ def plot_band_panels(
     linear_y=(),
     legend_title: str | None = None,
     legend_below: bool = False,
+    legend_in_gap: bool = False,
 ):
     r"""A grid of panels; each panel draws several mean +- std curves against depth.
 
@@ -73,6 +74,8 @@ def plot_band_panels(
         linear_y: titles of panels drawn on a linear y axis (bounded quantities: ranks, cosines).
         legend_title: a title over the legend.
         legend_below: the legend under the panels (long labels), not right of them.
+        legend_in_gap: the legend in the empty cells of a shortened last row (5 panels on 3 + 2:
+            the sixth cell), so no cell of the grid is left blank; right of the panels otherwise.
 
     Returns:
         The ``Figure``.
@@ -150,11 +153,30 @@ def plot_band_panels(
             f"{np.dtype(dtype).name} round-off floor (curves under it: float noise, "
             f"cut {-int(np.log10(CUT_BELOW_FLOOR))} decades down)"
         )
-    if len(labels) > 1 or legend_title:  # one unnamed curve per panel needs no legend
+    gap = _gap_axes(fig, axes) if legend_in_gap else None
+    if (len(labels) > 1 or legend_title) and gap is not None:
+        gap.legend(
+            handles, labels, loc="center", title=legend_title, fontsize=8, title_fontsize=8, frameon=False
+        )
+    elif len(labels) > 1 or legend_title:  # one unnamed curve per panel needs no legend
         legend_outside(fig, handles, labels, title=legend_title, below=legend_below)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
+
+
+def _gap_axes(fig, axes):
+    """An axes without frame over the empty cells of the grid's last row (None when it is full)."""
+    spec = axes[0].get_subplotspec()
+    if spec is None:
+        return None
+    rows, cols = spec.get_gridspec().get_geometry()
+    used = len(axes) - (rows - 1) * cols
+    if used >= cols:
+        return None
+    ax = fig.add_subplot(spec.get_gridspec()[rows - 1, used:])
+    ax.set_axis_off()
+    return ax
 
 
 #: Inside the round-off band a curve is float noise; it is drawn down to this factor of the floor
