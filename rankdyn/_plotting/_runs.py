@@ -7,6 +7,8 @@ from ._style import legend_outside
 
 #: Metrics drawn on a linear y axis: bounded (cosines, ranks) or signed (``min_cos``).
 LINEAR_METRICS = ("min_cos", "mean_abs_cos", "stable_rank", "num_rank", "eff_rank")
+#: Legend labels longer than this (characters) go under the overlay, not right of it.
+LONG_LABEL = 24
 
 
 def save_metric_figure(layers, mean, std, name: str, path, *, title: str = "", dtype=None) -> str:
@@ -85,5 +87,10 @@ def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None, title: 
         floor_band(ax, np.float64 if x64 else np.float32, scale)
     if title:
         ax.set_title(title, fontsize=9)
-    legend_outside(ax)
+    if max(map(len, labels), default=0) > LONG_LABEL and ax.figure.get_layout_engine() is not None:
+        # Right of the axes, labels such as "mask=window-uni dqk=64.0 norm=pre placement=..." take
+        # two thirds of the width: under the figure, one per line, the axes keep the width.
+        ax.figure.legend(loc="outside lower center", ncols=1, fontsize=7, frameon=False)
+    else:
+        legend_outside(ax)
     return ax
