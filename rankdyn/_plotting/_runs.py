@@ -39,6 +39,36 @@ def save_metric_figure(layers, mean, std, name: str, path, *, title: str = "", d
     return save_figure(fig, path)
 
 
+def save_mu_figure(layers, mu: tuple, rel: tuple, path, *, title: str = "", dtype=None) -> str:
+    r"""mu and the scale-free $\mu/\|X\|_F$ of one run side by side, saved as PNG.
+
+    mu (eq. 4) grows with the tokens' norm: a trained model's pre-norm residual stream grows from
+    about 20 to 23,000 along depth, so mu rises while the tokens align; the right panel tells the
+    two apart (1 for zero-mean tokens, 0 at collapse).
+
+    Arguments:
+        layers: the run's saved layers.
+        mu, rel: ``(mean, std)`` of ``mu`` and of ``mu_rel``.
+        path: the PNG to write.
+        title: the run's setting (model, text), one or two lines.
+        dtype: the run's float dtype, to shade its round-off floor.
+
+    Returns:
+        The file name written.
+    """
+    import matplotlib.pyplot as plt
+
+    from ._reproduce_sim import save_figure
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    plot_metric_band(layers, *mu, ax=a, label="mu", ylabel="mu (eq. 4), mean +- std", dtype=dtype)
+    a.set_title("mu: grows with the tokens' norm", fontsize=9)
+    plot_metric_band(layers, *rel, ax=b, label="mu_rel", ylabel="mu / ||X||_F, mean +- std", dtype=dtype)
+    b.set_title("mu / ||X||_F: scale-free (0 at collapse)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
+    return save_figure(fig, path)
+
+
 def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None, title: str | None = None):
     r"""Overlay one metric of several saved runs: mean $\pm$ std against depth, one curve per run.
 
