@@ -16,6 +16,7 @@ from ._style import (
     LINE_STYLES,
     _unique_handles,
     floor_band,
+    gap_axes,
     legend_outside,
     panel_grid,
     round_off_floor,
@@ -153,7 +154,7 @@ def plot_band_panels(
             f"{np.dtype(dtype).name} round-off floor (curves under it: float noise, "
             f"cut {-int(np.log10(CUT_BELOW_FLOOR))} decades down)"
         )
-    gap = _gap_axes(fig, axes) if legend_in_gap else None
+    gap = gap_axes(fig, axes) if legend_in_gap else None
     if (len(labels) > 1 or legend_title) and gap is not None:
         gap.legend(
             handles, labels, loc="center", title=legend_title, fontsize=8, title_fontsize=8, frameon=False
@@ -163,20 +164,6 @@ def plot_band_panels(
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
-
-
-def _gap_axes(fig, axes):
-    """An axes without frame over the empty cells of the grid's last row (None when it is full)."""
-    spec = axes[0].get_subplotspec()
-    if spec is None:
-        return None
-    rows, cols = spec.get_gridspec().get_geometry()
-    used = len(axes) - (rows - 1) * cols
-    if used >= cols:
-        return None
-    ax = fig.add_subplot(spec.get_gridspec()[rows - 1, used:])
-    ax.set_axis_off()
-    return ax
 
 
 #: Inside the round-off band a curve is float noise; it is drawn down to this factor of the floor

@@ -62,7 +62,7 @@ def save_mu_figure(layers, mu: tuple, rel: tuple, path, *, title: str = "", dtyp
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     plot_metric_band(layers, *mu, ax=a, label="mu", ylabel="mu (eq. 4), mean +- std", dtype=dtype)
-    a.set_title("mu: grows with the tokens' norm", fontsize=9)
+    a.set_title("mu: not scale-free (it carries the tokens' norm)", fontsize=9)
     plot_metric_band(layers, *rel, ax=b, label="mu_rel", ylabel="mu / ||X||_F, mean +- std", dtype=dtype)
     b.set_title("mu / ||X||_F: scale-free (0 at collapse)", fontsize=9)
     fig.suptitle(title, fontsize=9)
