@@ -150,8 +150,8 @@ def render(out: Path, m: FlowCausalMeasured, cs: list[Check], *, quick: bool = F
         {f"beta={r.beta:g}": np.asarray(m.distances)[i, :, 1:] for i, r in enumerate(rows)},
         EPS,
         FRACTION,
-        title=f"SA flow, causal mask, n={N}, d={D}, {np.asarray(m.distances).shape[1]} runs per beta: every "
-        f"token converges to token 1\ntoken 1 moved by at most {moved:.1e} (allowed: {STILL:g})",
+        title=f"SA flow, causal mask, n={N}, d={D}, {np.asarray(m.distances).shape[1]} runs per beta: does "
+        f"every token reach token 1?\ntoken 1 moved by at most {moved:.1e} (allowed: {STILL:g})",
         path=out / "flow_causal.png",
     )
     notes = (
