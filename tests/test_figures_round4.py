@@ -2,7 +2,8 @@
 a figure draws the quantity its target's checks test, no cell of its grid is empty, a binary map has
 a legend of its two outcomes, a count has integer ticks, a diverging map is centred at 0 and a title
 does not sit on a y label. Figures are drawn by each target's own ``render`` from the synthetic
-results of tests/figure_measured.py (no simulation).
+results of tests/figure_measured.py (no simulation); every figure of the targets in
+``test_figures.CHECKED_ROUND4`` is checked here, not twice.
 """
 
 import matplotlib
@@ -27,7 +28,7 @@ def _grid_cells_used(fig) -> bool:
 def test_metastability_draws_the_fitted_plateau_lengths(tmp_path):
     module, m = figure_measured.flow_metastability()
     figs, _ = _render(module, m, tmp_path)
-    fig = figs["flow_metastability.png"]
+    (fig,) = figs.values()
     check_figure_kept(fig, "flow_metastability")
     betas = np.array([r.beta for r in m.per_beta])
     fits = [(ax, ln) for ax in fig.axes for ln in ax.get_lines() if ln.get_label().startswith("fit: log T")]
@@ -54,7 +55,7 @@ def test_metastability_draws_the_fitted_plateau_lengths(tmp_path):
 def test_flow_causal_draws_the_distance_to_token_1(tmp_path):
     module, m = figure_measured.flow_causal()
     figs, _ = _render(module, m, tmp_path)
-    fig = figs["flow_causal.png"]
+    (fig,) = figs.values()
     check_figure_kept(fig, "flow_causal")
     dist, share = fig.axes
     assert "token 1" in dist.get_ylabel() and dist.get_yscale() == "log"
@@ -83,6 +84,7 @@ def test_counterexample_basin_fills_its_grid_and_has_a_discrete_legend(tmp_path)
     labels = [t.get_text() for t in leg.get_texts()]
     assert len(labels) == 2 and "collapsed" in labels[0] and "rank 2 kept" in labels[1], labels
     traj = figs["counterexample_2d_trajectories.png"]
+    check_figure_kept(traj, "counterexample_2d_trajectories")
     (arc,) = [ln for ln in traj.axes[1].get_lines() if ln.get_label().startswith("predicted basin")]
     radius = np.hypot(arc.get_xdata(), arc.get_ydata())
     assert np.allclose(radius, 1.0), f"the basin arc is drawn at radius {radius.min():.3g}, off the circle"
@@ -116,6 +118,7 @@ def _decades(lo, hi):
 def test_pretrained_ablation_fills_its_grid_and_fits_each_panel_to_its_data(tmp_path):
     module, m = figure_measured.pretrained_ablation()
     figs, _ = _render(module, m, tmp_path)
+    assert set(figs) == {"pretrained_ablation_own.png"}  # quick mode: the checkpoint's own depth
     fig = figs["pretrained_ablation_own.png"]
     check_figure_kept(fig, "pretrained_ablation_own")
     assert _grid_cells_used(fig), "the sixth cell of the 3 + 2 grid is empty"
@@ -135,6 +138,7 @@ def test_pretrained_ablation_fills_its_grid_and_fits_each_panel_to_its_data(tmp_
 def test_attention_sinks_title_clears_the_y_labels(tmp_path):
     module, m = figure_measured.attention_sinks()
     figs, _ = _render(module, m, tmp_path)
+    assert set(figs) == {"attention_sinks.png"}
     fig = figs["attention_sinks.png"]
     check_figure_kept(fig, "attention_sinks")  # the title clear of every label (check_figure)
     fig.canvas.draw()
