@@ -597,7 +597,15 @@ def flow_metastability():
 
     betas = (1.0, 4.0, 9.0)
     times, ex = _staircases(betas)
-    per_beta = tuple(fill(F.PlateauStats, beta=b, plateau_k=(2,), final_clusters=(1,)) for b in betas)
+    rng = np.random.default_rng(2)
+    # Ten runs per beta: log-normal around e^(1 + 0.5 beta); the largest beta has 3 runs censored at T.
+    dur = [np.exp(1.0 + 0.5 * b + 0.3 * rng.standard_normal(10)) for b in betas]
+    cens = [np.arange(10) < (3 if b == 9.0 else 0) for b in betas]
+    per_beta = tuple(
+        fill(F.PlateauStats, beta=b, plateau_k=(2,), final_clusters=(1,), median_plateau=float(np.median(d)),
+             durations=tuple(d), censored=tuple(c))
+        for b, d, c in zip(betas, dur, cens)
+    )  # fmt: skip
     saddle = fill(F.PlateauState, kind="saddle", eigenvalues_real=(0.1, -0.2), max_real=0.1)
     return F, F.FlowMetastabilityMeasured(
         per_beta=per_beta,
@@ -616,9 +624,22 @@ def flow_causal():
 
     betas = (1.0, 4.0)
     times, ex = _staircases(betas, seed=1)
-    per_beta = tuple(fill(F.CausalBeta, beta=b, converged_fraction=1.0) for b in betas)
+    # 8 runs per beta: distances decaying like t^-1 (beta 1) and t^-0.5 (beta 4); 2 of the slow ones stall.
+    rate = np.array([1.0, 0.5])[:, None, None]
+    scale = np.geomspace(0.5, 2.0, 8)[None, :, None]
+    dist = np.minimum(2.0, scale * (times[None, None] + 1e-3) ** -rate) * np.array([1.0, 0.2])[:, None, None]
+    dist[1, :2] = np.maximum(dist[1, :2], 0.05)
+    per_beta = tuple(
+        fill(F.CausalBeta, beta=b, converged_fraction=float(np.mean(d[:, -1] <= F.EPS)))
+        for b, d in zip(betas, dist)
+    )
     return F, F.FlowCausalMeasured(
-        first_token_displacement=0.0, per_beta=per_beta, steps_limit_hit=(0, 0), times=times, examples=ex
+        first_token_displacement=0.0,
+        per_beta=per_beta,
+        steps_limit_hit=(0, 0),
+        times=times,
+        examples=ex,
+        distances=dist,
     )
 
 

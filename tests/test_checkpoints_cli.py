@@ -7,6 +7,7 @@ fix, no traceback, no output folder, and no compute (`simulate` is replaced by a
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +32,12 @@ def tiny(tmp_path_factory):
 
 
 @pytest.mark.slow  # end to end: `rankdyn simulate --checkpoint --text`
-def test_text_run_writes_ids_metrics_and_provenance(tiny, tmp_path, capsys):
+def test_text_run_writes_ids_metrics_and_provenance(tiny, tmp_path, capsys, monkeypatch):
+    from rankdyn._plotting import _reproduce_sim
+
+    kept, save = {}, _reproduce_sim.save_figure
+    monkeypatch.setattr(_reproduce_sim, "save_figure", lambda fig, path: kept.setdefault(Path(path).name, fig)
+                        and save(fig, path))  # fmt: skip
     out = tmp_path / "out"
     argv = [
         "simulate",
@@ -44,7 +50,7 @@ def test_text_run_writes_ids_metrics_and_provenance(tiny, tmp_path, capsys):
         "--batch",
         "4",
     ]
-    assert main(argv + ["--metrics", "mu", "--no-progress", "--out", str(out)]) == 0
+    assert main(argv + ["--metrics", "mu,mu_rel", "--no-progress", "--out", str(out)]) == 0
     assert "layer" in capsys.readouterr().out
     ids = np.load(out / "input_ids.npy")
     assert ids.dtype == np.int32 and ids.shape == (4, 9) and np.all(ids[:, 0] == 1)
@@ -57,6 +63,12 @@ def test_text_run_writes_ids_metrics_and_provenance(tiny, tmp_path, capsys):
         and res["config"]["variant"] == "full"
     )
     assert res["layers"] == [0, 1, 2] and (out / "mu.png").is_file()
+    # mu.png: mu beside the scale-free mu/||X||_F, titled with the model and the text.
+    fig = kept["mu.png"]
+    assert [ax.get_ylabel().split(",")[0] for ax in fig.axes] == ["mu (eq. 4)", "mu / ||X||_F"]
+    assert np.allclose(fig.axes[1].get_lines()[0].get_ydata(), res["metrics"]["mu_rel"]["mean"])
+    title = fig.get_suptitle()
+    assert tiny["text"].name in title and "4 excerpts of 9 tokens" in title and "bert" in title, title
     # mu per layer (batch mean) from HF's own forward pass (float64: conftest turns x64 on).
     hs = hf_hidden_states(tiny["hf_bert"], ids)
     mu = np.linalg.norm(hs - hs.mean(axis=2, keepdims=True), axis=(2, 3)).mean(axis=0)

@@ -95,3 +95,29 @@ def test_overlay_has_a_title_and_shades_the_float32_floor(tmp_path):
     tops = [p.get_path().get_extents(p.get_transform() - ax.transData).y1 for p in ax.patches]
     assert not any(np.isclose(t, floor, rtol=1e-6) for t in tops)
     plt.close(ax.figure)
+
+
+def test_overlay_keeps_the_axes_wide_with_long_labels(tmp_path):
+    # Labels of runs that differ in many flags (as `rankdyn plot` writes them) go under the axes,
+    # one per line: right of them they took two thirds of the width.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rankdyn.plotting import plot_runs
+
+    runs = [
+        json.loads((_run(tmp_path, n, r) / "metrics.json").read_text()) for n, r in (("a", 0.5), ("b", 0.7))
+    ]
+    labels = [
+        f"mask={m} dqk=64.0 norm=pre placement=attention-input init=orthogonal" for m in ("causal", "window")
+    ]
+    ax = plot_runs(runs, "mu", labels)
+    fig = ax.figure
+    fig.canvas.draw()
+    assert ax.get_window_extent().width > 0.6 * fig.bbox.width
+    (leg,) = fig.legends
+    assert [t.get_text() for t in leg.get_texts()] == labels
+    assert leg.get_window_extent().y1 < ax.get_window_extent().y0  # under the axes
+    plt.close(fig)

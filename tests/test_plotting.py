@@ -223,8 +223,18 @@ def test_sweep_mu_rules():
     assert len(axes) == 2
     for ax in axes:
         assert ax.get_ylabel() and ax.get_yscale() == "log" and ax.get_xscale() == "linear"
-        assert len(_bands(ax)) == 1 and _bands(ax)[0][1] == pytest.approx(10 * EPS32 * 10.0, rel=1e-6)
-    assert axes[0].get_ylim() == axes[1].get_ylim()
+    # The complete mask reaches the float32 floor, shaded; the window panel stays far above it.
+    assert len(_bands(axes[0])) == 1 and _bands(axes[0])[0][1] == pytest.approx(10 * EPS32 * 10.0, rel=1e-6)
+    assert not _bands(axes[1]) and axes[1].get_ylim()[0] > 10 * EPS32 * 10.0
+    # A shared range would squeeze the window panel (0.4 decades) into 7% of a 5.7-decade axis:
+    # each panel keeps its own, and it fits its curves.
+    assert axes[0].get_ylim() != axes[1].get_ylim()
+    assert np.log10(np.divide(*axes[1].get_ylim()[::-1])) < 1
+    # Panels of similar ranges share one.
+    ds = _sweep_ds()
+    ds["mu"][0] = ds["mu"][1].values
+    shared = _data_axes(P.plot_sweep_mu(ds, hue="dqk"))
+    assert shared[0].get_ylim() == shared[1].get_ylim()
     assert len(fig.legends) == 1 and {t.get_text() for t in fig.legends[0].get_texts()} == {
         "dqk=0.125",
         "dqk=8",

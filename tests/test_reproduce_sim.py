@@ -297,9 +297,13 @@ def test_report_refuses_more_than_max_lines(tmp_path):
 
 
 def test_resolve_targets_order_and_errors():
-    # No name is 'all': every target but the extended tier (long-context-radius and the others).
-    assert ex.resolve_targets([]) == [n for n in ex.TARGETS if n not in ex.EXTENDED_TARGETS]
+    main = [n for n in ex.TARGETS if n not in ex.EXTENDED_TARGETS]
+    assert ex.resolve_targets([]) == ex.resolve_targets(["all"]) == main
+    assert ex.resolve_targets([], extended=True) == list(ex.TARGETS)
     assert ex.EXTENDED_TARGETS and set(ex.EXTENDED_TARGETS) < set(ex.TARGETS)
+    # The main job is the paper's claims: no target of it tests another paper's result.
+    others = ("Geshkovski", "Karagodin", "Lyapunov", "continuation", "attention sinks")
+    assert not [n for n in main if any(w in ex.target(n).claim for w in others)], main
     assert ex.resolve_targets(["geometry", "masks-collapse"]) == ["masks-collapse", "geometry"]
     assert list(ex.TARGETS)[:5] == [
         "masks-collapse",

@@ -389,7 +389,14 @@ def run_checkpoint(args) -> int:
 
         model = known_model_name(ckpt.path) or f"{ckpt.arch} {Path(ckpt.path).name}"
         title = f"{model}, {config['variant']}, mask={mask} n={n} d={ckpt.d}"
-        figures = save_figures(traj, summary, plot_names(args.plot, tuple(summary)), title, args.out)
+        what = (
+            f"text {Path(source['text']).name}"
+            if "text" in source
+            else f"ids {Path(source['input_ids']).name}"
+        )
+        title += f"\n{batch} excerpts of {n} tokens of {what}"
+        names = plot_names(args.plot, tuple(summary))
+        figures = save_figures(traj, summary, names, title, args.out, relative=True)
     print_table(traj, summary, info, result, args.metrics)
     written = ["metrics.json", "input_ids.npy", *result.get("per_trajectory_file", "").split(), *figures]
     if args.attention_sinks:

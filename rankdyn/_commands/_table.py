@@ -90,8 +90,10 @@ def plot_names(spec: str | None, names: tuple[str, ...]) -> tuple[str, ...]:
     return chosen
 
 
-def save_figures(traj, summary, names, title: str, out) -> list[str]:
-    """One ``<metric>.png`` per name (`rankdyn._plotting.save_metric_figure`).
+def save_figures(traj, summary, names, title: str, out, *, relative: bool = False) -> list[str]:
+    """One ``<metric>.png`` per name (`rankdyn._plotting.save_metric_figure`); with ``relative``,
+    ``mu.png`` also draws mu/||X||_F beside mu when it was recorded (a trained checkpoint's
+    residual stream grows along depth, so mu alone mixes growth with alignment).
 
     Returns:
         the file names written, in order.
@@ -99,21 +101,30 @@ def save_figures(traj, summary, names, title: str, out) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
+    from .._plotting._runs import save_mu_figure
     from ..plotting import save_metric_figure
 
-    return [
-        save_metric_figure(
-            traj.layers,
-            summary[name]["mean"],
-            summary[name]["std"],
-            name,
-            out / f"{name}.png",
-            title=title,
-            dtype=traj.summary.mean[name].dtype,
+    written = []
+    for name in names:
+        if name not in summary:
+            continue
+        dtype = traj.summary.mean[name].dtype
+        if relative and name == "mu" and "mu_rel" in summary:
+            pair = [(summary[k]["mean"], summary[k]["std"]) for k in ("mu", "mu_rel")]
+            written.append(save_mu_figure(traj.layers, *pair, out / "mu.png", title=title, dtype=dtype))
+            continue
+        written.append(
+            save_metric_figure(
+                traj.layers,
+                summary[name]["mean"],
+                summary[name]["std"],
+                name,
+                out / f"{name}.png",
+                title=title,
+                dtype=dtype,
+            )
         )
-        for name in names
-        if name in summary
-    ]
+    return written
 
 
 #: The most layer rows the table prints (about a screenful); beyond it, rows are elided and named.

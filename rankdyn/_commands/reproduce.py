@@ -41,8 +41,8 @@ def add_parser(sub) -> None:
         "--quick",
         action="store_true",
         help="reduced sizes, compiled at XLA backend optimisation level 1 (compiling dominates; an "
-        "optimisation level in XLA_FLAGS wins): the paper's targets in 2-3 minutes cold on a 2-core "
-        "CPU (benchmarks/README.md)",
+        "optimisation level in XLA_FLAGS wins): the paper's targets within 150 s cold and 60 s warm on a "
+        "2-core CPU, the budget (measured: benchmarks/README.md)",
     )
     p.add_argument("--seed", type=int, default=0, help="base PRNG seed, in [0, 2**32 - 1]")
     p.add_argument("--x64", action="store_true", help="float64 end to end")

@@ -54,7 +54,10 @@ def plot_singular_spectra(spectra, excerpts, *, path=None):
 
 
 def plot_initial_cosines(cos, excerpts, *, path=None):
-    r"""Paper Fig. 9: the pairwise cosines of the initial embeddings, one matrix per excerpt (blue < 0).
+    r"""Paper Fig. 9: the pairwise cosines of the initial embeddings, one matrix per excerpt.
+
+    A diverging colour map centred at 0 (blue < 0 < red), each side scaled to its own extreme (the
+    most negative cosine is full blue).
 
     Arguments:
         cos: ``(excerpts, n, n)`` cosines.
@@ -62,19 +65,26 @@ def plot_initial_cosines(cos, excerpts, *, path=None):
         path: save there (PNG) and return the file name; None returns the ``Figure``.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
 
     cos = np.asarray(cos)
     fig, axes = plt.subplots(
         1, len(cos), figsize=printable_size(3.2 * len(cos), 3.0), squeeze=False, layout="constrained"
     )
+    # Centred at 0, each side stretched to its own extreme: the negative cosines of embeddings are
+    # small (-0.1 .. -0.3), and on a symmetric -1 .. 1 scale they would be pale cells.
+    off = cos[:, ~np.eye(cos.shape[-1], dtype=bool)]
+    low = min(float(np.min(off)), -1e-3)
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=low, vmax=1.0)
     im = None
     for ax, c, e in zip(axes[0], cos, excerpts):
-        im = ax.imshow(c, vmin=-1, vmax=1, cmap="RdBu_r")
+        im = ax.imshow(c, norm=norm, cmap="RdBu_r", interpolation="nearest")
         neg = np.mean(c[~np.eye(len(c), dtype=bool)] < 0)
         ax.set_title(f"excerpt {int(e)}: {100 * neg:.1f}% < 0", fontsize=9)
         ax.set_xlabel("token j", fontsize=8)
         ax.set_ylabel("token i", fontsize=8)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cos(x_i, x_j)")
+    bar = fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="cos(x_i, x_j) (blue < 0 < red)")
+    bar.set_ticks(sorted({np.ceil(100 * low) / 100, 0.0, 0.5, 1.0}))  # the lowest inside the scale
     fig.suptitle("pairwise cosines of the initial embeddings", fontsize=10)
     return _finish(fig, path)
 
@@ -135,7 +145,7 @@ def plot_attention_sinks(stats: dict, *, title: str = "", path=None):
     against depth, one line per model (``stats``: name -> `rankdyn._run._sinks.SinkStats`)."""
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")  # the title above the labels
     for name, s in stats.items():
         ratio = np.asarray(s.sink_ratio, float)
         (line,) = a.plot(np.arange(1, len(ratio) + 1), ratio, marker=".", label=name)
@@ -146,7 +156,7 @@ def plot_attention_sinks(stats: dict, *, title: str = "", path=None):
     a.set_xlabel("layer")
     a.set_ylabel("attention on token 0 / uniform")
     b.set_xlabel(DEPTH_LABEL)
-    b.set_ylabel("mean cos to token 0 (dotted: among the others)")
+    b.set_ylabel("mean cos to token 0\n(dotted: among the others)")  # one line would outgrow the panel
     legend_outside(b)
     fig.suptitle(title, fontsize=9)
     return _finish(fig, path)

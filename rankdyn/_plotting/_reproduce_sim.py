@@ -16,6 +16,7 @@ from ._style import (
     LINE_STYLES,
     _unique_handles,
     floor_band,
+    gap_axes,
     legend_outside,
     panel_grid,
     round_off_floor,
@@ -43,6 +44,7 @@ def plot_band_panels(
     linear_y=(),
     legend_title: str | None = None,
     legend_below: bool = False,
+    legend_in_gap: bool = False,
 ):
     r"""A grid of panels; each panel draws several mean +- std curves against depth.
 
@@ -73,6 +75,8 @@ def plot_band_panels(
         linear_y: titles of panels drawn on a linear y axis (bounded quantities: ranks, cosines).
         legend_title: a title over the legend.
         legend_below: the legend under the panels (long labels), not right of them.
+        legend_in_gap: the legend in the empty cells of a shortened last row (5 panels on 3 + 2:
+            the sixth cell), so no cell of the grid is left blank; right of the panels otherwise.
 
     Returns:
         The ``Figure``.
@@ -150,7 +154,12 @@ def plot_band_panels(
             f"{np.dtype(dtype).name} round-off floor (curves under it: float noise, "
             f"cut {-int(np.log10(CUT_BELOW_FLOOR))} decades down)"
         )
-    if len(labels) > 1 or legend_title:  # one unnamed curve per panel needs no legend
+    gap = gap_axes(fig, axes) if legend_in_gap else None
+    if (len(labels) > 1 or legend_title) and gap is not None:
+        gap.legend(
+            handles, labels, loc="center", title=legend_title, fontsize=8, title_fontsize=8, frameon=False
+        )
+    elif len(labels) > 1 or legend_title:  # one unnamed curve per panel needs no legend
         legend_outside(fig, handles, labels, title=legend_title, below=legend_below)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)

@@ -67,14 +67,17 @@ def plot_counterexample_2d(states_noln, states_ln, example: dict, *, title_w=Non
 
     _arc(ax1, 0, 360, 1.0, color="0.8", lw=1, zorder=0)
     lo = float(example["theta_A"])
+    # On the unit circle itself (the states live there), under the paths: a wide pale band.
     _arc(
         ax1,
         lo,
         270.0,
-        1.12,
+        1.0,
         color="tab:red",
-        lw=4,
-        alpha=0.5,
+        lw=7,
+        alpha=0.3,
+        solid_capstyle="butt",
+        zorder=0.5,
         label="predicted basin of B (token 1 at (0,1))",
     )
     a, b = np.asarray(example["A"]), np.asarray(example["B"])
@@ -121,9 +124,11 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), layout="constrained")
-    fig.delaxes(axes[1, 1])  # three panels on a 2 x 2 grid: a strip of three is too wide for a page
-    axes = [axes[0, 0], axes[0, 1], axes[1, 0]]
+    # The basin strip spans the top row (wide, as its angle axis is); the outcome map and the
+    # fractions share the bottom row: no cell of the grid is left empty.
+    fig, grid = plt.subplot_mosaic([["basin", "basin"], ["joint", "fraction"]], figsize=(12, 8.0),
+                                   layout="constrained", height_ratios=(0.6, 1.0))  # fmt: skip
+    axes = [grid["basin"], grid["joint"], grid["fraction"]]
     ax = axes[0]
     for row, (w, bs) in enumerate(basins.items()):
         ang, out = np.asarray(bs["angles"]), np.asarray(bs["outcome"])
@@ -171,13 +176,19 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
     jt = joints[w0]
     nonc = np.asarray(jt["noncollapse"][-1], dtype=float)
     th1, th2 = np.asarray(jt["theta1"]), np.asarray(jt["theta2"])
-    im = ax.imshow(
+    # Two outcomes, two colours and a legend of both (a colour bar would suggest a continuum).
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    colors = ("0.93", "tab:red")
+    ax.imshow(
         nonc.T,
         origin="lower",
         aspect="auto",
-        cmap="Reds",
+        cmap=ListedColormap(colors),
         vmin=0,
-        vmax=1.5,
+        vmax=1,
+        interpolation="nearest",
         extent=(
             th1[0] - (th1[1] - th1[0]) / 2,
             th1[-1] + (th1[1] - th1[0]) / 2,
@@ -185,11 +196,21 @@ def plot_counterexample_2d_basins(basins: dict, joints: dict, reference: dict | 
             th2[-1] + (th2[1] - th2[0]) / 2,
         ),
     )
-    bar = fig.colorbar(im, ax=ax, ticks=[0, 1], shrink=0.8)
-    bar.ax.set_yticklabels(["collapsed", "rank 2 kept"], fontsize=7)
+    kept = float(np.mean(nonc))
+    ax.legend(
+        [Patch(facecolor=c, edgecolor="0.5") for c in colors],
+        [f"collapsed ({1 - kept:.1%} of starts)", f"rank 2 kept ({kept:.1%})"],
+        title="outcome at T",
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=2,
+        fontsize=7,
+        title_fontsize=7,
+        frameon=False,
+    )
     ax.set_xlabel("theta1 (deg)")
     ax.set_ylabel("theta2 (deg)")
-    ax.set_title(f"joint dynamics w={w0:g}, T={jt['horizons'][-1]}: red = rank 2 kept")
+    ax.set_title(f"joint dynamics w={w0:g}, T={jt['horizons'][-1]}: outcome of every start")
 
     ax = axes[2]
     for j, (w, jt) in enumerate(joints.items()):

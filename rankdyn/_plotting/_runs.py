@@ -7,6 +7,8 @@ from ._style import legend_outside
 
 #: Metrics drawn on a linear y axis: bounded (cosines, ranks) or signed (``min_cos``).
 LINEAR_METRICS = ("min_cos", "mean_abs_cos", "stable_rank", "num_rank", "eff_rank")
+#: Legend labels longer than this (characters) go under the overlay, not right of it.
+LONG_LABEL = 24
 
 
 def save_metric_figure(layers, mean, std, name: str, path, *, title: str = "", dtype=None) -> str:
@@ -34,6 +36,36 @@ def save_metric_figure(layers, mean, std, name: str, path, *, title: str = "", d
         layers, mean, std, ax=ax, label=name, ylabel=f"{name} (mean +- std)", dtype=dtype, log_y=log_y
     )
     ax.set_title(title, fontsize=9)
+    return save_figure(fig, path)
+
+
+def save_mu_figure(layers, mu: tuple, rel: tuple, path, *, title: str = "", dtype=None) -> str:
+    r"""mu and the scale-free $\mu/\|X\|_F$ of one run side by side, saved as PNG.
+
+    mu (eq. 4) grows with the tokens' norm: a trained model's pre-norm residual stream grows from
+    about 20 to 23,000 along depth, so mu rises while the tokens align; the right panel tells the
+    two apart (1 for zero-mean tokens, 0 at collapse).
+
+    Arguments:
+        layers: the run's saved layers.
+        mu, rel: ``(mean, std)`` of ``mu`` and of ``mu_rel``.
+        path: the PNG to write.
+        title: the run's setting (model, text), one or two lines.
+        dtype: the run's float dtype, to shade its round-off floor.
+
+    Returns:
+        The file name written.
+    """
+    import matplotlib.pyplot as plt
+
+    from ._reproduce_sim import save_figure
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    plot_metric_band(layers, *mu, ax=a, label="mu", ylabel="mu (eq. 4), mean +- std", dtype=dtype)
+    a.set_title("mu: not scale-free (it carries the tokens' norm)", fontsize=9)
+    plot_metric_band(layers, *rel, ax=b, label="mu_rel", ylabel="mu / ||X||_F, mean +- std", dtype=dtype)
+    b.set_title("mu / ||X||_F: scale-free (0 at collapse)", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     return save_figure(fig, path)
 
 
@@ -85,5 +117,10 @@ def plot_runs(runs, metric: str, labels, *, logx: bool = False, ax=None, title: 
         floor_band(ax, np.float64 if x64 else np.float32, scale)
     if title:
         ax.set_title(title, fontsize=9)
-    legend_outside(ax)
+    if max(map(len, labels), default=0) > LONG_LABEL and ax.figure.get_layout_engine() is not None:
+        # Right of the axes, labels such as "mask=window-uni dqk=64.0 norm=pre placement=..." take
+        # two thirds of the width: under the figure, one per line, the axes keep the width.
+        ax.figure.legend(loc="outside lower center", ncols=1, fontsize=7, frameon=False)
+    else:
+        legend_outside(ax)
     return ax

@@ -132,6 +132,20 @@ def _unique_handles(axes: Iterable):
     return handles, labels
 
 
+def gap_axes(fig, axes):
+    """An axes without frame over the empty cells of the grid's last row (None when it is full)."""
+    spec = axes[0].get_subplotspec()
+    if spec is None:
+        return None
+    rows, cols = spec.get_gridspec().get_geometry()
+    used = len(axes) - (rows - 1) * cols
+    if used >= cols:
+        return None
+    ax = fig.add_subplot(spec.get_gridspec()[rows - 1, used:])
+    ax.set_axis_off()
+    return ax
+
+
 def share_ylim(axes: Iterable) -> None:
     """Give compared panels one y range (the union of their own), so heights can be read across."""
     axes = [ax for ax in axes if ax.get_visible() and ax.has_data()]

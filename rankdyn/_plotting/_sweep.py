@@ -12,7 +12,7 @@ import numpy as np
 
 from .._errors import UsageError
 from ._collapse import plot_metric_band
-from ._style import floor_band, legend_outside, panel_grid
+from ._style import _unique_handles, floor_band, gap_axes, legend_outside, panel_grid
 
 #: Per-layer metrics that go to 0 at collapse: they get the round-off band.
 _COLLAPSING = ("mu", "mu_rel", "mu_normalized")
@@ -46,8 +46,10 @@ def plot_sweep_mu(
 ):
     """Small multiples of a per-layer metric (default mu, mean +- std band) against depth.
 
-    Semi-log y (``loglog=True``: the paper's log-log), one y range for all panels, a y label on
-    every panel, one legend right of the grid. For the collapsing metrics (mu, mu_rel,
+    Semi-log y (``loglog=True``: the paper's log-log), one y range for all panels unless it would
+    squeeze a panel's curves into under a third of its height (`SHARE_MIN`; then each panel keeps
+    its own), a y label on every panel, one legend right of the grid or in the empty cells of its
+    last row. For the collapsing metrics (mu, mu_rel,
     mu_normalized) the round-off floor of the sweep's dtype (``ds.attrs["dtype"]``) is shaded.
 
     One panel per combination of the axes other than ``hue``; inside a panel one curve per value
@@ -66,7 +68,7 @@ def plot_sweep_mu(
         raise UsageError(f"hue={hue!r} is not an axis of this sweep; axes: {', '.join(axes)}.")
     panel_dims = [a for a in axes if a != hue]
     combos, total = _combos(ds, panel_dims, max_panels)
-    fig, grid = panel_grid(len(combos), 4, (3.4, 2.7), sharey=True)
+    fig, grid = panel_grid(len(combos), 4, (3.4, 2.7))
     hues = ds[hue].values if hue is not None else [None]
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(hues)))
     dtype = ds.attrs.get("dtype") if metric in _COLLAPSING else None
@@ -90,7 +92,7 @@ def plot_sweep_mu(
             ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(", ".join(_label(ds, k, v) for k, v in sel.items()) or metric, fontsize=8)
         ax.set_ylabel(f"{metric} (mean +- std)", fontsize=8)
-        ax.yaxis.set_tick_params(labelleft=True)  # sharey hides inner tick labels; keep them readable
+    _share_unless_squeezed(grid)
     if dtype is not None:
         for ax in grid:
             finite = [
@@ -98,11 +100,37 @@ def plot_sweep_mu(
             ]
             scale = max((float(f[0]) for f in finite if f.size), default=1.0)
             floor_band(ax, dtype, scale)
-    if hue is not None:
+    gap = gap_axes(fig, grid) if hue is not None else None
+    if gap is not None:  # the empty cells of a shortened last row hold the legend: no blank cell
+        gap.legend(*_unique_handles(grid), loc="center", fontsize=8, frameon=False)
+    elif hue is not None:
         legend_outside(fig)
     extra = f" (first {len(combos)} of {total} panels)" if total > len(combos) else ""
     fig.suptitle(f"{ds.attrs.get('name', 'sweep')}: {metric} against depth{extra}", fontsize=10)
     return fig
+
+
+#: Panels share one y range unless it would squeeze a panel's data into less than this share of
+#: its height (in decades on a log axis): then each keeps its own, so no curve is drawn flat.
+SHARE_MIN = 1 / 3
+
+
+def _share_unless_squeezed(axes) -> None:
+    """One y range for compared panels when it hides nothing, else each panel its own."""
+    axes = [ax for ax in axes if ax.has_data()]
+    if len(axes) < 2:
+        return
+    f = np.log10 if all(ax.get_yscale() == "log" for ax in axes) else (lambda v: v)
+    own = np.array([f(np.asarray(ax.get_ylim(), float)) for ax in axes])
+    union = own.max() - own.min()
+    if union > 0 and np.min(own[:, 1] - own[:, 0]) / union < SHARE_MIN:
+        return
+    lo, hi = (
+        float(np.min([ax.get_ylim()[0] for ax in axes])),
+        float(np.max([ax.get_ylim()[1] for ax in axes])),
+    )
+    for ax in axes:
+        ax.set_ylim(lo, hi)
 
 
 def plot_sweep_rate(ds, x: str, y: str, *, variable: str = "mu_rate", max_panels: int = 12):

@@ -32,18 +32,3 @@ def step_limit_check(steps_limit_hit):
 
     hit = list(steps_limit_hit)
     return check("no run hit the solver's step limit", sum(hit) == 0, str(hit))
-
-
-def plot_examples(times, examples: dict, title: str, path) -> None:
-    """Cluster-count and energy staircases of the example starts: ``examples[label] = (clusters,
-    energy)``, each ``(starts, saves)`` on ``times`` (the first save, t = 0, is left out of the
-    log-time axis)."""
-    from ... import plotting
-
-    plotting.plot_staircases(
-        np.asarray(times)[1:],
-        {k: np.asarray(v[0])[:, 1:] for k, v in examples.items()},
-        {k: np.asarray(v[1])[:, 1:] for k, v in examples.items()},
-        title=title,
-        path=path,
-    )

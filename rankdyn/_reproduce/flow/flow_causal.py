@@ -20,7 +20,7 @@ import numpy as np
 
 from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check
-from ._flow_runs import longest_plateau, plot_examples, step_limit_check, unit_starts
+from ._flow_runs import longest_plateau, step_limit_check, unit_starts
 
 NAME = "flow-causal"
 CLAIM = (
@@ -57,14 +57,16 @@ class CausalBeta(Measured):
 @dataclasses.dataclass(frozen=True)
 class FlowCausalMeasured(Measured):
     """The largest displacement of token 1, the `CausalBeta` rows and the step-limit count per
-    beta. Off the JSON: the saved times and the cluster-count and energy series of 4 example
-    starts per beta (``{"beta=b": (clusters, energy)}``) for the figure."""
+    beta. Off the JSON: the saved times, the cluster-count and energy series of 4 example starts per
+    beta (``{"beta=b": (clusters, energy)}``) and, for the figure, the largest distance of any token
+    to token 1 of every run at every save, ``(betas, batch, saves)``."""
 
     first_token_displacement: float
     per_beta: tuple[CausalBeta, ...]
     steps_limit_hit: tuple[int, ...]
     times: np.ndarray | None = off_json(default=None)
     examples: dict | None = off_json(default=None)
+    distances: np.ndarray | None = off_json(default=None)
 
 
 def compute(sz: dict, seed: int) -> FlowCausalMeasured:
@@ -87,7 +89,8 @@ def compute(sz: dict, seed: int) -> FlowCausalMeasured:
     )
     st = np.asarray(sol.states)  # (beta, batch, S, n, d)
     moved = float(np.max(np.linalg.norm(st[:, :, :, 0] - st[:, :, :1, 0], axis=-1)))
-    dist = np.linalg.norm(st[:, :, -1] - st[:, :, -1, :1], axis=-1).max(axis=-1)  # (beta, batch)
+    along = np.linalg.norm(st - st[:, :, :, :1], axis=-1).max(axis=-1)  # (beta, batch, S)
+    dist = along[:, :, -1]  # (beta, batch): at T
     cl = np.asarray(sol.metrics["clusters"])
     rows = []
     for i, b in enumerate(sz["betas"]):
@@ -110,6 +113,7 @@ def compute(sz: dict, seed: int) -> FlowCausalMeasured:
         steps_limit_hit=tuple(np.asarray(sol.steps_limit_hit).tolist()),
         times=times,
         examples={f"beta={b:g}": (cl[i, :4], energy[i, :4]) for i, b in enumerate(sz["betas"])},
+        distances=along,
     )
 
 
@@ -135,14 +139,21 @@ def checks(m: FlowCausalMeasured) -> list[Check]:
 
 
 def render(out: Path, m: FlowCausalMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
-    """The staircases of the example starts and the notes, from the numbers."""
-    plot_examples(
-        m.times,
-        m.examples,
-        f"SA flow, causal mask, n={N}, d={D}: clusters and energy (4 starts per beta)",
-        out / "flow_causal.png",
-    )
+    """Every run's distance to token 1 against t and the share of runs within `EPS` of it (what the
+    checks test), and the notes, from the numbers."""
+    from ..._plotting._flow import plot_distance_to_first
+
     rows = m.per_beta
+    moved = m.first_token_displacement
+    plot_distance_to_first(
+        np.asarray(m.times)[1:],  # t = 0 is off the log-time axis
+        {f"beta={r.beta:g}": np.asarray(m.distances)[i, :, 1:] for i, r in enumerate(rows)},
+        EPS,
+        FRACTION,
+        title=f"SA flow, causal mask, n={N}, d={D}, {np.asarray(m.distances).shape[1]} runs per beta: does "
+        f"every token reach token 1?\ntoken 1 moved by at most {moved:.1e} (allowed: {STILL:g})",
+        path=out / "flow_causal.png",
+    )
     notes = (
         "Intermediate multi-cluster states (longest plateau of the cluster count with k >= 2, "
         "median / max over runs): "
@@ -153,7 +164,6 @@ def render(out: Path, m: FlowCausalMeasured, cs: list[Check], *, quick: bool = F
         + ", ".join(f"beta={r.beta:g}: {r.median_time_to_one_cluster:.3g}" for r in rows)
         + "."
     )
-    moved = m.first_token_displacement
     notes += f" Token 1 moved by at most {moved:.2e}" + (
         ", so it stays put as the claim says." if moved < STILL else f", more than the {STILL:g} allowed."
     )

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check, untestable
-from ._flow_runs import log_slope, longest_plateau, plot_examples, unit_starts
+from ._flow_runs import log_slope, longest_plateau, unit_starts
 
 NAME = "flow-metastability"
 CLAIM = (
@@ -51,7 +51,8 @@ class PlateauStats(Measured):
     """One beta: how many trajectories have a multi-cluster plateau, the median longest plateau,
     the share of ended plateaus on which the energy is flat and the share censored at T, the
     plateau's cluster count per trajectory, the most negative relative energy step, the energy
-    share gained on each ended plateau and the final cluster counts."""
+    share gained on each ended plateau and the final cluster counts. Off the JSON: each run's longest
+    plateau and whether it was still running at T (the figure's points)."""
 
     beta: float
     trajectories_with_plateau: int
@@ -62,6 +63,8 @@ class PlateauStats(Measured):
     min_energy_increment_rel: float = 0.0
     plateau_energy_share: tuple[float, ...] = ()
     final_clusters: tuple = ()
+    durations: tuple = off_json(default=())
+    censored: tuple = off_json(default=())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +124,8 @@ def _per_beta(b, times, clusters, energy) -> PlateauStats:
         min_energy_increment_rel=float(np.min(np.diff(energy, axis=-1)) / np.max(np.abs(energy))),
         plateau_energy_share=tuple(flat),
         final_clusters=tuple(clusters[:, -1].tolist()),
+        durations=tuple(dur.tolist()),
+        censored=tuple(bool(c) for c in cens),
     )
 
 
@@ -252,15 +257,23 @@ def checks(m: FlowMetastabilityMeasured) -> list[Check]:
 
 
 def render(out: Path, m: FlowMetastabilityMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
-    """The staircases of the example starts and the notes, from the numbers."""
-    plot_examples(
-        m.times,
-        m.examples,
-        f"SA flow on the circle, n={N}: cluster count and energy (4 starts per beta)",
-        out / "flow_metastability.png",
+    """The plateau lengths against beta with the fit the checks test, the staircases of the example
+    starts, and the notes, from the numbers."""
+    from ..._plotting._flow import plot_metastability
+
+    pb = m.per_beta
+    plot_metastability(
+        np.asarray(m.times)[1:],  # t = 0 is off the log-time axis
+        {k: (np.asarray(c)[:, 1:], np.asarray(e)[:, 1:]) for k, (c, e) in m.examples.items()},
+        [r.beta for r in pb],
+        [r.durations for r in pb],
+        [r.censored for r in pb],
+        m.fit_c,
+        m.fit_a,
+        title=f"SA flow on the circle, n={N}: plateau length against beta, and 4 example starts per beta",
+        path=out / "flow_metastability.png",
     )
     idx = sorted({s.index for s in _multi_cluster_zeros(m)})
-    pb = m.per_beta
     notes = (
         "Median longest plateau per beta: "
         + ", ".join(

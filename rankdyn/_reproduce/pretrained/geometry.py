@@ -204,6 +204,16 @@ def table(m: GeometryMeasured) -> str:
     return "\n".join(rows)
 
 
+def _rank_axis(ax, full_rank: int) -> None:
+    """The rank panel on 0 .. min(n, d) with integer ticks and the full rank drawn: a rank is a
+    whole number, and "stays at full rank" reads only against that line and zero."""
+    ax.axhline(full_rank, color="0.4", lw=0.8, ls="--", zorder=0.5)
+    ax.text(0.02, full_rank, f"full rank min(n, d) = {full_rank}", transform=ax.get_yaxis_transform(),
+            va="top", fontsize=7, color="0.3")  # fmt: skip
+    ax.set_ylim(0, 1.12 * full_rank)
+    ax.set_yticks(np.unique(np.round(np.linspace(0, full_rank, 5))).astype(int))
+
+
 def render(out: Path, m: GeometryMeasured, cs: list[V.Check], *, quick: bool = False) -> Rendered:
     """The three figures (Figs. 4, 8, 9) and the notes, from the numbers."""
     from ..._plotting._pretrained import plot_initial_cosines, plot_singular_spectra
@@ -222,6 +232,7 @@ def render(out: Path, m: GeometryMeasured, cs: list[V.Check], *, quick: bool = F
         linear_y=(TITLES["num_rank"], TITLES["mean_abs_cos"], TITLES["stable_rank"]),
         suptitle=f"token geometry along depth: {r.title}, {r.batch} excerpts x {r.n} tokens",
     )
+    _rank_axis(fig.axes[list(panels).index(TITLES["num_rank"])], m.full_rank)
     figs = [save_figure(fig, out / "geometry.png")]
     figs.append(plot_singular_spectra(m.spectra, m.spectra_excerpts, path=out / "geometry_spectra.png"))
     figs.append(

@@ -208,6 +208,10 @@ def render(out: Path, m: PretrainedAblationMeasured, cs: list[V.Check], *, quick
             suptitle=f"mu along depth, {r.title}, {r.corpus['excerpts']} excerpts x {r.n} tokens"
             + (", trained stack cycled" if view > own else ""),
             legend_title="mask",
+            # Each panel its own y range: the LN variants stay within a decade, and a range shared
+            # with the collapsing SAN (down to the round-off floor) would flatten them to a line.
+            sharey=False,
+            legend_in_gap=True,  # the sixth cell of the 3 + 2 grid
         )
         figs.append(save_figure(fig, out / f"pretrained_ablation_{tag}.png"))
     notes = (
