@@ -1,4 +1,4 @@
-"""The blocked attention path (issue 45, item 3): equal to the dense path, and never n x n.
+"""The blocked attention path: equal to the dense path, and never n x n.
 
 Oracle: the dense path (`masked_softmax` over the (n, n) scores). At an odd n (37, which no block
 size of 8 divides: the last block is ragged) and for every mask kind, depth 8 in float64, each
@@ -239,7 +239,7 @@ def _count_compiles(fn):
 @pytest.mark.slow
 def test_one_simulate_call_compiles_at_most_6_programs():
     # The depth in pieces (progress), the fold, the flags and the summary: each one program; no
-    # eager helper compiles one more (about 50 programs at n = 2048 before issue 45).
+    # eager helper compiles one more (about 50 programs at n = 2048 if the autotuner timed every candidate).
     from rankdyn import TokenSampler, make_layer, simulate
 
     layer = make_layer(jr.PRNGKey(0), n=21, d=4, mask="window", window=2, attention="blocked")

@@ -1,4 +1,4 @@
-"""A trained stack on the blocked path equals the dense path (issue 45, item 3): rotary
+"""A trained stack on the blocked path equals the dense path: rotary
 embeddings, grouped-query heads, RMSNorm and the gated MLP of Llama, at an odd n that no block
 size divides, in float64: the states satisfy |x_blocked - x_dense| <= 1e-12 ||x_dense||_F."""
 

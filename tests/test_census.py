@@ -227,7 +227,7 @@ print(ct.compiles)
 @pytest.mark.slow
 def test_census_compiles_few_programs():
     """Every distinct program costs a compile cold and a trace and lowering warm (the persistent
-    cache skips only XLA's compile), so the count must not grow back (issue 32)."""
+    cache skips only XLA's compile), so the count must not grow back."""
     import os
     import subprocess
     import sys

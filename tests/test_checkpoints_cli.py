@@ -132,7 +132,7 @@ def _npy(tmp, array):
     return str(tmp / "ids.npy")
 
 
-def _latin1(tmp):  # issue 33: was decoded with replacement characters and run
+def _latin1(tmp):  # was decoded with replacement characters and run
     (tmp / "latin1.txt").write_bytes("caf\u00e9 w1 w2".encode("latin-1"))
     return str(tmp / "latin1.txt")
 
@@ -175,7 +175,7 @@ ROWS = {
         lambda k, t: CK(k["bert"]) + ["--text", _latin1(t), "--n", "4", "--batch", "1"],
         ["--text", "latin1.txt: not UTF-8 text (byte 3"],
     ),
-    "dilated too wide": (  # issue 33: the random path's mask checks, on this path too
+    "dilated too wide": (  # the random path's mask checks, on this path too
         lambda k, t: (
             CK(k["bert"])
             + ["--text", str(k["text"]), "--n", "8", "--batch", "1", "--mask", "dilated", "--window", "5"]

@@ -1,6 +1,6 @@
 """Faults: no unflagged wrong numbers, nothing half-written, resume past damage, exit codes.
 
-One row per class of issue 19's fault audit: underflow and zero tokens, ranks of NaN matrices,
+One row per class of the fault audit: underflow and zero tokens, ranks of NaN matrices,
 bad ``rank_tol``, softmax overflow, Python-API arguments, file modes and atomic writes, a full
 disk (ENOSPC injected into the writer, and a real small tmpfs where mounting is allowed),
 damaged sweep chunks and manifests, the sweep's memory check, exit codes 1/2/130, and Ctrl-C

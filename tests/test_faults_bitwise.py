@@ -1,4 +1,4 @@
-"""Faults, round 3 (issue 33, "Red on AMD"): results must not depend on how a batch was split.
+"""Results must not depend on how a batch was split.
 
 The statistics of `rankdyn.simulate` were two-pass sums per chunk, merged chunk by chunk, so the
 means moved in the last bits with the chunk size (a tuned chunk, a device count); now they are

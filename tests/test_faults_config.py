@@ -1,4 +1,4 @@
-"""Faults, round 3 (issue 33): the checkpoint config reader and refusals that named the wrong cause.
+"""The checkpoint config reader and refusals that named the wrong cause.
 
 The old reader read ``int(config[key])``: 8.7 became 8, "8" became 8, a list or a 0 crashed later
 (``ZeroDivisionError``, NumPy's "need at least one array to stack" or "can only specify one

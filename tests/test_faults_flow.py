@@ -1,4 +1,4 @@
-"""Faults, round 3 (issue 33): the flow's memory estimate, and x64 switched between building a
+"""The flow's memory estimate, and x64 switched between building a
 layer and simulating it.
 
 ``rankdyn flow --batch 2000000 --n 64 --d 64`` failed with an XLA out-of-memory error after 15 s

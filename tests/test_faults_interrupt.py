@@ -1,4 +1,4 @@
-"""Faults, round 3 (issue 33): Ctrl-C at any moment of ``rankdyn simulate``, under CPU load.
+"""Ctrl-C at any moment of ``rankdyn simulate``, under CPU load.
 
 The issue's command, sent SIGINT 4 s or 8 s after start, printed ``Exception ignored in:
 <function _xla_gc_callback ...> KeyboardInterrupt`` (the exception was raised inside a garbage

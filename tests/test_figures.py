@@ -3,7 +3,7 @@
 100 dpi and 3:1, a y range per panel that holds its data, no text on top of a panel or of another
 tick label, no minor tick labels on log axes, no layout warning, every series visible, no clipped
 error bar, a colorbar for every colour map, legend entries that match what is drawn, and no
-isolated spike of round-off. Then, per figure of issue 34, the check that its old version failed.
+isolated spike of round-off. Then, per figure, the check that its old version failed.
 """
 
 import warnings
@@ -455,7 +455,7 @@ def test_every_target_renders_printable_figures(target, tmp_path):
         check_figure(fig, f"{target}/{name}")
 
 
-# -- The figures of issue 34, each with the check its old version failed ---------------------------
+# -- Figures, each with the check its old version failed ---------------------------
 
 
 def test_undirected_draws_the_certified_equilibria_beside_the_searches(tmp_path):

@@ -187,7 +187,7 @@ def test_bad_layer_inputs_raise(getkey):
 
 def test_fixed_attention_outside_the_mask_is_refused_at_construction():
     # A fixed A replaces the masked softmax: weight where the mask has no edge would run another
-    # graph than the layer reports, so it is refused before any compute (issue 18).
+    # graph than the layer reports, so it is refused before any compute.
     n = d = 3
     mask = rd.masks.causal_mask(n)
     w = jnp.eye(d)

@@ -1,4 +1,4 @@
-"""Masks as structure (issue 45, items 1-2): graph quantities without an (n, n) distance matrix.
+"""Masks as structure: graph quantities without an (n, n) distance matrix.
 
 Oracles: the all-pairs BFS of `rankdyn._model._graph.distances` (SciPy) on the dense array of the
 existing constructors, and the dense array itself for the CSR rows and the touched key blocks.

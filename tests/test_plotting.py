@@ -79,7 +79,7 @@ def test_band_panels_rules_float32():
     # Exactly one axes per panel: the 3 + 2 layout leaves no empty slot behind.
     assert len(fig.axes) == 5 == len(axes)
     for i, ax in enumerate(axes):
-        # The panels share their y range: each row says its label once, on the left (issue 34).
+        # The panels share their y range: each row says its label once, on the left.
         assert bool(ax.get_ylabel().strip()) == (i % 3 == 0), ax.get_title()
         assert ax.get_yscale() == "log" and ax.get_xscale() == "linear"  # semi-log y by default
         assert ax.get_legend() is None  # one legend for the figure, outside the panels
@@ -125,7 +125,7 @@ def test_band_panels_per_panel_labels_rows_and_linear():
         layers, panels, ylabels={"mu a": "mu", "mu b": "mu"}, ylabel="1 - cos", sharey="row"
     )
     ax_a, ax_b, ax_c, ax_d = _data_axes(fig)
-    # A row that shares its y axis labels it once, on its first panel (issue 34: no repeated labels).
+    # A row that shares its y axis labels it once, on its first panel (no repeated labels).
     assert [a.get_ylabel() for a in (ax_a, ax_b, ax_c, ax_d)] == ["mu", "", "1 - cos", ""]
     assert ax_a.get_ylim() == ax_b.get_ylim() and ax_c.get_ylim() == ax_d.get_ylim()  # shared per row
     assert ax_a.get_ylim() != ax_c.get_ylim()  # but not across rows (other quantity)

@@ -1,4 +1,4 @@
-"""Trained-checkpoint targets and the trained-weight analysis (issue 17, items 5-6).
+"""Trained-checkpoint targets and the trained-weight analysis.
 
 Oracles: NumPy for the orthogonality distance and the head products, the layer map itself for the
 closed-form collapsed equilibria, the dense `stability` for the matrix-free multipliers; the

@@ -1,4 +1,4 @@
-"""The long-context reproduce targets (issue 45, item 7) at tiny sizes, with an oracle each.
+"""The long-context reproduce targets at tiny sizes, with an oracle each.
 
 - ``long-context-radius``: Lanczos' lambda_2 of the uniform window equals a dense eigensolve, and a
   tiny run's mu rate equals it (the linearisation at consensus is that matrix).

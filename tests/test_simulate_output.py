@@ -1,5 +1,5 @@
 """`rankdyn simulate` shows what was asked: the table's columns and the figures follow --metrics
-and --plot, and --help lists the metric names one per line (issue 23)."""
+and --plot, and --help lists the metric names one per line."""
 
 import json
 import re
