@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     import torch
 
     from rankdyn._model._layer import _PRECISIONS
-    from rankdyn._observe._observer import MetricObserver, parse_metrics
+    from rankdyn._observe._metric_observer import MetricObserver, parse_metrics
     from rankdyn._run._autotune import tuned_chunk
 
     torch.set_num_threads(cores())

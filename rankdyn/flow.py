@@ -19,7 +19,7 @@ from ._flow._field import (
     interaction_energy as interaction_energy,
     tangent_project as tangent_project,
 )
-from ._flow._observer import (
+from ._flow._flow_metrics import (
     FLOW_METRICS as FLOW_METRICS,
     FlowObserver as FlowObserver,
     cluster_count as cluster_count,

@@ -5,6 +5,7 @@ The paper's $\mu(X) = \|X - \mathbf 1\gamma_X\|_F$ (eq. 4) with its scale-free c
 over a batch.
 """
 
+from ._observe._metric_observer import ALL_METRICS as ALL_METRICS, parse_metrics as parse_metrics
 from ._observe._metrics import (
     METRIC_NAMES as METRIC_NAMES,
     collapse_metrics as collapse_metrics,
@@ -21,7 +22,6 @@ from ._observe._metrics import (
     singular_values as singular_values,
     stable_rank as stable_rank,
 )
-from ._observe._observer import ALL_METRICS as ALL_METRICS, parse_metrics as parse_metrics
 from ._observe._spectral import SVD_METHODS as SVD_METHODS
 
 # Attention sinks: a layer's attention on token 0 and on the mask's centres (`rankdyn._run._sinks`).

@@ -7,7 +7,7 @@ import pytest
 from helpers import ulp_distance
 
 import rankdyn as rd
-from rankdyn._observe._observer import MetricObserver, parse_metrics
+from rankdyn._observe._metric_observer import MetricObserver, parse_metrics
 from rankdyn._run import _autotune
 from rankdyn._run._sizing import auto_chunk
 

@@ -21,7 +21,7 @@ from rankdyn._model._layer import MLPWeights, SelfAttentionLayer
 from rankdyn._model._mask_structure import MaskStructure as MS, make_mask_structure
 from rankdyn._model._norms import make_norm
 from rankdyn._model._positions import rotary
-from rankdyn._observe._observer import MetricObserver
+from rankdyn._observe._metric_observer import MetricObserver
 from rankdyn.cli import main
 
 N, D, DEPTH, BLOCK = 37, 6, 8, 8

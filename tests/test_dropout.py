@@ -13,7 +13,7 @@ import pytest
 
 import rankdyn as rd
 from rankdyn._model._layer import SelfAttentionLayer
-from rankdyn._reproduce._observer import observe_zero_rows
+from rankdyn._reproduce._layer_observers import observe_zero_rows
 
 
 def _keep(key, p, shape):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rankdyn as rd
-from rankdyn._observe._observer import MetricObserver
+from rankdyn._observe._metric_observer import MetricObserver
 from rankdyn._run import _autotune
 
 

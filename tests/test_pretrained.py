@@ -258,8 +258,8 @@ def test_the_chunks_of_a_full_run_share_one_compiled_program(getkey):
     import jax.random as jr
 
     import rankdyn as rd
+    from rankdyn._reproduce._layer_observers import cheap_observe
     from rankdyn._reproduce._masktable import masks_for
-    from rankdyn._reproduce._observer import cheap_observe
     from rankdyn._reproduce._runs import with_masks
     from rankdyn._reproduce.pretrained.pretrained_common import run_chunked
 

@@ -15,7 +15,7 @@ import pytest
 
 import rankdyn as rd
 from rankdyn._model._tokens import TokenSampler
-from rankdyn._observe._observer import ALL_METRICS, MetricObserver, parse_metrics
+from rankdyn._observe._metric_observer import ALL_METRICS, MetricObserver, parse_metrics
 from rankdyn._observe._stats import chunk_stats, merge_stats
 from rankdyn._run import _scan
 from rankdyn.cli import main as cli_main

@@ -9,7 +9,7 @@ import pytest
 
 from rankdyn._commands._table import METRIC_HELP, plot_names, table_columns
 from rankdyn._errors import UsageError
-from rankdyn._observe._observer import ALL_METRICS
+from rankdyn._observe._metric_observer import ALL_METRICS
 from rankdyn.cli import build_parser, main
 
 

@@ -24,7 +24,7 @@ def child(name: str, devices: str, metrics: str, quick: bool, repeats: int = 3) 
     rd.use_cpu_devices("all" if devices == "all" else 1)
     import jax
 
-    from rankdyn._observe._observer import MetricObserver, parse_metrics
+    from rankdyn._observe._metric_observer import MetricObserver, parse_metrics
     from rankdyn._run._autotune import tuned_chunk
     from rankdyn._run._io import CompileTimer
 

@@ -11,7 +11,7 @@ from .._errors import UsageError
 from .._observe._names import ALL_METRICS
 from ._checks import HelpFormatter
 
-#: One line per metric name of `rankdyn._observe._observer.ALL_METRICS`, for ``--help``
+#: One line per metric name of `rankdyn._observe._metric_observer.ALL_METRICS`, for ``--help``
 #: (docs/theory.md#metrics).
 METRIC_HELP = {
     "mu": "||X - 1 mean(X)||_F, distance to the nearest all-equal token matrix (eq. 4)",

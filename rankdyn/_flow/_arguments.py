@@ -145,7 +145,7 @@ def check_flow_memory(
         UsageError: with the estimate, the memory available and the fix.
     """
     from .._run._memory import FLOW_PARTS, check_memory, flow_memory
-    from ._observer import FLOW_METRICS
+    from ._flow_metrics import FLOW_METRICS
 
     chunk = resolve_chunk(chunk, batch)
     est = flow_memory(

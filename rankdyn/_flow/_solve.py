@@ -36,7 +36,7 @@ from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
 from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
-from ._observer import FlowObserver
+from ._flow_metrics import FlowObserver
 from ._solvers import (
     ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
     DEFAULT_ATOL as DEFAULT_ATOL,

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._run._simulate import simulate
-from ._observer import cheap_observe
+from ._layer_observers import cheap_observe
 
 __all__ = [
     "MaskStack",

@@ -24,7 +24,7 @@ from .._errors import UsageError
 from .._model._blocked import score_entries
 from .._model._layer import SelfAttentionLayer
 from .._model._tokens import TokenSampler
-from .._observe._observer import MetricObserver, parse_metrics
+from .._observe._metric_observer import MetricObserver, parse_metrics
 from .._observe._stats import Summary, summarize
 from .._observe._tolerances import RANK_TOL
 from ._autotune import tuned_chunk

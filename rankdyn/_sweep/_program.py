@@ -24,7 +24,7 @@ from .._model._build import make_layer
 from .._model._config import ignored_fields
 from .._model._params import PARAMS, param
 from .._model._tokens import initial_tokens
-from .._observe._observer import MetricObserver
+from .._observe._metric_observer import MetricObserver
 from .._observe._stats import chunk_stats
 from .._run._scan import ScanState, scan_depth
 from ._params import cell_mask

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _verdict as V
+from .._layer_observers import cheap_observe
 from .._masktable import MASK_LABELS, PAPER_MASKS, masks_for
-from .._observer import cheap_observe
 from .._runs import band, with_masks
 from .._target import Description, Measured, Rendered, off_json
 from .pretrained_common import (

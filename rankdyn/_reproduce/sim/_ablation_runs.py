@@ -15,8 +15,8 @@ import jax.numpy as jnp
 
 from ..._errors import UsageError
 from .._dtype import float_dtype
+from .._layer_observers import cheap_observe, full_observe
 from .._masktable import PAPER_MASKS, mask_table, masks_for
-from .._observer import cheap_observe, full_observe
 from .._runs import jit_make_layer, rebuild, simulate_many, with_masks
 
 __all__ = ["VARIANTS", "DROPOUT_MODES", "ablation_sizes", "ablation_runs"]

@@ -28,8 +28,8 @@ import numpy as np
 
 from .. import _verdict as V
 from .._dtype import float_dtype
+from .._layer_observers import observe_zero_rows
 from .._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
-from .._observer import observe_zero_rows
 from .._runs import band, simulate_many, with_masks
 from .._target import Description, Measured, Rendered, off_json
 from ._zero_rows import (

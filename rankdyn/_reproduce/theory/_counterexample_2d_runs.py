@@ -8,7 +8,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from .._observer import observe_sigma_ratio as _observe_ratio, sigma_ratio as _sigma_ratio
+from .._layer_observers import observe_sigma_ratio as _observe_ratio, sigma_ratio as _sigma_ratio
 from .._target import Measured, off_json
 
 __all__ = [

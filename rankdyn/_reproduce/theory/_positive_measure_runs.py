@@ -14,7 +14,7 @@ import jax.random as jr
 import numpy as np
 
 from ..._run._io import to_jsonable
-from .._observer import observe_sigma_ratio as _observe_ratio
+from .._layer_observers import observe_sigma_ratio as _observe_ratio
 from .._target import Measured
 from ._intervals import wilson_interval
 

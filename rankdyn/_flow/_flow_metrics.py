@@ -1,7 +1,7 @@
 r"""What is recorded at each saved time of the flow: collapse metrics, clusters, energy, diameter.
 
 - The collapse metrics are the SVD-free ones of `rankdyn.metrics` (``mu``, ``mu_normalized``,
-  ``min_cos``, ...), computed by `rankdyn._observe._observer.MetricObserver`.
+  ``min_cos``, ...), computed by `rankdyn._observe._metric_observer.MetricObserver`.
 - ``clusters``: the number of connected components of the graph with an edge $i \sim j$ iff
   $\langle x_i, x_j\rangle \ge$ ``cos_threshold`` (tokens on the sphere).
 - ``energy``: $E_\beta$ of `interaction_energy` (meaningful for $Q = K = V = I$).
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
-from .._observe._observer import MetricObserver
+from .._observe._metric_observer import MetricObserver
 from ._field import interaction_energy
 
 __all__ = ["FlowObserver", "cluster_count", "diameter", "FLOW_METRICS"]
