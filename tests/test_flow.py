@@ -194,3 +194,24 @@ def test_solver_objects_are_the_names_they_stand_for():
     # The check can fail: an unprojected RK4 (no renormalisation after each step) differs.
     c = solve_flow(f, x0, 1.0, **kw, solver=RK4(), dt=0.05)
     assert np.max(np.abs(np.asarray(c.states) - np.asarray(a.states))) > 0
+
+
+def test_metrics_names_what_the_flow_records_as_in_simulate():
+    # metrics= selects the default observer's names, as rankdyn.simulate's does; the recorded
+    # values equal the full observer's, and `clustered` stays (time_to_cluster reads it).
+    import rankdyn as rd
+    from rankdyn.flow import FlowField, FlowObserver, solve_flow
+    from rankdyn.masks import complete_mask
+
+    f = FlowField(complete_mask(4), 3)
+    x0 = np.random.default_rng(0).normal(size=(2, 4, 3))
+    kw = dict(beta=1.0, saves=3, solver="rk4", dt=0.1)
+    full = solve_flow(f, x0, 1.0, **kw)
+    some = solve_flow(f, x0, 1.0, metrics="mu,energy", **kw)
+    assert sorted(some.summary.mean) == ["clustered", "energy", "mu"]
+    for k in some.summary.mean:
+        np.testing.assert_array_equal(some.summary.mean[k], full.summary.mean[k])
+    with pytest.raises(rd.UsageError, match="foo"):
+        solve_flow(f, x0, 1.0, metrics=["foo"], **kw)
+    with pytest.raises(rd.UsageError, match="drop observe"):
+        solve_flow(f, x0, 1.0, metrics="mu", observe=FlowObserver(), **kw)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, ArrayLike, Float
 
+from .._errors import UsageError
 from .._observe._metric_observer import MetricObserver
 from ._field import interaction_energy
 
@@ -68,27 +69,49 @@ def diameter(x: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
 
 
 class FlowObserver(eqx.Module):
-    """``(x, beta) -> {name: scalar}``: the metrics of `FLOW_METRICS` for one ``(n, d)`` state.
+    """``(x, beta) -> {name: scalar}``: the chosen metrics of `FLOW_METRICS` for one ``(n, d)`` state.
 
     Attributes:
         cos_threshold: cosine above which two tokens belong to one cluster.
         eps: diameter at or below which the tokens count as one cluster (``clustered``).
+        names: the metrics recorded (``metrics=``, the name of `rankdyn.simulate`'s argument):
+            None for every one of `FLOW_METRICS`, or a subset (a list or a comma-separated
+            string). ``clustered`` is always recorded: `FlowSolution.time_to_cluster` reads it.
     """
 
     cos_threshold: Float[Array, ""]
     eps: Float[Array, ""]
     collapse: MetricObserver
+    names: tuple[str, ...] = eqx.field(static=True)
 
-    def __init__(self, cos_threshold: float = 0.99, eps: float = 1e-2):
+    def __init__(self, cos_threshold: float = 0.99, eps: float = 1e-2, metrics=None):
         self.cos_threshold = jnp.asarray(cos_threshold)
         self.eps = jnp.asarray(eps)
-        self.collapse = MetricObserver(COLLAPSE)
+        self.names = _flow_metric_names(metrics)
+        self.collapse = MetricObserver(tuple(k for k in COLLAPSE if k in self.names))
 
     def __call__(self, x: Float[Array, "n d"], beta) -> dict[str, Float[Array, ""]]:
         out = dict(self.collapse(x))
         diam = diameter(x)
-        out["clusters"] = cluster_count(x, self.cos_threshold.astype(x.dtype))
-        out["energy"] = interaction_energy(x, beta)
-        out["diameter"] = diam
+        if "clusters" in self.names:
+            out["clusters"] = cluster_count(x, self.cos_threshold.astype(x.dtype))
+        if "energy" in self.names:
+            out["energy"] = interaction_energy(x, beta)
+        if "diameter" in self.names:
+            out["diameter"] = diam
         out["clustered"] = (diam <= self.eps.astype(x.dtype)).astype(x.dtype)
         return out
+
+
+def _flow_metric_names(metrics) -> tuple[str, ...]:
+    """``metrics=`` as names in `FLOW_METRICS`' order, ``clustered`` always among them."""
+    if metrics is None or metrics == "all":
+        return FLOW_METRICS
+    asked = [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) else list(metrics)
+    bad = [m for m in asked if m not in FLOW_METRICS]
+    if bad or not asked:
+        raise UsageError(
+            f"metrics= names the flow's metrics, some of {', '.join(FLOW_METRICS)} (or 'all'); got "
+            f"{metrics!r}."
+        )
+    return tuple(m for m in FLOW_METRICS if m in asked or m == "clustered")

@@ -242,6 +242,7 @@ def solve_flow(
     dt: float | None = None,
     max_steps: int = 4096,
     observe: FlowObserver | None = None,
+    metrics=None,
     save_states: bool = False,
     per_trajectory: bool = False,
     chunk: int | None = None,
@@ -271,6 +272,9 @@ def solve_flow(
             intervals; `rankdyn._flow._arguments.piece_length`); reaching it is reported in
             ``steps_limit_hit``, never raised.
         observe: the metrics recorded (default `FlowObserver()`; the name of `rankdyn.simulate`'s).
+        metrics: the names recorded by the default observer, as in `rankdyn.simulate`: None or
+            ``"all"`` for every one of `rankdyn.flow.FLOW_METRICS`, or a subset (a list or a
+            comma-separated string); ``clustered`` is always recorded. Refused with ``observe``.
         save_states: also return the states, ``(batch, S, n, d)`` (the layout of `rankdyn.simulate`).
         per_trajectory: also return every trajectory's metrics.
         chunk: trajectories vmapped together (default: all, at most 1024, ``_arguments.MAX_CHUNK``).
@@ -290,7 +294,12 @@ def solve_flow(
     saves = 101 if saves is None else saves
     solver_obj, controller = _solver_and_controller(solver, stepsize_controller, rtol, atol, dt)
     x0, betas, times = _validate(field, x0, t1, beta, times, saves)
-    observer = FlowObserver() if observe is None else observe
+    if metrics is not None and observe is not None:
+        raise UsageError(
+            "solve_flow(metrics=..., observe=...): pass the metrics to the observer, "
+            "FlowObserver(metrics=...), or drop observe."
+        )
+    observer = FlowObserver(metrics=metrics) if observe is None else observe
     dtype = x0.dtype
     batch = x0.shape[0]
     chunk = resolve_chunk(chunk, batch)  # chunk >= 1: checked
