@@ -139,7 +139,7 @@ def equilibrium_census(
     stability_tol: float | None = None,
     closed_forms: Sequence[tuple[int, ArrayLike]] = (),
     joint_coverage: bool = False,
-    progress: bool = True,
+    progress: bool = False,
     joint: JointOptions | None = None,
 ) -> CensusResult:
     r"""Find the distinct equilibria $F(X) = X$ of ``layer`` and classify them.

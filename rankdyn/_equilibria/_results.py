@@ -118,7 +118,7 @@ class JointOptions:
     residual_tol: float | None = None
     rank_tol: float | None = None
     dedup_tol: float = 2e-2
-    progress: bool = True
+    progress: bool = False
 
     def __post_init__(self):
         if self.starts < 1 or self.chunk < 1:

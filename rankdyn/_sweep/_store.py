@@ -154,7 +154,7 @@ def run_sweep(
     out: str | os.PathLike,
     *,
     resume: bool = False,
-    progress: bool = True,
+    progress: bool = False,
     task: TaskShare | tuple[int, int] | None = None,
 ):
     r"""Run (or complete) a sweep, or one task's share of it, into folder ``out``.

@@ -109,7 +109,7 @@ def basin_fractions(
     batch: int | None = None,
     chunk: int = 1024,
     key: PRNGKeyArray | None = None,
-    progress: bool = True,
+    progress: bool = False,
     labels: dict[int, str] | None = None,
 ) -> dict:
     r"""Fractions of inputs whose state after ``num_layers`` layers falls in each class.
