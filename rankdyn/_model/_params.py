@@ -218,8 +218,8 @@ PARAMS: tuple[Param, ...] = (
           "normalisation placement: none (eq. 2), post (eq. 3), pre, peri (x + N(F(N(x)))), mix "
           "(post for layers t < mix_layers, pre after), ngpt (N(x + alpha (N(F(N(x))) - N(x))), sphere "
           "norm) or lns (x + F(N(x) / sqrt(t + 1)))",
-          choices=PLACEMENTS, what="norm placement", flag="--placement", key="norm",
-          key_aliases=("placement",), structural=True),
+          choices=PLACEMENTS, what="norm placement", flag="--placement", key="placement",
+          structural=True),
     Param("ln", "ln", None,
           "normalisation variant (sphere: the paper's x / ||x||), or in Python an AbstractNorm",
           choices=LN_NAMES, what="normalisation", fallback="sphere", flag="--ln", key="ln", structural=True,
