@@ -131,6 +131,7 @@ def test_search_finds_known_counterexample():
     assert mean_s2 > 1e-3
 
 
+@pytest.mark.slow
 def test_search_step_length_equals_depth_is_the_same_step():
     """The search trains through a scan of static length equal to the stage's depth (a longer
     scan skips its extra steps by a cond but still pays their residuals under the gradient):

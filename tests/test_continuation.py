@@ -47,6 +47,7 @@ def start_b(w):
     return np.array([v, al * v + be * u])
 
 
+@pytest.mark.slow
 def test_closed_form_folds_located_and_passed():
     for start, ref in ((start_a(1.3), W_A), (start_b(1.3), W_B)):
         br = continue_branch(fam_w, start, 1.3, 0.5, ds=0.05, param_name="w")
@@ -71,6 +72,7 @@ def test_location_off_by_a_step_fails_the_oracle():
     assert not fold.located and abs(fold.param - W_A) > 1e-6
 
 
+@pytest.mark.slow
 def test_branch_points_period_doubling_neimark_sacker():
     fam_p = lambda p: uniform_causal_layer(2, 2, jnp.array([[p, 0.8], [0.0, 1.0]]))  # noqa: E731
     br = continue_branch(fam_p, np.array([[0.0, 1.0], [0.0, 1.0]]), 0.5, 2.5)

@@ -57,6 +57,7 @@ def test_fold_is_the_same_bits_for_any_chunking_and_follows_welford():
     np.testing.assert_array_equal(np.asarray(got.max["mu"]), np.nanmax(v, axis=0))
 
 
+@pytest.mark.slow
 def test_simulate_statistics_do_not_depend_on_the_chunk(getkey):
     """Chunks of 4, 8 and the whole batch: the statistics are the same bits wherever the
     per-trajectory values are (the old per-chunk sums differed in the last bits of the means;
@@ -83,6 +84,7 @@ def test_simulate_statistics_do_not_depend_on_the_chunk(getkey):
         pytest.skip("this CPU computes widths 4, 8 and 20 differently: no statistics to compare")
 
 
+@pytest.mark.slow
 def test_tuner_keeps_only_candidates_with_the_rules_numbers(getkey, tmp_path, monkeypatch):
     """A candidate whose program rounds otherwise (here: its first trajectory's state is nudged
     by one ulp, as another vectorisation would) is never chosen, however fast; the others may be."""
@@ -110,6 +112,7 @@ def test_tuner_keeps_only_candidates_with_the_rules_numbers(getkey, tmp_path, mo
     assert best == 2  # the fastest of the candidates left (2, 20, 40)
 
 
+@pytest.mark.slow
 def test_flow_statistics_do_not_depend_on_the_chunk(getkey):
     """`solve_flow` folds each chunk's values into the statistics one trajectory at a time, in
     batch order (it used to merge per-chunk two-pass statistics): chunks of 3, 4 and the whole

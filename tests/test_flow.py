@@ -49,6 +49,7 @@ def _starts(key, shape):
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
+@pytest.mark.slow
 def test_sa_matches_independent_rk4(getkey):
     n, d, t1, dynamics = 6, 3, 1.0, "sa"
     rng = np.random.default_rng(1)
@@ -116,6 +117,7 @@ def test_energy_formula_and_clusters():
     assert float(cluster_count(jnp.asarray(chain), 0.999999)) == 12.0
 
 
+@pytest.mark.slow
 def test_single_cluster_is_stable_and_two_clusters_are_a_saddle():
     n, beta = 6, 2.0
     # d = 3 only (d = 2 cost a second set of compiles): an orbit of dimension 2 and a saddle of

@@ -83,6 +83,7 @@ def test_stable_equilibrium_exponents_are_log_moduli_of_the_multipliers():
     assert np.all(np.asarray(r.exponents) > -50)
 
 
+@pytest.mark.slow
 def test_batched_equals_single_and_full_space(getkey):
     layer, _ = _stable_layer()
     x0 = jax.random.normal(getkey(), (3, 4, 3))

@@ -133,6 +133,7 @@ def test_streamed_program_holds_no_batch_by_layers_array(getkey, monkeypatch):
     assert any(s[:2] == (2, chunk) for s in streamed)  # one group's values
 
 
+@pytest.mark.slow
 def test_metric_subset_skips_svd_and_equals_full_run(getkey):
     x = jnp.ones((4, 3))
     prims = lambda names: str(jax.make_jaxpr(MetricObserver(names))(x))  # noqa: E731
