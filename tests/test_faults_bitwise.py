@@ -10,6 +10,7 @@ only candidates that compute the rule's numbers. The device-count comparison is 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rankdyn as rd
 from rankdyn._observe._metric_observer import MetricObserver
