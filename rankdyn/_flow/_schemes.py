@@ -78,11 +78,15 @@ def check_scheme_arguments(placement, ngpt_alpha, mix_time) -> tuple[str, float,
     alpha, tau = 1.0, 0.0
     if placement == "ngpt":
         if ngpt_alpha is None:
-            raise UsageError("placement='ngpt' needs ngpt_alpha, the rate alpha > 0 of its speed |A_j| / alpha.")
+            raise UsageError(
+                "placement='ngpt' needs ngpt_alpha, the rate alpha > 0 of its speed |A_j| / alpha."
+            )
         alpha = _positive("ngpt_alpha", ngpt_alpha, zero=False)
     if placement == "mix":
         if mix_time is None:
-            raise UsageError("placement='mix' needs mix_time, the time tau >= 0 at which post-LN turns pre-LN.")
+            raise UsageError(
+                "placement='mix' needs mix_time, the time tau >= 0 at which post-LN turns pre-LN."
+            )
         tau = _positive("mix_time", mix_time, zero=True)
     return placement, alpha, tau
 
