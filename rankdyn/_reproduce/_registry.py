@@ -114,6 +114,7 @@ REGISTRY: tuple[Target, ...] = (
         needs_checkpoint=True,
         default_checkpoint="smollm2",
     ),
+    Target("normalisation-speed", _FLOW + "normalisation_speed", float64=True, extended=True),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
