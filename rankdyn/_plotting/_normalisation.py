@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._reproduce_sim import save_figure
-from ._style import legend_outside, panel_grid
+from ._style import LINE_STYLES, legend_outside, panel_grid
 
 
 def plot_scheme_spread(panels: dict, *, title: str = "", path=None):
@@ -24,7 +24,9 @@ def plot_scheme_spread(panels: dict, *, title: str = "", path=None):
         for i, (scheme, y) in enumerate(curves.items()):
             y = np.asarray(y, dtype=float)
             ok = np.isfinite(y) & (y > 0) & (x > 0 if log_x else np.ones_like(x, bool))
-            ax.plot(x[ok], y[ok], color=f"C{i}", lw=1.2, label=scheme)
+            # A line style per scheme too: schemes that coincide (pre and peri near a cluster) stay visible.
+            style = LINE_STYLES[i % len(LINE_STYLES)]
+            ax.plot(x[ok], y[ok], color=f"C{i}", ls=style, lw=1.2, label=scheme)
         ax.set_yscale("log")
         if log_x:
             ax.set_xscale("log")
