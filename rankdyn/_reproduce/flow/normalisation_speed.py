@@ -155,7 +155,8 @@ def _flow(sz: dict, seed: int):
 def _layers(sz: dict, seed: int):
     import jax
 
-    from ... import make_layer, simulate
+    from ..._model._build import make_layer
+    from ..._run._simulate import simulate
 
     x0 = cone_starts(seed + 1, sz["batch"], sz["n"], sz["d"])
     key = jax.random.PRNGKey(seed)
@@ -189,7 +190,7 @@ def _checkpoint(sz: dict):
     ckpt = load_checkpoint(path)
     n = min(sz["ckpt_n"], ckpt.max_positions)
     ids = ckpt.tokenize_text(default_corpus().text, n, sz["ckpt_batch"])
-    from ... import simulate
+    from ..._run._simulate import simulate
 
     x0 = ckpt.embed(ids)
     final, curves = {}, {}
