@@ -6,6 +6,7 @@ direction $\\theta_j$ with $\\dot\\theta_j = P_{\\theta_j} A_j / s_j$ and the ra
 $\\dot r_j$, not the ambient velocity rankdyn integrates.
 """
 
+import jax
 import numpy as np
 import pytest
 
@@ -118,3 +119,7 @@ def test_scheme_arguments_are_checked():
         find_zeros(FlowField(mask, 2, placement="pre"), x0[None], 1.0)
     with pytest.raises(UsageError, match="post-LN flow on the sphere only"):
         classify_equilibrium(FlowField(mask, 2, placement="ngpt", ngpt_alpha=0.5), x0, 1.0)
+    from rankdyn.lyapunov import lyapunov_spectrum_flow
+
+    with pytest.raises(UsageError, match="post-LN flow on the sphere only"):
+        lyapunov_spectrum_flow(FlowField(mask, 2, placement="lns"), x0, 1.0, beta=1.0, key=jax.random.key(0))
