@@ -22,10 +22,10 @@ def test_fit_exponent_recovers_each_class_and_tells_them_apart():
         1.0: 1e-6 * (1 + t) ** -2.0,
     }
     for (p_star, v), scheme in zip(curves.items(), ("post", "lns", "pre")):
-        p, lo, hi, k = T.fit_exponent(t, v, T.T_MIN[scheme])
+        p, lo, hi, k = T.fit_exponent(t, v, T.T_MIN[scheme], T.floor(16))
         assert abs(p - p_star) <= T.TOL_P and hi / lo >= T.SPAN and k >= 3, (p_star, p, lo, hi)
     # A flat curve (no clustering) has no positive rate: no exponent.
-    assert np.isnan(T.fit_exponent(t, np.full_like(t, 1e-3), 1.0)[0])
+    assert np.isnan(T.fit_exponent(t, np.full_like(t, 1e-3), 1.0, T.floor(16))[0])
 
 
 def test_checks_pass_on_the_claim_and_fail_off_it():

@@ -16,7 +16,7 @@ Measured, with the rules fixed before any run:
 1. **The flow** (`rankdyn.flow`, the theorem's own setting: $Q = K = V = I$, complete mask, a cone
    start satisfying its $\delta$): the local rate $\lambda(t) = -d\log\mathrm{Var}/dt$ between saved
    times, fitted as $\lambda \propto t^{-p}$ over the saved times with $t \ge$ `T_MIN` and
-   $\mathrm{Var} \ge$ `FLOOR` (above float64's resolution of the directions), a window spanning at
+   $\mathrm{Var} \ge 1000\, d\,$`ATOL`$^2$ (above the solver's resolution), a window spanning at
    least a factor `SPAN` in $t$. Check per scheme: $|p - p^*| \le$ `TOL_P` with $p^* = 0$ (post,
    ngpt), $1/2$ (lns), $1$ (pre, mix, peri); the classes differ by at least $1/2$, so the check
    tells them apart. Check of the order: the time at which the median Var first falls to `DROP`
@@ -56,8 +56,10 @@ SCHEMES = ("post", "pre", "mix", "peri", "ngpt", "lns")
 CLASS = {"post": 0.0, "ngpt": 0.0, "lns": 0.5, "pre": 1.0, "mix": 1.0, "peri": 1.0}
 SLOW = ("pre", "mix", "peri")
 ALPHA, TAU, BETA = 0.5, 2.0, 1.0
-#: Fit window: Var above FLOOR, t from T_MIN (after mix's switch TAU, and r(t) ~ t for pre/peri).
-FLOOR, SPAN, TOL_P, DROP = 1e-24, 10.0, 0.2, 1e-6
+#: Fit window: Var above the floor, t from T_MIN (after mix's switch TAU, and r(t) ~ t for pre/peri).
+#: The floor is 1000 d ATOL^2: the solver resolves each coordinate to about ATOL, so a Var of d ATOL^2
+#: is noise (a fixed 1e-24 was below it at d = 16: the first full run fitted post and nGPT on noise).
+SPAN, TOL_P, DROP, RTOL, ATOL = 10.0, 0.2, 1e-6, 1e-9, 1e-12
 T_MIN = {"post": 1.0, "ngpt": 1.0, "lns": 1.0, "pre": 2 * TAU, "mix": 2 * TAU, "peri": 2 * TAU}
 CONE = 1e-3  # start: theta_j = (e_1 + CONE g_j) / |.|, so 1 - <theta_j, theta_k> ~ 1e-6 < 1/(100 n^2 beta^2)
 
@@ -113,11 +115,16 @@ def cone_starts(seed: int, batch: int, n: int, d: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def fit_exponent(times, var, t_min: float) -> tuple[float, float, float, int]:
+def floor(d: int) -> float:
+    """The smallest Var the fit reads: 1000 d ATOL^2 (the solver's resolution, squared and summed)."""
+    return 1e3 * d * ATOL**2
+
+
+def fit_exponent(times, var, t_min: float, var_floor: float) -> tuple[float, float, float, int]:
     """``(p, t_lo, t_hi, points)``: lambda = -dlog Var/dt between saved times, fitted as t^-p over the
-    intervals with both ends at t >= t_min and Var >= FLOOR (NaN if fewer than 3 or lambda <= 0)."""
+    intervals with both ends at t >= t_min and Var >= var_floor (NaN if fewer than 3 or lambda <= 0)."""
     t, v = np.asarray(times, float), np.asarray(var, float)
-    keep = (t[:-1] >= t_min) & (v[:-1] >= FLOOR) & (v[1:] >= FLOOR)
+    keep = (t[:-1] >= t_min) & (v[:-1] >= var_floor) & (v[1:] >= var_floor)
     if keep.sum() < 3:
         return float("nan"), float("nan"), float("nan"), int(keep.sum())
     with np.errstate(divide="ignore", invalid="ignore"):  # Var = 0 past the kept window
@@ -141,11 +148,11 @@ def _flow(sz: dict, seed: int):
         kw = {"mix": {"mix_time": TAU}, "ngpt": {"ngpt_alpha": ALPHA}}.get(s, {})
         field = FlowField(complete_mask(sz["n"]), sz["d"], "sa", placement=s, **kw)
         sol = solve_flow(
-            field, x0, beta=BETA, times=times, rtol=1e-9, atol=1e-12, max_steps=20000, save_states=True
+            field, x0, beta=BETA, times=times, rtol=RTOL, atol=ATOL, max_steps=20000, save_states=True
         )
         hit += int(np.sum(sol.steps_limit_hit))
         var = np.median(spread(np.asarray(sol.states)), axis=0)  # (S,)
-        p, lo, hi, k = fit_exponent(times, var, T_MIN[s])
+        p, lo, hi, k = fit_exponent(times, var, T_MIN[s], floor(sz["d"]))
         fell = np.nonzero(var <= DROP * var[0])[0]
         rows.append(SchemeRate(s, p, lo, hi, k, float(times[fell[0]]) if fell.size else float("inf")))
         curves[s] = var
@@ -275,13 +282,19 @@ def render(out: Path, m: NormalisationSpeedMeasured, cs: list[Check], *, quick: 
 def describe(
     m: NormalisationSpeedMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool
 ) -> Description:
-    setting = dict(sz, beta=BETA, ngpt_alpha=ALPHA, mix_time=TAU, cone=CONE, floor=FLOOR, t_min=T_MIN)
+    setting = dict(
+        sz, beta=BETA, ngpt_alpha=ALPHA, mix_time=TAU, cone=CONE, floor=floor(sz["d"]), t_min=T_MIN
+    )
     setting |= dict(
         mask="complete",
         flow_qkv="identity",
         layers="qk bert, value identity, ln sphere, skip for post/pre/mix",
     )
     setting |= dict(
-        checkpoint=m.checkpoint, solver="tsit5 rtol 1e-9 atol 1e-12", seed=seed, quick=quick, dtype="float64"
+        checkpoint=m.checkpoint,
+        solver=f"tsit5 rtol {RTOL:g} atol {ATOL:g}",
+        seed=seed,
+        quick=quick,
+        dtype="float64",
     )
     return Description(setting, key_numbers={f"flow p, {r.scheme}": r.p for r in m.flow})
