@@ -819,3 +819,21 @@ def long_context_sinks():
         mu=mu, mass_first=first, profile=prof, uniform_first=0.0122, mask="causal", n=512,
         run=_run(512, 1, "llama"),
     )  # fmt: skip
+
+
+def normalisation_speed():
+    from rankdyn._reproduce.flow import normalisation_speed as S
+
+    t = np.concatenate([[0.0], np.geomspace(0.01, 100.0, 31)])
+    depth = np.arange(33)
+    rates = {"post": 2.0, "pre": 0.1, "mix": 0.12, "peri": 0.11, "ngpt": 1.0, "lns": 0.5}
+    flow = {s: 1e-6 * np.exp(-r * t) for s, r in rates.items()}
+    layers = {s: 1e-2 * np.exp(-r * depth) for s, r in rates.items()}
+    rows = tuple(S.SchemeRate(s, S.CLASS[s], 1.0, 100.0, 10, 10.0 / r) for s, r in rates.items())
+    return S, S.NormalisationSpeedMeasured(
+        flow=rows,
+        steps_limit_hit=0,
+        layers_final={s: float(v[-1]) for s, v in layers.items()},
+        checkpoint_final=None,
+        curves={"flow": (t, flow), "layers": (depth, layers)},
+    )

@@ -28,6 +28,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
+from .._errors import UsageError
 from .._model._sphere import tangent_basis
 from ._field import FlowField
 
@@ -44,6 +45,16 @@ def _unit(x):
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
+def _check_post(field: FlowField, what: str) -> None:
+    """Refuse a scheme other than post-LN: its zeros are not equilibria on the sphere."""
+    if field.placement != "post":
+        raise UsageError(
+            f"{what} takes the post-LN flow on the sphere only, not placement={field.placement!r}: the other "
+            "schemes divide the same tangent field by a positive speed factor (the same zeros), and pre, "
+            "mix and peri also move the radius, which never stops; use a FlowField with placement='post'."
+        )
+
+
 def field_jacobian(field: FlowField, x: Float[ArrayLike, "n d"], beta) -> tuple[Array, Array]:
     """``(J, B)``: the field's Jacobian on the tangent space in the basis ``B`` (``(nd, n(d-1))``).
 
@@ -52,6 +63,7 @@ def field_jacobian(field: FlowField, x: Float[ArrayLike, "n d"], beta) -> tuple[
     ``B`` is `rankdyn._equilibria.tangent_basis` ``(x)`` (the one basis of `rankdyn._model._sphere`:
     per token a Householder reflection), of the tokens' directions when ``x`` is off the spheres.
     """
+    _check_post(field, "field_jacobian")
     x = jnp.asarray(x)
     n, d = x.shape
     jac = jax.jacfwd(lambda y: field(y.reshape(n, d), beta).reshape(-1))(x.reshape(-1))
@@ -164,6 +176,7 @@ def find_zeros(field: FlowField, x0, beta, *, max_steps: int = 200, rtol: float 
         ``(x, residual, ok)``: the solutions on the sphere ``(k, n, d)``, $\max |F_\beta(x)|$ per
         start, and whether the solver reported success (``throw=False``: no failure kills the batch).
     """
+    _check_post(field, "find_zeros")
     starts = jnp.asarray(x0)
     solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
 

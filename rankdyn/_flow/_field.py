@@ -14,6 +14,9 @@ the drift an integrator reports is its own error). USA divides by $n$ for every 
 $|N(i)|$. For $Q = K = V = I$ the interaction energy is
 
 $$E_\beta(X) = \frac{1}{2\beta n^2} \sum_{i,j=1}^n e^{\beta \langle x_i, x_j\rangle}.$$
+
+``placement`` other than ``"post"`` (the flow above) regulates each token's speed as a
+normalisation scheme does (rankdyn/_flow/_schemes.py, arXiv 2510.22026 eq. (NA) and Table 2).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import UsageError
 from .._model._masks import mask_from_adjacency
+from ._schemes import RADIAL_PLACEMENTS, check_scheme_arguments, scheme_velocity
 
 __all__ = ["FlowField", "DYNAMICS", "interaction_energy", "tangent_project"]
 
@@ -69,20 +73,42 @@ class FlowField(eqx.Module):
         d: the token dimension.
         dynamics: ``"sa"`` (softmax-normalised) or ``"usa"`` (divided by $n$).
         q, k, v: ``(d, d)`` matrices; None (the default) is the identity.
+        placement: the normalisation scheme, one of `rankdyn._flow._schemes.FLOW_PLACEMENTS`:
+            ``"post"`` (the flow on the sphere above, the default), ``"pre"``, ``"mix"``,
+            ``"peri"``, ``"ngpt"`` or ``"lns"``, each with its speed-regulation factor (arXiv
+            2510.22026, Table 2). ``pre``, ``mix`` and ``peri`` move the radius too.
+        ngpt_alpha: nGPT's rate $\alpha > 0$ (its $\alpha_t$ held constant); ``ngpt`` only.
+        mix_time: the time $\tau \ge 0$ at which ``mix`` turns from post- to pre-LN.
 
     Raises:
-        UsageError: on an unknown ``dynamics``, ``d < 2``, a bad mask, or a non-square or
-            non-finite ``q``, ``k`` or ``v`` (the message names the argument).
+        UsageError: on an unknown ``dynamics`` or ``placement``, ``d < 2``, a bad mask, a
+            non-square or non-finite ``q``, ``k`` or ``v``, or a scheme parameter missing, out of
+            range or given to another scheme (the message names the argument).
     """
 
     mask: Array
     q: Float[Array, "d d"]
     k: Float[Array, "d d"]
     v: Float[Array, "d d"]
+    ngpt_alpha: Float[Array, ""]
+    mix_time: Float[Array, ""]
     dynamics: str = eqx.field(static=True)
     identity: bool = eqx.field(static=True)
+    placement: str = eqx.field(static=True)
 
-    def __init__(self, mask: ArrayLike, d: int, dynamics: str = "sa", q=None, k=None, v=None):
+    def __init__(
+        self,
+        mask: ArrayLike,
+        d: int,
+        dynamics: str = "sa",
+        q=None,
+        k=None,
+        v=None,
+        *,
+        placement: str = "post",
+        ngpt_alpha: float | None = None,
+        mix_time: float | None = None,
+    ):
         if dynamics not in DYNAMICS:
             raise UsageError(f"dynamics must be one of {DYNAMICS}, got {dynamics!r}.")
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
@@ -94,6 +120,13 @@ class FlowField(eqx.Module):
         self.identity = all(val is None or np.array_equal(np.asarray(val), np.eye(d)) for val in (q, k, v))
         self.q, self.k, self.v = (jnp.asarray(mats[name]) for name in ("q", "k", "v"))
         self.dynamics = dynamics
+        self.placement, alpha, tau = check_scheme_arguments(placement, ngpt_alpha, mix_time)
+        self.ngpt_alpha, self.mix_time = jnp.asarray(alpha), jnp.asarray(tau)
+
+    @property
+    def radial(self) -> bool:
+        """Whether the radius moves (``pre``, ``mix``, ``peri``): the state is then not projected."""
+        return self.placement in RADIAL_PLACEMENTS
 
     @property
     def num_tokens(self) -> int:
@@ -119,10 +152,18 @@ class FlowField(eqx.Module):
             return w / jnp.sum(w, axis=-1, keepdims=True)
         return jnp.where(self.mask, jnp.exp(scores), 0) / self.num_tokens
 
-    def __call__(self, x: Float[Array, "n d"], beta) -> Float[Array, "n d"]:
-        """The velocity of every token (tangent to the sphere at it)."""
-        vx = jnp.matmul(x, self.v.astype(x.dtype).T, precision=_HI)
-        return tangent_project(x, jnp.matmul(self.weights(x, beta), vx, precision=_HI))
+    def attention(self, theta: Float[Array, "n d"], beta) -> Float[Array, "n d"]:
+        r"""The attention vectors $A_j(\Theta) = \sum_k w_{jk} V\theta_k$ (not projected)."""
+        vx = jnp.matmul(theta, self.v.astype(theta.dtype).T, precision=_HI)
+        return jnp.matmul(self.weights(theta, beta), vx, precision=_HI)
+
+    def __call__(self, x: Float[Array, "n d"], beta, t=0.0) -> Float[Array, "n d"]:
+        """The velocity of every token at time ``t`` (tangent to the sphere at it for ``post``,
+        ``ngpt`` and ``lns``; only ``mix`` and ``lns`` read ``t``)."""
+        if self.placement == "post":
+            return tangent_project(x, self.attention(x, beta))
+        alpha, tau = self.ngpt_alpha.astype(x.dtype), self.mix_time.astype(x.dtype)
+        return scheme_velocity(self.placement, x, lambda th: self.attention(th, beta), t, alpha, tau)
 
 
 def interaction_energy(x: Float[ArrayLike, "n d"], beta) -> Float[Array, ""]:

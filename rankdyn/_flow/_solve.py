@@ -37,6 +37,7 @@ from .._run._interrupt import check_interrupt
 from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
 from ._flow_metrics import FlowObserver
+from ._schemes import scheme_solver
 from ._solvers import (
     ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
     DEFAULT_ATOL as DEFAULT_ATOL,
@@ -72,7 +73,8 @@ class FlowSolution(eqx.Module):
         metrics: metric name -> ``(batch, S)`` per-trajectory values, or None (the name of
             `rankdyn.Trajectory.metrics`).
         states: ``(batch, S, n, d)`` states from t = 0 (the layout of
-            `rankdyn.Trajectory.states`), or None.
+            `rankdyn.Trajectory.states`), or None; on the sphere, except under the schemes that
+            move the radius (``pre``, ``mix``, ``peri``), whose states are the tokens $r_j\theta_j$.
     """
 
     times: Array
@@ -133,7 +135,8 @@ def _validate(field, x0, t1, beta, times, saves):
     nrm = jnp.linalg.norm(x0, axis=-1, keepdims=True)
     if bool(jnp.any(nrm == 0)):
         raise UsageError("x0 has a zero token, which has no direction on the sphere; pass non-zero tokens.")
-    return x0 / nrm, b, times
+    # A scheme that moves the radius starts from x0's own radii; the others from the sphere.
+    return (x0 if field.radial else x0 / nrm), b, times
 
 
 @eqx.filter_jit
@@ -145,7 +148,7 @@ def _piece(field, observer, x, beta, ts, real, cfg):
     sphere, and the drift is measured on the unprojected state at the saved times.
     """
     solver, controller, dt0, max_steps, keep_states = cfg
-    term = diffrax.ODETerm(lambda t, y, b: field(y, b))
+    term = diffrax.ODETerm(lambda t, y, b: field(y, b, t))
 
     def one(x, b):
         # Plain states at the saved times: an observer inside Diffrax's loop would be evaluated
@@ -167,13 +170,15 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         ys = sol.ys
         nrm = jnp.linalg.norm(ys, axis=-1, keepdims=True)
         u = ys / nrm
+        # A scheme that moves the radius keeps it (the observer reads the directions): no drift.
+        off = jnp.zeros_like(nrm) if field.radial else nrm - 1
         saved = {
             "obs": jax.vmap(observer, in_axes=(0, None))(u, b),
-            "drift": jnp.max(jnp.abs(nrm - 1), axis=(1, 2)),
+            "drift": jnp.max(jnp.abs(off), axis=(1, 2)),
             "zero": jnp.any(nrm == 0, axis=(1, 2)),
         }
         if keep_states:
-            saved["x"] = u
+            saved["x"] = ys if field.radial else u
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in saved["obs"].values()]))
         broken = jnp.any(saved["zero"]) | ~finite | ~jnp.all(jnp.isfinite(u))
         result = RESULTS.promote(sol.result)
@@ -182,7 +187,7 @@ def _piece(field, observer, x, beta, ts, real, cfg):
             RESULTS.where(broken, RESULTS.nonfinite, RESULTS.successful),
             result,
         )
-        return u[-1], saved, result, sol.stats["num_steps"]
+        return (ys if field.radial else u)[-1], saved, result, sol.stats["num_steps"]
 
     x_end, saved, result, steps = jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(0, 0))(x, beta)
     hit = result == RESULTS.max_steps_reached
@@ -252,15 +257,19 @@ def solve_flow(
     r"""Integrate the flow $\dot X = F_\beta(X)$ of ``field`` from ``x0`` and record its metrics.
 
     Arguments:
-        field: a `FlowField` (SA or USA, mask, $Q, K, V$).
-        x0: ``(n, d)`` or ``(batch, n, d)`` initial tokens (rows are normalised to the sphere).
+        field: a `FlowField` (SA or USA, mask, $Q, K, V$, normalisation scheme).
+        x0: ``(n, d)`` or ``(batch, n, d)`` initial tokens (rows are normalised to the sphere,
+            except for the schemes that move the radius, ``pre``, ``mix`` and ``peri``, which
+            start from ``x0`` as given and are never projected: their ``drift`` is 0).
         t1: the horizon $T$ (> 0), with ``saves`` saved times uniform on $[0, T]$.
         beta: the inverse temperature (>= 0), or a 1-D array of them (vmapped; same starts for each).
         times: instead of ``t1``/``saves``, an increasing array of saved times starting at 0.
         saves: number of saved times (>= 2, default 101), t = 0 included; not with ``times``.
         solver: a Diffrax solver object (e.g. ``diffrax.Tsit5()``, ``ProjectedSolver(RK4())``), or
             a name: ``"tsit5"``, ``"dopri5"`` (adaptive) or ``"euler"``, ``"rk4"`` (fixed step,
-            projected to the sphere after every step), as on the command line.
+            projected to the sphere after every step, except under ``pre``, ``mix`` and
+            ``peri``), as on the command line. ``mix`` needs an adaptive controller, which is
+            made to step to its switching time (a jump of the field).
         stepsize_controller: with a solver object, a Diffrax step-size controller (default:
             ``diffrax.ConstantStepSize()`` with ``dt``, else a PID controller from ``rtol``,
             ``atol``). Refused with a solver name, which builds its own.
@@ -294,6 +303,7 @@ def solve_flow(
     saves = 101 if saves is None else saves
     solver_obj, controller = _solver_and_controller(solver, stepsize_controller, rtol, atol, dt)
     x0, betas, times = _validate(field, x0, t1, beta, times, saves)
+    solver_obj, controller = scheme_solver(field, solver, solver_obj, controller)
     if metrics is not None and observe is not None:
         raise UsageError(
             "solve_flow(metrics=..., observe=...): pass the metrics to the observer, "

@@ -130,6 +130,12 @@ def lyapunov_spectrum_flow(
     key = check_key(key, "lyapunov_spectrum_flow")
     if not isinstance(field, FlowField):
         raise UsageError(f"field must be a rankdyn.flow.FlowField, got {type(field).__name__}.")
+    if field.placement != "post":
+        raise UsageError(
+            f"lyapunov_spectrum_flow takes the post-LN flow on the sphere only, not placement="
+            f"{field.placement!r}: the other schemes' fields depend on time or move the radius, which this "
+            "integrator (autonomous, projected to the sphere) does not follow."
+        )
     if solver not in SOLVERS:
         raise UsageError(f"solver must be one of {SOLVERS}, got {solver!r}.")
     adaptive = solver in ADAPTIVE_SOLVERS

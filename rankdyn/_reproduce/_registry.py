@@ -127,6 +127,7 @@ REGISTRY: tuple[Target, ...] = (
         default_checkpoint="smollm2",
         extended=True,
     ),
+    Target("normalisation-speed", _FLOW + "normalisation_speed", float64=True, extended=True),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
