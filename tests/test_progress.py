@@ -48,25 +48,24 @@ def test_run_targets_gives_each_target_its_own_step_bar(tmp_path, monkeypatch):
 
     seen = []
 
-    def run(out, *, quick, seed):
+    from rankdyn._reproduce._target import Description, Rendered
+    from rankdyn._reproduce._verdict import check
+
+    def compute(sizes, seed):
         plan_steps(3)
         for i in range(3):
             step_done(f"step {i}")
         current = _progress._CURRENT.get()
         seen.append((current.desc, current.total, current.done))
-        return {
-            "name": "fake",
-            "claim": "c",
-            "setting": {},
-            "measured": {},
-            "verdict": "reproduced",
-            "criterion": "r",
-            "figures": [],
-            "notes": "",
-        }
+        return {}
 
     module = types.ModuleType("fake_target")  # the registry loads modules (type-checked)
-    module.run = run
+    module.NAME, module.CLAIM = "fake", "c"
+    module.sizes = lambda quick: {}
+    module.compute = compute
+    module.checks = lambda m: [check("ran", True)]
+    module.render = lambda out, m, cs, *, quick: Rendered(figures=[], notes="")
+    module.describe = lambda m, cs, sz, *, seed, quick: Description(setting={})
     monkeypatch.setitem(sys.modules, "fake_target", module)
     monkeypatch.setattr(experiments, "TARGETS", {"fake": "fake_target"})
     # The runner looks a target up in the registry: one record for the fake one.

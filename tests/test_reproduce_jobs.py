@@ -33,8 +33,8 @@ def test_work_items_and_core_split():
     assert cost == sorted(cost, reverse=True)
     assert split_cores(2, [0, 1, 2, 3, 4]) == [[0, 1, 2], [3, 4]]  # disjoint, near-equal
     assert split_cores(1, [3, 7]) == [[3, 7]]
-    with pytest.raises(ValueError):
-        split_cores(3, [0, 1])  # never more workers than cores
+    with pytest.raises(RuntimeError):
+        split_cores(3, [0, 1])  # never more workers than cores (the caller's invariant)
 
 
 def test_bad_jobs_and_resume_refused_before_compute(tmp_path, capsys):
