@@ -123,3 +123,46 @@ def test_scheme_arguments_are_checked():
 
     with pytest.raises(UsageError, match="post-LN flow on the sphere only"):
         lyapunov_spectrum_flow(FlowField(mask, 2, placement="lns"), x0, 1.0, beta=1.0, key=jax.random.key(0))
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--placement", "ngpt"], ["--placement 'ngpt' needs --ngpt-alpha"]),
+        (["--ngpt-alpha", "0.5"], ["--ngpt-alpha applies to --placement 'ngpt' only"]),
+        (["--placement", "mix"], ["needs --mix-time"]),
+        (["--placement", "mix", "--mix-time", "1", "--solver", "rk4", "--dt", "0.1"], ["adaptive solver"]),
+        (["--placement", "pre", "--lyapunov", "2"], ["--lyapunov", "--placement pre"]),
+    ],
+)
+def test_flow_command_refuses_scheme_flags_by_name(tmp_path, capsys, argv, words):
+    from rankdyn.cli import main
+
+    rc = main(["flow", "--n", "3", "--d", "3", "--batch", "2", "--out", str(tmp_path / "o"), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, (w, err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_flow_command_choices_are_the_flows_schemes():
+    from rankdyn._commands.flow import FLOW_PLACEMENT_CHOICES
+    from rankdyn._flow._schemes import FLOW_PLACEMENTS
+
+    assert sorted(FLOW_PLACEMENT_CHOICES) == sorted(FLOW_PLACEMENTS)
+
+
+@pytest.mark.slow
+def test_flow_command_runs_a_scheme_that_moves_the_radius(tmp_path, capsys):
+    import json
+
+    from rankdyn.cli import main
+
+    out = tmp_path / "pre"
+    argv = ["flow", "--placement", "pre", "--n", "4", "--d", "3", "--batch", "2", "--time", "1"]
+    rc = main([*argv, "--saves", "3", "--no-progress", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0 and "the radius moves under --placement pre" in text, text
+    res = json.loads((out / "metrics.json").read_text())
+    assert res["config"]["placement"] == "pre" and (out / "flow.png").exists()

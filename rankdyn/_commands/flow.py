@@ -14,8 +14,12 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._model._names import MASK_NAMES
+from .._model._names import MASK_NAMES, PLACEMENTS
 from ._checks import HelpFormatter, check_out_dir, check_seed_flag
+
+#: The flow's schemes: the layer's placements but ``none`` (`rankdyn._flow._schemes.FLOW_PLACEMENTS`,
+#: which imports JAX; a test checks that the two agree).
+FLOW_PLACEMENT_CHOICES = tuple(p for p in PLACEMENTS if p != "none")
 
 SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4")
 
@@ -34,6 +38,23 @@ def add_parser(sub) -> None:
         "--dynamics", choices=("sa", "usa"), default="sa", help="normalised (sa) or 1/n (usa) weights"
     )
     p.add_argument("--mask", choices=MASK_NAMES, default="complete", help="attention mask graph")
+    p.add_argument(
+        "--placement",
+        choices=FLOW_PLACEMENT_CHOICES,
+        default="post",
+        help="normalisation scheme of the flow, by its speed-regulation factor s_j(t) (docs/theory.md): "
+        "post (the flow on the sphere), pre, mix, peri (the radius moves), ngpt, lns",
+    )
+    p.add_argument(
+        "--ngpt-alpha", type=float, default=None, metavar="ALPHA", help="nGPT's rate alpha > 0 (ngpt only)"
+    )
+    p.add_argument(
+        "--mix-time",
+        type=float,
+        default=None,
+        metavar="TAU",
+        help="the time tau >= 0 at which mix turns from post- to pre-LN (mix only; an adaptive --solver)",
+    )
     p.add_argument("--n", type=int, default=32, help="number of tokens (>= 1)")
     p.add_argument("--d", type=int, default=3, help="token dimension (>= 2: the sphere S^(d-1))")
     p.add_argument(
@@ -85,6 +106,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.saves < 2:
         raise UsageError(f"--saves must be >= 2 (t = 0 and t = T at least), got {args.saves}.")
     check_seed_flag(args.seed)
+    _check_scheme_flags(args)
     adaptive = args.solver in ("tsit5", "dopri5")
     if adaptive and args.dt is not None:
         raise UsageError(
@@ -116,6 +138,27 @@ def check_args(args: argparse.Namespace) -> None:
             "space of the spheres)."
         )
     check_out_dir(args.out)
+
+
+def _check_scheme_flags(args) -> None:
+    """``--placement`` with ``--ngpt-alpha`` / ``--mix-time``, in the flags' names."""
+    from .._flow._schemes import check_scheme_arguments
+
+    try:
+        check_scheme_arguments(args.placement, args.ngpt_alpha, args.mix_time)
+    except UsageError as err:
+        msg = str(err).replace("ngpt_alpha", "--ngpt-alpha").replace("mix_time", "--mix-time")
+        raise UsageError(msg.replace("placement='", "--placement '")) from None
+    if args.placement == "mix" and args.solver in ("euler", "rk4"):
+        raise UsageError(
+            f"--placement mix switches the field at --mix-time, and --solver {args.solver} steps over the "
+            "switch; use an adaptive solver (--solver tsit5 or dopri5), which steps to it."
+        )
+    if args.lyapunov is not None and args.placement != "post":
+        raise UsageError(
+            f"--lyapunov follows the flow on the sphere (--placement post); --placement {args.placement} "
+            "is not supported there."
+        )
 
 
 #: What shrinks each part of the flow's memory estimate (`rankdyn._run._memory.FLOW_PARTS`).
@@ -153,7 +196,14 @@ def run(args) -> int:
         what=f"--n {args.n} --d {args.d} --batch {args.batch} --saves {args.saves}",
     )
     mask = make_mask(args.mask, args.n, seed=args.seed)
-    field = FlowField(mask, args.d, args.dynamics)
+    field = FlowField(
+        mask,
+        args.d,
+        args.dynamics,
+        placement=args.placement,
+        ngpt_alpha=args.ngpt_alpha,
+        mix_time=args.mix_time,
+    )
     dtype = jnp.float64 if args.x64 else jnp.float32
     x0 = jax.random.normal(jax.random.key(args.seed), (args.batch, args.n, args.d), dtype)
     with CompileTimer() as timer:
@@ -205,14 +255,17 @@ def run(args) -> int:
         _lyapunov(args, field, x0)
     from ..plotting import plot_flow_metrics
 
-    title = f"{args.dynamics.upper()} flow, {args.mask} mask, n={args.n}, d={args.d}, beta={args.beta:g}"
+    scheme = "" if args.placement == "post" else f", placement={args.placement}"
+    title = (
+        f"{args.dynamics.upper()} flow{scheme}, {args.mask} mask, n={args.n}, d={args.d}, beta={args.beta:g}"
+    )
     plot_flow_metrics(sol.times, result["metrics"], title=title, path=args.out / "flow.png")
     m = result["metrics"]
     print(
         f"flow: {args.batch} trajectories to T = {args.time:g}; clusters (mean) "
         f"{m['clusters']['mean'][0]:.3g} -> "
         f"{m['clusters']['mean'][-1]:.3g}; one cluster (diameter <= eps) reached by "
-        f"{result['time_to_cluster']['fraction_reached']:.1%}; drift from the sphere {float(sol.drift):.2e}; "
+        f"{result['time_to_cluster']['fraction_reached']:.1%}; {_drift_words(field, sol)}; "
         f"{int(sol.num_steps)} solver steps; wrote {args.out / 'metrics.json'}"
     )
     if hit:
@@ -222,6 +275,13 @@ def run(args) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _drift_words(field, sol) -> str:
+    """The drift from the sphere, or why there is none (a scheme that moves the radius)."""
+    if field.radial:
+        return f"the radius moves under --placement {field.placement} (no projection, no drift)"
+    return f"drift from the sphere {float(sol.drift):.2e}"
 
 
 def sol_eps() -> float:
