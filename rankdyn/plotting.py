@@ -7,9 +7,11 @@ panels, legends outside the data, the round-off floor as a band) live in ``_styl
 """
 
 from ._plotting._bifurcation import (
+    plot_basin_map as plot_basin_map,
     plot_basins_across as plot_basins_across,
     plot_bifurcation as plot_bifurcation,
     plot_pair_phases as plot_pair_phases,
+    two_angle_starts as two_angle_starts,
 )
 from ._plotting._collapse import plot_metric_band as plot_metric_band
 from ._plotting._equilibria import (

@@ -85,3 +85,34 @@ def test_layer_family_attractor_born_at_its_fold():
         basins_across(
             lambda w: family(w) if w < 1 else uniform_causal_layer(2, 3, jnp.eye(3)), starts, [0.5, 1.5]
         )
+
+
+def test_basin_map_over_two_angles_matches_the_sign_oracle():
+    # Each token of x -> normalise(diag(1 + p, 1) x) tends to +-e1, the sign of its first
+    # coordinate: the attractor of the start (theta1, theta2) is known in closed form.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rankdyn.plotting import plot_basin_map, two_angle_starts
+
+    def f(x, p):
+        t = x.reshape(2, 2) * jnp.array([[1.0 + p, 1.0]])
+        return (t / jnp.linalg.norm(t, axis=-1, keepdims=True)).reshape(-1)
+
+    a1 = np.linspace(-3.0, 3.0, 7) + 0.05  # no angle at +-pi/2, where the sign is 0
+    a2 = np.linspace(-3.0, 3.0, 6) + 0.05
+    starts = two_angle_starts(a1, a2)
+    assert starts.shape == (42, 2, 2) and np.allclose(np.linalg.norm(starts, axis=-1), 1)
+    label = lambda x, p: (x[0] > 0).astype(int) + 2 * (x[2] > 0).astype(int)  # noqa: E731
+    scan = basins_across(f, starts.reshape(42, 4), [0.5], horizon=200, label=label)
+    got = np.array([scan.attractors[i][1] for i in scan.attractor[0]]).reshape(7, 6)
+    want = (np.cos(a1)[:, None] > 0) + 2 * (np.cos(a2)[None, :] > 0)
+    np.testing.assert_array_equal(got, want)
+    ax = plot_basin_map(a1, a2, scan.attractor[0], names=[f"signs {v}" for _, v in scan.attractors])
+    mesh = ax.collections[0]
+    assert (
+        np.asarray(mesh.get_array()).reshape(7, 6).tolist()
+        == np.asarray(scan.attractor[0]).reshape(7, 6).tolist()
+    )
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [f"signs {v}" for _, v in scan.attractors] and not ax.figure.axes[1:]  # no colour bar

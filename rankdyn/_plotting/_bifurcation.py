@@ -10,7 +10,15 @@ import numpy as np
 
 from .._errors import UsageError
 
-__all__ = ["plot_basins_across", "plot_bifurcation", "plot_pair_phases", "equilibrium_measure", "MEASURES"]
+__all__ = [
+    "plot_basins_across",
+    "plot_basin_map",
+    "two_angle_starts",
+    "plot_bifurcation",
+    "plot_pair_phases",
+    "equilibrium_measure",
+    "MEASURES",
+]
 
 #: Scalar measures of an equilibrium ``(n, d)`` for the diagram's y axis (the first is the default).
 MEASURES = ("projection", "sigma_min", "min_cos")
@@ -263,3 +271,59 @@ def plot_pair_phases(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
     return axes
+
+
+def two_angle_starts(angles1, angles2) -> np.ndarray:
+    r"""Starts of two tokens on the unit circle over a grid of their angles, for a basin map.
+
+    Token $i$ is $(\cos\theta_i, \sin\theta_i)$; the grid is ``angles1`` x ``angles2`` in row-major
+    order, so the per-start results of `rankdyn.theory.basins_across` (``attractor[p]``, ``(S,)``)
+    reshape to ``(len(angles1), len(angles2))`` for `plot_basin_map`.
+
+    Returns:
+        ``(len(angles1) * len(angles2), 2, 2)`` tokens.
+    """
+    a1, a2 = (np.asarray(a, dtype=float).reshape(-1) for a in (angles1, angles2))
+    t1, t2 = np.meshgrid(a1, a2, indexing="ij")
+    tok = lambda t: np.stack([np.cos(t), np.sin(t)], axis=-1).reshape(-1, 2)  # noqa: E731
+    return np.stack([tok(t1), tok(t2)], axis=1)
+
+
+def plot_basin_map(angles1, angles2, attractor, *, names=None, ax=None, title=None):
+    r"""The basin map over two angles: each start of `two_angle_starts` coloured by its attractor.
+
+    Arguments:
+        angles1, angles2: the grid's angles $\theta_1$ (rows, the y axis) and $\theta_2$ (the x axis).
+        attractor: ``(len(angles1) * len(angles2),)`` or ``(len(angles1), len(angles2))`` integer
+            attractor index per start (`BasinScan.attractor` at one parameter value); -1 is "not
+            settled".
+        names: one legend name per attractor index (default ``attractor i``).
+        ax: matplotlib Axes (created when None).
+        title: the title.
+
+    Returns:
+        The Axes: one colour per attractor in a legend, no colour bar (the map is categorical).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.patches import Patch
+
+    a1, a2 = (np.asarray(a, dtype=float).reshape(-1) for a in (angles1, angles2))
+    grid = np.asarray(attractor).reshape(a1.size, a2.size)
+    classes = sorted(int(c) for c in np.unique(grid))
+    colours = ["0.85" if c < 0 else plt.cm.tab10(i % 10) for i, c in enumerate(classes)]
+    index = np.searchsorted(classes, grid)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 5), layout="constrained")
+    cmap = ListedColormap(colours)
+    norm = BoundaryNorm(np.arange(len(classes) + 1) - 0.5, len(classes))
+    ax.pcolormesh(a2, a1, index, cmap=cmap, norm=norm, shading="nearest")
+    label = lambda c: "not settled" if c < 0 else (names[c] if names else f"attractor {c}")  # noqa: E731
+    handles = [Patch(color=col, label=label(c)) for c, col in zip(classes, colours)]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(3, len(handles)))
+    ax.set_xlabel(r"$\theta_2$ (token 2)")
+    ax.set_ylabel(r"$\theta_1$ (token 1)")
+    ax.set_aspect("equal")
+    if title:
+        ax.set_title(title)
+    return ax
