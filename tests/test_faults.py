@@ -210,7 +210,7 @@ batch = 2
 per_layer = ["mu"]
 final = ["mu", "num_rank"]
 [run]
-chunk_trajectories = 2
+chunk = 2
 """
 
 

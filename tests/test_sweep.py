@@ -36,7 +36,7 @@ save_every = 2
 per_layer = ["mu", "mu_normalized", "min_cos"]
 final = ["mu", "num_rank"]
 [run]
-chunk_trajectories = 8
+chunk = 8
 """
 
 
@@ -168,7 +168,7 @@ def _chunks(folder):
 @pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     config = tmp_path / "tiny.toml"
-    config.write_text(TINY.replace("chunk_trajectories = 8", "chunk_trajectories = 4"))  # 10 chunks of 1 cell
+    config.write_text(TINY.replace("chunk = 8", "chunk = 4"))  # 10 chunks of 1 cell
     cfg = rd.load_sweep_config(config)
     assert len(rd.sweep.sweep_plan(cfg).chunks) == 10
     out = tmp_path / "killed"

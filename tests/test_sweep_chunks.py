@@ -19,7 +19,7 @@ save_every = 1
 per_layer = ["mu"]
 final = ["mu"]
 [run]
-chunk_trajectories = 2
+chunk = 2
 """
 
 

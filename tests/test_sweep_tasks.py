@@ -83,7 +83,7 @@ def _chunks(folder):
 @pytest.mark.slow
 def test_three_tasks_one_killed_equal_one_process(tmp_path, capsys):
     config = tmp_path / "tiny.toml"
-    config.write_text(TINY.replace("chunk_trajectories = 8", "chunk_trajectories = 4"))  # 10 chunks
+    config.write_text(TINY.replace("chunk = 8", "chunk = 4"))  # 10 chunks
     cfg = rd.load_sweep_config(config)
     assert len(rd.sweep.sweep_plan(cfg).chunks) == 10
     out = tmp_path / "shared"

@@ -38,7 +38,7 @@ _CHOICES = {k: p.choices for k, p in _ROWS.items() if p.choices}
 _FIXED_ONLY = ("save_every", "rank_tol")  # a grid over these would change the layer coordinate
 
 _OBSERVE_KEYS = ("per_layer", "metrics", "final", "rate_start", "rate_stop")
-_RUN_KEYS = ("chunk_trajectories",)
+_RUN_KEYS = ("chunk",)
 _TOP_KEYS = ("name", "description", "axes", "fixed", "observe", "run")
 
 

@@ -43,7 +43,7 @@ def sweep_plan(cfg: SweepConfig) -> SweepPlan:
     out_groups, chunks, sizes = [], [], []
     for gi, (key, cells) in enumerate(groups.items()):
         out_groups.append((structs[key], tuple(cells)))
-        per = max(1, cfg.chunk_trajectories // structs[key]["batch"])
+        per = max(1, cfg.chunk // structs[key]["batch"])
         num = math.ceil(len(cells) / per)
         size = math.ceil(len(cells) / num)  # balanced chunks: at most num - 1 padded cells in all
         sizes.append(size)

@@ -54,7 +54,7 @@ class SweepConfig:
         per_layer: metrics recorded at every saved layer (plus ``eps_min``, always).
         final: metrics of the last layer, kept per sample (spectral ones cost an SVD).
         rate_start, rate_stop: depth window of the fitted collapse rate (`rankdyn.theory.fit_rate`).
-        chunk_trajectories: at most this many trajectories per chunk file.
+        chunk: at most this many trajectories per chunk file.
         name, description: free text.
         text: the TOML text the config was read from (stored with the results).
     """
@@ -65,7 +65,7 @@ class SweepConfig:
     final: tuple[str, ...] = METRIC_NAMES
     rate_start: int = 0
     rate_stop: int | None = None
-    chunk_trajectories: int = 4096
+    chunk: int = 4096
     name: str = "sweep"
     description: str = ""
     text: str = field(default="", compare=False)
@@ -100,7 +100,7 @@ class SweepConfig:
             "final": list(self.final),
             "rate_start": self.rate_start,
             "rate_stop": self.rate_stop,
-            "chunk_trajectories": self.chunk_trajectories,
+            "chunk": self.chunk,
         }
 
     @property
@@ -237,9 +237,9 @@ def parse_sweep_config(
     bad = [k for k in run if k not in _RUN_KEYS]
     if bad:
         raise UsageError(f"unknown key {bad[0]!r} in [run]; expected {', '.join(_RUN_KEYS)}.")
-    chunk = run.get("chunk_trajectories", 4096)
+    chunk = run.get("chunk", 4096)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise UsageError(f"[run] chunk_trajectories: expected a positive integer, got {chunk!r}.")
+        raise UsageError(f"[run] chunk: expected a positive integer, got {chunk!r}.")
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
             raise UsageError(f"{key}: expected a string, got {data[key]!r}.")
@@ -251,7 +251,7 @@ def parse_sweep_config(
         final=final,
         rate_start=rate_start,
         rate_stop=rate_stop,
-        chunk_trajectories=chunk,
+        chunk=chunk,
         name=data.get("name", "sweep"),
         description=data.get("description", ""),
         text=text,

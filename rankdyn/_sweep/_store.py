@@ -36,7 +36,7 @@ from ._tasks import FOLDER_LOCK, TASKS_DIR, TaskLock, TaskShare, folder_lock, mi
 
 __all__ = ["run_sweep", "assemble_folder", "read_sweep_folder"]
 
-_MEMORY_FIX = "lower [fixed] batch, n or d, or [run] chunk_trajectories (trajectories per chunk)."
+_MEMORY_FIX = "lower [fixed] batch, n or d, or [run] chunk (trajectories per chunk)."
 
 
 def _chunk_written(i: int) -> None:
