@@ -20,7 +20,7 @@ from pathlib import Path
 from .._errors import UsageError
 from ._checks import HelpFormatter, check_out_dir
 from ._devices import add_devices_flag
-from .continuation import PARAM_CHOICES, check_param_range
+from .continuation import PARAM_CHOICES, check_param_range, parameter_family
 from .simulate import add_model_flags
 
 #: Fewest parameter values: a scan across a parameter has two ends.
@@ -113,30 +113,18 @@ def _check_memory(args) -> None:
 
 def run(args) -> int:
     config = _check(args)
-    import dataclasses
 
     import jax.numpy as jnp
-    import jax.random as jr
     import numpy as np
 
-    from .._equilibria._arclength import LayerFamily
     from .._equilibria._symmetry import symmetry_group
-    from .._model._build import build_layer
     from .._model._tokens import initial_tokens
     from .._observe._tolerances import scaled_tol
     from .._run._io import provenance
     from ..theory import basins_across, token_class_label, token_class_name
 
     name = args.param
-    k_layer, k_x0 = jr.split(jr.key(args.seed))
-
-    def family(v):
-        return build_layer(k_layer, dataclasses.replace(config, **{name: float(v)}))
-
-    if not LayerFamily(family).reads_parameter(args.p_from):
-        raise UsageError(
-            f"--param {name}: the layer does not change with {name} here; choose another parameter."
-        )
+    family, _, _, k_x0 = parameter_family(config, name, args.p_from, args.seed)
     dtype = jnp.asarray(0.0).dtype
     settle = scaled_tol(1e-8, dtype) if args.settle_tol is None else args.settle_tol
     group = symmetry_group(family(args.p_from))

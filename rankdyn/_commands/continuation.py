@@ -243,27 +243,41 @@ def _file_starts(path: str, n: int, d: int):
     return x.astype(float)
 
 
-def run(args) -> int:
+def parameter_family(config, name: str, p_from: float, seed: int):
+    """The layer as a function of ``--param NAME`` (every other flag fixed), its `LayerFamily`, and the
+    key of the starts; shared by ``rankdyn continue`` and ``rankdyn basins``.
+
+    Raises:
+        UsageError: if the layer does not change with ``NAME`` for these flags.
+    """
     import jax.random as jr
-    import numpy as np
 
-    from .._equilibria._arclength import LayerFamily, check_start
+    from .._equilibria._arclength import LayerFamily
     from .._model._build import build_layer
-    from .._run._io import provenance, write_json
-    from ..equilibria import continue_branch, equilibrium_census
 
-    config = _check(args)
-    name = args.param
-    k_layer, k_x0 = jr.split(jr.key(args.seed))
+    k_layer, k_x0 = jr.split(jr.key(seed))
 
     def family(v):
         return build_layer(k_layer, dataclasses.replace(config, **{name: float(v)}))
 
     fam = LayerFamily(family)
-    if not fam.reads_parameter(args.p_from):
+    if not fam.reads_parameter(p_from):
         raise UsageError(
             f"--param {name}: the layer does not change with {name} here; choose another parameter."
         )
+    return family, fam, k_layer, k_x0
+
+
+def run(args) -> int:
+    import numpy as np
+
+    from .._equilibria._arclength import check_start
+    from .._run._io import provenance, write_json
+    from ..equilibria import continue_branch, equilibrium_census
+
+    config = _check(args)
+    name = args.param
+    family, fam, k_layer, k_x0 = parameter_family(config, name, args.p_from, args.seed)
     if args.start != "census":
         starts = _file_starts(args.start, args.n, args.d)
         for i, x in enumerate(starts):
