@@ -117,11 +117,13 @@ def layer_mask(mask, attention: str, attn_dropout: float, fixed_attention, logit
 def score_entries(path: str, n: int, dv: int, block: int = BLOCK_SIZE) -> int:
     """Numbers per head and trajectory that the attention keeps at once, the unit of the memory
     estimate (`rankdyn._run._sizing.estimate_parts`): the ``(n, n)`` scores on the dense path; one
-    block's scores plus the running maximum, minimum, sum and ``(n, d_v)`` sums on the blocked one."""
+    step's scores (up to `STEP_PAIRS` blocks) plus the running maximum, minimum, sum and
+    ``(n, d_v)`` sums on the blocked one: about ``n (d_v + 3)``, linear in n."""
     if path != "blocked":
         return n * n
     b = min(block, n)
-    return b * b + -(-n // b) * b * (dv + 3)
+    nb = -(-n // b)
+    return min(STEP_PAIRS, nb) * b * b + (nb + 1) * b * (dv + 3)
 
 
 def _allowed(s: MaskStructure, rows, cols):
