@@ -154,6 +154,22 @@ def test_gguf_equals_hf_loading_the_same_file(tiny, tmp_path):
     prov = ckpt.provenance()
     assert prov["quantization"] == ckpt.quantization and "not the float model" in prov["note"]
     assert rel_err(ckpt.hidden_states(ids), hf_hidden_states(ref_model, ids)) < TOL["float32"]
+    # rankdyn's own GGUF parser reads what gguf's reader reads: every key's value and type, every tensor.
+    import gguf
+
+    from rankdyn._trained._gguf import _Reader
+
+    ours, theirs = _Reader(path), gguf.GGUFReader(path, "r")
+    want = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.")}
+    assert ours.fields == want and [type(v) for v in ours.fields.values()] == [type(v) for v in want.values()]
+    for a, b in zip(ours.tensors, theirs.tensors, strict=True):
+        assert (a.name, a.tensor_type, a.data.dtype, a.data.shape) == (
+            b.name,
+            b.tensor_type,
+            b.data.dtype,
+            b.data.shape,
+        )
+        assert np.array_equal(a.data, b.data), a.name
 
 
 def _smollm2():
