@@ -23,8 +23,10 @@ U-shaped: both its first and its last bin are at least `U_FACTOR` times the medi
 half of the bins (bins 4..11).
 
 Cost: quick (512 tokens, two stacks of 30 layers) and full (2048 tokens) are measured in
-docs/long-context.md; the attention of one layer is a ``(heads, n, n)`` array (the dense path:
-the profile needs the weights themselves), 151 MB in float32 at n = 2048.
+docs/long-context.md. The mass on token 0 and the profile are $A P$ for a probe $P$ of
+$1 + 16$ columns (`rankdyn._run._sinks.attention_times`): on the dense path (the checkpoint's
+default) one layer's $A$ is a ``(heads, n, n)`` array, 151 MB in float32 at n = 2048; on the
+blocked path it is never formed.
 """
 
 from __future__ import annotations
