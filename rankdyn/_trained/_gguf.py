@@ -97,7 +97,8 @@ class _Reader:
     map slice per string, and SmolLM2's 100k tokenizer strings took it 9 s (of 17 s loading).
 
     Raises:
-        ValueError, struct.error: a file that is not GGUF, truncated or corrupt.
+        UsageError, ValueError, struct.error: a file that is not GGUF, truncated or corrupt
+            (`read_gguf` turns each into one message naming the file).
     """
 
     def __init__(self, path):
@@ -106,15 +107,15 @@ class _Reader:
         data = np.memmap(path, mode="r")
         self._mv, self._o = memoryview(data), 4
         if self._mv[:4].tobytes() != b"GGUF":
-            raise ValueError("GGUF magic invalid")
+            raise UsageError("GGUF magic invalid")
         version, num_tensors, num_kv = self._unpack("<I"), self._unpack("<Q"), self._unpack("<Q")
         if version not in (2, 3):
-            raise ValueError(f"GGUF version {version} (big-endian or unknown); versions 2 and 3 are read")
+            raise UsageError(f"GGUF version {version} (big-endian or unknown); versions 2 and 3 are read")
         self.fields = {}
         for _ in range(num_kv):
             key = self._string()
             if key in self.fields:
-                raise ValueError(f"duplicate metadata key {key!r}")
+                raise UsageError(f"duplicate metadata key {key!r}")
             self.fields[key] = self._value(self._unpack("<I"))
         infos = []
         for _ in range(num_tensors):
@@ -134,7 +135,7 @@ class _Reader:
                 arr = np.frombuffer(data, np.uint8, n * size // block, start + offset)
             self.tensors.append(_Tensor(name, kind, arr.reshape(shape)))
         if len({t.name for t in self.tensors}) != len(self.tensors):
-            raise ValueError("duplicate tensor names")
+            raise UsageError("duplicate tensor names")
 
     def _unpack(self, fmt: str):
         (v,) = struct.unpack_from(fmt, self._mv, self._o)
@@ -144,7 +145,7 @@ class _Reader:
     def _string(self) -> str:
         n = self._unpack("<Q")
         if self._o + n > len(self._mv):
-            raise ValueError("string past the end of the file")
+            raise UsageError("string past the end of the file")
         self._o += n
         return self._mv[self._o - n : self._o].tobytes().decode("utf-8")
 
@@ -159,7 +160,7 @@ class _Reader:
                 return arr.tolist()
             return [self._value(item) for _ in range(count)]
         if kind not in _SCALARS:
-            raise ValueError(f"unknown GGUF metadata type {kind}")
+            raise UsageError(f"unknown GGUF metadata type {kind}")
         arr = np.frombuffer(self._mv, _SCALARS[kind], 1, self._o)
         self._o += arr.nbytes
         return arr[0].item()
