@@ -162,7 +162,9 @@ def test_2d_points_and_basin_arc():
         rad = jnp.deg2rad(jnp.asarray(deg))
         x2 = jnp.stack([jnp.cos(rad), jnp.sin(rad)], -1)
         x0 = jnp.stack([jnp.broadcast_to(ex["e"], x2.shape), x2], axis=1)
-        tr = rd.simulate(layer, x0, 400, save_every=400, save_states=True, observe=lambda t, x, args: {"mu": rd.mu(x)})
+        tr = rd.simulate(
+            layer, x0, 400, save_every=400, save_states=True, observe=lambda t, x, args: {"mu": rd.mu(x)}
+        )
         final = np.asarray(tr.states[:, -1])
         np.testing.assert_array_equal(final[:, 0], np.tile([0.0, 1.0], (deg.size, 1)))  # frozen
         to_b = np.linalg.norm(final[:, 1] - np.asarray(ex["B"]), axis=-1) < 1e-8

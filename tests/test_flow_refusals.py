@@ -10,7 +10,8 @@ from rankdyn.cli import main
 def test_solve_flow_refuses_what_it_ignored_clamped_or_crashed_on():
     """NaN / inf in ``times`` (NaN everywhere), float16 and complex ``x0``, ``t1`` or ``saves``
     next to ``times`` (ignored), ``chunk <= 0`` (clamped), ``max_steps <= 0``, an observer that does
-    not have the signature (t, x, beta) -> dict, and a call under ``jax.jit``: each one UsageError, before any compile."""
+    not have the signature (t, x, beta) -> dict, and a call under ``jax.jit``: each one UsageError,
+    before any compile."""
     import jax
     import jax.numpy as jnp
     import numpy as np
