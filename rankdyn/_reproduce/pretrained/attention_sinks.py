@@ -8,6 +8,12 @@ $m_0$ on token 0 (the causal mask's centre) against the uniform causal baseline 
 mean cosine of the tokens to token 0. It compares the trained block, its SAN variants, and
 random-init Llama layers of the same shapes (weights $\mathcal N(0, 0.02^2)$, HF's
 ``initializer_range``; RMSNorm gains 1).
+
+Rule, fixed before the run (docs/theory.md, "Verdict rules fixed before the run"): check s2 reads
+the scale-matched control (`_sink_controls.scale_matched_init`: every matrix redrawn with the
+trained matrix's Frobenius norm, trained gains kept), whose logits have the trained scale, so the
+causal mask and the depth could make a sink by themselves and the control can fail. The
+N(0, 0.02^2) control (near-uniform attention) is reported in full mode, not scored.
 """
 
 from __future__ import annotations

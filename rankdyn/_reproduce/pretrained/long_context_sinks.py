@@ -14,11 +14,13 @@ attention $A^{(t,h)}$ it applies (the tokens its placement feeds the attention):
   the sink, left out). A "lost in the middle" profile is U-shaped: high at the start and the end
   of the context, low in between.
 
-The control, as in ``attention-sinks``: random-init layers of the same shapes (weights
-$\mathcal N(0, 0.02^2)$, norm gains 1; `attention_sinks.random_init`).
+The control, the same function as ``attention-sinks``'s (`_sink_controls.scale_matched_init`):
+the stack with every matrix redrawn from a gaussian with the trained matrix's Frobenius norm and
+the trained gains kept, so its logits have the trained scale and it could show a sink by itself
+(rule fixed before the run: docs/theory.md, "Verdict rules fixed before the run").
 
 Rules, fixed before the numbers were seen: (k1) the trained model has a sink: $m_0 / u_0 \ge 2$ in
-more than half of the layers; (k2) the random-init control does not; (k3) the trained profile is
+more than half of the layers; (k2) the scale-matched control does not; (k3) the trained profile is
 U-shaped: both its first and its last bin are at least `U_FACTOR` times the median of the middle
 half of the bins (bins 4..11).
 

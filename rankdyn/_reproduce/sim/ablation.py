@@ -6,6 +6,11 @@ Five variants (SAN, SAN+skip, SAN+LN, SAN+skip+LN, full block with MLP) x four m
 a 12-layer model has exactly the distribution of this prefix). The LN variants also run with
 BERT's two train-mode dropouts separated: attention dropout 0.1, and attention + hidden dropout
 0.1 (docs/theory.md#experiments).
+
+Rule, fixed before the run (docs/theory.md, "Verdict rules fixed before the run"): no dropout
+mode is chosen after the run. c1, c2, c5 (SAN, SAN+skip, eval) and the LN checks c3, c4 of
+every mode that ran (one check each) form one list under the house rule: "reproduced" needs c3
+and c4 to pass in every mode; the per-mode verdicts are information (``mode_verdicts``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,12 @@ masks (strongly connected) none is. The prefix of zero rows grows by one with pr
 about $p$ per layer (the frontier token's own weight dropped), so after $t$ layers it holds
 about $p\,t$ rows, and once the live tokens have collapsed to one vector $v$ with $\|v\| =
 \sqrt d$, $\mu = \sqrt{d\,k(n-k)/n}$ for $k$ zero rows: mu rises again with depth.
+
+Rule, fixed before the run (docs/theory.md, "Verdict rules fixed before the run"): complete and
+window "collapse or clearly decrease", $\mu_T/\mu_0 <$ `DECREASE`; causal and uni window "do not
+collapse": their live tokens' $\mu/\|X\|$ at $T$ is at least `LIVE_COLLAPSED`, and either
+$\mu_T/\mu_0 \ge$ `DECREASE` or the decay is not geometric, $\log(\mu_T/\mu_{T/2}) >$
+`SECOND_HALF` $\log(\mu_{T/2}/\mu_0)$ (geometric collapse has equal halves).
 """
 
 from __future__ import annotations

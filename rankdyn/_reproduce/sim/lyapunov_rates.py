@@ -11,6 +11,16 @@ Theorem 2's (LN, strongly connected masks) or Corollary 1's (LN, quasi-strongly 
 upper bounds, and with $\log\rho$ of the per-layer rate of mu fitted on the same trajectories.
 Then stable equilibria of a small layer found by `rankdyn.equilibrium_census` are checked: their
 exponents must be $\log|\mu_i|$ of the multipliers (`rankdyn.stability`), to 1e-4 in float64.
+
+Rules, fixed before the run (docs/theory.md, "Verdict rules fixed before the run"): the post-LN
+bound comparisons (Theorem 2 needs n <= d, Corollary 1 nonnegative initial cosines; here n > d
+from gaussian starts) are outside the hypotheses: reported under ``outside_hypotheses``, not
+checks. The transverse exponent is compared with its limit at consensus, $\lambda^* =
+\log|\lambda_2(A^*)|$ with $A^* = D^{-1}M$ the uniform attention over the mask: taken over
+$[3T/4, T]$ of the running estimate, it has converged when that differs from the average over
+$[T/2, 3T/4]$ by at most `CONV_TOL` (else not testable), and must then be within `LIMIT_TOL` of
+$\lambda^*$. mu's fitted rate is reported, not scored (it is a transient: mu reaches the
+round-off floor first).
 """
 
 from __future__ import annotations

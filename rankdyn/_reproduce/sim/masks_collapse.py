@@ -10,6 +10,12 @@ $(1-\epsilon^r)^{1/r}$ evaluated with the measured $\epsilon$ (smallest attentio
 edge over all layers and samples) and the computed radius $r$. Norm shrinkage and directional
 collapse are shown separately (docs/theory.md#experiments): $\mu$, $\mu/\|X\|_F$,
 $\mu(\mathrm{LN}(X))$ and the mean row norm.
+
+Rule, fixed before the run (docs/theory.md, "Verdict rules fixed before the run"): the locality
+ordering max(complete, causal) < window < uni window of the average per-layer factor of
+$\mu(\mathrm{LN}(X))$ is scored at two depths, the first `EARLY` layers and the final depth,
+one check each; the headline lists both sets of factors and ``masks_collapse_ordering.png``
+shows the factor against the depth with both scored depths marked.
 """
 
 from __future__ import annotations
