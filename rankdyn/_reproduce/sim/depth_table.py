@@ -71,8 +71,11 @@ CLAIM = (
 TABLE_LAYERS = (0, 32, 64, 96, 128)
 #: mode -> (attention dropout, hidden dropout).
 MODES = {"eval": (0.0, 0.0), "attn-dropout": (0.1, 0.0), "attn+hidden-dropout": (0.1, 0.1)}
-#: "clear decrease": mean mu at the last layer below this fraction of layer 0.
+#: "clear decrease": mean mu at the last layer below this fraction of layer 0 (at least halved).
 DECREASE = 0.5
+#: "not geometric": the second half of the depth carries less than this fraction of the first half's
+#: log-decay (geometric collapse, mu ~ rho^t, has equal halves: 1; a mu that reached a level: 0).
+SECOND_HALF = 0.5
 
 
 def sizes(quick: bool) -> dict:
@@ -241,23 +244,50 @@ def _setting(sz: dict, seed: int, dtype, table_layers: tuple) -> dict:
     }
 
 
-def pattern_checks(ratios: dict[str, float], mode: str) -> list[V.Check]:
-    """The rebuttal's pattern as four checks on ``mu_T / mu_0`` per mask."""
+def second_half_share(s: MaskStats) -> float:
+    """log(mu_T / mu_{T/2}) / log(mu_{T/2} / mu_0): the second half's log-decay as a fraction of the
+    first half's (1 for geometric decay, 0 once mu holds a level); +inf when the first half did not
+    decrease (nothing to compare: the decay did not start there)."""
+    mu0, mid, end = s.mu_mean[0], s.mu_mean[len(s.mu_mean) // 2], s.mu_mean[-1]
+    first = np.log(mid / mu0)
+    return float(np.log(end / mid) / first) if first < 0 else float("inf")
+
+
+def does_not_collapse(s: MaskStats) -> tuple[bool, str]:
+    """The quasi-strongly connected masks' rule (fixed before the run, docs/theory.md): the live
+    tokens' mu/||X|| at T is at least `LIVE_COLLAPSED`, and either mu_T/mu_0 >= `DECREASE` or the
+    decay is not geometric (`second_half_share` < `SECOND_HALF`)."""
+    share = second_half_share(s)
+    live = s.mu_rel_nonzero_T >= LIVE_COLLAPSED
+    level = s.ratio_T_0 >= DECREASE or share < SECOND_HALF
+    detail = (
+        f"mu_T/mu_0 = {s.ratio_T_0:.3g}; second half / first half of the log-decay = {share:.3g}; "
+        f"live-token mu/||X|| at T = {s.mu_rel_nonzero_T:.2g}"
+    )
+    return bool(live and level), detail
+
+
+def pattern_checks(stats: dict[str, MaskStats], mode: str) -> list[V.Check]:
+    """The rebuttal's pattern as four checks: complete and window collapse or clearly decrease
+    (mu_T/mu_0 < `DECREASE`); causal and uni window do not collapse (`does_not_collapse`)."""
     out = []
     for m in STRONG:
+        r = stats[m].ratio_T_0
         out.append(
             V.check(
                 f"{mode}: {MASK_LABELS[m]} decreases (mu_T/mu_0 < {DECREASE})",
-                ratios[m] < DECREASE,
-                f"mu_T/mu_0 = {ratios[m]:.3g}",
+                r < DECREASE,
+                f"mu_T/mu_0 = {r:.3g}",
             )
         )
     for m in QUASI:
+        ok, detail = does_not_collapse(stats[m])
         out.append(
             V.check(
-                f"{mode}: {MASK_LABELS[m]} does not (mu_T/mu_0 >= {DECREASE})",
-                ratios[m] >= DECREASE,
-                f"mu_T/mu_0 = {ratios[m]:.3g}",
+                f"{mode}: {MASK_LABELS[m]} does not collapse (live tokens >= {LIVE_COLLAPSED:g}; "
+                f"mu_T/mu_0 >= {DECREASE} or second-half decay < {SECOND_HALF} x first half)",
+                ok,
+                detail,
             )
         )
     return out
@@ -265,7 +295,7 @@ def pattern_checks(ratios: dict[str, float], mode: str) -> list[V.Check]:
 
 def mode_checks(m: DepthTableMeasured) -> dict[str, list[V.Check]]:
     """The rebuttal's pattern checks of every mode."""
-    return {mode: pattern_checks(m.ratios(mode), mode) for mode in m.stats}
+    return {mode: pattern_checks(m.stats[mode], mode) for mode in m.stats}
 
 
 def mode_verdicts(m: DepthTableMeasured) -> dict[str, str]:
@@ -393,8 +423,10 @@ def describe(m: DepthTableMeasured, cs: list[V.Check], sz: dict, *, seed: int, q
     att = m.stats["attn-dropout"]["causal"]
     best = best_mode(mode_verdicts(m))
     criterion = (
-        f"per mode, four checks: complete and window mu_T/mu_0 < {DECREASE}; causal and uni window mu_T/mu_0 "
-        f">= {DECREASE} (the rebuttal's pattern). The rebuttal does not say whether dropout was on, so the "
+        "rule fixed before the run (docs/theory.md): per mode, four checks: complete and window mu_T/mu_0 "
+        f"< {DECREASE}; causal and uni window do not collapse: live tokens' mu/||X|| at T >= "
+        f"{LIVE_COLLAPSED:g} and (mu_T/mu_0 >= {DECREASE} or log(mu_T/mu_T/2) > {SECOND_HALF} "
+        "log(mu_T/2/mu_0), i.e. the decay is not geometric) (the rebuttal's pattern). The rebuttal does not say whether dropout was on, so the "
         f"target's checks are those of the best-matching mode (here {best}) plus one mechanism "
         "check: the pattern must also hold in eval mode (no dropout), else the match is dropout's zero rows "
         "and the verdict is at most partially; every mode's verdict is listed. " + V.VERDICT_RULE
