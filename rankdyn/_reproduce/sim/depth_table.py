@@ -426,7 +426,8 @@ def describe(m: DepthTableMeasured, cs: list[V.Check], sz: dict, *, seed: int, q
         "rule fixed before the run (docs/theory.md): per mode, four checks: complete and window mu_T/mu_0 "
         f"< {DECREASE}; causal and uni window do not collapse: live tokens' mu/||X|| at T >= "
         f"{LIVE_COLLAPSED:g} and (mu_T/mu_0 >= {DECREASE} or log(mu_T/mu_T/2) > {SECOND_HALF} "
-        "log(mu_T/2/mu_0), i.e. the decay is not geometric) (the rebuttal's pattern). The rebuttal does not say whether dropout was on, so the "
+        "log(mu_T/2/mu_0), i.e. the decay is not geometric) (the rebuttal's pattern). The rebuttal does "
+        "not say whether dropout was on, so the "
         f"target's checks are those of the best-matching mode (here {best}) plus one mechanism "
         "check: the pattern must also hold in eval mode (no dropout), else the match is dropout's zero rows "
         "and the verdict is at most partially; every mode's verdict is listed. " + V.VERDICT_RULE

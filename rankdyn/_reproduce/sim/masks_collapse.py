@@ -384,9 +384,11 @@ def _ordering_notes(m: MasksCollapseMeasured) -> str:
 def describe(m: MasksCollapseMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     criterion = (
         "rule fixed before the run (docs/theory.md): checks: every mask decays (mean mu and mean "
-        "mu(LN(X)) at the last layer below 0.9 x layer 0, fitted per-layer rate < 1); every fitted rate <= Theorem 1's (1-eps^r)^(1/r) with the measured eps and "
+        "mu(LN(X)) at the last layer below 0.9 x layer 0, fitted per-layer rate < 1); every fitted rate "
+        "<= Theorem 1's (1-eps^r)^(1/r) with the measured eps and "
         f"radius; over the first {EARLY} layers (BERT depth, Fig. 2) and over all {m.setting['depth']} "
-        "layers (one check each) the average per-layer factor of mu(LN(X)) satisfies max(complete, causal) < window "
+        "layers (one check each) the average per-layer factor of mu(LN(X)) satisfies max(complete, causal) "
+        "< window "
         "< uni window. " + V.VERDICT_RULE
     )
     ge, g = m.factors(early=True), m.factors(early=False)
