@@ -272,14 +272,17 @@ def lyapunov_rates():
     return T, T.LyapunovRatesMeasured(
         exponents={k: [0.0, 0.0, v] for k, v in lam.items()},
         transverse=lam,
+        transverse_early={k: v - 0.005 for k, v in lam.items()},
+        limit=dict(zip(keys, (-float("inf"), -0.693, -0.07, -0.693) * 2)),
         log_bound={k: -3e-3 / (i + 1) ** 3 for i, k in enumerate(keys)},
         bound_name={k: "Theorem 1" if k.startswith("none") else "Theorem 2" for k in keys},
+        outside_hypotheses={k: "Theorem 2 needs n <= d" for k in keys if k.startswith("post")},
         log_mu_rate={k: 0.9 * v for k, v in lam.items()},
         mu_at_floor={k: 0 for k in keys},
         neutral_dims={k: 3 for k in keys},
         equilibrium_errors=[1e-15],
         equilibrium_classes={"1": {"stable": 1, "marginal": 0, "unstable": 4}},
-        setting={"n": 4, "d": 4, "depth": 200, "discard": 50},
+        setting={"n": 4, "d": 4, "depth": 200, "lyap_depth": 200, "discard": 100},
     )
 
 
