@@ -49,7 +49,8 @@ NAME = "long-context-sinks"
 CLAIM = (
     "At long context a trained causal decoder puts an attention sink on token 0 (Theorem 1's causal centre) "
     "while layers of the same shapes redrawn at the trained weight norms do not, and its attention by key "
-    "position is U-shaped ('lost in the middle': the start and the end of the context get more than the middle)."
+    "position is U-shaped ('lost in the middle': the start and the end of the context get more than the "
+    "middle)."
 )
 CHECK_NAMES = (
     "k1: trained: attention on token 0 >= 2x the uniform causal baseline in most layers",
@@ -70,7 +71,8 @@ def sizes(quick: bool) -> dict:
 @dataclasses.dataclass(frozen=True)
 class LongContextSinksMeasured(Measured):
     """Per model (``trained``, ``random``: the scale-matched control of `_sink_controls`): mu at
-    depths 0..L, m_0 per layer (head mean), the key position profile (``BINS`` values, 1 = uniform), and the uniform baseline u_0."""
+    depths 0..L, m_0 per layer (head mean), the key position profile (``BINS`` values, 1 = uniform),
+    and the uniform baseline u_0."""
 
     mu: dict[str, list[float]]
     mass_first: dict[str, list[float]]
