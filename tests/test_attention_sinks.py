@@ -111,12 +111,12 @@ def test_checks_follow_the_numbers():
     sink = _stats([5, 6, 7], [0.1, 0.5, 0.8], [0.1, 0.4, 0.6])
     flat = _stats([1, 1.1, 0.9], [0.1, 0.3, 0.5], [0.1, 0.6, 0.9])
     m = AS.AttentionSinksMeasured(
-        {"trained full": sink, "trained san-skip-ln": sink, "random full": flat}, {}, "causal"
+        {"trained full": sink, "trained san-skip-ln": sink, "scale-matched full": flat}, {}, "causal"
     )
     assert [c.passed for c in AS.checks(m)] == [True, True, True, False]
     # No sink in the trained model, a sink in the random one, directions not toward token 0: all fail.
     swapped = dataclasses.replace(
-        m, stats={"trained full": flat, "trained san-skip-ln": flat, "random full": sink}
+        m, stats={"trained full": flat, "trained san-skip-ln": flat, "scale-matched full": sink}
     )
     assert [c.passed for c in AS.checks(swapped)] == [False, False, False, False]
     # Not a causal model: nothing is testable.
