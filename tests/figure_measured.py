@@ -761,7 +761,7 @@ def attention_sinks():
             centers=(0,),
         )
 
-    s = {"trained full": stats(20.0), "trained san": stats(5.0), "random full": stats(1.0)}
+    s = {"trained full": stats(20.0), "trained san": stats(5.0), "scale-matched full": stats(1.0)}
     return A, A.AttentionSinksMeasured(s, {k: 0 for k in s}, "causal", run=_run(64, 8, "llama"))
 
 
