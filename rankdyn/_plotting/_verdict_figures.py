@@ -90,5 +90,5 @@ def plot_rate_limits(rows: dict, *, title: str):
     ax.set_ylabel("per-layer log rate (clipped at -5)")
     ax.axhline(0.0, color="0.4", lw=0.8, ls="--")
     ax.set_title(title, fontsize=9)
-    legend_outside(fig)
+    legend_outside(fig, below=True)
     return fig
