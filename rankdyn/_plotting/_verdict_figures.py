@@ -11,8 +11,9 @@ from ._style import legend_outside
 
 
 def plot_factor_vs_depth(curves: dict, scored: dict, *, title: str, ylabel: str):
-    """A per-layer factor averaged over the first t layers, against t, one curve per mask, with the
-    scored depths marked.
+    """The decay per layer, 1 - factor, of a per-layer factor averaged over the first t layers,
+    against t, one curve per mask (log axes: factors near 1 differ in their decay), with the scored
+    depths marked.
 
     Arguments:
         curves: ``{label: (t, factor)}``.
@@ -27,19 +28,21 @@ def plot_factor_vs_depth(curves: dict, scored: dict, *, title: str, ylabel: str)
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
     for label, (t, f) in curves.items():
-        ax.plot(np.asarray(t, float), np.asarray(f, float), label=label)
+        decay = 1.0 - np.asarray(f, float)
+        ax.plot(np.asarray(t, float), np.where(decay > 0, decay, np.nan), label=label)
     for depth, (what, passed) in scored.items():
         ax.axvline(depth, color="0.3", lw=0.8, ls="--")
         ax.annotate(
             f"checked {what}: {'pass' if passed else 'FAIL'}",
-            (depth, 1.0),
+            (depth, 0.03),
             xycoords=("data", "axes fraction"),
             rotation=90,
-            va="top",
+            va="bottom",
             ha="right",
             fontsize=7,
         )
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xlabel("depth t (layers averaged over)")
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_title(title, fontsize=9)

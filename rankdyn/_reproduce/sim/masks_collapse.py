@@ -304,8 +304,8 @@ def ordering_figure(m: MasksCollapseMeasured):
     return plot_factor_vs_depth(
         curves,
         dict(zip(depths, marks.items())),
-        title="locality ordering: max(complete, causal) < window < uni window?",
-        ylabel="(mu(LN(X))_t / mu(LN(X))_0)^(1/t)",
+        title="locality: decay of complete, causal > window > uni window?",
+        ylabel="decay per layer over the first t layers\n1 - (mu(LN(X))_t / mu(LN(X))_0)^(1/t)",
     )
 
 
