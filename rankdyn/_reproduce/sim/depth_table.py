@@ -39,10 +39,13 @@ from .._masktable import MASK_LABELS, PAPER_MASKS, mask_table, masks_for
 from .._runs import band, simulate_many, with_masks
 from .._target import Description, Measured, Rendered, off_json
 from ._zero_rows import (
+    DECREASE,
     LIVE_COLLAPSED,
     QUASI,
+    SECOND_HALF,
     STRONG,
     ZeroRowModel,
+    does_not_collapse,
     mechanism_checks as _mechanism_checks,
     mechanism_verdict,
     zero_row_model,
@@ -71,11 +74,6 @@ CLAIM = (
 TABLE_LAYERS = (0, 32, 64, 96, 128)
 #: mode -> (attention dropout, hidden dropout).
 MODES = {"eval": (0.0, 0.0), "attn-dropout": (0.1, 0.0), "attn+hidden-dropout": (0.1, 0.1)}
-#: "clear decrease": mean mu at the last layer below this fraction of layer 0 (at least halved).
-DECREASE = 0.5
-#: "not geometric": the second half of the depth carries less than this fraction of the first half's
-#: log-decay (geometric collapse, mu ~ rho^t, has equal halves: 1; a mu that reached a level: 0).
-SECOND_HALF = 0.5
 
 
 def sizes(quick: bool) -> dict:
@@ -134,6 +132,8 @@ class DepthTableMeasured(Measured):
     #: mode -> mask label -> band of mu, for the figure.
     panels: dict = off_json()
     setting: dict = off_json()
+    #: mode -> mask label -> band of the live (nonzero) tokens' mu/||X|| (the quasi masks' check).
+    live_panels: dict = off_json(default=None)
 
     def ratios(self, mode: str) -> dict[str, float]:
         """mu_T / mu_0 per mask in ``mode``."""
@@ -201,13 +201,14 @@ def compute(sz: dict, seed: int) -> DepthTableMeasured:
     # One compiled program for the three modes (each vmapped over the masks, weights held once).
     outs = simulate_many(stacks, x0, depth, observe=observe_zero_rows, keys=keys)
 
-    stats, panels = {}, {}
+    stats, panels, live = {}, {}, {}
     for mode, (layers, met, nonfinite, _) in zip(MODES, outs):
-        stats[mode], panels[mode] = {}, {}
+        stats[mode], panels[mode], live[mode] = {}, {}, {}
         for i, m in enumerate(masks):
             ok = ~nonfinite[i]
             b, z = band(met["mu"][i], ok), band(met["zero_rows"][i], ok)
             panels[mode][MASK_LABELS[m]] = b
+            live[mode][MASK_LABELS[m]] = band(met["mu_rel_nonzero"][i], ok)
             stats[mode][m] = MaskStats(
                 mu_mean=[float(b["mean"][t]) for t in table_layers],
                 mu_std=[float(b["std"][t]) for t in table_layers],
@@ -222,7 +223,7 @@ def compute(sz: dict, seed: int) -> DepthTableMeasured:
             )
     mech = zero_row_model(stats["attn-dropout"], n, d, MODES["attn-dropout"][0], depth)
     setting = _setting(sz, seed, dtype, table_layers)
-    return DepthTableMeasured(stats, mask_table(masks), mech, layers, panels, setting)
+    return DepthTableMeasured(stats, mask_table(masks), mech, layers, panels, setting, live)
 
 
 def _setting(sz: dict, seed: int, dtype, table_layers: tuple) -> dict:
@@ -242,29 +243,6 @@ def _setting(sz: dict, seed: int, dtype, table_layers: tuple) -> dict:
         "sqrt(d)",
         "keys": "key(seed) -> (weights, inputs, dropout); shared by every mask and mode",
     }
-
-
-def second_half_share(s: MaskStats) -> float:
-    """log(mu_T / mu_{T/2}) / log(mu_{T/2} / mu_0): the second half's log-decay as a fraction of the
-    first half's (1 for geometric decay, 0 once mu holds a level); +inf when the first half did not
-    decrease (nothing to compare: the decay did not start there)."""
-    mu0, mid, end = s.mu_mean[0], s.mu_mean[len(s.mu_mean) // 2], s.mu_mean[-1]
-    first = np.log(mid / mu0)
-    return float(np.log(end / mid) / first) if first < 0 else float("inf")
-
-
-def does_not_collapse(s: MaskStats) -> tuple[bool, str]:
-    """The quasi-strongly connected masks' rule (fixed before the run, docs/theory.md): the live
-    tokens' mu/||X|| at T is at least `LIVE_COLLAPSED`, and either mu_T/mu_0 >= `DECREASE` or the
-    decay is not geometric (`second_half_share` < `SECOND_HALF`)."""
-    share = second_half_share(s)
-    live = s.mu_rel_nonzero_T >= LIVE_COLLAPSED
-    level = s.ratio_T_0 >= DECREASE or share < SECOND_HALF
-    detail = (
-        f"mu_T/mu_0 = {s.ratio_T_0:.3g}; second half / first half of the log-decay = {share:.3g}; "
-        f"live-token mu/||X|| at T = {s.mu_rel_nonzero_T:.2g}"
-    )
-    return bool(live and level), detail
 
 
 def pattern_checks(stats: dict[str, MaskStats], mode: str) -> list[V.Check]:
@@ -351,14 +329,27 @@ def render(out: Path, m: DepthTableMeasured, cs: list[V.Check], *, quick: bool =
     from ...plotting import plot_band_panels, save_figure
 
     s = m.setting
+    # What the checks read: mu at 0, T/2 (dotted line) and T; the live tokens' mu/||X|| at T
+    # against LIVE_COLLAPSED (second row, dashed line).
+    panels = {f"{mode}: mu": b for mode, b in m.panels.items()}
+    ylabels = {t: "mu (eq. 4)" for t in panels}
+    if m.live_panels:
+        panels |= {f"{mode}: live tokens' mu/||X||": b for mode, b in m.live_panels.items()}
+        ylabels |= {f"{mode}: live tokens' mu/||X||": "live tokens' mu/||X||" for mode in m.live_panels}
     fig = plot_band_panels(
         m.layers,
-        m.panels,
+        panels,
         ncols=3,
         dtype=s["dtype"],
+        ylabels=ylabels,
+        sharey="row",
         suptitle=f"{s['depth']}-layer SAN + centred LN, orthogonal W_V, n={s['n']}, d={s['d']}: eval vs "
-        "train mode",
+        f"train mode; checks read layers 0, {s['depth'] // 2} (dotted) and {s['depth']}",
     )
+    for i, ax in enumerate(fig.axes[: len(panels)]):
+        ax.axvline(s["depth"] // 2, color="0.4", lw=0.7, ls=":")
+        if i >= len(m.panels):
+            ax.axhline(LIVE_COLLAPSED, color="C3", lw=0.8, ls="--")
     return Rendered([save_figure(fig, out / "depth_table_mu.png")], notes(m), table(m))
 
 
