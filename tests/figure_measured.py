@@ -222,7 +222,10 @@ def depth_table():
         "table_layers": (0, 32, 64, 96, 128),
         "quick": True,
     }
-    return T, T.DepthTableMeasured(stats, graph, mech, LAYERS, panels, setting)
+    live = {
+        mode: {MASK_LABELS[m]: band(0.99 - 0.02 * i) for i, m in enumerate(PAPER_MASKS)} for mode in T.MODES
+    }
+    return T, T.DepthTableMeasured(stats, graph, mech, LAYERS, panels, setting, live)
 
 
 def ablation():
