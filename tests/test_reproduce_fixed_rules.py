@@ -130,33 +130,6 @@ def test_lyapunov_rates_outside_hypotheses_are_not_checks():
     assert any("Theorem 1" in c.name for c in cs)
 
 
-def test_sink_targets_share_a_control_that_keeps_the_trained_scale(tmp_path):
-    import pytest
-
-    pytest.importorskip("transformers")
-    from checkpoint_models import llama
-
-    from rankdyn._reproduce.pretrained import (
-        _sink_controls as SC,
-        attention_sinks as AS,
-        long_context_sinks as LC,
-    )
-    from rankdyn.checkpoints import load_checkpoint
-
-    assert AS.scale_matched_init is SC.scale_matched_init is LC.scale_matched_init
-    llama(tmp_path)
-    ckpt = load_checkpoint(tmp_path)
-    c = SC.scale_matched_init(ckpt, seed=0)
-    for name in ("w_q", "w_k", "w_v", "w_o"):
-        new, old = (np.asarray(getattr(x.blocks, name), float) for x in (c, ckpt))
-        norms = [np.linalg.norm(a.reshape(a.shape[0], -1), axis=1) for a in (new, old)]
-        np.testing.assert_allclose(norms[0], norms[1], rtol=1e-5)
-        assert not np.allclose(new, old)
-    wk = np.asarray(c.blocks.w_k)
-    assert np.array_equal(wk[:, 0], wk[:, 1]) and not np.array_equal(wk[:, 1], wk[:, 2])
-    np.testing.assert_array_equal(np.asarray(c.blocks.norm_attn.gain), np.asarray(ckpt.blocks.norm_attn.gain))
-
-
 def test_attention_sinks_scores_the_scale_matched_control():
     from rankdyn._reproduce.pretrained import attention_sinks as AS
     from rankdyn._run._sinks import SinkStats
