@@ -281,21 +281,15 @@ def mode_verdicts(m: DepthTableMeasured) -> dict[str, str]:
     return {mode: V.verdict(cs) for mode, cs in mode_checks(m).items()}
 
 
-def best_mode(verdicts: dict[str, str]) -> str:
-    """The mode whose verdict matches the rebuttal best (the first of equals, eval first)."""
-    return max(verdicts, key=lambda md: ("not reproduced", "partially", "reproduced").index(verdicts[md]))
-
-
 def _target_checks(m: DepthTableMeasured) -> tuple[str, list[V.Check], str]:
-    verdicts = mode_verdicts(m)
-    best = best_mode(verdicts)
     return mechanism_verdict(
-        verdicts, mode_checks(m), best, m.stats["attn-dropout"]["causal"].mu_rel_nonzero_T
+        mode_verdicts(m), mode_checks(m), m.stats["attn-dropout"]["causal"].mu_rel_nonzero_T
     )
 
 
 def checks(m: DepthTableMeasured) -> list[V.Check]:
-    """The best-matching mode's four pattern checks plus the mechanism check (`mechanism_verdict`)."""
+    """Every mode's four pattern checks plus the mechanism check (`mechanism_verdict`): no mode is
+    chosen after the run."""
     return _target_checks(m)[1]
 
 
@@ -412,16 +406,14 @@ def notes(m: DepthTableMeasured) -> str:
 def describe(m: DepthTableMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     r = {mode: m.ratios(mode) for mode in MODES}
     att = m.stats["attn-dropout"]["causal"]
-    best = best_mode(mode_verdicts(m))
     criterion = (
         "rule fixed before the run (docs/theory.md): per mode, four checks: complete and window mu_T/mu_0 "
         f"< {DECREASE}; causal and uni window do not collapse: live tokens' mu/||X|| at T >= "
         f"{LIVE_COLLAPSED:g} and (mu_T/mu_0 >= {DECREASE} or log(mu_T/mu_T/2) > {SECOND_HALF} "
         "log(mu_T/2/mu_0), i.e. the decay is not geometric) (the rebuttal's pattern). The rebuttal does "
-        "not say whether dropout was on, so the "
-        f"target's checks are those of the best-matching mode (here {best}) plus one mechanism "
-        "check: the pattern must also hold in eval mode (no dropout), else the match is dropout's zero rows "
-        "and the verdict is at most partially; every mode's verdict is listed. " + V.VERDICT_RULE
+        "not say whether dropout was on, so every mode's checks count (no mode is chosen after the run), "
+        "plus one mechanism check: the pattern must also hold in eval mode (no dropout), else a match is "
+        "dropout's zero rows; every mode's verdict is listed. " + V.VERDICT_RULE
     )
     key_numbers = {
         "eval mu_T/mu_0 complete": r["eval"]["complete"],
