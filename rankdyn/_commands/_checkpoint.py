@@ -27,6 +27,8 @@ _ALLOWED = ("mask", "window", "seed", "x64", "n")
 #: Flags (dests) whose default depends on whether --checkpoint is given: their use is recorded.
 _RECORDED = ("n", "batch", "layers", "mask", "window", "attention")
 _EXPLICIT = "_checkpoint_explicit_flags"
+#: The flags a checkpoint run reads (and the re-normalising ones), listed from the parser itself.
+_READS = "_checkpoint_flags_read"
 #: A random model's flags that must have a default when no group titled "model" is found.
 #: (The flags of the parameter table, `rankdyn._model._params.PARAMS`, plus the two hand-written ones.)
 _FALLBACK_MODEL = tuple(p.name for p in PARAMS if p.flag) + ("per_layer_weights", "dropout")
@@ -78,7 +80,11 @@ def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
     )
     model = next((a for a in p._action_groups if a.title == "model"), None)
     dests = {a.dest for a in model._group_actions} if model is not None else set(_FALLBACK_MODEL)
-    p.set_defaults(**{_EXPLICIT: None})
+    # The refusal's list of what is read comes from the flags this parser has, not from a list by hand.
+    read = [a.option_strings[0] for a in p._actions if a.option_strings and a.dest in _ALLOWED + _RECORDED]
+    read += [a.option_strings[0] for a in g._group_actions if a.dest != "checkpoint"]
+    scheme = [a.option_strings[0] for a in p._actions if a.option_strings and a.dest in SCHEME_FLAGS]
+    p.set_defaults(**{_EXPLICIT: None, _READS: (tuple(read), tuple(scheme))})
     for action in p._actions:
         if action.dest in dests - set(_ALLOWED) or action.dest in _RECORDED:
             action.__class__ = _recording(type(action))
@@ -90,6 +96,8 @@ def checkpoint_requested(args: argparse.Namespace) -> bool:
     Removes the recording attribute; refuses checkpoint-only flags without one.
     """
     given = vars(args).pop(_EXPLICIT, None) or {}
+    reads = vars(args).pop(_READS, None) or ((), ())
+    given = _Given(given, reads=reads)
     args.checkpoint_flags_given = given  # read by run_checkpoint, removed there
     if args.checkpoint is None:
         del args.checkpoint_flags_given
@@ -104,14 +112,23 @@ def checkpoint_requested(args: argparse.Namespace) -> bool:
     return True
 
 
+class _Given(dict):
+    """The flags given (dest -> option string), and ``reads``: the flags a checkpoint run reads and
+    those that re-normalise it, as `add_checkpoint_flags` listed them from the parser."""
+
+    def __init__(self, given: dict, reads: tuple[tuple[str, ...], tuple[str, ...]]):
+        super().__init__(given)
+        self.reads = reads
+
+
 def _refuse_model_flags(args, given: dict) -> None:
+    read, scheme = getattr(given, "reads", ((), ()))
     for dest, flag in given.items():
         if dest not in _ALLOWED and dest not in _RECORDED and dest not in SCHEME_FLAGS:
             raise UsageError(
                 f"{flag} does not apply with --checkpoint (the trained weights define the model); "
-                f"drop {flag} (only --mask, --window, --n, --seed, --x64 and --attention are read with a "
-                "checkpoint, and with --variant full --placement, --ln, --mix-layers, --ngpt-alpha and "
-                "--qk-norm)."
+                f"drop {flag} (only {', '.join(read)} are read with a checkpoint, and with --variant full "
+                f"{', '.join(scheme)})."
             )
 
 
