@@ -176,11 +176,11 @@ def _checkpoint_model(args):
         _ALLOWED,
         _FALLBACK_MODEL,
         _check_inputs,
-        _count_excerpts_before_loading,
         _mask_of,
         _refuse_model_flags,
         architecture,
     )
+    from ._excerpts import count_excerpts_before_loading
     from ._scheme import check_mix_depth, scheme_of
 
     given = args.__dict__.pop("checkpoint_flags_given")
@@ -189,7 +189,7 @@ def _checkpoint_model(args):
     check_nonnegative(args, "layers", "batch", minimum=1)
     # Every check that needs no weights first (a refusal loads neither JAX nor the model).
     check_schedule(args, args.layers if "layers" in given else None)
-    _count_excerpts_before_loading(args, given)
+    count_excerpts_before_loading(args, given)
     from .._trained import load_checkpoint  # JAX loads only now
     from ..lyapunov import spectrum_dim
 
