@@ -124,7 +124,10 @@ def continue_branch(
             range.
     """
     period = check_period(period)
-    p0, p1 = float(p_start), float(p_end)
+    try:
+        p0, p1 = float(p_start), float(p_end)
+    except (TypeError, ValueError):
+        raise UsageError(f"p_start and p_end must be real numbers, got {p_start!r} and {p_end!r}.") from None
     if not (math.isfinite(p0) and math.isfinite(p1)):
         raise UsageError(f"p_start and p_end must be finite, got {p0} and {p1}.")
     if p0 == p1:
