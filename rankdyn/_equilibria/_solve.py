@@ -397,15 +397,15 @@ def find_equilibria(
         if isinstance(ok, jax.core.Tracer):  # inside the caller's jit: a runtime check
             sol = eqx.tree_at(lambda s: s.x, sol, eqx.error_if(sol.x, ~jnp.all(ok), why.format("some")))
         elif not bool(jnp.all(ok)):
-            # A start with NaN or inf never could: say so, not "more max_steps may help".
+            # A start with NaN or inf never could: say so, not only "more max_steps may help".
             bad = ~np.all(np.isfinite(np.asarray(x0s)), axis=(-2, -1))
-            if bad.any():
-                raise SolveError(
-                    f"find_equilibria: {int(bad.sum())} start(s) of x0 hold NaN or infinite values (the "
-                    f"first at batch index {tuple(map(int, np.argwhere(bad)[0]))}); pass finite starts, or "
-                    "throw=False to keep the others with a per-start status."
-                )
-            raise SolveError(why.format(int(np.sum(~np.asarray(ok)))))
+            nonfinite = (
+                f" {int(bad.sum())} of them start from NaN or infinite values in x0 (the first at batch "
+                f"index {tuple(map(int, np.argwhere(bad)[0]))}): pass finite starts."
+                if bad.any()
+                else ""
+            )
+            raise SolveError(why.format(int(np.sum(~np.asarray(ok)))) + nonfinite)
     return sol
 
 
