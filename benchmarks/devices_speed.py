@@ -43,7 +43,7 @@ CHILD = textwrap.dedent(
     import jax, jax.numpy as jnp, jax.random as jr
     layer = rd.make_layer(jr.PRNGKey(0), n=n, d=d, mask="causal", qk="bert", value="orthogonal")
     x0 = rd.initial_tokens(jr.PRNGKey(1), "sphere", n, d, batch=batch)
-    observe = None if metrics == "default" else jax.tree_util.Partial(lambda x: {"mu": rd.mu(x)})
+    observe = None if metrics == "default" else jax.tree_util.Partial(lambda t, x, args: {"mu": rd.mu(x)})
     devices = None if mode == "one" else "all"
     def run():
         t, c = time.perf_counter(), time.process_time()

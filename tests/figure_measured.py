@@ -222,7 +222,10 @@ def depth_table():
         "table_layers": (0, 32, 64, 96, 128),
         "quick": True,
     }
-    return T, T.DepthTableMeasured(stats, graph, mech, LAYERS, panels, setting)
+    live = {
+        mode: {MASK_LABELS[m]: band(0.99 - 0.02 * i) for i, m in enumerate(PAPER_MASKS)} for mode in T.MODES
+    }
+    return T, T.DepthTableMeasured(stats, graph, mech, LAYERS, panels, setting, live)
 
 
 def ablation():
@@ -272,14 +275,17 @@ def lyapunov_rates():
     return T, T.LyapunovRatesMeasured(
         exponents={k: [0.0, 0.0, v] for k, v in lam.items()},
         transverse=lam,
+        transverse_early={k: v - 0.005 for k, v in lam.items()},
+        limit=dict(zip(keys, (-float("inf"), -0.693, -0.07, -0.693) * 2)),
         log_bound={k: -3e-3 / (i + 1) ** 3 for i, k in enumerate(keys)},
         bound_name={k: "Theorem 1" if k.startswith("none") else "Theorem 2" for k in keys},
+        outside_hypotheses={k: "Theorem 2 needs n <= d" for k in keys if k.startswith("post")},
         log_mu_rate={k: 0.9 * v for k, v in lam.items()},
         mu_at_floor={k: 0 for k in keys},
         neutral_dims={k: 3 for k in keys},
         equilibrium_errors=[1e-15],
         equilibrium_classes={"1": {"stable": 1, "marginal": 0, "unstable": 4}},
-        setting={"n": 4, "d": 4, "depth": 200, "discard": 50},
+        setting={"n": 4, "d": 4, "depth": 200, "lyap_depth": 200, "discard": 100},
     )
 
 
@@ -758,7 +764,7 @@ def attention_sinks():
             centers=(0,),
         )
 
-    s = {"trained full": stats(20.0), "trained san": stats(5.0), "random full": stats(1.0)}
+    s = {"trained full": stats(20.0), "trained san": stats(5.0), "scale-matched full": stats(1.0)}
     return A, A.AttentionSinksMeasured(s, {k: 0 for k in s}, "causal", run=_run(64, 8, "llama"))
 
 

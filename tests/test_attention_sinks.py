@@ -111,12 +111,12 @@ def test_checks_follow_the_numbers():
     sink = _stats([5, 6, 7], [0.1, 0.5, 0.8], [0.1, 0.4, 0.6])
     flat = _stats([1, 1.1, 0.9], [0.1, 0.3, 0.5], [0.1, 0.6, 0.9])
     m = AS.AttentionSinksMeasured(
-        {"trained full": sink, "trained san-skip-ln": sink, "random full": flat}, {}, "causal"
+        {"trained full": sink, "trained san-skip-ln": sink, "scale-matched full": flat}, {}, "causal"
     )
     assert [c.passed for c in AS.checks(m)] == [True, True, True, False]
     # No sink in the trained model, a sink in the random one, directions not toward token 0: all fail.
     swapped = dataclasses.replace(
-        m, stats={"trained full": flat, "trained san-skip-ln": flat, "random full": sink}
+        m, stats={"trained full": flat, "trained san-skip-ln": flat, "scale-matched full": sink}
     )
     assert [c.passed for c in AS.checks(swapped)] == [False, False, False, False]
     # Not a causal model: nothing is testable.
@@ -124,10 +124,11 @@ def test_checks_follow_the_numbers():
     assert all(c.passed is None for c in AS.checks(bert))
 
 
-def test_random_init_keeps_the_head_groups(tmp_path):
+def test_controls_keep_the_head_groups_and_the_scored_one_the_trained_scale(tmp_path):
     pytest.importorskip("transformers")
     from checkpoint_models import llama
 
+    from rankdyn._reproduce.pretrained import _sink_controls as SC, long_context_sinks as LC
     from rankdyn.checkpoints import load_checkpoint
 
     llama(tmp_path)
@@ -137,6 +138,18 @@ def test_random_init_keeps_the_head_groups(tmp_path):
     assert np.array_equal(wk[:, 0], wk[:, 1]) and not np.array_equal(wk[:, 1], wk[:, 2])
     assert abs(float(np.std(np.asarray(r.blocks.w_q))) - AS.INIT_STD) < 0.005
     assert np.all(np.asarray(r.blocks.norm_attn.gain) == 1.0)
+    # The scored control (issue 44): one function for both sink targets; every matrix at the
+    # trained Frobenius norm per layer, the head groups kept, the trained gains kept.
+    assert AS.scale_matched_init is SC.scale_matched_init is LC.scale_matched_init
+    c = SC.scale_matched_init(ckpt, seed=0)
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        new, old = (np.asarray(getattr(x.blocks, name), float) for x in (c, ckpt))
+        norms = [np.linalg.norm(a.reshape(a.shape[0], -1), axis=1) for a in (new, old)]
+        np.testing.assert_allclose(norms[0], norms[1], rtol=1e-5)
+        assert not np.allclose(new, old)
+    wk = np.asarray(c.blocks.w_k)
+    assert np.array_equal(wk[:, 0], wk[:, 1]) and not np.array_equal(wk[:, 1], wk[:, 2])
+    np.testing.assert_array_equal(np.asarray(c.blocks.norm_attn.gain), np.asarray(ckpt.blocks.norm_attn.gain))
 
 
 @pytest.mark.slow  # end to end: a simulate run with its figures

@@ -109,7 +109,9 @@ def _held_out_rank2_fraction(w_v, key, num_layers=20, size=2000):
     n = d = 3
     layer = rd.theory.uniform_causal_layer(n, d, jnp.asarray(w_v))
     x0 = rd.initial_tokens(key, "sphere", n, d, batch=size)
-    traj = rd.simulate(layer, x0, num_layers, save_every=num_layers, save_states=True, observe=lambda x: {})
+    traj = rd.simulate(
+        layer, x0, num_layers, save_every=num_layers, save_states=True, observe=lambda t, x, args: {}
+    )
     assert not np.any(np.asarray(traj.nonfinite))
     s = np.linalg.svd(np.asarray(traj.states[:, -1]), compute_uv=False)
     return float(np.mean(s[:, 1] > 1e-3 * s[:, 0])), float(np.mean(s[:, 1]))

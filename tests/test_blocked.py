@@ -85,7 +85,8 @@ def test_blocked_equals_dense_every_mask_odd_n_depth_8():
     assert [l.attention_path for l in layers] == ["dense", "blocked"] * len(cases)
     x0 = jnp.asarray(rng.standard_normal((N, D)))
     states, eps = eqx.filter_jit(_run)(layers, x0)
-    metrics = jax.jit(jax.vmap(jax.vmap(MetricObserver())))(jnp.stack(states))  # (layers, depth)
+    observe = MetricObserver()
+    metrics = jax.jit(jax.vmap(jax.vmap(lambda x: observe(0, x, None))))(jnp.stack(states))  # (layers, depth)
     for c, (s, _) in enumerate(cases):
         xd, xb = states[2 * c], states[2 * c + 1]
         assert np.all(np.isfinite(np.asarray(xd))), s
@@ -124,7 +125,7 @@ def test_blocked_equals_dense_every_mask_odd_n_float32():
     x0 = jnp.asarray(rng.standard_normal((N, D)), jnp.float32)
     states, eps = eqx.filter_jit(_run)(layers, x0)
     assert all(st.dtype == jnp.float32 for st in states)
-    metrics = jax.jit(jax.vmap(jax.vmap(MetricObserver())))(jnp.stack(states))
+    metrics = jax.jit(jax.vmap(jax.vmap(lambda x: MetricObserver()(0, x, None))))(jnp.stack(states))
     for c, (s, _) in enumerate(cases):
         xd, xb = (np.asarray(states[2 * c + k], np.float64) for k in (0, 1))
         assert np.all(np.isfinite(xd)), s

@@ -136,7 +136,7 @@ def test_2d_first_token_ratio_grows_by_w():
     theta = jnp.array([0.3, -1.1, 2.5, 4.0])  # radians, both signs of X_{1,1}
     x1 = jnp.stack([jnp.cos(theta), jnp.sin(theta)], -1)
     x0 = jnp.stack([x1, jnp.broadcast_to(jnp.array([0.6, 0.8]), x1.shape)], axis=1)
-    tr = rd.simulate(layer, x0, 20, save_states=True, observe=lambda x: {"mu": rd.mu(x)})
+    tr = rd.simulate(layer, x0, 20, save_states=True, observe=lambda t, x, args: {"mu": rd.mu(x)})
     s = np.asarray(tr.states)  # (4, 21, 2, 2)
     ratio = s[:, :, 0, 1] / s[:, :, 0, 0]
     np.testing.assert_allclose(
@@ -162,7 +162,9 @@ def test_2d_points_and_basin_arc():
         rad = jnp.deg2rad(jnp.asarray(deg))
         x2 = jnp.stack([jnp.cos(rad), jnp.sin(rad)], -1)
         x0 = jnp.stack([jnp.broadcast_to(ex["e"], x2.shape), x2], axis=1)
-        tr = rd.simulate(layer, x0, 400, save_every=400, save_states=True, observe=lambda x: {"mu": rd.mu(x)})
+        tr = rd.simulate(
+            layer, x0, 400, save_every=400, save_states=True, observe=lambda t, x, args: {"mu": rd.mu(x)}
+        )
         final = np.asarray(tr.states[:, -1])
         np.testing.assert_array_equal(final[:, 0], np.tile([0.0, 1.0], (deg.size, 1)))  # frozen
         to_b = np.linalg.norm(final[:, 1] - np.asarray(ex["B"]), axis=-1) < 1e-8
@@ -190,7 +192,7 @@ def test_lemma13_sampler_and_conclusion():
     d, w = 3, 2.0
     x0 = rd.theory.lemma13_sample(key, d, w, 128)
     layer = rd.theory.uniform_causal_layer(2, d, rd.weights.bidiagonal(d, w))
-    tr = rd.simulate(layer, x0, 300, save_states=True, observe=lambda x: {"v": x[1, -2]})
+    tr = rd.simulate(layer, x0, 300, save_states=True, observe=lambda t, x, args: {"v": x[1, -2]})
     v = np.asarray(tr.metrics["v"])
     assert v.max() <= -1 / w + 1e-12
     assert np.linalg.svd(np.asarray(tr.states[:, -1]), compute_uv=False)[:, -1].min() > 0.3  # rank 2

@@ -133,7 +133,7 @@ def test_zero_row_is_absorbing_under_causal_attention_dropout(getkey):
     x = rd.initial_tokens(getkey(), "bert", n, d)
     key = getkey()
     step = jax.jit(lambda x, t, k: layer(x, t, key=k)[0])
-    first_zero = jax.jit(lambda x: observe_zero_rows(x)["first_zero"])
+    first_zero = jax.jit(lambda x: observe_zero_rows(0, x, None)["first_zero"])
     zero_at = None
     for t in range(12):
         k = jr.fold_in(key, t)
@@ -152,11 +152,11 @@ def test_zero_row_observer_closed_forms():
     n, d, k = 9, 3, 4
     v = np.array([3.0, 0.0, 4.0])
     x = np.vstack([np.zeros((k, d)), np.tile(v, (n - k, 1))])
-    obs = observe_zero_rows(jnp.asarray(x))
+    obs = observe_zero_rows(0, jnp.asarray(x), None)
     assert float(obs["zero_rows"]) == k and float(obs["first_zero"]) == 1.0
     np.testing.assert_allclose(float(obs["mu"]), 5.0 * np.sqrt(k * (n - k) / n), rtol=1e-14)
     assert float(obs["mu_rel_nonzero"]) < 1e-15
     x[-1] = [0.0, 5.0, 0.0]  # one live token orthogonal to the others
-    obs = observe_zero_rows(jnp.asarray(x))
+    obs = observe_zero_rows(0, jnp.asarray(x), None)
     assert float(obs["min_cos_nonzero"]) == pytest.approx(0.0, abs=1e-15)
     assert float(obs["mu_rel_nonzero"]) > 0.1

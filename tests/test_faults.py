@@ -130,7 +130,7 @@ def test_softmax_overflow_is_refused_before_compute(getkey, kw, limit):
         (dict(x0=jnp.eye(3, dtype=jnp.bfloat16)), "x0"),
         (dict(save_every=True), "save_every"),
         (dict(devices="bogus"), "devices"),
-        (dict(observe=lambda x: x.sum(0)), "observe"),
+        (dict(observe=lambda t, x, args: x.sum(0)), "observe must return a dict"),
     ],
 )
 def test_api_arguments_named(getkey, kw, name):

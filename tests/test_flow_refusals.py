@@ -9,12 +9,14 @@ from rankdyn.cli import main
 
 def test_solve_flow_refuses_what_it_ignored_clamped_or_crashed_on():
     """NaN / inf in ``times`` (NaN everywhere), float16 and complex ``x0``, ``t1`` or ``saves``
-    next to ``times`` (ignored), ``chunk <= 0`` (clamped), ``max_steps <= 0``, an observer that is
-    not one, and a call under ``jax.jit``: each one UsageError, before any compile."""
+    next to ``times`` (ignored), ``chunk <= 0`` (clamped), ``max_steps <= 0``, an observer that does
+    not have the signature (t, x, beta) -> dict, and a call under ``jax.jit``: each one UsageError,
+    before any compile."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
+    import rankdyn as rd
     from rankdyn._errors import UsageError
     from rankdyn.flow import FlowField, solve_flow
 
@@ -35,11 +37,12 @@ def test_solve_flow_refuses_what_it_ignored_clamped_or_crashed_on():
         kwargs = {"x0": x0, **kwargs}
         with pytest.raises(UsageError, match=words):
             solve_flow(field, kwargs.pop("x0"), kwargs.pop("t1", None), beta=1.0, **kwargs)
-    from rankdyn._flow._arguments import check_flow_arguments  # the tests' type checker would stop it first
-    from rankdyn.flow import FlowObserver
-
-    with pytest.raises(UsageError, match="observe must be a rankdyn.flow.FlowObserver"):
-        check_flow_arguments(x0, 1.0, None, None, None, 10, lambda x: x, FlowObserver)
+    # The observer signature is (t, x, beta), as simulate's (t, x, args): a one-argument
+    # function, or one that does not return a dict, is refused before any compute.
+    with pytest.raises(UsageError, match=r"observe failed .* observe\(t, x, args\) with t the time"):
+        solve_flow(field, x0, 1.0, beta=1.0, observe=lambda x: {"mu": rd.mu(x)})
+    with pytest.raises(UsageError, match="observe must return a dict"):
+        solve_flow(field, x0, 1.0, beta=1.0, observe=lambda t, x, beta: x)
     with pytest.raises(UsageError, match="cannot run under jax.jit"):
         jax.jit(lambda x: solve_flow(field, x, 1.0, beta=1.0).summary)(x0)
 

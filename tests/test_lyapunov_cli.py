@@ -108,8 +108,11 @@ def _measured(**changes):
             "post/complete": [0.0, 0.0, 0.0, -41.0, -41.0],
         },
         transverse={"none/causal": -0.69, "post/complete": -41.0},
+        transverse_early={"none/causal": -0.688, "post/complete": -41.0},
+        limit={"none/causal": -0.6931, "post/complete": -float("inf")},
         log_bound={"none/causal": -0.004, "post/complete": -3.6e-5},
         bound_name={"none/causal": "Theorem 1", "post/complete": "Theorem 2"},
+        outside_hypotheses={},
         log_mu_rate={"none/causal": -0.693, "post/complete": -6.0},
         mu_at_floor={"none/causal": 0, "post/complete": 0},
         neutral_dims={"none/causal": 4, "post/complete": 3},
@@ -127,11 +130,11 @@ def test_lyapunov_rates_checks_pass_and_fail():
     assert verdict(checks(_measured())) == "reproduced"
     bad = [
         _measured(transverse={"none/causal": 0.01, "post/complete": -41.0}),  # above the bound
-        _measured(log_mu_rate={"none/causal": -0.3, "post/complete": -6.0}),  # disagrees with mu
+        _measured(limit={"none/causal": -0.9, "post/complete": -float("inf")}),  # off its limit
         _measured(exponents={"none/causal": [0.0, 0.0, 0.0, -0.1, -0.69], "post/complete": [0.0] * 5}),
         _measured(equilibrium_errors=[1e-12, 3e-3]),  # an equilibrium off its multipliers
     ]
-    for m, failing in zip(bad, ["bound", "= log rho_mu", "neutral", "stable equilibria"]):
+    for m, failing in zip(bad, ["bound", "= log|lambda_2(A*)|", "neutral", "stable equilibria"]):
         cs = checks(m)
         assert verdict(cs) != "reproduced"
         assert [c.name for c in cs if c.passed is False and failing in c.name], [c.name for c in cs]

@@ -15,7 +15,7 @@ import rankdyn as rd
 from rankdyn._run._io import CompileTimer
 
 
-def _mu_only(x):
+def _mu_only(t, x, args):
     return {"mu": rd.mu(x), "sigma_min": rd.metrics.singular_values(x)[-1]}
 
 

@@ -123,18 +123,29 @@ def test_depth_table_tiny(tmp_path):
     assert res["markdown"].count("| complete |") == len(T.MODES)
 
 
+def _geometric_stats(ratio, live=0.5):
+    """MaskStats whose mu decays (or grows) geometrically to ``ratio`` x mu_0 at T."""
+    from rankdyn._reproduce.sim import depth_table as T
+
+    mu = [float(ratio ** (i / 4)) for i in range(5)]
+    return T.MaskStats(mu, [0.1] * 5, [0.0] * 5, [0.0] * 5, 0.0, live, live, ratio, ratio, 0)
+
+
 def test_depth_table_pattern_checks_follow_the_rebuttal():
     from rankdyn._reproduce import _verdict as V
     from rankdyn._reproduce.sim import depth_table as T
 
+    def pattern_checks(ratios, mode):
+        return T.pattern_checks({k: _geometric_stats(r) for k, r in ratios.items()}, mode)
+
     rebuttal = {"complete": 1e-3, "window": 0.3, "causal": 0.9, "window-uni": 1.1}
-    assert V.verdict(T.pattern_checks(rebuttal, "m")) == "reproduced"
+    assert V.verdict(pattern_checks(rebuttal, "m")) == "reproduced"
     eval_like = {**rebuttal, "causal": 1e-4}  # causal collapses too: 3 of 4 checks pass
-    assert V.verdict(T.pattern_checks(eval_like, "m")) == "partially"
+    assert V.verdict(pattern_checks(eval_like, "m")) == "partially"
     flat = {m: 1.0 for m in rebuttal}  # nothing decreases: 2 of 4
-    assert V.verdict(T.pattern_checks(flat, "m")) == "partially"
+    assert V.verdict(pattern_checks(flat, "m")) == "partially"
     reversed_ = {"complete": 1.0, "window": 0.9, "causal": 0.1, "window-uni": 0.2}
-    assert V.verdict(T.pattern_checks(reversed_, "m")) == "not reproduced"
+    assert V.verdict(pattern_checks(reversed_, "m")) == "not reproduced"
 
 
 def _tiny_ablation():

@@ -124,7 +124,7 @@ def test_lemma13_track_matches_states():
         layer = uniform_causal_layer(2, d, rd.weights.bidiagonal(d, w))
         x0 = lemma13_sample(jax.random.PRNGKey(1), d, w, 16)
         xf, first, mx = lemma13_track(layer, x0, steps, d - 2)
-        st = np.asarray(rd.simulate(layer, x0, steps, save_states=True, observe=lambda x: {}).states)
+        st = np.asarray(rd.simulate(layer, x0, steps, save_states=True, observe=lambda t, x, args: {}).states)
     np.testing.assert_allclose(np.asarray(xf), st[:, -1], atol=1e-14)
     np.testing.assert_allclose(np.asarray(first), st[:, 1, 1, d - 2], atol=1e-14)
     np.testing.assert_allclose(np.asarray(mx), st[:, 1:, 1, d - 2].max(axis=1), atol=1e-14)

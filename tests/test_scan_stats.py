@@ -116,7 +116,7 @@ def test_streamed_program_holds_no_batch_by_layers_array(getkey, monkeypatch):
     sampler = TokenSampler(getkey(), "sphere", n, d, batch)
     obs = MetricObserver(("mu", "sigma_min"))
     plan = lambda per: _scan.DepthPlan(blocks, 1, True, per, False, True)  # noqa: E731
-    acc = _scan.empty_acc(obs, sampler, True, blocks + 1)
+    acc = _scan.empty_acc(obs, layer, sampler, True, blocks + 1)
 
     def shapes(per_trajectory):
         jaxpr = jax.make_jaxpr(
@@ -136,7 +136,7 @@ def test_streamed_program_holds_no_batch_by_layers_array(getkey, monkeypatch):
 @pytest.mark.slow
 def test_metric_subset_skips_svd_and_equals_full_run(getkey):
     x = jnp.ones((4, 3))
-    prims = lambda names: str(jax.make_jaxpr(MetricObserver(names))(x))  # noqa: E731
+    prims = lambda names: str(jax.make_jaxpr(lambda x: MetricObserver(names)(0, x, None))(x))  # noqa: E731
     assert "svd" not in prims(("mu", "min_cos")) and "svd" in prims(("mu", "sigma_min"))
     layer = rd.make_layer(getkey(), n=5, d=4, mask="window", window=1)
     x0 = TokenSampler(getkey(), "gaussian", 5, 4, 6)

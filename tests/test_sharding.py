@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent(
     x0 = rd.initial_tokens(jr.PRNGKey(1), "sphere", 6, 6, batch=(2, 5))
     one = rd.simulate(layer, x0, 8, save_every=2, save_states=True)
     many = rd.simulate(layer, x0, 8, save_every=2, save_states=True, devices="all")
-    mu_only = jax.tree_util.Partial(lambda x: {"mu": rd.mu(x)})
+    mu_only = jax.tree_util.Partial(lambda t, x, args: {"mu": rd.mu(x)})
     two = rd.simulate(layer, x0, 8, save_every=2, devices=2, chunk=2, observe=mu_only, per_trajectory=True)
     one2 = rd.simulate(layer, x0, 8, save_every=2, chunk=2, observe=mu_only, per_trajectory=True)
     bits = lambda a: np.asarray(a).tobytes()

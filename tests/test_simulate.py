@@ -90,7 +90,7 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
             layer,
             x0,
             T,
-            observe=lambda x: {
+            observe=lambda t, x, args: {
                 "mu": rd.mu(x),
                 "mu_normalized": rd.mu_normalized(x),
                 "row_norm_mean": jnp.mean(rd.metrics.row_norms(x)),
@@ -134,7 +134,7 @@ def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
         layer,
         x0,
         T,
-        observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
+        observe=lambda t, x, args: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
         per_trajectory=True,
     )
     mu = np.asarray(traj.metrics["mu"])

@@ -139,7 +139,7 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
             x0,
             6,
             save_every=2,
-            observe=lambda x: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
+            observe=lambda t, x, args: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
             per_trajectory=True,
         )
         ref = traj.summary.to_dict()

@@ -154,17 +154,26 @@ def test_undirected_quick(tmp_path):
 
 def test_depth_table_verdict_follows_the_mechanism():
     """The rebuttal's numbers matched only under dropout: 'partially' with the zero-row sentence;
-    matched without dropout too: 'reproduced' and no such sentence."""
+    matched in every mode: 'reproduced' and no such sentence. Every mode's checks count (no mode is
+    chosen after the run): eval failing caps the verdict even when the mechanism check is left out."""
     from rankdyn._reproduce.sim import depth_table as T
 
-    rebuttal = {"complete": 1e-3, "window": 0.3, "causal": 0.9, "window-uni": 1.1}
-    collapsed = {**rebuttal, "causal": 1e-4}
+    def stats(ratios):  # geometric mu from 1 to ratio at T (live tokens not collapsed)
+        mu = {k: [float(r ** (i / 4)) for i in range(5)] for k, r in ratios.items()}
+        return {
+            k: T.MaskStats(v, [0.1] * 5, [0.0] * 5, [0.0] * 5, 0.0, 0.5, 0.5, v[-1], v[-1], 0)
+            for k, v in mu.items()
+        }
+
+    rebuttal = stats({"complete": 1e-3, "window": 0.3, "causal": 0.9, "window-uni": 1.1})
+    collapsed = {**rebuttal, "causal": stats({"causal": 1e-4})["causal"]}
     checks = {"eval": T.pattern_checks(collapsed, "eval"), "attn-dropout": T.pattern_checks(rebuttal, "attn")}
     verdicts = {"eval": "partially", "attn-dropout": "reproduced"}
-    v, target, sentence = T.mechanism_verdict(verdicts, checks, "attn-dropout", 1.07e-7)
-    assert v == "partially" and len(target) == 5 and "zero rows" in sentence and "1.1e-07" in sentence
+    v, target, sentence = T.mechanism_verdict(verdicts, checks, 1.07e-7)
+    assert v == "partially" and len(target) == 9 and "zero rows" in sentence and "1.1e-07" in sentence
+    assert not all(c.passed for c in target[:-1])  # eval's failed causal check is among them
     checks["eval"] = T.pattern_checks(rebuttal, "eval")
-    v, _, sentence = T.mechanism_verdict({**verdicts, "eval": "reproduced"}, checks, "eval", 0.5)
+    v, _, sentence = T.mechanism_verdict({**verdicts, "eval": "reproduced"}, checks, 0.5)
     assert v == "reproduced" and sentence == ""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from .._errors import UsageError
 from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
+from ._excerpts import DEFAULT_N as _DEFAULT_N, count_excerpts_before_loading
 from ._scheme import SCHEME_FLAGS, check_mix_depth, scheme_of, scheme_record
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "architecture"]
@@ -27,10 +28,11 @@ _ALLOWED = ("mask", "window", "seed", "x64", "n")
 #: Flags (dests) whose default depends on whether --checkpoint is given: their use is recorded.
 _RECORDED = ("n", "batch", "layers", "mask", "window", "attention")
 _EXPLICIT = "_checkpoint_explicit_flags"
+#: The flags a checkpoint run reads (and the re-normalising ones), listed from the parser itself.
+_READS = "_checkpoint_flags_read"
 #: A random model's flags that must have a default when no group titled "model" is found.
 #: (The flags of the parameter table, `rankdyn._model._params.PARAMS`, plus the two hand-written ones.)
 _FALLBACK_MODEL = tuple(p.name for p in PARAMS if p.flag) + ("per_layer_weights", "dropout")
-_DEFAULT_N = 128
 
 
 def _recording(cls):
@@ -78,7 +80,11 @@ def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
     )
     model = next((a for a in p._action_groups if a.title == "model"), None)
     dests = {a.dest for a in model._group_actions} if model is not None else set(_FALLBACK_MODEL)
-    p.set_defaults(**{_EXPLICIT: None})
+    # The refusal's list of what is read comes from the flags this parser has, not from a list by hand.
+    read = [a.option_strings[0] for a in p._actions if a.option_strings and a.dest in _ALLOWED + _RECORDED]
+    read += [a.option_strings[0] for a in g._group_actions if a.dest != "checkpoint"]
+    scheme = [a.option_strings[0] for a in p._actions if a.option_strings and a.dest in SCHEME_FLAGS]
+    p.set_defaults(**{_EXPLICIT: None, _READS: (tuple(read), tuple(scheme))})
     for action in p._actions:
         if action.dest in dests - set(_ALLOWED) or action.dest in _RECORDED:
             action.__class__ = _recording(type(action))
@@ -90,6 +96,8 @@ def checkpoint_requested(args: argparse.Namespace) -> bool:
     Removes the recording attribute; refuses checkpoint-only flags without one.
     """
     given = vars(args).pop(_EXPLICIT, None) or {}
+    reads = vars(args).pop(_READS, None) or ((), ())
+    given = _Given(given, reads=reads)
     args.checkpoint_flags_given = given  # read by run_checkpoint, removed there
     if args.checkpoint is None:
         del args.checkpoint_flags_given
@@ -104,14 +112,23 @@ def checkpoint_requested(args: argparse.Namespace) -> bool:
     return True
 
 
+class _Given(dict):
+    """The flags given (dest -> option string), and ``reads``: the flags a checkpoint run reads and
+    those that re-normalise it, as `add_checkpoint_flags` listed them from the parser."""
+
+    def __init__(self, given: dict, reads: tuple[tuple[str, ...], tuple[str, ...]]):
+        super().__init__(given)
+        self.reads = reads
+
+
 def _refuse_model_flags(args, given: dict) -> None:
+    read, scheme = getattr(given, "reads", ((), ()))
     for dest, flag in given.items():
         if dest not in _ALLOWED and dest not in _RECORDED and dest not in SCHEME_FLAGS:
             raise UsageError(
                 f"{flag} does not apply with --checkpoint (the trained weights define the model); "
-                f"drop {flag} (only --mask, --window, --n, --seed, --x64 and --attention are read with a "
-                "checkpoint, and with --variant full --placement, --ln, --mix-layers, --ngpt-alpha and "
-                "--qk-norm)."
+                f"drop {flag} (only {', '.join(read)} are read with a checkpoint, and with --variant full "
+                f"{', '.join(scheme)})."
             )
 
 
@@ -156,60 +173,6 @@ def _check_inputs(args, ckpt, given: dict):
     text = utf8_text(data, f"--text {args.text}")  # never replacement characters
     ids = ckpt.tokenize_text(text, n, args.batch, where=f"--text {args.text}")
     return ids, {"text": str(args.text), "text_sha256": hashlib.sha256(data).hexdigest()}
-
-
-def _count_excerpts_before_loading(args, given: dict) -> None:
-    """Refuse a ``--text`` run whose text has fewer than ``--batch`` excerpts, before the weights load.
-
-    Reads only ``config.json`` and ``tokenizer.json`` (no weights, no JAX), so a too-short text is
-    refused in a second instead of after the model loads. It applies the rule of
-    `rankdyn._trained._text.excerpts` (BERT excerpts hold ``n - 2`` text tokens between
-    ``[CLS]`` and ``[SEP]``) and says nothing when it cannot tell: a missing or unreadable file,
-    another architecture or an ``--n`` out of range are left to the full check after loading.
-
-    Raises:
-        UsageError: the text has fewer than ``--batch`` excerpts (the message of the full check).
-    """
-    import json
-    import zipfile
-
-    if args.text is None or args.input_ids is not None or args.batch < 1:
-        return
-    path, files = Path(args.checkpoint), {}
-    try:
-        if path.is_dir():
-            files = {
-                k: (path / k).read_bytes() for k in ("config.json", "tokenizer.json") if (path / k).is_file()
-            }
-        elif path.is_file():
-            with zipfile.ZipFile(path) as z:
-                for want in ("config.json", "tokenizer.json"):  # the shallowest match, as the reader does
-                    hits = sorted(
-                        (m for m in z.namelist() if m.split("/")[-1] == want), key=lambda m: m.count("/")
-                    )
-                    files |= {want: z.read(hits[0])} if hits else {}
-        config = json.loads(files["config.json"])
-        text = args.text.read_bytes().decode("utf-8", errors="replace")
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return
-    arch = config.get("model_type") if isinstance(config, dict) else None
-    positions = config.get("max_position_embeddings", config.get("n_positions")) if arch else None
-    n = args.n if "n" in given else _DEFAULT_N
-    if arch not in ("bert", "gpt2") or "tokenizer.json" not in files or not 1 <= n <= (positions or 0):
-        return
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_str(files["tokenizer.json"].decode("utf-8", errors="replace"))
-    tok.no_truncation()
-    tok.no_padding()
-    count = len(tok.encode(text, add_special_tokens=False).ids)
-    body = n - (2 if arch == "bert" else 0)
-    if body >= 1 and count // body < args.batch:
-        what = "not even one excerpt" if count < body else f"only {count // body} excerpts"
-        raise UsageError(
-            f"--text {args.text}: the text has {count} tokens: {what} of {body} text tokens (n={n}), but "
-            f"batch={args.batch} were asked for; give a longer text or a smaller batch or n."
-        )
 
 
 def _mask_of(args, ckpt, given: dict):
@@ -263,7 +226,7 @@ def run_checkpoint(args) -> int:
     check_positive(args, "rank_tol")
     if args.chunk is not None and args.chunk < 1:
         raise UsageError(f"--chunk must be a positive number of excerpts, got {args.chunk}; e.g. --chunk 64.")
-    _count_excerpts_before_loading(args, given)
+    count_excerpts_before_loading(args, given)
     # JAX and the weights load only now: every refusal above answers at once.
     import jax
     import numpy as np

@@ -20,7 +20,7 @@ from pathlib import Path
 from .._errors import UsageError
 from ._checks import HelpFormatter, check_out_dir
 from ._devices import add_devices_flag
-from .continuation import PARAM_CHOICES, check_param_range, parameter_family
+from ._param_range import PARAM_CHOICES, check_param_range, parameter_family
 from .simulate import add_model_flags
 
 #: Fewest parameter values: a scan across a parameter has two ends.
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
         "basins.nc and basins.png.",
         formatter_class=HelpFormatter,
     )
-    add_model_flags(p)
+    add_model_flags(p, one_map=True)
     p.set_defaults(n=2, d=2, value="bidiagonal", qk="zero", mask="causal")
     g = p.add_argument_group("basins")
     g.add_argument("--param", required=True, choices=PARAM_CHOICES, help="the parameter to move")

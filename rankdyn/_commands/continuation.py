@@ -19,13 +19,10 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._model._params import param, reads
 from ._checks import HelpFormatter, check_out_dir, check_positive
 from ._devices import add_devices_flag
-from .simulate import add_model_flags, check_model_args
-
-#: The parameters ``--param`` may move: the real-valued layer parameters that vary continuously.
-PARAM_CHOICES = ("w", "dqk", "qk_std", "value_std", "ln_radius")
+from ._param_range import PARAM_CHOICES, check_param2, check_param_range, parameter_family
+from .simulate import add_model_flags
 
 
 def add_parser(sub) -> None:
@@ -38,11 +35,12 @@ def add_parser(sub) -> None:
         "bifurcation.png.",
         formatter_class=HelpFormatter,
     )
-    add_model_flags(p)
+    add_model_flags(p, one_map=True)
     for action in p._actions:
         if action.dest == "x64":
             action.help = "refused: rankdyn continue always computes in float64"
-    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal", before_jax=_float64)
+    # --seed unset is told apart from --seed 0: a seed that nothing reads is refused (`_check_seed_read`).
+    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal", seed=None, before_jax=_float64)
     g = p.add_argument_group("continuation")
     g.add_argument("--param", required=True, choices=PARAM_CHOICES, help="the parameter to move")
     g.add_argument("--from", dest="p_from", type=float, required=True, metavar="P0", help="start value")
@@ -95,12 +93,10 @@ def _float64(args) -> None:
         os.environ["JAX_ENABLE_X64"] = "1"
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def _check(args):
-    """Every flag before compute; returns the `ModelConfig` at ``--from``."""
+    """Every flag and the ``--start`` file before JAX loads; returns the `ModelConfig` at ``--from``.
+
+    ``args.seed_given`` records whether ``--seed`` was given (its use is checked on the built layer)."""
     if args.x64:
         raise UsageError(
             "--x64 is not needed: rankdyn continue always computes in float64 (float32 cannot resolve the "
@@ -114,8 +110,11 @@ def _check(args):
         raise UsageError(
             f"--x0 {args.x0} is ignored by rankdyn continue (the starts are equilibria); drop it."
         )
-    _check_param2(args)  # first: the branches are continued at --from2
+    args.seed_given = args.seed is not None
+    args.seed = 0 if args.seed is None else args.seed
+    check_param2(args)  # first: the branches are continued at --from2
     config = check_param_range(args)
+    _check_resolution(args)
     if config.has_dropout:
         raise UsageError(
             "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
@@ -125,7 +124,7 @@ def _check(args):
     if args.max_steps < 1:
         raise UsageError(f"--max-steps {args.max_steps}: expected an integer >= 1.")
     check_positive(args, "residual_tol", "stability_tol")
-    from .._equilibria._arclength import MAX_STATE
+    from .._equilibria import MAX_STATE
 
     if args.n * args.d > MAX_STATE:
         raise UsageError(
@@ -133,97 +132,32 @@ def _check(args):
             "Jacobians at every corrector step); lower --n or --d."
         )
     check_out_dir(args.out)
+    if args.start != "census":
+        args.start_array = _file_starts(args.start, args.n, args.d)  # NumPy only: before JAX loads
     return config
 
 
-def check_param_range(args):
-    """``--param`` / ``--from`` / ``--to`` (shared with ``rankdyn basins``): a parameter the model
-    reads, not also set by its own flag, a finite non-empty range, the model valid at both ends.
-
-    Returns:
-        The `ModelConfig` at ``--from``.
-    """
-    name = args.param
-    # qk_std, value_std and ln_radius have no flag of their own: only --param sets them.
-    if getattr(args, name, None) is not None:
+def _check_resolution(args) -> None:
+    """``--from`` and ``--to`` far enough apart for float64 steps: `continue_branch`'s smallest step
+    (1e-6 of the first, |P1 - P0| / 50 by default) must change p, or the secant is zero and the
+    parameter NaN (``--from 1 --to 1.0000000000000002`` ran the census, then said ``w=nan``)."""
+    ds = abs(args.p_to - args.p_from) / 50 if args.ds is None else args.ds
+    resolution = 8 * math.ulp(max(abs(args.p_from), abs(args.p_to)))
+    if math.isfinite(ds) and 1e-6 * ds < resolution:
         raise UsageError(
-            f"{_flag(name)} {getattr(args, name)} is ignored: --param {name} moves it from --from to --to; "
-            "drop it."
+            f"--from {args.p_from!r} --to {args.p_to!r}: the interval is too narrow for float64 steps "
+            f"(the smallest step, 1e-6 of the first, {1e-6 * ds:.3g}, is below the resolution of "
+            f"{args.param} there, {resolution:.3g}); widen the interval"
+            + (" or raise --ds." if args.ds is not None else ".")
         )
-    for v, flag in ((args.p_from, "--from"), (args.p_to, "--to")):
-        if not math.isfinite(v):
-            raise UsageError(f"{flag} {v}: expected a finite number.")
-    if args.p_from == args.p_to:
-        raise UsageError(
-            f"--from and --to are equal ({args.p_from:g}): give an interval to move --param over."
-        )
-    if name == "dqk" and args.qk == "zero":
-        raise UsageError(
-            "--param dqk with --qk zero: uniform attention does not read the temperature (every score is 0); "
-            "choose another --qk or another --param."
-        )
-    row = param(name)
-    if not reads(row, vars(args)):  # a flag left unset reads as its fallback (--ln: sphere)
-        on, values = row.reads
-        raise UsageError(
-            f"--param {name}: the model does not read {name} with {_flag(on)} {getattr(args, on)} "
-            "(only with "
-            f"{_flag(on)} {' / '.join(map(str, values))}); choose a parameter the model reads."
-        )
-    config = None
-    for v, flag in ((args.p_to, "--to"), (args.p_from, "--from")):
-        setattr(args, name, v)
-        try:
-            config = check_model_args(args)
-        except (UsageError, ValueError) as err:
-            raise UsageError(f"{flag} {v} for --param {name}: {err}") from None
-    return config
-
-
-def _check_param2(args) -> None:
-    """``--param2 / --from2 / --to2``: all or none, another parameter, a finite non-empty range; the
-    model is checked at both ends (and the branches are continued at ``--from2``)."""
-    given = [f for f, v in (("--from2", args.q_from), ("--to2", args.q_to)) if v is not None]
-    if args.param2 is None:
-        if given:
-            raise UsageError(f"{' and '.join(given)} need --param2 (the second parameter of the curves).")
-        return
-    if len(given) != 2:
-        raise UsageError("--param2 needs --from2 and --to2 (the range of the second parameter).")
-    if args.param2 == args.param:
-        raise UsageError(f"--param2 {args.param2} is --param too: choose two different parameters.")
-    for v, flag in ((args.q_from, "--from2"), (args.q_to, "--to2")):
-        if not math.isfinite(v):
-            raise UsageError(f"{flag} {v}: expected a finite number.")
-    if args.q_from == args.q_to:
-        raise UsageError(f"--from2 and --to2 are equal ({args.q_from:g}): the range of --param2 is empty.")
-    name = args.param2
-    if getattr(args, name) is not None:
-        raise UsageError(
-            f"{_flag(name)} {getattr(args, name)} is ignored: --param2 {name} moves it from --from2 to "
-            "--to2; drop it."
-        )
-    if args.period != 1:
-        raise UsageError("--param2 follows fixed points (--period 1); drop --period or --param2.")
-    row = param(name)
-    if row.reads is not None and getattr(args, row.reads[0]) not in row.reads[1]:
-        on, values = row.reads
-        raise UsageError(
-            f"--param2 {name}: the model does not read {name} with {_flag(on)} {getattr(args, on)} (only "
-            f"with {_flag(on)} {' / '.join(map(str, values))}); choose a parameter the model reads."
-        )
-    for v, flag in ((args.q_to, "--to2"), (args.q_from, "--from2")):
-        setattr(args, name, v)
-        try:
-            check_model_args(args)
-        except (UsageError, ValueError) as err:
-            raise UsageError(f"{flag} {v} for --param2 {name}: {err}") from None
 
 
 def _file_starts(path: str, n: int, d: int):
     import numpy as np
 
     p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"--start {path} is a folder; give a .npy file of equilibria (or 'census').")
     if p.suffix != ".npy":
         raise UsageError(f"--start {path}: expected 'census' or a .npy file of equilibria.")
     if not p.is_file():
@@ -243,43 +177,46 @@ def _file_starts(path: str, n: int, d: int):
     return x.astype(float)
 
 
-def parameter_family(config, name: str, p_from: float, seed: int):
-    """The layer as a function of ``--param NAME`` (every other flag fixed), its `LayerFamily`, and the
-    key of the starts; shared by ``rankdyn continue`` and ``rankdyn basins``.
-
-    Raises:
-        UsageError: if the layer does not change with ``NAME`` for these flags.
-    """
+def _check_seed_read(config, name: str, p: float, census: bool) -> None:
+    """Refuse a given ``--seed`` that changes nothing: the layer is the same from any key (e.g. the
+    default bidiagonal W_V with --qk zero) and no census draws random starts (the exact one draws none).
+    It used to be recorded in branches.json as if it had been used."""
+    import equinox as eqx
+    import jax
     import jax.random as jr
+    import numpy as np
 
-    from .._equilibria._arclength import LayerFamily
+    from .._equilibria._census import census_method
     from .._model._build import build_layer
 
-    k_layer, k_x0 = jr.split(jr.key(seed))
-
-    def family(v):
-        return build_layer(k_layer, dataclasses.replace(config, **{name: float(v)}))
-
-    fam = LayerFamily(family)
-    if not fam.reads_parameter(p_from):
+    cfg = dataclasses.replace(config, **{name: float(p)})
+    a, b = (build_layer(jr.key(s), cfg) for s in (0, 1))
+    if census and census_method(a) != "exact":
+        return
+    leaves = zip(*(jax.tree.leaves(eqx.filter(x, eqx.is_array)) for x in (a, b)))
+    if all(np.array_equal(u, v) for u, v in leaves):
         raise UsageError(
-            f"--param {name}: the layer does not change with {name} here; choose another parameter."
+            "--seed is ignored here: this model draws no random weights"
+            + (" and the census is exact (no random starts)" if census else "")
+            + "; drop it (or choose a random --value or --qk)."
         )
-    return family, fam, k_layer, k_x0
 
 
 def run(args) -> int:
+    config = _check(args)  # every refusal above JAX: it is imported only now
+
     import numpy as np
 
     from .._equilibria._arclength import check_start
     from .._run._io import provenance, write_json
     from ..equilibria import continue_branch, equilibrium_census
 
-    config = _check(args)
     name = args.param
+    if args.seed_given:
+        _check_seed_read(config, name, args.p_from, args.start == "census")
     family, fam, k_layer, k_x0 = parameter_family(config, name, args.p_from, args.seed)
     if args.start != "census":
-        starts = _file_starts(args.start, args.n, args.d)
+        starts = args.start_array
         for i, x in enumerate(starts):
             try:
                 check_start(fam, x, args.p_from, args.residual_tol)
@@ -335,7 +272,7 @@ def run(args) -> int:
     cfg = {
         k: (str(v) if isinstance(v, Path) else v)
         for k, v in vars(args).items()
-        if k not in ("func", "before_jax")
+        if k not in ("func", "before_jax", "start_array", "seed_given")
     }
     result = {
         "config": cfg,

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
         "matching. Writes equilibria.json and eigen_moduli.png.",
         formatter_class=HelpFormatter,
     )
-    add_model_flags(p)
+    add_model_flags(p, one_map=True)
     # --w is unset by default (refused with a value family that ignores it): 7.0 where it is read.
     p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal")
     g = p.add_argument_group("search")

@@ -74,6 +74,15 @@ def check_spectrum_args(args, dim: int, layers: int) -> int:
     return k
 
 
+def _check_no_tangent_space(args, config) -> None:
+    """``--d 1`` on the spheres S^0, refused before JAX loads (it came after the layer was built).
+    A random model is on the spheres when it ends with a sphere LayerNorm (post or ngpt, --ln sphere),
+    as `rankdyn._lyapunov._layer.uses_tangent_space` decides for the built layer."""
+    resolved = config.resolved()
+    if args.d == 1 and resolved["placement"] in ("post", "ngpt") and resolved["ln"] == "sphere":
+        check_spectrum_args(args, 0, args.layers)
+
+
 def _check_k_bounds(args, most: int) -> None:
     """``--k`` against what no model can change (before JAX loads): at least 1, at most ``most``
     (n d, the largest state space); the exact dimension is checked once the layer is built."""
@@ -123,6 +132,7 @@ def _model(args):
             "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
         )
     check_schedule(args, args.layers)  # before JAX loads: only --k needs the built layer
+    _check_no_tangent_space(args, config)
     _check_k_bounds(args, args.n * args.d)
     check_out_dir(args.out)
     import jax.random as jr
@@ -166,11 +176,11 @@ def _checkpoint_model(args):
         _ALLOWED,
         _FALLBACK_MODEL,
         _check_inputs,
-        _count_excerpts_before_loading,
         _mask_of,
         _refuse_model_flags,
         architecture,
     )
+    from ._excerpts import count_excerpts_before_loading
     from ._scheme import check_mix_depth, scheme_of
 
     given = args.__dict__.pop("checkpoint_flags_given")
@@ -179,7 +189,7 @@ def _checkpoint_model(args):
     check_nonnegative(args, "layers", "batch", minimum=1)
     # Every check that needs no weights first (a refusal loads neither JAX nor the model).
     check_schedule(args, args.layers if "layers" in given else None)
-    _count_excerpts_before_loading(args, given)
+    count_excerpts_before_loading(args, given)
     from .._trained import load_checkpoint  # JAX loads only now
     from ..lyapunov import spectrum_dim
 

@@ -22,13 +22,18 @@ from ._checks import (
 from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter, metrics_help, print_table, print_written
 
+#: Flags of a layer stack or a random map: a command about one fixed map (equilibria, continue, basins)
+#: hides them from its help and refuses them, saying why.
+STACK_FLAGS = ("per_layer_weights", "dropout", "attn_dropout", "hidden_dropout")
 
-def add_model_flags(p: argparse.ArgumentParser) -> None:
+
+def add_model_flags(p: argparse.ArgumentParser, *, one_map: bool = False) -> None:
     """Flags that define a model and its inputs (shared with other subcommands).
 
     Generated from the rows of `rankdyn._model._params.PARAMS` that have a flag (`model_flags`); their
     values become a `rankdyn._model._config.ModelConfig` (`check_model_args`), which holds every rule;
-    an error names the flag.
+    an error names the flag. ``one_map``: the command studies one deterministic map (its fixed points
+    or attractors), so `STACK_FLAGS` are left out of ``--help`` (still parsed, and refused with the reason).
     """
     g = p.add_argument_group("model")
     model_flags(g)
@@ -41,6 +46,10 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
         help="attention and hidden dropout rate in [0, 1) (default: 0, off)",
     )
     g.add_argument("--x64", action="store_true", help="float64 end to end")
+    if one_map:
+        for action in g._group_actions:
+            if action.dest in STACK_FLAGS:
+                action.help = argparse.SUPPRESS
 
 
 def add_parser(sub) -> None:

@@ -48,6 +48,7 @@ from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._model._placements import fixed_point_layer
 from .._observe._tolerances import default_residual_tol
+from . import MAX_STATE
 from ._linearise import tangent_basis
 from ._quotient import orbit_complement
 from ._stability import block_eigvals, cluster_means
@@ -77,10 +78,6 @@ class Family(Protocol):
     def linearise(self, x: np.ndarray, p: float) -> tuple: ...
 
     def on_spheres(self, p: float) -> bool: ...
-
-
-#: Largest n * d: every corrector step forms the dense Jacobian (8 (n d)^2 bytes) and an SVD of it.
-MAX_STATE = 2048
 
 
 def _scale(p: float) -> float:

@@ -124,7 +124,10 @@ def continue_branch(
             range.
     """
     period = check_period(period)
-    p0, p1 = float(p_start), float(p_end)
+    try:
+        p0, p1 = float(p_start), float(p_end)
+    except (TypeError, ValueError):
+        raise UsageError(f"p_start and p_end must be real numbers, got {p_start!r} and {p_end!r}.") from None
     if not (math.isfinite(p0) and math.isfinite(p1)):
         raise UsageError(f"p_start and p_end must be finite, got {p0} and {p1}.")
     if p0 == p1:
@@ -137,6 +140,14 @@ def continue_branch(
     ds_max = 4 * ds if ds_max is None else float(ds_max)
     if not 0 < ds_min <= ds <= ds_max:
         raise UsageError(f"need 0 < ds_min <= ds <= ds_max, got {ds_min}, {ds}, {ds_max}.")
+    # A step that cannot change p in float64 gives a zero secant, then NaN parameters.
+    resolution = 8 * math.ulp(max(abs(p0), abs(p1)))
+    if ds_min < resolution:
+        raise UsageError(
+            f"the interval [{min(p0, p1)!r}, {max(p0, p1)!r}] is too narrow to continue over: the smallest "
+            f"step ds_min = {ds_min:.3g} is below float64's resolution of p there ({resolution:.3g}); "
+            "widen the interval (or give a larger ds_min)."
+        )
     if max_steps < 1:
         raise UsageError(f"max_steps must be >= 1, got {max_steps}.")
     ndim = np.ndim(x_start)
@@ -251,7 +262,8 @@ def continue_branch(
                 bif = dataclasses.replace(bif, located=False)
             if bif is not None:
                 bifs.append(bif)
-        arcs.append(arcs[-1] + float(np.sqrt(np.sum((new.x - last.x) ** 2) + (new.p - last.p) ** 2)))
+        # hypot: a step of 1e200 in p is representable, its square is not (an OverflowError in Python).
+        arcs.append(arcs[-1] + math.hypot(float(np.linalg.norm(new.x - last.x)), float(new.p - last.p)))
         pts.append(new)
         tans.append(new_tan)
         eigs.append(eig)

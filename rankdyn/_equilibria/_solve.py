@@ -397,7 +397,15 @@ def find_equilibria(
         if isinstance(ok, jax.core.Tracer):  # inside the caller's jit: a runtime check
             sol = eqx.tree_at(lambda s: s.x, sol, eqx.error_if(sol.x, ~jnp.all(ok), why.format("some")))
         elif not bool(jnp.all(ok)):
-            raise SolveError(why.format(int(np.sum(~np.asarray(ok)))))
+            # A start with NaN or inf never could: say so, not only "more max_steps may help".
+            bad = ~np.all(np.isfinite(np.asarray(x0s)), axis=(-2, -1))
+            nonfinite = (
+                f" {int(bad.sum())} of them start from NaN or infinite values in x0 (the first at batch "
+                f"index {tuple(map(int, np.argwhere(bad)[0]))}): pass finite starts."
+                if bad.any()
+                else ""
+            )
+            raise SolveError(why.format(int(np.sum(~np.asarray(ok)))) + nonfinite)
     return sol
 
 

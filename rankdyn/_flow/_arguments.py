@@ -2,10 +2,9 @@
 
 Without these checks each would run silently wrong or crash later: ``times`` with NaN or inf (NaN
 everywhere), float16 or complex ``x0`` (NaN, or a dtype error deep in the solver), ``t1`` or
-``saves`` next to ``times`` (ignored), ``chunk <= 0`` (clamped to 1), ``max_steps <= 0``, an
-``observe`` that is not a `FlowObserver`, and a call under ``jax.jit`` / ``vmap`` / ``grad``
-(a tracer error): `solve_flow` is a Python loop of compiled pieces, so it refuses tracers with
-one clear error.
+``saves`` next to ``times`` (ignored), ``chunk <= 0`` (clamped to 1), ``max_steps <= 0``, and a call
+under ``jax.jit`` / ``vmap`` / ``grad`` (a tracer error): `solve_flow` is a Python loop of compiled
+pieces, so it refuses tracers with one clear error.
 
 The flow's memory is estimated here too, from the sizes alone, before anything is allocated
 (`check_flow_memory`, shared by `solve_flow` and ``rankdyn flow``): ``--batch 2000000 --n 64
@@ -49,7 +48,7 @@ def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-def check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe, observer_type) -> None:
+def check_flow_arguments(x0, t1, times, saves, chunk, max_steps) -> None:
     """Refuse the arguments of `solve_flow` that it would ignore, clamp or fail on later.
 
     Raises:
@@ -80,11 +79,6 @@ def check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe, observ
         raise UsageError(f"chunk must be an integer >= 1 (trajectories vmapped together), got {chunk!r}.")
     if not _is_int(max_steps) or max_steps < 1:
         raise UsageError(f"max_steps must be an integer >= 1, got {max_steps!r}.")
-    if observe is not None and not isinstance(observe, observer_type):
-        raise UsageError(
-            "observe must be a rankdyn.flow.FlowObserver (the metrics to record), got "
-            f"{type(observe).__name__}."
-        )
 
 
 def check_beta_range(beta: float, dtype, dynamics: str, flag: str = "--beta") -> None:

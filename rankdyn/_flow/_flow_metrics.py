@@ -13,6 +13,7 @@ r"""What is recorded at each saved time of the flow: collapse metrics, clusters,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -23,7 +24,7 @@ from .._errors import UsageError
 from .._observe._metric_observer import MetricObserver
 from ._field import interaction_energy
 
-__all__ = ["FlowObserver", "cluster_count", "diameter", "FLOW_METRICS"]
+__all__ = ["FlowObserver", "WithClustered", "cluster_count", "diameter", "FLOW_METRICS"]
 
 _HI = lax.Precision.HIGHEST
 #: The collapse metrics recorded by default (the SVD-free ones: cheap at every saved time).
@@ -69,7 +70,11 @@ def diameter(x: Float[ArrayLike, "n d"]) -> Float[Array, ""]:
 
 
 class FlowObserver(eqx.Module):
-    """``(x, beta) -> {name: scalar}``: the chosen metrics of `FLOW_METRICS` for one ``(n, d)`` state.
+    """``(t, x, beta) -> {name: scalar}``: the chosen metrics of `FLOW_METRICS` for one ``(n, d)`` state.
+
+    The observer signature of `rankdyn.simulate` (``(t, x, args)``, after Diffrax's
+    ``SaveAt(fn=...)``), with ``t`` the time and ``args`` the inverse temperature beta (which
+    ``energy`` reads).
 
     Attributes:
         cos_threshold: cosine above which two tokens belong to one cluster.
@@ -90,8 +95,8 @@ class FlowObserver(eqx.Module):
         self.names = _flow_metric_names(metrics)
         self.collapse = MetricObserver(tuple(k for k in COLLAPSE if k in self.names))
 
-    def __call__(self, x: Float[Array, "n d"], beta) -> dict[str, Float[Array, ""]]:
-        out = dict(self.collapse(x))
+    def __call__(self, t, x: Float[Array, "n d"], beta) -> dict[str, Float[Array, ""]]:
+        out = dict(self.collapse(t, x))
         diam = diameter(x)
         if "clusters" in self.names:
             out["clusters"] = cluster_count(x, self.cos_threshold.astype(x.dtype))
@@ -100,6 +105,24 @@ class FlowObserver(eqx.Module):
         if "diameter" in self.names:
             out["diameter"] = diam
         out["clustered"] = (diam <= self.eps.astype(x.dtype)).astype(x.dtype)
+        return out
+
+
+class WithClustered(eqx.Module):
+    """A user's flow observer, with ``clustered`` (`FlowObserver`'s default ``eps``) added when it
+    does not return it: `FlowSolution.time_to_cluster` reads it."""
+
+    observe: Callable
+    default: FlowObserver
+
+    def __init__(self, observe: Callable):
+        self.observe = observe
+        self.default = FlowObserver(metrics="clustered")
+
+    def __call__(self, t, x: Float[Array, "n d"], beta) -> dict[str, Float[Array, ""]]:
+        out = dict(self.observe(t, x, beta))
+        if "clustered" not in out:
+            out["clustered"] = self.default(t, x, beta)["clustered"]
         return out
 
 

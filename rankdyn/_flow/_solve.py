@@ -21,6 +21,7 @@ asked for.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import diffrax
 import equinox as eqx
@@ -30,13 +31,14 @@ import numpy as np
 from jaxtyping import Array
 
 from .._errors import SolveError, UsageError
+from .._observe._metric_observer import check_observer
 from .._observe._stats import Summary, summarize
 from .._results import RESULTS
 from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
 from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
-from ._flow_metrics import FlowObserver
+from ._flow_metrics import FlowObserver, WithClustered
 from ._schemes import scheme_solver
 from ._solvers import (
     ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
@@ -173,7 +175,7 @@ def _piece(field, observer, x, beta, ts, real, cfg):
         # A scheme that moves the radius keeps it (the observer reads the directions): no drift.
         off = jnp.zeros_like(nrm) if field.radial else nrm - 1
         saved = {
-            "obs": jax.vmap(observer, in_axes=(0, None))(u, b),
+            "obs": jax.vmap(observer, in_axes=(0, 0, None))(ts, u, b),
             "drift": jnp.max(jnp.abs(off), axis=(1, 2)),
             "zero": jnp.any(nrm == 0, axis=(1, 2)),
         }
@@ -246,7 +248,7 @@ def solve_flow(
     atol: float | None = None,
     dt: float | None = None,
     max_steps: int = 4096,
-    observe: FlowObserver | None = None,
+    observe: Callable[[Array, Array, Array], dict[str, Array]] | None = None,
     metrics=None,
     save_states: bool = False,
     per_trajectory: bool = False,
@@ -280,7 +282,11 @@ def solve_flow(
         max_steps: solver steps allowed per compiled piece (about a twentieth of the saved
             intervals; `rankdyn._flow._arguments.piece_length`); reaching it is reported in
             ``steps_limit_hit``, never raised.
-        observe: the metrics recorded (default `FlowObserver()`; the name of `rankdyn.simulate`'s).
+        observe: ``(t, x, beta) -> dict of arrays`` recorded at the saved times, the observer
+            signature of `rankdyn.simulate` (after Diffrax's ``SaveAt(fn=...)``): ``t`` the time,
+            ``x`` one trajectory's ``(n, d)`` state on the sphere, ``beta`` its inverse
+            temperature. Default `FlowObserver()`. ``clustered`` (diameter <= 1e-2, which
+            `FlowSolution.time_to_cluster` reads) is added when the observer does not return it.
         metrics: the names recorded by the default observer, as in `rankdyn.simulate`: None or
             ``"all"`` for every one of `rankdyn.flow.FLOW_METRICS`, or a subset (a list or a
             comma-separated string); ``clustered`` is always recorded. Refused with ``observe``.
@@ -299,7 +305,7 @@ def solve_flow(
             grid or ``x0``.
         SolveError: with ``throw=True``, when some trajectory did not succeed.
     """
-    check_flow_arguments(x0, t1, times, saves, chunk, max_steps, observe, FlowObserver)
+    check_flow_arguments(x0, t1, times, saves, chunk, max_steps)
     saves = 101 if saves is None else saves
     solver_obj, controller = _solver_and_controller(solver, stepsize_controller, rtol, atol, dt)
     x0, betas, times = _validate(field, x0, t1, beta, times, saves)
@@ -309,8 +315,14 @@ def solve_flow(
             "solve_flow(metrics=..., observe=...): pass the metrics to the observer, "
             "FlowObserver(metrics=...), or drop observe."
         )
-    observer = FlowObserver(metrics=metrics) if observe is None else observe
     dtype = x0.dtype
+    if observe is None:
+        observer = FlowObserver(metrics=metrics)
+    else:
+        x = jax.ShapeDtypeStruct((field.num_tokens, field.dim), dtype)
+        t = jax.ShapeDtypeStruct((), dtype)
+        check_observer(observe, t, x, t, what="solve_flow", args_name="the inverse temperature beta")
+        observer = observe if isinstance(observe, FlowObserver) else WithClustered(observe)
     batch = x0.shape[0]
     chunk = resolve_chunk(chunk, batch)  # chunk >= 1: checked
     check_flow_memory(

@@ -140,7 +140,7 @@ def lyapunov_spectrum(
     if isinstance(x0, TokenSampler):
         raise UsageError("x0 must be an array of tokens here; draw one with rankdyn.initial_tokens.")
     x0 = _validate(layer, x0, num_layers if isinstance(num_layers, (int, np.integer)) else 0, 1)
-    _check_options(1e-6, devices, None)
+    _check_options(1e-6, devices)
     if layer.has_dropout:
         raise UsageError(
             "the layer has dropout, a random map with no Lyapunov spectrum here; build it with dropout 0."

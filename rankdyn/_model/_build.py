@@ -59,7 +59,26 @@ def make_layer(key: PRNGKeyArray, **kwargs) -> "SelfAttentionLayer":
             )
         kwargs.update(attn_dropout=dropout, hidden_dropout=dropout)
         where = _ARGUMENTS_SHORTHAND  # messages name the argument the user passed
-    return build_layer(key, ModelConfig.from_mapping(kwargs, where=where))
+    config = ModelConfig.from_mapping(kwargs, where=where)
+    check_key(key, "make_layer")
+    return build_layer(key, config)
+
+
+def check_key(key, where: str) -> None:
+    """``key`` is a ``jax.random.key`` or a legacy ``PRNGKey`` (uint32 ``(2,)``): an int or None
+    failed deep in JAX ("invalid PRNG key data") naming no argument."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype = getattr(key, "dtype", None)
+    if isinstance(key, jax.core.Tracer) or (dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)):
+        return
+    if dtype == jnp.uint32 and getattr(key, "shape", None) == (2,):
+        return
+    raise UsageError(
+        f"{where}(): key must be a PRNG key, got {key!r}; pass e.g. jax.random.key(0) (or "
+        "jax.random.PRNGKey(0))."
+    )
 
 
 def _make_layer_doc() -> str:

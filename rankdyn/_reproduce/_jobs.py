@@ -36,6 +36,8 @@ import signal
 import time
 from pathlib import Path
 
+from .._run._interrupt import check_interrupt
+
 __all__ = ["work_items", "split_cores", "run_parallel", "QUICK_SECONDS"]
 
 
@@ -220,6 +222,9 @@ def run_parallel(
                 bar.set_postfix_str(label)
                 shown = label
             done, _ = cf.wait(list(started), timeout=0.5, return_when=cf.FIRST_COMPLETED)
+            # The workers ignore SIGINT: the parent's loop is where Ctrl-C and SIGTERM stop the run
+            # (the finally below ends the workers); it used to wait for them to finish first.
+            check_interrupt()
             for fut in done:
                 item, _ = started.pop(fut)
                 try:

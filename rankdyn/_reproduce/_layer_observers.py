@@ -1,5 +1,8 @@
 r"""Per-layer observation functions passed to `rankdyn.simulate(..., observe=...)`.
 
+Each has the observer signature ``(t, x, args) -> dict`` (layer index, one trajectory's tokens,
+the layer) and reads the tokens only.
+
 They are module-level functions (or built once per configuration): simulate's compilation
 cache is keyed on the function object, so a fresh lambda per call would recompile.
 """
@@ -21,14 +24,14 @@ __all__ = [
 ]
 
 
-def cheap_observe(x):
+def cheap_observe(t, x, args):
     """SVD-free per-layer metrics: mu (eq. 4), mu/||X||_F, mu(LN(X)), row norms, cosines."""
     return direction_metrics(x)
 
 
 def full_observe(rank_tol):
     """All of `rankdyn.collapse_metrics` (with SVD) at relative rank tolerance ``rank_tol``."""
-    return lambda x: collapse_metrics(x, rank_tol)
+    return lambda t, x, args: collapse_metrics(x, rank_tol)
 
 
 def sigma_ratio(x):
@@ -38,7 +41,7 @@ def sigma_ratio(x):
     return s[1] / jnp.where(s[0] > 0, s[0], 1.0)
 
 
-def observe_sigma_ratio(x):
+def observe_sigma_ratio(t, x, args):
     return {"ratio": sigma_ratio(x)}
 
 
@@ -53,7 +56,7 @@ def zero_rows(x):
     return nrm <= 16 * jnp.finfo(x.dtype).eps * jnp.max(nrm)
 
 
-def observe_zero_rows(x):
+def observe_zero_rows(t, x, args):
     r"""mu (eq. 4) and its split into zero and nonzero rows, for the dropout mechanism.
 
     - ``mu``, ``mu_rel``: as in `rankdyn.metrics.direction_metrics`;

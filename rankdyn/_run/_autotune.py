@@ -95,7 +95,7 @@ def _key(layer, observe, x0, save_every: int, eps: bool) -> str:
 def _chunk_run(layer, observe, source, drop_key, chunk: int, num: int, plan: DepthPlan):
     """A compiled, warmed-up run of one chunk over ``plan``'s blocks, its trajectory-layers, and
     the warm-up's outputs (compared across candidates by `_same_numbers`)."""
-    acc = empty_acc(observe, source, plan.eps, plan.num_blocks + 1)
+    acc = empty_acc(observe, layer, source, plan.eps, plan.num_blocks + 1)
     args = (layer, observe, source, drop_key, jnp.asarray(0), jnp.asarray(num), chunk, plan, None, acc)
     out = jax.block_until_ready(_first(*args))  # compile and warm up
     return (lambda: jax.block_until_ready(_first(*args))), chunk * plan.num_blocks * plan.save_every, out

@@ -141,8 +141,10 @@ def scan_depth(
             y, aux = jax.vmap(lambda x1, k: layer(x1, t, key=k))(x, _layer_keys(keys, t))
         return (y, bad | aux.degenerate), aux.eps_min
 
-    def record(x, bad, nonfinite, e):
-        values = dict(jax.vmap(observe)(x))
+    def record(t, x, bad, nonfinite, e):
+        # The observer signature (t, x, args) of every recording entry point: the layer index of
+        # the record, one trajectory's tokens, and the layer.
+        values = dict(jax.vmap(observe, in_axes=(None, 0, None))(t, x, layer))
         if eps:
             values["eps_min"] = e
         # One pass over the tokens gives both flags: a row's max |x| is NaN or inf iff the row
@@ -160,7 +162,7 @@ def scan_depth(
     def one_block(carry, b):
         x, bad, nonfinite = carry
         (x, bad), e = lax.scan(one_layer, (x, bad), b * save_every + jnp.arange(save_every))
-        bad, nonfinite, ys = record(x, bad, nonfinite, jnp.min(e, axis=0))
+        bad, nonfinite, ys = record((b + 1) * save_every, x, bad, nonfinite, jnp.min(e, axis=0))
         if acc is not None:
             return (x, bad, nonfinite), ys + ((x if save_states else None),)
         return (x, bad, nonfinite), ((ys, x) if save_states else ys)
@@ -172,7 +174,8 @@ def scan_depth(
     x = _canonical(state.x)
     bad, nonfinite = state.degenerate, state.nonfinite
     if include_start:
-        bad, nonfinite, first = record(x, bad, nonfinite, _eps_start(layer, x))
+        t0 = block0 * save_every
+        bad, nonfinite, first = record(t0, x, bad, nonfinite, _eps_start(layer, x))
         if acc is None and save_states:
             first = (first, x)
     blocks = block0 + jnp.arange(num_blocks)
@@ -274,9 +277,9 @@ def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh, ac
     return _chunk_program(layer, observe, state, block0, plan, mesh, acc)
 
 
-def empty_acc(observe, source, eps: bool, records: int) -> BatchStats:
+def empty_acc(observe, layer, source, eps: bool, records: int) -> BatchStats:
     """Statistics of no trajectory over ``records`` records of ``observe`` (and ``eps_min``)."""
-    return empty_stats(_record_shapes(observe, source, eps), records)
+    return empty_stats(_record_shapes(observe, layer, source, eps), records)
 
 
 #: (observe, source) signatures -> one record's shapes: tracing them again on every call would
@@ -289,16 +292,17 @@ def _signature(tree):
     return treedef, tuple((l.shape, l.dtype) if hasattr(l, "shape") else l for l in leaves)
 
 
-def _record_shapes(observe, source, eps: bool) -> dict:
+def _record_shapes(observe, layer, source, eps: bool) -> dict:
     try:
-        key = (_signature(observe), _signature(source), eps, jax.config.jax_enable_x64)
+        key = (_signature(observe), _signature(layer), _signature(source), eps, jax.config.jax_enable_x64)
         hash(key)
     except TypeError:  # an unhashable static field: trace every time
         key = None
     if key is not None and key in _SHAPES:
         return _SHAPES[key]
     x = jax.eval_shape(lambda s: _canonical(s.sample(jnp.zeros(1, int))), source)
-    shapes = dict(jax.eval_shape(jax.vmap(observe), x))
+    t = jax.ShapeDtypeStruct((), jnp.int32)
+    shapes = dict(jax.eval_shape(jax.vmap(observe, in_axes=(None, 0, None)), t, x, layer))
     one = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in shapes.items()}
     if eps:
         one["eps_min"] = jax.ShapeDtypeStruct((), x.dtype)
@@ -358,7 +362,7 @@ def run_batch(
     num_arr = jax.device_put(np.asarray(num))  # a transfer, not an eager program to compile
     # The running statistics, one part per depth piece (the pieces are the same in every chunk).
     sizes = [min(piece, num_blocks - b) for b in range(0, max(num_blocks, 1), piece)]
-    accs = [empty_acc(observe, source, eps, nb + (i == 0)) for i, nb in enumerate(sizes)]
+    accs = [empty_acc(observe, layer, source, eps, nb + (i == 0)) for i, nb in enumerate(sizes)]
     for start in range(0, num, step):
         plan = DepthPlan(sizes[0], save_every, True, per_trajectory, save_states, eps)
         state, values, _, states, accs[0] = _first(

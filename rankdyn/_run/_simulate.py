@@ -24,7 +24,7 @@ from .._errors import UsageError
 from .._model._blocked import score_entries
 from .._model._layer import SelfAttentionLayer
 from .._model._tokens import TokenSampler
-from .._observe._metric_observer import MetricObserver, parse_metrics
+from .._observe._metric_observer import MetricObserver, check_observer, parse_metrics
 from .._observe._stats import Summary, summarize
 from .._observe._tolerances import RANK_TOL
 from ._autotune import tuned_chunk
@@ -95,8 +95,8 @@ def _strong(v):
     return v.astype(v.dtype) if isinstance(v, jax.core.Tracer) else jax.device_put(np.asarray(v))
 
 
-def _check_options(rank_tol, devices, observe) -> None:
-    """``rank_tol``, ``devices`` and ``observe`` as the docstring allows, or a UsageError naming them."""
+def _check_options(rank_tol, devices) -> None:
+    """``rank_tol`` and ``devices`` as the docstring allows, or a UsageError naming them."""
     if isinstance(rank_tol, bool) or not isinstance(rank_tol, (int, float, np.integer, np.floating)):
         raise UsageError(f"rank_tol must be a number in (0, 1), got {rank_tol!r}; e.g. rank_tol=1e-6.")
     if not (0 < float(rank_tol) < 1):  # NaN fails too: it would count no singular value
@@ -115,39 +115,6 @@ def _check_options(rank_tol, devices, observe) -> None:
             f"devices must be None, 'all', a positive int, a list of jax devices or a batch mesh, got "
             f"{devices!r}; e.g. devices='all'."
         )
-    if observe is not None and not callable(observe):
-        raise UsageError(f"observe must be a function x -> dict of arrays, got {type(observe).__name__}.")
-
-
-#: Observers already checked (by identity, shapes and dtype): tracing one costs as much as
-#: tracing the metrics, and experiments call `simulate` many times with the same function.
-_CHECKED_OBSERVERS: dict = {}
-
-
-def _check_observe(observe, n, d, dtype) -> None:
-    """The observer maps one ``(n, d)`` token matrix to a dict of arrays (checked abstractly)."""
-    try:
-        key = (observe, n, d, np.dtype(dtype).name)
-        if key in _CHECKED_OBSERVERS:
-            return
-    except TypeError:  # unhashable (e.g. a module holding arrays): check every time
-        key = None
-    try:
-        out = jax.eval_shape(observe, jax.ShapeDtypeStruct((n, d), dtype))
-    except Exception as err:  # the user's function failed on a token matrix: name it
-        raise UsageError(
-            f"observe failed on one ({n}, {d}) token matrix ({type(err).__name__}: {err}); it must map "
-            "one token matrix (not a batch) to a dict of arrays."
-        ) from err
-    if not isinstance(out, dict) or not all(
-        isinstance(k, str) and isinstance(v, jax.ShapeDtypeStruct) for k, v in out.items()
-    ):
-        raise UsageError(
-            f"observe must return a dict of arrays (name -> value), got {type(out).__name__}; "
-            "e.g. observe=lambda x: {'mu': rankdyn.metrics.mu(x)}."
-        )
-    if key is not None and len(_CHECKED_OBSERVERS) < 256:
-        _CHECKED_OBSERVERS[key] = True
 
 
 def _max_norm(a: np.ndarray, axes: int) -> float:
@@ -292,9 +259,12 @@ def simulate(
         metrics: the metrics recorded by the default observer: None or ``"all"`` for every
             name of `rankdyn.metrics.METRIC_NAMES` and ``eps_min``, or a subset (a list or a
             comma-separated string). Spectral metrics cost an SVD per trajectory and layer.
-        observe: ``x -> dict of arrays`` computed at saved layers instead of the default
-            metrics (``eps_min`` is always added). Pass the same function object on repeated
-            calls: a new lambda each time means a new compilation.
+        observe: ``(t, x, args) -> dict of arrays`` computed at saved layers instead of the
+            default metrics (``eps_min`` is always added), after Diffrax's ``SaveAt(fn=...)``:
+            ``t`` is the layer index of the record, ``x`` one trajectory's ``(n, d)`` tokens,
+            ``args`` the layer (the signature of `rankdyn.flow.solve_flow`'s observers too).
+            Pass the same function object on repeated calls: a new lambda each time means a
+            new compilation.
         rank_tol: relative tolerance of the numerical rank in the default metrics.
         key: PRNG key, required when the layer uses dropout (trajectory i uses ``fold_in(key, i)``).
         progress: show a progress bar (each chunk's depth is split into ~20 compiled pieces).
@@ -320,10 +290,12 @@ def simulate(
             key, or a run whose estimated memory exceeds the available memory.
     """
     x0 = _validate(layer, x0, num_layers, save_every)
-    _check_options(rank_tol, devices, observe)
+    _check_options(rank_tol, devices)
     _check_logits(layer, x0, np.dtype(x0.dtype))
     if observe is not None:
-        _check_observe(observe, layer.num_tokens, layer.dim, x0.dtype)
+        x = jax.ShapeDtypeStruct((layer.num_tokens, layer.dim), x0.dtype)
+        t = jax.ShapeDtypeStruct((), np.int32)
+        check_observer(observe, t, x, layer, what="simulate", args_name="the layer")
     # A weakly typed leaf (e.g. dqk from a Python float) and a strong one of the same dtype are
     # different programs to jit: make every array leaf strong so both reuse one compilation.
     layer, x0 = jax.tree.map(_strong, (layer, x0))

@@ -115,7 +115,8 @@ def _program_impl(
             include_start=True,
         )
         xf, bad, nonfinite = state.x, state.degenerate, state.nonfinite
-        return stats, jax.vmap(observe_final)(xf), bad, nonfinite
+        final = jax.vmap(observe_final, in_axes=(None, 0, None))(num_layers, xf, layer)
+        return stats, final, bad, nonfinite
 
     return eqx.filter_vmap(one_cell)(layers, x0s, keys)
 

@@ -96,7 +96,7 @@ def _classify_batch(classify, x):
     return jax.vmap(classify)(x)
 
 
-def _cheap_observe(x):
+def _cheap_observe(t, x, args):
     return {"mu": mu(x)}
 
 

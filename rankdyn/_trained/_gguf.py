@@ -28,7 +28,7 @@ import numpy as np
 from .._errors import UsageError
 from ._read import CONFIG_ORIGIN, RawCheckpoint
 
-__all__ = ["read_gguf", "GGML_TYPES"]
+__all__ = ["read_gguf", "GGML_TYPES", "gguf_name", "gguf_tokenizer", "open_gguf"]
 
 #: GGML tensor types that are read (SmolLM2-135M-Instruct.Q4_1 uses F32, Q4_1 and Q8_0).
 GGML_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0")
@@ -184,24 +184,59 @@ def _hf_name(name: str) -> str | None:
     return None
 
 
+def gguf_name(hf: str) -> str:
+    """The GGUF tensor name of an HF name (`_hf_name` inverted), for messages about a GGUF file."""
+    if hf in _TOP.values():
+        return next(k for k, v in _TOP.items() if v == hf)
+    parts = hf.split(".", 2)
+    if len(parts) == 3 and parts[0] == "layers":
+        block = parts[2].removesuffix(".weight")
+        short = next((k for k, v in _BLOCK.items() if v == block), None)
+        if short is not None:
+            return f"blk.{parts[1]}.{short}.weight"
+    return hf
+
+
 def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     """Undo llama.cpp's per-head row permutation of ``attn_q`` / ``attn_k`` (interleaved -> halves)."""
     dim = w.shape[0] // heads // 2
     return w.reshape(heads, dim, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _tokenizer_json(reader, where: str) -> str | None:
-    """A ``tokenizer.json`` text built from the GGUF tokenizer metadata (None if its rule is unknown)."""
+def gguf_tokenizer(reader, where: str) -> tuple[str | None, str]:
+    """``(tokenizer.json text, "")`` built from the GGUF tokenizer metadata, or ``(None, why not)``:
+    a rule rankdyn does not know, or metadata the ``tokenizers`` package cannot build (a merge that is
+    not two tokens, a token out of the vocabulary). Token ids (``--input-ids``) need no tokenizer, so
+    such a file is refused only when text is tokenised."""
+    model = _field(reader, "tokenizer.ggml.model", where, required=False)
+    if model != "gpt2":
+        return None, f"GGUF tokenizer.ggml.model is {model!r} (rankdyn rebuilds 'gpt2', byte-level BPE)"
+    pre = _field(reader, "tokenizer.ggml.pre", where, required=False) or "default"
+    if pre not in _PRE:
+        return None, f"GGUF tokenizer.ggml.pre is {pre!r} (rankdyn knows {', '.join(_PRE)})"
+    try:
+        return _tokenizer_json(reader, where, pre), ""
+    except UsageError as err:
+        return None, str(err).removeprefix(f"{where}: ")
+    except Exception as err:  # the tokenizers package raises plain Exception and TypeError alike
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return None, f"GGUF tokenizer.ggml.* metadata cannot be built into a tokenizer ({why})"
+
+
+def _tokenizer_json(reader, where: str, pre: str) -> str:
+    """A ``tokenizer.json`` text built from the GGUF tokenizer metadata (byte-level BPE)."""
     from tokenizers import Tokenizer, decoders, pre_tokenizers
     from tokenizers.models import BPE
 
-    if _field(reader, "tokenizer.ggml.model", where, required=False) != "gpt2":
-        return None
-    pre = _field(reader, "tokenizer.ggml.pre", where, required=False) or "default"
-    if pre not in _PRE:
-        return None
     tokens = _field(reader, "tokenizer.ggml.tokens", where)
-    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges", where)]
+    merges = _field(reader, "tokenizer.ggml.merges", where)
+    bad = next((i for i, m in enumerate(merges) if not isinstance(m, str) or " " not in m), None)
+    if bad is not None:
+        raise UsageError(
+            f"{where}: GGUF tokenizer.ggml.merges[{bad}] is {merges[bad]!r}, not two tokens separated by "
+            "a space"
+        )
+    merges = [tuple(m.split(" ", 1)) for m in merges]
     tok = Tokenizer(BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre == "smollm":
@@ -219,6 +254,16 @@ def _tokenizer_json(reader, where: str) -> str | None:
     return tok.to_str()
 
 
+def open_gguf(path, where: str) -> _Reader:
+    """A `_Reader` of ``path``: the metadata is parsed, the tensors are mapped, not read."""
+    try:
+        return _Reader(path)
+    except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError, struct.error) as err:
+        raise UsageError(
+            f"{where}: not a readable GGUF file (truncated or corrupt: {err}); re-download it."
+        ) from None
+
+
 def read_gguf(path: Path) -> RawCheckpoint:
     """Read a Llama-architecture ``.gguf`` file: an HF-style config, dequantised tensors, tokenizer.
 
@@ -230,12 +275,7 @@ def read_gguf(path: Path) -> RawCheckpoint:
     import gguf
 
     where = f"checkpoint {path}"
-    try:
-        reader = _Reader(path)
-    except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError, struct.error) as err:
-        raise UsageError(
-            f"{where}: not a readable GGUF file (truncated or corrupt: {err}); re-download it."
-        ) from None
+    reader = open_gguf(path, where)
     arch = _field(reader, "general.architecture", where)
     if arch != "llama":
         raise UsageError(
@@ -293,7 +333,12 @@ def read_gguf(path: Path) -> RawCheckpoint:
             w = _unpermute(w, kv)
         tensors[name] = w
         types[kind] += 1
-    config.setdefault("vocab_size", int(tensors["embed_tokens.weight"].shape[0]) if tensors else 0)
+    if "embed_tokens.weight" not in tensors:  # the vocabulary's size is read from it
+        raise UsageError(
+            f"{where}: the GGUF file has no tensor 'token_embd.weight' (the token embeddings); re-convert "
+            "the file with llama.cpp's convert_hf_to_gguf.py."
+        )
+    config.setdefault("vocab_size", int(tensors["embed_tokens.weight"].shape[0]))
     config["tie_word_embeddings"] = "lm_head.weight" not in tensors
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -304,6 +349,6 @@ def read_gguf(path: Path) -> RawCheckpoint:
         config=json.loads(json.dumps(config)),
         tensors=tensors,
         sha256=digest.hexdigest(),
-        tokenizer_json=_tokenizer_json(reader, where),
+        tokenizer_json=gguf_tokenizer(reader, where)[0],
         quantization=dict(sorted(types.items())),
     )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Callable
 
 import equinox as eqx
 import numpy as np
@@ -61,8 +63,30 @@ def _source(config: dict, name: str) -> tuple[str, str, str]:
     GGUF metadata key it was read from."""
     origin = config.get(CONFIG_ORIGIN) or {}
     if name in origin:
-        return "the GGUF metadata", origin[name], "re-convert the file (llama.cpp's convert_hf_to_gguf.py)"
+        return "the GGUF metadata", origin[name], "re-convert the file with llama.cpp's convert_hf_to_gguf.py"
     return "config.json", name, "fix config.json (or re-save the checkpoint with save_pretrained)"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Files:
+    """How messages name a checkpoint's weights, its config, the fix and a tensor (HF or GGUF words)."""
+
+    weights: str
+    config: str
+    fix: str
+    tensor: Callable[[str], str]
+
+
+def _files(raw: RawCheckpoint) -> _Files:
+    """A GGUF file has no config.json or model.safetensors, and is not re-saved with save_pretrained:
+    its messages name the file, its metadata keys and its own tensor names."""
+    origin = raw.config.get(CONFIG_ORIGIN) or {}
+    if origin:
+        from ._gguf import gguf_name
+
+        fix = "re-convert the file with llama.cpp's convert_hf_to_gguf.py"
+        return _Files("the GGUF file", "the GGUF metadata", fix, gguf_name)
+    return _Files("model.safetensors", "config.json", "re-save both with save_pretrained", lambda k: k)
 
 
 def config_value(config: dict, where: str, *names: str, default=None, required: bool = True):
@@ -131,21 +155,22 @@ class Tensors:
 
     def __call__(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         key = self.prefix + name
-        where = f"checkpoint {self.raw.path}"
+        where, f = f"checkpoint {self.raw.path}", _files(self.raw)
         if key not in self.raw.tensors:
             raise UsageError(
-                f"{where}: model.safetensors has no tensor {key!r}, which config.json's architecture needs; "
-                "the weights do not belong to this config.json (re-save both with save_pretrained)."
+                f"{where}: {f.weights} has no tensor {f.tensor(key)!r}, which the architecture of {f.config} "
+                f"needs; the weights do not belong to {f.config} ({f.fix})."
             )
         t = self.raw.tensors[key]
         if tuple(t.shape) != tuple(shape):
             raise UsageError(
-                f"{where}: tensor {key!r} has shape {tuple(t.shape)} but config.json ({self.implied}) "
-                f"implies {tuple(shape)}; the weights and config.json do not match (re-save both with "
-                "save_pretrained)."
+                f"{where}: tensor {f.tensor(key)!r} has shape {tuple(t.shape)} but {f.config} "
+                f"({self.implied}) implies {tuple(shape)}; the weights and {f.config} do not match ({f.fix})."
             )
         if not np.issubdtype(t.dtype, np.floating) and t.dtype.name != "bfloat16":
-            raise UsageError(f"{where}: tensor {key!r} has dtype {t.dtype}, expected floating-point weights.")
+            raise UsageError(
+                f"{where}: tensor {f.tensor(key)!r} has dtype {t.dtype}, expected floating-point weights."
+            )
         # fp16 / bf16 weights become the run's dtype here, once.
         out = t.astype(self.dtype)
         if not np.isfinite(out).all():  # was reported downstream as "x0 contains NaN"
@@ -169,9 +194,10 @@ def find_prefix(raw: RawCheckpoint, anchor: str) -> str:
     """
     hits = sorted((k[: -len(anchor)] for k in raw.tensors if k.endswith(anchor)), key=len)
     if not hits:
+        f = _files(raw)
         raise UsageError(
-            f"checkpoint {raw.path}: model.safetensors has no tensor ending in {anchor!r}; the weights do "
-            "not belong to config.json's model_type (re-save both with save_pretrained)."
+            f"checkpoint {raw.path}: {f.weights} has no tensor {f.tensor(anchor)!r}; the weights do not "
+            f"belong to the model type of {f.config} ({f.fix})."
         )
     return hits[0]
 
@@ -191,8 +217,9 @@ def check_layer_count(t: Tensors, block: str, num_layers: int, key: str) -> None
     found = {int(m.group(1)) for k in t.raw.tensors if (m := pattern.match(k))}
     if found != set(range(num_layers)):
         gaps = "" if found == set(range(len(found))) else f" (indices {sorted(found)})"
+        f, key = _files(t.raw), _source(t.raw.config, key)[1]
         raise UsageError(
-            f"checkpoint {t.raw.path}: config.json has {key}={num_layers} but model.safetensors holds "
+            f"checkpoint {t.raw.path}: {f.config} has {key}={num_layers} but {f.weights} holds "
             f"{len(found)} layers{gaps}; the config does not belong to these weights (set {key} to the "
-            "weights' count, or re-save both with save_pretrained)."
+            f"weights' count, or {f.fix})."
         )

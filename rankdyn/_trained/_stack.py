@@ -275,9 +275,13 @@ class Checkpoint:
                 than ``batch`` excerpts (the message gives its token count).
         """
         if self.tokenizer_json is None:
-            raise UsageError(
-                f"checkpoint {self.path} has no tokenizer.json; tokenise yourself and pass ids (--input-ids)."
-            )
+            what = "has no tokenizer.json"
+            if str(self.path).endswith(".gguf"):  # say why its metadata gave no tokenizer
+                from ._gguf import gguf_tokenizer, open_gguf
+
+                where = f"checkpoint {self.path}"
+                what = f"has no tokenizer: {gguf_tokenizer(open_gguf(self.path, where), where)[1]}"
+            raise UsageError(f"checkpoint {self.path} {what}; tokenise yourself and pass ids (--input-ids).")
         if not 1 <= n <= self.max_positions:
             raise UsageError(
                 f"n={n}: the checkpoint has {self.max_positions} positions (max_position_embeddings); "

@@ -6,8 +6,15 @@ SmolLM2-135M (default; any checkpoint with ``--checkpoint``) and on the first ex
 default corpus, `rankdyn._run._sinks.attention_sinks` measures per layer and head the mass
 $m_0$ on token 0 (the causal mask's centre) against the uniform causal baseline $u_0$, and the
 mean cosine of the tokens to token 0. It compares the trained block, its SAN variants, and
-random-init Llama layers of the same shapes (weights $\mathcal N(0, 0.02^2)$, HF's
-``initializer_range``; RMSNorm gains 1).
+the controls of `_sink_controls`: layers of the same shapes redrawn with the trained matrices'
+norms and gains (scored), and $\mathcal N(0, 0.02^2)$ layers (HF's ``initializer_range``; RMSNorm
+gains 1; reported in full mode).
+
+Rule, fixed before the run (docs/theory.md, "Verdict rules fixed before the run"): check s2 reads
+the scale-matched control (`_sink_controls.scale_matched_init`: every matrix redrawn with the
+trained matrix's Frobenius norm, trained gains kept), whose logits have the trained scale, so the
+causal mask and the depth could make a sink by themselves and the control can fail. The
+N(0, 0.02^2) control (near-uniform attention) is reported in full mode, not scored.
 """
 
 from __future__ import annotations
@@ -15,14 +22,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 
 from ..._run._io import to_jsonable
 from ..._run._sinks import SinkStats, attention_sinks
 from .. import _verdict as V
 from .._target import Description, Measured, Rendered, off_json
+from ._sink_controls import INIT_STD, random_init, scale_matched_init
 from .pretrained_common import ModelRun, criterion, excerpt_ids, model_run
 
 NAME = "attention-sinks"
@@ -33,15 +39,14 @@ CLAIM = (
 )
 CHECK_NAMES = (
     "s1: trained block: attention on token 0 is at least 2x the uniform causal baseline in most layers",
-    "s2: random-init layers of the same shapes: below 2x in most layers (the sink is learned)",
+    "s2: scale-matched random layers (trained weight norms and gains): below 2x in most layers (the sink "
+    "is learned)",
     "s3: trained block: the tokens move toward token 0's direction (mean cosine to token 0 rises over the "
     "depth and ends at least as high as the cosine among the other tokens)",
     "s4: trained SAN with skip and LN: the tokens' directions approach token 0's (mean cosine >= 0.9)",
 )
 #: A sink: attention on token 0 at least this many times the uniform causal baseline.
 SINK_FACTOR = 2.0
-#: Random-init weights' standard deviation (HF's initializer_range for Llama and SmolLM2).
-INIT_STD = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,52 +68,17 @@ class AttentionSinksMeasured(Measured):
 
 
 def sizes(quick: bool) -> dict:
-    """Quick: 4 excerpts of 32 tokens, the trained block, one SAN variant and random layers;
-    full: 32 excerpts of 128 tokens, every variant."""
+    """Quick: 4 excerpts of 32 tokens, the trained block, one SAN variant and the scale-matched
+    control; full: 32 excerpts of 128 tokens, every variant, and the N(0, 0.02^2) layers too."""
     if quick:
-        return {"n": 32, "batch": 4, "variants": ("full", "san-skip-ln"), "random": ("full",)}
+        return {"n": 32, "batch": 4, "variants": ("full", "san-skip-ln"), "controls": ("full",), "random": ()}
     return {
         "n": 128,
         "batch": 32,
         "variants": ("full", "san", "san-skip", "san-ln", "san-skip-ln"),
+        "controls": ("full", "san-skip-ln"),
         "random": ("full", "san-skip-ln"),
     }
-
-
-def random_init(ckpt, seed: int, std: float = INIT_STD):
-    """The checkpoint's stack with every matrix redrawn from $\\mathcal N(0, \\mathrm{std}^2)$ (K/V
-    heads shared by their query groups as in the checkpoint) and every norm gain set to 1."""
-    rng = np.random.default_rng(seed)
-    b = ckpt.blocks
-    group = ckpt.heads // (ckpt.kv_heads or ckpt.heads)
-
-    def draw(a, grouped=False):
-        shape = list(a.shape)
-        if grouped:  # (layers, heads, d, dh): draw the K/V heads, then repeat them per group
-            shape[1] //= group
-            w = np.repeat(rng.normal(0.0, std, shape), group, axis=1)
-        else:
-            w = rng.normal(0.0, std, shape)
-        return jnp.asarray(w, a.dtype)
-
-    new = eqx.tree_at(
-        lambda w: (w.w_q, w.w_k, w.w_v, w.w_o),
-        b,
-        (draw(b.w_q), draw(b.w_k, True), draw(b.w_v, True), draw(b.w_o)),
-    )
-    arrays = [x for x in (new.mlp.w1, new.mlp.w2, getattr(new.mlp, "w3", None)) if x is not None]
-    new = eqx.tree_at(
-        lambda w: [x for x in (w.mlp.w1, w.mlp.w2, getattr(w.mlp, "w3", None)) if x is not None],
-        new,
-        [draw(x) for x in arrays],
-    )
-    gains = [n.gain for n in (new.norm_attn, new.norm_mlp) if n is not None and n.gain is not None]
-    new = eqx.tree_at(
-        lambda w: [n.gain for n in (w.norm_attn, w.norm_mlp) if n is not None and n.gain is not None],
-        new,
-        [jnp.ones_like(g) for g in gains],
-    )
-    return dataclasses.replace(ckpt, blocks=new)
 
 
 def compute(sz: dict, seed: int, *, ckpt) -> AttentionSinksMeasured:
@@ -117,11 +87,15 @@ def compute(sz: dict, seed: int, *, ckpt) -> AttentionSinksMeasured:
     n = ids.shape[1]
     x0 = ckpt.embed(ids)
     models = {f"trained {v}": (ckpt, v) for v in sz["variants"]}
-    rand = random_init(ckpt, seed)
-    models |= {f"random {v}": (rand, v) for v in sz["random"]}
+    matched = scale_matched_init(ckpt, seed)
+    models |= {f"scale-matched {v}": (matched, v) for v in sz["controls"]}
+    if sz["random"]:
+        rand = random_init(ckpt, seed)
+        models |= {f"random {v}": (rand, v) for v in sz["random"]}
     stats, nonfinite = {}, {}
     for name, (c, v) in models.items():
-        s = attention_sinks(c.layers(n, v), x0 if c is ckpt else rand.embed(ids), c.num_layers)
+        # The controls read the trained embeddings (their blocks only are redrawn).
+        s = attention_sinks(c.layers(n, v), x0, c.num_layers)
         stats[name] = s
         nonfinite[name] = int(np.sum(~np.isfinite(s.mass_first).all(axis=1)))
     return AttentionSinksMeasured(stats, nonfinite, ckpt.own_mask, run=model_run(ckpt, corpus, ids))
@@ -143,7 +117,7 @@ def checks(m: AttentionSinksMeasured) -> list[V.Check]:
     if m.mask != "causal":
         why = f"the checkpoint's own mask is {m.mask}, not causal: token 0 is not the only centre"
         return [V.untestable(c, why) for c in CHECK_NAMES]
-    full, rand = m.stats["trained full"], m.stats["random full"]
+    full, rand = m.stats["trained full"], m.stats["scale-matched full"]
     out = []
     for name, s, want in ((CHECK_NAMES[0], full, True), (CHECK_NAMES[1], rand, False)):
         share = _sink_share(s)
@@ -199,6 +173,15 @@ def render(out: Path, m: AttentionSinksMeasured, cs: list[V.Check], *, quick: bo
 
     r = m.run
     fig = plot_attention_sinks(m.stats, title=f"{r.title}: attention on token 0 (the causal centre)")
+    # What s1 and s2 test: the share of layers at or above the sink threshold.
+    fig.axes[0].axhline(SINK_FACTOR, color="C3", lw=0.8, ls=":")
+    fig.axes[0].annotate(
+        f"sink threshold {SINK_FACTOR:g}x (s1: trained above, s2: scale-matched control below, most layers)",
+        (0.01, SINK_FACTOR),
+        xycoords=("axes fraction", "data"),
+        fontsize=6,
+        va="bottom",
+    )
     figs = [save_figure(fig, out / "attention_sinks.png")]
     parts = []
     for name, s in m.stats.items():

@@ -14,11 +14,13 @@ attention $A^{(t,h)}$ it applies (the tokens its placement feeds the attention):
   the sink, left out). A "lost in the middle" profile is U-shaped: high at the start and the end
   of the context, low in between.
 
-The control, as in ``attention-sinks``: random-init layers of the same shapes (weights
-$\mathcal N(0, 0.02^2)$, norm gains 1; `attention_sinks.random_init`).
+The control, the same function as ``attention-sinks``'s (`_sink_controls.scale_matched_init`):
+the stack with every matrix redrawn from a gaussian with the trained matrix's Frobenius norm and
+the trained gains kept, so its logits have the trained scale and it could show a sink by itself
+(rule fixed before the run: docs/theory.md, "Verdict rules fixed before the run").
 
 Rules, fixed before the numbers were seen: (k1) the trained model has a sink: $m_0 / u_0 \ge 2$ in
-more than half of the layers; (k2) the random-init control does not; (k3) the trained profile is
+more than half of the layers; (k2) the scale-matched control does not; (k3) the trained profile is
 U-shaped: both its first and its last bin are at least `U_FACTOR` times the median of the middle
 half of the bins (bins 4..11).
 
@@ -41,18 +43,20 @@ from jax import lax
 
 from .. import _verdict as V
 from .._target import Description, Measured, Rendered, off_json
-from .attention_sinks import SINK_FACTOR, random_init
+from ._sink_controls import scale_matched_init
+from .attention_sinks import SINK_FACTOR
 from .pretrained_common import ModelRun, criterion, excerpt_ids, model_run
 
 NAME = "long-context-sinks"
 CLAIM = (
     "At long context a trained causal decoder puts an attention sink on token 0 (Theorem 1's causal centre) "
-    "while random-init layers of the same shapes do not, and its attention by key position is U-shaped "
-    "('lost in the middle': the start and the end of the context get more than the middle)."
+    "while layers of the same shapes redrawn at the trained weight norms do not, and its attention by key "
+    "position is U-shaped ('lost in the middle': the start and the end of the context get more than the "
+    "middle)."
 )
 CHECK_NAMES = (
     "k1: trained: attention on token 0 >= 2x the uniform causal baseline in most layers",
-    "k2: random-init control: below 2x in most layers",
+    "k2: scale-matched control (trained weight norms and gains): below 2x in most layers",
     "k3: trained: attention by key position is U-shaped (first and last bins >= U_FACTOR x the middle "
     "median)",
 )
@@ -68,8 +72,9 @@ def sizes(quick: bool) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class LongContextSinksMeasured(Measured):
-    """Per model (``trained``, ``random``): mu at depths 0..L, m_0 per layer (head mean), the key
-    position profile (``BINS`` values, 1 = uniform), and the uniform baseline u_0."""
+    """Per model (``trained``, ``random``: the scale-matched control of `_sink_controls`): mu at
+    depths 0..L, m_0 per layer (head mean), the key position profile (``BINS`` values, 1 = uniform),
+    and the uniform baseline u_0."""
 
     mu: dict[str, list[float]]
     mass_first: dict[str, list[float]]
@@ -108,11 +113,11 @@ def _scan(layer, x0, num_layers: int):
 
 
 def compute(sz: dict, seed: int, *, ckpt) -> LongContextSinksMeasured:
-    """mu, the mass on token 0 and the key-position profile of the trained stack and of its random-init
+    """mu, the mass on token 0 and the key-position profile of the trained stack and of its scale-matched
     control on one excerpt of ``sz["n"]`` tokens (capped at the checkpoint's positions)."""
     ids, corpus = excerpt_ids(ckpt, sz["n"], 1, None)
     n = int(ids.shape[1])
-    rand = random_init(ckpt, seed)
+    rand = scale_matched_init(ckpt, seed)  # the control attention-sinks scores too
     out = {"mu": {}, "mass_first": {}, "profile": {}}
     for name, c in (("trained", ckpt), ("random", rand)):
         first, prof, mus = _scan(c.layers(n, "full"), c.embed(ids)[0], c.num_layers)
@@ -195,7 +200,7 @@ def render(out: Path, m: LongContextSinksMeasured, cs: list[V.Check], *, quick: 
     share = {k: _sink_share(v, m.uniform_first) for k, v in m.mass_first.items()}
     notes = (
         f"Model: {r.label}; one excerpt of {m.n} tokens of {r.text}; mask {m.mask}. Trained: attention on "
-        f"token 0 is >= {SINK_FACTOR:g}x uniform in {share['trained']:.0%} of layers (random init: "
+        f"token 0 is >= {SINK_FACTOR:g}x uniform in {share['trained']:.0%} of layers (scale-matched control: "
         f"{share['random']:.0%}). The trained "
         f"profile by key position (last 1/{LAST_QUERIES} of the queries) is {shape}: first bin {first:.3g}, "
         f"middle median {mid:.3g}, last bin {last:.3g} (1 = uniform)."
@@ -217,7 +222,7 @@ def describe(
         "bins": BINS,
         "queries": f"the last 1/{LAST_QUERIES}",
         "u_factor": U_FACTOR,
-        "control": "random_init (N(0, 0.02^2), gains 1)",
+        "control": "scale_matched_init (gaussian matrices at the trained Frobenius norms, trained gains)",
     }
     key = {
         f"{k} median m_0/u_0": float(np.median(np.asarray(v) / m.uniform_first))

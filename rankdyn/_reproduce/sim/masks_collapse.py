@@ -10,6 +10,12 @@ $(1-\epsilon^r)^{1/r}$ evaluated with the measured $\epsilon$ (smallest attentio
 edge over all layers and samples) and the computed radius $r$. Norm shrinkage and directional
 collapse are shown separately (docs/theory.md#experiments): $\mu$, $\mu/\|X\|_F$,
 $\mu(\mathrm{LN}(X))$ and the mean row norm.
+
+Rule, fixed before the run (docs/theory.md, "Verdict rules fixed before the run"): the locality
+ordering max(complete, causal) < window < uni window of the average per-layer factor of
+$\mu(\mathrm{LN}(X))$ is scored at two depths, the first `EARLY` layers and the final depth,
+one check each; the headline lists both sets of factors and ``masks_collapse_ordering.png``
+shows the factor against the depth with both scored depths marked.
 """
 
 from __future__ import annotations
@@ -38,10 +44,8 @@ CLAIM = (
 )
 
 MASKS = ("complete", "causal", "window", "window-uni", "dilated", "global")
-#: Depth of the ordering check: BERT's 12 layers (paper Fig. 2).
+#: Depth of the first ordering check: BERT's 12 layers (paper Fig. 2); the second is the final depth.
 EARLY = 12
-#: The JSON key of the final-depth ordering (kept from the file format).
-FINAL_ORDER_KEY = "locality_ordering_at_final_depth (reported, not scored)"
 #: The curves of the figure (metric names of `rankdyn.metrics.direction_metrics`).
 BANDS = ("mu", "mu_rel", "mu_normalized", "row_norm_mean")
 
@@ -98,9 +102,6 @@ class MasksCollapseMeasured(Measured):
         """Average per-layer factor of mu(LN(X)) of the paper masks, first `EARLY` layers or all."""
         key = "avg_rate_mu_normalized_early" if early else "avg_rate_mu_normalized"
         return {m: getattr(self.per_mask[m], key) for m in PAPER_MASKS}
-
-    def to_dict(self) -> dict:
-        return super().to_dict() | {FINAL_ORDER_KEY: ordered(self.factors(early=False))}
 
 
 def ordered(g: dict[str, float]) -> bool:
@@ -186,6 +187,7 @@ def _setting(sz: dict, seed: int, dtype, floor: float) -> dict:
         "dqk": sz["d"],
         "x0": "gaussian N(0,1)",
         "keys": "key(seed) -> (weights, inputs)",
+        "floor": floor,
         "fit": "least squares of log(geometric-mean mu) on layers >= 1 above the relative floor "
         f"{floor:.2g}, second half of the usable points when more than 8",
     }
@@ -195,10 +197,30 @@ def _bound_check(name: str, v: MaskCollapse) -> V.Check:
     return V.bound_check(f"{MASK_LABELS[name]}: fitted rate <= (1-eps^r)^(1/r)", v.fitted_rate, v.bound_rate)
 
 
+def ordering_checks(m: MasksCollapseMeasured) -> list[V.Check]:
+    """The paper's locality ordering of the average per-layer factor of mu(LN(X)), scored at both
+    depths fixed before the run: the first `EARLY` layers and the final depth (one check each)."""
+    out = []
+    for early, where in (
+        (True, f"over the first {EARLY} layers"),
+        (False, f"over all {m.setting['depth']} layers"),
+    ):
+        g = m.factors(early=early)
+        out.append(
+            V.check(
+                f"locality ordering {where}",
+                ordered(g),
+                "average factors of mu(LN(X)): "
+                + ", ".join(f"{MASK_LABELS[k]} {x:.4g}" for k, x in g.items()),
+            )
+        )
+    return out
+
+
 def checks(m: MasksCollapseMeasured) -> list[V.Check]:
     """(a) every mask decays; (b) fitted rate <= Theorem 1's bound (not testable where the bound
-    is 1 within `_verdict.BOUND_ONE_TOL`); (c) the paper's locality ordering on the paper masks."""
-    ge = m.factors(early=True)
+    is 1 within `_verdict.BOUND_ONE_TOL`); (c) the paper's locality ordering on the paper masks at
+    the first `EARLY` layers and at the final depth (`ordering_checks`)."""
     return (
         [
             V.check(
@@ -209,14 +231,7 @@ def checks(m: MasksCollapseMeasured) -> list[V.Check]:
             for k, v in m.per_mask.items()
         ]
         + [_bound_check(k, v) for k, v in m.per_mask.items()]
-        + [
-            V.check(
-                f"locality ordering over the first {EARLY} layers",
-                ordered(ge),
-                "average factors of mu(LN(X)): "
-                + ", ".join(f"{MASK_LABELS[k]} {x:.4g}" for k, x in ge.items()),
-            )
-        ]
+        + ordering_checks(m)
     )
 
 
@@ -268,7 +283,30 @@ def render(out: Path, m: MasksCollapseMeasured, cs: list[V.Check], *, quick: boo
         log10_gaps=[v.log10_eps_pow_r - np.log10(max(v.radius, 1)) for v in m.per_mask.values()],
     )
     figs.append(save_figure(ax.figure, out / "masks_collapse_rates.png"))
+    figs.append(save_figure(ordering_figure(m), out / "masks_collapse_ordering.png"))
     return Rendered(figs, notes(m), table(m))
+
+
+def ordering_figure(m: MasksCollapseMeasured):
+    """``masks_collapse_ordering.png``: what the ordering checks test. The average per-layer factor
+    of mu(LN(X)) over the first t layers, (mu_t / mu_0)^(1/t), against t for the paper masks, with
+    the two scored depths marked and each one's check result."""
+    from ..._plotting._verdict_figures import plot_factor_vs_depth
+
+    floor = m.setting.get("floor", 0.0)
+    curves = {}
+    for k in PAPER_MASKS:
+        mun = np.asarray(m.bands["mu_normalized"][MASK_LABELS[k]]["mean"], float)
+        t = np.asarray(m.layers, float)[1:]
+        curves[MASK_LABELS[k]] = (t, (np.maximum(mun[1:], floor * mun[0]) / mun[0]) ** (1.0 / t))
+    marks = {c.name.replace("locality ordering ", ""): c.passed for c in ordering_checks(m)}
+    depths = (min(EARLY, m.setting["depth"]), m.setting["depth"])
+    return plot_factor_vs_depth(
+        curves,
+        dict(zip(depths, marks.items())),
+        title="locality: decay of complete, causal > window > uni window?",
+        ylabel="decay per layer over the first t layers\n1 - (mu(LN(X))_t / mu(LN(X))_0)^(1/t)",
+    )
 
 
 def notes(m: MasksCollapseMeasured) -> str:
@@ -345,13 +383,18 @@ def _ordering_notes(m: MasksCollapseMeasured) -> str:
 
 def describe(m: MasksCollapseMeasured, cs: list[V.Check], sz: dict, *, seed: int, quick: bool) -> Description:
     criterion = (
-        "checks: every mask decays (mean mu and mean mu(LN(X)) at the last layer below 0.9 x layer 0, fitted "
-        "per-layer rate < 1); every fitted rate <= Theorem 1's (1-eps^r)^(1/r) with the measured eps and "
-        f"radius; over the first {EARLY} layers (BERT depth, Fig. 2) the average per-layer factor of "
-        "mu(LN(X)) satisfies max(complete, causal) < window < uni window. " + V.VERDICT_RULE
+        "rule fixed before the run (docs/theory.md): checks: every mask decays (mean mu and mean "
+        "mu(LN(X)) at the last layer below 0.9 x layer 0, fitted per-layer rate < 1); every fitted rate "
+        "<= Theorem 1's (1-eps^r)^(1/r) with the measured eps and "
+        f"radius; over the first {EARLY} layers (BERT depth, Fig. 2) and over all {m.setting['depth']} "
+        "layers (one check each) the average per-layer factor of mu(LN(X)) satisfies max(complete, causal) "
+        "< window "
+        "< uni window. " + V.VERDICT_RULE
     )
-    return Description(
-        m.setting,
-        key_numbers={f"fitted rate {MASK_LABELS[k]}": m.per_mask[k].fitted_rate for k in PAPER_MASKS},
-        criterion=criterion,
-    )
+    ge, g = m.factors(early=True), m.factors(early=False)
+    key_numbers = {f"factor mu(LN(X)) first {EARLY} layers, {MASK_LABELS[k]}": ge[k] for k in PAPER_MASKS}
+    key_numbers |= {
+        f"factor mu(LN(X)) all {m.setting['depth']} layers, {MASK_LABELS[k]}": g[k] for k in PAPER_MASKS
+    }
+    key_numbers |= {f"fitted rate of mu {MASK_LABELS[k]}": m.per_mask[k].fitted_rate for k in PAPER_MASKS}
+    return Description(m.setting, key_numbers=key_numbers, criterion=criterion)

@@ -38,12 +38,12 @@ def _tokens(theta_deg) -> np.ndarray:
 
 # Observers are module-level functions: `simulate` is jitted with ``observe`` as a static
 # argument, so reusing the same function object across w values reuses the compiled program.
-def _observe_token2(x):
+def _observe_token2(t, x, args):
     # Scalars only (Trajectory.metrics is typed as one scalar per saved layer).
     return {"x21": x[1, 0], "x22": x[1, 1]}
 
 
-def _observe_joint(x):
+def _observe_joint(t, x, args):
     return {"ratio": _sigma_ratio(x), "x21": x[1, 0], "x22": x[1, 1]}
 
 
@@ -52,7 +52,7 @@ def _token2(metrics, idx):
     return np.stack([np.asarray(metrics["x21"])[..., idx], np.asarray(metrics["x22"])[..., idx]], axis=-1)
 
 
-def _observe_noln(x):
+def _observe_noln(t, x, args):
     from ..._observe._metrics import mu
 
     cos = jnp.dot(x[0], x[1]) / (jnp.linalg.norm(x[0]) * jnp.linalg.norm(x[1]))

@@ -129,7 +129,7 @@ class JointCase(Measured):
 
 
 def _token2_coord(coord):
-    return jax.tree_util.Partial(lambda x, c: {"v": x[1, c]}, c=coord)
+    return jax.tree_util.Partial(lambda t, x, args, c: {"v": x[1, c]}, c=coord)
 
 
 def _values(values, ok):

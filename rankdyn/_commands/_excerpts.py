@@ -1,0 +1,96 @@
+"""``--checkpoint ... --text FILE --batch B``: a text too short for ``--batch`` excerpts, refused before
+the weights (and JAX) load, from the tokenizer alone (``tokenizer.json`` or a GGUF file's metadata).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._errors import UsageError
+
+__all__ = ["DEFAULT_N", "count_excerpts_before_loading"]
+
+#: Tokens per excerpt of a checkpoint run without ``--n``.
+DEFAULT_N = 128
+
+
+def count_excerpts_before_loading(args, given: dict) -> None:
+    """Refuse a ``--text`` run whose text has fewer than ``--batch`` excerpts, before the weights load.
+
+    Reads only ``config.json`` and ``tokenizer.json``, or a GGUF file's metadata (no weights, no JAX),
+    so a too-short text is refused in a second instead of after the model loads (35 s for SmolLM2).
+    It applies the rule of
+    `rankdyn._trained._text.excerpts` (BERT excerpts hold ``n - 2`` text tokens between
+    ``[CLS]`` and ``[SEP]``) and says nothing when it cannot tell: a missing or unreadable file,
+    another architecture or an ``--n`` out of range are left to the full check after loading.
+
+    Raises:
+        UsageError: the text has fewer than ``--batch`` excerpts (the message of the full check).
+    """
+    import json
+    import zipfile
+
+    if args.text is None or args.input_ids is not None or args.batch < 1:
+        return
+    from .._trained._installed import resolve_checkpoint
+
+    try:
+        path, files = resolve_checkpoint(args.checkpoint), {}
+    except UsageError:
+        return  # refused, with its message, when the checkpoint loads
+    try:
+        if path.suffix == ".gguf" and path.is_file():
+            files = _gguf_files(path)
+        elif path.is_dir():
+            files = {
+                k: (path / k).read_bytes() for k in ("config.json", "tokenizer.json") if (path / k).is_file()
+            }
+        elif path.is_file():
+            with zipfile.ZipFile(path) as z:
+                for want in ("config.json", "tokenizer.json"):  # the shallowest match, as the reader does
+                    hits = sorted(
+                        (m for m in z.namelist() if m.split("/")[-1] == want), key=lambda m: m.count("/")
+                    )
+                    files |= {want: z.read(hits[0])} if hits else {}
+        config = json.loads(files["config.json"])
+        text = args.text.read_bytes().decode("utf-8", errors="replace")
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):  # a UsageError too: refused when loaded
+        return
+    arch = config.get("model_type") if isinstance(config, dict) else None
+    positions = config.get("max_position_embeddings", config.get("n_positions")) if arch else None
+    n = args.n if "n" in given else DEFAULT_N
+    if (
+        arch not in ("bert", "gpt2", "llama")
+        or "tokenizer.json" not in files
+        or not 1 <= n <= (positions or 0)
+    ):
+        return
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(files["tokenizer.json"].decode("utf-8", errors="replace"))
+    tok.no_truncation()
+    tok.no_padding()
+    count = len(tok.encode(text, add_special_tokens=False).ids)
+    body = n - (2 if arch == "bert" else 0)
+    if body >= 1 and count // body < args.batch:
+        what = "not even one excerpt" if count < body else f"only {count // body} excerpts"
+        raise UsageError(
+            f"--text {args.text}: the text has {count} tokens: {what} of {body} text tokens (n={n}), but "
+            f"batch={args.batch} were asked for; give a longer text or a smaller batch or n."
+        )
+
+
+def _gguf_files(path: Path) -> dict:
+    """A GGUF file's metadata as the files `_count_excerpts_before_loading` reads: a config (model type,
+    positions) and the tokenizer rebuilt from it (none if it cannot be: refused after loading)."""
+    import json
+
+    from .._trained._gguf import gguf_tokenizer, open_gguf
+
+    where = f"checkpoint {path}"
+    reader = open_gguf(path, where)
+    config = {"model_type": "llama", "max_position_embeddings": reader.fields.get("llama.context_length")}
+    tokenizer = gguf_tokenizer(reader, where)[0]
+    return {"config.json": json.dumps(config).encode()} | (
+        {"tokenizer.json": tokenizer.encode()} if tokenizer else {}
+    )
