@@ -163,3 +163,39 @@ def test_simulate_says_it_wrote_the_sink_files(tmp_path, capsys):
     wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote in")]
     assert len(wrote) == 1 and wrote[0].endswith("sinks.json, attention_sinks.png")
     assert (out / "sinks.json").is_file() and (out / "attention_sinks.png").is_file()
+
+
+def test_sinks_on_the_blocked_path_equal_the_dense_path_at_odd_n():
+    """A P for a random probe P (what the sinks and the key-position profile read of A), for causal,
+    an asymmetric window and two global tokens, and the whole `SinkStats` with its uniform
+    baselines and several centres (block-sparse, each block reading the one before: the first
+    block's five tokens): the blocked path (blocks of 8 at n = 37, the last one ragged;
+    no (n, n) array) equals the dense path to 1e-12 relative in float64 (two heads, W_O, pre-LN)."""
+    import equinox as eqx
+
+    from rankdyn._model._layer import SelfAttentionLayer
+    from rankdyn._model._mask_structure import MaskStructure as MS
+    from rankdyn._run._sinks import attention_times
+
+    n, d, heads = 37, 6, 2
+    rng = np.random.default_rng(0)
+    g = lambda *shape: jnp.asarray(rng.standard_normal(shape))  # noqa: E731
+    kw = dict(w_q=g(heads, d, 3), w_k=g(heads, d, 3), w_v=g(heads, d, 3), w_o=g(heads * 3, d) / 3)
+    kw |= dict(placement="pre", skip=True)
+    x0, probe = g(2, n, d), g(n, 3)
+    pairs = [
+        (SelfAttentionLayer(s, **kw), SelfAttentionLayer(s, **kw, attention="blocked", block_size=8))
+        for s in (MS.causal(n), MS.window(n, 3, 1), MS.global_local(n, 2, 2))
+    ]
+    times = eqx.filter_jit(lambda ls, x: [attention_times(l, x, 1, probe) for pair in ls for l in pair])
+    out = times(pairs, x0[0])
+    for c in range(len(pairs)):
+        assert float(jnp.max(jnp.abs(out[2 * c]))) > 0.1, c
+        np.testing.assert_allclose(out[2 * c + 1], out[2 * c], rtol=1e-12, atol=1e-14, err_msg=str(c))
+    s = MS.block_sparse(n, 5, 1, 0)
+    layers = SelfAttentionLayer(s, **kw), SelfAttentionLayer(s, **kw, attention="blocked", block_size=8)
+    dense, blocked = (attention_sinks(layer, x0, 3) for layer in layers)
+    assert blocked.centers == dense.centers == (0, 1, 2, 3, 4)
+    assert np.all(dense.mass_first > 0) and np.all(dense.mass_centers > dense.mass_first)
+    for name in ("mass_first", "mass_centers", "uniform_first", "uniform_centers", "cos_first", "cos_others"):
+        np.testing.assert_allclose(getattr(blocked, name), getattr(dense, name), rtol=1e-12, err_msg=name)

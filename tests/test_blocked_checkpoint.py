@@ -96,3 +96,54 @@ def test_smollm2_blocked_equals_dense_at_255_tokens():
     ckpt = load_checkpoint(path, dtype=jnp.float64)
     ids = np.random.default_rng(0).integers(0, ckpt.vocab_size, (1, 255))
     _assert_equal(ckpt, ids, depth=8, block=64)
+
+
+def _numpy_llama(folder, positions):
+    """A one-layer Llama (d = 8, two heads) written with NumPy (no torch), ``positions`` long."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    d, f, vocab = 8, 8, 16
+    folder.mkdir()
+    config = dict(model_type="llama", hidden_size=d, num_attention_heads=2, num_key_value_heads=2)
+    config |= dict(num_hidden_layers=1, intermediate_size=f, vocab_size=vocab, rope_theta=1e4)
+    (folder / "config.json").write_text(json.dumps(config | dict(max_position_embeddings=positions)))
+    rng = np.random.default_rng(0)
+    shapes = {"embed_tokens": (vocab, d), "norm": (d,)}
+    shapes |= {f"layers.0.self_attn.{p}_proj": (d, d) for p in "qkvo"}
+    shapes |= {
+        "layers.0.mlp.gate_proj": (f, d),
+        "layers.0.mlp.up_proj": (f, d),
+        "layers.0.mlp.down_proj": (d, f),
+    }
+    shapes |= {"layers.0.input_layernorm": (d,), "layers.0.post_attention_layernorm": (d,)}
+    tensors = {f"model.{k}.weight": rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def test_checkpoint_memory_estimate_follows_the_attention_path(tmp_path, monkeypatch, capsys):
+    # 8192 tokens, two heads, 1 GiB free: the dense path's (n, n) scores (3 GiB in float64) do not
+    # fit, the blocked path's O(n) working set does. Both answer before any compute (simulate is a
+    # stub); with the dense estimate on both paths (the fault this fixes) the blocked run is refused.
+    import rankdyn._run._simulate
+    from rankdyn._errors import UsageError
+    from rankdyn._run import _memory
+    from rankdyn.cli import main
+
+    n = 8192
+    _numpy_llama(tmp_path / "ckpt", n)
+    np.save(tmp_path / "ids.npy", np.zeros((1, n), np.int32))
+    monkeypatch.setattr(_memory, "available_memory", lambda backend=None: (2**30, "host RAM"))
+
+    def stub(layer, *a, **k):
+        raise UsageError(f"reached simulate on the {layer.attention_path} path")
+
+    monkeypatch.setattr(rankdyn._run._simulate, "simulate", stub)
+    argv = ["simulate", "--checkpoint", str(tmp_path / "ckpt"), "--input-ids", str(tmp_path / "ids.npy")]
+    argv += ["--layers", "1", "--metrics", "mu", "--no-progress", "--out", str(tmp_path / "out")]
+    for path, says in (("blocked", "reached simulate on the blocked path"), ("dense", "needs about")):
+        assert main(argv + ["--attention", path]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (path, err)
+    assert "working set of one chunk" in err[0] and "1.0 GiB of host RAM" in err[0], err

@@ -95,9 +95,10 @@ def _loop_profile(layer, x, num_layers):
     q0 = n - n // S.LAST_QUERIES
     firsts, profs = [], []
     for t in range(num_layers):
-        from rankdyn._run._sinks import _attention_used
+        from rankdyn._model._placements import attention_input
 
-        a = np.asarray(_attention_used(layer, x, t))
+        # The (heads, n, n) matrices themselves (the target reads A P through the online sums).
+        a = np.asarray(layer.attention(attention_input(layer, x, t, layer.weights_at(t)), t))
         firsts.append(a[:, 1:, 0].mean())
         sums, counts = np.zeros(S.BINS), np.zeros(S.BINS)
         for i in range(q0, n):

@@ -231,6 +231,7 @@ def run_checkpoint(args) -> int:
     import jax
     import numpy as np
 
+    from .._model._blocked import resolve_attention, score_entries
     from .._model._graph import graph_info
     from .._run._io import CompileTimer, atomic_write, provenance, savez, write_json
     from .._run._memory import MemoryEstimate, check_memory
@@ -260,12 +261,12 @@ def run_checkpoint(args) -> int:
     check_rank_tol_read(args, names)
     # --seed reaches --mask random (it was built with seed 0 whatever --seed said).
     mask_arg = make_mask("random", n, window=args.window, seed=args.seed) if mask == "random" else mask
-    try:
-        # --attention given: that path (a trained stack stays dense by default, as before).
-        path = {"attention": args.attention} if "attention" in given else {}
-        layer = ckpt.layers(n, args.variant or "full", mask_arg, window=args.window, **scheme, **path)
-    except ValueError as err:
-        raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
+    # The estimate follows the path the layer will take ((n, n) scores dense, O(n) per head
+    # blocked) and answers before the layer (and a dense mask) is built.
+    attention = args.attention if "attention" in given else "dense"  # a trained stack stays dense
+    path = resolve_attention(
+        attention, n, attn_dropout=0.0, fixed_attention=False, logit_bias=ckpt.position_bias is not None
+    )
     item = ckpt.dtype.itemsize
     chunk = min(args.chunk or auto_chunk(batch, n, ckpt.d, item, jax.default_backend()), batch)
     parts = estimate_parts(
@@ -279,6 +280,7 @@ def run_checkpoint(args) -> int:
         num_metrics=len(names),
         per_trajectory=args.per_trajectory,
         save_states=False,
+        score_entries=score_entries(path, n, int(ckpt.blocks.w_v.shape[-1])),
     )
     weights = sum(int(np.prod(a.shape)) for a in jax.tree.leaves((ckpt.blocks, ckpt.embeddings))) * item
     est = MemoryEstimate(parts | {"weights": weights})
@@ -287,6 +289,12 @@ def run_checkpoint(args) -> int:
         fix="lower --batch or --n, or use a smaller --chunk.",
         what=f"--checkpoint --batch {batch} --n {n}",
     )
+    try:
+        layer = ckpt.layers(
+            n, args.variant or "full", mask_arg, window=args.window, attention=attention, **scheme
+        )
+    except ValueError as err:
+        raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     check_out_dir(args.out)
 
     x0 = ckpt.embed(ids)

@@ -89,8 +89,7 @@ def _gguf_files(path: Path) -> dict:
 
     where = f"checkpoint {path}"
     reader = open_gguf(path, where)
-    field = reader.fields.get("llama.context_length")
-    config = {"model_type": "llama", "max_position_embeddings": field.contents() if field else None}
+    config = {"model_type": "llama", "max_position_embeddings": reader.fields.get("llama.context_length")}
     tokenizer = gguf_tokenizer(reader, where)[0]
     return {"config.json": json.dumps(config).encode()} | (
         {"tokenizer.json": tokenizer.encode()} if tokenizer else {}

@@ -34,6 +34,7 @@ from ._products import _add_bias, _head_einsum, _merge_heads, _project
 __all__ = [
     "masked_softmax",
     "blocked_attention_block",
+    "blocked_attention_times",
     "resolve_attention",
     "layer_mask",
     "ATTENTION_MODES",
@@ -116,11 +117,13 @@ def layer_mask(mask, attention: str, attn_dropout: float, fixed_attention, logit
 def score_entries(path: str, n: int, dv: int, block: int = BLOCK_SIZE) -> int:
     """Numbers per head and trajectory that the attention keeps at once, the unit of the memory
     estimate (`rankdyn._run._sizing.estimate_parts`): the ``(n, n)`` scores on the dense path; one
-    block's scores plus the running maximum, minimum, sum and ``(n, d_v)`` sums on the blocked one."""
+    step's scores (up to `STEP_PAIRS` blocks) plus the running maximum, minimum, sum and
+    ``(n, d_v)`` sums on the blocked one: about ``n (d_v + 3)``, linear in n."""
     if path != "blocked":
         return n * n
     b = min(block, n)
-    return b * b + -(-n // b) * b * (dv + 3)
+    nb = -(-n // b)
+    return min(STEP_PAIRS, nb) * b * b + (nb + 1) * b * (dv + 3)
 
 
 def _allowed(s: MaskStructure, rows, cols):
@@ -249,21 +252,43 @@ def _online_softmax(layer, q, k, v, prec):
     return out, eps_min
 
 
-def blocked_attention_block(layer, x_att, x_in, w, prec):
-    r"""`SelfAttentionLayer._attention_block` on the blocked path: $(F(X), \varepsilon_{\min})$.
-
-    The queries, keys and values are projected once for all tokens ($O(n d)$), QK-normalised and
-    rotated if the layer says so, then `_online_softmax` visits the touched key blocks; heads are
-    concatenated and projected by $W_O$ (and $b_O$) as on the dense path.
-    """
-    same = x_att is x_in
-    right = [(w.w_q, w.b_q), (w.w_k, w.b_k)] + ([(w.w_v, w.b_v)] if same else [])
+def _queries_keys(layer, x_att, w, prec, with_values: bool):
+    """``(q, k, [X W_V])`` per head, projected once for all tokens ($O(n d)$), QK-normalised and
+    rotated if the layer says so (as on the dense path: the norm right after the projections)."""
+    right = [(w.w_q, w.b_q), (w.w_k, w.b_k)] + ([(w.w_v, w.b_v)] if with_values else [])
     parts = _project(x_att, right, prec)
     q, k = parts[0], parts[1]
-    if layer.qk_norm:  # as on the dense path: right after the projections, before any rotation
+    if layer.qk_norm:
         q, k = qk_normalise(q), qk_normalise(k)
     if layer.rotary is not None:
         q, k = layer.rotary(q), layer.rotary(k)
-    xv = parts[2] if same else _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
+    return q, k, parts[2:]
+
+
+def blocked_attention_block(layer, x_att, x_in, w, prec):
+    r"""`SelfAttentionLayer._attention_block` on the blocked path: $(F(X), \varepsilon_{\min})$.
+
+    `_online_softmax` visits the touched key blocks; heads are concatenated and projected by
+    $W_O$ (and $b_O$) as on the dense path.
+    """
+    same = x_att is x_in
+    q, k, rest = _queries_keys(layer, x_att, w, prec, same)
+    xv = rest[0] if same else _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
     heads, eps_min = _online_softmax(layer, q, k, xv, prec)
     return _merge_heads(heads, w, prec), eps_min
+
+
+def blocked_attention_times(layer, x_att, w, probe, prec, *, uniform: bool = False):
+    r"""$A P$ per head, ``(heads, n, p)``, for a probe matrix $P$ ``(n, p)``, without $A$.
+
+    The probe takes the place of the values in the online softmax, so what a measurement needs of
+    $A$ comes from the same running sums: $P = e_0$ gives the attention on token 0 (a sink), an
+    indicator of the centres their mass, indicators of key-position bins a profile. With
+    ``uniform`` the scores are all zero: $P$ averaged over each row's neighbours (the baselines).
+    """
+    if uniform:
+        q = k = jnp.zeros((1, probe.shape[0], 1), probe.dtype)
+    else:
+        q, k, _ = _queries_keys(layer, x_att, w, prec, False)
+    v = jnp.broadcast_to(probe.astype(q.dtype), (q.shape[0],) + probe.shape)
+    return _online_softmax(layer, q, k, v, prec)[0]

@@ -13,6 +13,11 @@ each row's neighbours gives the baselines $u_0 = \operatorname{mean}_i [0 \in \m
 and $u_C$; $m_0 / u_0 \gg 1$ is an attention sink. Next to them, the mean cosine of the tokens
 $i \ge 1$ to token 0, and among themselves, at every depth $0..L$: whether the directions move
 toward token 0's or collapse among themselves.
+
+The masses are $A$ applied to a probe matrix $P = [e_0, 1_C]$ (`attention_times`): on the blocked
+attention path the probe goes through the online softmax in place of the values, so no ``(n, n)``
+array is formed, and the cosines are sums of unit vectors ($O(n d)$); the dense path gives the same
+numbers to rounding.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ import numpy as np
 from jax import lax
 
 from .._errors import UsageError
+from .._model._blocked import blocked_attention_times
 from .._model._graph import graph_info
+from .._model._layer import _PRECISIONS
 from .._model._placements import attention_input
 
-__all__ = ["SinkStats", "attention_sinks"]
+__all__ = ["SinkStats", "attention_sinks", "attention_times"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,28 +70,32 @@ class SinkStats:
         return d
 
 
-def _attention_used(layer, x, t):
-    """The attention matrices ``(heads, n, n)`` that layer ``t`` applies to ``x`` (eval mode)."""
+def attention_times(layer, x, t, probe):
+    r"""$A^{(t)} P$ per head, ``(heads, n, p)``: the attention that layer ``t`` applies to ``x``
+    (eval mode, from the tokens its placement feeds the attention) times a probe ``(n, p)``, on the
+    layer's path (the blocked path never forms $A$)."""
     w = layer.weights_at(t)
-    return layer._attention(attention_input(layer, x, t, w), w)
+    x_att = attention_input(layer, x, t, w)
+    prec = _PRECISIONS[layer.precision]
+    if layer.attention_path == "blocked":
+        return blocked_attention_times(layer, x_att, w, probe, prec)
+    return jnp.einsum("hnm,mp->hnp", layer._attention(x_att, w), probe.astype(x.dtype), precision=prec)
 
 
 def _cosines(x):
+    # Means of u_0 . u_i and of u_i . u_j (i != j >= 1) from the sum of the unit rows: O(n d).
     u = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-    c = u @ u.T
-    rest = c[1:, 1:]
-    m = rest.shape[0]
-    off = (jnp.sum(rest) - jnp.trace(rest)) / max(m * (m - 1), 1)
-    return jnp.mean(c[0, 1:]), off
+    rest = jnp.sum(u[1:], axis=0)
+    m = u.shape[0] - 1
+    off = (jnp.sum(rest * rest) - jnp.sum(u[1:] * u[1:])) / max(m * (m - 1), 1)
+    return jnp.dot(u[0], rest) / m, off
 
 
 @eqx.filter_jit
-def _scan(layer, x0, centers, num_layers: int):
+def _scan(layer, x0, probe, num_layers: int):
     def step(x, t):
-        a = jax.vmap(lambda x1: _attention_used(layer, x1, t))(x)  # (batch, heads, n, n)
-        q = a[:, :, 1:, :]
-        first = jnp.mean(q[..., 0], axis=(0, 2))
-        cent = jnp.mean(jnp.sum(q * centers[None, None, None, :], axis=-1), axis=(0, 2))
+        ap = jax.vmap(lambda x1: attention_times(layer, x1, t, probe))(x)  # (batch, heads, n, 2)
+        first, cent = (jnp.mean(ap[:, :, 1:, c], axis=(0, 2)) for c in (0, 1))
         y = jax.vmap(lambda x1: layer(x1, t)[0])(x)
         return y, (first, cent, jax.vmap(_cosines)(y))
 
@@ -112,14 +123,23 @@ def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
         raise UsageError(f"x0 must be (batch, n, d) with n >= 3, got shape {x0.shape}.")
     if layer.has_dropout:
         raise UsageError("attention_sinks measures the eval-mode map: build the layer without dropout.")
-    mask = np.asarray(layer.mask.dense() if layer.attention_path == "blocked" else layer.mask)
-    info = graph_info(mask)
-    centers = np.zeros(mask.shape[0], bool)
-    centers[list(info.centers)] = True
-    deg = mask.sum(axis=1)
-    uniform_first = float(np.mean(mask[1:, 0] / deg[1:]))
-    uniform_centers = float(np.mean((mask[1:] & centers[None]).sum(axis=1) / deg[1:]))
-    first, cent, cf, co = _scan(layer, x0, jnp.asarray(centers, x0.dtype), int(num_layers))
+    info = graph_info(layer.mask)
+    n = x0.shape[1]
+    probe = np.zeros((n, 2))
+    probe[0, 0] = 1.0
+    probe[list(info.centers), 1] = 1.0
+    probe = jnp.asarray(probe, x0.dtype)
+    if layer.attention_path == "blocked":  # the uniform weights of each row: all scores zero
+        u = _uniform(layer, probe)
+        uniform_first, uniform_centers = (float(np.mean(u[1:, c])) for c in (0, 1))
+    else:
+        mask = np.asarray(layer.mask)
+        deg = mask.sum(axis=1)
+        uniform_first = float(np.mean(mask[1:, 0] / deg[1:]))
+        uniform_centers = float(
+            np.mean((mask[1:] & (np.asarray(probe[:, 1]) > 0)[None]).sum(axis=1) / deg[1:])
+        )
+    first, cent, cf, co = _scan(layer, x0, probe, int(num_layers))
     return SinkStats(
         mass_first=np.asarray(first),
         mass_centers=np.asarray(cent),
@@ -129,3 +149,9 @@ def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
         cos_others=np.asarray(co),
         centers=tuple(int(c) for c in info.centers),
     )
+
+
+@eqx.filter_jit
+def _uniform(layer, probe):
+    prec = _PRECISIONS[layer.precision]
+    return blocked_attention_times(layer, None, None, probe, prec, uniform=True)[0]

@@ -1,6 +1,7 @@
 r"""Reading a GGUF file (llama.cpp's format) as a Llama-family `RawCheckpoint` (docs/theory.md#modern-blocks).
 
-The ``gguf`` package parses the file and dequantises its tensors; this module maps the metadata
+`_Reader` parses the file (the GGUF layout: header, metadata, tensor infos, aligned data) and the
+``gguf`` package dequantises its tensors; this module maps the metadata
 to HF config names and the tensor names to HF's (``blk.{i}.attn_q`` -> ``layers.{i}.self_attn.q_proj``),
 so that one reader (`rankdyn._trained._modern.read_llama`) serves GGUF and safetensors.
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import struct
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,15 +64,115 @@ _TOP = {
 _PRE = ("gpt2", "smollm", "default")
 
 
+#: GGUF metadata value types (the format's numbering): scalars, and 8 string, 9 array.
+_SCALARS = {
+    0: "<u1",
+    1: "<i1",
+    2: "<u2",
+    3: "<i2",
+    4: "<u4",
+    5: "<i4",
+    6: "<f4",
+    7: "?",
+    10: "<u8",
+    11: "<i8",
+    12: "<f8",
+}
+#: Unquantised tensor types read as numbers (the others as bytes, `gguf.quants` dequantises them).
+_PLAIN = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8, "I16": np.int16}
+_PLAIN |= {"I32": np.int32, "I64": np.int64}
+
+
+class _Tensor(NamedTuple):
+    name: str
+    tensor_type: Any  # gguf.GGMLQuantizationType
+    data: np.ndarray
+
+
+class _Reader:
+    """A little-endian GGUF file (versions 2 and 3): ``fields`` (key -> Python value, as
+    ``gguf.GGUFReader``'s ``contents()``) and ``tensors`` (views of a read-only memory map).
+
+    The metadata is read with `struct` from one `memoryview`: ``gguf.GGUFReader`` makes a memory
+    map slice per string, and SmolLM2's 100k tokenizer strings took it 9 s (of 17 s loading).
+
+    Raises:
+        UsageError, ValueError, struct.error: a file that is not GGUF, truncated or corrupt
+            (`read_gguf` turns each into one message naming the file).
+    """
+
+    def __init__(self, path):
+        import gguf
+
+        data = np.memmap(path, mode="r")
+        self._mv, self._o = memoryview(data), 4
+        if self._mv[:4].tobytes() != b"GGUF":
+            raise UsageError("GGUF magic invalid")
+        version, num_tensors, num_kv = self._unpack("<I"), self._unpack("<Q"), self._unpack("<Q")
+        if version not in (2, 3):
+            raise UsageError(f"GGUF version {version} (big-endian or unknown); versions 2 and 3 are read")
+        self.fields = {}
+        for _ in range(num_kv):
+            key = self._string()
+            if key in self.fields:
+                raise UsageError(f"duplicate metadata key {key!r}")
+            self.fields[key] = self._value(self._unpack("<I"))
+        infos = []
+        for _ in range(num_tensors):
+            name = self._string()
+            dims = [self._unpack("<Q") for _ in range(self._unpack("<I"))]
+            infos.append((name, dims, gguf.GGMLQuantizationType(self._unpack("<I")), self._unpack("<Q")))
+        align = self.fields.get("general.alignment", 32)
+        start = -(-self._o // align) * align
+        self.tensors = []
+        for name, dims, kind, offset in infos:
+            shape, n = tuple(reversed(dims)), int(np.prod(dims))
+            if kind.name in _PLAIN:
+                arr = np.frombuffer(data, _PLAIN[kind.name], n, start + offset)
+            else:
+                block, size = gguf.GGML_QUANT_SIZES[kind]
+                shape = gguf.quants.quant_shape_to_byte_shape(shape, kind)
+                arr = np.frombuffer(data, np.uint8, n * size // block, start + offset)
+            self.tensors.append(_Tensor(name, kind, arr.reshape(shape)))
+        if len({t.name for t in self.tensors}) != len(self.tensors):
+            raise UsageError("duplicate tensor names")
+
+    def _unpack(self, fmt: str):
+        (v,) = struct.unpack_from(fmt, self._mv, self._o)
+        self._o += struct.calcsize(fmt)
+        return v
+
+    def _string(self) -> str:
+        n = self._unpack("<Q")
+        if self._o + n > len(self._mv):
+            raise UsageError("string past the end of the file")
+        self._o += n
+        return self._mv[self._o - n : self._o].tobytes().decode("utf-8")
+
+    def _value(self, kind: int):
+        if kind == 8:
+            return self._string()
+        if kind == 9:
+            item, count = self._unpack("<I"), self._unpack("<Q")
+            if item in _SCALARS:  # numbers: one frombuffer
+                arr = np.frombuffer(self._mv, _SCALARS[item], count, self._o)
+                self._o += arr.nbytes
+                return arr.tolist()
+            return [self._value(item) for _ in range(count)]
+        if kind not in _SCALARS:
+            raise UsageError(f"unknown GGUF metadata type {kind}")
+        arr = np.frombuffer(self._mv, _SCALARS[kind], 1, self._o)
+        self._o += arr.nbytes
+        return arr[0].item()
+
+
 def _field(reader, key: str, where: str, required: bool = True):
-    f = reader.fields.get(key)
-    if f is None:
-        if required:
-            raise UsageError(
-                f"{where}: GGUF metadata has no key {key!r}; the file is incomplete (re-download it)."
-            )
-        return None
-    return f.contents()
+    value = reader.fields.get(key)
+    if value is None and required:
+        raise UsageError(
+            f"{where}: GGUF metadata has no key {key!r}; the file is incomplete (re-download it)."
+        )
+    return value
 
 
 def _hf_name(name: str) -> str | None:
@@ -151,13 +254,11 @@ def _tokenizer_json(reader, where: str, pre: str) -> str:
     return tok.to_str()
 
 
-def open_gguf(path, where: str):
-    """The ``gguf`` package's reader of ``path``: the metadata is parsed, the tensors are mapped, not read."""
-    import gguf
-
+def open_gguf(path, where: str) -> _Reader:
+    """A `_Reader` of ``path``: the metadata is parsed, the tensors are mapped, not read."""
     try:
-        return gguf.GGUFReader(path, "r")
-    except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError) as err:
+        return _Reader(path)
+    except (ValueError, KeyError, IndexError, OSError, UnicodeDecodeError, struct.error) as err:
         raise UsageError(
             f"{where}: not a readable GGUF file (truncated or corrupt: {err}); re-download it."
         ) from None

@@ -252,12 +252,13 @@ class Checkpoint:
         return jax.vmap(lambda x1: self.final_norm(x1)[0])(flat).reshape(x.shape)
 
     def hidden_states(
-        self, ids, variant: str = "full", mask=None, *, window: int = 1
+        self, ids, variant: str = "full", mask=None, *, window: int = 1, attention: str = "dense"
     ) -> Float[Array, "batch s n d"]:
         """All ``num_layers + 1`` hidden states as HF's ``output_hidden_states`` (eval mode): the
-        embeddings, then each layer's output; for GPT-2 the last one has ``ln_f`` applied."""
+        embeddings, then each layer's output; for GPT-2 the last one has ``ln_f`` applied.
+        ``attention`` is `layers`' (the blocked path gives the same states, docs/long-context.md)."""
         ids = self.check_ids(ids)
-        layer = self.layers(ids.shape[1], variant, mask, window=window)
+        layer = self.layers(ids.shape[1], variant, mask, window=window, attention=attention)
         xs = _run_stack(layer, self.embed(ids), self.num_layers)
         if self.final_norm is not None:
             xs = xs.at[:, -1].set(self.readout(xs[:, -1]))

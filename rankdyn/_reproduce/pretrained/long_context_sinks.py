@@ -25,8 +25,10 @@ U-shaped: both its first and its last bin are at least `U_FACTOR` times the medi
 half of the bins (bins 4..11).
 
 Cost: quick (512 tokens, two stacks of 30 layers) and full (2048 tokens) are measured in
-docs/long-context.md; the attention of one layer is a ``(heads, n, n)`` array (the dense path:
-the profile needs the weights themselves), 151 MB in float32 at n = 2048.
+docs/long-context.md. The mass on token 0 and the profile are $A P$ for a probe $P$ of
+$1 + 16$ columns (`rankdyn._run._sinks.attention_times`): on the dense path (the checkpoint's
+default) one layer's $A$ is a ``(heads, n, n)`` array, 151 MB in float32 at n = 2048; on the
+blocked path it is never formed.
 """
 
 from __future__ import annotations
@@ -86,23 +88,23 @@ class LongContextSinksMeasured(Measured):
 @eqx.filter_jit
 def _scan(layer, x0, num_layers: int):
     from ..._observe._metrics import mu
-    from ..._run._sinks import _attention_used
+    from ..._run._sinks import attention_times
 
     n = x0.shape[0]
     i = jnp.arange(n)
     q0 = n - n // LAST_QUERIES
-    rows = i[q0:]
-    valid = (i[None, :] <= rows[:, None]) & (i[None, :] >= 1)  # (queries, keys), token 0 left out
-    scale = (rows.astype(x0.dtype) + 1.0)[:, None]
+    scale = (i[q0:].astype(x0.dtype) + 1.0)[:, None]
     bins = jnp.minimum((i * BINS) // n, BINS - 1)
-    onehot = (bins[:, None] == jnp.arange(BINS)[None, :]) & (i >= 1)[:, None]
-    counts = jnp.sum(valid, axis=0).astype(x0.dtype) @ onehot.astype(x0.dtype)
+    onehot = ((bins[:, None] == jnp.arange(BINS)[None, :]) & (i >= 1)[:, None]).astype(x0.dtype)
+    # A P with P = [e_0, key-position bins] (token 0 left out of the bins): no (n, n) array on the
+    # blocked path. counts: per bin, the (query >= q0, key <= query) pairs.
+    probe = jnp.concatenate([(i == 0).astype(x0.dtype)[:, None], onehot], axis=1)
+    counts = (n - jnp.maximum(q0, i)).astype(x0.dtype) @ onehot
 
     def step(x, t):
-        a = _attention_used(layer, x, t)  # (heads, n, n)
-        first = jnp.mean(a[:, 1:, 0])
-        r = jnp.where(valid[None], a[:, q0:, :] * scale[None], 0.0)
-        prof = (jnp.sum(r, axis=(0, 1)) @ onehot.astype(x.dtype)) / (counts * a.shape[0])
+        ap = attention_times(layer, x, t, probe)  # (heads, n, 1 + BINS)
+        first = jnp.mean(ap[:, 1:, 0])
+        prof = jnp.sum(ap[:, q0:, 1:] * scale[None], axis=(0, 1)) / (counts * ap.shape[0])
         y = layer(x, t)[0]
         return y, (first, prof, mu(y))
 
