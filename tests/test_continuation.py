@@ -94,6 +94,7 @@ def test_branch_points_period_doubling_neimark_sacker():
     assert abs(br.bifurcations[0].param - 1) <= 1e-6
 
 
+@pytest.mark.slow
 def test_continuous_symmetry_is_quotiented():
     # Complete mask, uniform attention, W_V = diag(a, a, 1): rotations in the (1, 2) plane commute
     # with the layer, so x_1 = x_2 = u in that plane lies on a circle of equilibria (multiplier +1).
@@ -125,6 +126,7 @@ def test_bad_input_is_refused():
         continue_branch(const, x, 1.3, 0.5)
 
 
+@pytest.mark.slow
 def test_newton_failure_ends_with_a_status():
     # The family jumps at w = 1.1 (token 2's map changes): no branch to follow past it.
     def jump(w):

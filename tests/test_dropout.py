@@ -123,6 +123,7 @@ def test_dropout_rates_validated_and_properties(getkey):
         one(jnp.ones((4, 4)))
 
 
+@pytest.mark.slow
 def test_zero_row_is_absorbing_under_causal_attention_dropout(getkey):
     """Token 0 attends only to itself (causal): dropping that weight zeroes its row, LN keeps it
     at zero, and it stays zero in every later layer; the observer counts it."""

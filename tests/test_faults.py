@@ -44,6 +44,7 @@ def _temp_files(folder):
 # --- Wrong numbers with no flag ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_zero_tokens_have_nan_directions_and_are_flagged(getkey):
     """float64 underflow under norm none: from some depth every token is exactly 0. The states
     (checked with NumPy) decide: a zero row means NaN cosines, counted as degenerate, never a

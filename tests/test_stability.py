@@ -167,6 +167,7 @@ def test_defective_multipliers_counted_as_neutral():
     assert rep3.neutral_dims > 0 and rep3.classification == "unstable"
 
 
+@pytest.mark.slow
 def test_leading_eigenvalues_matrix_free(getkey):
     """Arnoldi on JVPs reproduces the dense leading multipliers (closed form, n = d = 4, and a
     generic complete-mask layer at a random point)."""
@@ -214,6 +215,7 @@ def test_stability_plots():
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_multipliers_jit_vmap_equal_the_numpy_reference():
     """`multipliers` (jit + vmap over points) equals the dense NumPy path point by point."""
     import jax
