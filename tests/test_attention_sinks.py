@@ -124,6 +124,7 @@ def test_checks_follow_the_numbers():
     assert all(c.passed is None for c in AS.checks(bert))
 
 
+@pytest.mark.slow
 def test_random_init_keeps_the_head_groups(tmp_path):
     pytest.importorskip("transformers")
     from checkpoint_models import llama

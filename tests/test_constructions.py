@@ -15,6 +15,7 @@ def _residuals(layer, xs):
     return np.asarray(jax.vmap(lambda x: jnp.linalg.norm(layer(x)[0] - x))(xs))
 
 
+@pytest.mark.slow
 def test_rank_k_closed_forms_are_equilibria_of_every_rank():
     """For w >= N every rank k = 1..N has 2^k distinct equilibria (N = d = 5, w = 5).
 

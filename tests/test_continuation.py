@@ -66,6 +66,7 @@ def test_closed_form_folds_located_and_passed():
             assert len(set(br.stable[: k + 1])) == 1 and len(set(br.stable[k + 1 :])) == 1
 
 
+@pytest.mark.slow
 def test_location_off_by_a_step_fails_the_oracle():
     br = continue_branch(fam_w, start_a(1.3), 1.3, 0.5, ds=0.05, locate_bifurcations=False, param_name="w")
     (fold,) = [b for b in br.bifurcations if b.kind == "fold"]

@@ -140,6 +140,7 @@ def test_mpnet_equals_hf_and_needs_its_position_bias(tiny):
     assert np.array_equal(relative_buckets(300), MPNetEncoder.relative_position_bucket(rel).numpy())
 
 
+@pytest.mark.slow
 def test_gguf_equals_hf_loading_the_same_file(tiny, tmp_path):
     import transformers
 

@@ -118,6 +118,7 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
     assert max(rates["complete"], rates["causal"]) < min(rates["window"], rates["window-uni"])
 
 
+@pytest.mark.slow
 def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
     """Theorem 2: post-LN, orthogonal W_V, complete mask, n <= d, full-rank x0 => mu -> 0 exponentially.
 
