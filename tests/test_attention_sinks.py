@@ -55,6 +55,7 @@ def _loop(layer, x0, num_layers, normalised=True):
     return np.stack(first), np.asarray(cos)
 
 
+@pytest.mark.slow
 def test_sinks_equal_a_loop_over_depth_and_need_the_normalised_tokens(getkey):
     layer = _layer(getkey())
     x0 = jr.normal(getkey(), (3, 6, 4))

@@ -85,6 +85,7 @@ def test_dropout_matches_numpy_reference_block(getkey, pa, ph):
     np.testing.assert_allclose(np.asarray(y), _reference(layer, x, key, _layernorm), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_dropout_matches_numpy_reference_san(getkey):
     """Paper's SAN + sphere LN with attention dropout: exact to rounding (no GELU involved)."""
     n, d, p = 7, 5, 0.4

@@ -79,6 +79,7 @@ def test_tangent_basis_orthonormal(getkey):
     assert flow_equilibria.tangent_basis is rd.equilibria.tangent_basis
 
 
+@pytest.mark.slow
 def test_tangent_jacobian_matches_finite_differences(getkey):
     n, d = 4, 3
     layer = _bert_layer(getkey(), n, d, "complete")
