@@ -55,6 +55,7 @@ def _loop(layer, x0, num_layers, normalised=True):
     return np.stack(first), np.asarray(cos)
 
 
+@pytest.mark.slow
 def test_sinks_equal_a_loop_over_depth_and_need_the_normalised_tokens(getkey):
     layer = _layer(getkey())
     x0 = jr.normal(getkey(), (3, 6, 4))
@@ -124,6 +125,7 @@ def test_checks_follow_the_numbers():
     assert all(c.passed is None for c in AS.checks(bert))
 
 
+@pytest.mark.slow
 def test_controls_keep_the_head_groups_and_the_scored_one_the_trained_scale(tmp_path):
     pytest.importorskip("transformers")
     from checkpoint_models import llama

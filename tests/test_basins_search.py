@@ -14,6 +14,7 @@ def test_wilson_interval_known_values():
     np.testing.assert_allclose(hi, [0.2775, 0.7634, 1.0], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_basin_fractions_2d_grid_exact():
     """Token 1 frozen at (0, 1), token 2 on a 0.5-degree grid: exactly the grid points inside
     (theta_A, 270) = (120, 270) degrees (300 of 720) reach B, the rest collapse (paper App. E;
@@ -38,6 +39,7 @@ def test_basin_fractions_2d_grid_exact():
     assert ranks["counts"] == {"1": 420, "2": 300}
 
 
+@pytest.mark.slow
 def test_basin_fractions_sampler_chunks_and_key():
     n = d = 3
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, 3.0))

@@ -73,6 +73,7 @@ def _run(layers, x):
     return jax.lax.scan(body, [x] * len(layers), jnp.arange(DEPTH))[1]
 
 
+@pytest.mark.slow
 def test_blocked_equals_dense_every_mask_odd_n_depth_8():
     rng = np.random.default_rng(0)
     cases = list(_cases(rng))

@@ -75,6 +75,7 @@ def test_text_run_writes_ids_metrics_and_provenance(tiny, tmp_path, capsys, monk
     np.testing.assert_allclose(res["metrics"]["mu"]["mean"], mu, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_input_ids_set_batch_and_n_and_depth_cycles(tiny, tmp_path):
     ids = np.random.default_rng(0).integers(0, VOCAB, (3, 7))
     np.save(tmp_path / "ids.npy", ids)

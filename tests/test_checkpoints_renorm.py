@@ -43,6 +43,7 @@ def tiny(tmp_path_factory):
     return {"bert": (folder / "bert", hf), "gpt2": gpt2_zip(folder)}
 
 
+@pytest.mark.slow
 def test_own_scheme_chosen_explicitly_equals_full_bit_for_bit(tiny):
     for arch in ("bert", "gpt2"):
         ckpt = load_checkpoint(tiny[arch][0], dtype="float64")

@@ -86,6 +86,7 @@ def test_simulate_writes_metrics_and_plot(tmp_path, capsys):
     assert "radius=3" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_degenerate_ln_is_counted_not_nan():
     """Opposite tokens under uniform causal attention and identity W_V: token 2's update is
     (x1 + x2) / 2 = 0, a zero row for LN. Exactly those trajectories are counted as degenerate

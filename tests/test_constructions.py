@@ -15,6 +15,7 @@ def _residuals(layer, xs):
     return np.asarray(jax.vmap(lambda x: jnp.linalg.norm(layer(x)[0] - x))(xs))
 
 
+@pytest.mark.slow
 def test_rank_k_closed_forms_are_equilibria_of_every_rank():
     """For w >= N every rank k = 1..N has 2^k distinct equilibria (N = d = 5, w = 5).
 
@@ -145,6 +146,7 @@ def test_2d_first_token_ratio_grows_by_w():
     np.testing.assert_array_equal(np.sign(s[:, :, 0, 0]), np.sign(s[:, :1, 0, 0]) * np.ones((1, 21)))
 
 
+@pytest.mark.slow
 def test_2d_points_and_basin_arc():
     """Token 1 frozen at (0, 1) (an exact fixed point): token 2 converges to B iff its angle lies in
     the open arc (theta_A, 270 deg); checked on a 0.5-degree grid for w = 1.5, 2, 3

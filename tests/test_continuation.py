@@ -66,6 +66,7 @@ def test_closed_form_folds_located_and_passed():
             assert len(set(br.stable[: k + 1])) == 1 and len(set(br.stable[k + 1 :])) == 1
 
 
+@pytest.mark.slow
 def test_location_off_by_a_step_fails_the_oracle():
     br = continue_branch(fam_w, start_a(1.3), 1.3, 0.5, ds=0.05, locate_bifurcations=False, param_name="w")
     (fold,) = [b for b in br.bifurcations if b.kind == "fold"]
@@ -94,6 +95,7 @@ def test_branch_points_period_doubling_neimark_sacker():
     assert abs(br.bifurcations[0].param - 1) <= 1e-6
 
 
+@pytest.mark.slow
 def test_continuous_symmetry_is_quotiented():
     # Complete mask, uniform attention, W_V = diag(a, a, 1): rotations in the (1, 2) plane commute
     # with the layer, so x_1 = x_2 = u in that plane lies on a circle of equilibria (multiplier +1).
@@ -125,6 +127,7 @@ def test_bad_input_is_refused():
         continue_branch(const, x, 1.3, 0.5)
 
 
+@pytest.mark.slow
 def test_newton_failure_ends_with_a_status():
     # The family jumps at w = 1.1 (token 2's map changes): no branch to follow past it.
     def jump(w):

@@ -85,6 +85,7 @@ def test_dropout_matches_numpy_reference_block(getkey, pa, ph):
     np.testing.assert_allclose(np.asarray(y), _reference(layer, x, key, _layernorm), atol=1e-12)
 
 
+@pytest.mark.slow
 def test_dropout_matches_numpy_reference_san(getkey):
     """Paper's SAN + sphere LN with attention dropout: exact to rounding (no GELU involved)."""
     n, d, p = 7, 5, 0.4
@@ -123,6 +124,7 @@ def test_dropout_rates_validated_and_properties(getkey):
         one(jnp.ones((4, 4)))
 
 
+@pytest.mark.slow
 def test_zero_row_is_absorbing_under_causal_attention_dropout(getkey):
     """Token 0 attends only to itself (causal): dropping that weight zeroes its row, LN keeps it
     at zero, and it stays zero in every later layer; the observer counts it."""

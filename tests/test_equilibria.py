@@ -81,6 +81,7 @@ def test_found_equilibria_match_closed_forms(found):
             assert _distance(a.x, b.x, group) > 2e-2
 
 
+@pytest.mark.slow
 def test_rank_biased_search_reaches_full_rank_closed_form():
     """target_rank=n: Adam with the rank penalty, then Newton; finds the rank-n closed forms."""
     layer = _layer()
@@ -97,6 +98,7 @@ def test_rank_biased_search_reaches_full_rank_closed_form():
     assert np.asarray(sol.residual)[ok].max() < 1e-10
 
 
+@pytest.mark.slow
 def test_status_codes_and_bad_members():
     layer = _layer()
     x0 = _starts(jr.PRNGKey(5), 4).at[1].set(jnp.nan)
@@ -132,6 +134,7 @@ def test_results_extend_optimistix():
     }
 
 
+@pytest.mark.slow
 def test_user_supplied_solvers_find_the_2d_example_points():
     """Any optimistix least-squares solver or root finder; oracle: A, B = (-1/w, +-sqrt(1 - 1/w^2))."""
     w = 2.0
@@ -190,6 +193,7 @@ def test_dedup_merges_sign_and_permutation_copies(getkey):
     assert not rd.equilibria.symmetry_group(_layer()).all_permutations
 
 
+@pytest.mark.slow
 def test_unnormalised_map():
     """placement='none': F(X) = A X W_V; with W_V = I every consensus X = 1 v^T is a fixed point."""
     layer = rd.theory.uniform_causal_layer(3, 3, jnp.eye(3), placement="none")
@@ -231,6 +235,7 @@ def test_bad_arguments():
         rd.find_equilibria(layer, jnp.ones((2, N, D)), method="newton")
 
 
+@pytest.mark.slow
 def test_levenberg_marquardt_matches_scipy_lm():
     """``method="lm"`` against scipy's MINPACK LM on a NumPy residual of the 2-D example.
 

@@ -7,6 +7,7 @@ are 2 sqrt(1 - 1/w^2) apart: 0.02 at w = 1.00005, below the scaled 1e-6 that flo
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rankdyn as rd
 from rankdyn._equilibria._dedupe import deduplicate
@@ -35,6 +36,7 @@ def test_float32_dedup_keeps_close_distinct_equilibria_and_merges_copies():
     assert merge_tol(np.float32) < 2e-4 and merge_tol(np.float64) < 1e-12
 
 
+@pytest.mark.slow
 def test_float32_polish_refines_and_does_not_jump_to_another_equilibrium():
     # Float64 points through a float32 layer once gave Newton steps of O(1): A and B of the 2-D
     # example (w = 1.001, token 2 0.09 apart) were "polished" onto the collapsed point.

@@ -44,6 +44,7 @@ def _temp_files(folder):
 # --- Wrong numbers with no flag ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_zero_tokens_have_nan_directions_and_are_flagged(getkey):
     """float64 underflow under norm none: from some depth every token is exactly 0. The states
     (checked with NumPy) decide: a zero row means NaN cosines, counted as degenerate, never a
@@ -162,6 +163,7 @@ def test_write_json_follows_umask_and_is_atomic(tmp_path, monkeypatch):
     assert _temp_files(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_cli_simulate_full_disk_is_one_error_line(tmp_path, monkeypatch, capsys):
     def full(f, **arrays):
         f.write(b"PK\x03\x04")
@@ -276,6 +278,7 @@ def test_sweep_full_disk_then_resume_past_damaged_chunks(tmp_path, monkeypatch, 
     assert _store  # the store module is the one writing the chunks
 
 
+@pytest.mark.slow
 def test_sweep_nan_cells_have_nan_rank_and_rate(tmp_path):
     text = SWEEP.replace("seed = [0, 1, 2]", "qk_std = [1.0, 1e200]").replace(
         "n = 3", 'qk = "gaussian"\nn = 3'

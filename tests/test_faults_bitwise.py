@@ -21,6 +21,7 @@ def _bits(stats):
     return [np.asarray(a).tobytes() for a in jax.tree.leaves(stats)]
 
 
+@pytest.mark.slow
 def test_fold_is_the_same_bits_for_any_chunking_and_follows_welford():
     """The fold over chunks of 1, 7, GROUP + 3 and all values gives the same bits; the values
     span 1e-8..1e8 with NaN members masked out, where two-pass sums per chunk differ in the last

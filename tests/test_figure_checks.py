@@ -8,6 +8,7 @@ results of tests/figure_measured.py (no simulation); every figure of the targets
 
 import matplotlib
 import numpy as np
+import pytest
 
 matplotlib.use("Agg")
 import figure_measured  # noqa: E402
@@ -91,6 +92,7 @@ def test_counterexample_basin_fills_its_grid_and_has_a_discrete_legend(tmp_path)
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_geometry_rank_panel_counts_and_cosines_centre_at_zero(tmp_path):
     module, m = figure_measured.geometry()
     figs, _ = _render(module, m, tmp_path)
@@ -115,6 +117,7 @@ def _decades(lo, hi):
     return np.log10(hi / lo)
 
 
+@pytest.mark.slow
 def test_pretrained_ablation_fills_its_grid_and_fits_each_panel_to_its_data(tmp_path):
     module, m = figure_measured.pretrained_ablation()
     figs, _ = _render(module, m, tmp_path)

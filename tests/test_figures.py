@@ -372,6 +372,7 @@ def test_eigen_moduli_grid_is_printable_for_hundreds_of_equilibria():
     plt.close(one)
 
 
+@pytest.mark.slow
 def test_checks_catch_a_cut_y_range_and_a_strip():
     # The checks can fail: a y range cut by hand, and an 8-panel strip wider than 2400 px.
     fig, ax = plt.subplots(layout="constrained")
@@ -429,7 +430,7 @@ CHECKED_ROUND4 = (
     "pretrained-ablation",
     "attention-sinks",
 )
-SLOW_RENDERS = ("masks-collapse", "geometry", "layernorm-orthogonal")
+SLOW_RENDERS = ("masks-collapse", "geometry", "layernorm-orthogonal", "depth-table", "pretrained-temperature")
 
 
 def test_every_target_has_a_synthetic_result():
@@ -484,6 +485,7 @@ def test_undirected_draws_the_certified_equilibria_beside_the_searches(tmp_path)
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_layernorm_complete_curve_is_named_and_no_round_off_spike(tmp_path):
     figs, _ = _rendered("layernorm-orthogonal", tmp_path)
     fig = figs["layernorm_orthogonal_mu.png"]
@@ -525,6 +527,7 @@ def test_ablation_axes_stop_near_the_floor_and_labels_are_shared(tmp_path):
         plt.close(fig)
 
 
+@pytest.mark.slow
 def test_rates_figure_draws_bounds_of_one_below_the_axis_with_their_value(tmp_path):
     module, m = figure_measured.masks_collapse()
     figs, _ = _render(module, m, tmp_path)
@@ -544,6 +547,7 @@ def test_rates_figure_draws_bounds_of_one_below_the_axis_with_their_value(tmp_pa
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_temperature_and_flow_clustering_keep_their_fixes(tmp_path):
     figs, _ = _render(*figure_measured.temperature(same=True), tmp_path)
     for name, fig in figs.items():

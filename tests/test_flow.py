@@ -103,6 +103,7 @@ def test_energy_does_not_decrease_along_sa_and_usa(getkey):
         assert np.max(e[..., -1] - e[..., 0]) > 1e-2  # it really moves
 
 
+@pytest.mark.slow
 def test_energy_formula_and_clusters():
     x = np.zeros((4, 3))
     x[:2, 0], x[2:, 1] = 1.0, 1.0
@@ -176,6 +177,7 @@ def test_api_rejects_bad_matrices_and_options():
         solve_flow(f, x0, 1.0, beta=1.0, solver="rk45")
 
 
+@pytest.mark.slow
 def test_solver_objects_are_the_names_they_stand_for():
     """A Diffrax solver and controller object integrates exactly as the name that builds them."""
     from rankdyn._flow._solvers import _solver_and_controller
@@ -198,6 +200,7 @@ def test_solver_objects_are_the_names_they_stand_for():
     assert np.max(np.abs(np.asarray(c.states) - np.asarray(a.states))) > 0
 
 
+@pytest.mark.slow
 def test_metrics_names_what_the_flow_records_as_in_simulate():
     # metrics= selects the default observer's names, as rankdyn.simulate's does; the recorded
     # values equal the full observer's, and `clustered` stays (time_to_cluster reads it).

@@ -91,6 +91,7 @@ def test_cli_writes_metrics_states_and_figure(tmp_path, capsys):
     assert "flow:" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_step_limit_is_reported(tmp_path, capsys):
     from rankdyn.flow import RESULTS, FlowField, solve_flow
     from rankdyn.masks import complete_mask

@@ -228,6 +228,7 @@ def test_file_size_limit_is_a_user_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_seed_reaches_the_random_mask_of_a_checkpoint_run(tmp_path, monkeypatch):
     """``--mask random --seed s`` with ``--checkpoint``: the old code built the mask with seed 0
     whatever ``--seed`` said (two seeds, one mu). The layers handed to simulate now differ, and

@@ -92,6 +92,7 @@ def test_zero_row_is_reported_not_nan():
     assert np.all(np.asarray(bad)) and np.all(np.isfinite(np.asarray(lnx)))
 
 
+@pytest.mark.slow
 def test_ln_dynamics_invariant_to_value_scale(getkey):
     """LN(A X (c W_V)) = LN(A X W_V) for c > 0 (docs/theory.md#the-model): the scale of W_V is irrelevant."""
     key = getkey()
@@ -120,6 +121,7 @@ def test_complete_mask_is_permutation_equivariant(getkey):
     assert not np.allclose(np.asarray(causal(x[perm])[0]), np.asarray(causal(x)[0])[perm])
 
 
+@pytest.mark.slow
 def test_causal_jacobian_is_block_lower_triangular(getkey):
     n, d = 5, 3
     layer = small_layer(getkey(), n=n, d=d, mask="causal", value="gaussian", qk="gaussian")
@@ -130,6 +132,7 @@ def test_causal_jacobian_is_block_lower_triangular(getkey):
     assert np.all(blocks[np.tril_indices(n)] > 0.0)
 
 
+@pytest.mark.slow
 def test_full_block_is_equivariant_and_random_only_through_its_key(getkey):
     """Heads + W_O + skip + MLP + centred LN + both dropouts, under the complete mask: with the
     dropout rates set to zero the block is permutation-equivariant (an oracle that fails if a head,

@@ -32,6 +32,7 @@ def logistic(x):
     return 4.0 * x * (1 - x)
 
 
+@pytest.mark.slow
 def test_henon_and_logistic_oracles(getkey):
     x0 = 0.1 * jax.random.uniform(getkey(), (32, 2))
     r = rankdyn.lyapunov_spectrum_map(henon, x0, 20000, discard=500, key=jax.random.key(0))
@@ -69,6 +70,7 @@ def _stable_layer():
     return layer, jnp.tile(jnp.array([1.0, 0.0, 0.0]), (n, 1))
 
 
+@pytest.mark.slow
 def test_stable_equilibrium_exponents_are_log_moduli_of_the_multipliers():
     layer, x = _stable_layer()
     rep = rankdyn.stability(layer, x)
@@ -99,6 +101,7 @@ def test_batched_equals_single_and_full_space(getkey):
     assert spectrum_dim(pre) == 12 and full.space == "full" and full.exponents.shape == (1, 12)
 
 
+@pytest.mark.slow
 def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
     n, d = 4, 3
     field = FlowField(np.ones((n, n), bool), d)
@@ -128,6 +131,7 @@ def test_bad_input_is_a_usage_error(kwargs, message):
         rankdyn.lyapunov_spectrum(layer, x, 40, **kwargs, key=jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_bad_map_input():
     with pytest.raises(ValueError, match="must map an"):
         rankdyn.lyapunov_spectrum_map(lambda x: x[:1], jnp.zeros(2), 10, key=jax.random.key(0))
@@ -154,6 +158,7 @@ def test_bad_map_input():
     assert not np.array_equal(new.running_mean, other.running_mean)
 
 
+@pytest.mark.slow
 def test_orthonormalise_against_householder_and_numpy(getkey):
     inverse, orthonormal = jax.jit(_lower_inverse), jax.jit(orthonormalise)
     for k in (3, 64):  # 3: padded to a power of two
@@ -216,6 +221,7 @@ def test_auto_interval_equals_every_layer(getkey):
     np.testing.assert_allclose(tiny.mean, [np.log(1e-200)], rtol=1e-13)
 
 
+@pytest.mark.slow
 def test_underflow_and_nonfinite_are_flagged_not_averaged():
     # x -> 1e-200 x contracts by e^-460 per step: with qr_every = 4 the tangent vector passes
     # below the smallest normal double between two QR steps. x -> x^2 from 2 overflows.

@@ -115,6 +115,7 @@ def test_llama_equals_hf_and_the_oracle_discriminates(tiny):
         assert rel_err(bad.hidden_states(ids), ref32) > 1e3 * TOL["float32"], name
 
 
+@pytest.mark.slow
 def test_mpnet_equals_hf_and_needs_its_position_bias(tiny):
     path, hf = tiny["mpnet"]
     ids = _ids(low=2)  # id 1 is MPNet's padding token, whose position HF does not count
@@ -139,6 +140,7 @@ def test_mpnet_equals_hf_and_needs_its_position_bias(tiny):
     assert np.array_equal(relative_buckets(300), MPNetEncoder.relative_position_bucket(rel).numpy())
 
 
+@pytest.mark.slow
 def test_gguf_equals_hf_loading_the_same_file(tiny, tmp_path):
     import transformers
 

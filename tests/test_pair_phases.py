@@ -20,6 +20,7 @@ from rankdyn.theory import causal_pair_equilibria, causal_pair_phases
 P = 0.75
 
 
+@pytest.mark.slow
 def test_equilibria_are_fixed_points_with_the_layers_multipliers():
     g = np.random.default_rng(0).standard_normal((2, 2, 2))
     w_v, w_q, w_k = np.array([[P, 1.3], [0.0, 1.0]]), g[0], g[1]

@@ -250,6 +250,7 @@ def test_reproduce_checkpoint_flag_refused_for_other_targets_and_bad_paths(tmp_p
 
 
 # ----------------------------------------------------------------------------- full-mode chunks
+@pytest.mark.slow
 def test_the_chunks_of_a_full_run_share_one_compiled_program(getkey):
     """`run_chunked` walks a full run (1000 excerpts) in chunks through `simulate_many`: every chunk
     must reuse the program the first one compiled (each used to compile its own, since a new jitted

@@ -111,6 +111,7 @@ def _loop_profile(layer, x, num_layers):
     return np.array(firsts), np.mean(profs, axis=0)
 
 
+@pytest.mark.slow
 def test_sinks_scan_equals_a_loop_over_layers():
     import rankdyn as rd
 

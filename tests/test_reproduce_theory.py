@@ -53,6 +53,7 @@ def test_counterexample_2d_tiny(tmp_path):
     assert res["verdict"] == "reproduced"
 
 
+@pytest.mark.slow
 def test_basin_points_on_both_sides_of_a():
     """Starts just either side of A go to B (inside the arc) or to (0, 1) (outside)."""
     with jax.enable_x64(True):
@@ -114,6 +115,7 @@ def test_positive_measure_tiny(tmp_path):
             np.testing.assert_allclose(v["random_wilson95"][-1], (ci.low, ci.high), atol=1e-9)
 
 
+@pytest.mark.slow
 def test_lemma13_track_matches_states():
     """The per-step running max equals the max over a saved trajectory (reference: simulate)."""
     from rankdyn._reproduce.theory._positive_measure_runs import lemma13_track

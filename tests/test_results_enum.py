@@ -56,6 +56,7 @@ def test_one_enumeration_under_every_old_name():
         _ = R.successful == optx.RESULTS.successful
 
 
+@pytest.mark.slow
 def test_every_result_compares_with_the_one_enumeration():
     # find_equilibria: start 0 at the 2-D example's point A, start 1 NaN, start 2 opposite tokens.
     w = 2.0

@@ -34,8 +34,12 @@ SCRIPT = textwrap.dedent(
     one = rd.simulate(layer, x0, 8, save_every=2, save_states=True)
     many = rd.simulate(layer, x0, 8, save_every=2, save_states=True, devices="all")
     mu_only = jax.tree_util.Partial(lambda t, x, args: {"mu": rd.mu(x)})
-    two = rd.simulate(layer, x0, 8, save_every=2, devices=2, chunk=2, observe=mu_only, per_trajectory=True)
-    one2 = rd.simulate(layer, x0, 8, save_every=2, chunk=2, observe=mu_only, per_trajectory=True)
+    # 2 devices, chunks of 2, with dropout: the per-trajectory key streams must follow the
+    # trajectories onto their devices.
+    drop = rd.make_layer(jr.PRNGKey(2), n=6, d=6, mask="window", qk="gaussian", dropout=0.2)
+    kw = dict(save_every=2, chunk=2, key=jr.PRNGKey(4), observe=mu_only, per_trajectory=True)
+    two = rd.simulate(drop, x0, 8, devices=2, **kw)
+    one2 = rd.simulate(drop, x0, 8, **kw)
     bits = lambda a: np.asarray(a).tobytes()
     same = lambda r, s: all(bits(r.metrics[k]) == bits(s.metrics[k]) for k in s.metrics) and all(
         bits(getattr(r.summary, st)[k]) == bits(getattr(s.summary, st)[k])
@@ -46,12 +50,6 @@ SCRIPT = textwrap.dedent(
     out["same_flags"] = bool(np.array_equal(one.degenerate, many.degenerate)
                              and np.array_equal(one.nonfinite, many.nonfinite))
     out["shapes_equal"] = all(one.metrics[k].shape == many.metrics[k].shape for k in one.metrics)
-    # Dropout: the per-trajectory key streams must follow the trajectories onto their devices.
-    drop = rd.make_layer(jr.PRNGKey(2), n=6, d=6, mask="window", qk="gaussian", dropout=0.2)
-    xd = rd.initial_tokens(jr.PRNGKey(3), "sphere", 6, 6, batch=8)
-    d1 = rd.simulate(drop, xd, 5, key=jr.PRNGKey(4), observe=mu_only, per_trajectory=True)
-    d4 = rd.simulate(drop, xd, 5, key=jr.PRNGKey(4), devices="all", observe=mu_only, per_trajectory=True)
-    out["bitwise_dropout"] = same(d4, d1)
     # shard_batch really splits the leading axis over the 4 devices.
     xs = shard_batch(jnp.zeros((8, 6, 6)), batch_mesh())
     out["shard_devices"] = len(xs.sharding.device_set)
@@ -82,7 +80,7 @@ def test_sharded_simulate_equals_single_device():
     assert out["shapes_equal"] and out["same_flags"] and out["odd_raises"]
     # The bitwise contract: every device runs whole chunks of the same width, and the statistics
     # are folded in batch order, so 1, 2 or 4 devices give the same bits (values, states, stats).
-    assert out["bitwise_all"] and out["bitwise_two"] and out["bitwise_dropout"], out
+    assert out["bitwise_all"] and out["bitwise_two"], out
 
 
 def test_mesh_arguments_are_checked():
@@ -189,8 +187,10 @@ def test_sharded_default_metrics_never_hang():
     if available_cores() < 2:
         pytest.skip("needs 2 cores")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NPROC")} | {"JAX_PLATFORMS": "cpu"}
-    results = [run_watched([sys.executable, "-c", HANG_SCRIPT, "4"], env) for _ in range(2)]
-    assert all(rc == 0 and "2 devices ok" in out for rc, out in results), [r[0] for r in results]
+    # One process, 8 repeats: the 8 sharded runs of two processes of 4, without a second start and
+    # compile (the deadlock struck a run, whichever process it was in).
+    rc, out = run_watched([sys.executable, "-c", HANG_SCRIPT, "8"], env)
+    assert rc == 0 and "2 devices ok" in out, rc
 
 
 def test_cli_refuses_bad_devices_before_compute(capsys):

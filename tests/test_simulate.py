@@ -11,6 +11,7 @@ import rankdyn as rd
 from rankdyn._run._io import CompileTimer
 
 
+@pytest.mark.slow
 def test_scan_equals_python_loop_and_vmap_equals_per_sample(getkey):
     layer = small_layer(getkey(), n=5, d=4, mask="window", value="gaussian", num_layers=7)
     x0 = sphere_tokens(getkey(), 5, 4, batch=3)
@@ -27,6 +28,7 @@ def test_scan_equals_python_loop_and_vmap_equals_per_sample(getkey):
     np.testing.assert_allclose(np.asarray(traj.metrics["mu"][1]), mu_ref, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_save_every_and_eps_min_schedule(getkey):
     layer = small_layer(getkey(), n=4, d=4, mask="causal", qk="gaussian", qk_std=2.0)
     x0 = sphere_tokens(getkey(), 4, 4, batch=(2, 3))  # two batch axes
@@ -116,6 +118,7 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
     assert max(rates["complete"], rates["causal"]) < min(rates["window"], rates["window-uni"])
 
 
+@pytest.mark.slow
 def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
     """Theorem 2: post-LN, orthogonal W_V, complete mask, n <= d, full-rank x0 => mu -> 0 exponentially.
 
@@ -147,6 +150,7 @@ def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
     assert np.all(np.asarray(traj.metrics["min_cos"])[:, -1] > 1 - 1e-12)  # phi -> 1
 
 
+@pytest.mark.slow
 def test_temperature_and_values_sweep_compiles_once(getkey):
     """Array-valued parameters (d_QK, W_V, inputs) never trigger a new compilation."""
     layer = small_layer(getkey(), n=4, d=4, mask="causal")

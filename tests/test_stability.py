@@ -79,6 +79,7 @@ def test_tangent_basis_orthonormal(getkey):
     assert flow_equilibria.tangent_basis is rd.equilibria.tangent_basis
 
 
+@pytest.mark.slow
 def test_tangent_jacobian_matches_finite_differences(getkey):
     n, d = 4, 3
     layer = _bert_layer(getkey(), n, d, "complete")
@@ -167,6 +168,7 @@ def test_defective_multipliers_counted_as_neutral():
     assert rep3.neutral_dims > 0 and rep3.classification == "unstable"
 
 
+@pytest.mark.slow
 def test_leading_eigenvalues_matrix_free(getkey):
     """Arnoldi on JVPs reproduces the dense leading multipliers (closed form, n = d = 4, and a
     generic complete-mask layer at a random point)."""
@@ -214,6 +216,7 @@ def test_stability_plots():
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_multipliers_jit_vmap_equal_the_numpy_reference():
     """`multipliers` (jit + vmap over points) equals the dense NumPy path point by point."""
     import jax

@@ -57,6 +57,7 @@ def _run(*args, xla_flags=""):
     )
 
 
+@pytest.mark.slow
 def test_several_devices_get_rankdyns_threshold_and_a_users_own_wins():
     proc = _run(0)
     assert proc.returncode == 0, proc.stderr  # XLA knows the flag (an unknown one aborts the process)

@@ -29,6 +29,7 @@ def test_layernorm_with_eps_maps_a_zero_row_to_its_bias_like_numpy():
         assert np.allclose(np.asarray(y)[1], bias) and bool(bad[1]) and bool(bad[2]) and not bool(bad[0])
 
 
+@pytest.mark.slow
 def test_a_zero_token_keeps_mu_and_only_its_cosines_are_nan(getkey):
     """Attention dropout on a causal window without skip zeroes a row (both neighbours
     dropped); under LayerNorm with eps it maps to the bias (here 0). mu is defined there and
