@@ -1,5 +1,10 @@
 """A small zoo of test cases (n <= 8, d <= 8) shared by the test modules."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
 import rankdyn as rd
@@ -56,3 +61,31 @@ def assert_bitwise_datasets(a, b):
         assert x.tobytes() == y.tobytes(), (k, x, y)
     xr.testing.assert_equal(a.coords.to_dataset(), b.coords.to_dataset())
     assert a.attrs["config_hash"] == b.attrs["config_hash"]
+
+
+#: Runs several command lines in one fresh process; prints their exit codes and whether JAX loaded.
+_PROBE = """
+import json, sys
+from rankdyn.cli import main
+codes = [main(argv) for argv in json.loads(sys.argv[1])]
+print("RESULT", json.dumps(codes), "jax" in sys.modules)
+"""
+
+
+def refusals_in_one_process(cases: dict) -> tuple[list[str], bool]:
+    """Run ``cases`` (expected words -> argv) in one fresh process: every one must exit 2 with one
+    ``error:`` line containing its words. Returns the error lines and whether JAX was imported."""
+    res = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(cases.values()))],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=300,
+    )
+    line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT"))
+    codes, jax = line.removeprefix("RESULT ").rsplit(" ", 1)
+    errors = [x for x in res.stderr.splitlines() if "error:" in x]
+    assert json.loads(codes) == [2] * len(cases) and len(errors) == len(cases), res.stderr
+    for says, err in zip(cases, errors):
+        assert says in err, (says, err)
+    return errors, jax == "True"

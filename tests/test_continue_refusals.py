@@ -2,28 +2,14 @@
 loads; intervals too narrow or too wide for float64 steps; a ``--seed`` that nothing reads.
 """
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import refusals_in_one_process
 
 from rankdyn._errors import UsageError
 from rankdyn.cli import main
 from rankdyn.equilibria import continue_branch
-
-ROOT = Path(__file__).resolve().parents[1]
-
-#: Runs several command lines in one fresh process; prints their exit codes and whether JAX loaded.
-_PROBE = """
-import json, sys
-from rankdyn.cli import main
-codes = [main(argv) for argv in json.loads(sys.argv[1])]
-print("RESULT", json.dumps(codes), "jax" in sys.modules)
-"""
 
 BASE = ["continue", "--param", "w", "--from", "3", "--to", "0.5"]
 
@@ -48,21 +34,9 @@ def test_every_continue_refusal_answers_before_jax_and_names_its_own_cause(tmp_p
         "no fixed points": [*BASE, "--dropout", "0.1", *out],
         "n * d = 4096 is above 2048": [*BASE, "--n", "64", "--d", "64", *out],
     }  # fmt: skip
-    res = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(list(cases.values()))],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
-    line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT"))
-    codes, jax = line.removeprefix("RESULT ").rsplit(" ", 1)
-    errors = [x for x in res.stderr.splitlines() if "error:" in x]
-    assert json.loads(codes) == [2] * len(cases) and len(errors) == len(cases), res.stderr
-    for says, err in zip(cases, errors):
-        assert says in err, (says, err)
+    errors, jax = refusals_in_one_process(cases)
     assert "for --param w" not in errors[2] and "for --param w" not in errors[3]
-    assert jax == "False", "a refusal of rankdyn continue imported JAX"
+    assert not jax, "a refusal of rankdyn continue imported JAX"
     assert not (tmp_path / "out").exists()
 
 

@@ -3,18 +3,13 @@ file, its metadata key or its own tensor name (never config.json, model.safetens
 save_pretrained, which a GGUF file has not), and a tokenizer that cannot be built stops only text.
 """
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers import refusals_in_one_process
 
 from rankdyn._errors import UsageError
 from rankdyn.checkpoints import load_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
 gguf = pytest.importorskip("gguf")
 
 #: Words of the safetensors layout that must not appear in a message about a GGUF file.
@@ -98,14 +93,6 @@ def test_a_tokenizer_that_cannot_be_built_stops_only_text(tmp_path, merges, says
     assert good.tokenizer_json is not None and good.tokenize_text("ab ab", 1, 1).shape == (1, 1)
 
 
-_PROBE = """
-import json, sys
-from rankdyn.cli import main
-codes = [main(argv) for argv in json.loads(sys.argv[1])]
-print("RESULT", json.dumps(codes), "jax" in sys.modules)
-"""
-
-
 def test_refusals_before_jax_name_their_cause(tmp_path):
     """A text too short for --batch with a GGUF checkpoint (SmolLM2's came after 35 s of loading),
     ``lyapunov --d 1`` (after the layer was built), and the checkpoint refusal's list of the flags it
@@ -122,20 +109,8 @@ def test_refusals_before_jax_name_their_cause(tmp_path):
         "--value does not apply with --checkpoint": ["simulate", "--checkpoint", str(path), "--text",
                                                      str(text), "--value", "orthogonal", *out],
     }  # fmt: skip
-    res = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(list(cases.values()))],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
-    line = next(x for x in res.stdout.splitlines() if x.startswith("RESULT"))
-    codes, jax = line.removeprefix("RESULT ").rsplit(" ", 1)
-    errors = [x for x in res.stderr.splitlines() if "error:" in x]
-    assert json.loads(codes) == [2] * len(cases) and len(errors) == len(cases), res.stderr
-    for says, err in zip(cases, errors):
-        assert says in err, (says, err)
-    assert jax == "False", "a refusal imported JAX"
+    errors, jax = refusals_in_one_process(cases)
+    assert not jax, "a refusal imported JAX"
     read = errors[2].split("(only ", 1)[1]
     for flag in ("--variant", "--layers", "--batch", "--text", "--input-ids", "--n", "--mask", "--attention",
                  "--placement", "--ln"):  # fmt: skip
