@@ -76,3 +76,24 @@ def test_a_huge_interval_sums_its_arclength_without_overflow():
     br = continue_branch(_halve, jnp.array([0.0]), 0.0, 1e300, max_steps=200)
     assert br.status == "parameter_end" and br.params[-1] >= 1e300, (br.status, br.params[-3:])
     assert np.all(np.isfinite(br.arclength)) and np.all(np.diff(br.arclength) > 0)
+
+
+@pytest.mark.slow  # builds the layer from two keys
+def test_equilibria_seed_is_refused_where_nothing_reads_it(tmp_path, capsys):
+    """`rankdyn equilibria --seed 3` on the default model (exact census, no random weights) was
+    accepted and written into equilibria.json; with random attention weights it is read."""
+    from rankdyn._commands import equilibria
+    from rankdyn._commands._seed_use import refuse_unread_seed
+    from rankdyn._commands.simulate import layer_from_args
+    from rankdyn.cli import build_parser
+
+    assert main(["equilibria", "--seed", "3", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--seed is ignored here" in err and "census is exact" in err, err
+    assert not (tmp_path / "a").exists()
+    args = build_parser().parse_args(
+        ["equilibria", "--qk", "bert", "--seed", "3", "--out", str(tmp_path / "b")]
+    )
+    config = equilibria._check(args)
+    refuse_unread_seed(lambda key: layer_from_args(args, key, config), random_starts=False)  # no error
+    assert args.seed_given and args.seed == 3

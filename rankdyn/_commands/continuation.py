@@ -22,6 +22,7 @@ from .._errors import UsageError
 from ._checks import HelpFormatter, check_out_dir, check_positive
 from ._devices import add_devices_flag
 from ._param_range import PARAM_CHOICES, check_param2, check_param_range, parameter_family
+from ._seed_use import refuse_unread_seed
 from .simulate import add_model_flags
 
 
@@ -178,28 +179,16 @@ def _file_starts(path: str, n: int, d: int):
 
 
 def _check_seed_read(config, name: str, p: float, census: bool) -> None:
-    """Refuse a given ``--seed`` that changes nothing: the layer is the same from any key (e.g. the
-    default bidiagonal W_V with --qk zero) and no census draws random starts (the exact one draws none).
-    It used to be recorded in branches.json as if it had been used."""
-    import equinox as eqx
-    import jax
+    """Refuse a given ``--seed`` that changes nothing (`refuse_unread_seed`): the layer at ``--from``
+    is the same from any key and no census draws random starts."""
     import jax.random as jr
-    import numpy as np
 
     from .._equilibria._census import census_method
     from .._model._build import build_layer
 
     cfg = dataclasses.replace(config, **{name: float(p)})
-    a, b = (build_layer(jr.key(s), cfg) for s in (0, 1))
-    if census and census_method(a) != "exact":
-        return
-    leaves = zip(*(jax.tree.leaves(eqx.filter(x, eqx.is_array)) for x in (a, b)))
-    if all(np.array_equal(u, v) for u, v in leaves):
-        raise UsageError(
-            "--seed is ignored here: this model draws no random weights"
-            + (" and the census is exact (no random starts)" if census else "")
-            + "; drop it (or choose a random --value or --qk)."
-        )
+    build = lambda key: build_layer(key, cfg)  # noqa: E731
+    refuse_unread_seed(build, census and census_method(build(jr.key(0))) != "exact", census)
 
 
 def run(args) -> int:

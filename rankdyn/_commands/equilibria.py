@@ -14,6 +14,7 @@ from pathlib import Path
 from .._errors import UsageError
 from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
 from ._devices import add_devices_flag
+from ._seed_use import refuse_unread_seed
 from .simulate import add_model_flags, check_model_args
 
 
@@ -29,7 +30,8 @@ def add_parser(sub) -> None:
     )
     add_model_flags(p, one_map=True)
     # --w is unset by default (refused with a value family that ignores it): 7.0 where it is read.
-    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal")
+    # --seed unset is told apart from --seed 0: a seed that nothing reads is refused (`refuse_unread_seed`).
+    p.set_defaults(n=6, d=6, value="bidiagonal", qk="zero", mask="causal", seed=None)
     g = p.add_argument_group("search")
     g.add_argument(
         "--search",
@@ -180,6 +182,8 @@ def _check(args):
         )
     if args.w is None and args.value in ("bidiagonal", "jordan"):
         args.w = W_DEFAULT
+    args.seed_given = args.seed is not None
+    args.seed = 0 if args.seed is None else args.seed
     config = check_model_args(args)
     if config.has_dropout:
         raise UsageError(
@@ -286,6 +290,8 @@ def run(args) -> int:
     except ValueError as err:
         raise UsageError(f"--search {args.search}: {err}") from None
     _refuse_unread(args, how)
+    if args.seed_given:
+        refuse_unread_seed(lambda key: layer_from_args(args, key, config), how != "exact")
     print(
         f"method: {how}"
         + {
@@ -313,7 +319,7 @@ def run(args) -> int:
         residual_tol=search.pop("residual_tol"),
         joint=JointOptions(**search),
     )
-    config = {k: v for k, v in vars(args).items() if k not in ("func",)}
+    config = {k: v for k, v in vars(args).items() if k not in ("func", "seed_given")}
     config |= {k: _opt(args, k) for k in _SEARCH_DEFAULTS}  # the values used, as saved before 0.3
     config["out"] = str(args.out)
     result = {"config": config, **census.to_dict(), "provenance": provenance()}
