@@ -366,3 +366,19 @@ def test_sigint_during_sweep_compile(tmp_path):
         assert proc.returncode == 130, (attempt, proc.returncode, stderr[-2000:])
         assert "Traceback" not in stderr and "--resume" in stderr, stderr
         assert not (out / "sweep.nc").exists() and _temp_files(out) == []
+
+
+def test_sweep_memory_follows_the_attention_path():
+    """The sweep's estimate counted n x n scores on every path: a blocked long-context group was
+    estimated (and could be refused) as if dense."""
+    from rankdyn._sweep._plan import sweep_memory, sweep_plan
+
+    def total(attention):
+        text = SWEEP.replace("n = 3", "n = 8192").replace("batch = 2", "batch = 1")
+        text = text.replace("[fixed]\n", f'[fixed]\nmask = "window"\nwindow = 16\nattention = "{attention}"\n')
+        cfg = rd.load_sweep_config(text)
+        return sweep_memory(cfg, sweep_plan(cfg), itemsize=4).total
+
+    dense, blocked = total("dense"), total("blocked")
+    assert dense > 8192**2 * 4  # one head's float32 scores
+    assert blocked < dense / 20, (blocked, dense)

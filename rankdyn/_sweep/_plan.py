@@ -60,6 +60,7 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     for ``cells x batch`` trajectories in one chunk, plus the cells' initial tokens, weights and
     final metrics; the dataset holds ``(mean, std)`` per cell, saved layer and metric (float64).
     """
+    from .._model._blocked import resolve_attention, score_entries
     from .._run._sizing import estimate_parts  # loads JAX: the flag checks before it do not
 
     if itemsize is None:
@@ -70,6 +71,11 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     for gi, (g, _) in enumerate(plan.groups):
         traj = plan.chunk_cells[gi] * g["batch"]
         saved = g["layers"] // g["save_every"] + 1
+        # The attention's memory follows the path the group's layers take (n x n only when dense);
+        # d bounds the value width d_v from above.
+        path = resolve_attention(
+            g["attention"], g["n"], attn_dropout=g["attn_dropout"], fixed_attention=False, logit_bias=False
+        )
         parts = estimate_parts(
             num=traj,
             chunk=traj,
@@ -81,6 +87,7 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
             num_metrics=len(cfg.per_layer),
             per_trajectory=False,
             save_states=False,
+            score_entries=score_entries(path, g["n"], g["d"]),
         )
         weights = g["layers"] if g["per_layer_weights"] else 1
         parts["initial tokens of one chunk"] = 2 * traj * g["n"] * g["d"] * itemsize
