@@ -121,9 +121,13 @@ def _error(args, err) -> int:
 def main(argv: list[str] | None = None) -> int:
     # First thing, before any command module (and JAX) is imported: Ctrl-C and SIGTERM only set
     # a flag, checked between chunks and after compiles (rankdyn._run._interrupt explains why).
-    installed = install_interrupt_handlers()
+    installed = False
     try:
+        installed = install_interrupt_handlers()
         return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the handlers were in place: nothing was started
+        print("\nrankdyn: interrupted; nothing was saved.", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     finally:
         if installed:
             restore_interrupt_handlers()

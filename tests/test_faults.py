@@ -375,7 +375,8 @@ def test_sweep_memory_follows_the_attention_path():
 
     def total(attention):
         text = SWEEP.replace("n = 3", "n = 8192").replace("batch = 2", "batch = 1")
-        text = text.replace("[fixed]\n", f'[fixed]\nmask = "window"\nwindow = 16\nattention = "{attention}"\n')
+        fixed = f'[fixed]\nmask = "window"\nwindow = 16\nattention = "{attention}"\n'
+        text = text.replace("[fixed]\n", fixed)
         cfg = rd.load_sweep_config(text)
         return sweep_memory(cfg, sweep_plan(cfg), itemsize=4).total
 
