@@ -43,7 +43,10 @@ def test_sigint_and_sigterm_at_several_delays(tmp_path):
         _, err = p.communicate(timeout=300)
         assert p.returncode == code, (delay, p.returncode, err[-2000:])
         assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
-        assert err.count("rankdyn simulate: interrupted;") == 1, err[-2000:]
+        # At 0 s the signal may land before the command line is parsed (under load): then nothing
+        # started and the line cannot name the command yet; later it names it and what was saved.
+        said = "rankdyn: interrupted; nothing was saved." if delay == 0.0 and "rankdyn: " in err else None
+        assert err.count(said or "rankdyn simulate: interrupted;") == 1, err[-2000:]
         assert not (tmp_path / f"o{i}" / "metrics.json").exists()
 
 
