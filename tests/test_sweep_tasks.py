@@ -146,3 +146,27 @@ def _environ():
     import os
 
     return dict(os.environ)
+
+
+def test_a_manifest_written_during_the_foreign_check_is_not_foreign(tmp_path, monkeypatch):
+    """Another task writes its manifest between the check for it and the listing of the folder
+    (the check runs before the folder lock): the folder is this sweep's, not a foreign one."""
+    from pathlib import Path
+
+    from rankdyn._sweep import _store
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "manifest.json").write_text("{}")
+    (out / "config.toml").write_text("")
+    real, seen = Path.exists, []
+
+    def exists(self):  # the first look at the manifest comes before the other task wrote it
+        if self.name == "manifest.json" and not seen:
+            seen.append(self)
+            return False
+        return real(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    _store._refuse_foreign(out)  # refused the folder as "holds no sweep manifest" before
+    assert seen

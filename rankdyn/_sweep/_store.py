@@ -135,6 +135,11 @@ def _refuse_foreign(out: Path) -> None:
             or (p.name.startswith(".manifest.json.") and p.name.endswith(".tmp"))
         )
         if not ours:
+            if (out / "manifest.json").exists():
+                # Checked before the folder lock: another task, starting at the same moment, wrote
+                # its manifest (and then its files) while this loop ran; the check under the lock
+                # decides. (Seen under load: tasks 0 and 2 of one sweep refused each other's folder.)
+                return
             raise UsageError(
                 f"{str(out)!r} exists, is not empty and holds no sweep manifest; choose another --out."
             )
