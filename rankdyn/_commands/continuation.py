@@ -139,16 +139,18 @@ def _check(args):
 
 
 def _check_resolution(args) -> None:
-    """``--from`` and ``--to`` far enough apart for float64 steps: `continue_branch`'s smallest step
-    (1e-6 of the first, |P1 - P0| / 50 by default) must change p, or the secant is zero and the
-    parameter NaN (``--from 1 --to 1.0000000000000002`` ran the census, then said ``w=nan``)."""
-    ds = abs(args.p_to - args.p_from) / 50 if args.ds is None else args.ds
-    resolution = 8 * math.ulp(max(abs(args.p_from), abs(args.p_to)))
-    if math.isfinite(ds) and 1e-6 * ds < resolution:
+    """``--from`` and ``--to`` far enough apart for float64 steps, `continue_branch`'s rule checked
+    before the census and JAX (``--from 1 --to 1.0000000000000002`` ran the census, then said
+    ``w=nan``)."""
+    from .._equilibria import DS_DIVISOR, DS_MIN_RATIO, step_resolution
+
+    ds = abs(args.p_to - args.p_from) / DS_DIVISOR if args.ds is None else args.ds
+    resolution = step_resolution(args.p_from, args.p_to)
+    if math.isfinite(ds) and DS_MIN_RATIO * ds < resolution:
         raise UsageError(
             f"--from {args.p_from!r} --to {args.p_to!r}: the interval is too narrow for float64 steps "
-            f"(the smallest step, 1e-6 of the first, {1e-6 * ds:.3g}, is below the resolution of "
-            f"{args.param} there, {resolution:.3g}); widen the interval"
+            f"(the smallest step, {DS_MIN_RATIO:g} of the first, {DS_MIN_RATIO * ds:.3g}, is below the "
+            f"resolution of {args.param} there, {resolution:.3g}); widen the interval"
             + (" or raise --ds." if args.ds is not None else ".")
         )
 

@@ -20,6 +20,7 @@ from .._errors import SolveError, UsageError
 from .._model._layer import SelfAttentionLayer
 from .._results import RESULTS
 from .._run._progress import progress_bar
+from . import DS_DIVISOR, DS_MIN_RATIO, step_resolution
 from ._arclength import (
     LayerFamily,
     Newton,
@@ -133,15 +134,14 @@ def continue_branch(
     if p0 == p1:
         raise UsageError(f"p_start and p_end are equal ({p0:g}): give an interval to continue over.")
     span = abs(p1 - p0)
-    ds = span / 50 if ds is None else float(ds)
+    ds = span / DS_DIVISOR if ds is None else float(ds)
     if not (math.isfinite(ds) and ds > 0):
         raise UsageError(f"ds must be finite and > 0, got {ds}.")
-    ds_min = 1e-6 * ds if ds_min is None else float(ds_min)
+    ds_min = DS_MIN_RATIO * ds if ds_min is None else float(ds_min)
     ds_max = 4 * ds if ds_max is None else float(ds_max)
     if not 0 < ds_min <= ds <= ds_max:
         raise UsageError(f"need 0 < ds_min <= ds <= ds_max, got {ds_min}, {ds}, {ds_max}.")
-    # A step that cannot change p in float64 gives a zero secant, then NaN parameters.
-    resolution = 8 * math.ulp(max(abs(p0), abs(p1)))
+    resolution = step_resolution(p0, p1)
     if ds_min < resolution:
         raise UsageError(
             f"the interval [{min(p0, p1)!r}, {max(p0, p1)!r}] is too narrow to continue over: the smallest "

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import UsageError
+from . import DS_DIVISOR
 from ._branch import Bifurcation
 from ._maps import LayerMap2, PlainMap2, check_period
 from ._quotient import commuting_rotations
@@ -281,7 +282,7 @@ def continue_curve(
         return float(cusp_fn(y, v[:m] / np.linalg.norm(v[:m]), w[:m] / np.linalg.norm(w[:m]), A(y)))
 
     span = abs(q1 - q0)
-    ds = span / 50 if ds is None else float(ds)
+    ds = span / DS_DIVISOR if ds is None else float(ds)
     if not (math.isfinite(ds) and ds > 0):
         raise UsageError(f"ds must be finite and > 0, got {ds}.")
     lo, hi = min(q0, q1), max(q0, q1)

@@ -63,8 +63,12 @@ def _source(config: dict, name: str) -> tuple[str, str, str]:
     GGUF metadata key it was read from."""
     origin = config.get(CONFIG_ORIGIN) or {}
     if name in origin:
-        return "the GGUF metadata", origin[name], "re-convert the file with llama.cpp's convert_hf_to_gguf.py"
+        return "the GGUF metadata", origin[name], _GGUF_FIX
     return "config.json", name, "fix config.json (or re-save the checkpoint with save_pretrained)"
+
+
+#: The fix of a GGUF file whose metadata or tensors do not fit together.
+_GGUF_FIX = "re-convert the file with llama.cpp's convert_hf_to_gguf.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +88,7 @@ def _files(raw: RawCheckpoint) -> _Files:
     if origin:
         from ._gguf import gguf_name
 
-        fix = "re-convert the file with llama.cpp's convert_hf_to_gguf.py"
-        return _Files("the GGUF file", "the GGUF metadata", fix, gguf_name)
+        return _Files("the GGUF file", "the GGUF metadata", _GGUF_FIX, gguf_name)
     return _Files("model.safetensors", "config.json", "re-save both with save_pretrained", lambda k: k)
 
 
