@@ -1,6 +1,6 @@
 """Several CPU devices against one, and hangs, measured side by side in one run.
 
-    python benchmarks/devices_speed.py [--n 32 --d 64 --layers 64 --batch 1024] [--repeats 2]
+    python benchmarks/devices_speed.py [--n 32 --d 64 --num-layers 64 --batch 1024] [--repeats 2]
                                       [--hang-tries 0] [--json OUT]
 
 Each measurement is a fresh subprocess (the device count is fixed when JAX initialises), run
@@ -85,7 +85,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=32)
     p.add_argument("--d", type=int, default=64)
-    p.add_argument("--layers", type=int, default=64)
+    p.add_argument("--num-layers", type=int, default=64)
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--hang-tries", type=int, default=0)
@@ -93,7 +93,7 @@ def main() -> int:
     a = p.parse_args()
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NPROC")}
     env |= {"JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])}
-    size = [str(v) for v in (a.n, a.d, a.layers, a.batch)]
+    size = [str(v) for v in (a.n, a.d, a.num_layers, a.batch)]
     out = {"config": vars(a) | {"json": str(a.json)}, "cores": os.cpu_count(), "load_before": os.getloadavg()}
     times = {}
     for _ in range(a.repeats):

@@ -5,7 +5,7 @@ Run side by side in one process (quiet machine; the load and the CPU model are p
     python benchmarks/long_context.py                 # the sizes
     python benchmarks/long_context.py --causal-n 1024 --window-n 16384   # a shorter run
 
-1. Causal: n tokens, d = 64, one head, post-LN, mu only, ``--layers`` layers and ``--batch``
+1. Causal: n tokens, d = 64, one head, post-LN, mu only, ``--num-layers`` layers and ``--batch``
    trajectories, through `rankdyn.simulate` on the path ``auto`` picks and on the dense path
    (second call of each: the compile excluded), against an eager PyTorch loop of the same layer
    with ``scaled_dot_product_attention(is_causal=True)``, and against the float32 matmul peak
@@ -98,7 +98,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--causal-n", type=int, default=4096)
     p.add_argument("--d", type=int, default=64)
-    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--num-layers", type=int, default=16)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--window-n", type=int, default=65536)
     p.add_argument("--window-layers", type=int, default=4)
@@ -109,7 +109,7 @@ def main() -> None:
     print("cpu", out["cpu"], "load", out["load_before"], flush=True)
 
     peak = matmul_peak()
-    n, d, L, B = a.causal_n, a.d, a.layers, a.batch
+    n, d, L, B = a.causal_n, a.d, a.num_layers, a.batch
     flops = L * B * (2 * n * d * 3 * d + 4 * d * n * (n + 1) / 2)
     out["peak_gflops"] = peak
     causal = {}

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--process-id", type=int, default=0)
     p.add_argument("--local-devices", default="1", help="CPU devices of this process: N or 'all'")
     p.add_argument("--batch", type=int, default=12, help="trajectories (all processes together)")
-    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--num-layers", type=int, default=8)
     p.add_argument("--n", type=int, default=6)
     p.add_argument("--d", type=int, default=8)
     p.add_argument("--out", default="multihost_metrics.json")
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every process makes the same calls with the same shapes and keys (the multi-controller
     # model); simulate keeps only this process's share of the batch on its devices.
     layer, x0 = problem(args.n, args.d, args.batch)
-    traj = rd.simulate(layer, x0, args.layers, devices="all", per_trajectory=True)
+    traj = rd.simulate(layer, x0, args.num_layers, devices="all", per_trajectory=True)
     # Results are global arrays; only local shards are addressable, so gather to every process.
     metrics = {k: multihost_utils.process_allgather(v, tiled=True).tolist() for k, v in traj.metrics.items()}
     if jax.process_index() == 0:

@@ -159,10 +159,31 @@ def _empty_out(argv) -> bool:
     return "--out=" in argv or any(a == "--out" and b == "" for a, b in zip(argv, argv[1:]))
 
 
+def _renamed_flag(argv) -> str | None:
+    """The error line for an old flag name (``--layers``, ``--norm``), naming its new name; or None."""
+    from ._model._params import RENAMED
+
+    command = next((a for a in argv if a in COMMANDS), None)
+    for token in argv:
+        name = token.split("=", 1)[0]
+        old = name[2:].replace("-", "_") if name.startswith("--") else None
+        if old in RENAMED:
+            new = RENAMED[old]
+            return (
+                f"rankdyn{'' if command is None else ' ' + command}: error: {name} is now "
+                f"--{new.replace('_', '-')} (the name of the Python argument and of the sweep key {new!r})."
+            )
+    return None
+
+
 def _main(argv: list[str] | None) -> int:
     t0 = time.time()
     try:
         parser = build_parser()
+        renamed = _renamed_flag(sys.argv[1:] if argv is None else argv)
+        if renamed is not None:
+            print(renamed, file=sys.stderr)
+            return 2
         args = parser.parse_args(argv)
     except KeyboardInterrupt:  # while the command modules import: nothing was started
         print("\nrankdyn: interrupted; nothing was saved.", file=sys.stderr, flush=True)

@@ -5,7 +5,7 @@ A sweep is the Cartesian product of the values in ``[axes]`` with the parameters
 cell is an ensemble of ``batch`` trajectories $X^{(t+1)} = F_t(X^{(t)})$ (eqs. 2-3).
 
 Cells are grouped by the parameters that change shapes or program structure (`STRUCTURAL`:
-``n``, ``d``, ``layers``, ``batch``, norm placement, LN variant, ...). Inside a group every
+``n``, ``d``, ``num_layers``, ``batch``, norm placement, LN variant, ...). Inside a group every
 other parameter (temperature ``dqk``, ``w``, value and query/key families, masks of equal ``n``,
 seeds, initial conditions) only changes arrays: the cells' layers are stacked along a leading
 axis and run by ONE compiled program, ``vmap`` over cells and over samples, ``lax.scan`` over

@@ -160,7 +160,7 @@ def test_simulate_says_it_wrote_the_sink_files(tmp_path, capsys):
     from rankdyn.cli import main
 
     out = tmp_path / "s"
-    argv = ["simulate", "--n", "4", "--d", "3", "--layers", "2", "--batch", "2", "--mask", "causal"]
+    argv = ["simulate", "--n", "4", "--d", "3", "--num-layers", "2", "--batch", "2", "--mask", "causal"]
     assert main(argv + ["--attention-sinks", "--no-progress", "--out", str(out)]) == 0
     wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote in")]
     assert len(wrote) == 1 and wrote[0].endswith("sinks.json, attention_sinks.png")

@@ -23,7 +23,7 @@ mask = ["causal", "window"]
 [fixed]
 n = 4
 d = 4
-layers = 2
+num_layers = 2
 batch = 2
 """
 
@@ -97,7 +97,7 @@ ROWS = {
     "batch beyond 32-bit indices": ("simulate", ["--batch", str(10**10)], ["--batch 10000000000", "2^31"]),
     "huge per-layer weights": (
         "simulate",
-        ["--layers", str(10**9), "--per-layer-weights"],
+        ["--num-layers", str(10**9), "--per-layer-weights"],
         ["weights", "Fix: drop --per-layer-weights"],
     ),
     "equilibria Jacobians": ("equilibria", ["--n", "256", "--d", "256"], ["needs about", "Fix: lower --"]),
@@ -160,13 +160,24 @@ ROWS = {
     "d zero": ("equilibria", ["--d", "0"], ["--d 0", "positive integer"]),
     "heads do not divide d": ("simulate", ["--heads", "3", "--d", "8"], ["--heads must divide --d"]),
     "batch zero": ("simulate", ["--batch", "0"], ["--batch 0", ">= 1"]),
-    "layers negative": ("simulate", ["--layers", "-1"], ["--layers -1", ">= 0"]),
+    "layers negative": ("simulate", ["--num-layers", "-1"], ["--num-layers -1", ">= 0"]),
     "save-every not a divisor": (
         "simulate",
-        ["--layers", "5", "--save-every", "2"],
+        ["--num-layers", "5", "--save-every", "2"],
         ["--save-every 2", "divisor"],
     ),
-    "per-layer weights with 0 layers": ("simulate", ["--layers", "0", "--per-layer-weights"], ["--layers 0"]),
+    "per-layer weights with 0 layers": (
+        "simulate",
+        ["--num-layers", "0", "--per-layer-weights"],
+        ["--num-layers 0"],
+    ),
+    "old flag --layers": ("lyapunov", ["--layers", "4"], ["--layers is now --num-layers", "'num_layers'"]),
+    "old flag --norm": ("simulate", ["--norm=pre"], ["--norm is now --placement"]),
+    "old sweep key layers": (
+        "sweep",
+        lambda t: [str(t / "old.toml")],
+        ["unknown parameter 'layers' in [fixed] ('layers' is now 'num_layers')"],
+    ),
 }
 
 
@@ -189,6 +200,7 @@ def no_compute(monkeypatch):
 def test_cli_bad_input_refused_before_compute(row, tmp_path, capsys, no_compute):
     command, argv, fragments = ROWS[row]
     (tmp_path / "s.toml").write_text(SWEEP_TOML)
+    (tmp_path / "old.toml").write_text(SWEEP_TOML.replace("num_layers = ", "layers = "))
     out = tmp_path / "out"
     argv = argv(tmp_path) if callable(argv) else argv
     argv = [str(out) if a == "OUT" else a for a in argv]

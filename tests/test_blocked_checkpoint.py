@@ -68,7 +68,7 @@ def test_tiny_llama_blocked_equals_dense_and_the_cli_reads_attention(tmp_path):
     argv += [
         "--n",
         "29",
-        "--layers",
+        "--num-layers",
         "2",
         "--metrics",
         "mu",
@@ -141,7 +141,7 @@ def test_checkpoint_memory_estimate_follows_the_attention_path(tmp_path, monkeyp
 
     monkeypatch.setattr(rankdyn._run._simulate, "simulate", stub)
     argv = ["simulate", "--checkpoint", str(tmp_path / "ckpt"), "--input-ids", str(tmp_path / "ids.npy")]
-    argv += ["--layers", "1", "--metrics", "mu", "--no-progress", "--out", str(tmp_path / "out")]
+    argv += ["--num-layers", "1", "--metrics", "mu", "--no-progress", "--out", str(tmp_path / "out")]
     for path, says in (("blocked", "reached simulate on the blocked path"), ("dense", "needs about")):
         assert main(argv + ["--attention", path]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -58,7 +58,7 @@ def test_text_run_writes_ids_metrics_and_provenance(tiny, tmp_path, capsys, monk
     sha = hashlib.sha256((tiny["bert"] / "model.safetensors").read_bytes()).hexdigest()
     assert res["provenance"]["weights_sha256"] == sha == res["checkpoint"]["sha256"]
     assert (
-        res["config"]["layers"] == 2
+        res["config"]["num_layers"] == 2
         and res["config"]["mask"] == "complete"
         and res["config"]["variant"] == "full"
     )
@@ -86,7 +86,7 @@ def test_input_ids_set_batch_and_n_and_depth_cycles(tiny, tmp_path):
         str(tiny["gpt2"]),
         "--input-ids",
         str(tmp_path / "ids.npy"),
-        "--layers",
+        "--num-layers",
         "5",
     ]
     argv += [

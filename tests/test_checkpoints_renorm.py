@@ -179,8 +179,8 @@ def _ids_file(tmp_path):
         (["--placement", "ngpt", "--ngpt-alpha", "0.5"], ["--placement ngpt", "add --ln sphere"]),
         (["--variant", "san", "--ln", "rms"], ["--ln", "--variant full", "not --variant san"]),
         (
-            ["--placement", "mix", "--mix-layers", "5", "--layers", "4"],
-            ["--mix-layers 5 is outside [0, --layers 4]"],
+            ["--placement", "mix", "--mix-layers", "5", "--num-layers", "4"],
+            ["--mix-layers 5 is outside [0, --num-layers 4]"],
         ),
         (["--placement", "mix"], ["--placement mix needs --mix-layers"]),
         (["--placement", "ngpt", "--ln", "sphere", "--ngpt-alpha", "2"], ["--ngpt-alpha 2.0", "(0, 1]"]),
@@ -212,7 +212,7 @@ def test_cli_runs_a_renormalised_checkpoint(tiny, tmp_path):
 
     out = tmp_path / "out"
     argv = ["simulate", "--checkpoint", str(tiny["bert"][0]), "--input-ids", _ids_file(tmp_path)]
-    argv += ["--placement", "peri", "--ln", "rms", "--layers", "3", "--metrics", "mu", "--no-progress"]
+    argv += ["--placement", "peri", "--ln", "rms", "--num-layers", "3", "--metrics", "mu", "--no-progress"]
     assert main([*argv, "--out", str(out)]) == 0
     cfg = json.loads((out / "metrics.json").read_text())["config"]
     assert (cfg["placement"], cfg["ln"], cfg["arch"]) == ("peri", "rms", "bert")

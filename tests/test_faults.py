@@ -71,7 +71,7 @@ def test_zero_tokens_have_nan_directions_and_are_flagged(getkey):
 @pytest.mark.slow  # end to end: `rankdyn simulate`, 300 layers
 def test_cli_counts_underflow_writes_readable_files_and_no_temp(tmp_path, capsys):
     out = tmp_path / "u"
-    argv = "simulate --n 8 --d 8 --layers 300 --save-every 30 --batch 2 --placement none --value scaled "
+    argv = "simulate --n 8 --d 8 --num-layers 300 --save-every 30 --batch 2 --placement none --value scaled "
     argv += "--mask complete --mlp --metrics mu,min_cos --per-trajectory --no-progress --x64 --out"
     assert main(argv.split() + [str(out)]) == 0
     data = json.loads((out / "metrics.json").read_text())
@@ -171,7 +171,7 @@ def test_cli_simulate_full_disk_is_one_error_line(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(_io.np, "savez", full)
     out = tmp_path / "o"
-    argv = ["simulate", "--n", "3", "--d", "3", "--layers", "2", "--batch", "2", "--metrics", "mu"]
+    argv = ["simulate", "--n", "3", "--d", "3", "--num-layers", "2", "--batch", "2", "--metrics", "mu"]
     assert main(argv + ["--per-trajectory", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "per_trajectory.npz" in err and "Traceback" not in err
@@ -206,7 +206,7 @@ seed = [0, 1, 2]
 [fixed]
 n = 3
 d = 3
-layers = 4
+num_layers = 4
 batch = 2
 [observe]
 per_layer = ["mu"]
@@ -310,7 +310,7 @@ def test_huge_grid_refused_with_estimate_before_checking_cells(tmp_path, capsys)
 
 # --- Exit codes and interrupts -----------------------------------------------------------------
 
-SMALL = ["simulate", "--n", "3", "--d", "3", "--layers", "2", "--batch", "2", "--no-progress"]
+SMALL = ["simulate", "--n", "3", "--d", "3", "--num-layers", "2", "--batch", "2", "--no-progress"]
 
 
 @pytest.mark.parametrize(
@@ -349,7 +349,7 @@ def test_equilibria_interrupt(tmp_path, monkeypatch, capsys):
 def test_sigint_during_sweep_compile(tmp_path):
     """Ctrl-C while the sweep compiles: exit 130 and the resume line, never a crash (SIGSEGV)
     or a swallowed interrupt (a completed sweep). Three tries, each a fresh process."""
-    cfg = _sweep(tmp_path, SWEEP.replace("layers = 4", "layers = 64").replace("n = 3", "n = 16"))
+    cfg = _sweep(tmp_path, SWEEP.replace("num_layers = 4", "num_layers = 64").replace("n = 3", "n = 16"))
     for attempt in range(3):
         out = tmp_path / f"o{attempt}"
         # SIGINT at Python's default (KeyboardInterrupt), even if this runner ignores it.

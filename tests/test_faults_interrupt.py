@@ -37,7 +37,7 @@ def test_sigint_at_several_delays_under_load_is_one_line_and_exit_130(tmp_path):
     try:
         procs = []
         for i in range(len(DELAYS)):
-            args = ["simulate", "--n", "64", "--d", "64", "--layers", "64", "--batch", "256"]
+            args = ["simulate", "--n", "64", "--d", "64", "--num-layers", "64", "--batch", "256"]
             cmd = [sys.executable, "-c", _START, *args, "--no-progress", "--out", str(tmp_path / f"o{i}")]
             pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
             procs.append(subprocess.Popen(cmd, env=env, **pipes))

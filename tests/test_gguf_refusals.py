@@ -96,7 +96,7 @@ def test_a_tokenizer_that_cannot_be_built_stops_only_text(tmp_path, merges, says
 def test_refusals_before_jax_name_their_cause(tmp_path):
     """A text too short for --batch with a GGUF checkpoint (SmolLM2's came after 35 s of loading),
     ``lyapunov --d 1`` (after the layer was built), and the checkpoint refusal's list of the flags it
-    reads, taken from the parser (it left out --variant, --layers, --batch and --text)."""
+    reads, taken from the parser (it left out --variant, --num-layers, --batch and --text)."""
     path = tiny_gguf(tmp_path / "m.gguf")
     text = tmp_path / "short.txt"
     text.write_text("ab ab ab")
@@ -104,7 +104,7 @@ def test_refusals_before_jax_name_their_cause(tmp_path):
     cases = {
         "the text has 5 tokens: not even one excerpt of 16": ["simulate", "--checkpoint", str(path), "--text",
                                                               str(text), "--n", "16", "--batch", "4", *out],
-        "--d 1: the tokens live on the spheres S^0": ["lyapunov", "--n", "4", "--d", "1", "--layers", "4",
+        "--d 1: the tokens live on the spheres S^0": ["lyapunov", "--n", "4", "--d", "1", "--num-layers", "4",
                                                       *out],
         "--value does not apply with --checkpoint": ["simulate", "--checkpoint", str(path), "--text",
                                                      str(text), "--value", "orthogonal", *out],
@@ -112,6 +112,6 @@ def test_refusals_before_jax_name_their_cause(tmp_path):
     errors, jax = refusals_in_one_process(cases)
     assert not jax, "a refusal imported JAX"
     read = errors[2].split("(only ", 1)[1]
-    for flag in ("--variant", "--layers", "--batch", "--text", "--input-ids", "--n", "--mask", "--attention",
-                 "--placement", "--ln"):  # fmt: skip
+    for flag in ("--variant", "--num-layers", "--batch", "--text", "--input-ids", "--n", "--mask",
+                 "--attention", "--placement", "--ln"):  # fmt: skip
         assert f"{flag}," in read or f"{flag} " in read or f"{flag})" in read, (flag, read)

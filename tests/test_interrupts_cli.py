@@ -28,7 +28,7 @@ def test_sigint_and_sigterm_at_several_delays(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = []
     for i, case in enumerate(cases):
-        args = ["simulate", "--n", "32", "--d", "32", "--layers", "64", "--batch", "64"]
+        args = ["simulate", "--n", "32", "--d", "32", "--num-layers", "64", "--batch", "64"]
         cmd = [sys.executable, "-c", start, *args, "--out", str(tmp_path / f"o{i}")]
         procs.append(
             subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -69,7 +69,7 @@ def test_lyapunov_stops_at_the_next_chunk_after_a_signal(tmp_path, capsys, monke
         return out
 
     monkeypatch.setattr(_qr, "_advance", advance)
-    argv = ["lyapunov", "--n", "3", "--d", "2", "--layers", "4", "--batch", "6", "--chunk", "2"]
+    argv = ["lyapunov", "--n", "3", "--d", "2", "--num-layers", "4", "--batch", "6", "--chunk", "2"]
     try:
         code = main([*argv, "--k", "2", "--no-progress", "--out", str(tmp_path / "o")])
     finally:

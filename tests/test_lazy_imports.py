@@ -56,7 +56,7 @@ def _sweep_folder_without_chunks(folder, config) -> None:
     [
         ("--help",),
         ("simulate", "--help"),
-        ("simulate", "--layers", "-1"),
+        ("simulate", "--num-layers", "-1"),
         ("simulate", "--n", "0"),
         ("equilibria", "--n", "0"),
         ("reproduce", "no-such-target"),
@@ -66,7 +66,7 @@ def _sweep_folder_without_chunks(folder, config) -> None:
         ("flow", "--x64", "--n", "0"),
         ("equilibria", "--x64", "--n", "0"),
         ("lyapunov", "--x64", "--n", "0"),
-        ("lyapunov", "--layers", "4", "--qr-every", "0"),
+        ("lyapunov", "--num-layers", "4", "--qr-every", "0"),
         # rankdyn.sweep loads its modules on first use: the flag and config checks load no JAX.
         ("sweep",),
         ("sweep", "--x64", "--max-cells", "0", "{good}", "--out", "{tmp}/a"),
@@ -82,7 +82,9 @@ def _sweep_folder_without_chunks(folder, config) -> None:
 )
 def test_help_and_refusals_do_not_import_jax(argv, tmp_path):
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
-    good.write_text('[axes]\nmask = ["complete", "causal"]\n[fixed]\nn = 4\nd = 4\nlayers = 2\nbatch = 2\n')
+    good.write_text(
+        '[axes]\nmask = ["complete", "causal"]\n[fixed]\nn = 4\nd = 4\nnum_layers = 2\nbatch = 2\n'
+    )
     bad.write_text('[axes]\nmask = ["complete", "no-such-mask"]\n[fixed]\nn = 4\n')
     (tmp_path / "not-a-sweep").mkdir()
     _sweep_folder_without_chunks(tmp_path / "folder", good)
@@ -96,7 +98,7 @@ def test_help_and_refusals_do_not_import_jax(argv, tmp_path):
 @pytest.mark.slow  # end to end: a fresh `rankdyn simulate` process
 def test_x64_without_jax_loaded_still_computes_in_float64(tmp_path):
     # The flag goes through JAX_ENABLE_X64 when JAX is not loaded yet: the run is float64 all the same.
-    rc, jax, _, err = _probe("simulate", "--x64", "--n", "4", "--d", "4", "--layers", "1", "--batch", "2",
+    rc, jax, _, err = _probe("simulate", "--x64", "--n", "4", "--d", "4", "--num-layers", "1", "--batch", "2",
                              "--no-progress", "--out", str(tmp_path / "o"))  # fmt: skip
     # The probe can see JAX: a valid one-layer simulate imports it (the refusals above do not).
     assert rc == 0 and jax, err
@@ -149,7 +151,7 @@ def test_a_short_text_is_refused_before_the_weights_load(tmp_path):
         (("--batch", "64"), "30 tokens: only 2 excerpts of 14"),
         (("--batch", "2", "--qr-every", "0"), "--qr-every 0: expected an integer >= 1 or auto"),
         (("--batch", "2", "--chunk", "0"), "--chunk must be a positive number"),
-        (("--batch", "2", "--layers", "4", "--discard", "4"), "--discard 4: expected 0 <= discard <"),
+        (("--batch", "2", "--num-layers", "4", "--discard", "4"), "--discard 4: expected 0 <= discard <"),
     ],
 )
 def test_lyapunov_checkpoint_refusals_come_before_the_weights_and_jax(tmp_path, extra, says):

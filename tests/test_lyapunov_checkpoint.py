@@ -72,7 +72,13 @@ def test_checkpoint_spectrum_sums_to_hf_log_determinants(tiny, tmp_path, capsys)
         "pre",
         "layernorm",
     )
-    assert (cfg["n"], cfg["batch"], cfg["layers"], cfg["k"], cfg["trained_layers"]) == (N, BATCH, 2, dim, 2)
+    assert (cfg["n"], cfg["batch"], cfg["num_layers"], cfg["k"], cfg["trained_layers"]) == (
+        N,
+        BATCH,
+        2,
+        dim,
+        2,
+    )
     assert cfg["mask"] == "causal" and "value" not in cfg and "qk" not in cfg
     sha = hashlib.sha256((tiny["gpt2"].parent / "saved" / "model.safetensors").read_bytes()).hexdigest()
     assert data["checkpoint"]["sha256"] == sha and data["inputs"] == {"input_ids": str(tiny["ids_file"])}

@@ -11,7 +11,7 @@ from rankdyn.cli import main
 @pytest.mark.slow  # end to end: `rankdyn lyapunov` with JSON and figures
 def test_lyapunov_writes_json_and_figures(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["lyapunov", "--n", "4", "--d", "3", "--layers", "32", "--batch", "3", "--k", "5"]
+    argv = ["lyapunov", "--n", "4", "--d", "3", "--num-layers", "32", "--batch", "3", "--k", "5"]
     rc = main(argv + ["--discard", "8", "--per-trajectory", "--x64", "--no-progress", "--out", str(out)])
     assert rc == 0
     data = json.loads((out / "lyapunov.json").read_text())
@@ -74,7 +74,7 @@ def test_bad_flags_are_one_error_line(tmp_path, capsys, extra, message):
         "4",
         "--d",
         "3",
-        "--layers",
+        "--num-layers",
         "32",
         "--batch",
         "2",

@@ -22,7 +22,7 @@ def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_
         raise AssertionError("the starting tokens were drawn before the memory check")
 
     monkeypatch.setattr(_tokens, "initial_tokens", drawn)
-    code = main(["lyapunov", "--batch", "50000", "--layers", "4", "--out", str(tmp_path / "o")])
+    code = main(["lyapunov", "--batch", "50000", "--num-layers", "4", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2, err
     assert "(starting tokens: 1.5 GiB)" in err and "lower --batch" in err, err

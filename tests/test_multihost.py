@@ -61,7 +61,7 @@ def test_two_processes_equal_one(tmp_path):
                 str(d),
                 "--batch",
                 str(batch),
-                "--layers",
+                "--num-layers",
                 str(layers),
                 "--out",
                 str(out),

@@ -27,6 +27,7 @@ def test_simulate_passes_the_layer_index_and_the_layer(getkey, progress):
     np.testing.assert_array_equal(tr.metrics["mu"], ref.metrics["mu"])
 
 
+@pytest.mark.slow  # two Diffrax programs: about 5 s of compile on the 2-core reference machine
 def test_solve_flow_takes_any_function_with_the_same_signature():
     f = FlowField(complete_mask(4), 3)
     x0 = np.random.default_rng(0).normal(size=(2, 4, 3))

@@ -136,3 +136,20 @@ def _caught_locally(tree: ast.Module, raise_node: ast.Raise) -> bool:
             if any(raise_node is n for n in ast.walk(node)):
                 return True
     return False
+
+
+def test_notebooks_and_examples_name_public_modules_only():
+    """Notebooks and examples are what users copy: they name `rankdyn` and its root modules only,
+    never an implementation folder (``rankdyn._run``, ``from rankdyn._model import ...``)."""
+    import json
+    import re
+
+    private = re.compile(r"\brankdyn\._[a-z]")
+    root = PKG.parent
+    found = []
+    for nb in sorted((root / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            found += [f"{nb.name} cell {i}: {m}" for m in private.findall("".join(cell["source"]))]
+    for ex in sorted((root / "examples").glob("*.py")):
+        found += [f"{ex.name}: {m}" for m in private.findall(ex.read_text())]
+    assert not found, found

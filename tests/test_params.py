@@ -114,7 +114,7 @@ mask = {masks}
 [fixed]
 n = 4
 d = 4
-layers = 2
+num_layers = 2
 batch = 2
 {extra}
 """

@@ -11,7 +11,20 @@ from rankdyn.cli import main
 FLOW = ["flow", "--n", "4", "--d", "3", "--batch", "2", "--time", "1", "--saves", "3", "--no-progress"]
 
 
-SIM = ["simulate", "--n", "3", "--d", "3", "--layers", "2", "--batch", "2", "--no-progress", "--plot", "mu"]
+SIM = [
+    "simulate",
+    "--n",
+    "3",
+    "--d",
+    "3",
+    "--num-layers",
+    "2",
+    "--batch",
+    "2",
+    "--no-progress",
+    "--plot",
+    "mu",
+]
 
 
 def _fake_run(folder, metrics, manifest=None):
@@ -33,7 +46,7 @@ GOOD = {
 def test_empty_out_is_refused(tmp_path, monkeypatch, capsys):
     """``--out ""`` wrote into the current folder with exit 0; it is a usage error now."""
     monkeypatch.chdir(tmp_path)
-    assert main(["simulate", "--n", "3", "--d", "3", "--layers", "2", "--batch", "2", "--out", ""]) == 2
+    assert main(["simulate", "--n", "3", "--d", "3", "--num-layers", "2", "--batch", "2", "--out", ""]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "--out is empty" in err
     assert list(tmp_path.iterdir()) == []

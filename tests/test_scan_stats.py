@@ -162,7 +162,7 @@ def test_metric_subset_skips_svd_and_equals_full_run(getkey):
 @pytest.mark.slow  # end to end: `rankdyn simulate --per-trajectory`
 def test_cli_metrics_per_trajectory_and_memory_refusal(tmp_path, capsys):
     out = tmp_path / "a"
-    base = ["simulate", "--n", "4", "--d", "3", "--layers", "4", "--batch", "5", "--no-progress", "--x64"]
+    base = ["simulate", "--n", "4", "--d", "3", "--num-layers", "4", "--batch", "5", "--no-progress", "--x64"]
     assert (
         cli_main(base + ["--metrics", "mu,min_cos", "--per-trajectory", "--chunk", "2", "--out", str(out)])
         == 0

@@ -54,7 +54,9 @@ def test_table_and_plot_choices():
 @pytest.mark.slow  # end to end: `rankdyn simulate` with three figures
 def test_simulate_table_and_figures_follow_metrics(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = "simulate --n 5 --d 4 --layers 6 --batch 3 --x64 --no-progress --metrics mu,sigma_ratio,eff_rank"
+    argv = (
+        "simulate --n 5 --d 4 --num-layers 6 --batch 3 --x64 --no-progress --metrics mu,sigma_ratio,eff_rank"
+    )
     assert main([*argv.split(), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     header = next(ln for ln in printed.splitlines() if ln.startswith("layer"))
@@ -68,7 +70,7 @@ def test_simulate_table_and_figures_follow_metrics(tmp_path, capsys):
 
 
 def test_plot_flag_refused_before_compute(tmp_path, capsys):
-    argv = "simulate --n 5 --d 4 --layers 6 --batch 3 --metrics mu --plot eff_rank"
+    argv = "simulate --n 5 --d 4 --num-layers 6 --batch 3 --metrics mu --plot eff_rank"
     assert main([*argv.split(), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "--plot eff_rank" in err

@@ -29,7 +29,7 @@ seed = [0, 1]
 mask = "causal"
 n = 5
 d = 4
-layers = 6
+num_layers = 6
 batch = 4
 save_every = 2
 [observe]
@@ -62,10 +62,13 @@ def _cfg(text=TINY, **replace):
         (("n = 5", "n = 5\nbatchsize = 3"), "unknown parameter 'batchsize' in [fixed]"),
         (("n = 5", "n = [5, 6]"), "[fixed] n: a fixed parameter is one value"),
         (('final = ["mu", "num_rank"]', 'final = ["rank"]'), "[observe] final: unknown metric 'rank'"),
-        (("layers = 6", "layers = 5"), "[fixed] layers = 5 is not a multiple of [fixed] save_every = 2"),
+        (
+            ("num_layers = 6", "num_layers = 5"),
+            "[fixed] num_layers = 5 is not a multiple of [fixed] save_every = 2",
+        ),
         (
             ("[observe]\n", "[observe]\nrate_start = 6\n"),
-            "[observe] rate_start = 6 is not below [fixed] layers = 6",
+            "[observe] rate_start = 6 is not below [fixed] num_layers = 6",
         ),
         (("[observe]\n", "[observe]\nrate_start = 2\nrate_stop = 2\n"), "rate_stop = 2 must be larger than"),
         (
@@ -287,7 +290,7 @@ dqk = [1.0, 4.0]
 [fixed]
 n = 4
 d = 3
-layers = 2
+num_layers = 2
 batch = 2
 save_every = 1
 [observe]

@@ -12,7 +12,7 @@ dqk = [0.25, 4.0]
 mask = "causal"
 n = 3
 d = 2
-layers = 2
+num_layers = 2
 batch = 2
 save_every = 1
 [observe]

@@ -1,9 +1,9 @@
 """``rankdyn simulate --checkpoint``: a trained checkpoint's layer stack on real tokens.
 
 ``--checkpoint DIR|ZIP (--text FILE | --input-ids FILE.npy) [--variant V] [--mask M] [--window K]
-[--n N] [--batch B] [--layers T]``: the trained weights replace every random-model flag, so any
+[--n N] [--batch B] [--num-layers T]``: the trained weights replace every random-model flag, so any
 other model flag is refused (one error line naming it) rather than silently ignored. Defaults
-differ from the random model's: ``--layers`` is the checkpoint's depth, ``--n`` 128 and
+differ from the random model's: ``--num-layers`` is the checkpoint's depth, ``--n`` 128 and
 ``--mask`` the checkpoint's own (complete for BERT, causal for GPT-2). ``--input-ids`` sets the
 batch and ``n`` from its shape. The run writes ``OUT/input_ids.npy`` (int32, batch x n) next to
 the usual ``metrics.json``, table and ``mu.png``; the provenance names the weights by sha256.
@@ -26,7 +26,7 @@ __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "ar
 #: Flags of `add_model_flags` that a checkpoint run still reads; every other model flag is refused.
 _ALLOWED = ("mask", "window", "seed", "x64", "n")
 #: Flags (dests) whose default depends on whether --checkpoint is given: their use is recorded.
-_RECORDED = ("n", "batch", "layers", "mask", "window", "attention")
+_RECORDED = ("n", "batch", "num_layers", "mask", "window", "attention")
 _EXPLICIT = "_checkpoint_explicit_flags"
 #: The flags a checkpoint run reads (and the re-normalising ones), listed from the parser itself.
 _READS = "_checkpoint_flags_read"
@@ -221,7 +221,7 @@ def run_checkpoint(args) -> int:
     check_seed_flag(args.seed)  # recorded with the result (a checkpoint run draws nothing)
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
-    check_nonnegative(args, "layers")
+    check_nonnegative(args, "num_layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
     check_positive(args, "rank_tol")
     if args.chunk is not None and args.chunk < 1:
@@ -244,11 +244,11 @@ def run_checkpoint(args) -> int:
     except UsageError as err:  # "checkpoint PATH: ..." -> "--checkpoint PATH: ..."
         raise UsageError(f"--{err}") from None
     mask = _mask_of(args, ckpt, given)
-    layers = args.layers if "layers" in given else ckpt.num_layers
+    layers = args.num_layers if "num_layers" in given else ckpt.num_layers
     check_mix_depth(scheme, layers)
     if layers % args.save_every:
         raise UsageError(
-            f"--layers {layers} is not a multiple of --save-every {args.save_every}; choose a divisor."
+            f"--num-layers {layers} is not a multiple of --save-every {args.save_every}; choose a divisor."
         )
     ids, source = _check_inputs(args, ckpt, given)
     batch, n = ids.shape
@@ -320,7 +320,7 @@ def run_checkpoint(args) -> int:
         for k, v in vars(args).items()
         if k != "func" and (k not in _FALLBACK_MODEL or k in _ALLOWED)
     }
-    config |= {"variant": args.variant or "full", "mask": mask, "n": n, "batch": batch, "layers": layers}
+    config |= {"variant": args.variant or "full", "mask": mask, "n": n, "batch": batch, "num_layers": layers}
     config |= architecture(ckpt, args.variant or "full", scheme)
     config["attention"] = layer.attention_path  # the path taken (dense unless --attention said so)
     result = {

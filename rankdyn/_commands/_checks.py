@@ -45,7 +45,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 #: `ModelConfig` field -> the flag that sets it (the table's flags; two fields come from run flags).
 MODEL_FLAGS = {p.name: p.flag for p in PARAMS if p.flag} | {
-    "num_layers": "--layers",
+    "num_layers": "--num-layers",
     "output_projection": "--heads",
 }
 #: Flags without a default on the CLI, so that a given one can be told apart (refused where it
@@ -97,13 +97,13 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
         values.update(attn_dropout=args.dropout, hidden_dropout=args.dropout)
         flags.update(attn_dropout="--dropout", hidden_dropout="--dropout")
     values["output_projection"] = args.heads > 1
-    values["num_layers"] = getattr(args, "layers", None) if args.per_layer_weights else None
+    values["num_layers"] = getattr(args, "num_layers", None) if args.per_layer_weights else None
     config = ModelConfig.from_mapping(values, where=Names.flags(flags))
-    depth = getattr(args, "layers", None)
+    depth = getattr(args, "num_layers", None)
     if config.mix_layers is not None and depth is not None and config.mix_layers > depth:
         raise UsageError(
-            f"--mix-layers {config.mix_layers} is outside [0, --layers {depth}]: Mix-LN's post-LN layers "
-            "are among the run's layers; choose at most --layers."
+            f"--mix-layers {config.mix_layers} is outside [0, --num-layers {depth}]: Mix-LN's post-LN layers "
+            "are among the run's layers; choose at most --num-layers."
         )
     resolved = config.resolved()
     for p in PARAMS:

@@ -53,7 +53,7 @@ def scheme_of(args, given: dict) -> dict:
     if placement == "none" and ln is not None:
         raise UsageError(f"--ln {ln} is ignored by --placement none (no norm); drop it.")
     if "mix_layers" in flags and args.mix_layers < 0:
-        raise UsageError(f"--mix-layers {args.mix_layers} is outside [0, --layers].")
+        raise UsageError(f"--mix-layers {args.mix_layers} is outside [0, --num-layers].")
     if "ngpt_alpha" in flags and not 0 < args.ngpt_alpha <= 1:
         raise UsageError(f"--ngpt-alpha {args.ngpt_alpha}: nGPT's step alpha must be in (0, 1].")
     out = {"placement": placement, "ln": ln, "qk_norm": bool(args.qk_norm)}
@@ -62,10 +62,10 @@ def scheme_of(args, given: dict) -> dict:
 
 
 def check_mix_depth(scheme: dict, layers: int) -> None:
-    """``--mix-layers`` within [0, layers] (the depth is the checkpoint's when --layers is unset)."""
+    """``--mix-layers`` within [0, layers] (the depth is the checkpoint's when --num-layers is unset)."""
     k = scheme.get("mix_layers")
     if k is not None and k > layers:
-        raise UsageError(f"--mix-layers {k} is outside [0, --layers {layers}]; choose at most {layers}.")
+        raise UsageError(f"--mix-layers {k} is outside [0, --num-layers {layers}]; choose at most {layers}.")
 
 
 def scheme_record(scheme: dict) -> dict:

@@ -1,6 +1,6 @@
 """``rankdyn lyapunov``: the Lyapunov spectrum of the layer map over a batch of trajectories.
 
-``rankdyn lyapunov <model flags as simulate> [--checkpoint ...] --layers T [--k K] [--discard D]
+``rankdyn lyapunov <model flags as simulate> [--checkpoint ...] --num-layers T [--k K] [--discard D]
 [--qr-every Q] --batch B --out DIR`` writes ``lyapunov.json`` (the exponents' batch statistics,
 the running estimates, every trajectory's exponents with ``--per-trajectory``, flags, config,
 seed and provenance), ``spectrum.png`` and ``convergence.png``. The model and checkpoint flags
@@ -34,7 +34,9 @@ def add_parser(sub) -> None:
         formatter_class=LineHelpFormatter,
     )
     add_model_flags(p)
-    p.add_argument("--layers", type=int, default=128, help="depth T (a multiple of an integer --qr-every)")
+    p.add_argument(
+        "--num-layers", type=int, default=128, help="depth T (a multiple of an integer --qr-every)"
+    )
     p.add_argument("--batch", type=int, default=16, help="number of trajectories")
     p.add_argument(
         "--k",
@@ -42,7 +44,9 @@ def add_parser(sub) -> None:
         default=None,
         help=f"exponents computed, 1..n(d-1) or 1..nd (default: min({DEFAULT_K}, dim))",
     )
-    p.add_argument("--discard", type=int, default=0, help="layers before the averaging starts (< --layers)")
+    p.add_argument(
+        "--discard", type=int, default=0, help="layers before the averaging starts (< --num-layers)"
+    )
     p.add_argument(
         "--qr-every",
         default="auto",
@@ -80,7 +84,7 @@ def _check_no_tangent_space(args, config) -> None:
     as `rankdyn._lyapunov._layer.uses_tangent_space` decides for the built layer."""
     resolved = config.resolved()
     if args.d == 1 and resolved["placement"] in ("post", "ngpt") and resolved["ln"] == "sphere":
-        check_spectrum_args(args, 0, args.layers)
+        check_spectrum_args(args, 0, args.num_layers)
 
 
 def _check_k_bounds(args, most: int) -> None:
@@ -111,12 +115,12 @@ def check_schedule(args, layers: int | None) -> None:
         return
     if args.discard < 0 or args.discard >= layers:
         raise UsageError(
-            f"--discard {args.discard}: expected 0 <= discard < --layers {layers}; "
+            f"--discard {args.discard}: expected 0 <= discard < --num-layers {layers}; "
             f"e.g. --discard {layers // 4}."
         )
     if every != "auto" and (layers % every or args.discard % every):
         raise UsageError(
-            f"--layers {layers} and --discard {args.discard} must be multiples of --qr-every {every}; "
+            f"--num-layers {layers} and --discard {args.discard} must be multiples of --qr-every {every}; "
             "choose a divisor, or --qr-every auto."
         )
 
@@ -126,12 +130,12 @@ def _model(args):
     if checkpoint_requested(args):
         return _checkpoint_model(args)
     config = check_model_args(args)
-    check_nonnegative(args, "layers", "batch", minimum=1)
+    check_nonnegative(args, "num_layers", "batch", minimum=1)
     if config.has_dropout:
         raise UsageError(
             "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
         )
-    check_schedule(args, args.layers)  # before JAX loads: only --k needs the built layer
+    check_schedule(args, args.num_layers)  # before JAX loads: only --k needs the built layer
     _check_no_tangent_space(args, config)
     _check_k_bounds(args, args.n * args.d)
     check_out_dir(args.out)
@@ -142,12 +146,12 @@ def _model(args):
 
     k_layer, k_x0, _ = jr.split(jr.key(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
-    k = check_spectrum_args(args, spectrum_dim(layer), args.layers)
+    k = check_spectrum_args(args, spectrum_dim(layer), args.num_layers)
     check_out_dir(args.out)
     _check_memory_before_drawing(args, k)
     x0 = initial_tokens(k_x0, args.x0, args.n, args.d, args.batch)
     title = f"mask={args.mask} placement={args.placement} value={args.value} n={args.n} d={args.d}"
-    return layer, x0, args.layers, k, {}, title
+    return layer, x0, args.num_layers, k, {}, title
 
 
 def _check_memory_before_drawing(args, k: int) -> None:
@@ -162,7 +166,7 @@ def _check_memory_before_drawing(args, k: int) -> None:
     itemsize = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)).itemsize
     m, devices = args.n * args.d, sharding_devices(args)
     chunk = default_chunk(args.batch, m, k, itemsize, devices) if args.chunk is None else args.chunk
-    records = len(make_plan(args.layers, args.discard, args.qr_every).records)
+    records = len(make_plan(args.num_layers, args.discard, args.qr_every).records)
     # The drawn tokens and their flat copy, as `lyapunov_spectrum` holds them.
     starts = {"starting tokens": 2 * args.batch * m * itemsize}
     fix = "lower --batch (the starting tokens grow with it), --k, or pass a smaller --chunk."
@@ -186,9 +190,9 @@ def _checkpoint_model(args):
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
     scheme = scheme_of(args, given)  # --placement, --ln, ...: the trained block re-normalised
-    check_nonnegative(args, "layers", "batch", minimum=1)
+    check_nonnegative(args, "num_layers", "batch", minimum=1)
     # Every check that needs no weights first (a refusal loads neither JAX nor the model).
-    check_schedule(args, args.layers if "layers" in given else None)
+    check_schedule(args, args.num_layers if "num_layers" in given else None)
     count_excerpts_before_loading(args, given)
     from .._trained import load_checkpoint  # JAX loads only now
     from ..lyapunov import spectrum_dim
@@ -198,7 +202,7 @@ def _checkpoint_model(args):
     except UsageError as err:
         raise UsageError(f"--{err}") from None
     mask = _mask_of(args, ckpt, given)
-    layers = args.layers if "layers" in given else ckpt.num_layers
+    layers = args.num_layers if "num_layers" in given else ckpt.num_layers
     check_mix_depth(scheme, layers)
     ids, source = _check_inputs(args, ckpt, given)
     try:
@@ -220,7 +224,7 @@ def _checkpoint_model(args):
         "checkpoint": ckpt.provenance(),
         "inputs": source,
         "mask": mask,
-        "layers": layers,
+        "num_layers": layers,
         "config": config,
     }
     title = f"{ckpt.arch} {args.variant or 'full'} mask={mask} n={ids.shape[1]} d={ckpt.d}"
@@ -270,7 +274,7 @@ def run(args) -> int:
         key: (str(v) if isinstance(v, Path) else v) for key, v in vars(args).items() if key != "func"
     }
     result = {
-        "config": config | {"k": k, "layers": layers},
+        "config": config | {"k": k, "num_layers": layers},
         "seed": args.seed,
         "spectrum": spectrum,
         "flags": {"flagged": res.num_flagged, "batch": int(res.flags.size)},

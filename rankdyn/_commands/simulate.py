@@ -62,10 +62,10 @@ def add_parser(sub) -> None:
         formatter_class=LineHelpFormatter,
     )
     add_model_flags(p)
-    p.add_argument("--layers", type=int, default=128, help="depth T")
+    p.add_argument("--num-layers", type=int, default=128, help="depth T")
     p.add_argument("--batch", type=int, default=256, help="number of trajectories")
     p.add_argument(
-        "--save-every", type=int, default=1, help="record metrics every k layers (k divides --layers)"
+        "--save-every", type=int, default=1, help="record metrics every k layers (k divides --num-layers)"
     )
     p.add_argument(
         "--rank-tol",
@@ -129,12 +129,12 @@ def check_run_args(args, config):
         raise UsageError(
             f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024."
         )
-    check_nonnegative(args, "layers")
+    check_nonnegative(args, "num_layers")
     check_nonnegative(args, "batch", "save_every", minimum=1)
-    if args.layers % args.save_every:
+    if args.num_layers % args.save_every:
         raise UsageError(
-            f"--layers {args.layers} is not a multiple of --save-every {args.save_every}; "
-            "choose a divisor of --layers."
+            f"--num-layers {args.num_layers} is not a multiple of --save-every {args.save_every}; "
+            "choose a divisor of --num-layers."
         )
     check_positive(args, "rank_tol")
     if (
@@ -160,7 +160,7 @@ _MEMORY_FIXES = {
     "per-layer metrics": (
         "raise --save-every, or drop --per-trajectory (without it only statistics are kept)."
     ),
-    "weights": "drop --per-layer-weights, or lower --layers or --d.",
+    "weights": "drop --per-layer-weights, or lower --num-layers or --d.",
 }
 
 
@@ -184,7 +184,7 @@ def _check_memory(args, config, names) -> int:
         d=args.d,
         heads=args.heads,
         itemsize=item,
-        num_saved=args.layers // args.save_every + 1,
+        num_saved=args.num_layers // args.save_every + 1,
         num_metrics=len(names),
         per_trajectory=args.per_trajectory,
         save_states=False,
@@ -201,7 +201,7 @@ def _check_memory(args, config, names) -> int:
     check_memory(
         est,
         fix=_MEMORY_FIXES[est.largest],
-        what=f"--n {args.n} --d {args.d} --batch {args.batch} --layers {args.layers}",
+        what=f"--n {args.n} --d {args.d} --batch {args.batch} --num-layers {args.num_layers}",
     )
     return est.total
 
@@ -237,7 +237,7 @@ def run(args) -> int:
         traj = simulate(
             layer,
             x0,
-            args.layers,
+            args.num_layers,
             save_every=args.save_every,
             rank_tol=args.rank_tol,
             metrics=names,
@@ -290,7 +290,7 @@ def run(args) -> int:
         from ._table import save_sinks
 
         x0_array = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
-        result["attention_sinks"] = save_sinks(layer, x0_array, args.layers, args.out)
+        result["attention_sinks"] = save_sinks(layer, x0_array, args.num_layers, args.out)
     write_json(args.out / "metrics.json", result)
     figures = _plot(traj, summary, args) if summary else []
     print_table(traj, summary, info, result, args.metrics)

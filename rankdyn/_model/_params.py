@@ -41,6 +41,8 @@ __all__ = [
     "Param",
     "PARAMS",
     "RUN_PARAMS",
+    "RENAMED",
+    "renamed_hint",
     "MASKS_WITH_WINDOW",
     "SEED_MAX",
     "default_dqk",
@@ -249,7 +251,7 @@ PARAMS: tuple[Param, ...] = (
     # --- depth and the practical block (Fig. 2/6 ablations)
     Param("num_layers", "int", None,
           "independent weights for each of this many layers (None: shared); on the CLI "
-          "--per-layer-weights with --layers",
+          "--per-layer-weights with --num-layers",
           _at_least(1, "per-layer weights need at least one layer")),
     Param("skip", "bool", False, "residual connection X + SA(X) (implied by peri, ngpt and lns)",
           flag="--skip", key="skip", structural=True),
@@ -269,9 +271,10 @@ PARAMS: tuple[Param, ...] = (
 )  # fmt: skip
 
 #: Parameters of a run that are not part of the model (the sweep's; the CLI has them as flags of
-#: its commands). ``layers`` and ``per_layer_weights`` give the model's ``num_layers``.
+#: its commands). ``num_layers`` (the depth) and ``per_layer_weights`` give the model's ``num_layers``
+#: (the number of independent weight sets: the depth with per-layer weights, None when shared).
 RUN_PARAMS: tuple[Param, ...] = (
-    Param("layers", "int", 64, "depth T", _at_least(1, "must be a positive integer"), key="layers",
+    Param("num_layers", "int", 64, "depth T", _at_least(1, "must be a positive integer"), key="num_layers",
           structural=True),
     Param("batch", "int", 256, "number of trajectories", _at_least(1, "must be a positive integer"),
           key="batch", structural=True),
@@ -283,7 +286,20 @@ RUN_PARAMS: tuple[Param, ...] = (
           key="rank_tol", structural=True),
 )  # fmt: skip
 
-_BY_NAME = {p.name: p for p in PARAMS + RUN_PARAMS}
+#: Old names of parameters (sweep keys, and as ``--old-name`` CLI flags): refused, naming the new
+#: name, so a script written for an earlier version fails at its first line instead of running
+#: with a default in place of the value it meant.
+RENAMED = {"layers": "num_layers", "norm": "placement"}
+
+
+def renamed_hint(name: str) -> str:
+    """`` (renamed NEW)`` when ``name`` is an old name in `RENAMED`, else ''."""
+    return f" ({name!r} is now {RENAMED[name]!r})" if name in RENAMED else ""
+
+
+# ``num_layers`` names one quantity in both tables (the depth; the model holds that many weight sets
+# only with per-layer weights): the model's row, which `make_layer` validates, is the one looked up.
+_BY_NAME = {p.name: p for p in RUN_PARAMS} | {p.name: p for p in PARAMS}
 
 
 def param(name: str) -> Param:

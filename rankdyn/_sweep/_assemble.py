@@ -58,7 +58,7 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
     plan = sweep_plan(cfg)
     shape, dims = cfg.shape, tuple(cfg.axes)
     ncell = cfg.num_cells
-    max_layers = max(g["layers"] for g, _ in plan.groups)
+    max_layers = max(g["num_layers"] for g, _ in plan.groups)
     save_every = cfg.fixed["save_every"]
     layer_coord = np.arange(0, max_layers + 1, save_every)
     max_batch = max(g["batch"] for g, _ in plan.groups)
@@ -114,7 +114,7 @@ def assemble_sweep(cfg: SweepConfig, out: str | os.PathLike):
         rate[flat] = fit_rate(layer_coord, mean_mu, start=cfg.rate_start, stop=cfg.rate_stop, floor=floor)
         stop = max_layers if cfg.rate_stop is None else cfg.rate_stop
         window = (layer_coord >= cfg.rate_start) & (layer_coord <= stop)
-        if not np.all(np.isfinite(mean_mu[window & (layer_coord <= p["layers"])])):
+        if not np.all(np.isfinite(mean_mu[window & (layer_coord <= p["num_layers"])])):
             rate[flat] = np.nan  # every trajectory non-finite at some layer of the window: no rate
 
     coords = {k: _coord(v) for k, v in cfg.axes.items()}

@@ -90,7 +90,7 @@ def _check_scalar(key: str, v, where: str) -> None:
 
 
 #: `rankdyn.ModelConfig` field -> sweep key, where they differ.
-_FIELDS = {p.name: p.key for p in PARAMS if p.key and p.key != p.name} | {"num_layers": "layers"}
+_FIELDS = {p.name: p.key for p in PARAMS if p.key and p.key != p.name}
 
 
 def cell_config(p: dict, axes: Mapping) -> ModelConfig:
@@ -99,7 +99,7 @@ def cell_config(p: dict, axes: Mapping) -> ModelConfig:
     families do not read (e.g. ``window`` under a complete mask on a window axis) are dropped:
     a key given in ``[fixed]`` that no cell reads is refused by `refuse_unread`."""
     fields = {f.name: p[f.key] for f in PARAMS if f.key}
-    fields["num_layers"] = p["layers"] if p["per_layer_weights"] else None
+    fields["num_layers"] = p["num_layers"] if p["per_layer_weights"] else None
     fields["output_projection"] = p["heads"] > 1
     for name in ignored_fields(fields):
         fields.pop(name, None)
@@ -140,9 +140,9 @@ def _check_cell(p: dict, axes: Mapping) -> None:
     """Checks that involve several parameters of one grid cell (bad combinations): the model's
     through `cell_config`, the recording schedule here."""
     cell_config(p, axes)
-    if p["layers"] % p["save_every"]:
+    if p["num_layers"] % p["save_every"]:
         raise UsageError(
-            f"{_where('layers', axes)} = {p['layers']} is not a multiple of [fixed] save_every = "
+            f"{_where('num_layers', axes)} = {p['num_layers']} is not a multiple of [fixed] save_every = "
             f"{p['save_every']}."
         )
 

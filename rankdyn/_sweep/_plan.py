@@ -70,7 +70,7 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     worst: dict[str, int] = {}
     for gi, (g, _) in enumerate(plan.groups):
         traj = plan.chunk_cells[gi] * g["batch"]
-        saved = g["layers"] // g["save_every"] + 1
+        saved = g["num_layers"] // g["save_every"] + 1
         # The attention's memory follows the path the group's layers take (n x n only when dense);
         # d bounds the value width d_v from above.
         path = resolve_attention(
@@ -89,13 +89,13 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
             save_states=False,
             score_entries=score_entries(path, g["n"], g["d"]),
         )
-        weights = g["layers"] if g["per_layer_weights"] else 1
+        weights = g["num_layers"] if g["per_layer_weights"] else 1
         parts["initial tokens of one chunk"] = 2 * traj * g["n"] * g["d"] * itemsize
         parts["weights of one chunk"] = plan.chunk_cells[gi] * weights * 6 * g["d"] * g["d"] * itemsize
         parts["final metrics of one chunk"] = traj * max(len(cfg.final), 1) * (itemsize + 8)
         if sum(parts.values()) > sum(worst.values()):
             worst = parts
-    max_layers = max(g["layers"] for g, _ in plan.groups)
+    max_layers = max(g["num_layers"] for g, _ in plan.groups)
     max_batch = max(g["batch"] for g, _ in plan.groups)
     saved = max_layers // cfg.fixed["save_every"] + 1
     worst["assembled dataset"] = dataset_bytes(
@@ -121,7 +121,7 @@ def dataset_bytes(num_cells: int, saved: int, batch: int, num_per_layer: int, nu
 def grid_estimate(data, num_cells: int) -> MemoryEstimate | None:
     """The dataset's memory from the raw TOML mapping alone (before the cells are checked).
 
-    Uses the largest ``layers`` and ``batch`` (axis or fixed value, else the defaults); None if
+    Uses the largest ``num_layers`` and ``batch`` (axis or fixed value, else the defaults); None if
     the values are not plain numbers (the full check will name them).
     """
     from ._params import CHEAP_METRICS, SWEEP_PARAMS
@@ -133,7 +133,7 @@ def grid_estimate(data, num_cells: int) -> MemoryEstimate | None:
     try:
         obs = data.get("observe", {})
         per_layer = obs.get("per_layer", obs.get("metrics", CHEAP_METRICS))
-        saved = biggest("layers") // max(biggest("save_every"), 1) + 1
+        saved = biggest("num_layers") // max(biggest("save_every"), 1) + 1
         num_final = len(obs.get("final", range(13)))
         size = dataset_bytes(num_cells, saved, biggest("batch"), len(per_layer), num_final)
     except (TypeError, ValueError, AttributeError):

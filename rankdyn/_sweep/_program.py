@@ -41,7 +41,7 @@ _LAYER_ROWS = tuple(
 )
 _TRACED = tuple(p.name for p in _LAYER_ROWS if p.kind == "real" and not p.structural)
 _STATIC_BUILD = tuple(p.key for p in _LAYER_ROWS if p.name not in _TRACED) + (
-    "layers",
+    "num_layers",
     "per_layer_weights",
     "x0",
     "batch",
@@ -61,7 +61,7 @@ def _build(key, traced: dict, p_static: tuple):
     layer = make_layer(
         k_layer,
         mask="complete",
-        num_layers=p["layers"] if p["per_layer_weights"] else None,
+        num_layers=p["num_layers"] if p["per_layer_weights"] else None,
         output_projection=p["heads"] > 1,
         **kwargs,
     )
@@ -149,7 +149,7 @@ def launch_chunk(cfg: SweepConfig, group: dict, cells: tuple[int, ...], size: in
     if device is not None:
         inputs = jax.device_put(inputs, device)
     outputs = _jit_program(
-        *inputs, group["layers"], group["save_every"], cfg.per_layer, cfg.final, group["rank_tol"]
+        *inputs, group["num_layers"], group["save_every"], cfg.per_layer, cfg.final, group["rank_tol"]
     )
     index = 0 if device is None else jax.local_devices().index(device)
     return cells, index, outputs

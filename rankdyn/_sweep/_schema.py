@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import UsageError
-from .._model._params import default_dqk
+from .._model._params import default_dqk, renamed_hint
 from .._observe._names import METRIC_NAMES, parse_metrics
 from ._params import (
     _FIXED_ONLY,
@@ -161,7 +161,9 @@ def parse_sweep_config(
     axes: dict[str, tuple] = {}
     for k, vals in axes_in.items():
         if k not in SWEEP_PARAMS:
-            raise UsageError(f"unknown axis {k!r} in [axes]; known parameters: {', '.join(SWEEP_PARAMS)}.")
+            raise UsageError(
+                f"unknown axis {k!r} in [axes]{renamed_hint(k)}; known parameters: {', '.join(SWEEP_PARAMS)}."
+            )
         if k in _FIXED_ONLY:
             raise UsageError(
                 f"[axes] {k}: cannot be an axis (it changes the layer coordinate); put it in [fixed]."
@@ -194,7 +196,8 @@ def parse_sweep_config(
     for k, v in fixed_in.items():
         if k not in SWEEP_PARAMS:
             raise UsageError(
-                f"unknown parameter {k!r} in [fixed]; known parameters: {', '.join(SWEEP_PARAMS)}."
+                f"unknown parameter {k!r} in [fixed]{renamed_hint(k)}; known parameters: "
+                f"{', '.join(SWEEP_PARAMS)}."
             )
         if k in axes:
             raise UsageError(f"{k!r} is both an axis and a fixed parameter; keep one.")
@@ -281,10 +284,10 @@ def _validate_cells(cfg: SweepConfig) -> None:
     for idx in cfg.indices():
         p = cfg.cell(idx)
         _check_cell(p, cfg.axes)
-        if cfg.rate_start >= p["layers"]:
+        if cfg.rate_start >= p["num_layers"]:
             raise UsageError(
-                f"[observe] rate_start = {cfg.rate_start} is not below {_where('layers', cfg.axes)} = "
-                f"{p['layers']}: "
+                f"[observe] rate_start = {cfg.rate_start} is not below {_where('num_layers', cfg.axes)} = "
+                f"{p['num_layers']}: "
                 "the rate would be fitted on no layer; lower rate_start."
             )
         mk = tuple(p[k] for k in keys)
