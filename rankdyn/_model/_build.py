@@ -212,10 +212,11 @@ def _draw_weights(spec: _DrawSpec, key, w, value_std, qk_std):
     """Every random weight of a layer, ``(w_q, w_k, w_v, w_o, mlp)``, as one compiled program.
 
     Drawn op by op (eagerly), the same weights cost about twenty small programs, each compiled once
-    per process (about 3 s of a ``simulate`` call that its recorded compile time did not count).
-    The bits are the same: `jax.random` draws the same numbers under ``jit``, and every other step
-    is exact or the same XLA call (QR, the spectral norm); `tests/test_build_draws.py` compares
-    them with the family functions called one by one.
+    per process (2-3 s of a ``simulate`` call that its recorded compile time did not count).
+    The bits are the same: `jax.random` draws the same numbers under ``jit``, QR and the spectral
+    norm are the same XLA calls, and optimization barriers in `gaussian` and `spectral_normalized`
+    stop the fusions that rounded differently; `tests/test_build_draws.py` compares the weights
+    with the family functions called one by one.
     """
     dt, d, heads = spec.dtype, spec.d, spec.heads
     dh = d // heads
