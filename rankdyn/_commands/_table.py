@@ -101,8 +101,8 @@ def save_figures(traj, summary, names, title: str, out, *, relative: bool = Fals
     import matplotlib
 
     matplotlib.use("Agg")
-    from .._plotting._runs import save_mu_figure
-    from ..plotting import save_metric_figure
+    # The one module that draws them, not all of `rankdyn.plotting` (0.1-0.3 s more to import).
+    from .._plotting._runs import save_metric_figure, save_mu_figure
 
     written = []
     for name in names:

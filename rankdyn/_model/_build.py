@@ -8,7 +8,9 @@ and seed give the same layer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -156,41 +158,21 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
         )
     else:
         m = mask_from_adjacency(c.mask)
-    dt = jnp.zeros((), c.dtype if c.dtype is not None else float).dtype
+    dt = jax.dtypes.canonicalize_dtype(c.dtype if c.dtype is not None else float)
     r = c.resolved()  # unset parameters that the model reads get their fallback (w 2.0, ...)
-    d, heads, value, qk = c.d, c.heads, c.value, c.qk
-    dh = d // heads
-    normaliser = r["ln"] if isinstance(r["ln"], AbstractNorm) else make_norm(r["ln"], d, radius=c.ln_radius)
-    w, jordan_k, value_std, qk_std, mlp_ratio = r["w"], c.jordan_k, c.value_std, c.qk_std, r["mlp_ratio"]
-
-    def draw(k):
-        kq, kv, ko, km = jr.split(k, 4)
-        qks = [query_key_matrices(kk, qk, d, dh, std=qk_std, dtype=dt) for kk in jr.split(kq, heads)]
-        w_q = jnp.stack([q for q, _ in qks])
-        w_k = jnp.stack([k_ for _, k_ in qks])
-        if heads == 1:
-            w_v = value_matrix(kv, value, d, w=w, k=jordan_k, std=value_std, dtype=dt)[None]
-        else:
-            # Per-head values are d x d/h slices of one d x d draw of the family.
-            w_v = jnp.moveaxis(
-                value_matrix(kv, value, d, w=w, k=jordan_k, std=value_std, dtype=dt).reshape(d, heads, dh),
-                1,
-                0,
-            )
-        w_o = bert_uniform(ko, (d, d), dt) if c.output_projection else None
-        mw = None
-        if c.mlp:
-            k1, k2 = jr.split(km)
-            f = mlp_ratio * d
-            mw = MLPWeights(
-                bert_uniform(k1, (d, f), dt), jnp.zeros(f, dt), bert_uniform(k2, (f, d), dt), jnp.zeros(d, dt)
-            )
-        return w_q, w_k, w_v, w_o, mw
-
-    if c.num_layers is None:
-        w_q, w_k, w_v, w_o, mw = draw(key)
-    else:
-        w_q, w_k, w_v, w_o, mw = jax.vmap(draw)(jr.split(key, c.num_layers))
+    normaliser = r["ln"] if isinstance(r["ln"], AbstractNorm) else make_norm(r["ln"], c.d, radius=c.ln_radius)
+    spec = _DrawSpec(
+        qk=c.qk,
+        value=c.value,
+        d=c.d,
+        heads=c.heads,
+        dtype=str(dt),
+        jordan_k=c.jordan_k,
+        output_projection=bool(c.output_projection),
+        mlp_width=r["mlp_ratio"] * c.d if c.mlp else None,
+        num_layers=c.num_layers,
+    )
+    w_q, w_k, w_v, w_o, mw = _draw_weights(spec, key, r["w"], c.value_std, c.qk_std)
     return SelfAttentionLayer(
         m,
         w_q,
@@ -208,3 +190,55 @@ def build_layer(key: PRNGKeyArray, config: ModelConfig) -> "SelfAttentionLayer":
         qk_norm=c.qk_norm,
         **c.dropout_kwargs(),
     )
+
+
+class _DrawSpec(NamedTuple):
+    """What shapes the weight draw (static: each distinct spec is one compiled program, reused by
+    every later `build_layer` call with the same spec)."""
+
+    qk: str
+    value: str
+    d: int
+    heads: int
+    dtype: str
+    jordan_k: int | None
+    output_projection: bool
+    mlp_width: int | None  # hidden width of the MLP, None without one
+    num_layers: int | None  # a per-layer stack, or None for one shared layer
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _draw_weights(spec: _DrawSpec, key, w, value_std, qk_std):
+    """Every random weight of a layer, ``(w_q, w_k, w_v, w_o, mlp)``, as one compiled program.
+
+    Drawn op by op (eagerly), the same weights cost about twenty small programs, each compiled once
+    per process (2-3 s of a ``simulate`` call that its recorded compile time did not count).
+    The bits are the same: `jax.random` draws the same numbers under ``jit``, QR and the spectral
+    norm are the same XLA calls, and optimization barriers in `gaussian` and `spectral_normalized`
+    stop the fusions that rounded differently; `tests/test_build_draws.py` compares the weights
+    with the family functions called one by one.
+    """
+    dt, d, heads = spec.dtype, spec.d, spec.heads
+    dh = d // heads
+
+    def draw(k):
+        kq, kv, ko, km = jr.split(k, 4)
+        qks = [query_key_matrices(kk, spec.qk, d, dh, std=qk_std, dtype=dt) for kk in jr.split(kq, heads)]
+        w_q = jnp.stack([q for q, _ in qks])
+        w_k = jnp.stack([k_ for _, k_ in qks])
+        w_v = value_matrix(kv, spec.value, d, w=w, k=spec.jordan_k, std=value_std, dtype=dt)
+        # Per-head values are d x d/h slices of one d x d draw of the family.
+        w_v = w_v[None] if heads == 1 else jnp.moveaxis(w_v.reshape(d, heads, dh), 1, 0)
+        w_o = bert_uniform(ko, (d, d), dt) if spec.output_projection else None
+        mw = None
+        if spec.mlp_width is not None:
+            k1, k2 = jr.split(km)
+            f = spec.mlp_width
+            mw = MLPWeights(
+                bert_uniform(k1, (d, f), dt), jnp.zeros(f, dt), bert_uniform(k2, (f, d), dt), jnp.zeros(d, dt)
+            )
+        return w_q, w_k, w_v, w_o, mw
+
+    if spec.num_layers is None:
+        return draw(key)
+    return jax.vmap(draw)(jr.split(key, spec.num_layers))

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from jax import lax
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._errors import UsageError
@@ -52,7 +53,11 @@ def gaussian(key: PRNGKeyArray, shape, std: ArrayLike | None = None, dtype=None)
     """I.i.d. Gaussian entries with standard deviation ``std`` (default ``1/sqrt(shape[0])``)."""
     shape = tuple(shape)
     std = 1.0 / jnp.sqrt(shape[0]) if std is None else std
-    return jnp.asarray(std, _dtype(dtype)) * jr.normal(key, shape, dtype=_dtype(dtype))
+    # The barrier keeps XLA from fusing the product into the normal draw inside a larger program
+    # (it then rounds 1 in 4 entries differently): the same bits eagerly and under jit.
+    return jnp.asarray(std, _dtype(dtype)) * lax.optimization_barrier(
+        jr.normal(key, shape, dtype=_dtype(dtype))
+    )
 
 
 def bert_uniform(key: PRNGKeyArray, shape, dtype=None) -> Float[Array, "..."]:
@@ -64,7 +69,10 @@ def bert_uniform(key: PRNGKeyArray, shape, dtype=None) -> Float[Array, "..."]:
 
 def spectral_normalized(w: Float[Array, "d d"]) -> Float[Array, "d d"]:
     r"""``w / ||w||_2``: spectral norm exactly 1, the simulator-safe form of assumption A3."""
-    return w / jnp.linalg.norm(w, ord=2)
+    # The barrier keeps XLA from folding the division into the producer of w inside a larger
+    # program (as for `gaussian`): the same bits eagerly and under jit.
+    w, norm = lax.optimization_barrier((w, jnp.linalg.norm(w, ord=2)))
+    return w / norm
 
 
 def bidiagonal(d: int, w: ArrayLike, dtype=None) -> Float[Array, "d d"]:
