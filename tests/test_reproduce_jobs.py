@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import pytest
 
 from rankdyn._commands.reproduce import _jobs_flag
@@ -76,6 +77,18 @@ def _reproduce(out, *flags, env=None):
     return res
 
 
+def _reproduce_here(out, capsys, *flags):
+    """``rankdyn reproduce`` in this process (no interpreter, JAX import or second compile of a
+    program this process already compiled), under JAX's defaults as a fresh process has them:
+    float32 (``run_flags`` records x64), standard dtype and rank promotion."""
+    argv = ["reproduce", "temperature", "flow-limit", "--quick", "--no-progress", "--out", str(out), *flags]
+    with jax.enable_x64(False), jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+        rc = cli_main(argv)
+    res = capsys.readouterr()
+    assert rc == 0, res.err[-3000:]
+    return res
+
+
 def _results(out):
     return {n: json.loads((out / f"{n}.json").read_text()) for n in ("temperature", "flow-limit")}
 
@@ -88,9 +101,11 @@ def _files(out):
 
 @pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs two cores")
-def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path):
+def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path, capsys):
+    # The oracle (--jobs 1) and the resume run in this process; --jobs 2 is a fresh process
+    # whose workers are fresh processes too.
     one, two = tmp_path / "one", tmp_path / "two"
-    _reproduce(one, "--jobs", "1")
+    _reproduce_here(one, capsys, "--jobs", "1")
     res = _reproduce(two, "--jobs", "2")
     assert "2 target(s) in 2 worker processes" in res.stdout
     assert _files(one) == _files(two)  # the same JSON, figures and report listings
@@ -112,8 +127,8 @@ def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path):
     # --resume: the complete target is kept, the missing one is run, the report covers both.
     (two / "flow-limit.json").unlink()
     kept_at = (two / "temperature.json").stat().st_mtime_ns
-    res = _reproduce(two, "--jobs", "2", "--resume")
-    assert "kept 1 complete target(s)" in res.stdout and "temperature" in res.stdout
+    res = _reproduce_here(two, capsys, "--jobs", "2", "--resume")  # one item left: runs in this process
+    assert "kept 1 complete target(s)" in res.out and "temperature" in res.out
     assert (two / "temperature.json").stat().st_mtime_ns == kept_at
     assert json.loads((two / "flow-limit.json").read_text())["measured"] == a["flow-limit"]["measured"]
     report = (two / "report.md").read_text()
