@@ -67,10 +67,9 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_sharded_simulate_equals_single_device():
     # NPROC: at least 2 pool threads per device, as rankdyn.use_cpu_devices sets (it refuses 4 on 2 cores).
-    # Optimisation level 1, as the rest of the suite compiles (conftest): 1, 2 and 4 devices are
-    # compared inside this one process, at one level.
-    flags = "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=1"
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", NPROC="8")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu", NPROC="8"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600
     )
