@@ -22,9 +22,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Python's own start (no program can catch it there) or the import of ``rankdyn.cli``, which
 #: ``python -m rankdyn`` turns into the same one line.
 DELAYS = (0.0, 1.0, 4.0, 8.0)
-#: ``rankdyn`` as its console script runs it, after a line that says ``main`` is next.
+#: ``rankdyn`` as its console script runs it, after a line that says ``main`` is next; SIGINT at
+#: Python's default even if this runner ignores it (a runner started in the background does, its
+#: children inherit that, and rankdyn rightly leaves an ignored signal ignored).
 _START = (
-    "import sys; from rankdyn.cli import main; print('ready', flush=True); "
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from rankdyn.cli import main; print('ready', flush=True); "
     "sys.argv[0] = 'rankdyn'; sys.exit(main(sys.argv[1:]))"
 )
 _LOAD = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 60: pass\n"
