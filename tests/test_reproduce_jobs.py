@@ -139,10 +139,17 @@ def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path, ca
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs two cores")
 def test_ctrl_c_ends_every_worker_and_says_how_to_resume(tmp_path):
     out = tmp_path / "o"
+    # `python -m rankdyn`, with SIGINT at Python's default: a runner started in the background
+    # ignores SIGINT, and its children inherit that. (Set in the child's Python, not with
+    # preexec_fn: that forks this process, whose JAX is running threads after the test above.)
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'rankdyn'; runpy.run_module('rankdyn', run_name='__main__', alter_sys=True)"
+    )
     cmd = [
         sys.executable,
-        "-m",
-        "rankdyn",
+        "-c",
+        start,
         "reproduce",
         "temperature",
         "flow-limit",
@@ -155,8 +162,6 @@ def test_ctrl_c_ends_every_worker_and_says_how_to_resume(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A runner started in the background ignores SIGINT, and its children inherit that.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Events, not fixed times: the signal goes once both workers exist; the timeouts below are
     # only upper bounds, generous for a load of 10 on two cores (they were 60 s, passed at load 9).
