@@ -82,10 +82,15 @@ def _reproduce_here(out, capsys, *flags):
     program this process already compiled), under JAX's defaults as a fresh process has them:
     float32 (``run_flags`` records x64), standard dtype and rank promotion."""
     argv = ["reproduce", "temperature", "flow-limit", "--quick", "--no-progress", "--out", str(out), *flags]
+    # JAX started first: the CLI then keeps this process's devices (one) and leaves NPROC and the
+    # device count alone, which it would set for a fresh process (and for every later test here).
+    jax.devices()
+    environ = dict(os.environ)
     with jax.enable_x64(False), jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
         rc = cli_main(argv)
     res = capsys.readouterr()
     assert rc == 0, res.err[-3000:]
+    assert dict(os.environ) == environ
     return res
 
 
