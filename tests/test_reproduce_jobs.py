@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import pytest
 
 from rankdyn._commands.reproduce import _jobs_flag
@@ -76,6 +77,23 @@ def _reproduce(out, *flags, env=None):
     return res
 
 
+def _reproduce_here(out, capsys, *flags):
+    """``rankdyn reproduce`` in this process (no interpreter, JAX import or second compile of a
+    program this process already compiled), under JAX's defaults as a fresh process has them:
+    float32 (``run_flags`` records x64), standard dtype and rank promotion."""
+    argv = ["reproduce", "temperature", "flow-limit", "--quick", "--no-progress", "--out", str(out), *flags]
+    # JAX started first: the CLI then keeps this process's devices (one) and leaves NPROC and the
+    # device count alone, which it would set for a fresh process (and for every later test here).
+    jax.devices()
+    environ = dict(os.environ)
+    with jax.enable_x64(False), jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+        rc = cli_main(argv)
+    res = capsys.readouterr()
+    assert rc == 0, res.err[-3000:]
+    assert dict(os.environ) == environ
+    return res
+
+
 def _results(out):
     return {n: json.loads((out / f"{n}.json").read_text()) for n in ("temperature", "flow-limit")}
 
@@ -88,9 +106,11 @@ def _files(out):
 
 @pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs two cores")
-def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path):
+def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path, capsys):
+    # The oracle (--jobs 1) and the resume run in this process; --jobs 2 is a fresh process
+    # whose workers are fresh processes too.
     one, two = tmp_path / "one", tmp_path / "two"
-    _reproduce(one, "--jobs", "1")
+    _reproduce_here(one, capsys, "--jobs", "1")
     res = _reproduce(two, "--jobs", "2")
     assert "2 target(s) in 2 worker processes" in res.stdout
     assert _files(one) == _files(two)  # the same JSON, figures and report listings
@@ -112,8 +132,8 @@ def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path):
     # --resume: the complete target is kept, the missing one is run, the report covers both.
     (two / "flow-limit.json").unlink()
     kept_at = (two / "temperature.json").stat().st_mtime_ns
-    res = _reproduce(two, "--jobs", "2", "--resume")
-    assert "kept 1 complete target(s)" in res.stdout and "temperature" in res.stdout
+    res = _reproduce_here(two, capsys, "--jobs", "2", "--resume")  # one item left: runs in this process
+    assert "kept 1 complete target(s)" in res.out and "temperature" in res.out
     assert (two / "temperature.json").stat().st_mtime_ns == kept_at
     assert json.loads((two / "flow-limit.json").read_text())["measured"] == a["flow-limit"]["measured"]
     report = (two / "report.md").read_text()
@@ -124,10 +144,17 @@ def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path):
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs two cores")
 def test_ctrl_c_ends_every_worker_and_says_how_to_resume(tmp_path):
     out = tmp_path / "o"
+    # `python -m rankdyn`, with SIGINT at Python's default: a runner started in the background
+    # ignores SIGINT, and its children inherit that. (Set in the child's Python, not with
+    # preexec_fn: that forks this process, whose JAX is running threads after the test above.)
+    start = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'rankdyn'; runpy.run_module('rankdyn', run_name='__main__', alter_sys=True)"
+    )
     cmd = [
         sys.executable,
-        "-m",
-        "rankdyn",
+        "-c",
+        start,
         "reproduce",
         "temperature",
         "flow-limit",
@@ -140,8 +167,6 @@ def test_ctrl_c_ends_every_worker_and_says_how_to_resume(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A runner started in the background ignores SIGINT, and its children inherit that.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Events, not fixed times: the signal goes once both workers exist; the timeouts below are
     # only upper bounds, generous for a load of 10 on two cores (they were 60 s, passed at load 9).

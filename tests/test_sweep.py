@@ -208,7 +208,11 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert 1 <= len(done) < 10 and not (out / "sweep.nc").exists()
 
     # Resume on two (virtual CPU) devices: whole chunks side by side; the numbers must not change.
-    two = os.environ | {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    # XLA_FLAGS extended, not replaced: the resumed chunks must compile at the optimisation level
+    # of the killed run and of the uninterrupted one (conftest's, or the caller's; under -O0 the
+    # default level's last bits differ).
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    two = os.environ | {"XLA_FLAGS": flags.strip()}
     res = subprocess.run(
         cmd + ["--resume", "--devices", "2"], capture_output=True, text=True, timeout=300, env=two
     )
