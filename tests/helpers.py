@@ -11,6 +11,11 @@ import rankdyn as rd
 
 PAPER_MASKS = ("complete", "causal", "window", "window-uni")
 
+#: The start of ``python -c`` code for a child that must stop on SIGINT: Python's default handler
+#: (KeyboardInterrupt), even if this runner ignores SIGINT (one started in the background does,
+#: its children inherit that, and rankdyn rightly leaves an ignored signal ignored).
+SIGINT_DEFAULT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+
 
 def small_layer(key, *, n=6, d=6, mask="causal", placement="post", value="orthogonal", qk="gaussian", **kw):
     return rd.make_layer(key, n=n, d=d, mask=mask, placement=placement, value=value, qk=qk, **kw)

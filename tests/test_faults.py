@@ -22,6 +22,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 import xarray as xr
+from helpers import SIGINT_DEFAULT
 
 import rankdyn as rd
 from rankdyn._run import _io
@@ -352,9 +353,7 @@ def test_sigint_during_sweep_compile(tmp_path):
     cfg = _sweep(tmp_path, SWEEP.replace("num_layers = 4", "num_layers = 64").replace("n = 3", "n = 16"))
     for attempt in range(3):
         out = tmp_path / f"o{attempt}"
-        # SIGINT at Python's default (KeyboardInterrupt), even if this runner ignores it.
-        start = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        start += "from rankdyn.cli import main; sys.exit(main(sys.argv[1:]))"
+        start = SIGINT_DEFAULT + "import sys; from rankdyn.cli import main; sys.exit(main(sys.argv[1:]))"
         cmd = [sys.executable, "-c", start, "sweep", str(cfg), "--out", str(out), "--no-progress"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = proc.stdout.readline()  # printed right before the chunks are built and compiled

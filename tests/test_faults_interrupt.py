@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from helpers import SIGINT_DEFAULT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Seconds after ``rankdyn.cli`` is imported, just before ``main()`` runs: 0 s lands in the
@@ -22,12 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Python's own start (no program can catch it there) or the import of ``rankdyn.cli``, which
 #: ``python -m rankdyn`` turns into the same one line.
 DELAYS = (0.0, 1.0, 4.0, 8.0)
-#: ``rankdyn`` as its console script runs it, after a line that says ``main`` is next; SIGINT at
-#: Python's default even if this runner ignores it (a runner started in the background does, its
-#: children inherit that, and rankdyn rightly leaves an ignored signal ignored).
-_START = (
-    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "from rankdyn.cli import main; print('ready', flush=True); "
+#: ``rankdyn`` as its console script runs it, after a line that says ``main`` is next.
+_START = SIGINT_DEFAULT + (
+    "import sys; from rankdyn.cli import main; print('ready', flush=True); "
     "sys.argv[0] = 'rankdyn'; sys.exit(main(sys.argv[1:]))"
 )
 _LOAD = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 60: pass\n"

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from helpers import SIGINT_DEFAULT
 
 from rankdyn.cli import main
 
@@ -21,10 +22,8 @@ def test_sigint_and_sigterm_at_several_delays(tmp_path):
     saying what was saved, no traceback, no swallowed ``KeyboardInterrupt`` in a GC callback, no
     result. The old handler raised wherever the signal landed: it was swallowed there and the run
     finished with exit 0. Three processes run at once (one import each, under load)."""
-    # SIGINT at Python's default even if this runner ignores it (started in the background).
-    start = (
-        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "from rankdyn.cli import main; print('ready', flush=True); sys.exit(main(sys.argv[1:]))"
+    start = SIGINT_DEFAULT + (
+        "import sys; from rankdyn.cli import main; print('ready', flush=True); sys.exit(main(sys.argv[1:]))"
     )
     cases = [(0.0, signal.SIGINT, 130), (1.0, signal.SIGINT, 130), (2.5, signal.SIGTERM, 143)]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -15,6 +15,7 @@ import time
 
 import jax
 import pytest
+from helpers import SIGINT_DEFAULT
 
 from rankdyn._commands.reproduce import _jobs_flag
 from rankdyn._reproduce._jobs import QUICK_SECONDS, split_cores, work_items
@@ -144,12 +145,11 @@ def test_jobs_two_equals_jobs_one_and_resume_keeps_complete_targets(tmp_path, ca
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--jobs 2 needs two cores")
 def test_ctrl_c_ends_every_worker_and_says_how_to_resume(tmp_path):
     out = tmp_path / "o"
-    # `python -m rankdyn`, with SIGINT at Python's default: a runner started in the background
-    # ignores SIGINT, and its children inherit that. (Set in the child's Python, not with
-    # preexec_fn: that forks this process, whose JAX is running threads after the test above.)
-    start = (
-        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "sys.argv[0] = 'rankdyn'; runpy.run_module('rankdyn', run_name='__main__', alter_sys=True)"
+    # `python -m rankdyn` with SIGINT at Python's default (set in the child's Python, not with
+    # preexec_fn: that forks this process, whose JAX is running threads after the test above).
+    start = SIGINT_DEFAULT + (
+        "import runpy, sys; sys.argv[0] = 'rankdyn'; "
+        "runpy.run_module('rankdyn', run_name='__main__', alter_sys=True)"
     )
     cmd = [
         sys.executable,

@@ -293,7 +293,7 @@ RENAMED = {"layers": "num_layers", "norm": "placement"}
 
 
 def renamed_hint(name: str) -> str:
-    """`` (renamed NEW)`` when ``name`` is an old name in `RENAMED`, else ''."""
+    """`` ('OLD' is now 'NEW')`` when ``name`` is an old name in `RENAMED`, else ''."""
     return f" ({name!r} is now {RENAMED[name]!r})" if name in RENAMED else ""
 
 
