@@ -171,6 +171,34 @@ def test_blocked_path_has_no_n_by_n_array():
     assert layer.attention_path == "blocked" and isinstance(layer.mask, MS)
 
 
+def test_default_block_size_follows_the_mask():
+    # `choose_block_size`: wide masks (complete, causal) take 512-token blocks (about as many
+    # touched cells as at 128, each cheaper); a window of +-64 touches about 4x the cells at 512
+    # and keeps 128; CSR masks and n <= 128 keep 128. A size the caller gives is kept.
+    w = jnp.eye(4)
+    size = lambda s, **kw: SelfAttentionLayer(s, w, w, w, attention="blocked", **kw).block_size  # noqa: E731
+    assert size(MS.causal(4096)) == size(MS.complete(2048)) == 512
+    assert size(MS.window(4096, 64, 64)) == size(MS.window(65536, 16, 16)) == 128
+    assert size(make_mask_structure("random", 4096, degree=4)) == size(MS.causal(100)) == 128
+    assert size(MS.causal(4096), block_size=64) == 64
+    with pytest.raises(UsageError, match="block_size must be a positive"):
+        size(MS.causal(64), block_size=0)
+
+
+def test_default_blocks_equal_dense_causal_ragged():
+    # The default size at an n that 512 does not divide (four blocks, the last of 511 tokens),
+    # float64, depth 8: the states agree to 1e-12 ||X||_F, as at block size 8.
+    n, rng = 2047, np.random.default_rng(3)
+    w = {k: v[0] for k, v in _weights(rng, 1).items()}
+    dense, blocked = (SelfAttentionLayer(MS.causal(n), **w, attention=a) for a in ("dense", "blocked"))
+    assert blocked.block_size == 512
+    x0 = jnp.asarray(rng.standard_normal((n, D)))
+    xd, xb = (np.stack(s) for s in eqx.filter_jit(_run)([dense, blocked], x0)[0])
+    fro = np.linalg.norm(xd, axis=(-2, -1))
+    assert np.all(np.abs(xb - xd).max(axis=(-2, -1)) <= 1e-12 * fro)
+    assert not np.allclose(xd[0], xd[-1])  # the states move: the comparison is not of constants
+
+
 def test_refusals_name_the_feature():
     w = jnp.eye(4)
     with pytest.raises(UsageError, match="attn-dropout"):

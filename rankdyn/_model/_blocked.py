@@ -6,7 +6,7 @@ The dense path (`masked_softmax`) forms the ``(heads, n, n)`` scores and weights
 that the mask touches (`rankdyn._model._mask_structure.MaskStructure.block_pairs`), keeping per
 query row the running maximum $m_i$, the running sum $\ell_i = \sum_j e^{R_{ij} - m_i}$, the
 running sum $\sum_j e^{R_{ij} - m_i} X W_V{}_j$ and the running minimum of the scores on the mask
-(the online softmax of flash attention), up to `STEP_PAIRS` pairs per step. Its result is
+(the online softmax of flash attention), up to `step_pairs` pairs per step. Its result is
 $A X W_V$ of eq. (1) with the same rounding up to the order of summation, and Theorem 1's $\varepsilon$ is
 $\min_i e^{\min_j R_{ij} - m_i} / \ell_i$. Work and memory follow the touched blocks: about
 $2 n w d$ FLOPs per head for a window of $w$ keys, not $2 n^2 d$.
@@ -40,6 +40,8 @@ __all__ = [
     "ATTENTION_MODES",
     "AUTO_BLOCKED_MIN_TOKENS",
     "BLOCK_SIZE",
+    "choose_block_size",
+    "step_pairs",
     "score_entries",
 ]
 
@@ -49,8 +51,14 @@ jax.tree_util.register_static(MaskStructure)
 #: ``attention="auto"`` takes the blocked path from this many tokens (docs/long-context.md: on a
 #: 2-core AMD EPYC, causal d = 64, blocked was 1.5x faster at 4096 and about even at 2048).
 AUTO_BLOCKED_MIN_TOKENS = 2048
-#: Tokens per block of the blocked path (query and key blocks alike).
+#: The smallest block of the blocked path, in tokens (query and key blocks alike): the size for
+#: sparse masks, and the unit of `choose_block_size`'s candidates.
 BLOCK_SIZE = 128
+#: `choose_block_size`'s candidates and the measured time per score cell of each, relative to 128
+#: (benchmarks/block_size.py, 2-core AMD EPYC, causal n = 4096, d = 64, batch 1 and 8: 512-token
+#: blocks ran 0.45-0.6x the time per cell of 128-token ones, 256 about 0.9-1x; XLA:CPU's batched
+#: products of 128 x 64 x 128 reach about a seventh of its matmul peak).
+BLOCK_CELL_COST = {128: 1.0, 256: 0.9, 512: 0.6}
 
 
 def masked_softmax(scores: Float[Array, "... n n"], mask: Bool[ArrayLike, "n n"]) -> Float[Array, "... n n"]:
@@ -114,16 +122,37 @@ def layer_mask(mask, attention: str, attn_dropout: float, fixed_attention, logit
     return path, jnp.asarray(mask.dense() if isinstance(mask, MaskStructure) else mask_from_adjacency(mask))
 
 
+def choose_block_size(s: MaskStructure) -> int:
+    r"""The block size of the blocked path for mask ``s`` when the caller gives none.
+
+    The candidate of `BLOCK_CELL_COST` with the least ``touched cells x cost per cell``, where the
+    touched cells are ``len(block_pairs(b)) b^2``: large blocks where the mask is wide (complete,
+    causal: about as many cells at 512 as at 128, each cheaper), 128 where it is narrow (a window
+    of +-64 touches about 4x the cells at 512). A CSR mask keeps `BLOCK_SIZE`: its per-pair tiles
+    are ``b^2`` booleans each.
+    """
+    if s.kind == "csr" or s.n <= BLOCK_SIZE:  # n <= 128: one block whatever the size
+        return BLOCK_SIZE
+    cost = {b: s.block_pairs(b)[0].size * min(b, s.n) ** 2 * c for b, c in BLOCK_CELL_COST.items()}
+    return min(cost, key=lambda b: (cost[b], b))
+
+
+def step_pairs(size: int, nb: int) -> int:
+    """Block pairs per step of the blocked path for blocks of ``size`` tokens (``nb`` query blocks):
+    as many as keep one step's scores within `STEP_CELLS` per trajectory, at least 1."""
+    return max(1, min(STEP_CELLS // (size * size), nb))
+
+
 def score_entries(path: str, n: int, dv: int, block: int = BLOCK_SIZE) -> int:
     """Numbers per head and trajectory that the attention keeps at once, the unit of the memory
     estimate (`rankdyn._run._sizing.estimate_parts`): the ``(n, n)`` scores on the dense path; one
-    step's scores (up to `STEP_PAIRS` blocks) plus the running maximum, minimum, sum and
+    step's scores (`step_pairs` blocks) plus the running maximum, minimum, sum and
     ``(n, d_v)`` sums on the blocked one: about ``n (d_v + 3)``, linear in n."""
     if path != "blocked":
         return n * n
     b = min(block, n)
     nb = -(-n // b)
-    return min(STEP_PAIRS, nb) * b * b + (nb + 1) * b * (dv + 3)
+    return step_pairs(b, nb) * b * b + (nb + 1) * b * (dv + 3)
 
 
 def _allowed(s: MaskStructure, rows, cols):
@@ -146,14 +175,15 @@ def _allowed(s: MaskStructure, rows, cols):
     raise RuntimeError(f"no mask predicate for kind {s.kind!r}")
 
 
-#: Block pairs per step of the blocked path: one step's scores (``STEP_PAIRS`` blocks of
-#: ``BLOCK_SIZE`` squared) stay cache-sized (1 MiB in float32); with one step per query block
-#: row (W = n / 128) the time per token tripled from n = 4096 to 65536 (window +-64, measured).
-STEP_PAIRS = 16
+#: Score cells per step and trajectory of the blocked path (`step_pairs`): 16 blocks of 128^2, so a
+#: step's scores stay cache-sized (1 MiB in float32); with one step per query block row (W = n /
+#: 128) the time per token tripled from n = 4096 to 65536 (window +-64, measured); 4 blocks of
+#: 256^2, one of 512^2.
+STEP_CELLS = 16 * 128 * 128
 
 
 def _schedule(s: MaskStructure, size: int):
-    """The touched pairs in steps of at most `STEP_PAIRS` pairs, no query block twice in a step:
+    """The touched pairs in steps of at most `step_pairs` pairs, no query block twice in a step:
     int32 ``(steps, W)`` query and key block indices (padding: the dummy query block ``nb``,
     discarded), and for a CSR mask the boolean ``(steps, W, size, size)`` tiles.
 
@@ -172,7 +202,7 @@ def _schedule(s: MaskStructure, size: int):
     rank = np.arange(qb.size) - np.searchsorted(qb, qb, side="left")  # position within its row
     order = np.lexsort((qb, rank))
     qb, kb = qb[order], kb[order]
-    width = max(1, min(STEP_PAIRS, nb))
+    width = step_pairs(size, nb)
     # Consecutive pairs fill a step until it is full or a query block would come twice; the
     # rounds are long for banded masks and shrink only at causal's last rows: little padding.
     slot = np.empty(qb.size, np.int64)
@@ -202,7 +232,7 @@ def _pad_blocks(v, nb: int, size: int):
 def _online_softmax(layer, q, k, v, prec):
     """``(A V, eps_min)`` of one head stack ``q (h, n, dk)``, ``k``, ``v (h, n, dv)`` by key blocks.
 
-    Each step takes up to `STEP_PAIRS` touched (query block, key block) pairs with distinct query
+    Each step takes up to `step_pairs` touched (query block, key block) pairs with distinct query
     blocks (one batched product of ``W`` blocks), so every touched block is computed once, no
     other, and a step's work and memory do not grow with n.
     """

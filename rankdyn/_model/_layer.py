@@ -29,7 +29,13 @@ from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from .._errors import UsageError
-from ._blocked import BLOCK_SIZE, blocked_attention_block, layer_mask, masked_softmax as masked_softmax
+from ._blocked import (
+    BLOCK_SIZE,
+    blocked_attention_block,
+    choose_block_size,
+    layer_mask,
+    masked_softmax as masked_softmax,
+)
 from ._mask_structure import MaskStructure
 from ._masks import check_fixed_attention
 from ._mlp import GatedMLPWeights, MLPWeights
@@ -134,7 +140,8 @@ class SelfAttentionLayer(eqx.Module):
         attention: ``"dense"`` (the ``(n, n)`` softmax), ``"blocked"`` (online softmax over the key
             blocks the mask touches, `rankdyn._model._blocked`) or ``"auto"`` (blocked from
             ``AUTO_BLOCKED_MIN_TOKENS`` tokens); ``mask`` may then be a `MaskStructure`.
-        block_size: tokens per block of the blocked path (``attention_path``: the path taken).
+        block_size: tokens per block of the blocked path (``attention_path``: the path taken); by
+            default `choose_block_size` picks 128, 256 or 512 for the mask.
 
     Raises:
         ValueError: on inconsistent shapes, a bad mask, an unknown placement, a dqk <= 0 or a
@@ -190,7 +197,7 @@ class SelfAttentionLayer(eqx.Module):
         rotary: Rotary | None = None,
         logit_bias: ArrayLike | None = None,
         attention: str = "dense",
-        block_size: int = BLOCK_SIZE,
+        block_size: int | None = None,
         mix_layers: int | None = None,
         ngpt_alpha: ArrayLike | None = None,
         qk_norm: bool = False,
@@ -206,6 +213,10 @@ class SelfAttentionLayer(eqx.Module):
         # The path decides the mask field: (n, n) array (dense) or MaskStructure (blocked).
         path_mask = layer_mask(mask, attention, attn_dropout, fixed_attention, logit_bias)
         self.attention_path, self.mask = path_mask
+        if block_size is None:
+            block_size = choose_block_size(self.mask) if self.attention_path == "blocked" else BLOCK_SIZE
+        if int(block_size) < 1:
+            raise UsageError(f"block_size must be a positive number of tokens, got {block_size!r}.")
         self.block_size = int(block_size)
         w_q, w_k, w_v = (jnp.asarray(w) for w in (w_q, w_k, w_v))
         # Lift (d, k) -> (1, d, k): one head. A 4-D weight carries a leading layer axis.
