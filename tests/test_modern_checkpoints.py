@@ -183,12 +183,18 @@ def _smollm2():
 
 @pytest.mark.slow
 @pytest.mark.skipif(_smollm2() is None, reason="SmolLM2 is not fetched (rankdyn checkpoints --get smollm2)")
-def test_smollm2_gguf_equals_hf():
+def test_smollm2_gguf_equals_hf(monkeypatch):
     """SmolLM2-135M-Instruct Q4_1: ours and HF both read the same GGUF file; float32. One HF forward
     pass at 256 tokens is the oracle of the dense path on its first 24 tokens (causal: a prefix's
     states do not see the tokens after it; measured 2.0e-6) and of the blocked path on all 256
     (two key blocks of 128; measured 2.4e-6)."""
     import transformers
+
+    from rankdyn._model import _blocked
+
+    # The default rule would take one block of 256 here (as cheap as dense at this size); blocks
+    # of 128 make the online softmax combine two key blocks, which is what HF checks.
+    monkeypatch.setattr(_blocked, "BLOCK_CELL_COST", {128: 1.0})
 
     path = _smollm2()
     ckpt = load_checkpoint(path, dtype="float32")
@@ -202,6 +208,7 @@ def test_smollm2_gguf_equals_hf():
     assert list(ids.reshape(-1)) == tok(text, add_special_tokens=False)["input_ids"][:256]
     ref = hf_hidden_states(model.model.eval(), ids)
     assert rel_err(ckpt.hidden_states(ids[:, :24]), ref[:, :, :24]) < TOL["float32"]
+    assert ckpt.layers(256, "full", attention="blocked").block_size == 128
     assert rel_err(ckpt.hidden_states(ids, attention="blocked"), ref) < TOL["float32"]
 
 
