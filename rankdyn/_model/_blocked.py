@@ -54,10 +54,11 @@ AUTO_BLOCKED_MIN_TOKENS = 2048
 #: The smallest block of the blocked path, in tokens (query and key blocks alike): the size for
 #: sparse masks, and the unit of `choose_block_size`'s candidates.
 BLOCK_SIZE = 128
-#: `choose_block_size`'s candidates and the measured time per score cell of each, relative to 128
-#: (benchmarks/block_size.py, 2-core AMD EPYC, causal n = 4096, d = 64, batch 1 and 8: 512-token
-#: blocks ran 0.45-0.6x the time per cell of 128-token ones, 256 about 0.9-1x; XLA:CPU's batched
-#: products of 128 x 64 x 128 reach about a seventh of its matmul peak).
+#: `choose_block_size`'s candidates and the time per score cell of each, relative to 128, as
+#: measured (benchmarks/block_size.py, 2-core AMD EPYC, d = 64: causal 4096 at batch 1 and 8, a
+#: window of +-64 at 16384, complete 2048): 512-token blocks took 0.45-0.63x the time per cell of
+#: 128-token ones, 256 0.72-1.01x. XLA:CPU's batched 128 x 64 x 128 products run at about 23
+#: GFLOP/s, an eighth of its 183 GFLOP/s matmul peak; 512 x 64 x 512 at about 60.
 BLOCK_CELL_COST = {128: 1.0, 256: 0.9, 512: 0.6}
 
 
