@@ -22,6 +22,7 @@ import jax.random as jr
 
 import rankdyn as rd
 from rankdyn._model._blocked import choose_block_size
+from rankdyn._run._io import cpu_model
 
 CASES = {  # name: (mask, n, batch, extra mask arguments)
     "causal-4096-b1": ("causal", 4096, 1, {}),
@@ -50,8 +51,7 @@ def main() -> None:
     p.add_argument("--num-layers", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3, help="timed calls per size (the best is kept)")
     a = p.parse_args()
-    names = (ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    cpu = next(names, "?")
+    cpu = cpu_model()
     out = {"cpu": cpu, "cores": os.cpu_count(), "load_before": os.getloadavg()}
     print("cpu", cpu, "load", out["load_before"], flush=True)
     for case in a.cases.split(","):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
 import jax
@@ -30,6 +29,7 @@ import jax.numpy as jnp
 import jax.random as jr
 
 import rankdyn as rd
+from rankdyn._run._io import cpu_model
 
 #: Timed runs per figure, the best kept (single runs on a shared VM varied by 1.4x).
 REPEATS = 3
@@ -37,16 +37,6 @@ REPEATS = 3
 
 def _load() -> str:
     return " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
-
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
@@ -109,7 +99,7 @@ def main() -> None:
     p.add_argument("--skip-dense", action="store_true", help="skip the dense causal run")
     p.add_argument("--skip-causal", action="store_true", help="only the window comparison")
     a = p.parse_args()
-    out = {"cpu": _cpu(), "cores": os.cpu_count(), "load_before": _load(), "jax": jax.__version__}
+    out = {"cpu": cpu_model(), "cores": os.cpu_count(), "load_before": _load(), "jax": jax.__version__}
     print("cpu", out["cpu"], "load", out["load_before"], flush=True)
 
     peak = matmul_peak()
