@@ -80,3 +80,39 @@ def test_unknown_names_and_format_json_are_refused_in_one_line(capsys):
     assert len(err) == 1 and "error: --format json" in err[0]
     with pytest.raises(UsageError, match="unknown checkpoint"):
         _fetch.fetch_checkpoint("bert-large", download=None)
+
+
+def test_a_corrupt_cached_file_is_fetched_again(toy, tmp_path):
+    """``checkpoints --get`` verifies a file already in the cache against its recorded sha256 and
+    fetches it again on a mismatch (the documented repair), saying so."""
+    _, _, download, calls = toy
+    path = _fetch.fetch_checkpoint("minilm", download=download, say=lambda *_: None)
+    path.write_bytes(b"truncated")
+    said = []
+    assert _fetch.fetch_checkpoint("minilm", download=download, say=said.append) == path
+    assert path.read_bytes() == b"weights" * 1000 and len(calls) == 2
+    assert any("does not match its recorded sha256" in line for line in said), said
+
+
+def test_cache_variables_that_name_a_file_are_refused(tmp_path, monkeypatch, capsys):
+    """``RANKDYN_CHECKPOINTS`` or ``RANKDYN_CACHE_DIR`` naming a file: one ``error:`` line naming the
+    variable, exit 2; and ``RANKDYN_CACHE_DIR`` alone moves the checkpoints with the other caches."""
+    from rankdyn.cli import main
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for var in ("RANKDYN_CHECKPOINTS", "RANKDYN_CACHE_DIR"):
+        monkeypatch.delenv("RANKDYN_CHECKPOINTS", raising=False)
+        monkeypatch.setenv(var, str(a_file))
+        assert main(["checkpoints", "--get", "minilm"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"error: {var}=" in err[0] and "not a folder" in err[0], err
+    monkeypatch.setenv("RANKDYN_CACHE_DIR", str(tmp_path / "root"))
+    assert _fetch.cache_folder("smollm2") == tmp_path / "root" / "smollm2"
+
+
+def test_no_checkpoint_names_the_command_that_fetches_one():
+    from rankdyn.checkpoints import load_checkpoint
+
+    with pytest.raises(UsageError, match="rankdyn checkpoints --get minilm"):
+        load_checkpoint(None)

@@ -126,8 +126,9 @@ CACHE_STATE_ENV = "RANKDYN_COMPILE_CACHE_STATE"
 def default_compile_cache() -> Path:
     """``$RANKDYN_CACHE_DIR/compile`` (``~/.cache/rankdyn/compile`` by default), beside the
     autotuner's ``chunks.json``."""
-    root = os.environ.get("RANKDYN_CACHE_DIR") or Path.home() / ".cache" / "rankdyn"
-    return Path(root) / "compile"
+    from .._run._io import cache_root
+
+    return cache_root() / "compile"
 
 
 def use_compile_cache(args: argparse.Namespace) -> Path | None:

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._io import cpu_model
+from ._io import cache_root, cpu_model
 from ._scan import DepthPlan, _first, _source, empty_acc
 from ._sizing import auto_chunk
 
@@ -59,8 +59,7 @@ _PROGRAM_VERSION = 4
 
 
 def _cache_file() -> Path:
-    root = os.environ.get("RANKDYN_CACHE_DIR") or Path.home() / ".cache" / "rankdyn"
-    return Path(root) / "chunks.json"
+    return cache_root() / "chunks.json"
 
 
 def layer_flops(layer) -> int:

@@ -41,6 +41,22 @@ __all__ = [
 _recorded: dict = {"paths": None}
 
 
+def cache_root() -> Path:
+    """The folder of every cache rankdyn keeps: ``$RANKDYN_CACHE_DIR``, else ``~/.cache/rankdyn``.
+
+    The compile cache (``compile/``), the chunk autotuner (``chunks.json``) and the fetched
+    checkpoints (one folder per name, unless ``$RANKDYN_CHECKPOINTS`` moves them alone) live here,
+    so one variable moves them all.
+
+    Raises:
+        UsageError: when the variable names something that is not a folder.
+    """
+    root = Path(os.environ.get("RANKDYN_CACHE_DIR") or Path.home() / ".cache" / "rankdyn")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"RANKDYN_CACHE_DIR={root} is not a folder; point it at a folder (or unset it).")
+    return root
+
+
 def note_written(path: Path) -> None:
     """Called by the atomic writer after each rename: remember ``path`` if a result is recorded."""
     if _recorded["paths"] is not None:

@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 from .._errors import UsageError
+from .._run._io import cache_root
 from .._run._result_files import file_sha256
 
 __all__ = ["FETCHABLE", "Fetchable", "cache_folder", "cached_file", "fetch_checkpoint"]
@@ -93,11 +94,25 @@ FETCHABLE = {
 
 def cache_folder(name: str) -> Path:
     """Where checkpoint ``name`` is kept: ``$RANKDYN_MPNET`` for mpnet (as before), else
-    ``$RANKDYN_CHECKPOINTS/NAME``, else ``~/.cache/rankdyn/NAME``."""
-    if name == "mpnet" and os.environ.get("RANKDYN_MPNET"):
-        return Path(os.environ["RANKDYN_MPNET"])
-    root = os.environ.get("RANKDYN_CHECKPOINTS") or Path.home() / ".cache" / "rankdyn"
-    return Path(root) / name
+    ``$RANKDYN_CHECKPOINTS/NAME``, else ``NAME`` in `rankdyn._run._io.cache_root`
+    (``$RANKDYN_CACHE_DIR``, default ``~/.cache/rankdyn``).
+
+    Raises:
+        UsageError: when the variable in force names something that is not a folder.
+    """
+    for var in ("RANKDYN_MPNET",) if name == "mpnet" else ():
+        if os.environ.get(var):
+            return _folder_variable(var)
+    if os.environ.get("RANKDYN_CHECKPOINTS"):
+        return _folder_variable("RANKDYN_CHECKPOINTS") / name
+    return cache_root() / name
+
+
+def _folder_variable(var: str) -> Path:
+    path = Path(os.environ[var])
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{var}={path} is not a folder; point it at a folder (or unset it).")
+    return path
 
 
 def cached_file(name: str) -> Path | None:
@@ -141,9 +156,13 @@ def fetch_checkpoint(name: str, *, download=_download, say=print) -> Path:
         raise UsageError(f"checkpoints --get: unknown checkpoint {name!r}; choose from {known}.")
     entry = FETCHABLE[name]
     target = cache_folder(name)
-    if entry.member is not None and cached_file(name) is not None:
-        say(f"{name}: already in {cached_file(name)}")
-        return cached_file(name)
+    kept = cached_file(name)
+    if kept is not None:
+        # The documented repair of a corrupt file is to fetch again: verify, never trust the name.
+        if file_sha256(kept) == entry.member_sha256:
+            say(f"{name}: already in {kept} (sha256 checked)")
+            return kept
+        say(f"{name}: {kept} does not match its recorded sha256; fetching it again")
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target, prefix=".fetch-") as tmp:
         tmp = Path(tmp)

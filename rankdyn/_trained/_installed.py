@@ -139,8 +139,17 @@ def resolve_checkpoint(path) -> Path:
     """``path`` as given if it exists; else a known name's installed path.
 
     Raises:
-        UsageError: for a known name that is not installed (the message says how to get it).
+        UsageError: for a known name that is not installed (the message says how to get it), or
+            ``None`` (what `minilm_path` returns when MiniLM is not fetched) or a value that is
+            not a path.
     """
+    if path is None:
+        raise UsageError(
+            "no checkpoint given (None: e.g. minilm_path() before MiniLM is fetched); get one with "
+            f"`{_get('minilm')}` (or pass a folder, zip, .gguf file or one of {', '.join(KNOWN)})."
+        )
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"checkpoint {path!r}: expected a path or a name ({', '.join(KNOWN)}).")
     p = Path(path)
     if p.exists() or str(path) not in KNOWN:
         return p
