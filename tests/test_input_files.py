@@ -257,3 +257,16 @@ def test_seed_reaches_the_random_mask_of_a_checkpoint_run(tmp_path, monkeypatch)
         assert main(argv) == 130
     assert not np.array_equal(masks[0], masks[1])
     assert np.array_equal(masks[1], make_mask("random", 12, seed=2))
+
+
+def test_a_folder_with_safetensors_and_a_gguf_is_refused(tmp_path):
+    """A folder holding both ``model.safetensors`` and a ``.gguf`` file is two checkpoints: refused
+    by name, not run as the safetensors one."""
+    from rankdyn._errors import UsageError
+    from rankdyn.checkpoints import load_checkpoint
+
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')
+    (tmp_path / "model.safetensors").write_bytes(_safetensors_variants()[0])
+    (tmp_path / "model.Q4_1.gguf").write_bytes(b"GGUF")
+    with pytest.raises(UsageError, match="holds both model.safetensors and model.Q4_1.gguf"):
+        load_checkpoint(tmp_path)

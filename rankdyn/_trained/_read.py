@@ -145,6 +145,12 @@ def read_checkpoint(path) -> RawCheckpoint:
     if not p.exists():
         raise UsageError(f"checkpoint {p} does not exist; {_FIX}.")
     files = _members(p)
+    ggufs = sorted(q.name for q in p.glob("*.gguf")) if p.is_dir() else []
+    if ggufs and _WEIGHTS in files:  # two checkpoints in one folder: running either silently is a guess
+        raise UsageError(
+            f"checkpoint {p} holds both {_WEIGHTS} and {', '.join(ggufs)}: two checkpoints; pass the .gguf "
+            "file itself, or a folder that holds one of them."
+        )
     missing = [n for n in (_CONFIG, _WEIGHTS) if n not in files]
     if missing:
         raise UsageError(f"checkpoint {p} has no {' or '.join(missing)}; {_FIX}.")
