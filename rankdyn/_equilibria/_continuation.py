@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from .._arguments import check_count, check_real
 from .._errors import SolveError, UsageError
 from .._model._layer import SelfAttentionLayer
 from .._results import RESULTS
@@ -148,10 +149,19 @@ def continue_branch(
             f"step ds_min = {ds_min:.3g} is below float64's resolution of p there ({resolution:.3g}); "
             "widen the interval (or give a larger ds_min)."
         )
-    if max_steps < 1:
-        raise UsageError(f"max_steps must be >= 1, got {max_steps}.")
+    max_steps = check_count(max_steps, "max_steps")
+    num_multipliers = check_count(num_multipliers, "num_multipliers")
+    t = check_count(t, "t", minimum=0)
+    stability_tol = check_real(
+        stability_tol, "stability_tol", above=0, below=1, what=" (a band on |lambda| - 1)"
+    )
+    max_turn = check_real(max_turn, "max_turn", above=0, below=math.pi + 1e-12, what=" (radians)")
+    if residual_tol is not None:
+        residual_tol = check_real(residual_tol, "residual_tol", above=0)
     ndim = np.ndim(x_start)
     if ndim == 1:
+        if t != 0:
+            raise UsageError(f"t = {t} selects a layer of a per-layer stack; a map f(x, p) has none: t = 0.")
         fam = MapFamily(family, period)
         x, tol = check_map_start(fam, x_start, p0, residual_tol)
         if not fam.reads_parameter(x, p0):
@@ -229,12 +239,9 @@ def continue_branch(
             new_tan = tangent_at(new, (tx, tp), extra)
             turned = float(new_tan[0] @ tx + new_tan[1] * tp) < math.cos(max_turn)
         if new is None or turned:
-            if why == "nonfinite" and step <= ds_min:
-                result = RESULTS.nonfinite
-                break
             step *= 0.5
-            if step < ds_min:
-                result = RESULTS.newton_failed
+            if step < ds_min:  # the smallest step failed too: say why it failed there
+                result = RESULTS.nonfinite if why == "nonfinite" else RESULTS.newton_failed
                 break
             continue
         eig = reduced_multipliers(new, n)
@@ -284,10 +291,13 @@ def continue_branch(
     for i, e in enumerate(eigs):
         mult[i, : min(k, e.size)] = e[:k]
     if throw and result != RESULTS.parameter_end:
+        # A branch escaping to infinity (a map's fold towards a blow-up) runs out of steps too:
+        # the largest state norm tells that apart from a slow branch.
+        largest = max(float(np.linalg.norm(q.x)) for q in pts)
         raise SolveError(
             f"continue_branch: the branch ended at {param_name} = {pts[-1].p:.6g}, before {p1:g}, with "
-            f"status {branch_status(result)!r} ({RESULTS[result]}); pass throw=False to get the branch "
-            "so far with its status."
+            f"status {branch_status(result)!r} ({RESULTS[result]}); the largest state norm reached was "
+            f"{largest:.3g}. Pass throw=False to get the branch so far with its status."
         )
     return Branch(
         params=np.array([q.p for q in pts]),

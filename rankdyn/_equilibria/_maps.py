@@ -19,21 +19,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._arguments import check_count
 from .._errors import UsageError
 from .._observe._tolerances import default_residual_tol
 
 __all__ = ["MapFamily", "check_map_start", "check_period"]
 
 
+#: The longest cycle continued: the k-th iterate is unrolled into one program (k calls of the map
+#: traced), so its compile time and memory grow with k (period = 10**6 grew to 6 GB uncompiled).
+MAX_PERIOD = 64
+
+
 def check_period(period) -> int:
-    """``period`` as an int >= 1.
+    """``period`` as an int in ``[1, MAX_PERIOD]``.
 
     Raises:
-        UsageError: for a period below 1 or not an integer.
+        UsageError: for a period below 1, above `MAX_PERIOD` or not an integer.
     """
-    if isinstance(period, bool) or not float(period).is_integer() or int(period) < 1:
-        raise UsageError(f"period must be an integer >= 1 (the length of the cycle), got {period!r}.")
-    return int(period)
+    why = " (the k-th iterate is unrolled into one compiled program; follow a shorter cycle)"
+    return check_count(period, "period", maximum=MAX_PERIOD, why=why)
 
 
 class MapFamily:
