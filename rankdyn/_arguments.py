@@ -12,7 +12,10 @@ import numbers
 
 from ._errors import UsageError
 
-__all__ = ["check_count", "check_real"]
+__all__ = ["STABILITY_BAND", "check_count", "check_real"]
+
+#: What a stability tolerance is, for messages: a band on the multipliers' moduli around 1.
+STABILITY_BAND = " (a band on |lambda| - 1)"
 
 
 def check_count(value, name: str, *, minimum: int = 1, maximum: int | None = None, why: str = "") -> int:
@@ -39,9 +42,16 @@ def check_count(value, name: str, *, minimum: int = 1, maximum: int | None = Non
 
 
 def check_real(
-    value, name: str, *, above: float | None = None, below: float | None = None, what: str = ""
+    value,
+    name: str,
+    *,
+    above: float | None = None,
+    below: float | None = None,
+    minimum: float | None = None,
+    what: str = "",
 ) -> float:
-    """``value`` as a finite ``float`` with ``above < value < below`` (each bound optional, strict).
+    """``value`` as a finite ``float`` with ``above < value < below`` and ``value >= minimum`` (each
+    bound optional).
 
     Raises:
         UsageError: for a non-number, a NaN or infinity, or a value outside the open interval
@@ -50,8 +60,9 @@ def check_real(
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise UsageError(f"{name} must be a real number{what}, got {value!r}.")
     x = float(value)
-    lo = "-inf" if above is None else f"{above:g}"
+    lo = f"[{minimum:g}" if minimum is not None else "(-inf" if above is None else f"({above:g}"
     hi = "inf" if below is None else f"{below:g}"
-    if not math.isfinite(x) or (above is not None and x <= above) or (below is not None and x >= below):
-        raise UsageError(f"{name} must be finite, in ({lo}, {hi}){what}, got {value!r}.")
+    low = (above is not None and x <= above) or (minimum is not None and x < minimum)
+    if not math.isfinite(x) or low or (below is not None and x >= below):
+        raise UsageError(f"{name} must be finite, in {lo}, {hi}){what}, got {value!r}.")
     return x

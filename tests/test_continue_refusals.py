@@ -33,6 +33,8 @@ def test_every_continue_refusal_answers_before_jax_and_names_its_own_cause(tmp_p
                                                          "1.0000000000000002", *out],
         "no fixed points": [*BASE, "--dropout", "0.1", *out],
         "n * d = 4096 is above 2048": [*BASE, "--n", "64", "--d", "64", *out],
+        "--stability-tol 5.0: expected a number in [0, 1)": [*BASE, "--stability-tol", "5", *out],
+        "--stability-tol nan: expected a number in [0, 1)": ["equilibria", "--stability-tol", "nan", *out],
     }  # fmt: skip
     errors, jax = refusals_in_one_process(cases)
     assert "for --param w" not in errors[2] and "for --param w" not in errors[3]
@@ -109,7 +111,7 @@ def test_continue_branch_arguments_are_checked_before_any_step():
         ({"max_steps": "10"}, "max_steps must be an integer"),
         ({"num_multipliers": -1}, "num_multipliers must be an integer >= 1"),
         ({"stability_tol": float("nan")}, "stability_tol must be finite"),
-        ({"stability_tol": 2.0}, r"stability_tol must be finite, in \(0, 1\)"),
+        ({"stability_tol": 2.0}, r"stability_tol must be finite, in \[0, 1\)"),
         ({"stability_tol": -1.0}, "stability_tol must be finite"),
         ({"residual_tol": -1.0}, "residual_tol must be finite"),
         ({"residual_tol": float("nan")}, "residual_tol must be finite"),
@@ -141,3 +143,16 @@ def test_a_map_that_returns_nan_ends_nonfinite_and_an_escape_names_its_norm():
 
     with pytest.raises(Exception, match=r"largest state norm reached was [0-9.e+]+"):
         continue_branch(escape, np.array([0.0]), 0.0, 1e6, max_steps=3, ds=0.1, ds_max=0.1)
+
+
+def test_census_stability_band_is_checked():
+    """``equilibrium_census(stability_tol=...)`` of 2 called every multiplier marginal; NaN and -1
+    are refused too, before the census runs."""
+    import jax.random as jr
+
+    import rankdyn as rd
+
+    layer = rd.make_layer(jr.PRNGKey(0), n=2, d=2, mask="causal", value="bidiagonal", w=2.0, qk="zero")
+    for bad in (2.0, float("nan"), -1.0):
+        with pytest.raises(UsageError, match=r"stability_tol must be finite, in \[0, 1\)"):
+            rd.equilibrium_census(layer, jr.PRNGKey(1), stability_tol=bad)

@@ -124,6 +124,15 @@ def check_positive(args: argparse.Namespace, *dests: str) -> None:
             raise UsageError(f"{_flag(dest)} {v}: expected a finite number > 0.")
 
 
+def check_band(args: argparse.Namespace, *dests: str) -> None:
+    """Each flag is None or a finite number in [0, 1): a band on the multipliers' moduli around 1
+    (``--stability-tol 5`` called every multiplier marginal)."""
+    for dest in dests:
+        v = getattr(args, dest)
+        if v is not None and not (math.isfinite(v) and 0 <= v < 1):
+            raise UsageError(f"{_flag(dest)} {v}: expected a number in [0, 1) (a band on |lambda| - 1).")
+
+
 def check_nonnegative(args: argparse.Namespace, *dests: str, minimum: int = 0) -> None:
     """Each integer flag is None or >= ``minimum`` (counts of layers, steps, starts)."""
     for dest in dests:

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from ._checks import HelpFormatter, check_out_dir, check_positive
+from ._checks import HelpFormatter, check_band, check_out_dir, check_positive
 from ._devices import add_devices_flag
 from ._param_range import PARAM_CHOICES, check_param2, check_param_range, parameter_family
 from ._seed_use import refuse_unread_seed
@@ -124,7 +124,8 @@ def _check(args):
         raise UsageError(f"--ds {args.ds}: expected a finite number > 0.")
     if args.max_steps < 1:
         raise UsageError(f"--max-steps {args.max_steps}: expected an integer >= 1.")
-    check_positive(args, "residual_tol", "stability_tol")
+    check_positive(args, "residual_tol")
+    check_band(args, "stability_tol")
     from .._equilibria import MAX_STATE
 
     if args.n * args.d > MAX_STATE:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._errors import UsageError
-from ._checks import HelpFormatter, check_nonnegative, check_out_dir, check_positive
+from ._checks import HelpFormatter, check_band, check_nonnegative, check_out_dir, check_positive
 from ._devices import add_devices_flag
 from ._seed_use import refuse_unread_seed
 from .simulate import add_model_flags, check_model_args
@@ -200,7 +200,8 @@ def _check(args):
             "must be >= 0."
         )
     check_nonnegative(args, "deflation_starts", "target_starts", "tree_starts", minimum=1)
-    check_positive(args, "residual_tol", "rank_tol", "dedup_tol", "stability_tol", "learning_rate")
+    check_positive(args, "residual_tol", "rank_tol", "dedup_tol", "learning_rate")
+    check_band(args, "stability_tol")
     _check_memory(args)
     check_out_dir(args.out)
     return config

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 from jaxtyping import ArrayLike, PRNGKeyArray
 
+from .._arguments import STABILITY_BAND, check_real
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
@@ -183,9 +184,11 @@ def equilibrium_census(
     fixed_point_layer(layer)  # peri and lns: refused, naming the reason
     if tree_starts < 1:
         raise UsageError(f"tree_starts must be >= 1, got {tree_starts}.")
-    for name, v in (("rank_tol", rank_tol), ("residual_tol", residual_tol), ("stability_tol", stability_tol)):
+    for name, v in (("rank_tol", rank_tol), ("residual_tol", residual_tol)):
         if v is not None and not (np.isfinite(v) and v >= 0):
             raise UsageError(f"{name} must be finite and >= 0, got {v}.")
+    if stability_tol is not None:
+        stability_tol = check_real(stability_tol, "stability_tol", minimum=0, below=1, what=STABILITY_BAND)
     n, d = layer.num_tokens, layer.dim
     # Every tolerance below is given in float64 terms and scaled to the layer's dtype: float32
     # points and closed forms agree to ~1e-7, so a float64 threshold would match none of them.

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from .._arguments import check_count, check_real
+from .._arguments import STABILITY_BAND, check_count, check_real
 from .._errors import SolveError, UsageError
 from .._model._layer import SelfAttentionLayer
 from .._results import RESULTS
@@ -152,9 +152,7 @@ def continue_branch(
     max_steps = check_count(max_steps, "max_steps")
     num_multipliers = check_count(num_multipliers, "num_multipliers")
     t = check_count(t, "t", minimum=0)
-    stability_tol = check_real(
-        stability_tol, "stability_tol", above=0, below=1, what=" (a band on |lambda| - 1)"
-    )
+    stability_tol = check_real(stability_tol, "stability_tol", minimum=0, below=1, what=STABILITY_BAND)
     max_turn = check_real(max_turn, "max_turn", above=0, below=math.pi + 1e-12, what=" (radians)")
     if residual_tol is not None:
         residual_tol = check_real(residual_tol, "residual_tol", above=0)
