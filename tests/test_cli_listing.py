@@ -61,3 +61,57 @@ def test_help_texts_print_as_written():
                 action.option_strings,
                 action.help,
             )
+
+
+def test_continue_param2_accepts_every_param_and_blames_only_given_flags():
+    """``--param2 qk_std | value_std | ln_radius`` was an internal error (no flag of their own), and
+    ``--param w`` with any ``--param2`` was refused for ``--w 2.0``, a value the model check had
+    written back (no two-parameter curve in w could be drawn)."""
+    from rankdyn._commands import continuation
+    from rankdyn.cli import build_parser
+
+    base = ["continue", "--n", "2", "--d", "2", "--out", "unused"]
+    for argv in (
+        ["--param", "dqk", "--from", "1", "--to", "2", "--qk", "gaussian", "--param2", "qk_std"],
+        ["--param", "w", "--from", "3", "--to", "2", "--qk", "gaussian", "--param2", "qk_std"],
+        ["--param", "w", "--from", "3", "--to", "2", "--qk", "bert", "--param2", "dqk"],
+        ["--param", "dqk", "--from", "1", "--to", "2", "--qk", "bert", "--param2", "w"],
+        [
+            "--param",
+            "dqk",
+            "--from",
+            "1",
+            "--to",
+            "2",
+            "--qk",
+            "bert",
+            "--value",
+            "gaussian",
+            "--param2",
+            "value_std",
+        ],
+        ["--param", "w", "--from", "3", "--to", "2", "--ln", "sphere", "--param2", "ln_radius"],
+    ):
+        args = build_parser().parse_args([*base, *argv, "--from2", "0.5", "--to2", "1"])
+        assert continuation._check(args) is not None, argv
+
+
+def test_census_of_a_layer_without_equilibria_is_empty():
+    """A causal layer whose W_V has no real eigenvalue has no equilibrium (the first token is an
+    eigenvector): the census says so (it raised ``max() arg is an empty sequence``)."""
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    import rankdyn as rd
+
+    layer = rd.make_layer(jr.PRNGKey(0), n=2, d=2, mask="causal", value="orthogonal", qk="zero")
+    rotation = jnp.array([[0.6, 0.8], [-0.8, 0.6]], dtype=layer.weights.w_v.dtype)  # eigenvalues 0.6 +- 0.8i
+    layer = eqx_set_w_v(layer, rotation.reshape(layer.weights.w_v.shape))
+    census = rd.equilibrium_census(layer, jr.PRNGKey(1))
+    assert len(census.equilibria) == 0
+
+
+def eqx_set_w_v(layer, w_v):
+    import equinox as eqx
+
+    return eqx.tree_at(lambda m: m.weights.w_v, layer, w_v)

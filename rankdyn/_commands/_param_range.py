@@ -92,7 +92,8 @@ def check_param2(args) -> None:
     if args.q_from == args.q_to:
         raise UsageError(f"--from2 and --to2 are equal ({args.q_from:g}): the range of --param2 is empty.")
     name = args.param2
-    if getattr(args, name) is not None:
+    # qk_std, value_std and ln_radius have no flag of their own: only --param2 sets them.
+    if getattr(args, name, None) is not None:
         raise UsageError(
             f"{_flag(name)} {getattr(args, name)} is ignored: --param2 {name} moves it from --from2 to "
             "--to2; drop it."
@@ -100,13 +101,17 @@ def check_param2(args) -> None:
     if args.period != 1:
         raise UsageError("--param2 follows fixed points (--period 1); drop --period or --param2.")
     row = param(name)
-    if row.reads is not None and getattr(args, row.reads[0]) not in row.reads[1]:
+    if not reads(row, vars(args)):
         on, values = row.reads
         raise UsageError(
             f"--param2 {name}: the model does not read {name} with {_flag(on)} {getattr(args, on)} (only "
             f"with {_flag(on)} {' / '.join(map(str, values))}); choose a parameter the model reads."
         )
+    # The model check writes the values it used back into args (--w 2.0 for a bidiagonal W_V): the
+    # flag of --param must read as the user gave it when check_param_range runs next.
+    first = getattr(args, args.param, None)
     _model_at_ends(args, name, ((args.q_to, "--to2"), (args.q_from, "--from2")), "--param2")
+    setattr(args, args.param, first)
 
 
 def parameter_family(config, name: str, p_from: float, seed: int):

@@ -217,6 +217,12 @@ def run(args) -> int:
         source = str(args.start)
     if args.start == "census":
         census = equilibrium_census(family(args.p_from), k_x0, progress=not args.no_progress)
+        if not census.equilibria:  # e.g. a gaussian W_V with no real eigenvalue under a causal mask
+            raise UsageError(
+                f"the census found no equilibrium of the layer at --param {name} = {args.p_from:g} "
+                f"({census.method}), so there is no branch to start; try another --seed or --from, or give "
+                "starts with --start FILE."
+            )
         starts = np.stack([np.asarray(e.tokens, dtype=float) for e in census.equilibria])
         source = f"census at {name} = {args.p_from:g} ({census.method}, {len(starts)} classes)"
     print(

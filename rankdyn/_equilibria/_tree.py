@@ -246,6 +246,8 @@ def tree_search(
             )
             continue
         p = prefixes.shape[0]
+        if p == 0:  # no prefix solves its tokens (e.g. a W_V with no real eigenvalue): no equilibria
+            break
         found: list[list[np.ndarray]] = [[] for _ in range(p)]
         rounds = []
         for r in range(max_rounds):
