@@ -51,3 +51,24 @@ def test_find_equilibria_names_non_finite_starts():
     assert "1 of them start from NaN or infinite values in x0 (the first at batch index (1,))" in msg, msg
     sol = find_equilibria(layer, x0, throw=False)
     assert not bool(jnp.all(sol.result == rd.RESULTS.successful))
+
+
+def test_counts_are_never_truncated():
+    """``chunk=2.7`` and ``horizon=2.5`` ran with 2 (a silently different run); ``"10"`` reached
+    deep code as a TypeError. Each is a `UsageError` naming the argument, before any compute."""
+    from rankdyn.lyapunov import lyapunov_spectrum_map
+    from rankdyn.theory import basins_across
+
+    def halve(x, p):
+        return x / 2 + p
+
+    starts = jnp.zeros((3, 1))
+    for kwargs, name in (({"horizon": 2.5}, "horizon"), ({"max_period": "8"}, "max_period")):
+        with pytest.raises(UsageError, match=f"{name} must be an integer >= 1"):
+            inspect.unwrap(basins_across)(halve, starts, [0.0, 1.0], **kwargs)
+    with pytest.raises(UsageError, match="chunk must be an integer >= 1, got 2.7"):
+        inspect.unwrap(lyapunov_spectrum_map)(
+            lambda x: x / 2, jnp.ones((4, 2)), 8, chunk=2.7, key=jr.PRNGKey(0)
+        )
+    with pytest.raises(UsageError, match="chunk must be an integer >= 1, got 2.7"):
+        inspect.unwrap(rd.theory.basin_fractions)(None, jnp.ones((2, 2, 2)), 1, None, chunk=2.7)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._arguments import check_count
 from .._errors import UsageError
 from .._run._io import to_jsonable
 
@@ -121,11 +122,10 @@ class JointOptions:
     progress: bool = False
 
     def __post_init__(self):
-        if self.starts < 1 or self.chunk < 1:
-            raise UsageError(f"starts and chunk must be >= 1, got {self.starts} and {self.chunk}.")
-        counts = ("deflation_rounds", "max_steps", "short_steps", "forward_steps", "minimise_steps")
-        if min(getattr(self, k) for k in counts) < 0:
-            raise UsageError(f"{', '.join(counts)} must be >= 0.")
+        for name in ("starts", "chunk"):
+            check_count(getattr(self, name), name)
+        for name in ("deflation_rounds", "max_steps", "short_steps", "forward_steps", "minimise_steps"):
+            check_count(getattr(self, name), name, minimum=0)
         for name in ("dedup_tol", "rank_tol", "residual_tol", "learning_rate"):
             v = getattr(self, name)
             if v is not None and not (math.isfinite(v) and v >= 0):

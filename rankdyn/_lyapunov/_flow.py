@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._arguments import check_count
 from .._errors import UsageError
 from .._flow._field import FlowField
 from .._flow._solve import ADAPTIVE_SOLVERS, DEFAULT_ATOL, DEFAULT_RTOL, RK4, SOLVERS
@@ -175,9 +176,11 @@ def lyapunov_spectrum_flow(
         int(max_steps),
     )
     plan = make_plan(intervals, discard, 1, step_size=h)
-    chunk = default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize) if chunk is None else int(chunk)
-    if chunk < 1:
-        raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
+    chunk = (
+        default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize)
+        if chunk is None
+        else check_count(chunk, "chunk")
+    )
     check_tangent_memory(flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records))
     exps, flags, acc = run_qr(
         step,

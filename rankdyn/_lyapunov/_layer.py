@@ -17,6 +17,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._arguments import check_count
 from .._errors import UsageError
 from .._flow._field import tangent_project
 from .._model._layer import SelfAttentionLayer
@@ -166,10 +167,10 @@ def lyapunov_spectrum(
         flat = jax.vmap(lambda z: layer.norm(z)[0])(flat)
     plan = make_plan(num_layers, discard, qr_every)
     chunk = (
-        default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize, devices) if chunk is None else int(chunk)
+        default_chunk(flat.shape[0], n * d, k, flat.dtype.itemsize, devices)
+        if chunk is None
+        else check_count(chunk, "chunk")
     )
-    if chunk < 1:
-        raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
     check_tangent_memory(flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records), devices)
     exps, flags, acc = run_qr(
         _LayerStep(layer, tangent),

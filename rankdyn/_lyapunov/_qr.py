@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jax import lax
 
+from .._arguments import check_count
 from .._errors import UsageError
 from .._observe._stats import chunk_stats, merge_stats
 from .._run._interrupt import check_interrupt
@@ -372,9 +373,11 @@ def lyapunov_spectrum_map(
     batch_shape = x0.shape[:-1]
     flat = x0.reshape(-1, m)
     plan = make_plan(num_steps, discard, qr_every)
-    chunk = default_chunk(flat.shape[0], m, k, flat.dtype.itemsize, devices) if chunk is None else int(chunk)
-    if chunk < 1:
-        raise UsageError(f"chunk must be a positive number of trajectories, got {chunk}.")
+    chunk = (
+        default_chunk(flat.shape[0], m, k, flat.dtype.itemsize, devices)
+        if chunk is None
+        else check_count(chunk, "chunk")
+    )
     check_tangent_memory(flat.shape[0], chunk, m, k, flat.dtype.itemsize, len(plan.records), devices)
     exps, flags, acc = run_qr(
         _MapStep(step),

@@ -25,6 +25,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._arguments import check_count
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._observe._metrics import mu, numerical_rank, singular_values
@@ -139,8 +140,7 @@ def basin_fractions(
         ValueError: for a sampler without ``batch``/``key``, a bad ``chunk``, or shapes that do
             not match the layer.
     """
-    if chunk < 1:
-        raise UsageError(f"chunk must be a positive integer, got {chunk}.")
+    chunk = check_count(chunk, "chunk")
     is_sampler = callable(sampler_or_x0)
     if is_sampler:
         if batch is None or key is None:

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._arguments import check_count
 from .._errors import UsageError
 from ._basins import wilson_interval
 
@@ -113,8 +114,7 @@ def basins_across(
         raise UsageError("params is empty: give at least one parameter value.")
     if not (np.all(np.isfinite(x0)) and np.all(np.isfinite(ps))):
         raise UsageError("starts and params must be finite (NaN or inf found).")
-    if int(horizon) < 1 or int(max_period) < 1:
-        raise UsageError(f"horizon and max_period must be >= 1, got {horizon} and {max_period}.")
+    horizon, max_period = check_count(horizon, "horizon"), check_count(max_period, "max_period")
     if not (math.isfinite(settle_tol) and settle_tol > 0):
         raise UsageError(f"settle_tol must be finite and > 0, got {settle_tol}.")
     values = ps
