@@ -121,3 +121,25 @@ def test_overlay_keeps_the_axes_wide_with_long_labels(tmp_path):
     assert [t.get_text() for t in leg.get_texts()] == labels
     assert leg.get_window_extent().y1 < ax.get_window_extent().y0  # under the axes
     plt.close(fig)
+
+
+def test_plot_names_the_folder_it_was_given(tmp_path, capsys):
+    """A `rankdyn continue` folder is named as such (it was "metrics.json is not part of the
+    result", i.e. re-run), and a symlink loop is not "no such folder"."""
+    from rankdyn._run._io import write_json
+    from rankdyn._run._result_files import recording_result
+
+    folder = tmp_path / "cont"
+    folder.mkdir()
+    with recording_result(folder, "continue"):
+        write_json(folder / "branches.json", {})
+    loop_a, loop_b = tmp_path / "a", tmp_path / "b"
+    loop_a.symlink_to(loop_b)
+    loop_b.symlink_to(loop_a)
+    for d, words in (
+        (folder, "holds the result of `rankdyn continue`, which writes no metrics.json"),
+        (loop_a, "a symbolic link that leads nowhere"),
+    ):
+        assert main(["plot", str(d), "--out", str(tmp_path / "o.png")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err

@@ -43,6 +43,8 @@ def load_runs(dirs, metric: str) -> list[dict]:
     """The ``metrics.json`` of each folder; raises `UsageError` naming the folder or the metric."""
     runs = []
     for d in dirs:
+        if Path(d).is_symlink() and not Path(d).exists():  # a loop or a dangling link, not a missing name
+            raise UsageError(f"DIR {d}: a symbolic link that leads nowhere (a loop or a missing target).")
         if not Path(d).is_dir():
             raise UsageError(f"DIR {d}: no such folder; give output folders of `rankdyn simulate --out DIR`.")
         path = verified_result_file(d, "metrics.json")  # only what the result manifest lists

@@ -45,12 +45,18 @@ def result_files(folder) -> dict[str, str] | None:
     Raises:
         UsageError: the manifest exists but is not a valid one.
     """
+    manifest = _manifest(folder)
+    return None if manifest is None else manifest[1]
+
+
+def _manifest(folder) -> tuple[str, dict[str, str]] | None:
+    """``(command, files)`` of ``folder``'s manifest, or None without one (see `result_files`)."""
     path = Path(folder) / RESULT_MANIFEST
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        files = data["files"]
+        files, command = data["files"], str(data.get("command", ""))
         ok = isinstance(files, dict) and all(isinstance(v, str) for v in files.values())
     except (OSError, ValueError, KeyError, TypeError):
         ok = False
@@ -59,7 +65,7 @@ def result_files(folder) -> dict[str, str] | None:
             f"{path}: not a valid rankdyn result manifest; re-run the command that wrote {folder}."
         )
     # Only plain names inside the folder: a manifest never points elsewhere.
-    return {k: v for k, v in files.items() if Path(k).name == k and k not in (".", "..")}
+    return command, {k: v for k, v in files.items() if Path(k).name == k and k not in (".", "..")}
 
 
 @contextlib.contextmanager
@@ -99,10 +105,16 @@ def verified_result_file(folder, name: str, flag: str = "DIR") -> Path:
         UsageError: the manifest does not list ``name``, or the file's hash differs (a run that
             was interrupted or hit a full disk halfway through replacing the result).
     """
-    folder, files = Path(folder), result_files(folder)
+    folder, manifest = Path(folder), _manifest(folder)
     path = folder / name
-    if files is None:
+    if manifest is None:
         return path
+    command, files = manifest
+    if name not in files and command and not path.is_file():  # another command's folder
+        raise UsageError(
+            f"{flag} {folder} holds the result of `rankdyn {command}`, which writes no {name}; give a "
+            "folder written by the command that writes it."
+        )
     if name not in files:
         raise UsageError(
             f"{flag} {folder}: {name} is not part of the result listed in {RESULT_MANIFEST}; "
