@@ -116,3 +116,18 @@ def test_basin_map_over_two_angles_matches_the_sign_oracle():
     )
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == [f"signs {v}" for _, v in scan.attractors] and not ax.figure.axes[1:]  # no colour bar
+
+
+def test_the_period_search_holds_no_array_of_length_max_period():
+    """The search for the first k <= max_period with |f^k(x) - x| <= tol carries the first hit alone:
+    memory does not depend on ``max_period`` (``--max-period 100000000`` kept every gap and ran out
+    of memory)."""
+    import jax.numpy as jnp
+
+    from rankdyn._theory._basins_across import _run
+
+    max_period = 987_654  # a length no other array has
+    program = _run(lambda x, p: x / 2 + p, lambda x, p: jnp.int32(0), 10, max_period, 1e-8)
+    text = program.lower(jnp.zeros((3, 1)), jnp.zeros(2)).as_text()
+    assert str(max_period) in text  # the bound is in the program (as the loop's limit) ...
+    assert f",{max_period}]" not in text and f"<{max_period}x" not in text  # ... but in no shape

@@ -34,6 +34,9 @@ def test_every_continue_refusal_answers_before_jax_and_names_its_own_cause(tmp_p
         "no fixed points": [*BASE, "--dropout", "0.1", *out],
         "n * d = 4096 is above 2048": [*BASE, "--n", "64", "--d", "64", *out],
         "--stability-tol 5.0: expected a number in [0, 1)": [*BASE, "--stability-tol", "5", *out],
+        "--param w with --d 1: a 1 x 1 W_V has no off-diagonal entry": [*BASE, "--d", "1", *out],
+        "--param w with --d 1: a 1 x 1 W_V": ["basins", "--param", "w", "--from", "1", "--to", "2", "--steps",
+                                              "3", "--d", "1", *out],
         "--stability-tol nan: expected a number in [0, 1)": ["equilibria", "--stability-tol", "nan", *out],
     }  # fmt: skip
     errors, jax = refusals_in_one_process(cases)

@@ -48,6 +48,11 @@ def check_param_range(args):
             "--param dqk with --qk zero: uniform attention does not read the temperature (every score is 0); "
             "choose another --qk or another --param."
         )
+    if name == "w" and args.d is not None and args.d < 2:  # w is W_V's off-diagonal entry
+        raise UsageError(
+            f"--param w with --d {args.d}: a 1 x 1 W_V has no off-diagonal entry for w to move; use --d 2 "
+            "or more."
+        )
     row = param(name)
     if not reads(row, vars(args)):  # a flag left unset reads as its fallback (--ln: sphere)
         on, values = row.reads

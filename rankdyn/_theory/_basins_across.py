@@ -213,13 +213,14 @@ def _run(f, label, horizon, max_period, tol):
     def one(x, p):
         x = jax.lax.fori_loop(0, horizon, lambda _, z: f(z, p), x)
 
-        def step(z, _):
+        # The first k <= max_period with |f^k(x) - x| <= tol, carried alone (no array of length
+        # max_period: memory does not depend on it), stopping once every start has settled.
+        def step(carry):
+            j, z, _ = carry
             z = f(z, p)
-            return z, jnp.max(jnp.abs(z - x))
+            return j + 1, z, jnp.where(jnp.max(jnp.abs(z - x)) <= tol, j + 1, 0)
 
-        _, gaps = jax.lax.scan(step, x, None, length=max_period)
-        hit = gaps <= tol
-        k = jnp.where(jnp.any(hit), jnp.argmax(hit) + 1, 0)
+        _, _, k = jax.lax.while_loop(lambda c: (c[0] < max_period) & (c[2] == 0), step, (0, x, 0))
         k = jnp.where(jnp.all(jnp.isfinite(x)), k, -1)
         return k, jnp.asarray(label(x, p), jnp.int32)
 
