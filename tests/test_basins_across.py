@@ -128,6 +128,43 @@ def test_the_period_search_holds_no_array_of_length_max_period():
 
     max_period = 987_654  # a length no other array has
     program = _run(lambda x, p: x / 2 + p, lambda x, p: jnp.int32(0), 10, max_period, 1e-8)
-    text = program.lower(jnp.zeros((3, 1)), jnp.zeros(2)).as_text()
+    text = program.classify.lower(jnp.zeros((2, 3, 1)), jnp.zeros(2)).as_text()
     assert str(max_period) in text  # the bound is in the program (as the loop's limit) ...
     assert f",{max_period}]" not in text and f"<{max_period}x" not in text  # ... but in no shape
+
+
+@pytest.mark.slow  # a census or a basin scan and their compiles
+def test_basins_stop_between_pieces_after_a_signal(tmp_path, capsys, monkeypatch):
+    """A SIGTERM that arrives during the first piece of the horizon (set as the handler sets it)
+    stops `rankdyn basins` before the next piece: exit 143, one line, no basins.nc (it ignored
+    SIGINT and SIGTERM: one compiled call ran the whole horizon)."""
+    import signal
+
+    from rankdyn._run import _interrupt
+    from rankdyn._theory import _basins_across
+    from rankdyn.cli import main
+
+    real, calls = _basins_across._Pieces.__call__, []
+
+    def advance_then_signal(self, x0, ps):
+        real_advance = self.advance
+
+        def advance(*args):
+            calls.append(1)
+            out = real_advance(*args)
+            _interrupt._state["signum"] = signal.SIGTERM  # "arrived" during this piece
+            return out
+
+        self.advance = advance
+        return real(self, x0, ps)
+
+    monkeypatch.setattr(_basins_across._Pieces, "__call__", advance_then_signal)
+    argv = ["basins", "--param", "w", "--from", "0.6", "--to", "1.2", "--steps", "2", "--starts", "4"]
+    try:
+        code = main([*argv, "--horizon", "50", "--out", str(tmp_path / "o")])
+    finally:
+        _interrupt._state["signum"] = None
+    err = capsys.readouterr().err
+    assert code == 143 and len(calls) == 1, (code, calls, err)
+    assert "rankdyn basins: interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "basins.nc").exists()

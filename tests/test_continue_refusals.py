@@ -159,3 +159,31 @@ def test_census_stability_band_is_checked():
     for bad in (2.0, float("nan"), -1.0):
         with pytest.raises(UsageError, match=r"stability_tol must be finite, in \[0, 1\)"):
             rd.equilibrium_census(layer, jr.PRNGKey(1), stability_tol=bad)
+
+
+@pytest.mark.slow  # a census or a basin scan and their compiles
+def test_continue_stops_between_steps_after_a_signal(tmp_path, capsys, monkeypatch):
+    """A SIGTERM that arrives during a corrector step (set as the handler sets it) stops `rankdyn
+    continue` before the next step: exit 143, one line, no branches.json (it ignored SIGTERM)."""
+    import signal
+
+    from rankdyn._equilibria import _continuation
+    from rankdyn._run import _interrupt
+
+    real, calls = _continuation.correct, []
+
+    def correct_then_signal(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the first is the start's polish; the second is the first step
+            _interrupt._state["signum"] = signal.SIGTERM
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_continuation, "correct", correct_then_signal)
+    try:
+        code = main([*BASE, "--n", "2", "--d", "2", "--no-progress", "--out", str(tmp_path / "o")])
+    finally:
+        _interrupt._state["signum"] = None
+    err = capsys.readouterr().err
+    assert code == 143 and len(calls) == 2, (code, len(calls), err[-500:])
+    assert "rankdyn continue: interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "branches.json").exists()

@@ -20,6 +20,7 @@ from .._arguments import STABILITY_BAND, check_count, check_real
 from .._errors import SolveError, UsageError
 from .._model._layer import SelfAttentionLayer
 from .._results import RESULTS
+from .._run._interrupt import check_interrupt
 from .._run._progress import progress_bar
 from . import DS_DIVISOR, DS_MIN_RATIO, step_resolution
 from ._arclength import (
@@ -210,6 +211,7 @@ def continue_branch(
     bar = progress_bar(total=max_steps, desc=f"branch in {param_name}", disable=not progress, leave=False)
     step = ds
     while len(pts) <= max_steps:
+        check_interrupt()  # Ctrl-C / SIGTERM on the command line: stop between steps
         last, (tx, tp) = pts[-1], tans[-1]
         if extra and len(pts) >= 2:
             # Degenerate branch (kernel beyond the tangent): the linear tangent mixes in the kernel

@@ -23,6 +23,7 @@ from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._tokens import initial_tokens
 from .._observe._tolerances import EQUILIBRIUM_RANK_TOL, scaled_tol
+from .._run._interrupt import check_interrupt
 from .._run._io import CompileTimer
 from ._dedupe import deduplicate
 from ._results import JointOptions, JointResult, SymmetryGroup
@@ -135,6 +136,7 @@ def joint_search(
             counts = dict.fromkeys(status_names(), 0)
             tr = time.perf_counter()
             for c0 in range(0, m, chunk):
+                check_interrupt()  # Ctrl-C / SIGTERM on the command line: stop between chunks
                 size = min(chunk, m - c0)
                 bar.set_postfix_str(f"{name} {c0 + size}/{m}")
                 x0 = initial_tokens(jr.fold_in(round_key, c0), "sphere", n, d, batch=size)

@@ -34,6 +34,7 @@ from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._observe._tolerances import default_residual_tol
+from .._run._interrupt import check_interrupt
 from ._deflation import _log_deflation
 from ._results import TreeResult
 
@@ -166,6 +167,7 @@ def _chunked(layer, xs, i, y0s, known, t, max_steps, power, chunk, free=None):
     chunk = min(chunk, 1 << int(np.ceil(np.log2(max(m, 1)))))
     ys, rs = [], []
     for c0 in range(0, m, chunk):
+        check_interrupt()  # Ctrl-C / SIGTERM on the command line: stop between chunks
         sl = slice(c0, min(c0 + chunk, m))
         pad = chunk - (sl.stop - sl.start)
         args = [

@@ -207,21 +207,63 @@ def _layer_map(family, values, shape, label):
     return f, first.weights.w_v.dtype, lambda x, i: lab(x.reshape(n, d), at[i.astype(jnp.int32)])
 
 
+#: Seconds of map iterations between two checks for Ctrl-C / SIGTERM (a piece of the horizon).
+PIECE_SECONDS = 1.0
+
+
 def _run(f, label, horizon, max_period, tol):
-    """The compiled batch: every start at every parameter value, ``(P, S)`` periods and labels."""
+    """The compiled batch: every start at every parameter value, ``(P, S)`` periods and labels.
 
-    def one(x, p):
-        x = jax.lax.fori_loop(0, horizon, lambda _, z: f(z, p), x)
+    The horizon runs in pieces of about `PIECE_SECONDS` (the piece's length is a traced loop bound,
+    so one program serves every piece), with a check for Ctrl-C and SIGTERM between pieces; the
+    same iterations in the same order as one loop, so the same bits.
+    """
 
+    def advance(x, p, k):
+        return jax.lax.fori_loop(0, k, lambda _, z: f(z, p), x)
+
+    def classify(x_t, p):
         # The first k <= max_period with |f^k(x) - x| <= tol, carried alone (no array of length
         # max_period: memory does not depend on it), stopping once every start has settled.
         def step(carry):
             j, z, _ = carry
             z = f(z, p)
-            return j + 1, z, jnp.where(jnp.max(jnp.abs(z - x)) <= tol, j + 1, 0)
+            return j + 1, z, jnp.where(jnp.max(jnp.abs(z - x_t)) <= tol, j + 1, 0)
 
-        _, _, k = jax.lax.while_loop(lambda c: (c[0] < max_period) & (c[2] == 0), step, (0, x, 0))
-        k = jnp.where(jnp.all(jnp.isfinite(x)), k, -1)
-        return k, jnp.asarray(label(x, p), jnp.int32)
+        _, _, k = jax.lax.while_loop(lambda c: (c[0] < max_period) & (c[2] == 0), step, (0, x_t, 0))
+        k = jnp.where(jnp.all(jnp.isfinite(x_t)), k, -1)
+        return k, jnp.asarray(label(x_t, p), jnp.int32)
 
-    return jax.jit(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)))
+    def batched(fn, *rest):  # starts inside, parameter values outside: (P, S, ...)
+        return jax.jit(jax.vmap(jax.vmap(fn, in_axes=(0, None, *rest)), in_axes=(0, 0, *rest)))
+
+    program = _Pieces(batched(advance, None), batched(classify), horizon)
+    return program
+
+
+class _Pieces:
+    """``(x0 (S, m), ps (P,)) -> (period, label)``: the horizon advanced piece by piece, then the
+    period search (``classify``, one compiled program)."""
+
+    def __init__(self, advance, classify, horizon: int):
+        self.advance, self.classify, self.horizon = advance, classify, horizon
+
+    def __call__(self, x0, ps):
+        import time
+
+        from .._run._interrupt import check_interrupt
+
+        x = jnp.broadcast_to(x0, (ps.shape[0], *x0.shape))
+        done, piece = 0, 1
+        while done < self.horizon:
+            check_interrupt()
+            k = min(piece, self.horizon - done)
+            t0 = time.perf_counter()
+            x = self.advance(x, ps, jnp.int32(k))
+            x.block_until_ready()
+            spent = time.perf_counter() - t0
+            done += k
+            # The next piece takes about PIECE_SECONDS (the first one also paid the compile).
+            piece = max(1, int(k * min(8.0, PIECE_SECONDS / max(spent, 1e-6))))
+        check_interrupt()
+        return self.classify(x, ps)
