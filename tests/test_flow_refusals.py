@@ -73,3 +73,27 @@ def test_flow_refuses_saves_that_cannot_fit_before_compute(tmp_path, capsys):
     code = main(["flow", "--saves", "10000000", "--out", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "--saves 10000000 needs about" in err and "TiB" in err, err
+
+
+def test_flow_scheme_flags_are_refused_before_jax(tmp_path):
+    """Every ``--placement`` / ``--ngpt-alpha`` / ``--mix-time`` refusal comes before JAX loads (they
+    came after it), and a ``--mix-time`` at or past ``--time`` is refused: the switch from post- to
+    pre-LN would never happen (it was accepted and ran post-LN throughout)."""
+    from helpers import refusals_in_one_process
+
+    base = ["flow", "--n", "4", "--d", "3", "--batch", "2", "--out", str(tmp_path / "o")]
+    ngpt, mix = [*base, "--placement", "ngpt"], [*base, "--placement", "mix"]
+    cases = {
+        "--placement 'ngpt' needs --ngpt-alpha": ngpt,
+        "--ngpt-alpha applies to --placement 'ngpt' only": [*base, "--ngpt-alpha", "2"],
+        "--mix-time applies to --placement 'mix' only": [*base, "--mix-time", "1"],
+        "--placement 'mix' needs --mix-time": mix,
+        "--ngpt-alpha must be a finite number > 0, got 0.0": [*ngpt, "--ngpt-alpha", "0"],
+        "--ngpt-alpha must be a finite number > 0, got nan": [*ngpt, "--ngpt-alpha", "nan"],
+        "--mix-time must be a finite number >= 0, got -1.0": [*mix, "--mix-time", "-1"],
+        "--mix-time 150 is not before --time 100": [*mix, "--mix-time", "150", "--time", "100"],
+        "--solver euler steps over the switch": [*mix, "--mix-time", "5", "--solver", "euler", "--dt", "0.1"],
+    }
+    _, jax = refusals_in_one_process(cases)
+    assert not jax, "a refusal of rankdyn flow's scheme flags imported JAX"
+    assert not (tmp_path / "o").exists()

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from .._model._names import MASK_NAMES, PLACEMENTS
+from .._flow._scheme_arguments import FLOW_PLACEMENTS
+from .._model._names import MASK_NAMES
 from ._checks import HelpFormatter, check_out_dir, check_seed_flag
 
-#: The flow's schemes: the layer's placements but ``none`` (`rankdyn._flow._schemes.FLOW_PLACEMENTS`,
-#: which imports JAX; a test checks that the two agree).
-FLOW_PLACEMENT_CHOICES = tuple(p for p in PLACEMENTS if p != "none")
+#: The flow's schemes (the layer's placements but ``none``), from their JAX-free definition.
+FLOW_PLACEMENT_CHOICES = FLOW_PLACEMENTS
 
 SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4")
 
@@ -142,13 +142,18 @@ def check_args(args: argparse.Namespace) -> None:
 
 def _check_scheme_flags(args) -> None:
     """``--placement`` with ``--ngpt-alpha`` / ``--mix-time``, in the flags' names."""
-    from .._flow._schemes import check_scheme_arguments
+    from .._flow._scheme_arguments import check_scheme_arguments
 
     try:
         check_scheme_arguments(args.placement, args.ngpt_alpha, args.mix_time)
     except UsageError as err:
         msg = str(err).replace("ngpt_alpha", "--ngpt-alpha").replace("mix_time", "--mix-time")
         raise UsageError(msg.replace("placement='", "--placement '")) from None
+    if args.placement == "mix" and args.mix_time >= args.time:
+        raise UsageError(
+            f"--mix-time {args.mix_time:g} is not before --time {args.time:g}: the switch from post- to "
+            "pre-LN never happens; use a --mix-time below --time (or --placement post)."
+        )
     if args.placement == "mix" and args.solver in ("euler", "rk4"):
         raise UsageError(
             f"--placement mix switches the field at --mix-time, and --solver {args.solver} steps over the "
