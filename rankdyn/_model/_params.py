@@ -219,7 +219,8 @@ PARAMS: tuple[Param, ...] = (
     Param("placement", "choice", "post",
           "normalisation placement: none (eq. 2), post (eq. 3), pre, peri (x + N(F(N(x)))), mix "
           "(post for layers t < mix_layers, pre after), ngpt (N(x + alpha (N(F(N(x))) - N(x))), sphere "
-          "norm) or lns (x + F(N(x) / sqrt(t + 1)))",
+          "norm, one scalar alpha) or lns (x + F(N(x) / sqrt(t + 1))); the residual is --skip: Post-, "
+          "Pre- and Mix-LN as published are post, pre and mix with --skip",
           choices=PLACEMENTS, what="norm placement", flag="--placement", key="placement",
           structural=True),
     Param("ln", "ln", None,
