@@ -234,7 +234,7 @@ def simulate(
     save_states: bool = False,
     per_trajectory: bool = False,
     metrics: str | Iterable[str] | None = None,
-    observe: Callable[[Array], dict[str, Array]] | None = None,
+    observe: Callable[[Array, Array, SelfAttentionLayer], dict[str, Array]] | None = None,
     rank_tol: float = RANK_TOL,
     key: PRNGKeyArray | None = None,
     progress: bool = False,
