@@ -55,9 +55,6 @@ with warnings.catch_warnings():
             "The solver converged (its step criterion was met) at a point whose residual ||F(X) - X||_F "
             "is above residual_tol: a local minimum of the residual, not an equilibrium. Try more starts."
         )
-        degenerate_normalisation = (
-            "A normalisation met a zero row (LN is undefined there). Such a point is not an equilibrium."
-        )
         parameter_end = (
             "The branch reached an end of the parameter interval [min(p_start, p_end), max(p_start, "
             "p_end)]; its last point is solved at that end exactly. This is a branch's success."
@@ -68,8 +65,10 @@ with warnings.catch_warnings():
             "smaller ds_min."
         )
         degenerate = (
-            "A token became zero in a layer with a normalisation: a normalisation met a zero row (e.g. "
-            "opposite tokens averaged), so the token has no direction and its direction metrics are NaN."
+            "A normalisation met a zero row (LN is undefined there): in a trajectory, a token became "
+            "zero in a layer with a normalisation (e.g. opposite tokens averaged), so it has no "
+            "direction and its direction metrics are NaN; in an equilibrium search, the point is not "
+            "an equilibrium."
         )
         underflow = (
             "Values underflowed: a token became zero in a layer without a normalisation (placement='none': "

@@ -80,7 +80,7 @@ _STATUS = (
     "residual_above_tolerance",
     "nonfinite",
     "singular",
-    "degenerate_normalisation",
+    "degenerate",
     "breakdown",
     "stagnation",
     "nonlinear_max_steps_reached",
@@ -264,7 +264,7 @@ def _solve_one(
         nonfinite,
         RESULTS.nonfinite,
         RESULTS.where(
-            aux.degenerate, RESULTS.degenerate_normalisation, RESULTS.where(ok, RESULTS.successful, stopped)
+            aux.degenerate, RESULTS.degenerate, RESULTS.where(ok, RESULTS.successful, stopped)
         ),
     )
     x = jnp.where(bad_start, x0, x)
