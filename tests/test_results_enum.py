@@ -1,8 +1,8 @@
 """One status enumeration: every solver and run reports a member of `rankdyn.RESULTS`.
 
 Equinox refuses to compare members of different enumerations (a ValueError), so each comparison
-below fails if that result still used an enumeration of its own; the old names are the same
-object. Oracles: a NaN start, opposite tokens (LN undefined), a token that underflows without a
+below fails if that result still used an enumeration of its own; `rankdyn.RESULTS` is its one
+public name. Oracles: a NaN start, opposite tokens (LN undefined), a token that underflows without a
 normalisation, a map that overflows and one whose tangent falls below the smallest normal double.
 """
 
@@ -19,7 +19,7 @@ from rankdyn._equilibria import _continuation
 from rankdyn._equilibria._branch import branch_status
 from rankdyn._equilibria._solve import status_names
 from rankdyn._run._simulate import status_of
-from rankdyn.equilibria import BRANCH_RESULTS, Branch
+from rankdyn.equilibria import Branch
 from rankdyn.flow import FlowField, solve_flow
 from rankdyn.lyapunov import FLAG_NONFINITE, FLAG_UNDERFLOW
 
@@ -38,8 +38,11 @@ def _names(result) -> list[str]:
     return names.tolist()
 
 
-def test_one_enumeration_under_every_old_name():
-    assert rd.equilibria.RESULTS is R and rd.flow.RESULTS is R and BRANCH_RESULTS is R
+def test_one_enumeration_under_one_name():
+    # One home: the old names of 0.4 (each room's own enumeration) are gone.
+    assert not any(hasattr(m, "RESULTS") for m in (rd.equilibria, rd.flow))
+    assert not hasattr(rd.equilibria, "BRANCH_RESULTS")
+    assert repr(R.nonfinite).startswith("rankdyn.RESULTS<Non-finite")  # its public name, not the module's
     assert issubclass(R, eqx.Enumeration) and issubclass(R, optx.RESULTS) and issubclass(R, diffrax.RESULTS)
     # Both libraries' own results promote (the solvers return those).
     assert bool(R.promote(optx.RESULTS.nonlinear_divergence) == R.nonlinear_divergence)
@@ -76,7 +79,7 @@ def test_every_result_compares_with_the_one_enumeration():
     assert _names(flow.result) == ["successful", "successful"]
 
     # A branch ends with a member of R (continue_branch's own run: test_continuation.py compares
-    # its newton_failed with BRANCH_RESULTS, which is R); parameter_end is its success.
+    # its newton_failed with R); parameter_end is its success.
     assert _continuation.RESULTS is R
     one = np.zeros(1)
     br = Branch(one, np.zeros((1, 1)), np.zeros((1, 1), complex), one > 0, one, one, one, (), R.parameter_end)
@@ -90,7 +93,7 @@ def test_every_result_compares_with_the_one_enumeration():
     x0 = jnp.array([[[1.0, 1.0], [1.0, -1.0]], [[0.0, 1.0], [0.0, 1.0]]])
     traj = rd.simulate(none, x0, 2, metrics="mu", per_trajectory=True)
     assert _names(traj.result) == ["successful", "underflow"]
-    assert np.asarray(traj.degenerate).tolist() == [False, True]  # the boolean fields are kept
+    assert np.asarray(traj.degenerate).tolist() == [False, True]  # read from result
     # With a normalisation the same flag is a normalisation that met a zero row; nonfinite first.
     nonfinite, degenerate = np.array([False, False, True]), np.array([False, True, True])
     assert _names(status_of(nonfinite, degenerate, "pre")) == ["successful", "degenerate", "nonfinite"]
@@ -102,4 +105,4 @@ def test_every_result_compares_with_the_one_enumeration():
         lambda x: x * x, jnp.array([[1.0], [2.0], [1e-200]]), 40, key=jax.random.key(0)
     )
     assert _names(lyap.result) == ["successful", "nonfinite", "underflow"]
-    assert np.asarray(lyap.flags).tolist() == [0, FLAG_NONFINITE, FLAG_UNDERFLOW]  # the bits are kept
+    assert np.asarray(lyap.flags).tolist() == [0, FLAG_NONFINITE, FLAG_UNDERFLOW]  # read from result

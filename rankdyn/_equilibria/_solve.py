@@ -263,9 +263,7 @@ def _solve_one(
     result = RESULTS.where(
         nonfinite,
         RESULTS.nonfinite,
-        RESULTS.where(
-            aux.degenerate, RESULTS.degenerate, RESULTS.where(ok, RESULTS.successful, stopped)
-        ),
+        RESULTS.where(aux.degenerate, RESULTS.degenerate, RESULTS.where(ok, RESULTS.successful, stopped)),
     )
     x = jnp.where(bad_start, x0, x)
     residual = jnp.where(bad_start, jnp.asarray(jnp.nan, dt), residual)
