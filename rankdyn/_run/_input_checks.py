@@ -25,6 +25,8 @@ __all__ = ["check_logits", "check_options", "max_norm", "spectral_norm", "strong
 
 
 def strong(v):
+    """``v`` with a strong dtype if it is a weakly typed JAX array (e.g. from a Python float);
+    any other value unchanged. Weak and strong leaves are different programs to ``jit``."""
     if not (isinstance(v, jax.Array) and getattr(v, "weak_type", False)):
         return v
     # A host round trip (no compile) for a concrete leaf; astype (traced) under jit.
@@ -120,6 +122,8 @@ def check_logits(layer, x0, dtype) -> None:
 
 
 def validate_run(layer, x0, num_layers, save_every):
+    """``x0`` as an array (a `TokenSampler` unchanged) after checking the layer, the inputs' shape,
+    dtype and values, and the depths; a `rankdyn.UsageError` naming the argument otherwise."""
     if not isinstance(layer, SelfAttentionLayer):
         raise UsageError(f"simulate expects a rankdyn.SelfAttentionLayer, got {type(layer).__name__}.")
     n, d = layer.num_tokens, layer.dim
