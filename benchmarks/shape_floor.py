@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     rd.use_cpu_devices(1)  # simulate on one device, as the "small" figure
     import torch
 
-    from rankdyn._model._layer import _PRECISIONS
+    from rankdyn._model._layer import PRECISIONS
     from rankdyn._observe._metric_observer import MetricObserver, parse_metrics
     from rankdyn._run._autotune import tuned_chunk
 
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
     obs = MetricObserver(parse_metrics("mu,eps_min"))
     chunk = tuned_chunk(layer, obs, x0, cfg["batch"], cfg["layers"], save_every=1, eps=True)
     num_chunks = math.ceil(cfg["batch"] / chunk)
-    prec = _PRECISIONS[layer.precision]
+    prec = PRECISIONS[layer.precision]
     print(
         f"{device_name()}; {args.config} {cfg}; simulate's chunk {chunk} ({num_chunks} per layer)", flush=True
     )

@@ -8,7 +8,8 @@ most scripts need are here; the rest lives in the sub-namespaces
 - `rankdyn.metrics`: every collapse metric and the metric names;
 - `rankdyn.weights`: value / query-key families and initial-token families;
 - `rankdyn.theory`: closed-form constructions, rates and bounds, basins, counterexample search;
-- `rankdyn.checkpoints`: trained BERT / GPT-2 checkpoints as layer stacks, text as tokens;
+- `rankdyn.checkpoints`: trained BERT, GPT-2, MPNet and Llama-family (SmolLM2, also GGUF)
+  checkpoints as layer stacks, text as tokens;
 - `rankdyn.equilibria`: the equilibrium solvers, census, symmetry and stability;
 - `rankdyn.lyapunov`: Lyapunov spectra of the layer map, of any map and of the flow;
 - `rankdyn.sweep`: declarative TOML sweeps, and batches sharded over devices;

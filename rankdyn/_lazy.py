@@ -1,4 +1,7 @@
-"""The package's names, imported on first use (PEP 562): ``import rankdyn`` loads no JAX.
+"""The top-level names, imported on first use (PEP 562): ``import rankdyn`` loads no JAX.
+
+Only rankdyn/__init__.py loads lazily; the root modules (`rankdyn.layer`, `rankdyn.sweep`, ...)
+import their names eagerly (``from ._x import Y as Y``), so importing one loads what it needs.
 
 ``rankdyn --help`` and every refusal that needs no JAX answer in a fraction of a second because
 nothing imports JAX until a name that needs it is used. rankdyn/__init__.py keeps its table of
@@ -19,9 +22,8 @@ __all__ = ["lazy_attributes"]
 def _table(package: str, init_file: str) -> dict[str, tuple[str, str | None]]:
     """Name -> (module, attribute; None for a submodule), from the ``if TYPE_CHECKING:`` block."""
     tree = ast.parse(Path(init_file).read_text())
-    # ``from .x import`` is relative to the package: the module itself for an __init__.py, its
-    # parent for a facade module such as rankdyn/sweep.py.
-    base = package if Path(init_file).name == "__init__.py" else package.rpartition(".")[0]
+    # ``from .x import`` is relative to the package (the module itself: this is its __init__.py).
+    base = package
     block = next(node for node in tree.body if isinstance(node, ast.If))
     table = {}
     for node in block.body:
@@ -40,8 +42,7 @@ def lazy_attributes(package: str, init_file: str, namespace: dict) -> tuple[Call
 
     Arguments:
         package: the package's ``__name__``.
-        init_file: its ``__file__`` (the ``__init__.py``, or the facade module, holding the
-            ``if TYPE_CHECKING:`` block).
+        init_file: its ``__file__`` (the ``__init__.py`` holding the ``if TYPE_CHECKING:`` block).
         namespace: its ``globals()``; a name, once imported, is stored there (no second look-up).
 
     Returns:

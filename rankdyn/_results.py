@@ -22,7 +22,7 @@ import optimistix as optx
 
 from ._errors import UsageError
 
-__all__ = ["RESULTS", "results_where"]
+__all__ = ["RESULTS", "results_where", "results_in"]
 
 # One message for ``nonfinite`` (Optimistix's solver failure, our non-finite states and
 # branches): Equinox warns at class creation when a member redefines an inherited message, which
@@ -40,7 +40,8 @@ with warnings.catch_warnings():
         else: an equilibrium with $\|F(X) - X\|_F \le$ ``residual_tol`` (`find_equilibria`), a
         flow trajectory integrated to the end with finite states (`solve_flow`), a `simulate`
         trajectory with finite states and no zero token, a Lyapunov trajectory whose tangent
-        vectors stayed finite and above the dtype's smallest normal number. Optimistix's and
+        vectors stayed finite and above the dtype's smallest normal number, a start of
+        `basins_across` that settled on a cycle (else ``not_settled`` or ``nonfinite``). Optimistix's and
         Diffrax's own outcomes (``max_steps_reached``, ``singular``, ``dt_min_reached``, ...) are
         promoted from ``optx.RESULTS`` / ``diffrax.RESULTS`` with ``RESULTS.promote``.
         """
@@ -55,9 +56,6 @@ with warnings.catch_warnings():
             "The solver converged (its step criterion was met) at a point whose residual ||F(X) - X||_F "
             "is above residual_tol: a local minimum of the residual, not an equilibrium. Try more starts."
         )
-        degenerate_normalisation = (
-            "A normalisation met a zero row (LN is undefined there). Such a point is not an equilibrium."
-        )
         parameter_end = (
             "The branch reached an end of the parameter interval [min(p_start, p_end), max(p_start, "
             "p_end)]; its last point is solved at that end exactly. This is a branch's success."
@@ -68,8 +66,10 @@ with warnings.catch_warnings():
             "smaller ds_min."
         )
         degenerate = (
-            "A token became zero in a layer with a normalisation: a normalisation met a zero row (e.g. "
-            "opposite tokens averaged), so the token has no direction and its direction metrics are NaN."
+            "A normalisation met a zero row (LN is undefined there): in a trajectory, a token became "
+            "zero in a layer with a normalisation (e.g. opposite tokens averaged), so it has no "
+            "direction and its direction metrics are NaN; in an equilibrium search, the point is not "
+            "an equilibrium."
         )
         underflow = (
             "Values underflowed: a token became zero in a layer without a normalisation (placement='none': "
@@ -77,6 +77,15 @@ with warnings.catch_warnings():
             "direction contracted below the dtype's smallest normal number between two QR steps (lower "
             "qr_every)."
         )
+        not_settled = (
+            "The trajectory did not settle on a cycle of period at most max_period within the horizon "
+            "(a longer cycle, a torus, chaos, or a longer transient): raise horizon or max_period."
+        )
+
+
+# Shown as its public name (``rankdyn.RESULTS<message>``, not this module's path), as NumPy sets
+# ``__module__`` on its public names; pickling looks the class up there too.
+RESULTS.__module__ = "rankdyn"
 
 
 def results_where(pred, a, b):
@@ -104,3 +113,23 @@ def results_where(pred, a, b):
     if not (isinstance(a, RESULTS) and isinstance(b, RESULTS)):
         raise UsageError(f"results_where takes RESULTS members, got {type(a).__name__}, {type(b).__name__}.")
     return jax.tree.map(pick, a, b)
+
+
+def results_in(result, *members):
+    """Where ``result`` (a `RESULTS` member of any shape) is one of ``members``: a boolean array.
+
+    On a concrete status this runs on the host (NumPy; a derived flag compiles no program);
+    traced, with ``jnp``. A member is a pytree whose one leaf is its integer code.
+
+    Raises:
+        UsageError: ``result`` or a member is not of `RESULTS`.
+    """
+    if not isinstance(result, RESULTS) or not all(isinstance(m, RESULTS) for m in members):
+        raise UsageError(f"results_in takes RESULTS members, got {type(result).__name__}.")
+    (code,) = jax.tree.leaves(result)
+    xp = jnp if isinstance(code, jax.core.Tracer) else np
+    code = xp.asarray(code)
+    out = xp.zeros(code.shape, bool)
+    for m in members:
+        out = out | (code == xp.asarray(jax.tree.leaves(m)[0]))
+    return out

@@ -1,4 +1,8 @@
-"""Trained checkpoints (BERT, GPT-2; HF layout) as rankdyn layer stacks, and real text as tokens.
+"""Trained checkpoints as rankdyn layer stacks, and real text as tokens.
+
+Supported families (`SUPPORTED`): BERT, GPT-2, MPNet and the Llama family (e.g. SmolLM2), in the
+Hugging Face layout (a folder or a ``.zip`` with ``config.json`` and ``model.safetensors``) or, for
+the Llama family, a llama.cpp ``.gguf`` file (SmolLM2's GGUF).
 
 See docs/theory.md#trained-checkpoints. Typical use::
 
@@ -24,22 +28,3 @@ from ._trained._stack import (
     load_checkpoint as load_checkpoint,
 )
 from ._trained._text import Corpus as Corpus, default_corpus as default_corpus, minilm_path as minilm_path
-
-__all__ = [
-    "load_checkpoint",
-    "Checkpoint",
-    "Embeddings",
-    "VARIANTS",
-    "SUPPORTED",
-    "Corpus",
-    "default_corpus",
-    "minilm_path",
-    "attractor_census",
-    "collapsed_equilibria",
-    "iterate_map",
-    "leading_multipliers",
-    "matrix_summary",
-    "orthogonality_distance",
-    "theory_layer",
-    "value_output_report",
-]

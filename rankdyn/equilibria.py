@@ -11,7 +11,6 @@ bifurcation curves in two parameters), `_census` (the pipeline behind ``rankdyn 
 """
 
 from ._equilibria._branch import (
-    BRANCH_RESULTS as BRANCH_RESULTS,
     Bifurcation as Bifurcation,
     Branch as Branch,
 )
@@ -53,7 +52,3 @@ from ._equilibria._stability import (
     stability as stability,
 )
 from ._equilibria._symmetry import symmetric_images as symmetric_images, symmetry_group as symmetry_group
-
-# One status enumeration for every solver and run (rankdyn/_results.py); `BRANCH_RESULTS` (the
-# status of `continue_branch`, rankdyn/_equilibria/_branch.py) is the same object.
-from ._results import RESULTS as RESULTS

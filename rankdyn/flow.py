@@ -37,30 +37,3 @@ from ._flow._solvers import (
     SOLVERS as SOLVERS,
     ProjectedSolver as ProjectedSolver,
 )
-from ._results import RESULTS as RESULTS
-
-__all__ = [
-    "ADAPTIVE_SOLVERS",
-    "Classification",
-    "DYNAMICS",
-    "FLOW_METRICS",
-    "FlowField",
-    "FlowObserver",
-    "FlowSolution",
-    "ProjectedSolver",
-    "RESULTS",
-    "RK4",
-    "SOLVERS",
-    "classify_equilibrium",
-    "cluster_count",
-    "diameter",
-    "field_jacobian",
-    "find_zeros",
-    "interaction_energy",
-    "longest_plateau",
-    "plateaus",
-    "rotation_invariant",
-    "solve_flow",
-    "tangent_project",
-    "uniform_times",
-]

@@ -8,28 +8,20 @@ tables the command line and the TOML keys read (`PLACEMENTS`, `LN_NAMES`). The n
 need (`make_layer`, `SelfAttentionLayer`, `MLPWeights` and the norms) are also at the top level.
 """
 
-import typing as _typing
-
-from ._lazy import lazy_attributes as _lazy_attributes
-
-# Imported on first use (rankdyn/_lazy.py): `import rankdyn.layer` loads no JAX.
-if _typing.TYPE_CHECKING:
-    from ._model._build import make_layer as make_layer
-    from ._model._layer import (
-        PLACEMENTS as PLACEMENTS,
-        AttentionWeights as AttentionWeights,
-        LayerAux as LayerAux,
-        SelfAttentionLayer as SelfAttentionLayer,
-        masked_softmax as masked_softmax,
-    )
-    from ._model._mlp import GatedMLPWeights as GatedMLPWeights, MLPWeights as MLPWeights
-    from ._model._norms import (
-        LN_NAMES as LN_NAMES,
-        AbstractNorm as AbstractNorm,
-        LayerNorm as LayerNorm,
-        RMSNorm as RMSNorm,
-        SphereNorm as SphereNorm,
-        make_norm as make_norm,
-    )
-
-__getattr__, __dir__ = _lazy_attributes(__name__, __file__, globals())
+from ._model._build import make_layer as make_layer
+from ._model._layer import (
+    PLACEMENTS as PLACEMENTS,
+    AttentionWeights as AttentionWeights,
+    LayerAux as LayerAux,
+    SelfAttentionLayer as SelfAttentionLayer,
+    masked_softmax as masked_softmax,
+)
+from ._model._mlp import GatedMLPWeights as GatedMLPWeights, MLPWeights as MLPWeights
+from ._model._norms import (
+    LN_NAMES as LN_NAMES,
+    AbstractNorm as AbstractNorm,
+    LayerNorm as LayerNorm,
+    RMSNorm as RMSNorm,
+    SphereNorm as SphereNorm,
+    make_norm as make_norm,
+)

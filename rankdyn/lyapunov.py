@@ -5,7 +5,7 @@ Which space each kind of layer uses (docs/theory.md#lyapunov-spectra):
 - post-LN onto a sphere (`rankdyn.SphereNorm`, the paper's eq. 3): the tangent space of the
   product of spheres $(\mathbb S^{d-1})^n$, dimension $n(d-1)$ (the $n$ radial directions,
   contracted to zero by LN, are projected out after every layer);
-- pre-LN, no LN, RMS or affine LayerNorm, trained BERT / GPT-2 stacks: the full space
+- pre-LN, no LN, RMS or affine LayerNorm, trained BERT, GPT-2, MPNet or Llama-family stacks: the full space
   $\mathbb R^{nd}$;
 - the flow (`lyapunov_spectrum_flow`): the tangent space of the spheres, per unit time;
 - a generic map (`lyapunov_spectrum_map`): $\mathbb R^m$.
@@ -29,17 +29,3 @@ from ._lyapunov._result import (
     exponent_roles as exponent_roles,
     flag_names as flag_names,
 )
-
-__all__ = [
-    "FLAG_NONFINITE",
-    "FLAG_UNDERFLOW",
-    "LyapunovResult",
-    "NEUTRAL_TOL",
-    "exponent_roles",
-    "flag_names",
-    "lyapunov_spectrum",
-    "lyapunov_spectrum_flow",
-    "lyapunov_spectrum_map",
-    "spectrum_dim",
-    "uses_tangent_space",
-]

@@ -21,28 +21,19 @@ manifest, resume), `_assemble` (the xarray dataset), `_tasks` (a grid split into
 tasks, ``rankdyn sweep --task I/N``: chunk ownership and the locks).
 """
 
-import typing as _typing
-
-from ._lazy import lazy_attributes as _lazy_attributes
-
-# Imported on first use (rankdyn/_lazy.py): the CLI's refusals of a sweep's flags, and the modules
-# that need no JAX (`_tasks`), load no JAX through this package.
-if _typing.TYPE_CHECKING:
-    from ._run._sharding import batch_mesh as batch_mesh, shard_batch as shard_batch
-    from ._sweep._assemble import NETCDF_ENGINE as NETCDF_ENGINE, assemble_sweep as assemble_sweep
-    from ._sweep._params import (
-        CHEAP_METRICS as CHEAP_METRICS,
-        STRUCTURAL as STRUCTURAL,
-        SWEEP_PARAMS as SWEEP_PARAMS,
-    )
-    from ._sweep._plan import SweepPlan as SweepPlan, sweep_plan as sweep_plan
-    from ._sweep._schema import (
-        MAX_CELLS as MAX_CELLS,
-        SweepConfig as SweepConfig,
-        load_sweep_config as load_sweep_config,
-        parse_sweep_config as parse_sweep_config,
-    )
-    from ._sweep._store import assemble_folder as assemble_folder, run_sweep as run_sweep
-    from ._sweep._tasks import TaskShare as TaskShare, parse_task as parse_task
-
-__getattr__, __dir__ = _lazy_attributes(__name__, __file__, globals())
+from ._run._sharding import batch_mesh as batch_mesh, shard_batch as shard_batch
+from ._sweep._assemble import NETCDF_ENGINE as NETCDF_ENGINE, assemble_sweep as assemble_sweep
+from ._sweep._params import (
+    CHEAP_METRICS as CHEAP_METRICS,
+    STRUCTURAL as STRUCTURAL,
+    SWEEP_PARAMS as SWEEP_PARAMS,
+)
+from ._sweep._plan import SweepPlan as SweepPlan, sweep_plan as sweep_plan
+from ._sweep._schema import (
+    MAX_CELLS as MAX_CELLS,
+    SweepConfig as SweepConfig,
+    load_sweep_config as load_sweep_config,
+    parse_sweep_config as parse_sweep_config,
+)
+from ._sweep._store import assemble_folder as assemble_folder, run_sweep as run_sweep
+from ._sweep._tasks import TaskShare as TaskShare, parse_task as parse_task

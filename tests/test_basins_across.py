@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rankdyn import RESULTS
 from rankdyn._errors import UsageError
 from rankdyn.equilibria import continue_branch
 from rankdyn.theory import basins_across
@@ -49,8 +50,15 @@ def test_attractor_born_at_a_fold_has_basin_zero_before_it():
 
 def test_cycles_and_bad_input():
     logistic = lambda x, r: r * x * (1 - x)  # noqa: E731
-    scan = basins_across(logistic, np.array([[0.3], [0.6]]), [2.8, 3.2, 3.5], horizon=2000)
-    assert scan.period.tolist() == [[1, 1], [2, 2], [4, 4]] and scan.attractors == ((1, 0), (2, 0), (4, 0))
+    # r = 3.9 is chaotic (no cycle of period <= 8 settles); from x = 1.5 the map runs to -inf.
+    scan = basins_across(logistic, np.array([[0.3], [0.6], [1.5]]), [2.8, 3.2, 3.5, 3.9], horizon=2000)
+    assert scan.period.tolist() == [[1, 1, 0], [2, 2, 0], [4, 4, 0], [0, 0, 0]]
+    assert scan.attractors == ((1, 0), (2, 0), (4, 0))
+    ok, nf = ["successful"] * 2 + ["nonfinite"], "nonfinite"
+    assert scan.status.tolist() == [ok, ok, ok, ["not_settled", "not_settled", nf]]
+    assert np.asarray(scan.result == RESULTS.successful).tolist() == [[True, True, False]] * 3 + [[False] * 3]
+    assert np.array_equal(scan.attractor < 0, scan.status != "successful")
+    assert np.allclose(scan.not_settled, [1 / 3, 1 / 3, 1 / 3, 1])
     with pytest.raises(UsageError, match="shape it is given"):
         basins_across(lambda x, p: x[:0], np.zeros((2, 1)), [1.0])
     with pytest.raises(UsageError, match="finite"):

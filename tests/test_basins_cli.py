@@ -61,6 +61,7 @@ def test_cli_basins_dataset_and_figure(tmp_path, capsys):
     names = [str(v) for v in ds.attractor.values]
     assert "fixed point, rank 1: x1 = x2" in names
     idx = ds.attractor_index.values
+    assert np.array_equal(idx >= 0, ds.status.values == "successful")
     for j in range(len(names)):
         frac = (idx == j).mean(axis=1)
         assert np.allclose(ds.fraction.values[:, j], frac)

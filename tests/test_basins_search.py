@@ -141,7 +141,7 @@ def test_search_step_length_equals_depth_is_the_same_step():
     scan skips its extra steps by a cond but still pays their residuals under the gradient):
     the Adam step must be the same, bit for bit, as in a scan long enough for the whole
     curriculum, and a scan shorter than the depth must not be (it truncates the run)."""
-    from rankdyn._theory._search_core import _init_state, _optimizer, _sphere_batch, _step
+    from rankdyn._theory._search_core import _init_state, _optimizer, _step, sphere_batch
 
     n = d = 3
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(3, 4.0))
@@ -150,7 +150,7 @@ def test_search_step_length_equals_depth_is_the_same_step():
     w_v = jnp.broadcast_to(w0, (1, 2, d, d))  # 1 setting, 2 restarts
     opt = _optimizer(3e-2)
     state = _init_state(opt, w_v)
-    x0 = _sphere_batch(jax.random.PRNGKey(0), 2 * 8, n, d, w_v.dtype).reshape(2, 8, n, d)
+    x0 = sphere_batch(jax.random.PRNGKey(0), 2 * 8, n, d, w_v.dtype).reshape(2, 8, n, d)
     depth = jnp.asarray(4, jnp.int32)
     args = ("sigma_2", "log_mean", False)
     exact = _step(stacked, opt, w_v, state, x0, depth, 4, *args)

@@ -80,6 +80,22 @@ def _piece_text(solver, dt, chunk):
     return _solve._piece.lower(*args).as_text()
 
 
+def test_equinox_hook_is_checked_for_the_installed_equinox():
+    """`host_checked_times` replaces a private function of Equinox, on the Equinox lines it was
+    checked against only (`EQUINOX_CHECKED`): another installed line fails here, so the hook is
+    checked again (the test below) before the tuple is extended."""
+    import inspect
+
+    from equinox import _errors
+
+    from rankdyn._flow._solvers import EQUINOX_CHECKED, equinox_line
+
+    assert equinox_line() in EQUINOX_CHECKED, f"Equinox {equinox_line()}: re-check host_checked_times"
+    impl = _errors.branched_error_if_impl
+    assert list(inspect.signature(impl).parameters) == ["x", "pred", "index", "msgs", "on_error"]
+    assert callable(_errors.branched_error_if_impl_jit)
+
+
 @pytest.mark.slow  # lowers the flow's whole piece program
 def test_flow_programs_hold_no_host_callback(monkeypatch):
     """JAX never writes a program with a host callback to the persistent cache, so the flow's

@@ -15,12 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rankdyn import RESULTS
 from rankdyn._errors import UsageError
 from rankdyn._model._layer import SelfAttentionLayer
 from rankdyn._reproduce.theory import bifurcation as target
 from rankdyn._theory._constructions import uniform_causal_layer
 from rankdyn.cli import main
-from rankdyn.equilibria import BRANCH_RESULTS, continue_branch
+from rankdyn.equilibria import continue_branch
 
 P = 0.75
 W_A, W_B = np.sqrt(2 * P - P * P), np.sqrt(2 * P - 1)
@@ -134,7 +135,7 @@ def test_newton_failure_ends_with_a_status():
         return fam_w(w) if w > 1.1 else uniform_causal_layer(2, 2, jnp.array([[P, -w], [0.0, 1.0]]))
 
     br = continue_branch(jump, start_a(1.3), 1.3, 0.5, ds=0.05, throw=False)
-    assert br.result == BRANCH_RESULTS.newton_failed and br.status == "newton_failed"
+    assert br.result == RESULTS.newton_failed and br.status == "newton_failed"
     assert br.params.min() > 1.1 and "did not converge" in br.to_dict()["message"]
 
 

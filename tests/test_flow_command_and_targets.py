@@ -93,7 +93,8 @@ def test_cli_writes_metrics_states_and_figure(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_step_limit_is_reported(tmp_path, capsys):
-    from rankdyn.flow import RESULTS, FlowField, solve_flow
+    from rankdyn import RESULTS
+    from rankdyn.flow import FlowField, solve_flow
     from rankdyn.masks import complete_mask
 
     f = FlowField(complete_mask(4), 3)

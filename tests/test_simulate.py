@@ -230,21 +230,21 @@ def test_fit_rate_recovers_geometric_decay():
 
 
 def test_logit_bound_norms_against_numpy_in_float64():
-    """The logit check's norms (`_max_norm`, `_spectral_norm`) against NumPy in float64.
+    """The logit check's norms (`max_norm`, `spectral_norm`) against NumPy in float64.
 
     float32 entries of 1e30 overflow a float32 sum of squares: the bound must fall back to
     float64, not report inf (which would refuse a run whose logits fit).
     """
-    from rankdyn._run._simulate import _max_norm, _spectral_norm
+    from rankdyn._run._input_checks import max_norm, spectral_norm
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 7, 9)).astype(np.float32)
     rows = np.linalg.norm(x.astype(np.float64), axis=-1).max()
     mats = np.linalg.norm(x.astype(np.float64), axis=(-2, -1)).max()
-    assert _max_norm(x, 1) == pytest.approx(rows, rel=1e-6)
-    assert _max_norm(x, 2) == pytest.approx(mats, rel=1e-6)
+    assert max_norm(x, 1) == pytest.approx(rows, rel=1e-6)
+    assert max_norm(x, 2) == pytest.approx(mats, rel=1e-6)
     big = 1e30 * x
-    assert _max_norm(big, 1) == pytest.approx(1e30 * rows, rel=1e-6)  # float32 squares overflow
+    assert max_norm(big, 1) == pytest.approx(1e30 * rows, rel=1e-6)  # float32 squares overflow
     w = rng.standard_normal((3, 40, 6)) * np.array([1.0, 1e-3, 50.0])[:, None, None]
     for a in (w, np.swapaxes(w, -1, -2)):  # both sides: the Gram of the smaller one
-        assert _spectral_norm(a) == pytest.approx(np.linalg.svd(a, compute_uv=False).max(), rel=1e-12)
+        assert spectral_norm(a) == pytest.approx(np.linalg.svd(a, compute_uv=False).max(), rel=1e-12)

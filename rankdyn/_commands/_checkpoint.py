@@ -237,7 +237,7 @@ def run_checkpoint(args) -> int:
     from .._run._memory import MemoryEstimate, check_memory
     from .._run._simulate import simulate
     from .._run._sizing import auto_chunk, estimate_parts
-    from .._trained import load_checkpoint
+    from .._trained._stack import load_checkpoint
 
     try:
         ckpt = load_checkpoint(args.checkpoint)

@@ -33,9 +33,9 @@ def apply_devices_flag(args: argparse.Namespace) -> None:
     Raises:
         ValueError: for a bad value or a value JAX can no longer take (the CLI prints it).
     """
-    from .._run._devices import _backends_initialized, resolve_num_devices, use_cpu_devices
+    from .._run._devices import backends_initialized, resolve_num_devices, use_cpu_devices
 
-    if args.devices is None and _backends_initialized():
+    if args.devices is None and backends_initialized():
         import jax
 
         args.num_devices = len(jax.devices("cpu"))

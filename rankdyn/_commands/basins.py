@@ -6,7 +6,7 @@ values. At every value the same ``--starts`` inputs (drawn by ``--x0`` from ``--
 ``--horizon`` layers; each limit is labelled by its period and its token class
 (`rankdyn.theory.token_class_label`: rank and coincidence pattern, canonical under the token
 permutations of `rankdyn.equilibria.symmetry_group` and the sign flip), or "not settled".
-Writes ``basins.nc`` (per-start periods, labels and attractors; per-value fractions with Wilson
+Writes ``basins.nc`` (per-start statuses, periods, labels and attractors; per-value fractions with Wilson
 95% intervals; the starts; the config, seed and provenance) and ``basins.png`` (stacked fractions).
 """
 
@@ -179,6 +179,7 @@ def _write_dataset(path, scan, names, x0, cfg, seed, prov, sign) -> None:
     pv, st, at = ("param", "start", "attractor")
     ds = xr.Dataset(
         {
+            "status": ((pv, st), scan.status.astype(str)),
             "period": ((pv, st), scan.period.astype(np.int32)),
             "label": ((pv, st), scan.label.astype(np.int32)),
             "attractor_index": ((pv, st), scan.attractor.astype(np.int32)),
@@ -198,7 +199,11 @@ def _write_dataset(path, scan, names, x0, cfg, seed, prov, sign) -> None:
             "config": json.dumps(to_jsonable(cfg)),
             "provenance": json.dumps(to_jsonable(prov)),
             "sign_symmetry": int(sign),
-            "description": "basins across a parameter (rankdyn basins): attractor_index -1 is not settled",
+            "description": (
+                "basins across a parameter (rankdyn basins): status is each start's RESULTS member "
+                "(successful, not_settled or nonfinite); period, label and attractor_index (-1: none) "
+                "describe the successful ones"
+            ),
         },
     )
     with atomic_path(path) as tmp:

@@ -194,7 +194,7 @@ def _checkpoint_model(args):
     # Every check that needs no weights first (a refusal loads neither JAX nor the model).
     check_schedule(args, args.num_layers if "num_layers" in given else None)
     count_excerpts_before_loading(args, given)
-    from .._trained import load_checkpoint  # JAX loads only now
+    from .._trained._stack import load_checkpoint  # JAX loads only now
     from ..lyapunov import spectrum_dim
 
     try:

@@ -110,10 +110,10 @@ def quick_compile_flags(args: argparse.Namespace) -> None:
     its backend (XLA reads the variable once, then). A level the user set in ``XLA_FLAGS`` wins,
     and a JAX that is already running (``main()`` called from Python) keeps its flags; every
     result records the ``XLA_FLAGS`` it was compiled with (`rankdyn._run._io.provenance`)."""
-    from .._run._devices import _backends_initialized
+    from .._run._devices import backends_initialized
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if not args.quick or "xla_backend_optimization_level" in flags or _backends_initialized():
+    if not args.quick or "xla_backend_optimization_level" in flags or backends_initialized():
         return
     os.environ["XLA_FLAGS"] = f"{flags} {QUICK_XLA_FLAG}".strip()
 
@@ -152,7 +152,7 @@ def use_compile_cache(args: argparse.Namespace) -> Path | None:
             that is a file or cannot be written.
     """
     from .._errors import UsageError
-    from .._run._devices import _backends_initialized
+    from .._run._devices import backends_initialized
 
     if args.no_compile_cache and args.compile_cache is not None:
         raise UsageError("--compile-cache and --no-compile-cache contradict each other: give one of them.")
@@ -161,7 +161,7 @@ def use_compile_cache(args: argparse.Namespace) -> Path | None:
         check_out_dir(folder, "--compile-cache")
     elif args.no_compile_cache or os.environ.get("RANKDYN_NO_COMPILE_CACHE", "") not in ("", "0"):
         return None
-    elif _backends_initialized():
+    elif backends_initialized():
         return None  # main() called from Python after JAX work: its compile setting stays
     else:
         folder = default_compile_cache()

@@ -87,7 +87,7 @@ def _announce(args, num: int) -> None:
 
     from .._run._memory import check_memory
     from .._sweep._plan import CHECK_S_PER_CELL, grid_estimate
-    from ..sweep import MAX_CELLS
+    from .._sweep._schema import MAX_CELLS
 
     print(f"sweep {args.config}: {num} cells", flush=True)
     if num > (args.max_cells or MAX_CELLS):
@@ -192,9 +192,9 @@ def _check_plot_axes_early(args) -> None:
 def run(args) -> int:
     import json
 
-    # The config is read and checked without JAX (rankdyn.sweep loads its modules on first use);
-    # sweep_plan and run_sweep load it, after every refusal.
-    from ..sweep import MAX_CELLS, load_sweep_config
+    # The config is read and checked without JAX (`rankdyn._sweep._schema` imports none; the
+    # public `rankdyn.sweep` does); sweep_plan and run_sweep load it, after every refusal.
+    from .._sweep._schema import MAX_CELLS, load_sweep_config
 
     if args.max_cells is not None and args.max_cells < 1:
         raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")

@@ -4,7 +4,7 @@ A branch is the curve $\{(X, p) : F_p(X) = X\}$ followed by pseudo-arclength con
 (`rankdyn._equilibria._arclength`); its points, parameters, multipliers and stability are arrays
 with the point index in front, and its located bifurcations a tuple of `Bifurcation`. The status
 of the whole branch is a member of the one `rankdyn.RESULTS` (``parameter_end`` when it reached the
-end of the parameter interval); `BRANCH_RESULTS` is that same enumeration.
+end of the parameter interval).
 """
 
 from __future__ import annotations
@@ -17,17 +17,15 @@ import numpy as np
 from .._errors import UsageError
 from .._results import RESULTS
 
-__all__ = ["BRANCH_RESULTS", "BIFURCATION_KINDS", "Bifurcation", "Branch", "branch_status"]
+__all__ = ["BIFURCATION_KINDS", "Bifurcation", "Branch", "branch_status"]
 
 #: The kinds of `Bifurcation`, in the order of the test functions (`_bifurcations`).
 BIFURCATION_KINDS = ("fold", "branch-point", "period-doubling", "neimark-sacker")
 
 
-#: The status of a branch: the one `rankdyn.RESULTS` (rankdyn/_results.py) under the name it had.
-#: A branch succeeds with ``parameter_end``; ``max_steps_reached``, ``newton_failed`` and
-#: ``nonfinite`` (a non-finite value or a zero row, LN undefined, along the branch) end it early.
-BRANCH_RESULTS = RESULTS
-
+#: The statuses of a branch, members of the one `rankdyn.RESULTS` (rankdyn/_results.py): a branch
+#: succeeds with ``parameter_end``; ``max_steps_reached``, ``newton_failed`` and ``nonfinite`` (a
+#: non-finite value or a zero row, LN undefined, along the branch) end it early.
 _STATUS = ("parameter_end", "max_steps_reached", "newton_failed", "nonfinite")
 
 

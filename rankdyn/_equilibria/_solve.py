@@ -80,7 +80,7 @@ _STATUS = (
     "residual_above_tolerance",
     "nonfinite",
     "singular",
-    "degenerate_normalisation",
+    "degenerate",
     "breakdown",
     "stagnation",
     "nonlinear_max_steps_reached",
@@ -263,9 +263,7 @@ def _solve_one(
     result = RESULTS.where(
         nonfinite,
         RESULTS.nonfinite,
-        RESULTS.where(
-            aux.degenerate, RESULTS.degenerate_normalisation, RESULTS.where(ok, RESULTS.successful, stopped)
-        ),
+        RESULTS.where(aux.degenerate, RESULTS.degenerate, RESULTS.where(ok, RESULTS.successful, stopped)),
     )
     x = jnp.where(bad_start, x0, x)
     residual = jnp.where(bad_start, jnp.asarray(jnp.nan, dt), residual)

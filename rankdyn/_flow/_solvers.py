@@ -144,6 +144,20 @@ def _solver_and_controller(solver, controller, rtol, atol, dt):
 #: identified by the start of their message.
 _HOST_CHECKED = ("saveat.ts must", "Must have (t1 - t0) * dt0 >= 0")
 
+#: The Equinox lines (major, minor) whose private ``equinox._errors.branched_error_if_impl_jit``
+#: `host_checked_times` was checked against: Equinox has no public per-check switch (its
+#: ``EQX_ON_ERROR`` is read once, at import, for every check). On another line nothing is replaced
+#: (the program is then only not cached); tests/test_compile_cache.py fails there, so that the
+#: hook is checked again and this tuple extended.
+EQUINOX_CHECKED = ((0, 13),)
+
+
+def equinox_line() -> tuple[int, ...]:
+    """The installed Equinox's (major, minor)."""
+    import equinox
+
+    return tuple(int(p) for p in equinox.__version__.split(".")[:2])
+
 
 @contextlib.contextmanager
 def host_checked_times():
@@ -154,14 +168,15 @@ def host_checked_times():
     writes a program with host callbacks to the persistent compilation cache: the flow's largest
     program was compiled afresh on every run. `_validate` made the same checks before any compute,
     so only these checks (`_HOST_CHECKED`) are dropped (``on_error="off"``: the values pass through
-    unchanged); every other check keeps Equinox's setting. Equinox's private hook is looked up, and
-    without it nothing changes (the program is then only not cached).
+    unchanged); every other check keeps Equinox's setting. Equinox's private hook is replaced only
+    on the Equinox lines it was checked against (`EQUINOX_CHECKED`); elsewhere, or without it,
+    nothing changes (the program is then only not cached).
     """
     from equinox import _errors
 
     jitted = getattr(_errors, "branched_error_if_impl_jit", None)
     impl = getattr(_errors, "branched_error_if_impl", None)
-    if jitted is None or impl is None:
+    if jitted is None or impl is None or equinox_line() not in EQUINOX_CHECKED:
         yield
         return
 

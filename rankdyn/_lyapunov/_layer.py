@@ -5,10 +5,10 @@ with the sphere norm, `rankdyn._model._placements`), the state space is
 $(\mathbb S^{d-1})^n$, of dimension $n(d-1)$: after every layer each token's tangent vector is
 projected, $v_i \leftarrow (I - u_i u_i^\top) v_i$ with $u_i = x_i / |x_i|$, so the $n$ radial
 directions (which LN contracts to zero in one step, exponent $-\infty$) never appear. Every other
-layer (pre-LN, no LN, RMS or affine LayerNorm, trained BERT / GPT-2 stacks) uses the full space
-$\mathbb R^{nd}$. For per-layer weights (a non-autonomous map, cycled with ``cycle``) the
-exponents are those of the product $DF_{T-1} \cdots DF_0$ of the layers' Jacobians along the
-trajectory.
+layer (pre-LN, no LN, RMS or affine LayerNorm, trained BERT, GPT-2, MPNet or Llama-family
+stacks) uses the full space $\mathbb R^{nd}$. For per-layer weights (a non-autonomous map, cycled
+with ``cycle``) the exponents are those of the product $DF_{T-1} \cdots DF_0$ of the layers'
+Jacobians along the trajectory.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._model._placements import on_spheres
 from .._model._tokens import TokenSampler
-from .._run._simulate import _check_logits, _check_options, _strong, _validate
+from .._run._input_checks import check_logits, check_options, strong, validate_run
 from ._budget import check_tangent_memory, default_chunk
 from ._plan import check_counts, make_plan
 from ._qr import assemble, check_key, gaussian_start, jvp_columns, run_qr
@@ -140,8 +140,8 @@ def lyapunov_spectrum(
     key = check_key(key, "lyapunov_spectrum")
     if isinstance(x0, TokenSampler):
         raise UsageError("x0 must be an array of tokens here; draw one with rankdyn.initial_tokens.")
-    x0 = _validate(layer, x0, num_layers if isinstance(num_layers, (int, np.integer)) else 0, 1)
-    _check_options(1e-6, devices)
+    x0 = validate_run(layer, x0, num_layers if isinstance(num_layers, (int, np.integer)) else 0, 1)
+    check_options(1e-6, devices)
     if layer.has_dropout:
         raise UsageError(
             "the layer has dropout, a random map with no Lyapunov spectrum here; build it with dropout 0."
@@ -150,7 +150,7 @@ def lyapunov_spectrum(
     dim = spectrum_dim(layer)
     k = dim if k is None else k
     check_counts(num_layers, k, dim, discard, qr_every, what="num_layers")
-    _check_logits(layer, x0, np.dtype(x0.dtype))
+    check_logits(layer, x0, np.dtype(x0.dtype))
     if isinstance(layer.norm, SphereNorm) and not isinstance(x0, jax.core.Tracer):
         # x / |x| is undefined at a zero token: all-zero starts gave finite exponents, unflagged.
         zero = np.argwhere(np.all(np.asarray(x0).reshape((-1,) + x0.shape[-2:]) == 0, axis=-1))
@@ -159,7 +159,7 @@ def lyapunov_spectrum(
                 f"x0 has {len(zero)} zero token(s) (first: trajectory {zero[0][0]}, token {zero[0][1]}): "
                 "the sphere LayerNorm x/|x| is undefined there, so there is no spectrum; pass nonzero tokens."
             )
-    layer, x0 = (_strong(v) for v in (layer, x0))
+    layer, x0 = (strong(v) for v in (layer, x0))
     n, d = layer.num_tokens, layer.dim
     batch_shape = x0.shape[:-2]
     flat = x0.reshape((-1, n, d))

@@ -11,7 +11,7 @@ with $S$ steps, $S_0$ of them discarded (the transient: propagated and re-orthon
 not accumulated), $q$ = ``qr_every`` (fixed, or adapted to the spread of the exponents:
 `rankdyn._lyapunov._plan`) and $h$ the time per step (1 for maps). The running estimate is
 recorded at a few depths (in the compiled loop's carry, so memory does not grow with depth),
-each trajectory's values sorted, and reduced to batch statistics (`rankdyn._stats`, Chan's
+each trajectory's values sorted, and reduced to batch statistics (`rankdyn._observe._stats`, Chan's
 merge) chunk by chunk. A trajectory whose $|R_{ii}|$ fell below the
 smallest normal number (underflow between two QR steps: lower ``qr_every``) or whose state or
 tangent vectors became non-finite is flagged and left out of the statistics.
@@ -40,7 +40,7 @@ from .._run._sharding import map_sharded, resolve_mesh
 from ._budget import check_tangent_memory, default_chunk
 from ._orthonormal import orthonormalise
 from ._plan import QRPlan, check_counts, make_plan, next_every, piece_steps
-from ._result import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult
+from ._result import FLAG_NONFINITE, FLAG_UNDERFLOW, LyapunovResult, flags_result
 
 __all__ = [
     "QRPlan",
@@ -182,7 +182,7 @@ def run_qr(
     desc: str = "lyapunov",
 ):
     r"""Run the QR method for a batch ``x0`` ``(num, *state)``; returns per-trajectory exponents,
-    flags and merged `rankdyn._stats.BatchStats` of exponents and running estimates.
+    flags and merged `rankdyn._observe._stats.BatchStats` of exponents and running estimates.
 
     ``propagate(x, q, t) -> (x, y)`` advances one trajectory's state and ``(m, k)`` tangent
     vectors by one step and ``propagate.project(x, y)`` maps them into the state space before a
@@ -265,7 +265,7 @@ def assemble(
         min=stat["min"]["exponents"],
         max=stat["max"]["exponents"],
         count=count.astype(jnp.int32),
-        flags=flags.reshape(batch_shape),
+        result=flags_result(flags.reshape(batch_shape)),
         space=space,
         dim=int(dim),
         unit=unit,

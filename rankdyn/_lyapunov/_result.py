@@ -2,11 +2,13 @@ r"""`LyapunovResult`: the spectrum of a batch of trajectories, its convergence a
 
 The exponents are $\lambda_i = \lim_{T\to\infty} \frac1T \sum_{s} \log |R^{(s)}_{ii}|$ (natural log,
 per layer or step; per unit time for the flow), sorted in descending order. Trajectories whose
-tangent vectors underflowed or became non-finite are flagged (``flags``) and left out of the
-batch statistics, never averaged in silently.
+tangent vectors underflowed or became non-finite have a status other than ``successful``
+(``result``) and are left out of the batch statistics, never averaged in silently.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -20,12 +22,14 @@ __all__ = [
     "NEUTRAL_TOL",
     "exponent_roles",
     "flag_names",
+    "flags_result",
 ]
 
-#: Bit set in ``flags`` when a diagonal entry of R fell below the dtype's smallest normal
-#: number (a tangent direction contracted past what the dtype holds between two QR steps).
+#: Bit set in the QR scan's flags (and in ``LyapunovResult.flags`` where ``result`` is
+#: ``underflow``) when a diagonal entry of R fell below the dtype's smallest normal number (a
+#: tangent direction contracted past what the dtype holds between two QR steps).
 FLAG_UNDERFLOW = 1
-#: Bit set in ``flags`` when the state or the tangent vectors became NaN or infinite.
+#: Bit set when the state or the tangent vectors became NaN or infinite (``result`` ``nonfinite``).
 FLAG_NONFINITE = 2
 
 
@@ -70,6 +74,17 @@ def flag_names(code: int) -> list[str]:
     ]
 
 
+def flags_result(flags):
+    """Each trajectory's `rankdyn.RESULTS` member from the QR scan's bit codes: ``nonfinite``
+    where `FLAG_NONFINITE` is set (whatever else is), else ``underflow`` where `FLAG_UNDERFLOW`
+    is, else ``successful``. On the host when concrete (no program compiles)."""
+    from .._results import RESULTS, results_where  # Optimistix and Diffrax load only when used
+
+    flags = flags if isinstance(flags, jax.core.Tracer) else np.asarray(flags)
+    under = results_where((flags & FLAG_UNDERFLOW) != 0, RESULTS.underflow, RESULTS.successful)
+    return results_where((flags & FLAG_NONFINITE) != 0, RESULTS.nonfinite, under)
+
+
 class LyapunovResult(eqx.Module):
     r"""What `rankdyn.lyapunov_spectrum` (and the map and flow versions) return.
 
@@ -83,8 +98,11 @@ class LyapunovResult(eqx.Module):
             convergence.
         mean, std, min, max: ``(k,)`` batch statistics of ``exponents`` over unflagged trajectories.
         count: how many trajectories entered the statistics.
-        flags: ``(*batch,)`` bit codes: `FLAG_UNDERFLOW`, `FLAG_NONFINITE` (0 = clean); the
-            property ``result`` gives them as a `rankdyn.RESULTS` member per trajectory.
+        result: ``(*batch,)`` each trajectory's status, a member of the one `rankdyn.RESULTS`:
+            ``nonfinite`` where the state or the tangent vectors became NaN or infinite, else
+            ``underflow`` where a diagonal entry of R fell below the dtype's smallest normal
+            number, else ``successful`` (only these enter the statistics). The property
+            ``flags`` gives it as bit codes (`FLAG_NONFINITE`, `FLAG_UNDERFLOW`, 0 = clean).
         space: ``"tangent"`` (product of spheres, dimension $n(d-1)$), ``"full"`` ($\mathbb R^{nd}$)
             or ``"map"`` ($\mathbb R^m$ of a generic map).
         dim: the dimension of that space (the largest possible k).
@@ -104,7 +122,8 @@ class LyapunovResult(eqx.Module):
     min: Float[Array, " k"]
     max: Float[Array, " k"]
     count: Int[Array, ""]
-    flags: Int[Array, "*batch"]
+    # A `rankdyn.RESULTS` member (Any: rankdyn/_results.py imports Optimistix and Diffrax).
+    result: Any
     space: str = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     unit: str = eqx.field(static=True)
@@ -117,15 +136,14 @@ class LyapunovResult(eqx.Module):
         return int(self.exponents.shape[-1])
 
     @property
-    def result(self):
-        """``(*batch,)`` each trajectory's status, a member of the one `rankdyn.RESULTS`, read from
-        ``flags``: ``nonfinite`` where `FLAG_NONFINITE` is set (whatever else is), else
-        ``underflow`` where `FLAG_UNDERFLOW` is, else ``successful``."""
-        from .._results import RESULTS, results_where  # Optimistix and Diffrax load only when used
+    def flags(self) -> Int[np.ndarray, "*batch"]:
+        """``(*batch,)`` ``result`` as bit codes: `FLAG_NONFINITE` where it is ``nonfinite``,
+        `FLAG_UNDERFLOW` where it is ``underflow``, 0 where it is ``successful``."""
+        from .._results import RESULTS, results_in
 
-        flags = self.flags if isinstance(self.flags, jax.core.Tracer) else np.asarray(self.flags)
-        under = results_where((flags & FLAG_UNDERFLOW) != 0, RESULTS.underflow, RESULTS.successful)
-        return results_where((flags & FLAG_NONFINITE) != 0, RESULTS.nonfinite, under)
+        nonfinite = np.asarray(results_in(self.result, RESULTS.nonfinite))
+        under = np.asarray(results_in(self.result, RESULTS.underflow))
+        return np.where(nonfinite, FLAG_NONFINITE, np.where(under, FLAG_UNDERFLOW, 0)).astype(np.int32)
 
     @property
     def num_flagged(self) -> int:

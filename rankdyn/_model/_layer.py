@@ -51,11 +51,12 @@ __all__ = [
     "MLPWeights",
     "LayerAux",
     "PLACEMENTS",
+    "PRECISIONS",
     "default_dqk",
     "masked_softmax",
 ]
 
-_PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
+PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
 
 
 class AttentionWeights(eqx.Module):
@@ -206,8 +207,8 @@ class SelfAttentionLayer(eqx.Module):
             raise UsageError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
         self.mix_layers, self.ngpt_alpha = check_scheme(placement, mix_layers, ngpt_alpha)
         self.qk_norm = bool(qk_norm)
-        if precision not in _PRECISIONS:
-            raise UsageError(f"precision must be one of {tuple(_PRECISIONS)}, got {precision!r}.")
+        if precision not in PRECISIONS:
+            raise UsageError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}.")
         attn_dropout = _check_rate("attn_dropout", attn_dropout)
         hidden_dropout = _check_rate("hidden_dropout", hidden_dropout)
         # The path decides the mask field: (n, n) array (dense) or MaskStructure (blocked).
@@ -327,7 +328,7 @@ class SelfAttentionLayer(eqx.Module):
         """Theorem 1's epsilon of `attention` ``(x, t)``: its smallest weight on the mask."""
         w = self.weights_at(t)
         if self.attention_path == "blocked":
-            return blocked_attention_block(self, x, x, w, _PRECISIONS[self.precision])[1]
+            return blocked_attention_block(self, x, x, w, PRECISIONS[self.precision])[1]
         return jnp.min(jnp.where(self.mask, self._attention(x, w), jnp.inf))
 
     def _scores(self, x, w: AttentionWeights, *, with_values: bool = False):
@@ -337,7 +338,7 @@ class SelfAttentionLayer(eqx.Module):
         ``(d, d)`` matrix per head; it does not depend on the tokens, so under ``vmap`` it is
         computed once per layer for the whole batch. The products with ``x`` are `_project`-ed.
         """
-        prec = _PRECISIONS[self.precision]
+        prec = PRECISIONS[self.precision]
         d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
         scale = (1.0 / jnp.sqrt(self.dqk)).astype(x.dtype)
         # A query or key bias, a rotation by position or QK-norm adds terms the fold cannot hold.
@@ -372,7 +373,7 @@ class SelfAttentionLayer(eqx.Module):
         tells them apart). Returns ``(F(X), eps_min)``, eps_min the smallest weight on the mask
         (Theorem 1). The norms' placement is `__call__`'s; how $A$ is computed is this method's.
         """
-        prec = _PRECISIONS[self.precision]
+        prec = PRECISIONS[self.precision]
         if self.attention_path == "blocked":
             return blocked_attention_block(self, x_att, x_in, w, prec)
         xv = None
@@ -409,7 +410,7 @@ class SelfAttentionLayer(eqx.Module):
         keys = jr.split(key, 3) if key is not None else (None, None, None)
         # Where N sits around the attention and the MLP sub-blocks: `._placements`.
         y, eps_min, degenerate = apply_placement(
-            self, x, t, self.weights_at(t), keys, _PRECISIONS[self.precision]
+            self, x, t, self.weights_at(t), keys, PRECISIONS[self.precision]
         )
         return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
 

@@ -79,7 +79,8 @@ def simulate_many(
 
     Returns:
         A list, per stack, of ``(layers, metrics, nonfinite, degenerate)`` as NumPy arrays;
-        metrics are ``(configs, batch, saved_layers)``.
+        metrics are ``(configs, batch, saved_layers)``, ``nonfinite`` ``(configs, batch)`` and
+        ``degenerate`` ``(configs,)`` (how many trajectories of each config had a zero token).
     """
     keys = [None] * len(stacks) if keys is None else list(keys)
     observes = list(observe) if isinstance(observe, (list, tuple)) else [observe] * len(stacks)
@@ -110,7 +111,8 @@ def _many_program(observes: tuple, num_layers: int, save_every: int, x0_per_conf
                 tr = simulate(
                     layer, x, num_layers, observe=obs, key=key, save_every=save_every, per_trajectory=True
                 )
-                return tr.metrics, tr.nonfinite, tr.degenerate
+                # The count of the raw flag (a trajectory can also be non-finite; its status says nonfinite).
+                return tr.metrics, tr.nonfinite, tr.summary.degenerate
 
             x_axis = 0 if x0_per_config else None
             if isinstance(item, MaskStack):

@@ -44,6 +44,7 @@ from .._errors import UsageError
 
 __all__ = [
     "available_cores",
+    "backends_initialized",
     "pool_threads",
     "quiet_stuck_warnings",
     "resolve_num_devices",
@@ -124,7 +125,7 @@ def quiet_stuck_warnings(seconds: int | None = None) -> bool:
     return True
 
 
-def _backends_initialized() -> bool:
+def backends_initialized() -> bool:
     if "jax" not in sys.modules:  # not imported yet: nothing is initialised (and nothing is loaded)
         return False
     # jax exposes no public predicate; this private one has existed since jax 0.4.
@@ -158,7 +159,7 @@ def use_cpu_devices(n: int | str = "all") -> int:
             (move the call before the first JAX operation, or start a new process).
     """
     n = resolve_num_devices(n)
-    if _backends_initialized():
+    if backends_initialized():
         import jax
 
         have = len(jax.devices("cpu"))

@@ -342,9 +342,10 @@ def run_batch(
 
     Returns:
         ``(stats, counts, per)``: `BatchStats` over ``(num_blocks + 1,)`` saved layers,
-        ``(nonfinite, degenerate)`` counts, and with ``per_trajectory`` a dict with
-        ``values`` (name -> ``(num, saved layers, ...)``), ``nonfinite``, ``degenerate``
-        ``(num,)`` and ``states`` ``(num, saved layers, n, d)`` if ``save_states``.
+        ``(nonfinite, degenerate)`` counts, and a dict with the flags ``nonfinite`` and
+        ``degenerate`` ``(num,)`` (always: a trajectory's status is read from them), ``values``
+        (name -> ``(num, saved layers, ...)``) with ``per_trajectory`` and ``states``
+        ``(num, saved layers, n, d)`` with ``save_states``.
     """
     source = _source(x0)
     # Each device runs a whole chunk of ``chunk`` trajectories: the program's shapes, hence its
@@ -397,10 +398,11 @@ def run_batch(
         # Python ints: an eager add of device scalars would be one more compiled program.
         host = lambda c: c if isinstance(c, jax.core.Tracer) else int(c)  # noqa: E731
         nonfinite_count, degenerate_count = nonfinite_count + host(nf), degenerate_count + host(dg)
+        # Every trajectory's two flags, kept whatever else is (one boolean each): its status.
+        per["nonfinite"].append(state.nonfinite)
+        per["degenerate"].append(state.degenerate)
         if per_trajectory or save_states:
             per["values"].append(_join_values(value_parts) if per_trajectory else None)
-            per["nonfinite"].append(state.nonfinite)
-            per["degenerate"].append(state.degenerate)
             if save_states:
                 per["states"].append(
                     jnp.concatenate(state_parts, axis=1) if len(state_parts) > 1 else state_parts[0]
@@ -408,11 +410,7 @@ def run_batch(
     acc = accs[0] if len(accs) == 1 else jax.tree.map(lambda *a: _host_concat(a, axis=0), *accs)
     if bar is not None:
         bar.close()
-    return (
-        acc,
-        (nonfinite_count, degenerate_count),
-        (_join_chunks(per, num) if (per_trajectory or save_states) else None),
-    )
+    return acc, (nonfinite_count, degenerate_count), _join_chunks(per, num)
 
 
 def _join_values(parts):
@@ -430,9 +428,17 @@ def _host_concat(parts, axis: int = 1):
     return jax.device_put(np.concatenate([np.asarray(p) for p in parts], axis=axis))
 
 
+def _join_flags(parts, num):
+    """The chunks' per-trajectory flags joined and cut to ``num`` (on the host when concrete, so
+    no eager program compiles; with ``jnp`` when traced or on remote devices)."""
+    if any(isinstance(p, jax.core.Tracer) or not p.is_fully_addressable for p in parts):
+        return jnp.concatenate(parts)[:num] if len(parts) > 1 else parts[0][:num]
+    return np.concatenate([np.asarray(p) for p in parts])[:num]
+
+
 def _join_chunks(per, num):
     cat = lambda xs: jnp.concatenate(xs)[:num] if len(xs) > 1 else xs[0][:num]  # noqa: E731
-    out = {"nonfinite": cat(per["nonfinite"]), "degenerate": cat(per["degenerate"])}
+    out = {"nonfinite": _join_flags(per["nonfinite"], num), "degenerate": _join_flags(per["degenerate"], num)}
     if per["values"] and per["values"][0] is not None:
         out["values"] = {k: cat([v[k] for v in per["values"]]) for k in per["values"][0]}
     if per["states"]:

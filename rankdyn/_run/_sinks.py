@@ -33,7 +33,7 @@ from jax import lax
 from .._errors import UsageError
 from .._model._blocked import blocked_attention_times
 from .._model._graph import graph_info
-from .._model._layer import _PRECISIONS
+from .._model._layer import PRECISIONS
 from .._model._placements import attention_input
 
 __all__ = ["SinkStats", "attention_sinks", "attention_times"]
@@ -76,7 +76,7 @@ def attention_times(layer, x, t, probe):
     layer's path (the blocked path never forms $A$)."""
     w = layer.weights_at(t)
     x_att = attention_input(layer, x, t, w)
-    prec = _PRECISIONS[layer.precision]
+    prec = PRECISIONS[layer.precision]
     if layer.attention_path == "blocked":
         return blocked_attention_times(layer, x_att, w, probe, prec)
     return jnp.einsum("hnm,mp->hnp", layer._attention(x_att, w), probe.astype(x.dtype), precision=prec)
@@ -153,5 +153,5 @@ def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
 
 @eqx.filter_jit
 def _uniform(layer, probe):
-    prec = _PRECISIONS[layer.precision]
+    prec = PRECISIONS[layer.precision]
     return blocked_attention_times(layer, None, None, probe, prec, uniform=True)[0]

@@ -171,7 +171,7 @@ def basin_fractions(
         final = traj.states[:, -1]
         cls = np.asarray(_classify_batch(classify, final))
         bad = np.asarray(traj.nonfinite)
-        degenerate += int(np.sum(np.asarray(traj.degenerate)))
+        degenerate += int(traj.summary.degenerate)
         nonfinite += int(np.sum(bad))
         all_cls.append(np.where(bad, np.iinfo(np.int32).min, cls))
         if bar is not None:

@@ -5,8 +5,9 @@ batched program (``jax.vmap`` over both), then labels each trajectory's limit:
 
 - its **period** $k \le$ ``max_period``: the smallest $k$ with
   $\|x_{T+k} - x_T\|_\infty \le$ ``settle_tol`` after the horizon $T$ (a fixed point is $k = 1$);
-- ``0``, **not settled**: no such $k$ (a longer cycle, a torus, chaos, or a transient longer than
-  $T$); ``-1``: the trajectory left the finite numbers;
+- its **status** (``result``, a `rankdyn.RESULTS` member): ``successful`` when it settled on
+  such a cycle, ``not_settled`` when no $k$ is one (a longer cycle, a torus, chaos, or a
+  transient longer than $T$), ``nonfinite`` when the trajectory left the finite numbers;
 - and a user **label** of the limit (``label(x_T, p) -> int``, traced), e.g. the sign of a
   coordinate, or an equilibrium class up to the symmetries of the map.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,17 +47,23 @@ class BasinScan:
 
     Attributes:
         params: ``(P,)`` the parameter values.
-        period: ``(P, S)`` each start's limit period (0 not settled, -1 non-finite).
-        label: ``(P, S)`` the user label of each start's limit (0 where not settled).
+        result: ``(P, S)`` each start's status, a `rankdyn.RESULTS` member: ``successful`` (it
+            settled on a cycle of period at most ``max_period``), ``not_settled`` or
+            ``nonfinite``; ``status`` gives the names.
+        period: ``(P, S)`` each start's limit period where ``result`` is ``successful`` (0 elsewhere).
+        label: ``(P, S)`` the user label of each start's limit where ``result`` is ``successful``
+            (0 elsewhere).
         attractors: the attractors ``(period, label)``, sorted; ``attractor`` indexes them.
-        attractor: ``(P, S)`` each start's attractor index (-1: not settled or non-finite).
+        attractor: ``(P, S)`` each start's attractor index (-1 where ``result`` is not
+            ``successful``: no attractor).
         fractions, lo, hi: ``(P, A)`` basin fractions of each attractor and their Wilson 95%
             interval.
-        not_settled: ``(P,)`` the fraction of starts with period 0 or -1.
+        not_settled: ``(P,)`` the fraction of starts whose ``result`` is not ``successful``.
         horizon: the number of steps before the limit was labelled.
     """
 
     params: np.ndarray
+    result: Any  # a `rankdyn.RESULTS` member (P, S)
     period: np.ndarray
     label: np.ndarray
     attractors: tuple
@@ -65,6 +73,17 @@ class BasinScan:
     hi: np.ndarray
     not_settled: np.ndarray
     horizon: int
+
+    @property
+    def status(self) -> np.ndarray:
+        """``(P, S)`` the name of each start's ``result``: ``"successful"``, ``"not_settled"`` or
+        ``"nonfinite"``."""
+        from .._results import RESULTS, results_in
+
+        out = np.full(self.period.shape, "successful", dtype=object)
+        for name in ("not_settled", "nonfinite"):
+            out[np.asarray(results_in(self.result, getattr(RESULTS, name)))] = name
+        return out
 
     def fraction(self, period: int, label: int = 0) -> np.ndarray:
         """``(P,)`` the basin fraction of the attractor ``(period, label)`` (0 where it is absent)."""
@@ -133,7 +152,14 @@ def basins_across(
     period, labels = _run(f, lab, int(horizon), int(max_period), float(settle_tol))(
         jnp.asarray(x0, dt), jnp.asarray(ps, dt)
     )
-    period, labels = np.asarray(period), np.where(np.asarray(period) > 0, np.asarray(labels), 0)
+    from .._results import RESULTS, results_where
+
+    period = np.asarray(period)
+    # The loop's codes: a period k >= 1, 0 for no period up to max_period, -1 for non-finite.
+    result = results_where(
+        period > 0, RESULTS.successful, results_where(period == 0, RESULTS.not_settled, RESULTS.nonfinite)
+    )
+    period, labels = np.maximum(period, 0), np.where(period > 0, np.asarray(labels), 0)
     keys = sorted({(int(k), int(v)) for k, v in zip(period.ravel(), labels.ravel(), strict=True) if k > 0})
     index = {key: i for i, key in enumerate(keys)}
     att = np.full(period.shape, -1)
@@ -148,6 +174,7 @@ def basins_across(
     lo, hi = wilson_interval(counts, total)
     return BasinScan(
         params=values,
+        result=result,
         period=period,
         label=labels,
         attractors=tuple(keys),
@@ -155,7 +182,7 @@ def basins_across(
         fractions=counts / total,
         lo=lo,
         hi=hi,
-        not_settled=(period <= 0).mean(axis=1),
+        not_settled=(period == 0).mean(axis=1),
         horizon=int(horizon),
     )
 

@@ -47,9 +47,9 @@ from ._search_core import (
     _init_state,
     _normalised,
     _optimizer,
-    _sphere_batch,
     _step,
     rank_objective,
+    sphere_batch,
 )
 
 __all__ = ["search_value_matrix", "search_value_matrices", "SearchResult", "rank_objective", "OBJECTIVES"]
@@ -207,7 +207,7 @@ def search_value_matrices(
         w_v0 = jnp.asarray(w_init, dt)
         if w_v0.shape != (d, d):
             raise UsageError(f"w_init must be (d, d) = ({d}, {d}), got {w_v0.shape}.")
-    x_eval, x_sel = _sphere_batch(k_eval, eval_batch, n, d, dt), _sphere_batch(k_sel, select_batch, n, d, dt)
+    x_eval, x_sel = sphere_batch(k_eval, eval_batch, n, d, dt), sphere_batch(k_sel, select_batch, n, d, dt)
     opt = _optimizer(float(lr))
     depths = _depth_schedule(min(num_layers, train_depth or num_layers), stages)
     long_t = eval_factor * num_layers
@@ -237,7 +237,7 @@ def search_value_matrices(
         state = _init_state(opt, w_v)
         for i in range(steps):
             stage = min(i * len(depths) // steps, len(depths) - 1)
-            x0 = _sphere_batch(jr.fold_in(k_x, i) if resample else k_x, restarts * batch, n, d, dt)
+            x0 = sphere_batch(jr.fold_in(k_x, i) if resample else k_x, restarts * batch, n, d, dt)
             x0 = x0.reshape(restarts, batch, n, d)
             depth = jnp.asarray(depths[stage], jnp.int32)
             # The scan's static length is the stage's depth, not the curriculum's last: a step

@@ -117,7 +117,7 @@ def _train_value(layer, w_v, x0, depth, length, objective, loss, upper):
     return jax.nn.logsumexp(logs) - jnp.log(jnp.asarray(logs.shape[0], logs.dtype))
 
 
-def _sphere_batch(key, size, n, d, dtype):
+def sphere_batch(key, size, n, d, dtype):
     """``size`` token matrices with rows uniform on the unit sphere, drawn on the host by NumPy
     from the key's bits (no compilation per batch size: the search draws batches of four sizes)."""
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key) if _is_typed(key) else key).tolist())

@@ -56,7 +56,7 @@ def ablation_runs(quick: bool, seed: int, sizes: dict | None = None, *, cache: d
 
     Returns:
         ``{"setting": {...}, "layers": (S,), "runs": {(variant, mode): {"metrics": {name:
-        (masks, batch, S)}, "nonfinite": (masks, batch), "degenerate": ...}}, "masks": {...}}``.
+        (masks, batch, S)}, "nonfinite": (masks, batch), "degenerate": (masks,)}}, "masks": {...}}``.
     """
     from ..._model._norms import make_norm
     from ..._model._tokens import initial_tokens

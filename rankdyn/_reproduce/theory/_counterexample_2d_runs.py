@@ -133,7 +133,7 @@ def basin_of_b(layer, ex: dict, step_deg: float, num_steps: int) -> dict:
         "measured_arc": (lo, hi),
         "predicted_arc": (float(ex["theta_A"]), 270.0),
         "num_undecided": int(np.sum(outcome == -1)),
-        "degenerate": int(np.sum(np.asarray(tr.degenerate))),
+        "degenerate": int(tr.summary.degenerate),
     }
 
 

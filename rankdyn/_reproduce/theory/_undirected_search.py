@@ -154,13 +154,13 @@ def attractors(layers, key, sz: dict) -> list[dict]:
     which the census also lists, are not attractors)."""
     from ..._equilibria._symmetry import group_distance, symmetry_group
     from ..._theory import _certificates as C
-    from ..._theory._search_core import _sphere_batch, final_states
+    from ..._theory._search_core import final_states, sphere_batch
     from ._intervals import wilson_interval
 
     n, d = layers[0].num_tokens, layers[0].dim
     trials, depth = sz["basin_trials"], sz["basin_depth"]
     stacked = jax.tree.map(lambda *a: jnp.stack(a), *layers)
-    x0 = _sphere_batch(jr.fold_in(key, 13), trials, n, d, jnp.float64)
+    x0 = sphere_batch(jr.fold_in(key, 13), trials, n, d, jnp.float64)
     w = jnp.stack([lay.weights.w_v[0] for lay in layers])
     depth_a = jnp.asarray(depth, jnp.int32)
     xs, res, bad = (np.asarray(a) for a in final_states(stacked, w, x0, depth_a, depth))
