@@ -96,7 +96,9 @@ def branch_point_starts(
             f"the branch point in [{lo:.6g}, {hi:.6g}] is not located: continue with a smaller ds first."
         )
     if branch.family is None:
-        raise UsageError("the branch has no family (read from JSON?): continue it with continue_branch first.")
+        raise UsageError(
+            "the branch has no family (read from JSON?): continue it with continue_branch first."
+        )
     if branch.neutral_dims:
         raise UsageError(
             f"the branch has {branch.neutral_dims} degenerate direction(s) beyond its tangent: the kernel at "
@@ -142,7 +144,8 @@ def branch_point_starts(
             if new is not None:
                 off = np.concatenate([(new.x - xs).reshape(-1), [new.p - ps]])
                 # Off the followed branch: the part of the step across its tangent is O(eps).
-                if np.linalg.norm(off - t_amb * (t_amb @ off)) > 0.25 * e * math.sqrt(1 - (d @ geo["t"]) ** 2):
+                across = 0.25 * e * math.sqrt(max(0.0, 1 - float(d @ geo["t"]) ** 2))
+                if np.linalg.norm(off - t_amb * (t_amb @ off)) > across:
                     starts.append(BranchStart(new.x, float(new.p), int(branch.period)))
                     break
             e *= 0.5

@@ -56,7 +56,7 @@ __all__ = [
     "normal_form",
 ]
 
-#: A coefficient with $|c| \le$ DEGENERATE_FACTOR $\cdot\,\varepsilon\cdot S$ (module docstring) is degenerate.
+#: A coefficient with $|c| \le$ DEGENERATE_FACTOR $\varepsilon S$ (module docstring) is degenerate.
 DEGENERATE_FACTOR = 1e3
 
 #: Rows of one batch of second / third derivatives (fixed: one compiled program per map and shape).
@@ -308,8 +308,10 @@ def branch_geometry(local: Local, tangent: np.ndarray) -> dict:
     t = ker @ (ker.T @ tangent)
     t = t / np.linalg.norm(t)
     phi = ker[:, 0] - t * (t @ ker[:, 0])
-    phi = phi if np.linalg.norm(phi) > np.linalg.norm(ker[:, 1] - t * (t @ ker[:, 1])) else ker[:, 1] - t * (
-        t @ ker[:, 1]
+    phi = (
+        phi
+        if np.linalg.norm(phi) > np.linalg.norm(ker[:, 1] - t * (t @ ker[:, 1]))
+        else ker[:, 1] - t * (t @ ker[:, 1])
     )
     phi = phi / np.linalg.norm(phi)
     psi = u[:, -1]
