@@ -63,8 +63,10 @@ DEGENERATE_FACTOR = 1e3
 ROWS = 8
 
 
-def _derivatives(r, size, dtype, u2, v2, u3, v3, w3):
-    """$DR(0)$ and the batches $D^2R(0)[u, v]$, $D^3R(0)[u, v, w]$ of ``r`` on $\\mathbb R^{size}$."""
+def _derivatives(r, size, dtype, u2, v2, u3, v3, w3, with_jac=True, order=3):
+    """$DR(0)$ (a placeholder 0 unless ``with_jac``: the continuation has it already) and the
+    batches $D^2R(0)[u, v]$, $D^3R(0)[u, v, w]$ of ``r`` on $\\mathbb R^{size}$ (the third only for
+    ``order`` 3: a fold needs none, and the program without it compiles faster)."""
     y0 = jnp.zeros(size, dtype)
 
     def d1(y, u):
@@ -77,14 +79,14 @@ def _derivatives(r, size, dtype, u2, v2, u3, v3, w3):
         return jax.jvp(lambda z: d2(z, u, v), (y0,), (w,))[1]
 
     with jax.default_matmul_precision("highest"):
-        jac = jax.jacfwd(r)(y0)
+        jac = jax.jacfwd(r)(y0) if with_jac else jnp.zeros((), dtype)
         second = jax.vmap(lambda u, v: d2(y0, u, v))(u2, v2)
-        third = jax.vmap(d3)(u3, v3, w3)
+        third = jax.vmap(d3)(u3, v3, w3) if order == 3 else jnp.zeros((), dtype)
     return jac, second, third
 
 
-@functools.partial(jax.jit, static_argnames=("f", "period"))
-def _map_program(f, period, x0, p0, u2, v2, u3, v3, w3):
+@functools.partial(jax.jit, static_argnames=("f", "period", "order"))
+def _map_program(f, period, x0, p0, u2, v2, u3, v3, w3, order=3):
     m = x0.shape[0]
 
     def r(y):
@@ -94,11 +96,11 @@ def _map_program(f, period, x0, p0, u2, v2, u3, v3, w3):
             z = f(z, p)
         return z - x
 
-    return _derivatives(r, m + 1, x0.dtype, u2, v2, u3, v3, w3)
+    return _derivatives(r, m + 1, x0.dtype, u2, v2, u3, v3, w3, with_jac=False, order=order)
 
 
 @eqx.filter_jit
-def _layer_program(layer, dlayer, x0, bq, sphere, t, period, u2, v2, u3, v3, w3):
+def _layer_program(layer, dlayer, x0, bq, sphere, t, period, u2, v2, u3, v3, w3, order=3):
     dyn, static = eqx.partition(layer, eqx.is_inexact_array)
     n, d = x0.shape
 
@@ -120,7 +122,7 @@ def _layer_program(layer, dlayer, x0, bq, sphere, t, period, u2, v2, u3, v3, w3)
             z = lay(z, t)[0]
         return chart_inv(z) - w
 
-    return _derivatives(r, bq.shape[1] + 1, x0.dtype, u2, v2, u3, v3, w3)
+    return _derivatives(r, bq.shape[1] + 1, x0.dtype, u2, v2, u3, v3, w3, with_jac=False, order=order)
 
 
 class Local:
@@ -130,12 +132,15 @@ class Local:
     Arguments:
         program: ``(u2, v2, u3, v3, w3) -> (DR (m, m+1), D^2 R rows, D^3 R rows)`` (``ROWS`` each).
         m: the state's dimension in the chart; ``dtype``: the map's floating dtype.
+        jac: $DR(0)$ when known (then the program's first output is ignored).
+        order: 2 when no third derivative is asked for (a fold's program is then smaller), else 3;
+            one value per `Local`, so that each point compiles at most one program.
     """
 
-    def __init__(self, program, m: int, dtype):
-        self.program, self.m, self.dtype = program, int(m), dtype
+    def __init__(self, program, m: int, dtype, jac=None, order: int = 3):
+        self.program, self.m, self.dtype, self.order = program, int(m), dtype, int(order)
         self.eps = float(np.finfo(dtype).eps)
-        self._jac = None
+        self._jac, self._known = jac, jac is not None
 
     def _pad(self, v: np.ndarray) -> np.ndarray:
         return v if v.size == self.m + 1 else np.concatenate([v, [0.0]])
@@ -151,11 +156,13 @@ class Local:
                 u2[i], v2[i] = u, v
             for i, (u, v, w) in enumerate(t):
                 u3[i], v3[i], w3[i] = u, v, w
-            res = self.program(*(jnp.asarray(a, self.dtype) for a in (u2, v2, u3, v3, w3)))
+            arrays = (jnp.asarray(a, self.dtype) for a in (u2, v2, u3, v3, w3))
+            res = self.program(*arrays, order=self.order)
             jac, r2, r3 = (np.asarray(a, dtype=np.float64) for a in res)
             out2 += list(r2[: len(s)])
-            out3 += list(r3[: len(t)])
-        self._jac = jac
+            out3 += list(r3[: len(t)]) if t else []
+        if not self._known:
+            self._jac = jac
         return out2, out3
 
     @property
@@ -194,10 +201,18 @@ def local_of(fam, pt) -> Local:
     """The `Local` derivatives at a corrected `Point` ``pt`` of a `LayerFamily` or a `MapFamily`."""
     from ._maps import MapFamily
 
+    # The continuation has the Jacobian already: [Q^T J_T Q - I, Q^T G_p] in the chart.
+    jac = np.concatenate([pt.q.T @ pt.jt @ pt.q - np.eye(pt.q.shape[1]), (pt.q.T @ pt.gp)[:, None]], axis=1)
     if isinstance(fam, MapFamily):
         dt = fam._dtype()
         x0, p0 = jnp.asarray(pt.x, dt), jnp.asarray(pt.p, dt)
-        return Local(functools.partial(_map_program, fam.f, fam.period, x0, p0), pt.x.size, dt)
+        try:
+            hash(fam.f)
+            prog = functools.partial(_map_program, fam.f, fam.period, x0, p0)
+        except TypeError:  # an unhashable callable: compiled for this call only
+            raw = functools.partial(_map_program.__wrapped__, fam.f, fam.period, x0, p0)
+            prog = jax.jit(raw, static_argnames="order")
+        return Local(prog, pt.x.size, dt, jac)
     from ._arclength import on_unit_spheres
 
     layer, dlayer = fam.at(pt.p)
@@ -213,10 +228,10 @@ def local_of(fam, pt) -> Local:
         fam.t,
         fam.period,
     )
-    return Local(prog, bq.shape[1], dt)
+    return Local(prog, bq.shape[1], dt, jac)
 
 
-def _eigenpair(a: np.ndarray, target: complex):
+def _eigenpair(a: np.ndarray, target: complex | float):
     r"""$(\lambda, q, p)$: the eigenvalue of ``a`` nearest ``target``, its unit eigenvector $q$ and
     the adjoint $p$ ($A^\top p = \bar\lambda p$) with $\bar p^\top q = 1$."""
     lam, vr = np.linalg.eig(a)
@@ -354,6 +369,7 @@ def normal_form(fam, pt, kind: str, *, theta: float = float("nan"), tangent=None
     branch point without the $Z_2$ symmetry have no criticality (``""``)."""
     local = local_of(fam, pt)
     if kind == "fold":
+        local.order = 2
         value, _ = fold_coefficient(local)
         return value, ""
     if kind == "period-doubling":
