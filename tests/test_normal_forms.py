@@ -42,12 +42,26 @@ def _only(branch):
 
 
 def test_period_doubling_coefficient_both_signs_and_the_centre_manifold_term():
+    branches = []
     for b in (0.7, -0.4):
         f = lambda x, p, b=b: -(1 + p) * x + b * x**3  # noqa: E731
-        bif = _only(continue_branch(f, np.zeros(1), -0.3, 0.3, ds=0.05))
+        branches.append(continue_branch(f, np.zeros(1), -0.3, 0.3, ds=0.05))
+        bif = _only(branches[-1])
         assert bif.kind == "period-doubling" and abs(bif.coefficient - b) <= 1e-12
         assert bif.criticality == ("supercritical" if b > 0 else "subcritical")
         assert bif.describe().endswith(f"({bif.criticality})")
+    # The diagram draws the supercritical point filled, the subcritical one open, and says which.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rankdyn.plotting import plot_bifurcation
+
+    ax = plot_bifurcation(branches)
+    faces = [tuple(c.get_facecolors()[0]) for c in ax.collections if len(c.get_offsets())]
+    assert faces == [(0.0, 0.0, 0.0, 1.0), (1.0, 1.0, 1.0, 1.0)]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[0].endswith("(supercritical)") and texts[1].endswith("(subcritical)")
+    assert {"supercritical", "subcritical"} <= {t.get_text() for t in ax.get_legend().get_texts()}
 
     def coupled(z, p):
         return jnp.stack([-(1 + p) * z[0] + 0.5 * z[0] * z[1] + 0.3 * z[0] ** 3, 0.5 * z[1] + z[0] ** 2])
