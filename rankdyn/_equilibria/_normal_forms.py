@@ -47,6 +47,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._errors import UsageError
+from ._branch import BIFURCATION_KINDS
+
 __all__ = [
     "DEGENERATE_FACTOR",
     "Local",
@@ -381,4 +384,4 @@ def normal_form(fam, pt, kind: str, *, theta: float = float("nan"), tangent=None
     if kind == "branch-point":
         value, scale, symmetric = branch_point_coefficient(local, tangent)
         return value, criticality_of(value, scale, local.eps, False) if symmetric else ""
-    raise ValueError(f"no normal form for {kind!r}")  # pragma: no cover (kinds are fixed)
+    raise UsageError(f"no normal form for a {kind!r}; the kinds are {', '.join(BIFURCATION_KINDS)}.")
