@@ -150,6 +150,11 @@ def test_layer_pitchfork_coefficient_and_branches():
         other = continue_branch(fam, st.x, st.p, 2.5)
         x2 = other.points[-1][1]
         assert abs(np.tan(np.arctan2(x2[0], x2[1]) / 2) ** 2 - (1 - 2 / 2.5)) <= 1e-9
+    # One token with W_V = diag(1, q): in the gnomonic chart u = x_2 / x_1 the map is u -> q u,
+    # linear, so its period doubling at q = -1 has b = 0 to rounding: degenerate.
+    fam_q = lambda q: uniform_causal_layer(1, 2, jnp.array([[1.0, 0.0], [0.0, q]]))  # noqa: E731
+    pd = _only(continue_branch(fam_q, np.array([[1.0, 0.0]]), -0.5, -1.5))
+    assert pd.kind == "period-doubling" and abs(pd.coefficient) <= 1e-12 and pd.criticality == "degenerate"
 
 
 def test_generalised_period_doubling_on_a_curve():

@@ -380,11 +380,13 @@ def render(out: Path, m: BifurcationMeasured, cs: list[Check], *, quick: bool = 
 
 
 def _normal_form_words(b: BranchSummary) -> str:
-    """``family A: fold at w = 0.9682458366 (a = -0.31)``, criticality in words where one is defined."""
+    """``A: fold at 0.9682458366 (coefficient -0.6455, no criticality)``: each located point's
+    coefficient and criticality."""
 
     def one(kind, param, coef, crit):
         value = "no coefficient" if coef is None else f"coefficient {coef:.4g}"
-        return f"{kind} at {param:.10g} ({value}" + (f", {crit})" if crit else ")")
+        # A fold and a branch point without symmetry have no criticality: said, not left out.
+        return f"{kind} at {param:.10g} ({value}, " + (f"{crit})" if crit else "no criticality)")
 
     return f"{b.family}: " + ", ".join(one(*f) for f in b.normal_forms)
 
