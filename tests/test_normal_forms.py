@@ -171,6 +171,7 @@ def test_generalised_period_doubling_on_a_curve():
     assert json.loads(json.dumps(c.to_dict()))["special_points"][0]["kind"] == "generalised-period-doubling"
 
 
+@pytest.mark.slow
 def test_chenciner_and_a_strong_resonance_on_neimark_sacker_curves():
     th = 1.0
     rot = jnp.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])

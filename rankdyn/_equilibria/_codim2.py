@@ -26,7 +26,13 @@ import numpy as np
 
 from .._errors import UsageError
 from .._results import RESULTS
-from ._normal_forms import Local, _derivatives, neimark_sacker_coefficient, period_doubling_coefficient
+from ._normal_forms import (
+    COMPILER_OPTIONS,
+    Local,
+    _derivatives,
+    neimark_sacker_coefficient,
+    period_doubling_coefficient,
+)
 
 __all__ = ["CURVE_STATUS", "Curve", "SpecialPoint", "curve_tests", "locate_zero"]
 
@@ -120,7 +126,7 @@ class Curve:
         }
 
 
-@functools.partial(jax.jit, static_argnames=("map2", "period", "order"))
+@functools.partial(jax.jit, static_argnames=("map2", "period", "order"), compiler_options=COMPILER_OPTIONS)
 def _curve_program(map2, period, x0, p, q, aux, u2, v2, u3, v3, w3, order=3):
     m = x0.shape[0]
 

@@ -65,6 +65,11 @@ DEGENERATE_FACTOR = 1e3
 #: Rows of one batch of second / third derivatives (fixed: one compiled program per map and shape).
 ROWS = 8
 
+#: The derivative programs run a few times per located point, so their compile dominates: XLA's
+#: cheapest optimisation level compiles the attention layer's third derivatives in about 2/3 of the
+#: time (benchmarks/normal_form_cost.py), and the values are the same to rounding.
+COMPILER_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
 
 def _derivatives(r, size, dtype, u2, v2, u3, v3, w3, with_jac=True, order=3):
     """$DR(0)$ (a placeholder 0 unless ``with_jac``: the continuation has it already) and the
@@ -88,7 +93,7 @@ def _derivatives(r, size, dtype, u2, v2, u3, v3, w3, with_jac=True, order=3):
     return jac, second, third
 
 
-@functools.partial(jax.jit, static_argnames=("f", "period", "order"))
+@functools.partial(jax.jit, static_argnames=("f", "period", "order"), compiler_options=COMPILER_OPTIONS)
 def _map_program(f, period, x0, p0, u2, v2, u3, v3, w3, order=3):
     m = x0.shape[0]
 
@@ -102,7 +107,7 @@ def _map_program(f, period, x0, p0, u2, v2, u3, v3, w3, order=3):
     return _derivatives(r, m + 1, x0.dtype, u2, v2, u3, v3, w3, with_jac=False, order=order)
 
 
-@eqx.filter_jit
+@functools.partial(eqx.filter_jit, compiler_options=COMPILER_OPTIONS)
 def _layer_program(layer, dlayer, x0, bq, sphere, t, period, u2, v2, u3, v3, w3, order=3):
     dyn, static = eqx.partition(layer, eqx.is_inexact_array)
     n, d = x0.shape
@@ -214,7 +219,7 @@ def local_of(fam, pt) -> Local:
             prog = functools.partial(_map_program, fam.f, fam.period, x0, p0)
         except TypeError:  # an unhashable callable: compiled for this call only
             raw = functools.partial(_map_program.__wrapped__, fam.f, fam.period, x0, p0)
-            prog = jax.jit(raw, static_argnames="order")
+            prog = jax.jit(raw, static_argnames="order", compiler_options=COMPILER_OPTIONS)
         return Local(prog, pt.x.size, dt, jac)
     from ._arclength import on_unit_spheres
 
@@ -353,14 +358,16 @@ def branch_point_coefficient(local: Local, tangent: np.ndarray) -> tuple[float, 
     r"""$(c, S, \text{symmetric})$ at a branch point: the pitchfork's cubic coefficient $e$ where
     $c_{22}$ vanishes to $\sqrt\varepsilon$ relative to $c_{12}$ (the point is located to the
     corrector's tolerance, not to round-off), else $\frac12 c_{22}$ (module docstring)."""
-    g = branch_geometry(local, tangent)
-    q, p, bqq = g["q"], g["p"], g["bqq"]
-    c22 = float(p @ bqq)
-    (c12v,), _ = local.forms([(g["t"], np.concatenate([q, [0.0]]))])
-    c12 = float(p @ c12v)
-    ref = max(abs(c12), _nrm(p) * _nrm(bqq))
-    if abs(c22) <= math.sqrt(local.eps) * ref:
-        value, scale = cubic_coefficient(local, g["a"], q, p, bqq, bordered=True)
+    m = local.m
+    vt = np.linalg.svd(local.jac)[2]
+    ker = vt[-2:].T  # the followed tangent and the other branch's direction
+    t = ker @ (ker.T @ tangent)
+    a = local.jac[:, :m] + np.eye(m)
+    q, p = _real_pair(a, 1.0)
+    (bqq, c12v), _ = local.forms([(q, q), (t / np.linalg.norm(t), np.concatenate([q, [0.0]]))])
+    c22, c12 = float(p @ bqq), float(p @ c12v)
+    if abs(c22) <= math.sqrt(local.eps) * max(abs(c12), _nrm(p) * _nrm(bqq)):
+        value, scale = cubic_coefficient(local, a, q, p, bqq, bordered=True)
         return value, scale, True
     return 0.5 * c22, 0.5 * _nrm(p) * _nrm(bqq), False
 
