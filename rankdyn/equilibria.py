@@ -5,8 +5,10 @@ Modules, one concept each: `_solve` (`find_equilibria` on an Optimistix solver; 
 exact census of the paper's system), `_tree` (token-by-token search for acyclic masks),
 `_joint` (the joint batched search with deflation), `_continuation` (`continue_branch`: pseudo-arclength
 continuation in any layer parameter or of any map `f(x, p)`, on `_arclength`, `_bifurcations`, `_quotient`,
-`_branch`, `_maps`), `_cycles` (`switch_branch` at a period doubling), `_curves` (`continue_curve`:
-bifurcation curves in two parameters), `_census` (the pipeline behind ``rankdyn equilibria``) and
+`_branch`, `_maps`, `_normal_forms`: the coefficients and criticality of located points), `_cycles`
+(`switch_branch` at a period doubling), `_branch_points` (`branch_point_starts`: the other branch at
+a branch point), `_curves` (`continue_curve`: bifurcation curves in two parameters, with their
+codimension-2 points from `_codim2`), `_census` (the pipeline behind ``rankdyn equilibria``) and
 `_stability` (multipliers on the tangent space).
 """
 
@@ -14,9 +16,11 @@ from ._equilibria._branch import (
     Bifurcation as Bifurcation,
     Branch as Branch,
 )
+from ._equilibria._branch_points import branch_point_starts as branch_point_starts
 from ._equilibria._census import equilibrium_census as equilibrium_census
+from ._equilibria._codim2 import Curve as Curve, SpecialPoint as SpecialPoint
 from ._equilibria._continuation import continue_branch as continue_branch
-from ._equilibria._curves import Curve as Curve, continue_curve as continue_curve
+from ._equilibria._curves import continue_curve as continue_curve
 from ._equilibria._cycles import BranchStart as BranchStart, switch_branch as switch_branch
 from ._equilibria._dedupe import EquilibriumClass as EquilibriumClass, deduplicate as deduplicate
 from ._equilibria._exact import ExactCensus as ExactCensus, exact_equilibria as exact_equilibria

@@ -37,7 +37,7 @@ def test_henon_fold_and_period_doubling_curves():
     (pd,) = _henon_branch(3.0).bifurcations
     fold = next(b for b in _henon_branch(-2.0, max_steps=30).bifurcations if b.kind == "fold")
     for bif, closed in ((pd, lambda b: 3 * (1 - b) ** 2 / 4), (fold, lambda b: -((1 - b) ** 2) / 4)):
-        c = continue_curve(henon2, bif, B0, 0.9, param_names=("a", "b"))
+        c = continue_curve(henon2, bif, B0, 0.9, param_name="a", param2_name="b")
         assert c.kind == bif.kind and c.status == "parameter_end" and len(c) > 10
         assert c.q[0] == B0 and c.q[-1] == 0.9  # the whole range of b
         assert np.max(np.abs(c.p - closed(c.q))) <= 1e-9, c.kind

@@ -313,7 +313,9 @@ def _curves(branches, config, key, args):
                 print(f"  {bif.describe(name)}: no curve (a curve starts from a located point)")
                 continue
             try:
-                c = continue_curve(family2, bif, args.q_from, args.q_to, param_names=(name, name2))
+                c = continue_curve(
+                    family2, bif, args.q_from, args.q_to, param_name=name, param2_name=name2, throw=False
+                )
             except UsageError as err:
                 print(f"  {bif.kind} of branch {i + 1} at {name} = {bif.param:.10g}: no curve ({err})")
                 continue
@@ -321,7 +323,7 @@ def _curves(branches, config, key, args):
             print(
                 f"  {c.kind} curve from branch {i + 1}: {len(c)} points, {name2} in [{c.q.min():.6g}, "
                 f"{c.q.max():.6g}], {name} in [{c.p.min():.6g}, {c.p.max():.6g}]"
-                + (f", {len(c.cusps)} cusp(s)" if c.cusps else "")
+                + "".join(f", {sp.kind} at ({sp.p:.10g}, {sp.q:.10g})" for sp in c.special_points)
                 + f"; {c.status}"
             )
     return out

@@ -22,7 +22,8 @@ arclength $s \in (0, \Delta s_k)$. A step in which several test functions change
 until each bracket holds one; then each root is bracketed by the Illinois variant of regula falsi
 until the bracket is below ``s_tol`` (at a fold $p(s) - p^* = O((s - s^*)^2)$). A Neimark--Sacker
 point reports the angle $\theta = |\arg \lambda|$ of its pair and the strong resonance
-$\theta = 2\pi / q$, $q \le 4$, when it is one.
+$\theta = 2\pi / q$, $q \le 4$, when it is one. Each located point of a non-degenerate branch gets
+its normal-form coefficient and criticality (`_normal_forms`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ._arclength import (
     tangent_at,
 )
 from ._branch import Bifurcation
+from ._normal_forms import normal_form
 from ._stability import cluster_means
 
 __all__ = [
@@ -275,7 +277,22 @@ class Step:
         if kind != "fold":  # p is monotone over a step without a fold: the point lies in its bracket
             slack = 1e-12 * max(1.0, abs(bracket[0]), abs(bracket[1]))
             located = located and min(bracket) - slack <= e.pt.p <= max(bracket) + slack
-        return Bifurcation(kind, e.pt.p, e.pt.x, step, val, bool(located), iterations, bracket, theta, q)
+        coef, crit = float("nan"), ""
+        if located and not q and not self.neutral and not self.extra:
+            coef, crit = self.normal_form(kind, e.pt, theta)
+        return Bifurcation(
+            kind, e.pt.p, e.pt.x, step, val, bool(located), iterations, bracket, theta, q, coef, crit
+        )
+
+    def normal_form(self, kind: str, pt: Point, theta: float) -> tuple[float, str]:
+        """``(coefficient, criticality)`` at a located point (`_normal_forms`); NaN and ``""`` where a
+        linear solve of the formulas is singular (a further multiplier on the circle)."""
+        bq = pt.basis @ pt.q
+        tangent = np.concatenate([bq.T @ self.tangent[0], [self.tangent[1]]])
+        try:
+            return normal_form(self.fam, pt, kind, theta=theta, tangent=tangent)
+        except np.linalg.LinAlgError:
+            return float("nan"), ""
 
 
 def locate_turn(

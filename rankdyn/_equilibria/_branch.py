@@ -59,6 +59,15 @@ class Bifurcation:
             pair on the unit circle (NaN otherwise).
         resonance: ``q`` when $\theta = 2\pi / q$ with $q \le 4$ (a strong resonance: 1:1, 1:2,
             1:3, 1:4, where the Neimark-Sacker normal form does not apply), else 0.
+        coefficient: the normal-form coefficient (`rankdyn._equilibria._normal_forms`, Kuznetsov ch. 8):
+            $a$ of a fold, $b$ of a period doubling, the first Lyapunov coefficient $d$ of a
+            Neimark-Sacker point, the cubic coefficient $e$ of a pitchfork or $\frac12 c_{22}$ of a
+            transcritical branch point; NaN where none is defined (not located, a strong resonance,
+            a branch with degenerate directions).
+        criticality: ``"supercritical"`` (the cycle, invariant circle or branches born are stable
+            where the point was: $b > 0$, $d < 0$, $e < 0$), ``"subcritical"``, ``"degenerate"``
+            (the coefficient is within round-off of 0), or ``""`` (a fold, a branch point without
+            the $Z_2$ symmetry, a strong resonance, or no coefficient).
     """
 
     kind: str
@@ -71,18 +80,23 @@ class Bifurcation:
     bracket: tuple[float, float] = (float("nan"), float("nan"))
     theta: float = float("nan")
     resonance: int = 0
+    coefficient: float = float("nan")
+    criticality: str = ""
 
     def describe(self, name: str = "p") -> str:
-        """One line: ``"fold at p = 1.25"`` when located, else the bracket, e.g.
-        ``"period-doubling in [3.0125, 3.4125], not located"``."""
+        """One line: ``"fold at p = 1.25"`` or ``"period-doubling at w = 0.9290592028 (supercritical)"``
+        when located, else the bracket, e.g. ``"period-doubling in [3.0125, 3.4125], not located"``."""
         if not self.located:
             lo, hi = sorted(float(b) for b in self.bracket)
             return f"{self.kind} in [{lo:.6g}, {hi:.6g}], not located"
         text = f"{self.kind} at {name} = {self.param:.10g}"
+        crit = f", {self.criticality}" if self.criticality else ""
         if self.kind == "neimark-sacker":
             text += f" (theta = {self.theta:.6g}" + (
-                f", strong resonance 1:{self.resonance})" if self.resonance else ")"
+                f", strong resonance 1:{self.resonance})" if self.resonance else f"{crit})"
             )
+        elif self.criticality:
+            text += f" ({self.criticality})"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +112,8 @@ class Bifurcation:
             "bracket": [float(b) for b in self.bracket],
             "theta": None if not np.isfinite(self.theta) else float(self.theta),
             "resonance": int(self.resonance),
+            "coefficient": None if not np.isfinite(self.coefficient) else float(self.coefficient),
+            "criticality": self.criticality,
         }
 
 

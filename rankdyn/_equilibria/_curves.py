@@ -21,74 +21,37 @@ $H : \mathbb R^{N+1} \to \mathbb R^N$, is followed by pseudo-arclength continuat
 null vector of $DH$; corrector: Newton on $H = 0$, $\dot y^\top (y - y_k) = \Delta s$; all
 derivatives exact, by ``jax.jacfwd``). On a fold curve the cusp test function
 $\psi_{\mathrm{CP}} = w^\top D^2 g(x)[v, v]$ ($v$, $w$: the right and left null vectors, oriented
-continuously) changes sign at a cusp, which is located by regula falsi along the curve.
+continuously) changes sign at a cusp, which is located by regula falsi along the curve; the other
+codimension-2 points (generalised period doubling, Chenciner, strong resonances) likewise
+(`_codim2`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import UsageError
+from .._errors import SolveError, UsageError
+from .._results import RESULTS
 from . import DS_DIVISOR
 from ._branch import Bifurcation
+from ._codim2 import Curve, SpecialPoint, curve_tests, locate_zero
 from ._maps import LayerMap2, PlainMap2, check_period
 from ._quotient import commuting_rotations
 
 __all__ = ["CURVE_KINDS", "Curve", "continue_curve"]
 
+#: Old names of `continue_curve`'s arguments, refused with the new one (they are named as
+#: `continue_branch`'s).
+RENAMED = {"tol": "residual_tol", "param_names": "param_name and param2_name"}
+
 #: The bifurcations `continue_curve` follows.
 CURVE_KINDS = ("fold", "period-doubling", "neimark-sacker")
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Curve:
-    r"""A curve of codimension-1 bifurcations in the $(p, q)$ plane from `continue_curve`.
-
-    Attributes:
-        kind: one of `CURVE_KINDS`.
-        p, q: ``(k,)`` the two parameters at each point.
-        points: ``(k, m)`` the fixed points.
-        kappa: ``(k,)`` $\kappa = \cos\theta$ of a Neimark--Sacker curve (NaN otherwise).
-        residuals: ``(k,)`` $\|H(y)\|$.
-        cusps: ``(p, q)`` of the located cusps (fold curves only).
-        status: ``"parameter_end"`` (q reached an end), ``"max_steps_reached"`` or ``"newton_failed"``.
-        param_names: the names of $p$ and $q$.
-    """
-
-    kind: str
-    p: np.ndarray
-    q: np.ndarray
-    points: np.ndarray
-    kappa: np.ndarray
-    residuals: np.ndarray
-    cusps: tuple
-    status: str
-    param_names: tuple[str, str] = ("p", "q")
-
-    def __len__(self) -> int:
-        return int(self.p.shape[0])
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {
-            "kind": self.kind,
-            "param_names": list(self.param_names),
-            "p": self.p.tolist(),
-            "q": self.q.tolist(),
-            "points": self.points.tolist(),
-            "kappa": [None if not np.isfinite(k) else float(k) for k in self.kappa],
-            "residuals": self.residuals.tolist(),
-            "cusps": [[float(a), float(b)] for a, b in self.cusps],
-            "status": self.status,
-        }
 
 
 def _system(map2, period: int, kind: str, m: int):
@@ -152,8 +115,11 @@ def continue_curve(
     period: int = 1,
     ds: float | None = None,
     max_steps: int = 400,
-    tol: float = 1e-10,
-    param_names: tuple[str, str] = ("p", "q"),
+    residual_tol: float = 1e-10,
+    param_name: str = "p",
+    param2_name: str = "q",
+    throw: bool = True,
+    **renamed,
 ) -> Curve:
     r"""Follow a located fold, period doubling or Neimark--Sacker point of ``f2(., ., q_start)`` in
     the plane of its two parameters (module docstring: the minimally augmented systems).
@@ -167,17 +133,33 @@ def continue_curve(
         period: ``k`` of the branch (fixed points of $f^k$).
         ds: first arclength step (default $|q_\mathrm{end} - q_\mathrm{start}| / 50$; it adapts
             between $10^{-6}$ and 4 times that).
-        tol: Newton's tolerance on $\|H\|$.
-        param_names: the names of $p$ and $q$, for reports.
+        residual_tol: Newton's tolerance on $\|H\|$ (``tol`` before 0.5).
+        param_name, param2_name: the names of $p$ and $q$, for reports (``param_names`` before 0.5).
+        throw: raise `rankdyn.SolveError` unless the curve reaches ``q_end`` (default). With
+            ``throw=False`` the curve so far is returned with its ``result``.
+
+    Along the curve the codimension-2 points are detected and located (`_codim2`): the cusp on a
+    fold curve, the generalised period doubling on a period-doubling curve, the Chenciner point and
+    the strong resonances 1:1 to 1:4 on a Neimark--Sacker curve; they are the curve's
+    ``special_points`` (the cusps also its ``cusps``).
 
     Returns:
-        A `Curve`.
+        A `Curve`; ``result`` is the `rankdyn.RESULTS` member ``parameter_end`` (success),
+        ``max_steps_reached`` or ``newton_failed``.
 
     Raises:
+        SolveError: with ``throw=True``, if the curve ended before ``q_end``.
         UsageError: for an unlocated bifurcation or a kind `CURVE_KINDS` does not hold, an empty or
             non-finite ``q`` range, a state that is not 1-D, a map whose output shape differs, or
-            a point that is not a fixed point of ``f2(., p, q_start)``.
+            a point that is not a fixed point of ``f2(., p, q_start)``; for ``tol`` and
+            ``param_names`` (renamed ``residual_tol``, ``param_name`` and ``param2_name``).
     """
+    for old in renamed:
+        if old in RENAMED:
+            raise UsageError(f"continue_curve: {old!r} is now {RENAMED[old]!r}, as in continue_branch.")
+        raise UsageError(f"continue_curve got an unexpected keyword argument {old!r}.")
+    tol = float(residual_tol)
+    param_names = (str(param_name), str(param2_name))
     period = check_period(period)
     q0, q1 = float(q_start), float(q_end)
     if not (math.isfinite(q0) and math.isfinite(q1)):
@@ -281,14 +263,22 @@ def continue_curve(
         v, w = np.linalg.solve(big, _unit(m)), np.linalg.solve(big.T, _unit(m))
         return float(cusp_fn(y, v[:m] / np.linalg.norm(v[:m]), w[:m] / np.linalg.norm(w[:m]), A(y)))
 
+    nf_tests = curve_tests(bifurcation.kind, map2, period, m, jnp.asarray(0.0).dtype)
+
+    def values(y) -> dict[str, float]:
+        """The codimension-2 test functions at ``y`` (and the normal-form coefficient)."""
+        if nf_tests is None:
+            return {"cusp": cusp_value(y), "coefficient": math.nan}
+        return nf_tests(y, A(y))
+
     span = abs(q1 - q0)
     ds = span / DS_DIVISOR if ds is None else float(ds)
     if not (math.isfinite(ds) and ds > 0):
         raise UsageError(f"ds must be finite and > 0, got {ds}.")
     lo, hi = min(q0, q1), max(q0, q1)
     t = tangent(y, None)
-    ys, cps, cusps = [y], [cusp_value(y)], []
-    status, step = "max_steps_reached", ds
+    ys, vals, special = [y], [values(y)], []
+    result, step = RESULTS.max_steps_reached, ds
     while len(ys) <= max_steps:
         last = ys[-1]
         pred = last + step * t
@@ -305,23 +295,35 @@ def continue_curve(
         if new is None:
             step *= 0.5
             if step < 1e-6 * ds:
-                status = "newton_failed"
+                result = RESULTS.newton_failed
                 break
             continue
         new_t = tangent(new, t)
-        cv = cusp_value(new)
-        if np.isfinite(cv) and (cv > 0) != (cps[-1] > 0):
-            cusps.append(_locate_cusp(newton, cusp_value, last, t, s, cps[-1], cv, m))
+        nv = values(new)
+        for name, fb in nv.items():
+            fa = vals[-1][name]
+            if name == "coefficient" or not (np.isfinite(fa) and np.isfinite(fb)) or (fa > 0) == (fb > 0):
+                continue
+            at, fc = locate_zero(newton, lambda z, name=name: values(z)[name], last, t, s, fa, fb)
+            # A sign change through a pole (d at the 1:3 resonance) is not a zero.
+            if abs(fc) <= 1e-3 * max(abs(fa), abs(fb)) or name == "cusp":
+                shape = np.shape(bifurcation.point)
+                special.append(SpecialPoint(name, float(at[m]), float(at[m + 1]), at[:m].reshape(shape)))
         ys.append(new)
-        cps.append(cv)
+        vals.append(nv)
         borders = _borders(np.asarray(matrix(new, A(new))), k, borders)
         t = new_t
         if at_end:
-            status = "parameter_end"
+            result = RESULTS.parameter_end
             break
         if iters <= 3:
             step = min(step * 1.5, 4 * ds)
     arr = np.stack(ys)
+    if throw and result != RESULTS.parameter_end:
+        raise SolveError(
+            f"continue_curve: the {bifurcation.kind} curve ended at {param_names[1]} = {arr[-1, m + 1]:.6g}, "
+            f"before {q1:g} ({RESULTS[result]}); pass throw=False to get the curve so far with its result."
+        )
     return Curve(
         kind=bifurcation.kind,
         p=arr[:, m],
@@ -329,9 +331,11 @@ def continue_curve(
         points=arr[:, :m].reshape((len(ys),) + np.shape(bifurcation.point)),
         kappa=arr[:, m + 2] if ns else np.full(len(ys), np.nan),
         residuals=np.array([_residual(both, z, borders, pair, A(z), m) for z in ys]),
-        cusps=tuple(cusps),
-        status=status,
-        param_names=tuple(param_names),
+        cusps=tuple((sp.p, sp.q) for sp in special if sp.kind == "cusp"),
+        result=result,
+        param_names=param_names,
+        special_points=tuple(special),
+        coefficients=np.array([v["coefficient"] for v in vals]),
     )
 
 
@@ -349,28 +353,3 @@ def _unit(m):
     e = np.zeros(m + 1)
     e[m] = 1.0
     return e
-
-
-def _locate_cusp(newton, cusp_value, start, t, ds, fa, fb, m, max_iter: int = 60):
-    """Regula falsi (Illinois) on the cusp test function along the step from ``start``."""
-    sa, sb, side, best = 0.0, float(ds), 0, start
-    for _ in range(max_iter):
-        sc = sb - fb * (sb - sa) / (fb - fa)
-        if not min(sa, sb) < sc < max(sa, sb):
-            sc = 0.5 * (sa + sb)
-        con = lambda z, sc=sc: (float(t @ (z - start) - sc), t)  # noqa: E731
-        pt, _ = newton(start + sc * t, con)
-        if pt is None:
-            break
-        fc, best = cusp_value(pt), pt
-        if fc == 0 or abs(sb - sa) <= 1e-13 * max(1.0, abs(ds)):
-            break
-        if (fc > 0) == (fb > 0):
-            sb, fb = sc, fc
-            fa = fa * 0.5 if side == -1 else fa
-            side = -1
-        else:
-            sa, fa = sc, fc
-            fb = fb * 0.5 if side == 1 else fb
-            side = 1
-    return float(best[m]), float(best[m + 1])

@@ -56,7 +56,12 @@ def switch_branch(
             or when no point of the doubled cycle is found.
     """
     if bifurcation.kind != "period-doubling":
-        raise UsageError(f"switch_branch needs a period doubling, got a {bifurcation.kind}.")
+        hint = " (at a branch point, branch_point_starts gives the other branch)"
+        raise UsageError(
+            f"switch_branch needs a period doubling, got a {bifurcation.kind}"
+            + (hint if bifurcation.kind == "branch-point" else "")
+            + "."
+        )
     if not bifurcation.located:
         lo, hi = sorted(bifurcation.bracket)
         raise UsageError(

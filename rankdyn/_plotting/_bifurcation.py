@@ -1,7 +1,9 @@
 """Bifurcation diagrams: the parameter against a scalar measure of the equilibria along each branch.
 
 As in BifurcationKit's diagrams: stable stretches solid, unstable (or marginal) dashed, and the
-located bifurcation points marked and labelled by kind.
+located bifurcation points marked and labelled by kind. A point with a criticality is drawn filled
+when supercritical, open (white face) when subcritical and grey when degenerate, and its label says
+which (`_FACES`).
 """
 
 from __future__ import annotations
@@ -60,12 +62,23 @@ def equilibrium_measure(points, measure: str = "projection") -> np.ndarray | flo
     return out[0] if one else out
 
 
+#: Marker face per criticality: filled (supercritical), open (subcritical), grey (degenerate).
+_FACES = {"supercritical": "k", "subcritical": "white", "degenerate": "0.6", "": "k"}
+
+
 def _get(b, name):
     return b[name] if isinstance(b, dict) else getattr(b, name)
 
 
+def _criticality(bif) -> str:
+    """The point's criticality ('' for a fold, a record written before it existed, or none)."""
+    return (bif.get("criticality", "") if isinstance(bif, dict) else bif.criticality) or ""
+
+
 def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=None, title=None, xlabel=None):
     """Bifurcation diagram of one or several branches (`Branch` objects or their ``to_dict()``).
+
+    Super-, subcritical and degenerate points are drawn filled, open and grey (module docstring).
 
     Arguments:
         branches: the branches.
@@ -82,7 +95,7 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    seen, labelled = set(), set()
+    seen, labelled, crits = set(), set(), set()
     for i, b in enumerate(branches):
         p = np.asarray(_get(b, "params"), dtype=float)
         pts = np.asarray(_get(b, "points"))
@@ -120,23 +133,28 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
             bp = np.asarray(_get(bif, "point"))
             yb = bp[0] if on_map else equilibrium_measure(bp, measure)
             pb = float(_get(bif, "param"))
+            crit = _criticality(bif)
             ax.scatter(
                 [pb],
                 [yb],
                 marker=_MARKERS[kind],
                 s=45,
-                color="k",
+                facecolors=_FACES[crit],
+                edgecolors="k",
                 zorder=5,
                 label=None if kind in seen else kind,
             )
             seen.add(kind)
+            crits.add(crit)
             # Two branches through one bifurcation (both sheets of a fold) label it once.
-            spot = (kind, f"{pb:.4g}", round(float(yb), 2))
+            spot = (kind, f"{pb:.4g}", round(float(yb), 2), crit)
             if spot in labelled:
                 continue
             labelled.add(spot)
             ax.annotate(
-                f"{_WORDS[kind]} {pb:.4g}" + ("" if _get(bif, "located") else " (bracket)"),
+                f"{_WORDS[kind]} {pb:.4g}"
+                + ("" if _get(bif, "located") else " (bracket)")
+                + (f" ({crit})" if crit else ""),
                 (pb, yb),
                 textcoords="offset points",
                 xytext=(5, 5),
@@ -144,6 +162,9 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
             )
     ax.plot([], [], color="0.3", ls="-", label="stable")
     ax.plot([], [], color="0.3", ls="--", label="unstable / marginal")
+    for crit in ("supercritical", "subcritical", "degenerate"):
+        if crit in crits:
+            ax.scatter([], [], marker="o", s=45, facecolors=_FACES[crit], edgecolors="k", label=crit)
     names = {_get(b, "param_name") for b in branches}
     ax.set_xlabel(xlabel or (names.pop() if len(names) == 1 else "parameter"))
     maps = all(np.ndim(_get(b, "points")) == 2 for b in branches) and len(branches) > 0

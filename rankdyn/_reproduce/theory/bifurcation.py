@@ -91,6 +91,10 @@ class BranchSummary(Measured):
     stable_before: bool
     stable_after: bool
     end_distance: float
+    #: Every located point as ``(kind, parameter, normal-form coefficient, criticality)``
+    #: (`Bifurcation.coefficient`, `Bifurcation.criticality`; criticality "" for a fold and a
+    #: branch point without symmetry). Reported, not checked.
+    normal_forms: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +131,11 @@ def _summary(br, family: str) -> BranchSummary:
     after = bool(br.stable[fold_step + 1]) if fold_step is not None else before
     dist = float(np.max(np.abs(br.points[-1] - br.points[0])))
     ends = (float(br.params.min()), float(br.params[-1]))
-    return BranchSummary(family, br.status, *ends, len(br), folds, bps, other, before, after, dist)
+    coef = [None if not np.isfinite(b.coefficient) else float(b.coefficient) for b in br.bifurcations]
+    forms = tuple(
+        (b.kind, float(b.param), c, b.criticality) for b, c in zip(br.bifurcations, coef) if b.located
+    )
+    return BranchSummary(family, br.status, *ends, len(br), folds, bps, other, before, after, dist, forms)
 
 
 def _bert_branches(seed: int, divisions: int):
@@ -344,6 +352,11 @@ def render(out: Path, m: BifurcationMeasured, cs: list[Check], *, quick: bool = 
         f"{v:.10f}" for v in m.p_branch.branch_points
     )
     notes += "."
+    notes += (
+        " Normal forms (reported, not checked): "
+        + "; ".join(_normal_form_words(b) for b in (*m.w_branches, m.p_branch) if b.normal_forms)
+        + "."
+    )
     if quick:
         notes += " The BERT-like d_QK family runs in the full mode only."
     elif not m.bert_branches:
@@ -364,6 +377,18 @@ def render(out: Path, m: BifurcationMeasured, cs: list[Check], *, quick: bool = 
             f"equilibrium (token 1 in family A) at {stable_a.mean():.0%} of them."
         )
     return Rendered(figures, notes)
+
+
+def _normal_form_words(b: BranchSummary) -> str:
+    """``A: fold at 0.9682458366 (coefficient -0.6455, no criticality)``: each located point's
+    coefficient and criticality."""
+
+    def one(kind, param, coef, crit):
+        value = "no coefficient" if coef is None else f"coefficient {coef:.4g}"
+        # A fold and a branch point without symmetry have no criticality: said, not left out.
+        return f"{kind} at {param:.10g} ({value}, " + (f"{crit})" if crit else "no criticality)")
+
+    return f"{b.family}: " + ", ".join(one(*f) for f in b.normal_forms)
 
 
 def describe(m: BifurcationMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
