@@ -79,3 +79,66 @@ def test_lyapunov_stops_at_the_next_chunk_after_a_signal(tmp_path, capsys, monke
     assert code == 143 and len(calls) == 1, (code, calls, err)
     assert "rankdyn lyapunov: interrupted; nothing was saved" in err and "Traceback" not in err
     assert not (tmp_path / "o" / "lyapunov.json").exists()
+
+
+@pytest.mark.slow
+def test_simulate_stops_within_a_piece_of_work_without_a_terminal(tmp_path, capsys, monkeypatch):
+    """Without a progress bar a chunk's depth was one compiled call, so a SIGTERM waited for all of
+    it (80 s at n = 128, d = 768, 128 layers). On the CPU the depth now runs in pieces of a few
+    seconds of estimated work (`depth_piece`); here the estimate's FLOP rate is set low, so that a
+    tiny run is cut into pieces, and the signal "arrives" during the first one: exit 143 before
+    the second piece, one line, no metrics.json."""
+    from rankdyn._run import _interrupt, _scan, _sizing
+
+    monkeypatch.setattr(_sizing, "CPU_FLOPS", 1.0)  # every layer "takes" hours: one layer a piece
+    real_first, real_advance, pieces = _scan._first, _scan._advance, []
+
+    def first(*args):
+        pieces.append("first")
+        out = real_first(*args)
+        _interrupt._state["signum"] = signal.SIGTERM  # "arrived" during this piece
+        return out
+
+    def advance(*args):
+        pieces.append("advance")
+        return real_advance(*args)
+
+    monkeypatch.setattr(_scan, "_first", first)
+    monkeypatch.setattr(_scan, "_advance", advance)
+    argv = ["simulate", "--n", "4", "--d", "4", "--num-layers", "8", "--batch", "4", "--no-progress"]
+    try:
+        code = main([*argv, "--out", str(tmp_path / "o")])
+    finally:
+        _interrupt._state["signum"] = None
+    err = capsys.readouterr().err
+    assert code == 143 and pieces == ["first"], (code, pieces, err[-500:])
+    assert "rankdyn simulate: interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "o" / "metrics.json").exists()
+
+
+def test_depth_pieces_follow_the_estimated_time():
+    """On the CPU a chunk's depth is cut so that each piece is at most about PIECE_SECONDS of work
+    at CPU_FLOPS; with a progress bar into at least PROGRESS_PIECES pieces; on an accelerator
+    (cpu=False) only the progress bar cuts it."""
+    import math
+    import types
+
+    from rankdyn._run._sizing import CPU_FLOPS, PIECE_SECONDS, PROGRESS_PIECES, depth_piece, layer_flops
+
+    mask = types.SimpleNamespace(block_pairs=None)
+    weights = types.SimpleNamespace(
+        w_q=types.SimpleNamespace(shape=(768, 64)), w_v=types.SimpleNamespace(shape=(768, 768))
+    )
+    layer = types.SimpleNamespace(
+        weights=weights, num_tokens=128, dim=768, num_heads=1, attention_path="dense", mask=mask
+    )
+    seconds_per_layer = layer_flops(layer) * 8 / CPU_FLOPS
+    piece = depth_piece(layer, 8, 128, 1, progress=False, cpu=True)
+    assert piece * seconds_per_layer <= PIECE_SECONDS * 1.01 and piece < 128
+    assert depth_piece(layer, 8, 128, 1, progress=False, cpu=False) == 128
+    assert depth_piece(layer, 8, 128, 1, progress=True, cpu=False) == math.ceil(128 / PROGRESS_PIECES)
+    small = types.SimpleNamespace(**{**vars(layer), "num_tokens": 4, "dim": 4})
+    small.weights = types.SimpleNamespace(
+        w_q=types.SimpleNamespace(shape=(4, 4)), w_v=types.SimpleNamespace(shape=(4, 4))
+    )
+    assert depth_piece(small, 8, 128, 1, progress=False, cpu=True) == 128  # a short run stays whole

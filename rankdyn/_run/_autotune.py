@@ -36,7 +36,7 @@ import numpy as np
 
 from ._io import cache_root, cpu_model
 from ._scan import DepthPlan, _first, _source, empty_acc
-from ._sizing import auto_chunk
+from ._sizing import auto_chunk, layer_flops
 
 __all__ = ["tuned_chunk", "candidates"]
 
@@ -60,18 +60,6 @@ _PROGRAM_VERSION = 4
 
 def _cache_file() -> Path:
     return cache_root() / "chunks.json"
-
-
-def layer_flops(layer) -> int:
-    r"""Model FLOPs of one layer on one token matrix: projections $4ndd_k + 2ndd_v$, $QK^\top$, $AV$
-    over the computed scores ($n^2$ dense; the touched blocks' $B^2$ each on the blocked path)."""
-    w = layer.weights
-    n, d, dk, dv, h = layer.num_tokens, layer.dim, w.w_q.shape[-1], w.w_v.shape[-1], layer.num_heads
-    scores = n * n
-    if layer.attention_path == "blocked":
-        b = min(layer.block_size, n)
-        scores = layer.mask.block_pairs(b)[0].size * b * b
-    return h * (2 * n * d * (2 * dk + dv) + 2 * scores * (dk + dv))
 
 
 def candidates(default: int, num: int) -> list[int]:

@@ -18,7 +18,6 @@ so they do not depend on how the batch was cut either (docs/sweep.md, the bitwis
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -33,6 +32,7 @@ from .._observe._stats import BatchStats
 from ._fold import empty_stats, fold_members, scan_folding
 from ._interrupt import check_interrupt
 from ._sharding import BATCH_AXIS, map_sharded
+from ._sizing import depth_piece
 
 __all__ = ["ScanState", "DepthPlan", "scan_depth", "run_batch"]
 
@@ -337,8 +337,9 @@ def run_batch(
     The batch is walked in chunks of ``chunk`` trajectories (the last one padded and masked, so
     every chunk reuses one compiled program), ``k`` chunks at a time on the ``k`` devices of
     ``mesh``; each chunk's values are folded into the statistics in batch order as it finishes
-    (`rankdyn._run._fold`). With ``progress`` each chunk's depth is cut into about 20 compiled
-    pieces.
+    (`rankdyn._run._fold`). Each chunk's depth runs in compiled pieces (`depth_piece`: about 20
+    with ``progress``, and on the CPU a few seconds of work each), with a check for Ctrl-C and
+    SIGTERM between them.
 
     Returns:
         ``(stats, counts, per)``: `BatchStats` over ``(num_blocks + 1,)`` saved layers,
@@ -352,7 +353,8 @@ def run_batch(
     # numbers, do not depend on the device count (a chunk was split over the devices before).
     step = chunk * (1 if mesh is None else mesh.devices.size)
     num_blocks = num_layers // save_every
-    piece = max(1, math.ceil(num_blocks / 20)) if progress else max(num_blocks, 1)
+    cpu = (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform == "cpu"
+    piece = depth_piece(layer, chunk, num_blocks, save_every, progress=progress, cpu=cpu)
     bar = None
     if progress:
         from ._progress import progress_bar as tqdm

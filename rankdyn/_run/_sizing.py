@@ -7,9 +7,11 @@ machine before anything is computed.
 
 from __future__ import annotations
 
+import math
+
 from ._fold import group_records
 
-__all__ = ["auto_chunk", "estimate_parts"]
+__all__ = ["auto_chunk", "depth_piece", "estimate_parts", "layer_flops"]
 
 
 #: On CPU, trajectories per chunk are chosen so that one chunk's token matrices take about this
@@ -61,3 +63,41 @@ def estimate_parts(
         group = min(num_saved, group_records(chunk, (num_metrics + 1) * itemsize + 1, num_saved))
         out = (2 * 5 * num_saved + 3 * group * chunk) * (num_metrics + 1) * itemsize
     return {"working set of one chunk": int(work), "per-layer metrics": int(out)}
+
+
+def layer_flops(layer) -> int:
+    r"""Model FLOPs of one layer on one token matrix: projections $4ndd_k + 2ndd_v$, $QK^\top$, $AV$
+    over the computed scores ($n^2$ dense; the touched blocks' $B^2$ each on the blocked path)."""
+    w = layer.weights
+    n, d, dk, dv, h = layer.num_tokens, layer.dim, w.w_q.shape[-1], w.w_v.shape[-1], layer.num_heads
+    scores = n * n
+    if layer.attention_path == "blocked":
+        b = min(layer.block_size, n)
+        scores = layer.mask.block_pairs(b)[0].size * b * b
+    return h * (2 * n * d * (2 * dk + dv) + 2 * scores * (dk + dv))
+
+
+#: Seconds of compiled work between two checks for Ctrl-C and SIGTERM on the CPU (`depth_piece`).
+PIECE_SECONDS = 2.0
+#: The FLOP rate that turns a layer's model FLOPs into seconds on one CPU device: a floor of
+#: XLA:CPU's speed on the layer's small batched products (about 23 GFLOP/s measured on the 2-core
+#: reference machine), so that pieces come out shorter than `PIECE_SECONDS` rather than longer.
+CPU_FLOPS = 1e10
+#: Depth pieces with a progress bar (its ticks).
+PROGRESS_PIECES = 20
+
+
+def depth_piece(layer, chunk: int, num_blocks: int, save_every: int, *, progress: bool, cpu: bool) -> int:
+    """Saved layers per compiled depth piece of a chunk: about `PROGRESS_PIECES` pieces with a
+    progress bar, and on the CPU at most about `PIECE_SECONDS` of work each (estimated from
+    `layer_flops` at `CPU_FLOPS`), so that a signal is seen within seconds whatever the depth.
+
+    Pieces do not change the numbers (the same layers in the same order); each distinct piece
+    length is one more compiled program, so a run estimated under `PIECE_SECONDS` stays whole.
+    """
+    blocks = max(num_blocks, 1)
+    pieces = PROGRESS_PIECES if progress else 1
+    if cpu:
+        seconds = layer_flops(layer) * chunk * save_every * blocks / CPU_FLOPS
+        pieces = max(pieces, min(blocks, math.ceil(seconds / PIECE_SECONDS)))
+    return max(1, math.ceil(blocks / pieces))
