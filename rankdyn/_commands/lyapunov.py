@@ -160,17 +160,20 @@ def _check_memory_before_drawing(args, k: int) -> None:
     import jax
     import jax.numpy as jnp
 
-    from .._lyapunov._budget import check_tangent_memory, default_chunk
+    from .._lyapunov._budget import TOKEN_COPIES, check_tangent_memory, default_chunk
     from .._lyapunov._plan import make_plan
 
     itemsize = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)).itemsize
     m, devices = args.n * args.d, sharding_devices(args)
     chunk = default_chunk(args.batch, m, k, itemsize, devices) if args.chunk is None else args.chunk
     records = len(make_plan(args.num_layers, args.discard, args.qr_every).records)
-    # The drawn tokens and their flat copy, as `lyapunov_spectrum` holds them.
-    starts = {"starting tokens": 2 * args.batch * m * itemsize}
+    # The drawn tokens and their copies, as `lyapunov_spectrum` holds them.
+    starts = {"starting tokens": TOKEN_COPIES * args.batch * m * itemsize}
     fix = "lower --batch (the starting tokens grow with it), --k, or pass a smaller --chunk."
-    check_tangent_memory(args.batch, chunk, m, k, itemsize, records, devices, extra=starts, fix=fix)
+    scores = args.heads * args.n * args.n
+    check_tangent_memory(
+        args.batch, chunk, m, k, itemsize, records, devices, scores=scores, extra=starts, fix=fix
+    )
 
 
 def _checkpoint_model(args):

@@ -4,16 +4,51 @@ from __future__ import annotations
 
 import jax
 
-__all__ = ["check_tangent_memory", "default_chunk"]
+#: State-sized numbers per tangent column alive at once in the compiled step: the carry, the
+#: jvp's output and its intermediates, the projection, CholeskyQR2's two passes and the
+#: Householder branch's operand. With `SCORE_COPIES`, fitted to the peak RSS of
+#: ``rankdyn lyapunov --k 128 --num-layers 4 --qr-every 1 --devices 1`` at (n, d) = (32, 32)
+#: and (64, 16), chunks 512 and 256, less that at 1/8 the chunk (7.8 and 16.2 state-sized
+#: numbers per column; the estimate had 4 and no scores, 2.6x low at n = 64).
+TANGENT_COPIES = 5
+#: Score-sized numbers (``heads n^2``) per tangent column: the tangent of the attention's logits
+#: and of its softmax in the layer's jvp.
+SCORE_COPIES = 3
+#: Per-trajectory copies of the exponents (the per-chunk results, their concatenation, the
+#: batch's reshaped result) and of the starting tokens (the draw, its flat copy, the copy put on
+#: the spheres, the chunk being padded), from the same measurement at --n 4 --d 4 --batch 10^6.
+EXPONENT_COPIES = 3
+TOKEN_COPIES = 4
+
+__all__ = [
+    "check_tangent_memory",
+    "check_clv_memory",
+    "default_chunk",
+    "TANGENT_COPIES",
+    "SCORE_COPIES",
+    "EXPONENT_COPIES",
+    "TOKEN_COPIES",
+]
 
 
 def check_tangent_memory(
-    num: int, chunk: int, m: int, k: int, itemsize: int, records: int, devices=None, *, extra=None, fix=None
+    num: int,
+    chunk: int,
+    m: int,
+    k: int,
+    itemsize: int,
+    records: int,
+    devices=None,
+    *,
+    scores: int = 0,
+    extra=None,
+    fix=None,
 ) -> None:
-    """Refuse, before compute, a run whose tangent vectors cannot fit (`rankdyn._run._memory`).
+    r"""Refuse, before compute, a run whose tangent vectors cannot fit (`rankdyn._run._memory`).
 
-    One chunk holds its ``(m, k)`` tangent vectors about four times (the carry, the jvp's output,
-    the QR's factors); the exponents and running records are kept per trajectory of the chunk.
+    Each of a chunk's k tangent columns needs `TANGENT_COPIES` state-sized ($m$) and
+    `SCORE_COPIES` score-sized (``scores``: heads $\times n^2$ for a layer, 0 for a map) numbers
+    at once; the exponents (`EXPONENT_COPIES` per trajectory) and running records are kept.
     With ``devices``, one whole chunk per device is in flight at once (CPU devices share the
     host's memory, so they are counted together). ``extra``: more parts (name -> bytes), e.g.
     the starting tokens, for a caller that checks before it draws them; ``fix`` replaces the
@@ -31,8 +66,8 @@ def check_tangent_memory(
         else f"tangent vectors of {group} chunks (one per device)"
     )
     parts = {
-        tangent: 4 * group * c * m * k * itemsize,
-        "exponents and running estimates": 2 * (num + group * c * records) * k * itemsize,
+        tangent: group * c * k * (TANGENT_COPIES * m + SCORE_COPIES * scores) * itemsize,
+        "exponents and running estimates": (EXPONENT_COPIES * num + 2 * group * c * records) * k * itemsize,
     } | dict(extra or {})
     check_memory(
         MemoryEstimate(parts),
@@ -55,3 +90,39 @@ def default_chunk(num: int, m: int, k: int, itemsize: int, devices=None) -> int:
     if mesh is not None:
         chunk = min(chunk, -(-num // mesh.devices.size))
     return max(1, chunk)
+
+
+def check_clv_memory(
+    num: int,
+    chunk: int,
+    m: int,
+    k: int,
+    steps: int,
+    backward: int,
+    itemsize: int,
+    state: int,
+    scores: int = 0,
+):
+    r"""Refuse, before compute, covariant vectors (`rankdyn._lyapunov._clv`) that cannot fit.
+
+    Ginelli's algorithm stores, per trajectory of a chunk, $Q_t$ for the ``steps`` recorded steps
+    and $R_t$ for those and the ``backward`` transient ($T m k + (T + T_b) k^2$ numbers); the
+    result holds $V_t$ and the states of every trajectory ($T (m k + \text{state})$ each, twice
+    while several chunks are joined); the chunk's working set is the spectrum's (``scores`` as
+    `check_tangent_memory`).
+    """
+    from .._run._memory import MemoryEstimate, check_memory
+
+    c = min(chunk, num)
+    joined = 1 if c >= num else 2
+    parts = {
+        "stored Q_t of one chunk": c * steps * m * k * itemsize,
+        "stored R_t of one chunk": c * (steps + backward) * k * k * itemsize,
+        "covariant vectors and states (the result)": joined * num * steps * (m * k + state) * itemsize,
+        "tangent vectors of one chunk": c * k * (TANGENT_COPIES * m + SCORE_COPIES * scores) * itemsize,
+    }
+    check_memory(
+        MemoryEstimate(parts),
+        what=f"covariant Lyapunov vectors (k={k}, dimension {m}, {steps} recorded steps, {num} trajectories)",
+        fix="record fewer steps (num_steps / num_layers), or lower k, the batch or the chunk.",
+    )
