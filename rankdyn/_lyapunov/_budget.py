@@ -22,6 +22,7 @@ TOKEN_COPIES = 4
 
 __all__ = [
     "check_tangent_memory",
+    "tangent_memory",
     "check_clv_memory",
     "default_chunk",
     "TANGENT_COPIES",
@@ -29,6 +30,45 @@ __all__ = [
     "EXPONENT_COPIES",
     "TOKEN_COPIES",
 ]
+
+
+def tangent_memory(
+    num: int,
+    chunk: int,
+    m: int,
+    k: int,
+    itemsize: int,
+    records: int,
+    devices=None,
+    *,
+    scores: int = 0,
+    extra=None,
+):
+    r"""The `rankdyn._run._memory.MemoryEstimate` of a QR run: what `check_tangent_memory` checks.
+
+    Each of a chunk's k tangent columns needs `TANGENT_COPIES` state-sized ($m$) and
+    `SCORE_COPIES` score-sized (``scores``: heads $\times n^2$ for a layer, 0 for a map) numbers
+    at once; the exponents (`EXPONENT_COPIES` per trajectory) and running records are kept.
+    With ``devices``, one whole chunk per device is in flight at once (CPU devices share the
+    host's memory, so they are counted together). ``extra``: more parts (name -> bytes), e.g.
+    the starting tokens, for a caller that checks before it draws them.
+    """
+    from .._run._memory import MemoryEstimate
+    from .._run._sharding import resolve_mesh
+
+    mesh = resolve_mesh(devices)
+    group = 1 if mesh is None else mesh.devices.size
+    c = min(chunk, num)
+    tangent = (
+        "tangent vectors of one chunk"
+        if group == 1
+        else f"tangent vectors of {group} chunks (one per device)"
+    )
+    parts = {
+        tangent: group * c * k * (TANGENT_COPIES * m + SCORE_COPIES * scores) * itemsize,
+        "exponents and running estimates": (EXPONENT_COPIES * num + 2 * group * c * records) * k * itemsize,
+    } | dict(extra or {})
+    return MemoryEstimate(parts)
 
 
 def check_tangent_memory(
@@ -44,33 +84,13 @@ def check_tangent_memory(
     extra=None,
     fix=None,
 ) -> None:
-    r"""Refuse, before compute, a run whose tangent vectors cannot fit (`rankdyn._run._memory`).
+    """Refuse, before compute, a run whose tangent vectors cannot fit (`rankdyn._run._memory`):
+    the estimate of `tangent_memory`; ``fix`` replaces the advice (a command names its flags)."""
+    from .._run._memory import check_memory
 
-    Each of a chunk's k tangent columns needs `TANGENT_COPIES` state-sized ($m$) and
-    `SCORE_COPIES` score-sized (``scores``: heads $\times n^2$ for a layer, 0 for a map) numbers
-    at once; the exponents (`EXPONENT_COPIES` per trajectory) and running records are kept.
-    With ``devices``, one whole chunk per device is in flight at once (CPU devices share the
-    host's memory, so they are counted together). ``extra``: more parts (name -> bytes), e.g.
-    the starting tokens, for a caller that checks before it draws them; ``fix`` replaces the
-    advice (a command names its flags).
-    """
-    from .._run._memory import MemoryEstimate, check_memory
-    from .._run._sharding import resolve_mesh
-
-    mesh = resolve_mesh(devices)
-    group = 1 if mesh is None else mesh.devices.size
-    c = min(chunk, num)
-    tangent = (
-        "tangent vectors of one chunk"
-        if group == 1
-        else f"tangent vectors of {group} chunks (one per device)"
-    )
-    parts = {
-        tangent: group * c * k * (TANGENT_COPIES * m + SCORE_COPIES * scores) * itemsize,
-        "exponents and running estimates": (EXPONENT_COPIES * num + 2 * group * c * records) * k * itemsize,
-    } | dict(extra or {})
+    est = tangent_memory(num, chunk, m, k, itemsize, records, devices, scores=scores, extra=extra)
     check_memory(
-        MemoryEstimate(parts),
+        est,
         what=f"a Lyapunov spectrum of k={k} in dimension {m} for {num} trajectories",
         fix=fix or "lower k, or pass a smaller chunk (trajectories advanced together).",
     )
