@@ -182,3 +182,18 @@ def test_bad_input_is_refused_before_compute(kwargs, message):
     args = {"num_steps": 10, "key": jax.random.key(0)} | kwargs
     with pytest.raises(rankdyn.UsageError, match=message):
         covariant_vectors_map(lambda x: 2 * x, jnp.ones(2), args.pop("num_steps"), **args)
+
+
+def test_layer_bad_input_is_refused_before_compute():
+    n, d = 3, 3
+    layer = rankdyn.SelfAttentionLayer(np.ones((n, n), bool), jnp.eye(d), jnp.eye(d), jnp.eye(d))
+    x0 = jnp.ones((n, d))
+    for kwargs, message in (
+        ({"discard": -1}, "discard must be an integer >= 0"),
+        ({"k": 7}, r"k \(the number of covariant vectors\) must be an integer in \[1, 6\]"),
+        ({"num_unstable": 7}, "num_unstable must be in"),
+    ):
+        with pytest.raises(rankdyn.UsageError, match=message):
+            covariant_vectors(layer, x0, 4, key=jax.random.key(0), **kwargs)
+    with pytest.raises(rankdyn.UsageError, match="zero token"):
+        covariant_vectors(layer, x0.at[1].set(0.0), 4, key=jax.random.key(0))

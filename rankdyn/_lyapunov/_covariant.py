@@ -13,7 +13,7 @@ from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._model._tokens import TokenSampler
-from .._run._simulate import _check_logits, _check_options, _strong, _validate
+from .._run._simulate import _check_logits, _strong, _validate
 from ._budget import check_clv_memory
 from ._clv import assemble_clv, check_clv_counts, ginelli
 from ._clv_result import CovariantVectors
@@ -158,11 +158,10 @@ def covariant_vectors(
         raise UsageError("x0 must be an array of tokens here; draw one with rankdyn.initial_tokens.")
     depth = (
         discard + num_layers + discard_backward
-        if all(isinstance(v, (int, np.integer)) for v in (discard, num_layers, discard_backward))
-        else 0
+        if all(isinstance(v, (int, np.integer)) and v >= 0 for v in (discard, num_layers, discard_backward))
+        else 0  # check_clv_counts names a bad one below
     )
     x0 = _validate(layer, x0, depth, 1)
-    _check_options(1e-6, None)
     if layer.has_dropout:
         raise UsageError(
             "the layer has dropout, a random map with no covariant vectors; build it with dropout 0."
