@@ -9,7 +9,7 @@ import jax
 #: Householder branch's operand. With `SCORE_COPIES`, fitted to the peak RSS of
 #: ``rankdyn lyapunov --k 128 --num-layers 4 --qr-every 1 --devices 1`` at (n, d) = (32, 32)
 #: and (64, 16), chunks 512 and 256, less that at 1/8 the chunk (7.8 and 16.2 state-sized
-#: numbers per column; the estimate had 4 and no scores, 2.6x low at n = 64).
+#: numbers per column; the estimate had 4 and no scores, 3.5x low at n = 64).
 TANGENT_COPIES = 5
 #: Score-sized numbers (``heads n^2``) per tangent column: the tangent of the attention's logits
 #: and of its softmax in the layer's jvp.
