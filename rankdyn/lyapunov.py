@@ -10,10 +10,18 @@ Which space each kind of layer uses (docs/theory.md#lyapunov-spectra):
 - the flow (`lyapunov_spectrum_flow`): the tangent space of the spheres, per unit time;
 - a generic map (`lyapunov_spectrum_map`): $\mathbb R^m$.
 
+Covariant Lyapunov vectors (Ginelli's algorithm: `covariant_vectors`, `covariant_vectors_map`)
+live in the same spaces.
+
 Exponents are natural logs per layer (per step; per unit time for the flow), in descending
 order. For per-layer (or cycled) weights they are those of the product of the layers' Jacobians.
 """
 
+from ._lyapunov._clv_result import CovariantVectors as CovariantVectors
+from ._lyapunov._covariant import (
+    covariant_vectors as covariant_vectors,
+    covariant_vectors_map as covariant_vectors_map,
+)
 from ._lyapunov._flow import lyapunov_spectrum_flow as lyapunov_spectrum_flow
 from ._lyapunov._layer import (
     lyapunov_spectrum as lyapunov_spectrum,

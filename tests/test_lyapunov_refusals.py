@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_path, capsys, monkeypatch):
     """``lyapunov --batch 100000000`` drew its starting tokens before the memory check and was
     killed by the kernel at 16 GB; the check now comes first and names the starting tokens'
-    bytes. Here the host has 64 MiB and the starts 1.5 GiB (n d = 2048, float64 in the tests)."""
+    bytes. Here the host has 64 MiB and the starts 3.1 GiB (n d = 2048, float64 in the tests, the
+    draw and its copies)."""
     from rankdyn._model import _tokens
     from rankdyn._run import _memory
 
@@ -25,7 +26,7 @@ def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_
     code = main(["lyapunov", "--batch", "50000", "--num-layers", "4", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "(starting tokens: 1.5 GiB)" in err and "lower --batch" in err, err
+    assert "(starting tokens: 3.1 GiB)" in err and "lower --batch" in err, err
     assert not (tmp_path / "o").exists()
     # --d 1 (the spheres S^0) talked about the default --k 0; it names --d.
     assert main(["lyapunov", "--d", "1", "--out", str(tmp_path / "o")]) == 2

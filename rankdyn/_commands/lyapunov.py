@@ -154,23 +154,36 @@ def _model(args):
     return layer, x0, args.num_layers, k, {}, title
 
 
-def _check_memory_before_drawing(args, k: int) -> None:
-    """Refuse a run that cannot fit before its starting tokens are drawn (the library's own check
-    comes after them: ``--batch 100000000`` was killed by the kernel at 16 GB while drawing)."""
+def memory_estimate(args, k: int):
+    """The `rankdyn._run._memory.MemoryEstimate` of a random-model run (the starting tokens, the
+    chunk's tangent working set, the exponents); tests/test_lyapunov_memory.py checks it against
+    the peak RSS."""
     import jax
     import jax.numpy as jnp
 
-    from .._lyapunov._budget import check_tangent_memory, default_chunk
+    from .._lyapunov._budget import TOKEN_COPIES, default_chunk, tangent_memory
     from .._lyapunov._plan import make_plan
 
     itemsize = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)).itemsize
     m, devices = args.n * args.d, sharding_devices(args)
     chunk = default_chunk(args.batch, m, k, itemsize, devices) if args.chunk is None else args.chunk
     records = len(make_plan(args.num_layers, args.discard, args.qr_every).records)
-    # The drawn tokens and their flat copy, as `lyapunov_spectrum` holds them.
-    starts = {"starting tokens": 2 * args.batch * m * itemsize}
-    fix = "lower --batch (the starting tokens grow with it), --k, or pass a smaller --chunk."
-    check_tangent_memory(args.batch, chunk, m, k, itemsize, records, devices, extra=starts, fix=fix)
+    # The drawn tokens and their copies, as `lyapunov_spectrum` holds them.
+    starts = {"starting tokens": TOKEN_COPIES * args.batch * m * itemsize}
+    scores = args.heads * args.n * args.n
+    return tangent_memory(args.batch, chunk, m, k, itemsize, records, devices, scores=scores, extra=starts)
+
+
+def _check_memory_before_drawing(args, k: int) -> None:
+    """Refuse a run that cannot fit before its starting tokens are drawn (the library's own check
+    comes after them: ``--batch 100000000`` was killed by the kernel at 16 GB while drawing)."""
+    from .._run._memory import check_memory
+
+    check_memory(
+        memory_estimate(args, k),
+        what=f"a Lyapunov spectrum of k={k} in dimension {args.n * args.d} for {args.batch} trajectories",
+        fix="lower --batch (the starting tokens grow with it), --k, or pass a smaller --chunk.",
+    )
 
 
 def _checkpoint_model(args):

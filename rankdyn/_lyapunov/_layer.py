@@ -171,7 +171,10 @@ def lyapunov_spectrum(
         if chunk is None
         else check_count(chunk, "chunk")
     )
-    check_tangent_memory(flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records), devices)
+    scores = layer.num_heads * n * n  # the attention's score-sized tangents (_budget.SCORE_COPIES)
+    check_tangent_memory(
+        flat.shape[0], chunk, n * d, k, flat.dtype.itemsize, len(plan.records), devices, scores=scores
+    )
     exps, flags, acc = run_qr(
         _LayerStep(layer, tangent),
         _LayerStart(k, tangent),

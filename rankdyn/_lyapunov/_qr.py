@@ -51,6 +51,7 @@ __all__ = [
     "make_plan",
     "gaussian_start",
     "jvp_columns",
+    "check_map",
 ]
 
 
@@ -306,6 +307,31 @@ def check_key(key, where: str):
     return key
 
 
+def check_map(step: Callable, x0, time_dependent: bool = False) -> jax.Array:
+    """``x0`` as a float array ``(m,)`` or ``(batch, m)`` and ``step`` a function ``(m,) -> (m,)``
+    (of ``(x, t)`` with ``time_dependent``), or a `UsageError` before any compute."""
+    if not callable(step):
+        raise UsageError(f"step must be a function (m,) -> (m,), got {type(step).__name__}.")
+    x0 = jnp.asarray(x0)
+    if x0.ndim not in (1, 2) or x0.shape[-1] < 1 or 0 in x0.shape:
+        raise UsageError(f"x0 must be (m,) or (batch, m), got shape {x0.shape}.")
+    if not jnp.issubdtype(x0.dtype, jnp.floating):
+        raise UsageError(f"x0 must be a float array, got dtype {x0.dtype}; e.g. jnp.asarray(x0, float).")
+    if not bool(jnp.all(jnp.isfinite(x0))):
+        raise UsageError("x0 contains NaN or infinite values; pass finite initial states.")
+    m = x0.shape[-1]
+    args = (jax.ShapeDtypeStruct((m,), x0.dtype),) + (
+        (jax.ShapeDtypeStruct((), jnp.int32),) if time_dependent else ()
+    )
+    try:
+        out = jax.eval_shape(step, *args)
+    except Exception as err:
+        raise UsageError(f"step failed on one ({m},) state ({type(err).__name__}: {err}).") from err
+    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != (m,):
+        raise UsageError(f"step must map an (m,) = ({m},) state to an ({m},) state, got {out}.")
+    return x0
+
+
 def lyapunov_spectrum_map(
     step: Callable,
     x0,
@@ -352,22 +378,8 @@ def lyapunov_spectrum_map(
             ``qr_every`` neither ``"auto"`` nor >= 1, or depths that are not multiples of it.
     """
     key = check_key(key, "lyapunov_spectrum_map")
-    if not callable(step):
-        raise UsageError(f"step must be a function (m,) -> (m,), got {type(step).__name__}.")
-    x0 = jnp.asarray(x0)
-    if x0.ndim not in (1, 2) or x0.shape[-1] < 1 or 0 in x0.shape:
-        raise UsageError(f"x0 must be (m,) or (batch, m), got shape {x0.shape}.")
-    if not jnp.issubdtype(x0.dtype, jnp.floating):
-        raise UsageError(f"x0 must be a float array, got dtype {x0.dtype}; e.g. jnp.asarray(x0, float).")
-    if not bool(jnp.all(jnp.isfinite(x0))):
-        raise UsageError("x0 contains NaN or infinite values; pass finite initial states.")
+    x0 = check_map(step, x0)
     m = x0.shape[-1]
-    try:
-        out = jax.eval_shape(step, jax.ShapeDtypeStruct((m,), x0.dtype))
-    except Exception as err:
-        raise UsageError(f"step failed on one ({m},) state ({type(err).__name__}: {err}).") from err
-    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != (m,):
-        raise UsageError(f"step must map an (m,) = ({m},) state to an ({m},) state, got {out}.")
     k = m if k is None else k
     check_counts(num_steps, k, m, discard, qr_every)
     batch_shape = x0.shape[:-1]
