@@ -77,6 +77,14 @@ with warnings.catch_warnings():
             "direction contracted below the dtype's smallest normal number between two QR steps (lower "
             "qr_every)."
         )
+        negative_density = (
+            "A mean-field density became negative (below -1e-10 times its maximum on the grid) at a saved "
+            "time: the resolution is too low for it (raise num_modes) or the tolerances too loose."
+        )
+        under_resolved = (
+            "A mean-field density's top 10% of Fourier modes carry more than 1e-10 of its L2 norm at a saved "
+            "time: it is narrower than the resolution; raise num_modes."
+        )
 
 
 def results_where(pred, a, b):
