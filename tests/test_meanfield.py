@@ -145,3 +145,26 @@ def test_refusals_before_compute():
     ]:
         with pytest.raises(UsageError, match=match):
             solve_density(bad, **ok)
+
+
+def test_velocity_is_the_particle_flows_limit():
+    """The density's velocity is rankdyn's flow field (complete mask, d = 2, USA divided by n) for
+    n particles at the quantiles of rho: their empirical measure integrates smooth functions to O(n^-2)."""
+    import jax.numpy as jnp
+
+    from rankdyn.flow import FlowField
+    from rankdyn.meanfield import CircleDensityModel
+
+    n, beta = 2000, 1.7
+    fine = 2 * np.pi * np.arange(20000) / 20000
+    rho = np.exp(0.8 * np.cos(fine - 1.0)) + 0.3 * np.exp(np.cos(2 * fine))
+    cdf = (np.cumsum(rho) - rho / 2) / rho.sum()  # at the grid points, to O(h^2)
+    theta = np.interp((np.arange(n) + 0.5) / n, cdf, fine)
+    x = np.stack([np.cos(theta), np.sin(theta)], 1)
+    c = density_coefficients(rho / (rho.mean() * 2 * np.pi), 40)
+    for dynamics in ("usa", "sa"):
+        v = np.asarray(FlowField(np.ones((n, n), bool), 2, dynamics)(jnp.asarray(x), beta))
+        angular = -x[:, 1] * v[:, 0] + x[:, 0] * v[:, 1]  # <v, e_theta>
+        model = CircleDensityModel(jnp.asarray(beta), jnp.asarray(0.0), 40, dynamics)
+        u = np.asarray(model.velocity(c, theta))
+        assert np.max(np.abs(angular - u)) < 1e-5 * np.max(np.abs(u)), dynamics

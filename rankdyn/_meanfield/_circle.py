@@ -166,6 +166,23 @@ class CircleDensityModel(eqx.Module):
         # The mass mode has no derivative: set it to an exact zero (mass kept to the last bit).
         return out.at[0].set(0.0)
 
+    def velocity(self, c: Float[Array, " m"], theta: Float[ArrayLike, " p"]) -> Float[Array, " p"]:
+        r"""$u[\rho](\theta)$ at any angles: $(H*\rho)(\theta)$ (USA) or $(H*\rho)/(E*\rho)$ (SA), as Fourier
+        sums of the $K$ modes of $\rho$ (exact for the band-limited density)."""
+        kk = self.num_modes
+        theta = jnp.asarray(theta, c.dtype)
+        h_hat, e_hat = self.kernels(c.dtype)
+        z = _complex(c, kk)
+        angle = theta[:, None] * jnp.arange(kk + 1).astype(c.dtype)[None, :]
+        phase = jax.lax.complex(jnp.cos(angle), jnp.sin(angle))
+
+        def series(w):  # sum over k = -K..K of w_k z_k e^{ik theta}, real (Hermitian)
+            t = phase * (w[: kk + 1] * z)[None, :]
+            return 2 * jnp.real(jnp.sum(t, -1)) - jnp.real(t[:, 0])
+
+        u = series(h_hat)
+        return u / series(e_hat) if self.dynamics == "sa" else u
+
     def rhs(self, c: Float[Array, " m"]) -> Float[Array, " m"]:
         """The whole right-hand side (transport plus diffusion)."""
         return self.transport(c) + self.diffusion(c)
