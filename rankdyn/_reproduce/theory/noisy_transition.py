@@ -254,19 +254,20 @@ def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: boo
 
     from ..._run._io import savefig
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for c in m.cases:
         s, r, st = (np.asarray(v, dtype=float) for v in (c.curve_sigma, c.curve_order, c.curve_stable))
         if s.size == 0:
             continue
-        line = ax.plot(s, r, lw=1.2, label=f"{c.dynamics.upper()}, beta = {c.beta:g}")[0]
+        ls = "-" if c.dynamics == "usa" else "--"
+        line = ax.plot(s, r, lw=1.2, ls=ls, label=f"{c.dynamics.upper()}, beta = {c.beta:g}")[0]
         ax.plot(s[st > 0], r[st > 0], ".", ms=3, color=line.get_color())
     ax.axhline(0.0, color="0.3", lw=0.8)
     ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
     ax.set_xlabel("sigma / sigma_c (closed form)")
     ax.set_ylabel("order parameter |<e^{i theta}>|")
     ax.set_title("Clustered stationary densities on the circle (dots: stable)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     savefig(fig, out / "noisy_transition.png", dpi=120)
     plt.close(fig)
