@@ -868,7 +868,7 @@ def noisy_transition():
             cluster_status="parameter_end",
             cluster_order=0.9,
             curve_sigma=tuple(sig),
-            curve_order=tuple((0.9 if dynamics == "usa" else 0.7) * np.abs(s)),
+            curve_order=tuple((0.9 if dynamics == "usa" else 0.7) * s),
             curve_stable=tuple(bool(v) for v in np.abs(s) > 0.5),
         )
 

@@ -115,7 +115,8 @@ class CaseMeasured(Measured):
     cluster_stable: bool
     cluster_status: str
     folds: tuple[float, ...]
-    #: sigma / sigma_c and the order parameter along the clustered branch (for the figure).
+    #: sigma / sigma_c and the signed order parameter pi a_1 along the clustered branch (for the figure;
+    #: the branch passes the uniform state onto its mirror image, a_1 < 0).
     curve_sigma: tuple[float, ...] = off_json(default=())
     curve_order: tuple[float, ...] = off_json(default=())
     curve_stable: tuple[bool, ...] = off_json(default=())
@@ -190,7 +191,7 @@ def _case(dynamics: str, beta: float, sz: dict) -> CaseMeasured:
         br.status,
         tuple(float(b.param) for b in br.bifurcations if b.kind == "fold"),
         tuple(float(p / sc) for p in br.params),
-        tuple(float(math.pi * abs(x[0])) for x in br.points),
+        tuple(float(math.pi * x[0]) for x in br.points),
         tuple(bool(s) for s in br.stable),
     )
 
@@ -262,10 +263,10 @@ def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: boo
         ls = "-" if c.dynamics == "usa" else "--"
         line = ax.plot(s, r, lw=1.2, ls=ls, label=f"{c.dynamics.upper()}, beta = {c.beta:g}")[0]
         ax.plot(s[st > 0], r[st > 0], ".", ms=3, color=line.get_color())
-    ax.axhline(0.0, color="0.3", lw=0.8)
+    ax.axhline(0.0, color="0.3", lw=0.8)  # the uniform density
     ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
     ax.set_xlabel("sigma / sigma_c (closed form)")
-    ax.set_ylabel("order parameter |<e^{i theta}>|")
+    ax.set_ylabel("pi a_1 (order parameter, signed)")
     ax.set_title("Clustered stationary densities on the circle (dots: stable)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
