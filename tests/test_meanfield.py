@@ -68,7 +68,7 @@ def _rk4(c, beta, sigma, dynamics, t1, dt=1e-3):
     return c
 
 
-@pytest.mark.parametrize("dynamics", ["usa", "sa"])
+@pytest.mark.parametrize("dynamics", ["usa", pytest.param("sa", marks=pytest.mark.slow)])
 def test_linear_rates_mass_and_uniform(dynamics):
     beta, sigma, eps = 1.5, 0.8 if dynamics == "usa" else 0.5, 1e-4
     starts = np.stack(
@@ -147,6 +147,7 @@ def test_refusals_before_compute():
             solve_density(bad, **ok)
 
 
+@pytest.mark.slow
 def test_velocity_is_the_particle_flows_limit():
     """The density's velocity is rankdyn's flow field (complete mask, d = 2, USA divided by n) for
     n particles at the quantiles of rho: their empirical measure integrates smooth functions to O(n^-2)."""
@@ -155,7 +156,7 @@ def test_velocity_is_the_particle_flows_limit():
     from rankdyn.flow import FlowField
     from rankdyn.meanfield import CircleDensityModel
 
-    n, beta = 2000, 1.7
+    n, beta = 1000, 1.7
     fine = 2 * np.pi * np.arange(20000) / 20000
     rho = np.exp(0.8 * np.cos(fine - 1.0)) + 0.3 * np.exp(np.cos(2 * fine))
     cdf = (np.cumsum(rho) - rho / 2) / rho.sum()  # at the grid points, to O(h^2)

@@ -40,6 +40,7 @@ def test_threshold_located_by_continuation(dynamics):
     assert not br.stable[0] and br.stable[-1]
 
 
+@pytest.mark.slow
 def test_stationary_density_is_a_gibbs_state_and_uniform_rates():
     beta, sigma = 2.0, 0.85 * sigma_c(2.0, "usa")
     # The cluster's modes fall like 3^-k: at 16 modes the truncation error is 2e-6, at 40 it is 1e-13
