@@ -105,3 +105,16 @@ def test_transition_type_on_the_circle():
         folds = [b.param for b in br.bifurcations if b.kind == "fold"]
         assert br.status == "parameter_end" and folds, (br.status, folds)
         assert (max(folds) <= sc * (1 + 1e-5)) == super_, (beta, np.array(folds) / sc)
+
+
+def test_thresholds_in_beta_are_the_modes_closed_forms():
+    """Continued in beta at fixed sigma, the uniform density's branch points solve
+    sigma^2 = 2 I_k(beta) / beta for k = 1 and 2 (brentq on scipy.special.iv)."""
+    from scipy.optimize import brentq
+
+    sigma = 1.2
+    want = [brentq(lambda b, k=k: 2 * iv(k, b) / b - sigma**2, 0.5, 10.0) for k in (1, 2)]
+    br = continue_density(np.zeros(20), 1.0, 3.0, param="beta", beta=3.0, sigma=sigma, num_modes=20, ds=0.05)
+    got = sorted(b.param for b in br.bifurcations if b.kind == "branch-point")
+    assert br.status == "parameter_end" and len(got) == 2, br.bifurcations
+    assert max(abs(g - w) for g, w in zip(got, want)) < 1e-6, (got, want)
