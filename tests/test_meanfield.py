@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.special import iv
 
-from rankdyn import RESULTS, UsageError
+from rankdyn import RESULTS, SolveError, UsageError
 from rankdyn.meanfield import density_coefficients, density_values, solve_density
 
 K, N = 16, 64
@@ -22,9 +22,17 @@ TH = 2 * np.pi * np.arange(N) / N
 TIMES = np.array([0.0, 0.5, 1.0])
 
 
-def _solve(rho, beta, sigma, dynamics, rtol=1e-11):
+def _solve(rho, beta, sigma, dynamics, rtol=1e-11, throw=False):
     return solve_density(
-        rho, beta=beta, sigma=sigma, t1=1.0, times=TIMES, dynamics=dynamics, num_modes=K, rtol=rtol
+        rho,
+        beta=beta,
+        sigma=sigma,
+        t1=1.0,
+        times=TIMES,
+        dynamics=dynamics,
+        num_modes=K,
+        rtol=rtol,
+        throw=throw,
     )
 
 
@@ -116,6 +124,8 @@ def test_flags_negative_and_under_resolved():
     want = [RESULTS.negative_density, RESULTS.under_resolved, RESULTS.successful, RESULTS.successful]
     assert [bool(np.asarray(sol.result == w)[i]) for i, w in enumerate(want)] == [True] * 4
     assert float(sol.min_density[0, 0]) < 0 and float(sol.tail[1, 0]) > 1e-7
+    with pytest.raises(SolveError, match="2 of 4 trajectories"):
+        _solve(np.stack([box, fine, np.ones(N), smooth]), 1.5, 2.0, "usa", throw=True)
     # The grid values and the coefficients are inverse maps on band-limited densities.
     c = density_coefficients(smooth / (2 * math.pi * smooth.mean()), K)
     np.testing.assert_allclose(

@@ -23,9 +23,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
+from .._errors import SolveError
 from .._results import RESULTS
 from ._checks import (
     check_beta,
@@ -187,6 +189,7 @@ def solve_density(
     rtol: float = 1e-8,
     atol: float | None = None,
     max_steps: int = 100_000,
+    throw: bool = False,
 ) -> DensitySolution:
     r"""Integrate the circle's Fokker-Planck equation
     $\partial_t\rho = -\partial_\theta(\rho u[\rho]) + \frac{\sigma^2}{2}\partial_\theta^2\rho$.
@@ -210,12 +213,15 @@ def solve_density(
         rtol, atol: the step-size controller's tolerances (``atol`` default ``rtol * 1e-5``: the
             top modes, which the under-resolution flag reads at 1e-10, are held to it).
         max_steps: solver steps at most per trajectory.
+        throw: raise `rankdyn.SolveError` if a trajectory is not ``successful`` (default: report it in
+            ``result``, as the other ensembles do).
 
     Returns:
         A `DensitySolution`; each trajectory's ``result`` is ``successful``, a Diffrax failure
         (``max_steps_reached``, ...), ``nonfinite``, ``negative_density`` or ``under_resolved``.
 
     Raises:
+        SolveError: with ``throw=True``, if a trajectory is not ``successful``.
         UsageError: before any compute, on a negative or non-finite ``sigma``, ``d != 2``,
             ``num_modes`` below what the kernel needs (the message gives the needed value), an
             initial density that is negative, not normalisable or of the wrong shape, or bad times.
@@ -233,6 +239,11 @@ def solve_density(
     # Tolerances as arrays: one compiled program for every value.
     tol = (jnp.asarray(rtol), jnp.asarray(atol))
     ys, mass, mins, tail, steps, res = _solve_batch(model, c0, jnp.asarray(ts), *tol, int(max_steps))
+    ok = np.asarray(res == RESULTS.successful)
+    if throw and not bool(np.all(ok)):
+        raise SolveError(
+            f"solve_density: {int(np.sum(~ok))} of {ok.size} trajectories not successful (see result)."
+        )
     parts = (ys, mass, mins, tail, steps, res)
     if not batched:
         parts = jax.tree.map(lambda a: a[0], parts)
