@@ -81,6 +81,14 @@ with warnings.catch_warnings():
             "The trajectory did not settle on a cycle of period at most max_period within the horizon "
             "(a longer cycle, a torus, chaos, or a longer transient): raise horizon or max_period."
         )
+        negative_density = (
+            "A mean-field density became negative (below -1e-10 times its maximum on the grid) at a saved "
+            "time: the resolution is too low for it (raise num_modes) or the tolerances too loose."
+        )
+        under_resolved = (
+            "A mean-field density's top 10% of Fourier modes carry more than 1e-10 of its L2 norm at a saved "
+            "time: it is narrower than the resolution; raise num_modes."
+        )
 
 
 # Shown as its public name (``rankdyn.RESULTS<message>``, not this module's path), as NumPy sets

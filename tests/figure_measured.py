@@ -843,3 +843,34 @@ def normalisation_speed():
         checkpoint_final=None,
         curves={"flow": (t, flow), "layers": (depth, layers)},
     )
+
+
+def noisy_transition():
+    from rankdyn._reproduce.theory import noisy_transition as T
+
+    def case(dynamics, beta, folds):
+        # A clustered branch from 0.8 sigma_c that folds at max(folds) and meets the uniform state at 1.
+        s = np.linspace(-1, 1, 41)
+        top = max(folds)
+        sig = 0.8 + (top - 0.8) * (1 - s**2) if top > 1 else 0.8 + 0.2 * (1 - s**2)
+        sc = T.sigma_c(beta, dynamics)
+        return fill(
+            T.CaseMeasured,
+            dynamics=dynamics,
+            beta=beta,
+            sigma_c=sc,
+            bessel_ratio=T.bessel_ratio(beta),
+            uniform_status="parameter_end",
+            branch_points=(sc,),
+            other=(),
+            mode_thresholds=(sc,),
+            folds=tuple(f * sc for f in folds),
+            cluster_status="parameter_end",
+            cluster_order=0.9,
+            curve_sigma=tuple(sig),
+            curve_order=tuple((0.9 if dynamics == "usa" else 0.7) * s),
+            curve_stable=tuple(bool(v) for v in np.abs(s) > 0.5),
+        )
+
+    cases = (case("usa", 2.0, (1.0,)), case("usa", 3.0, (1.0057, 1.0, 1.0057)), case("sa", 2.0, (1.0,)))
+    return T, T.NoisyTransitionMeasured(num_modes=24, cases=cases)

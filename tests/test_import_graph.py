@@ -24,8 +24,9 @@ FLOORS = (
     (("rankdyn._model",), False),
     (("rankdyn._run",), False),
     (("rankdyn._theory", "rankdyn._equilibria", "rankdyn._flow"), True),
-    # The Lyapunov spectra build on the flow and the run.
-    (("rankdyn._trained", "rankdyn._sweep", "rankdyn._lyapunov"), True),
+    # The Lyapunov spectra build on the flow and the run; the mean-field densities continue their
+    # stationary states with the equilibria's continuation.
+    (("rankdyn._trained", "rankdyn._sweep", "rankdyn._lyapunov", "rankdyn._meanfield"), True),
     (
         (
             "rankdyn.masks",
@@ -38,6 +39,7 @@ FLOORS = (
             "rankdyn.equilibria",
             "rankdyn.lyapunov",
             "rankdyn.sweep",
+            "rankdyn.meanfield",
         ),
         False,
     ),

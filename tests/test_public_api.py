@@ -24,6 +24,7 @@ NAMESPACES = (
     "rankdyn.equilibria",
     "rankdyn.lyapunov",
     "rankdyn.sweep",
+    "rankdyn.meanfield",
     "rankdyn.plotting",
 )
 STORED = pathlib.Path(__file__).with_name("public_api.json")
