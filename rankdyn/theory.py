@@ -22,6 +22,13 @@ from ._theory._counterexample_search import (
     rank_objective as rank_objective,
     search_value_matrix as search_value_matrix,
 )
+from ._theory._noisy_uniform import (
+    critical_noise as critical_noise,
+    transition_beta as transition_beta,
+    transition_type as transition_type,
+    uniform_mode_gain as uniform_mode_gain,
+    uniform_mode_rate as uniform_mode_rate,
+)
 from ._theory._pair_phases import (
     PAIR_RELATIONS as PAIR_RELATIONS,
     causal_pair_equilibria as causal_pair_equilibria,
