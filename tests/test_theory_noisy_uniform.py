@@ -106,6 +106,13 @@ def test_funk_hecke_gain_on_higher_spheres_by_quadrature():
             assert uniform_mode_rate(1, beta, critical_noise(beta, d=d), d=d) == pytest.approx(0, abs=1e-12)
 
 
+def test_noisy_kuramoto_limit():
+    # The survey (arXiv 2512.01868, section "Noisy Transformers") writes the noise as sqrt(2/kappa) dW
+    # and states the noisy Kuramoto model (beta = 0) bifurcates at kappa = 2: sigma_c^2 = 2/kappa -> 1.
+    assert 2 / critical_noise(1e-8) ** 2 == pytest.approx(2.0, rel=1e-12)
+    assert 2 / critical_noise(1e-8, dynamics="sa") ** 2 == pytest.approx(2.0, rel=1e-12)
+
+
 def test_large_beta_does_not_overflow_and_arrays_broadcast():
     g = uniform_mode_gain(np.array([1, 2, 3]), 700.0)
     assert np.all(np.isfinite(g)) and np.all(np.diff(g) < 0)

@@ -128,6 +128,7 @@ REGISTRY: tuple[Target, ...] = (
         extended=True,
     ),
     Target("normalisation-speed", _FLOW + "normalisation_speed", float64=True, extended=True),
+    Target("equiangular", _FLOW + "equiangular", float64=True, extended=True),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
