@@ -17,7 +17,7 @@ $c = 1$ (SA) or $e^\beta$ (USA), and:
 | ``placement`` | law of $1 - \rho(t)$ | exponent | prefactor |
 |---|---|---|---|
 | post | $C e^{-\lambda t}$ | $\lambda = 2c$ | $C = (1-\rho_0)e^{\lambda J}$ |
-| ngpt | $C e^{-\lambda t}$ | $\lambda = 2\alpha$ | the same with $f$ replaced by $\alpha f/|A|$ |
+| ngpt | $C e^{-\lambda t}$ | $\lambda = 2\alpha$ | the same with $f$ replaced by $\alpha f/\lVert A\rVert$ |
 | lns | $C e^{-\lambda\sqrt{t+1}}$ | $\lambda = 4c$ | $C_{\rm post}e^{4c}$ |
 | pre, peri, mix | $C t^{-p}$ | $p = 2$ | $C = K/c_r^2$, $K = \lim r^2(1-\rho)$, $c_r = \lim\dot r$ |
 
