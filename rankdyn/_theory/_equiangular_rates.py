@@ -32,7 +32,7 @@ pre and mix, 1 for peri.
 
 from __future__ import annotations
 
-import typing
+import dataclasses
 
 import numpy as np
 from scipy import integrate
@@ -46,7 +46,8 @@ __all__ = ["EquiangularRate", "equiangular_rate", "EQUIANGULAR_PLACEMENTS"]
 EQUIANGULAR_PLACEMENTS = ("post", "pre", "mix", "peri", "ngpt", "lns")
 
 
-class EquiangularRate(typing.NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class EquiangularRate:
     """The asymptotic law of $1 - \\rho(t)$: ``law`` is ``"exp"`` ($C e^{-\\lambda t}$), ``"exp_sqrt"``
     ($C e^{-\\lambda\\sqrt{t+1}}$) or ``"power"`` ($C t^{-\\lambda}$); ``exponent`` is $\\lambda$,
     ``prefactor`` $C$. ``radius_constant`` is $K = \\lim r^2(1-\\rho)$ for the radial schemes (pre, peri,
