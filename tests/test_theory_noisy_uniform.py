@@ -2,6 +2,7 @@
 linearisation: a finite-difference Jacobian of a NumPy Fourier-Galerkin right-hand side of the
 Fokker-Planck equation on S^1, the field of `rankdyn.flow.FlowField` itself, and quadrature on S^(d-1)."""
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -59,13 +60,13 @@ def test_growth_rate_matches_the_flow_fields_own_normalisation():
     n, eps = 96, 1e-5
     base = 2 * np.pi * np.arange(n) / n
     for dynamics in ("usa", "sa"):
-        field = FlowField(np.ones((n, n), bool), 2, dynamics)
+        field = eqx.filter_jit(FlowField(np.ones((n, n), bool), 2, dynamics))  # one compile per dynamics
         for beta, k in ((1.3, 1), (1.3, 2), (4.0, 3)):
             vel = []
             for sgn in (1, -1):
                 th = base + sgn * eps * np.sin(k * base)
                 x = jnp.asarray(np.stack([np.cos(th), np.sin(th)], 1))
-                v = np.asarray(field(x, beta))
+                v = np.asarray(field(x, jnp.asarray(beta)))
                 vel.append(-v[:, 0] * np.sin(th) + v[:, 1] * np.cos(th))  # angular velocity
             dvel = (vel[0] - vel[1]) / (2 * eps)
             want = uniform_mode_rate(k, beta, 0.0, d=2, dynamics=dynamics)
