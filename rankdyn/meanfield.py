@@ -25,4 +25,3 @@ from ._meanfield._stationary import (
     density_step_map as density_step_map,
     stationary_density as stationary_density,
 )
-from ._results import RESULTS as RESULTS

@@ -22,6 +22,28 @@ from ._theory._counterexample_search import (
     rank_objective as rank_objective,
     search_value_matrix as search_value_matrix,
 )
+from ._theory._equiangular import (
+    equiangular_cosine as equiangular_cosine,
+    equiangular_rhs as equiangular_rhs,
+    equiangular_time as equiangular_time,
+    equiangular_tokens as equiangular_tokens,
+)
+from ._theory._equiangular_layer import (
+    one_layer_cosine as one_layer_cosine,
+    one_layer_limit as one_layer_limit,
+)
+from ._theory._equiangular_rates import (
+    EQUIANGULAR_PLACEMENTS as EQUIANGULAR_PLACEMENTS,
+    EquiangularRate as EquiangularRate,
+    equiangular_rate as equiangular_rate,
+)
+from ._theory._noisy_uniform import (
+    critical_noise as critical_noise,
+    transition_beta as transition_beta,
+    transition_type as transition_type,
+    uniform_mode_gain as uniform_mode_gain,
+    uniform_mode_rate as uniform_mode_rate,
+)
 from ._theory._pair_phases import (
     PAIR_RELATIONS as PAIR_RELATIONS,
     causal_pair_equilibria as causal_pair_equilibria,

@@ -874,3 +874,36 @@ def noisy_transition():
 
     cases = (case("usa", 2.0, (1.0,)), case("usa", 3.0, (1.0057, 1.0, 1.0057)), case("sa", 2.0, (1.0,)))
     return T, T.NoisyTransitionMeasured(num_modes=24, cases=cases)
+
+
+def equiangular():
+    from rankdyn._reproduce.flow import equiangular as E
+    from rankdyn.theory import equiangular_cosine, one_layer_cosine, one_layer_limit
+
+    t = np.linspace(0.0, 2.0, 9)
+    flow = {}
+    for dyn in ("sa", "usa"):
+        for beta in E.FLOW_BETAS:
+            want = equiangular_cosine(t, beta, 5, rho0=E.RHO0, dynamics=dyn, gap=True)
+            flow[f"{dyn}, beta={beta:g}"] = (t, want * (1 + 1e-12), want)
+    pl_t = np.concatenate([[0.0], np.geomspace(0.05, 1e3, 24)])
+    laws = {
+        "post": np.exp(-2 * pl_t),
+        "pre": 1.2 / np.maximum(pl_t, 1) ** 2,
+        "lns": 160 * np.exp(-4 * np.sqrt(pl_t + 1)),
+    }
+    placements = {pl: (pl_t, g, g) for pl, g in laws.items()}
+    ns = np.array([1e2, 1e3, 1e4, 1e5, 1e6])
+    long = {}
+    for p in E.LONG_PS:
+        g = p / (1 - 0.3)
+        long[f"rho=0.3, p={p:g}"] = (
+            ns,
+            np.abs(one_layer_cosine(0.3, g * np.log(ns), ns) - one_layer_limit(0.3, g)),
+        )
+    rows = {pl: {"law": "exp", "exponent": 2.0, "prefactor": 1.0, "t_end": 7.0, "ratio": 1.0} for pl in laws}
+    return E, E.EquiangularMeasured(
+        flow_err={"sa": {"0.0": 1e-11}}, flow_compared={"sa": {"0.0": 9}}, layer_err=2e-16,
+        long_slopes={"rho=0.3, p=1": -1.0}, long_monotone={"rho=0.3, p=1": True}, sim_err=3e-15,
+        placements=rows, steps_limit_hit=[0], curves={"flow": flow, "placements": placements, "long": long},
+    )  # fmt: skip

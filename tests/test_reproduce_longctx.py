@@ -3,7 +3,8 @@
 - ``long-context-radius``: Lanczos' lambda_2 of the uniform window equals a dense eigensolve, and a
   tiny run's mu rate equals it (the linearisation at consensus is that matrix).
 - ``critical-temperature``: the blocked NumPy self-weight equals a direct softmax, and the fitted
-  exponent at d = 3 is 1 (the law's 2/(d-1)) on a tiny sweep.
+  exponent at d = 3 is 1 (the law's 2/(d-1)) on a tiny sweep; the log n law of arXiv:2510.05554 is
+  checked in its equiangular model (the exact one-layer cosine), and its check fails on a 3% slope error.
 - ``long-context-sinks``: the scan's mass on token 0 and key-position profile equal a Python loop
   over the layers; the checks follow the numbers (a flat profile fails the U-shape rule).
 """
@@ -18,6 +19,7 @@ import pytest
 from rankdyn._reproduce import EXTENDED_TARGETS, run_target
 from rankdyn._reproduce.pretrained import long_context_sinks as S
 from rankdyn._reproduce.sim import critical_temperature as C, long_context_radius as R
+from rankdyn.theory import one_layer_cosine
 
 
 def test_the_three_targets_are_in_the_extended_tier():
@@ -86,8 +88,30 @@ def test_critical_temperature_tiny_sweep_has_the_d3_exponent(tmp_path):
     )
     (s,) = res["measured"]["exponent"]
     assert abs(s - 1.0) < 0.1, s
-    assert [c["status"] for c in res["checks"]] == ["pass", "not testable here"]
-    assert res["verdict"] == "partially"
+    assert [c["status"] for c in res["checks"]] == ["pass", "pass"]
+    assert res["verdict"] == "reproduced"
+    # the log n law in its equiangular model: slopes of beta_c against ln n near 1/(1 - rho)
+    for rho, slope in zip(res["measured"]["equi_rhos"], res["measured"]["equi_slope"]):
+        assert abs(slope * (1 - rho) - 1) < C.LOG_N_REL
+
+
+def test_critical_temperature_log_n_check_can_fail():
+    m = figure_measured_critical()
+    assert [c.passed for c in C.checks(m)][-1] is True
+    bad = dataclasses.replace(m, equi_slope=[s * 1.03 for s in m.equi_slope])
+    assert [c.passed for c in C.checks(bad)][-1] is False
+    # the crossing itself: the exact cosine at beta_c is the midpoint (1 + rho) / 2
+    b = C.equiangular_beta_c(0.5, 10**4)
+    assert one_layer_cosine(0.5, b, 10**4) == pytest.approx(0.75, abs=1e-12)
+
+
+def figure_measured_critical():
+    betas, slopes = C._equiangular_law()
+    return C.CriticalTemperatureMeasured(
+        ns=[64, 128], dims=[3], beta_c=[[60.0, 120.0]], exponent=[1.0], exponent_se=[0.01], law=[1.0],
+        beta_c_over_log_n=[[14.4, 24.7]], grid=[], curves=[], setting={},
+        equi_beta_c=betas, equi_slope=slopes,
+    )  # fmt: skip
 
 
 def _loop_profile(layer, x, num_layers):

@@ -13,7 +13,7 @@ from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
 from .._model._tokens import TokenSampler
-from .._run._simulate import _check_logits, _strong, _validate
+from .._run._input_checks import check_logits, strong, validate_run
 from ._budget import check_clv_memory
 from ._clv import assemble_clv, check_clv_counts, ginelli
 from ._clv_result import CovariantVectors
@@ -161,7 +161,7 @@ def covariant_vectors(
         if all(isinstance(v, (int, np.integer)) and v >= 0 for v in (discard, num_layers, discard_backward))
         else 0  # check_clv_counts names a bad one below
     )
-    x0 = _validate(layer, x0, depth, 1)
+    x0 = validate_run(layer, x0, depth, 1)
     if layer.has_dropout:
         raise UsageError(
             "the layer has dropout, a random map with no covariant vectors; build it with dropout 0."
@@ -170,12 +170,12 @@ def covariant_vectors(
     dim = spectrum_dim(layer)
     k = dim if k is None else k
     check_clv_counts(num_layers, k, dim, discard, discard_backward, num_unstable, what="num_layers")
-    _check_logits(layer, x0, np.dtype(x0.dtype))
+    check_logits(layer, x0, np.dtype(x0.dtype))
     if isinstance(layer.norm, SphereNorm) and np.any(np.all(np.asarray(x0) == 0, axis=-1)):
         raise UsageError(
             "x0 has a zero token: the sphere LayerNorm x/|x| is undefined there; pass nonzero tokens."
         )
-    layer, x0 = (_strong(v) for v in (layer, x0))
+    layer, x0 = (strong(v) for v in (layer, x0))
     n, d = layer.num_tokens, layer.dim
     flat = x0.reshape((-1, n, d))
     chunk = _chunk_of(chunk, flat.shape[0])
