@@ -1,0 +1,104 @@
+"""The O(n d) observables of the noisy flow against NumPy's n x n formulas, and the random-weight
+depth's diffusive scaling."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+from rankdyn._errors import UsageError
+from rankdyn.flow import (
+    DensityObserver,
+    circle_cluster_count,
+    cluster_count,
+    harmonics,
+    order_parameter,
+    random_depth_layer,
+    random_depth_values,
+)
+
+
+def _sphere(rng, n, d):
+    x = rng.normal(size=(n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_harmonics_and_order_parameter_against_the_pair_sums():
+    """a_l^2 = mean_ij Z_l(<x_i, x_j>) with Z_l Chebyshev (S^1) or Legendre (S^2), by NumPy's n x n
+    Gram matrix; on S^1 also |mean e^{i l theta}|; |mean x_i| by NumPy."""
+    rng = np.random.default_rng(0)
+    for d, poly in ((2, np.polynomial.chebyshev.Chebyshev), (3, np.polynomial.legendre.Legendre)):
+        # A clustered and a spread configuration.
+        for x in (_sphere(rng, 200, d), _sphere(rng, 1, d) + 0.3 * rng.normal(size=(200, d))):
+            x = x / np.linalg.norm(x, axis=1, keepdims=True)
+            g = np.clip(x @ x.T, -1, 1)
+            want = [np.sqrt(max(np.mean(poly.basis(ell)(g)), 0)) for ell in (1, 2, 3)]
+            got = np.asarray(harmonics(jnp.asarray(x), 3))
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+            assert abs(float(order_parameter(jnp.asarray(x))) - np.linalg.norm(x.mean(0))) < 1e-14
+            if d == 2:
+                th = np.arctan2(x[:, 1], x[:, 0])
+                four = [abs(np.mean(np.exp(1j * ell * th))) for ell in (1, 2, 3)]
+                np.testing.assert_allclose(got, four, rtol=1e-10, atol=1e-12)
+    with pytest.raises(UsageError, match="S\\^1 \\(d = 2\\) and S\\^2"):
+        harmonics(jnp.ones((3, 4)))
+    with pytest.raises(UsageError, match="degree"):
+        harmonics(jnp.ones((3, 2)), 4)
+
+
+def test_circle_cluster_count_is_cluster_count_on_the_circle():
+    """Clusters on S^1 from sorted angles equal the graph components of `cluster_count`, for
+    clusters that straddle the angle -pi = pi cut, and for one chain around the circle."""
+    rng = np.random.default_rng(1)
+    centres = np.array([np.pi - 0.01, 1.0, -2.0, 2.5])
+    th = np.concatenate([c + 0.02 * rng.normal(size=30) for c in centres])
+    cases = [th, np.linspace(-np.pi, np.pi, 400, endpoint=False), rng.uniform(-np.pi, np.pi, 50)]
+    for t in cases:
+        x = jnp.asarray(np.stack([np.cos(t), np.sin(t)], axis=1))
+        for c in (0.99, 0.9):
+            assert float(circle_cluster_count(x, c)) == float(cluster_count(x, c)), (len(t), c)
+    assert float(circle_cluster_count(jnp.asarray(np.stack([np.cos(th), np.sin(th)], 1)))) == 4
+
+
+def test_density_observer_records_o_nd_metrics():
+    """`DensityObserver` on S^1: order parameter, harmonics, clusters; ``clustered`` 1 for a
+    tight cluster (diameter < eps) and 0 for a spread one."""
+    obs = DensityObserver()
+    t = np.linspace(0.3, 0.3 + 1e-3, 16)
+    tight = jnp.asarray(np.stack([np.cos(t), np.sin(t)], 1))
+    spread = jnp.asarray(_sphere(np.random.default_rng(2), 16, 2))
+    out = jax.vmap(obs, in_axes=(None, 0, None))(0.0, jnp.stack([tight, spread]), 1.0)
+    assert set(out) == {"order_parameter", "harmonic_1", "harmonic_2", "harmonic_3", "clusters", "clustered"}
+    assert list(np.asarray(out["clustered"])) == [1.0, 0.0]
+    assert float(out["clusters"][0]) == 1.0
+
+
+def test_random_depth_increment_variance_scales_as_h():
+    """W_V = I + sigma h^(-1/2) G (step h folded in): the one-layer increment's variance over the
+    draws of G is sigma^2 h |P a|^2 (d - 1) / d + O(h^2), so Var / h is the same at h = 1e-2 and 1e-3
+    (a scaling without the h^(-1/2) would change it tenfold); its value is checked too."""
+    n, d, sigma, beta, draws = 4, 3, 0.7, 1.0, 4000
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(_sphere(rng, n, d))
+    mask = np.ones((n, n), bool)
+    ratios = []
+    for h in (1e-2, 1e-3):
+        layer = random_depth_layer(
+            mask, d, draws, key=jr.PRNGKey(0), sigma=sigma, beta=beta, horizon=h * draws
+        )
+        steps = jax.vmap(lambda t: layer(x, t)[0])(jnp.arange(draws))
+        inc = np.asarray(steps - x[None])
+        var = np.mean(np.sum((inc - inc.mean(0)) ** 2, axis=-1), axis=0)  # per token
+        # Leading order: a_i = sum_j softmax_j(beta <x_i, x_j>) x_j; G a has covariance |a|^2 / d I
+        # and LN keeps its tangent part, d - 1 of the d directions.
+        w = np.exp(beta * np.asarray(x @ x.T))
+        a = (w / w.sum(1, keepdims=True)) @ np.asarray(x)
+        want = sigma**2 * h * np.sum(a * a, 1) * (d - 1) / d
+        ratios.append(var / h)
+        np.testing.assert_allclose(var, want, rtol=0.15)
+    np.testing.assert_allclose(ratios[0], ratios[1], rtol=0.15)
+    with pytest.raises(UsageError, match="sigma"):
+        random_depth_values(jr.PRNGKey(0), 3, 2, sigma=-1.0)
+    with pytest.raises(UsageError, match="num_layers"):
+        random_depth_values(jr.PRNGKey(0), 0, 2, sigma=1.0)
