@@ -3,7 +3,7 @@
 Re-exports only: the field (`FlowField`, SA or USA with any mask and $Q, K, V$), its
 integration with Diffrax (`solve_flow`, its per-trajectory `RESULTS`; with ``noise=`` the
 Stratonovich SDE on the sphere), the observables (`cluster_count`, `interaction_energy`,
-`FlowObserver`; in O(n d) `order_parameter`, `harmonics`, `circle_cluster_count`,
+`FlowObserver`; in O(n d) `order_parameter`, `harmonics`, `circle_cluster_count`, `circle_wasserstein1`,
 `DensityObserver`), the random-weight depth at diffusive scaling (`random_depth_values`,
 `random_depth_layer`) and the equilibria with their
 classification (`find_zeros`, `classify_equilibrium`).
@@ -32,6 +32,7 @@ from ._flow._noise import NOISE_SOLVERS as NOISE_SOLVERS
 from ._flow._observables import (
     DensityObserver as DensityObserver,
     circle_cluster_count as circle_cluster_count,
+    circle_wasserstein1 as circle_wasserstein1,
     harmonics as harmonics,
     order_parameter as order_parameter,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "RK4",
     "SOLVERS",
     "circle_cluster_count",
+    "circle_wasserstein1",
     "classify_equilibrium",
     "cluster_count",
     "diameter",
