@@ -151,10 +151,10 @@ def _block_rows(field: FlowField, theta, beta, block: int):
         if field.dynamics == "sa":
             s = jnp.where(mr, s, jnp.finfo(dt).min)
             w = jnp.where(mr, jnp.exp(s - jnp.max(s, axis=-1, keepdims=True)), 0)
-            w = w / jnp.sum(w, axis=-1, keepdims=True)
-        else:
-            w = jnp.where(mr, jnp.exp(s), 0) / n
-        return jnp.matmul(w, v, precision=_HI)
+            # Normalised after the product: a (block, d) division instead of a (block, n) one.
+            return jnp.matmul(w, v, precision=_HI) / jnp.sum(w, axis=-1, keepdims=True)
+        w = jnp.where(mr, jnp.exp(s), 0)
+        return jnp.matmul(w, v, precision=_HI) / n
 
     return lax.map(rows, (qb, mb)).reshape(nb * block, d)[:n]
 
