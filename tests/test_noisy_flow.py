@@ -82,6 +82,7 @@ def _free_field(n, d):
     return FlowField(np.ones((n, n), bool), d, "usa", v=np.zeros((d, d)))
 
 
+@pytest.mark.slow  # 3000 tokens (or 1000 trajectories): a statistical oracle
 def test_brownian_motion_on_the_circle_has_angle_variance_sigma2_t():
     """d = 2, zero field, 3000 tokens from angle 0: the angle is sigma B_t, variance sigma^2 t.
     n = 3000 > 1024 also runs the row-blocked drift."""
@@ -98,6 +99,7 @@ def test_brownian_motion_on_the_circle_has_angle_variance_sigma2_t():
     assert 0 < float(sol.drift) < 2e-3
 
 
+@pytest.mark.slow  # 3000 tokens (or 1000 trajectories): a statistical oracle
 def test_brownian_motion_on_s2_mean_cosine_is_exp_minus_sigma2_t():
     r"""d = 3, zero field: $E\langle x_0, x_t\rangle = e^{-\sigma^2 t (d-1)/2} = e^{-\sigma^2 t}$.
 
@@ -121,6 +123,7 @@ def test_brownian_motion_on_s2_mean_cosine_is_exp_minus_sigma2_t():
     assert abs(np.mean(radius) - 1) < 0.01
 
 
+@pytest.mark.slow  # 3000 tokens (or 1000 trajectories): a statistical oracle
 def test_common_noise_is_shared_and_has_rate_sigma2_over_d():
     """Common noise: two tokens that start together stay together (one W for both; independent
     noise would part them), and with A_i = x (SA, both tokens equal) each token is a Brownian
