@@ -10,6 +10,8 @@ batch. Times are warm (the JAX program compiled by a first call; its compile tim
 separately), the best of ``--repeats``.
 
     python benchmarks/noisy_flow_speed.py [--n 4096 --d 3 --batch 8 --steps 10 --json out.json]
+    /usr/bin/time -f %M python benchmarks/noisy_flow_speed.py --n 8192 --batch 1 --steps 4 \
+        --repeats 1 --no-torch
 """
 
 from __future__ import annotations
@@ -105,16 +107,17 @@ def main():
     p.add_argument("--beta", type=float, default=1.0)
     p.add_argument("--sigma", type=float, default=0.5)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--no-torch", action="store_true", help="rankdyn only (e.g. under /usr/bin/time -f %%M)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     load0 = os.getloadavg()[0]
     rd = _rankdyn(args)
-    th = _torch(args)
+    th = None if args.no_torch else _torch(args)
     res = {
         "config": vars(args),
         "rankdyn": rd,
         "torch": th,
-        "speedup": th["warm_s"] / rd["warm_s"],
+        "speedup": None if th is None else th["warm_s"] / rd["warm_s"],
         "load_before_after": [load0, os.getloadavg()[0]],
     }
     print(json.dumps(res, indent=1))
