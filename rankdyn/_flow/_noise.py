@@ -14,8 +14,8 @@ $A_i(X) = \sum_j w_{ij} V x_j$ (common noise also in Stratonovich form, $\circ\,
 
 In Stratonovich form the chain rule is the ordinary one, so $d|x_i|^2 = 2\langle x_i, dx_i\rangle = 0$:
 the exact solution keeps every $|x_i|$. Diffrax's ``Euler`` converges to the *Itô* solution, which for
-the same coefficients is another SDE (Itô's $P_x\,dW$ pushes $|x|$ outwards at rate $(d - 1)/2$
-per unit $\sigma^2$; the Stratonovich one has the extra drift $-\sigma^2 \frac{d-1}{2} x$ in Itô form
+the same coefficients is another SDE (Itô's $dx = \sigma P_x\,dW$ has $d|x|^2 = \sigma^2 (d - 1)\,dt$;
+the Stratonovich one has the extra drift $-\sigma^2 \frac{d-1}{2} x$ in Itô form
 that holds it on the sphere), so only Stratonovich solvers are accepted: ``heun`` (Diffrax's Heun,
 fixed step) and ``spark`` (Diffrax's SPaRK, adaptive, with space-time Lévy area from the
 `diffrax.VirtualBrownianTree`).
