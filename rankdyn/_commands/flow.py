@@ -21,7 +21,9 @@ from ._checks import HelpFormatter, check_out_dir, check_seed_flag
 #: The flow's schemes (the layer's placements but ``none``), from their JAX-free definition.
 FLOW_PLACEMENT_CHOICES = FLOW_PLACEMENTS
 
-SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4")
+SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4", "heun", "spark")
+#: The Stratonovich SDE solvers of ``--noise`` (`rankdyn._flow._noise.NOISE_SOLVERS`).
+NOISE_SOLVER_NAMES = ("heun", "spark")
 
 
 def add_parser(sub) -> None:
@@ -64,7 +66,25 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=int, default=64, help="number of trajectories (>= 1)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the starts (and of --mask random)")
     p.add_argument(
-        "--solver", choices=SOLVER_NAMES, default="tsit5", help="adaptive (tsit5, dopri5) or fixed-step"
+        "--solver",
+        choices=SOLVER_NAMES,
+        default=None,
+        help="adaptive (tsit5, the default, dopri5) or fixed-step (euler, rk4); with --noise the "
+        "Stratonovich heun (fixed step, the default with --dt) or spark (adaptive, the default without)",
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=None,
+        metavar="SIGMA",
+        help="noise level sigma >= 0: the Stratonovich SDE dx_i = F_i dt + sigma P_{x_i} o dW_i "
+        "(Brownian paths from --seed); records the order parameter and low harmonics in O(n d)",
+    )
+    p.add_argument(
+        "--common-noise",
+        action="store_true",
+        help="with --noise: one d x d matrix Brownian motion shared by all tokens, "
+        "sigma P_{x_i}(dW_t A_i(X)) (arXiv 2601.21942)",
     )
     p.add_argument(
         "--rtol", type=float, default=None, help="relative tolerance, adaptive solvers (default 1e-6)"
@@ -106,8 +126,9 @@ def check_args(args: argparse.Namespace) -> None:
     if args.saves < 2:
         raise UsageError(f"--saves must be >= 2 (t = 0 and t = T at least), got {args.saves}.")
     check_seed_flag(args.seed)
+    _check_noise_flags(args)
     _check_scheme_flags(args)
-    adaptive = args.solver in ("tsit5", "dopri5")
+    adaptive = args.solver in ("tsit5", "dopri5", "spark")
     if adaptive and args.dt is not None:
         raise UsageError(
             f"--dt applies to the fixed-step solvers (euler, rk4) only; --solver {args.solver} is adaptive."
@@ -138,6 +159,41 @@ def check_args(args: argparse.Namespace) -> None:
             "space of the spheres)."
         )
     check_out_dir(args.out)
+
+
+def _check_noise_flags(args) -> None:
+    """``--noise`` with its solver (``--solver`` resolved here: its default depends on ``--noise``)."""
+    if args.noise is None:
+        if args.common_noise:
+            raise UsageError("--common-noise needs --noise SIGMA, the noise level.")
+        if args.solver in NOISE_SOLVER_NAMES:
+            raise UsageError(
+                f"--solver {args.solver} is a solver of the noisy flow: add --noise SIGMA, or use tsit5, "
+                "dopri5, euler or rk4."
+            )
+        args.solver = args.solver or "tsit5"
+        return
+    if not (math.isfinite(args.noise) and args.noise >= 0):
+        raise UsageError(f"--noise must be finite and >= 0 (the noise level sigma), got {args.noise}.")
+    if args.solver is None:
+        args.solver = "heun" if args.dt is not None else "spark"
+    if args.solver == "euler":
+        raise UsageError(
+            "--solver euler with --noise: Diffrax's Euler converges to the Ito solution, another SDE here "
+            "(it leaves the sphere); use --solver heun --dt DT or --solver spark (Stratonovich)."
+        )
+    if args.solver not in NOISE_SOLVER_NAMES:
+        raise UsageError(
+            f"--solver {args.solver} is not an SDE solver; with --noise use --solver heun --dt DT (fixed "
+            "step) or --solver spark (adaptive)."
+        )
+    if args.placement in ("pre", "mix", "peri"):
+        raise UsageError(
+            f"--noise applies to the placements that stay on the sphere (post, ngpt, lns), not "
+            f"--placement {args.placement}, which moves the radius."
+        )
+    if args.lyapunov is not None:
+        raise UsageError("--lyapunov follows the deterministic flow; drop it or drop --noise.")
 
 
 def _check_scheme_flags(args) -> None:
@@ -187,19 +243,22 @@ def run(args) -> int:
     from .._run._io import CompileTimer, atomic_write, provenance, write_json
     from ..flow import FlowField, solve_flow
 
-    check_flow_memory(
-        batch=args.batch,
-        n=args.n,
-        d=args.d,
-        saves=args.saves,
-        betas=1,
-        itemsize=8 if args.x64 else 4,
-        chunk=None,
-        per_trajectory=False,
-        save_states=args.save_states,
-        fixes=_MEMORY_FIXES,
-        what=f"--n {args.n} --d {args.d} --batch {args.batch} --saves {args.saves}",
-    )
+    # The noisy flow's field is row-blocked and its observer O(n d): the deterministic
+    # flow's estimate (n x n observer matrices at every saved time) does not describe it.
+    if args.noise is None:
+        check_flow_memory(
+            batch=args.batch,
+            n=args.n,
+            d=args.d,
+            saves=args.saves,
+            betas=1,
+            itemsize=8 if args.x64 else 4,
+            chunk=None,
+            per_trajectory=False,
+            save_states=args.save_states,
+            fixes=_MEMORY_FIXES,
+            what=f"--n {args.n} --d {args.d} --batch {args.batch} --saves {args.saves}",
+        )
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(
         mask,
@@ -224,6 +283,7 @@ def run(args) -> int:
             dt=args.dt,
             save_states=args.save_states,
             progress=not args.no_progress,
+            **_noise_arguments(args),
         )
         jax.block_until_ready(sol.summary)
     ttc = np.asarray(sol.time_to_cluster)
@@ -248,6 +308,14 @@ def run(args) -> int:
             "drift_from_sphere": float(sol.drift),
         },
         "flags": {"nonfinite": int(sol.summary.nonfinite), "batch": args.batch},
+        "noise": None
+        if args.noise is None
+        else {
+            "sigma": args.noise,
+            "common": args.common_noise,
+            "key": f"fold_in(jax.random.key({args.seed}), {NOISE_KEY_SALT}), then fold_in by trajectory",
+            "order_parameter_final_mean": float(sol.summary.mean["order_parameter"][-1]),
+        },
         "timing": {"compile_s": timer.compile_s, "run_s": timer.run_s},
         "provenance": provenance(),
     }
@@ -266,6 +334,14 @@ def run(args) -> int:
     )
     plot_flow_metrics(sol.times, result["metrics"], title=title, path=args.out / "flow.png")
     m = result["metrics"]
+    if args.noise is not None:
+        print(
+            f"flow: {args.batch} trajectories to T = {args.time:g} with noise sigma = {args.noise:g}; order "
+            f"parameter |mean x_i| (mean) {m['order_parameter']['mean'][0]:.3g} -> "
+            f"{m['order_parameter']['mean'][-1]:.3g}; {_drift_words(field, sol)} (never renormalised); "
+            f"{int(sol.num_steps)} solver steps; wrote {args.out / 'metrics.json'}"
+        )
+        return _warn_hit(args, hit)
     print(
         f"flow: {args.batch} trajectories to T = {args.time:g}; clusters (mean) "
         f"{m['clusters']['mean'][0]:.3g} -> "
@@ -273,6 +349,24 @@ def run(args) -> int:
         f"{result['time_to_cluster']['fraction_reached']:.1%}; {_drift_words(field, sol)}; "
         f"{int(sol.num_steps)} solver steps; wrote {args.out / 'metrics.json'}"
     )
+    return _warn_hit(args, hit)
+
+
+#: What ``--seed`` is folded with for the Brownian paths of ``--noise`` (the starts use the seed itself).
+NOISE_KEY_SALT = 1
+
+
+def _noise_arguments(args) -> dict:
+    """`solve_flow`'s ``noise``, ``key`` and ``common_noise`` from the flags (none without ``--noise``)."""
+    if args.noise is None:
+        return {}
+    import jax
+
+    key = jax.random.fold_in(jax.random.key(args.seed), NOISE_KEY_SALT)
+    return {"noise": args.noise, "key": key, "common_noise": args.common_noise}
+
+
+def _warn_hit(args, hit: int) -> int:
     if hit:
         print(
             f"rankdyn flow: warning: the solver hit its step limit in {hit} of {args.batch} trajectories "

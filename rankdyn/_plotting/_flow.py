@@ -13,7 +13,8 @@ TIME_LABEL = "time t"
 
 def plot_flow_metrics(times, metrics: dict, *, title: str = "", path=None):
     """Three panels against t: the number of clusters, the interaction energy, and mu of the
-    normalised tokens (semi-log y); the batch mean with its min-max band.
+    normalised tokens (semi-log y); the batch mean with its min-max band. For the noisy flow's
+    metrics (no energy): the order parameter, the second harmonic (or the first) and the radius drift.
 
     Arguments:
         times: ``(S,)`` saved times.
@@ -24,6 +25,11 @@ def plot_flow_metrics(times, metrics: dict, *, title: str = "", path=None):
     t = np.asarray(times)
     names = [("clusters", "clusters (cos >= threshold)", False), ("energy", "energy E_beta", False)]
     names.append(("mu_normalized", "mu(LN X)", True))
+    if "order_parameter" in metrics and "energy" not in metrics:  # the noisy flow (DensityObserver)
+        ell = "harmonic_2" if "harmonic_2" in metrics else "harmonic_1"
+        names = [("order_parameter", "order parameter |mean x_i|", False)]
+        names += [(ell, f"harmonic amplitude {ell[-1]}", False)] if ell in metrics else []
+        names.append(("radius_drift", "max_i ||x_i| - 1| (scheme error)", True))
     fig, axes = panel_grid(len(names), 3)
     for ax, (key, label, log) in zip(axes, names):
         m = metrics[key]
