@@ -6,10 +6,13 @@ exact census of the paper's system), `_tree` (token-by-token search for acyclic 
 `_joint` (the joint batched search with deflation), `_continuation` (`continue_branch`: pseudo-arclength
 continuation in any layer parameter or of any map `f(x, p)`, on `_arclength`, `_bifurcations`, `_quotient`,
 `_branch`, `_maps`), `_cycles` (`switch_branch` at a period doubling), `_curves` (`continue_curve`:
-bifurcation curves in two parameters), `_census` (the pipeline behind ``rankdyn equilibria``) and
-`_stability` (multipliers on the tangent space).
+bifurcation curves in two parameters), `_bifurcation_point` (`bifurcation_point`: a located
+bifurcation re-solved at other inputs, differentiable by the implicit-function theorem),
+`_census` (the pipeline behind ``rankdyn equilibria``) and `_stability` (multipliers on the tangent
+space).
 """
 
+from ._equilibria._bifurcation_point import bifurcation_point as bifurcation_point
 from ._equilibria._branch import (
     BRANCH_RESULTS as BRANCH_RESULTS,
     Bifurcation as Bifurcation,
