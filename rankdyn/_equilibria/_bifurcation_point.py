@@ -61,6 +61,7 @@ def bifurcation_point(
     t: int = 0,
     tol: float = 1e-12,
     max_iter: int = 25,
+    throw: bool = True,
 ) -> Float[Array, ""]:
     r"""The parameter $p^*(\theta)$ of a located bifurcation, re-solved at ``theta``, differentiable
     in ``theta`` by the implicit-function theorem (module docstring).
@@ -80,17 +81,20 @@ def bifurcation_point(
         t: the layer index of a per-layer stack (layer families).
         tol: Newton's tolerance on $\|H\|_2$.
         max_iter: Newton iterations at most.
+        throw: raise when Newton does not reach ``tol`` (default); with ``throw=False`` the result is
+            NaN there instead (for searches that back off, such as a line search).
 
     Returns:
-        The bifurcation's parameter at ``theta``, a float64 scalar.
+        The bifurcation's parameter at ``theta``, a float64 scalar (NaN where Newton failed, with
+        ``throw=False``).
 
     Raises:
         UsageError: for a bifurcation that is not located or of another kind (a branch point is not
             a regular solution of these systems), float32 (float64 disabled, or a float32 leaf in
             ``theta``), a point that is neither 1-D nor 2-D, a map that changes the state's shape,
             a layer with dropout or one that commutes with rotations.
-        EquinoxRuntimeError: when Newton does not reach ``tol`` (``theta`` too far from where the
-            bifurcation was located: re-locate it nearer).
+        EquinoxRuntimeError: with ``throw=True``, when Newton does not reach ``tol`` (``theta`` too
+            far from where the bifurcation was located: re-locate it nearer).
     """
     if not isinstance(bifurcation, Bifurcation):
         raise UsageError(
@@ -148,20 +152,20 @@ def bifurcation_point(
     z0 = [x0.reshape(-1), [p0]]
     if bifurcation.kind == "neimark-sacker":
         z0.append([math.cos(bifurcation.theta)])
-    solve = _program(f, bifurcation.kind, period, x0.shape, int(t), float(tol), int(max_iter))
+    solve = _program(f, bifurcation.kind, period, x0.shape, int(t), float(tol), int(max_iter), bool(throw))
     return solve(theta, jnp.asarray(np.concatenate(z0)))
 
 
-def _program(f, kind, period, shape, t, tol, max_iter):
+def _program(f, kind, period, shape, t, tol, max_iter, throw):
     """The compiled solver of `bifurcation_point`, one per (family, kind, shape, settings); families
     that cannot be hashed (e.g. holding arrays) get a fresh one each call."""
     try:
-        return _cached(f, kind, period, shape, t, tol, max_iter)
+        return _cached(f, kind, period, shape, t, tol, max_iter, throw)
     except TypeError:
-        return _build(f, kind, period, shape, t, tol, max_iter)
+        return _build(f, kind, period, shape, t, tol, max_iter, throw)
 
 
-def _build(f, kind, period, shape, t, tol, max_iter):
+def _build(f, kind, period, shape, t, tol, max_iter, throw):
     m = int(np.prod(shape))
     layer = len(shape) == 2
     ns = kind == "neimark-sacker"
@@ -267,9 +271,12 @@ def _build(f, kind, period, shape, t, tol, max_iter):
     @jax.jit
     def run(theta, z0):
         z, res = solution(theta, z0)
+        failed = ~(res <= tol)
+        if not throw:
+            return jnp.where(failed, jnp.nan, z[m])
         return eqx.error_if(
             z[m],
-            ~(res <= tol),
+            failed,
             f"bifurcation_point: Newton on the {kind}'s augmented system did not reach ||H|| <= {tol:g} "
             "from the located point: theta is too far from where it was located (re-locate it nearer).",
         )
