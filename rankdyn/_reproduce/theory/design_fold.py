@@ -22,8 +22,9 @@ The rule, fixed before any run: a design is reported only when (1) the projected
 the Lagrangian, $r = 2\Delta - \frac{\langle 2\Delta, g\rangle}{\|g\|^2} g$ with
 $g = \nabla_\Delta w_{\mathrm{fold}}$ (all four entries, at the design), has $\|r\| \le$
 ``KKT_TOL`` $= 10^{-8}$; (2) an independent continuation (`continue_branch`) of the designed family
-from its family-A equilibrium at $w^* +$ ``SPAN`` (Newton from the undesigned family's closed form)
-down to $w^* -$ ``SPAN`` locates a fold within ``FOLD_TOL`` $= 10^{-6}$ of $w^*$;
+from its family-A equilibrium at $w^* +$ ``SPAN`` (Newton from the undesigned family's closed-form
+equilibrium at $w_A +$ ``SPAN``) down to $w^* -$ ``SPAN`` locates a fold within ``FOLD_TOL``
+$= 10^{-6}$ of $w^*$;
 (3) $J$ does not decrease at $u \pm h e_i$ ($h = 10^{-3}$): a local minimum, not a saddle. A design
 that fails (1) or (2) ends with `RESULTS.design_unreachable` (a `SolveError` with ``throw=True``),
 never as a design.
@@ -134,15 +135,16 @@ def _polish(layer, x: np.ndarray) -> np.ndarray:
     return np.asarray(v).reshape(x.shape)
 
 
-def _continue(delta, w_hi: float, w_lo: float, divisions: int):
+def _continue(delta, w_hi: float, w_lo: float, divisions: int, w_guess: float | None = None):
     """The family with ``delta`` continued in w from its family-A equilibrium at ``w_hi`` down to
-    ``w_lo`` (through the fold, back to ``w_hi`` on the other class)."""
+    ``w_lo`` (through the fold, back to ``w_hi`` on the other class); Newton's first guess is the
+    undesigned family's equilibrium at ``w_guess`` (default ``w_hi``)."""
     import jax.numpy as jnp
 
     from ...equilibria import continue_branch
 
     fam = lambda w: designed_layer(w, jnp.asarray(delta))  # noqa: E731
-    x = _polish(fam(w_hi), family_a_start(w_hi))
+    x = _polish(fam(w_hi), family_a_start(w_hi if w_guess is None else w_guess))
     ds = (w_hi - w_lo) / divisions
     return continue_branch(fam, x, w_hi, w_lo, ds=ds, max_steps=8 * divisions, param_name="w", throw=False)
 
@@ -163,7 +165,7 @@ def design_fold(
     import jax.numpy as jnp
     import optax
 
-    from ..._errors import SolveError
+    from ..._errors import SolveError, UsageError
     from ..._results import RESULTS
     from ...equilibria import bifurcation_point
 
@@ -212,9 +214,13 @@ def design_fold(
     lam = float(np.sum(2 * d * g) / np.sum(g * g))
     proj = float(np.linalg.norm(2 * d - lam * g))
     # Around w*, not from W_START: a design may make W_V's eigenvalues complex at large w (no
-    # family-A equilibrium there: token 1 sits on a real left eigenvector).
-    br = _continue(d, w_target + SPAN, w_target - SPAN, divisions)
-    folds = tuple(float(b.param) for b in br.bifurcations if b.kind == "fold" and b.located)
+    # family-A equilibrium there: token 1 sits on a real left eigenvector). Newton starts from the
+    # undesigned equilibrium as far above its own fold (the closed form) as w* + SPAN is above w*.
+    try:
+        br = _continue(d, w_target + SPAN, w_target - SPAN, divisions, math.sqrt(2 * P - P * P) + SPAN)
+        folds = tuple(float(b.param) for b in br.bifurcations if b.kind == "fold" and b.located)
+    except UsageError:  # no equilibrium of the designed family found to continue from
+        br, folds = None, ()
     reached = proj <= KKT_TOL and any(abs(f - w_target) <= FOLD_TOL for f in folds)
     status = "successful" if reached else "design_unreachable"
     if throw and not reached:
