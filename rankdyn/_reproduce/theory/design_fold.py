@@ -28,6 +28,13 @@ $= 10^{-6}$ of $w^*$;
 (3) $J$ does not decrease at $u \pm h e_i$ ($h = 10^{-3}$): a local minimum, not a saddle. A design
 that fails (1) or (2) ends with `RESULTS.design_unreachable` (a `SolveError` with ``throw=True``),
 never as a design.
+
+Measured (2026-12-06, float64): w* = 0.9 (quick and full), 0.95, 1.0 and 1.1 are reached in 11 to
+15 L-BFGS iterations with projected gradients between 7e-13 and 9e-10 and continued folds within
+3e-15 of w*; the quick run took 28.5 s of CPU (199 s wall on a 2-core machine under a load
+average near 18). A trial at w* = 0.8 ended ``design_unreachable``: after 100 iterations the
+reduced gradient was still 23 (the fold is re-solved from the undesigned fold's point, and a
+change of this size may take Newton to another solution); it is not among the full run's values.
 """
 
 from __future__ import annotations
@@ -84,10 +91,10 @@ def family_a_start(w: float) -> np.ndarray:
 
 
 def sizes(quick: bool) -> dict:
-    """Quick: one prescribed value, 12 continuation steps across [W_END, W_START]; full: three, 40."""
+    """Quick: one prescribed value, 12 continuation steps per interval; full: four, 40."""
     if quick:
         return dict(targets=(0.9,), divisions=12, max_iter=60)
-    return dict(targets=(0.8, 0.9, 1.1), divisions=40, max_iter=100)
+    return dict(targets=(0.9, 0.95, 1.0, 1.1), divisions=40, max_iter=100)
 
 
 @dataclasses.dataclass(frozen=True)
