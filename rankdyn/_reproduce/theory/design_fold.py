@@ -200,18 +200,21 @@ def design_fold(
         """The design, its fold and gradient in all four entries, and J at the probes u +- h e_i."""
         delta = full(u, fold_at(full(u, 0.0)) - w_target)
         fold, grad = jax.value_and_grad(fold_at)(delta)
-        probes = u + PROBE * jnp.concatenate([jnp.eye(3), -jnp.eye(3)])
+        probes = u[None] + PROBE * jnp.concatenate([jnp.eye(3), -jnp.eye(3)])
         return delta, fold, grad, jax.vmap(objective)(probes) - objective(u)
 
     u, it, gnorm = jnp.zeros(3), 0, math.inf
-    state = opt.init(u)
-    for it in range(1, max_iter + 1):
-        u_next, state, g = step(u, state)
-        gnorm = float(g)  # the gradient at u, before the step
-        if not gnorm > 0.1 * KKT_TOL:  # converged, or NaN: a re-solve failed at an iterate
-            break
-        u = u_next
-    delta, fold_ift, grad, probes = final(u)
+    # Optax's L-BFGS adds int32 and int64 indices: allowed under the standard promotion rules,
+    # refused under the strict ones a caller (the test suite) may have switched on.
+    with jax.numpy_dtype_promotion("standard"):
+        state = opt.init(u)
+        for it in range(1, max_iter + 1):
+            u_next, state, g = step(u, state)
+            gnorm = float(g)  # the gradient at u, before the step
+            if not gnorm > 0.1 * KKT_TOL:  # converged, or NaN: a re-solve failed at an iterate
+                break
+            u = u_next
+        delta, fold_ift, grad, probes = final(u)
     if not (math.isfinite(gnorm) and np.all(np.isfinite(np.asarray(grad)))):
         if throw:
             raise SolveError(f"design-fold at w = {w_target}: {RESULTS[RESULTS.design_unreachable]}")
