@@ -71,6 +71,12 @@ with warnings.catch_warnings():
             "direction and its direction metrics are NaN; in an equilibrium search, the point is not "
             "an equilibrium."
         )
+        design_unreachable = (
+            "An inverse design did not reach its target: the optimiser did not bring the projected "
+            "gradient below its tolerance, the bifurcation could not be re-solved at an iterate, or an "
+            "independent continuation of the designed family did not find the prescribed bifurcation. "
+            "No design is reported; try a prescribed value nearer the original one."
+        )
         underflow = (
             "Values underflowed: a token became zero in a layer without a normalisation (placement='none': "
             "its entries fell below the dtype's range, or cancelled exactly), or a Lyapunov tangent "

@@ -552,6 +552,38 @@ def bifurcation():
     )
 
 
+def design_fold():
+    from types import SimpleNamespace as NS
+
+    from rankdyn._reproduce.theory import design_fold as T
+
+    def branch(w0, fold):
+        # A fold at ``fold``: the parameter turns back there; stable before it, unstable after.
+        s = np.linspace(0, 2, 41)
+        params = w0 + (fold - w0) * (1 - (s - 1) ** 2)
+        points = np.stack([np.array([[0.0, 1.0], [np.cos(v), np.sin(v)]]) for v in -1.0 - 0.6 * s])
+        bif = NS(
+            kind="fold", param=fold, point=points[20], step=19, located=True, bracket=(params[19], params[20])
+        )
+        return NS(params=params, points=points, stable=s < 1, bifurcations=(bif,), param_name="w")
+
+    design = T.Design(
+        w_target=0.9,
+        status="successful",
+        delta=((0.001, 0.002), (-0.0144, -0.0026)),
+        norm=0.0147,
+        iterations=14,
+        reduced_gradient=4e-10,
+        projected_gradient=1e-10,
+        multiplier=0.03,
+        fold_ift=0.9,
+        continued_folds=(0.9,),
+        probe_min_increase=1e-6,
+        branch=branch(1.0, 0.9),
+    )
+    return T, T.DesignFoldMeasured(0.9682458366, 0.9682458366, (design,), branch(1.3, 0.9682458366))
+
+
 def _pair_phases(ws, ss):
     # Rank-2 equilibria of family a beyond w = 3.2 - s / 4, of family b beyond 2.6; one stable in a.
     count = np.zeros((ss.size, ws.size, 2, 3), int)

@@ -110,6 +110,7 @@ REGISTRY: tuple[Target, ...] = (
     Target("flow-causal", _FLOW + "flow_causal", float64=True, extended=True),
     Target("flow-limit", _FLOW + "flow_limit", float64=True, extended=True),
     Target("bifurcation", _THEORY + "bifurcation", float64=True, extended=True),
+    Target("design-fold", _THEORY + "design_fold", float64=True, extended=True),
     Target("lyapunov-rates", _SIM + "lyapunov_rates", float64=True, extended=True),
     Target(
         "attention-sinks",
