@@ -9,8 +9,8 @@ continuation in any layer parameter or of any map `f(x, p)`, on `_arclength`, `_
 (`switch_branch` at a period doubling), `_branch_points` (`branch_point_starts`: the other branch at
 a branch point), `_curves` (`continue_curve`: bifurcation curves in two parameters, with their
 codimension-2 points from `_codim2`), `_bifurcation_point` (`bifurcation_point`: a located
-bifurcation re-solved at other inputs, differentiable by the implicit-function theorem), `_census` (the pipeline behind ``rankdyn equilibria``) and
-`_stability` (multipliers on the tangent space).
+bifurcation re-solved at other inputs, differentiable by the implicit-function theorem), `_census`
+(the pipeline behind ``rankdyn equilibria``) and `_stability` (multipliers on the tangent space).
 """
 
 from ._equilibria._bifurcation_point import bifurcation_point as bifurcation_point
