@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
         help="basin fractions of the attractors across a parameter (many starts, labelled limits)",
         description="Run many starts of the layer map at each of --steps values of one parameter, label each "
         "limit by its period and token class (rank and which tokens coincide, up to the mask's permutations "
-        "and the sign), and report each attractor's basin fraction with a Wilson 95%% interval. Writes "
+        "and the sign), and report each attractor's basin fraction with a Wilson 95% interval. Writes "
         "basins.nc and basins.png.",
         formatter_class=HelpFormatter,
     )

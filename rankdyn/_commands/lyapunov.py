@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
         "--qr-every",
         default="auto",
         help="layers between QR re-orthonormalisations: an integer >= 1, or auto (1 to 8, from the "
-        "spread of the exponents; default)",
+        "spread of the exponents)",
     )
     p.add_argument("--per-trajectory", action="store_true", help="also write every trajectory's exponents")
     p.add_argument("--chunk", type=int, default=None, help="trajectories advanced together")
