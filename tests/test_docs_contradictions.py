@@ -74,3 +74,22 @@ def test_the_two_cache_variables_are_documented_side_by_side(monkeypatch, tmp_pa
         flat = " ".join(text.split())
         found = re.search(r"\$RANKDYN_CHECKPOINTS.{0,300}\$RANKDYN_CACHE_DIR.{0,200}set both", flat)
         assert found, "the two cache variables, side by side"
+
+
+def test_docs_show_the_public_name_where_one_exists():
+    """A private path (``rankdyn._sweep.assemble_folder``) shown to users where the same object is
+    public (``rankdyn.sweep.assemble_folder``) sends them to an unstable name."""
+    import importlib
+
+    shown = []
+    for path in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        if path.name == "architecture.md":  # the layout page names private modules on purpose
+            continue
+        for m in re.finditer(r"`rankdyn\._([a-z]+)\.(?:_[a-z_]+\.)?([A-Za-z]\w*)", path.read_text()):
+            try:
+                public = importlib.import_module(f"rankdyn.{m[1]}")
+            except ImportError:
+                continue
+            if hasattr(public, m[2]):
+                shown.append((path.name, m[0], f"rankdyn.{m[1]}.{m[2]}"))
+    assert not shown, f"docs show a private name where a public one exists: {shown}"
