@@ -1,7 +1,8 @@
 """docs/glossary.md defines every term a report or a check uses: the column headers of
 ``report.md``, every metric name, and the symbols and placements in the check names that
 ``rankdyn reproduce`` prints (stored in tests/reproduce_check_names.json from a
-``reproduce --quick --extended`` run; ``python tests/test_glossary.py OUT_DIR`` rewrites it).
+``reproduce --quick --extended`` run; ``python tests/test_glossary.py OUT_DIR`` adds or updates
+the targets of a reproduce folder).
 
 A term is covered when it appears, as whole words, in a **bold** span of the glossary, matched
 case-insensitively with underscores read as spaces (``stable_rank`` = **stable rank**).
@@ -82,7 +83,10 @@ def test_the_stored_check_names_cover_every_target():
 
     stored = json.loads(CHECK_NAMES.read_text())["checks"]
     missing = [t.name for t in REGISTRY if t.name not in stored]
-    assert not missing, f"rerun `python tests/test_glossary.py OUT_DIR` after reproduce: {missing}"
+    assert not missing, (
+        f"no stored check names for {missing}: run `rankdyn reproduce NAME --quick --out DIR`, then "
+        "`python tests/test_glossary.py DIR` (it adds DIR's targets to the stored names)"
+    )
 
 
 def test_the_coverage_check_can_fail():
@@ -101,12 +105,13 @@ def test_the_coverage_check_can_fail():
     assert "wall (s)" in report_headers() and "check" in report_headers()
 
 
-if __name__ == "__main__":  # rewrite the stored names from a `reproduce --quick --extended` folder
+if __name__ == "__main__":  # store the check names of the targets in a `reproduce --quick` folder
     out = pathlib.Path(sys.argv[1])
-    checks = {}
+    checks = json.loads(CHECK_NAMES.read_text())["checks"]  # other targets' names are kept
     for f in sorted(out.glob("*.json")):
         result = json.loads(f.read_text())
         if isinstance(result, dict) and "checks" in result:
             checks[f.stem] = sorted({c["name"] for c in result["checks"]})
     about = json.loads(CHECK_NAMES.read_text())["about"]
+    checks = dict(sorted(checks.items()))
     CHECK_NAMES.write_text(json.dumps({"about": about, "checks": checks}, indent=1) + "\n")
