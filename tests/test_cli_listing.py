@@ -38,31 +38,6 @@ def test_checkpoints_lists_names_without_loading_jax():
     assert "rankdyn simulate --checkpoint NAME" in res.stdout
 
 
-def test_help_texts_print_as_written():
-    """Every command's ``--help`` prints each percent sign once, and each option's default once:
-    argparse %-formats option help (so ``%%`` prints ``%``) but not a description (where ``%%``
-    prints as is), and the help formatter appends ``(default: ...)`` to a help that does not say
-    its default itself."""
-    import argparse
-
-    from rankdyn.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    for name, parser in sub.choices.items():
-        text = parser.format_help()
-        assert "%%" not in text, (name, text[max(0, text.index("%%") - 80) : text.index("%%") + 10])
-        formatter = parser._get_formatter()
-        for action in parser._actions:
-            if action.help in (None, argparse.SUPPRESS):
-                continue
-            appended = formatter._get_help_string(action) != action.help
-            assert not (appended and "default" in action.help.lower()), (
-                name,
-                action.option_strings,
-                action.help,
-            )
-
-
 def test_continue_param2_accepts_every_param_and_blames_only_given_flags():
     """``--param2 qk_std | value_std | ln_radius`` was an internal error (no flag of their own), and
     ``--param w`` with any ``--param2`` was refused for ``--w 2.0``, a value the model check had

@@ -21,9 +21,9 @@ def add_parser(sub) -> None:
         help="list the trained checkpoints: installed ones and how to get the rest",
         description="List the trained checkpoints rankdyn knows by name (accepted by --checkpoint NAME): "
         "architecture, path and size of the installed ones, and the command that installs the rest. "
-        "Checkpoints are kept in $RANKDYN_CHECKPOINTS/NAME; the compilation cache and chunks.json in "
-        "$RANKDYN_CACHE_DIR. Both default to ~/.cache/rankdyn, and setting one does not move the other: "
-        "to move every cache, set both.",
+        "Every cache lives in $RANKDYN_CACHE_DIR (default ~/.cache/rankdyn): the checkpoints (one folder "
+        "per name), the compilation cache and chunks.json, so that one variable moves them all; "
+        "$RANKDYN_CHECKPOINTS moves the checkpoints alone.",
         formatter_class=HelpFormatter,
     )
     p.add_argument(
