@@ -6,6 +6,8 @@ Library code never touches JAX's global config; tests choose float64 here
 
 import itertools
 import os
+import resource
+from pathlib import Path
 
 import jax
 import jax.random as jr
@@ -32,3 +34,59 @@ def getkey():
     """Call ``getkey()`` for a fresh, deterministic PRNG key."""
     counter = itertools.count()
     return lambda: jr.PRNGKey(next(counter))
+
+
+# --- CPU seconds per test, and the slow tier's total (issue 56) --------------------------------
+# A wall-clock budget fails at random on a shared 2-core machine; CPU seconds (this process plus
+# the children it waited for: the fresh processes a test starts) measure the work. Each test's
+# setup + call + teardown is measured where it runs (an xdist worker), travels to the controller
+# in the report's user_properties, and the controller prints the totals in its summary.
+
+
+def _cpu_now() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item._cpu_start = _cpu_now()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown":
+        report.user_properties.append(("cpu_s", _cpu_now() - getattr(item, "_cpu_start", _cpu_now())))
+        report.user_properties.append(("slow", item.get_closest_marker("slow") is not None))
+    return report
+
+
+_CPU: dict[str, tuple[float, bool]] = {}
+
+
+def pytest_runtest_logreport(report):
+    props = dict(report.user_properties)
+    if report.when == "teardown" and "cpu_s" in props:
+        _CPU[report.nodeid] = (float(props["cpu_s"]), bool(props["slow"]))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The CPU seconds of the slow tier and of the rest, and the 25 costliest tests in CPU seconds
+    (``--durations`` lists wall seconds). ``RANKDYN_TEST_CPU_JSON=FILE`` also writes every test's."""
+    if not _CPU:
+        return
+    slow = sum(c for c, s in _CPU.values() if s)
+    rest = sum(c for c, s in _CPU.values() if not s)
+    tr = terminalreporter
+    tr.write_sep("=", "CPU seconds (this process and the processes it started)")
+    for nodeid, (cpu, is_slow) in sorted(_CPU.items(), key=lambda kv: -kv[1][0])[:25]:
+        tr.write_line(f"{cpu:8.1f}s cpu  {'slow ' if is_slow else '     '}{nodeid}")
+    n_slow = sum(s for _, s in _CPU.values())
+    n_rest = len(_CPU) - n_slow
+    tr.write_line(f"slow tier: {slow:.0f} CPU s ({n_slow} tests); others: {rest:.0f} CPU s ({n_rest} tests)")
+    if out := os.environ.get("RANKDYN_TEST_CPU_JSON"):
+        import json
+
+        Path(out).write_text(json.dumps({k: {"cpu_s": c, "slow": s} for k, (c, s) in _CPU.items()}, indent=1))
