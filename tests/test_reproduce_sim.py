@@ -40,7 +40,7 @@ def _check_contract(res, out: Path, name: str, tmp_path: Path):
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_masks_collapse_tiny(tmp_path):
+def test_masks_collapse_result(tmp_path):
     from rankdyn._reproduce.sim import masks_collapse as T
 
     res, out = target_result(T.NAME, tmp_path, size={"n": 12, "d": 8, "batch": 4, "depth": 24})
@@ -59,7 +59,7 @@ def test_masks_collapse_tiny(tmp_path):
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_temperature_tiny(tmp_path):
+def test_temperature_result(tmp_path):
     from rankdyn._reproduce.sim import temperature as T
 
     res, out = target_result(
@@ -77,7 +77,7 @@ def test_temperature_tiny(tmp_path):
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_layernorm_orthogonal_tiny(tmp_path):
+def test_layernorm_orthogonal_result(tmp_path):
     from rankdyn._reproduce.sim import layernorm_orthogonal as T
 
     res, out = target_result(
@@ -95,7 +95,7 @@ def test_layernorm_orthogonal_tiny(tmp_path):
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_depth_table_tiny(tmp_path):
+def test_depth_table_result(tmp_path):
     from rankdyn._reproduce.sim import depth_table as T
 
     res, out = target_result(
@@ -146,7 +146,7 @@ def _tiny_ablation():
 
 
 @pytest.mark.slow
-def test_ablation_tiny(tmp_path):
+def test_ablation_result(tmp_path):
     from rankdyn._reproduce.sim import ablation as A
 
     cache = {}

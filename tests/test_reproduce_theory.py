@@ -48,7 +48,7 @@ def _check_contract(res, module, out, steps):
 
 
 @pytest.mark.slow
-def test_counterexample_2d_tiny(tmp_path):
+def test_counterexample_2d_result(tmp_path):
     res, out, steps = _result(ce, tmp_path)
     _check_contract(res, ce, out, steps)
     m = res["measured"]["w=2"]
@@ -82,7 +82,7 @@ def test_basin_points_on_both_sides_of_a():
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_equilibria_ranks_tiny(tmp_path):
+def test_equilibria_ranks_result(tmp_path):
     res, out, steps = _result(er, tmp_path)
     _check_contract(res, er, out, steps)
     m = res["measured"]["N=d=4, w=4"]
@@ -106,7 +106,7 @@ def test_equilibria_ranks_tiny(tmp_path):
 
 
 @pytest.mark.slow
-def test_positive_measure_tiny(tmp_path):
+def test_positive_measure_result(tmp_path):
     res, out, steps = _result(pm, tmp_path)
     _check_contract(res, pm, out, steps)
     lem = next(v for k, v in res["measured"].items() if k.startswith("lemma13 d=3, w=2"))
