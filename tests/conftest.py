@@ -33,6 +33,8 @@ import jax  # noqa: E402
 import jax.random as jr  # noqa: E402
 import pytest  # noqa: E402
 
+if jax.config.jax_compilation_cache_dir:  # JAX was imported before this file, with the variables
+    jax.config.update("jax_compilation_cache_dir", None)
 _MADE_CACHE = not os.environ.get(SHARED_CACHE_DIR)
 if _MADE_CACHE:
     os.environ[SHARED_CACHE_DIR] = tempfile.mkdtemp(prefix="rankdyn-test-compile-")
