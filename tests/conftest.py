@@ -25,6 +25,9 @@ _JAX_CACHE_VARS = {
     # Every program, however small or quick to compile, as `rankdyn reproduce` caches them.
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    # A size limit turns on JAX's file lock around every read and write: processes that run at
+    # once (sweep tasks) never read an entry another one is still writing (JAX would warn on stderr).
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 * 2**30),
 }
 for _var in _JAX_CACHE_VARS:
     os.environ.pop(_var, None)

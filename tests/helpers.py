@@ -66,9 +66,10 @@ def own_compiles(env=None) -> dict:
     (tests/conftest.py), for a fresh process that must compile every program itself: one whose
     test counts compiles, or sends a signal timed to land during a compile."""
     env = dict(os.environ if env is None else env)
-    for var in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+    for var in ("JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE"):
         env.pop(var, None)
-    env.pop("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", None)
+    for var in ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"):
+        env.pop(var, None)
     return env
 
 
