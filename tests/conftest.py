@@ -1,4 +1,5 @@
-"""Test configuration: float64, strict dtype and rank promotion, and a `getkey` fixture.
+"""Test configuration: float64, strict dtype and rank promotion, a `getkey` fixture, one compile
+cache for the run's fresh processes, and the CPU seconds of each test in the summary.
 
 Library code never touches JAX's global config; tests choose float64 here
 (docs/theory.md#experiments: mu falls below 1e-300 without LN, which float32 cannot represent).
@@ -6,13 +7,50 @@ Library code never touches JAX's global config; tests choose float64 here
 
 import itertools
 import os
+import resource
+import shutil
+import tempfile
+from pathlib import Path
 
-import jax
-import jax.random as jr
-import pytest
+#: JAX's persistent compilation cache, through the variables JAX reads when it is imported: one
+#: cache per test run, shared by the fresh processes the tests start (a `rankdyn` command, a
+#: script), which inherit these variables. The first pytest process (xdist's controller) makes the
+#: folder and removes it at the end; its workers inherit the variables. This process's own compiles
+#: stay uncached (its tests count compiles): the variables are removed while JAX is imported here
+#: and set again after. A test whose fresh process counts compiles, or times a signal against a
+#: compile, runs it without them (`helpers.own_compiles`).
+SHARED_CACHE_DIR = "RANKDYN_TEST_COMPILE_CACHE"
+_JAX_CACHE_VARS = {
+    "JAX_COMPILATION_CACHE_DIR": None,  # the folder
+    # Every program, however small or quick to compile, as `rankdyn reproduce` caches them.
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    # A size limit turns on JAX's file lock around every read and write: processes that run at
+    # once (sweep tasks) never read an entry another one is still writing (JAX would warn on stderr).
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 * 2**30),
+}
+for _var in _JAX_CACHE_VARS:
+    os.environ.pop(_var, None)
 
-# `rankdyn reproduce` caches compiled programs by default; tests count compiles and must not
-# depend on what an earlier run left in ~/.cache (subprocesses inherit this too).
+import jax  # noqa: E402
+import jax.random as jr  # noqa: E402
+import pytest  # noqa: E402
+
+if jax.config.jax_compilation_cache_dir:  # JAX was imported before this file, with the variables
+    jax.config.update("jax_compilation_cache_dir", None)
+_MADE_CACHE = not os.environ.get(SHARED_CACHE_DIR)
+if _MADE_CACHE:
+    os.environ[SHARED_CACHE_DIR] = tempfile.mkdtemp(prefix="rankdyn-test-compile-")
+os.environ.update({k: v or os.environ[SHARED_CACHE_DIR] for k, v in _JAX_CACHE_VARS.items()})
+
+
+def pytest_unconfigure(config):
+    if _MADE_CACHE:
+        shutil.rmtree(os.environ.pop(SHARED_CACHE_DIR), ignore_errors=True)
+
+
+# `rankdyn reproduce` caches compiled programs in ~/.cache by default; tests must not depend on what
+# an earlier run left there (subprocesses inherit this too; they share this run's cache, above).
 os.environ.setdefault("RANKDYN_NO_COMPILE_CACHE", "1")
 # The suite is compile-bound: compile at XLA's backend optimisation level 1, as `rankdyn reproduce
 # --quick` does (every quick target's numbers were bit-identical to the default level's:
@@ -32,3 +70,75 @@ def getkey():
     """Call ``getkey()`` for a fresh, deterministic PRNG key."""
     counter = itertools.count()
     return lambda: jr.PRNGKey(next(counter))
+
+
+# --- CPU seconds per test, and the slow tier's total (issue 56) --------------------------------
+# A wall-clock budget fails at random on a shared 2-core machine; CPU seconds (this process plus
+# the children it waited for: the fresh processes a test starts) measure the work. Each test's
+# setup + call + teardown is measured where it runs (an xdist worker), travels to the controller
+# in the report's user_properties, and the controller prints the totals in its summary.
+
+
+def _cpu_now() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item._cpu_start = _cpu_now()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown":
+        report.user_properties.append(("cpu_s", _cpu_now() - getattr(item, "_cpu_start", _cpu_now())))
+        report.user_properties.append(("slow", item.get_closest_marker("slow") is not None))
+    return report
+
+
+_CPU: dict[str, tuple[float, bool]] = {}
+
+
+def pytest_runtest_logreport(report):
+    props = dict(report.user_properties)
+    if report.when == "teardown" and "cpu_s" in props:
+        _CPU[report.nodeid] = (float(props["cpu_s"]), bool(props["slow"]))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The CPU seconds of the slow tier and of the rest, and the 25 costliest tests in CPU seconds
+    (``--durations`` lists wall seconds). ``RANKDYN_TEST_CPU_JSON=FILE`` also writes every test's.
+
+    ``RANKDYN_TEST_TALLY=FILE``: append this session's counts as one JSON line (.ci/run sums the
+    steps of the README's test command into the log's closing line)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if tally := os.environ.get("RANKDYN_TEST_TALLY"):
+        import json
+
+        words = {"passed": "passed", "failed": "failed", "skipped": "skipped", "error": "errors"}
+        words |= {"xfailed": "xfailed", "xpassed": "xpassed"}
+        counts = {
+            word: sum(getattr(r, "count_towards_summary", True) for r in terminalreporter.stats.get(key, []))
+            for key, word in words.items()
+        }
+        with open(tally, "a") as f:
+            f.write(json.dumps(counts) + "\n")
+    if not _CPU:
+        return
+    slow = sum(c for c, s in _CPU.values() if s)
+    rest = sum(c for c, s in _CPU.values() if not s)
+    tr = terminalreporter
+    tr.write_sep("=", "CPU seconds (this process and the processes it started)")
+    for nodeid, (cpu, is_slow) in sorted(_CPU.items(), key=lambda kv: -kv[1][0])[:25]:
+        tr.write_line(f"{cpu:8.1f}s cpu  {'slow ' if is_slow else '     '}{nodeid}")
+    n_slow = sum(s for _, s in _CPU.values())
+    n_rest = len(_CPU) - n_slow
+    tr.write_line(f"slow tier: {slow:.0f} CPU s ({n_slow} tests); others: {rest:.0f} CPU s ({n_rest} tests)")
+    if out := os.environ.get("RANKDYN_TEST_CPU_JSON"):
+        import json
+
+        Path(out).write_text(json.dumps({k: {"cpu_s": c, "slow": s} for k, (c, s) in _CPU.items()}, indent=1))

@@ -1,6 +1,8 @@
-"""A small zoo of test cases (n <= 8, d <= 8) shared by the test modules."""
+"""Shared by the test modules: a small zoo of test cases (n <= 8, d <= 8), the results of the
+main job's ``rankdyn reproduce --quick`` when this source made them, and fresh-process helpers."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,10 +13,64 @@ import rankdyn as rd
 
 PAPER_MASKS = ("complete", "causal", "window", "window-uni")
 
+#: Where ``rankdyn reproduce --quick`` writes by default: the README's main job, which .ci/run runs
+#: before the tests (``RANKDYN_TEST_REPRODUCE_OUT`` names another folder).
+REPRODUCE_OUT = Path(
+    os.environ.get("RANKDYN_TEST_REPRODUCE_OUT") or Path(__file__).resolve().parents[1] / "out/reproduce"
+)
+#: The run flags of that job (``run_flags`` in every result): quick mode, the default seed.
+QUICK_RUN_FLAGS = {"quick": True, "seed": 0, "x64": False, "checkpoint": None}
+
 #: The start of ``python -c`` code for a child that must stop on SIGINT: Python's default handler
 #: (KeyboardInterrupt), even if this runner ignores SIGINT (one started in the background does,
 #: its children inherit that, and rankdyn rightly leaves an ignored signal ignored).
 SIGINT_DEFAULT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+
+
+def quick_result(name: str) -> dict | None:
+    """Target ``name``'s result from the main job's ``rankdyn reproduce --quick`` (`REPRODUCE_OUT`),
+    or None unless this source made it: its provenance names this package's `source_digest` and
+    these versions of the packages that determine the numbers, its run flags are the job's
+    (`QUICK_RUN_FLAGS`), and its figures are on disk. A stale ``out/`` (another commit, an edited
+    file) gives None, and the test runs the target's tiny version instead."""
+    from rankdyn._run._io import source_digest, versions
+
+    try:
+        res = json.loads((REPRODUCE_OUT / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(res, dict):
+        return None
+    prov = res.get("provenance") or {}
+    fresh = prov.get("source") == source_digest() and prov.get("versions") == versions()
+    if not (fresh and res.get("name") == name and res.get("run_flags") == QUICK_RUN_FLAGS):
+        return None
+    if not all((REPRODUCE_OUT / f).is_file() for f in res.get("figures", [])):
+        return None
+    return res
+
+
+def target_result(name: str, tmp_path: Path, **size) -> tuple[dict, Path]:
+    """The quick run's result of target ``name`` and its folder (`quick_result`), else a fresh
+    ``run_target(name, tmp_path, quick=True, seed=0, **size)`` (a tiny version, by ``size=``)
+    and ``tmp_path``. A test's statements about a target must hold at both sizes."""
+    if (res := quick_result(name)) is not None:
+        return res, REPRODUCE_OUT
+    from rankdyn._reproduce import run_target
+
+    return run_target(name, tmp_path, quick=True, seed=0, **size), tmp_path
+
+
+def own_compiles(env=None) -> dict:
+    """``env`` (default: this process's environment) without the run's shared compilation cache
+    (tests/conftest.py), for a fresh process that must compile every program itself: one whose
+    test counts compiles, or sends a signal timed to land during a compile."""
+    env = dict(os.environ if env is None else env)
+    for var in ("JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE"):
+        env.pop(var, None)
+    for var in ("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"):
+        env.pop(var, None)
+    return env
 
 
 def small_layer(key, *, n=6, d=6, mask="causal", placement="post", value="orthogonal", qk="gaussian", **kw):

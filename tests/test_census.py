@@ -9,6 +9,7 @@ the paper's closed forms (App. F.1); brute-force joint search at n = d = 3.
 import jax.random as jr
 import numpy as np
 import pytest
+from helpers import own_compiles
 
 import rankdyn as rd
 
@@ -232,7 +233,7 @@ def test_census_compiles_few_programs():
     import subprocess
     import sys
 
-    env = os.environ | {"RANKDYN_NO_COMPILE_CACHE": "1"}
+    env = own_compiles(os.environ | {"RANKDYN_NO_COMPILE_CACHE": "1"})  # it counts compiles
     res = subprocess.run(
         [sys.executable, "-c", _COUNT_CENSUS], capture_output=True, text=True, env=env, timeout=600
     )

@@ -3,11 +3,11 @@ that a warm run (every program loaded from the cache) gives the cold run's numbe
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from helpers import own_compiles
 
 from rankdyn._commands.reproduce import default_compile_cache, use_compile_cache
 from rankdyn.cli import main as cli_main
@@ -42,7 +42,7 @@ def _reproduce(tmp_path, name, extra, env):
 
 @pytest.mark.slow
 def test_warm_run_loads_every_program_and_gives_identical_numbers(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RANKDYN_NO_COMPILE_CACHE"}
+    env = {k: v for k, v in own_compiles().items() if k != "RANKDYN_NO_COMPILE_CACHE"}
     env["RANKDYN_CACHE_DIR"] = str(tmp_path / "home_cache")  # the default, kept inside tmp_path
     cold = _reproduce(tmp_path, "cold", [], env)
     cache = tmp_path / "home_cache" / "compile"

@@ -22,7 +22,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import SIGINT_DEFAULT
+from helpers import SIGINT_DEFAULT, own_compiles
 
 import rankdyn as rd
 from rankdyn._run import _io
@@ -355,7 +355,8 @@ def test_sigint_during_sweep_compile(tmp_path):
         out = tmp_path / f"o{attempt}"
         start = SIGINT_DEFAULT + "import sys; from rankdyn.cli import main; sys.exit(main(sys.argv[1:]))"
         cmd = [sys.executable, "-c", start, "sweep", str(cfg), "--out", str(out), "--no-progress"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        proc = subprocess.Popen(cmd, env=own_compiles(), **pipes)  # the signal must meet a compile
         line = proc.stdout.readline()  # printed right before the chunks are built and compiled
         while line and "compiled group" not in line:
             line = proc.stdout.readline()

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from helpers import SIGINT_DEFAULT
+from helpers import SIGINT_DEFAULT, own_compiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Seconds after ``rankdyn.cli`` is imported, just before ``main()`` runs: 0 s lands in the
@@ -33,7 +33,8 @@ _LOAD = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 60: pas
 
 @pytest.mark.slow  # four runs at once next to a busy loop: ~20 s quiet, minutes loaded
 def test_sigint_at_several_delays_under_load_is_one_line_and_exit_130(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # Every process compiles (no shared cache): the later delays land in the compile or the chunks.
+    env = own_compiles(dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
     load = subprocess.Popen([sys.executable, "-c", _LOAD])  # a second process keeps a core busy
     try:
         procs = []

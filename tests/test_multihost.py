@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import own_compiles
 
 import rankdyn as rd
 
@@ -39,7 +40,7 @@ def _example():
 def test_two_processes_equal_one(tmp_path):
     n, d, batch, layers = 6, 8, 11, 8  # 11 trajectories on 2 devices: the padding crosses processes
     out = tmp_path / "metrics.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NPROC")}
+    env = {k: v for k, v in own_compiles().items() if k not in ("XLA_FLAGS", "NPROC")}
     env |= {"JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])}
     port = _free_port()
     procs = [

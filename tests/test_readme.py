@@ -12,7 +12,14 @@ from rankdyn.cli import build_parser
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 SETUP = "python3 -m pip install -e . && rankdyn checkpoints --get minilm smollm2 && rankdyn reproduce --quick"
-TESTS = 'python3 -m pip install -e ".[test]" && python3 -m pytest'
+#: The suite, then its own step for the notebooks and the documentation site (tests/site).
+TESTS = " && ".join(
+    [
+        'python3 -m pip install -e ".[test]"',
+        "python3 -m pytest",
+        "python3 -m pytest --nbmake notebooks tests/site",
+    ]
+)
 
 
 def _blocks(lang: str) -> list[str]:

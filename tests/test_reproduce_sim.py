@@ -1,7 +1,9 @@
-"""The simulation targets of ``rankdyn reproduce`` at tiny sizes, the framework, and the CLI.
+"""The simulation targets of ``rankdyn reproduce``, the framework, and the CLI.
 
 Each target: the result honours the contract (keys, verdict computed from its checks, figures
-on disk) and one numeric statement that a wrong implementation would break.
+on disk) and one numeric statement that a wrong implementation would break. The result is the
+main job's quick run in out/reproduce/ when this source made it (`helpers.target_result`), else
+a fresh run at a tiny size: every statement holds at both sizes.
 """
 
 import json
@@ -11,16 +13,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import target_result
 
 import rankdyn
 import rankdyn._reproduce as ex
-from rankdyn._reproduce import run_target
 from rankdyn._reproduce._masktable import PAPER_MASKS
 from rankdyn._theory._rates import bound_rate, fit_rate_window, log10_bound_gap
 from rankdyn.cli import main
 
 
-def _check_contract(res, out: Path, name: str):
+def _check_contract(res, out: Path, name: str, tmp_path: Path):
     for k in ex.RESULT_KEYS:
         assert k in res, k
     assert res["name"] == name
@@ -33,18 +35,17 @@ def _check_contract(res, out: Path, name: str):
     # The result must be JSON-serialisable through the project's writer.
     from rankdyn._run._io import write_json
 
-    write_json(out / f"{name}.json", res)
-    json.loads((out / f"{name}.json").read_text())
+    write_json(tmp_path / f"{name}.json", res)
+    json.loads((tmp_path / f"{name}.json").read_text())
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_masks_collapse_tiny(tmp_path):
+def test_masks_collapse_result(tmp_path):
     from rankdyn._reproduce.sim import masks_collapse as T
 
-    n = 12
-    res = run_target(T.NAME, tmp_path, quick=True, seed=0, size={"n": n, "d": 8, "batch": 4, "depth": 24})
-    _check_contract(res, tmp_path, "masks-collapse")
-    pm = res["measured"]["per_mask"]
+    res, out = target_result(T.NAME, tmp_path, size={"n": 12, "d": 8, "batch": 4, "depth": 24})
+    _check_contract(res, out, "masks-collapse", tmp_path)
+    n, pm = res["setting"]["n"], res["measured"]["per_mask"]
     # Graph facts (docs/theory.md#masks-as-graphs) and the round-off collapse of the complete mask (radius 1).
     assert pm["window"]["radius"] == n // 2 and pm["window-uni"]["radius"] == n - 1
     assert pm["complete"]["mu_ratio"] < 1e-6
@@ -58,19 +59,15 @@ def test_masks_collapse_tiny(tmp_path):
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_temperature_tiny(tmp_path):
+def test_temperature_result(tmp_path):
     from rankdyn._reproduce.sim import temperature as T
 
-    res = run_target(
-        T.NAME,
-        tmp_path,
-        quick=True,
-        seed=0,
-        size={"n": 12, "d": 8, "batch": 4, "depth": 8, "weight_layers": 24},
+    res, out = target_result(
+        T.NAME, tmp_path, size={"n": 12, "d": 8, "batch": 4, "depth": 8, "weight_layers": 24}
     )
-    _check_contract(res, tmp_path, "temperature")
+    _check_contract(res, out, "temperature", tmp_path)
     early = res["measured"]["early_rate"]["complete"]
-    assert len(early) == len(T.DQKS)
+    assert len(early) == len(T.DQKS) == len(res["setting"]["dqk_sweep"])
     # Sharper attention (d_QK = 1/64) must collapse more slowly than near-uniform attention (d_QK = 64).
     assert early[0] > early[-1]
     assert np.all(
@@ -80,13 +77,13 @@ def test_temperature_tiny(tmp_path):
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_layernorm_orthogonal_tiny(tmp_path):
+def test_layernorm_orthogonal_result(tmp_path):
     from rankdyn._reproduce.sim import layernorm_orthogonal as T
 
-    res = run_target(
-        T.NAME, tmp_path, quick=True, seed=0, size={"n": 6, "d": 8, "batch": 4, "depth": 96, "save_every": 2}
+    res, out = target_result(
+        T.NAME, tmp_path, size={"n": 6, "d": 8, "batch": 4, "depth": 96, "save_every": 2}
     )
-    _check_contract(res, tmp_path, "layernorm-orthogonal")
+    _check_contract(res, out, "layernorm-orthogonal", tmp_path)
     cases = res["measured"]["cases"]
     assert len(cases) == 2 * len(T.CASES)
     for v in cases.values():
@@ -98,24 +95,20 @@ def test_layernorm_orthogonal_tiny(tmp_path):
 
 
 @pytest.mark.slow  # end-to-end (a whole target, or a fresh process)
-def test_depth_table_tiny(tmp_path):
+def test_depth_table_result(tmp_path):
     from rankdyn._reproduce.sim import depth_table as T
 
-    res = run_target(
-        T.NAME,
-        tmp_path,
-        quick=True,
-        seed=0,
-        size={"n": 8, "d": 16, "dk": 4, "dqk": 4.0, "batch": 2, "depth": 8},
+    res, out = target_result(
+        T.NAME, tmp_path, size={"n": 8, "d": 16, "dk": 4, "dqk": 4.0, "batch": 2, "depth": 8}
     )
-    _check_contract(res, tmp_path, "depth-table")
-    stats = res["measured"]["stats"]
-    assert list(res["setting"]["table_layers"]) == [0, 2, 4, 6, 8]
+    _check_contract(res, out, "depth-table", tmp_path)
+    stats, depth = res["measured"]["stats"], res["setting"]["depth"]
+    assert list(res["setting"]["table_layers"]) == [depth * i // 4 for i in range(5)]
     # Same inputs for every mask and mode: identical layer-0 mu.
     mu0 = [stats[mode][m]["mu_mean"][0] for mode in T.MODES for m in PAPER_MASKS]
     np.testing.assert_allclose(mu0, mu0[0], rtol=1e-12)
     # Without dropout no row can become exactly zero; with dropout on, the complete mask needs all
-    # 8 weights of a row dropped (p^8 = 1e-8), so it has none either.
+    # n >= 8 weights of a row dropped (p^n <= 1e-8), so it has none either.
     assert all(s["zero_rows_mean"][-1] == 0.0 for s in stats["eval"].values())
     assert stats["attn-dropout"]["complete"]["zero_rows_mean"][-1] == 0.0
     # Eval and attention dropout differ (the key reaches the layer); the three tables are there.
@@ -153,19 +146,20 @@ def _tiny_ablation():
 
 
 @pytest.mark.slow
-def test_ablation_tiny(tmp_path):
+def test_ablation_result(tmp_path):
     from rankdyn._reproduce.sim import ablation as A
 
     cache = {}
-    res = run_target(A.NAME, tmp_path, quick=True, seed=0, size=_tiny_ablation(), cache=cache)
-    _check_contract(res, tmp_path, "ablation")
+    res, out = target_result(A.NAME, tmp_path, size=_tiny_ablation(), cache=cache)
+    _check_contract(res, out, "ablation", tmp_path)
     summ = res["measured"]["summary"]
-    # 5 variants x 4 masks (eval mode only at this size).
-    assert len(summ) == 5 * 4
+    # 5 variants x 4 masks in eval mode (the only mode at the tiny size).
+    assert sum(k.endswith("|eval") for k in summ) == 5 * 4
     # Pure SAN at BERT-like init: mu shrinks for every mask.
     for m in PAPER_MASKS:
         assert summ[f"SAN|{m}|eval"]["ratio_12"] < 0.5
-    assert len(cache) == 1
+    if out == tmp_path:  # a fresh run: its layers were built once
+        assert len(cache) == 1
     # geometry now runs on a trained checkpoint: tests/test_pretrained.py
 
 

@@ -13,6 +13,8 @@ import contextlib
 import dataclasses
 import datetime
 import errno
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -29,6 +31,7 @@ __all__ = [
     "to_jsonable",
     "write_json",
     "provenance",
+    "source_digest",
     "atomic_path",
     "atomic_write",
     "savez",
@@ -137,12 +140,29 @@ def versions() -> dict[str, str]:
     return {name: package_version(name) for name in _VERSIONED}
 
 
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """SHA-256 of the files of the rankdyn package that runs (each file's path in the package and
+    its bytes, in path order; no ``__pycache__``): which source made a result, finer than the
+    version (two checkouts of one commit agree; any edit changes it). The test suite reuses a
+    ``rankdyn reproduce --quick`` result only when it names this digest."""
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for f in files:
+        data = f.read_bytes()
+        digest.update(f"{f.relative_to(root).as_posix()}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
 def provenance() -> dict:
     """Versions, device and time: stored next to every result."""
     import jax
 
     return {
         "rankdyn": _rankdyn_version(),
+        # The package's files (`source_digest`): results from two sources differ here.
+        "source": source_digest(),
         "versions": versions(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),

@@ -4,6 +4,10 @@ One build per test session (the ``site`` fixture) serves both tests: the strict 
 link, a missing page in the nav, an unknown API name in a ``::: rankdyn.x`` block or a docstring
 griffe cannot parse fails), and a headless-Chromium check that KaTeX, shipped with the site,
 typesets the home, theory, one API and one notebook page with no network.
+
+A step of its own, after the suite (``python3 -m pytest --nbmake notebooks tests/site``, the last
+step of the README's test command): plain ``python3 -m pytest`` does not collect this folder
+(``norecursedirs`` in pyproject.toml).
 """
 
 import os
@@ -15,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # One page of each kind whose maths reaches the browser by a different road: the README (hook),
 # a Markdown page (arithmatex), docstrings (mkdocstrings + arithmatex), a notebook ($...$ left raw
 # by mkdocs-jupyter, headings with $...$ in the navigation).
