@@ -29,6 +29,7 @@ EXEMPT = {
     "numpy",  # the library ("NumPy map": the map re-implemented in NumPy)
     "df",  # the Jacobian DF of the map F, written as in the paper's notation
     "e d",  # the d-th unit vector e_d
+    "e i",  # the i-th unit vector e_i
 }
 
 
