@@ -1,0 +1,42 @@
+"""Issue 54 (faults round 5): refusals that came after JAX or the weights loaded, and the causes
+that last round left (items 5 and 6)."""
+
+import json
+
+import numpy as np
+from helpers import refusals_in_one_process
+
+
+def test_reproduce_and_checkpoint_input_refusals_come_before_jax(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".reproduce-flags").write_text(
+        json.dumps({"quick": True, "seed": 3, "x64": False, "checkpoint": None})
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("caf\xe9".encode("latin1"))
+    ck = ["simulate", "--checkpoint", str(tmp_path)]
+    cases = {
+        # reproduce --extended: formerly after the compilation cache imported JAX.
+        "holds no record of an earlier reproduce run": [
+            "reproduce",
+            "--extended",
+            "--resume",
+            "--out",
+            str(empty),
+        ],
+        "was written with other flags": ["reproduce", "--extended", "--resume", "--out", str(other)],
+        "would ignore it": ["reproduce", "--extended", "--checkpoint", str(tmp_path / "nope")],
+        # checkpoint inputs: formerly after JAX and the weights loaded.
+        "exactly one of --text FILE or --input-ids": ck,
+        "--text": ck + ["--text", str(tmp_path / "missing.txt")],
+        "cannot read it (Is a directory)": ck + ["--text", str(empty)],
+        "not UTF-8": ck + ["--text", str(bad)],
+        "cannot read a .npy array": ck + ["--input-ids", str(tmp_path / "missing.npy")],
+    }
+    errors, jax = refusals_in_one_process(cases)
+    assert not jax, errors
+    assert "cannot read it (No such file" in errors[4]
+    np.testing.assert_equal(len(errors), len(cases))
