@@ -40,3 +40,27 @@ def test_reproduce_and_checkpoint_input_refusals_come_before_jax(tmp_path):
     assert not jax, errors
     assert "cannot read it (No such file" in errors[4]
     np.testing.assert_equal(len(errors), len(cases))
+
+
+def test_round4_leftover_causes(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    zero, nan = tmp_path / "zero", tmp_path / "nan"
+    for folder, mean in ((zero, []), (nan, [None, None])):
+        folder.mkdir()
+        run = {"layers": list(range(len(mean))), "metrics": {"mu": {"mean": mean}}, "config": {}}
+        (folder / "metrics.json").write_text(json.dumps(run))
+    png = str(tmp_path / "o.png")
+    cases = {
+        # argparse took -1/2 for a flag: "--task: expected one argument".
+        "--task -1/2: the task index must be in 0..1": ["sweep", "--task", "-1/2"],
+        "--task 2/2: the task index must be in 0..1": ["sweep", "--task=2/2"],
+        # --assemble FILE was reported as "--out FILE is an existing file".
+        f"--assemble {afile} is a file, not a sweep folder": ["sweep", "--assemble", str(afile)],
+        # plot wrote an empty figure and exited 0.
+        "has zero rows": ["plot", str(zero), "--metric", "mu", "--out", png],
+        "no finite value in its 2 rows": ["plot", str(nan), "--metric", "mu", "--out", png],
+    }
+    errors, jax = refusals_in_one_process(cases)
+    assert not jax and "--out FILE" not in errors[2] and f"--out {afile}" not in errors[2]
+    assert not (tmp_path / "o.png").exists()
