@@ -29,6 +29,7 @@ def test_reproduce_and_checkpoint_input_refusals_come_before_jax(tmp_path):
         ],
         "was written with other flags": ["reproduce", "--extended", "--resume", "--out", str(other)],
         "would ignore it": ["reproduce", "--extended", "--checkpoint", str(tmp_path / "nope")],
+        "does not exist": ["reproduce", "geometry", "--checkpoint", str(tmp_path / "nope")],
         # checkpoint inputs: formerly after JAX and the weights loaded.
         "exactly one of --text FILE or --input-ids": ck,
         "--text": ck + ["--text", str(tmp_path / "missing.txt")],
@@ -38,7 +39,7 @@ def test_reproduce_and_checkpoint_input_refusals_come_before_jax(tmp_path):
     }
     errors, jax = refusals_in_one_process(cases)
     assert not jax, errors
-    assert "cannot read it (No such file" in errors[4]
+    assert "cannot read it (No such file" in errors[5]
     np.testing.assert_equal(len(errors), len(cases))
 
 

@@ -379,7 +379,8 @@ def _run(args, names, checkpoint, jobs, cache, run_targets) -> dict:
 
 
 def _checkpoint_targets(path, names) -> None:
-    """``--checkpoint``: refused, before JAX loads, unless every target reads it."""
+    """``--checkpoint``: refused, before JAX loads, unless every target reads it, and when it names
+    a checkpoint that is not installed or a path that does not exist (the loader's messages)."""
     if path is None:
         return
     from .._errors import UsageError
@@ -391,6 +392,11 @@ def _checkpoint_targets(path, names) -> None:
             f"--checkpoint is used only by the targets {', '.join(CHECKPOINT_TARGETS)}; the target(s) "
             f"{', '.join(unused)} would ignore it: drop --checkpoint or run those targets separately."
         )
+    from .._trained._installed import resolve_checkpoint
+    from .._trained._read import _FIX
+
+    if not resolve_checkpoint(path).exists():  # a known name not installed: its own message
+        raise UsageError(f"checkpoint {path} does not exist; {_FIX}.")
 
 
 def _checkpoint_flag(path, names):
