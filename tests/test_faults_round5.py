@@ -52,6 +52,8 @@ def test_round4_leftover_causes(tmp_path):
         run = {"layers": list(range(len(mean))), "metrics": {"mu": {"mean": mean}}, "config": {}}
         (folder / "metrics.json").write_text(json.dumps(run))
     png = str(tmp_path / "o.png")
+    start = tmp_path / "start.npy"
+    np.save(start, np.zeros((4, 6)))
     cases = {
         # argparse took -1/2 for a flag: "--task: expected one argument".
         "--task -1/2: the task index must be in 0..1": ["sweep", "--task", "-1/2"],
@@ -61,6 +63,18 @@ def test_round4_leftover_causes(tmp_path):
         # plot wrote an empty figure and exited 0.
         "has zero rows": ["plot", str(zero), "--metric", "mu", "--out", png],
         "no finite value in its 2 rows": ["plot", str(nan), "--metric", "mu", "--out", png],
+        # the file's (4, 6) was reported as the batch made of it, (1, 4, 6).
+        "or (m, 6, 6), got (4, 6).": [
+            "continue",
+            "--param",
+            "w",
+            "--from",
+            "0.5",
+            "--to",
+            "1",
+            "--start",
+            str(start),
+        ],
     }
     errors, jax = refusals_in_one_process(cases)
     assert not jax and "--out FILE" not in errors[2] and f"--out {afile}" not in errors[2]
