@@ -821,6 +821,7 @@ def long_context_radius():
     return R, R.LongContextRadiusMeasured(
         runs=runs, n=[256] * n, w=w, radius=radius, rho=rho, lambda2=lam, eps=[1e-6] * n,
         log10_eps_r=[-6.0 * r for r in radius], theorem1=[1.0] * n, exponent=2.0, exponent_se=0.01,
+        exponent_lambda2=2.0,
         curves=curves, setting={"ns": (256, 512), "depth": 400},
     )  # fmt: skip
 

@@ -49,18 +49,53 @@ def test_radius_tiny_run_follows_the_uniform_window(tmp_path):
     for rho, lam in zip(m["rho"], m["lambda2"]):
         assert abs((1 - rho) / (1 - lam) - 1) < 0.02, (rho, lam)
     status = {c["name"]: c["status"] for c in res["checks"]}
-    assert status["1 - rho ~ r^-p with p = 2 within 0.3 (windows, every n)"] == "pass"
+    assert (
+        status["1 - rho ~ r^-p with p = the exponent of 1 - lambda_2 within 0.1 (windows, every n)"] == "pass"
+    )
 
 
 def test_radius_checks_fail_on_a_rate_off_the_prediction():
     m = R.LongContextRadiusMeasured(
         runs=["window n=64 r=2", "window n=64 r=4"], n=[64, 64], w=[16, 8], radius=[2, 4], rho=[0.9, 0.99],
         lambda2=[0.8, 0.95], eps=[1e-2, 1e-9], log10_eps_r=[-4.0, -36.0], theorem1=[0.99995, 1.0],
-        exponent=3.3, exponent_se=0.0, curves={}, setting={},
+        exponent=3.3, exponent_se=0.0, exponent_lambda2=2.1, curves={}, setting={},
     )  # fmt: skip
     cs = R.checks(m)
     assert [c.passed for c in cs] == [True, False, None, False, False]
     assert "vacuous" in cs[2].detail
+
+
+def test_radius_gap_formula_matches_lanczos():
+    # The docstring's closed form against the exact gap: within 2% at r = 2, 0.3% from r = 4
+    # (the former pi^2 w (w+1) / (6 n^2) was 19% low at r = 2 and fails this).
+    for w in (16, 64):
+        for r, tol in ((2, 0.02), (4, 0.003), (8, 0.003), (16, 0.003)):
+            n = 2 * w * r
+            exact = 1 - R.uniform_window_lambda2(n, w)
+            assert abs(R.window_gap_approx(n, w) / exact - 1) < tol, (w, r)
+
+
+def test_radius_exponent_is_tested_against_the_exact_gap_exponent():
+    """p is compared with the same fit to the exact 1 - lambda_2, not with 2: a rate following the
+    gap (p = 2.08) passes, p = 2.25 (within the former 2 +- 0.3) fails, and so does p = 2.0 when
+    the gap's exponent is 2.2."""
+    radius = [2, 4, 8]
+    lam = [1 - R.window_gap_approx(64 * r, 32) for r in radius]
+    p_lam, _ = R._fit_exponent(radius, [1 - x for x in lam])
+    assert 2.04 < p_lam < 2.15
+
+    def last(p, p_ref):
+        m = R.LongContextRadiusMeasured(
+            runs=[f"window n={64 * r} r={r}" for r in radius], n=[64 * r for r in radius], w=[32] * 3,
+            radius=radius, rho=lam, lambda2=lam, eps=[1e-3] * 3, log10_eps_r=[-20.0] * 3,
+            theorem1=[1.0] * 3, exponent=p, exponent_se=0.01, exponent_lambda2=p_ref, curves={}, setting={},
+        )  # fmt: skip
+        c = R.checks(m)[-1]
+        assert "standard error of the fit 0.01" in c.detail
+        return c.passed
+
+    assert last(p_lam, p_lam) and last(p_lam + 0.09, p_lam)
+    assert not last(2.25, p_lam) and not last(2.0, 2.2)
 
 
 def test_self_weight_blocks_equal_a_direct_softmax():

@@ -89,6 +89,43 @@ def test_masks_collapse_checks_pass_and_fail():
     assert "locality ordering failed" in text
 
 
+def test_masks_collapse_factor_averages_over_the_layers_above_the_floor():
+    """A mask that reaches the round-off floor early gets its own factor, not floor^(1/T): the
+    former clamp gave complete and causal (floor)^(1/128) = 0.9319 in float32 whatever they did."""
+    t = np.arange(129)
+    floor = float(np.finfo(np.float32).eps) * 1000
+    complete = np.where(t == 0, 1.0, np.where(t == 1, 1e-3, 1e-9))  # at the floor from layer 2
+    causal = 0.5**t  # reaches the floor at layer 14 (0.5^13 > 1.19e-4 > 0.5^14)
+    f, first = MC.floor_factor(t, complete, 128, floor)
+    assert first == 2 and abs(f - 1e-3) < 1e-12
+    f, first = MC.floor_factor(t, causal, 128, floor)
+    assert first == 14 and abs(f - 0.5) < 1e-12
+    assert MC.floor_factor(t, causal, 12, floor) == (0.5, 14)
+    f, first = MC.floor_factor(t, 0.99**t, 128, floor)  # never at the floor: over all 128 layers
+    assert first is None and abs(f - 0.99) < 1e-12
+    # At the floor at the first saved layer (every 4th saved): floor^(1/4), an upper estimate.
+    assert MC.floor_factor(t[::4], complete[::4], 128, floor) == (floor**0.25, 4)
+
+    def measured(curves):
+        rows = {}
+        for k in MC.MASKS:
+            mun = curves.get(k, 0.9**t)
+            g, fl = MC.floor_factor(t, mun, 128, floor)
+            g0, _ = MC.floor_factor(t, mun, MC.EARLY, floor)
+            rows[k] = _mc_row(avg_rate_mu_normalized=g, avg_rate_mu_normalized_early=g0, floor_layer=fl)
+        setting = {"n": 8, "d": 8, "batch": 2, "depth": 128, "dtype": "float32"}
+        return MC.MasksCollapseMeasured(rows, 129, t, {}, setting)
+
+    good = {"complete": complete, "causal": causal, "window": 0.998**t, "window-uni": 0.999**t}
+    cs = MC.ordering_checks(measured(good))
+    assert [c.passed for c in cs] == [True, True], cs
+    assert "complete 0.001 (floor at layer 2)" in cs[1].detail
+    # Wrong results fail: the causal mask slower than the window, and the window slower than the
+    # uni window (the measured quick run's real failure, 0.9978 > 0.9755).
+    assert not MC.ordering_checks(measured(good | {"causal": 0.9995**t}))[1].passed
+    assert not MC.ordering_checks(measured(good | {"window-uni": 0.9755**t}))[1].passed
+
+
 # temperature ----------------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from .._errors import UsageError
 from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
-from ._excerpts import DEFAULT_N as _DEFAULT_N, count_excerpts_before_loading
+from ._excerpts import DEFAULT_N as _DEFAULT_N, check_inputs_before_loading, count_excerpts_before_loading
 from ._scheme import SCHEME_FLAGS, check_mix_depth, scheme_of, scheme_record
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "architecture"]
@@ -226,6 +226,7 @@ def run_checkpoint(args) -> int:
     check_positive(args, "rank_tol")
     if args.chunk is not None and args.chunk < 1:
         raise UsageError(f"--chunk must be a positive number of excerpts, got {args.chunk}; e.g. --chunk 64.")
+    check_inputs_before_loading(args)
     count_excerpts_before_loading(args, given)
     # JAX and the weights load only now: every refusal above answers at once.
     import jax

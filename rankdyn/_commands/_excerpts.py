@@ -8,10 +8,42 @@ from pathlib import Path
 
 from .._errors import UsageError
 
-__all__ = ["DEFAULT_N", "count_excerpts_before_loading"]
+__all__ = ["DEFAULT_N", "check_inputs_before_loading", "count_excerpts_before_loading"]
 
 #: Tokens per excerpt of a checkpoint run without ``--n``.
 DEFAULT_N = 128
+
+
+def check_inputs_before_loading(args) -> None:
+    """The input refusals of a checkpoint run that need no weights: exactly one of ``--text`` and
+    ``--input-ids``, a ``--text`` that is a readable UTF-8 file, an ``--input-ids`` that NumPy reads.
+    The same messages as the checks after loading (`rankdyn._commands._checkpoint._check_inputs`),
+    which stay; here they answer before JAX and the weights load (10 s for MiniLM).
+
+    Raises:
+        UsageError: naming the flag and the fix.
+    """
+    if (args.text is None) == (args.input_ids is None):
+        raise UsageError("--checkpoint needs exactly one of --text FILE or --input-ids FILE.npy.")
+    if args.input_ids is not None:
+        import numpy as np
+
+        try:
+            np.load(args.input_ids, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise UsageError(
+                f"--input-ids {args.input_ids}: cannot read a .npy array ({err}); save one with numpy.save."
+            ) from None
+        return
+    try:
+        data = args.text.read_bytes()
+    except OSError as err:
+        raise UsageError(
+            f"--text {args.text}: cannot read it ({err.strerror or err}); give a text file."
+        ) from None
+    from .._trained._text_files import utf8_text
+
+    utf8_text(data, f"--text {args.text}")
 
 
 def count_excerpts_before_loading(args, given: dict) -> None:

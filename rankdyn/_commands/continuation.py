@@ -170,11 +170,11 @@ def _file_starts(path: str, n: int, d: int):
         x = np.load(p, allow_pickle=False)
     except (OSError, ValueError) as err:
         raise UsageError(f"--start {path}: cannot read it as a .npy array ({err}).") from None
+    shape = x.shape  # the file's shape, not the one-equilibrium batch made of it
     x = x[None] if x.ndim == 2 else x
     if x.ndim != 3 or x.shape[1:] != (n, d) or x.shape[0] == 0:
         raise UsageError(
-            f"--start {path}: expected equilibria of shape (n, d) = ({n}, {d}) or (m, {n}, {d}), "
-            f"got {x.shape}."
+            f"--start {path}: expected equilibria of shape (n, d) = ({n}, {d}) or (m, {n}, {d}), got {shape}."
         )
     if not np.all(np.isfinite(x)):
         raise UsageError(f"--start {path}: the array has non-finite entries (NaN or inf).")

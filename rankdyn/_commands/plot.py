@@ -76,6 +76,27 @@ def load_runs(dirs, metric: str) -> list[dict]:
     return runs
 
 
+def check_has_values(runs, dirs, metric: str) -> None:
+    """Refuse a run with no value to draw: zero saved rows (layers), or every value null (NaN in the
+    JSON). The figure would be empty and the command would still say "wrote"."""
+    import math
+
+    for run, d in zip(runs, dirs, strict=True):
+        mean = run["metrics"][metric]["mean"]
+        finite = [v for v in mean if isinstance(v, (int, float)) and math.isfinite(v)]
+        if not finite:
+            fix = (
+                "re-run rankdyn simulate with --num-layers of at least 1"
+                if not mean
+                else "choose another --metric"
+            )
+            what = "zero rows (no saved layer)" if not mean else f"no finite value in its {len(mean)} rows"
+            raise UsageError(
+                f"DIR {d}: --metric {metric} has {what}, so there is nothing to plot; drop this folder, "
+                f"or {fix}."
+            )
+
+
 def check_figure_path(out: Path) -> None:
     """``--out`` is a PNG path that can be written: not a folder, not under a file."""
     if out.suffix.lower() != ".png":
@@ -111,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path(f"{args.metric}_overlay.png")
     check_figure_path(out)
     runs = load_runs(args.dirs, args.metric)
+    check_has_values(runs, args.dirs, args.metric)
     labels = run_labels(runs, args.dirs)
 
     import matplotlib

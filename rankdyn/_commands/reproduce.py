@@ -191,6 +191,9 @@ def run(args: argparse.Namespace) -> int:
     check_seed_flag(args.seed)
     check_out_dir(args.out)
     jobs = _jobs_flag(args)
+    # The refusals that need no JAX come before the compilation cache, which imports it.
+    _checkpoint_targets(args.checkpoint, names)
+    _resume_record(args)
     cache = use_compile_cache(args)
     checkpoint = _checkpoint_flag(args.checkpoint, names)  # loads and checks before any compute
     kept, todo = _resume(args, names, checkpoint)
@@ -261,6 +264,35 @@ def _run_key(args) -> dict:
     }
 
 
+def _resume_record(args) -> None:
+    """``--resume``: refused, before JAX loads, on a folder with no record of an earlier run or one
+    written with other flags (`_resume` reads the record again to keep the targets).
+
+    Raises:
+        UsageError: naming the folder and what differs.
+    """
+    import json
+
+    from .._errors import UsageError
+
+    if not args.resume:
+        return
+    record, key = args.out / _RUN_RECORD, _run_key(args)
+    try:
+        old = json.loads(record.read_text())
+    except (OSError, ValueError):
+        raise UsageError(
+            f"--resume: {str(args.out)!r} holds no record of an earlier reproduce run ({_RUN_RECORD}); "
+            "drop --resume to run every target."
+        ) from None
+    if old != key:
+        diff = ", ".join(f"{k} {old.get(k)!r} there, {v!r} now" for k, v in key.items() if old.get(k) != v)
+        raise UsageError(
+            f"--resume: {str(args.out)!r} was written with other flags ({diff}); resume with the same "
+            "--quick, --seed, --x64 and --checkpoint, or choose another --out."
+        )
+
+
 def _resume(args, names, checkpoint=None):
     """``(kept results, targets to run)``: with ``--resume``, the complete targets of ``--out`` are
     kept (a ``<target>.json`` with a verdict other than "error", every figure it lists, and its
@@ -272,28 +304,13 @@ def _resume(args, names, checkpoint=None):
     """
     import json
 
-    from .._errors import UsageError
     from .._reproduce import VERDICTS
     from .._run._io import write_json
 
     record, key = args.out / _RUN_RECORD, _run_key(args)
     kept = {}
     if args.resume:
-        try:
-            old = json.loads(record.read_text())
-        except (OSError, ValueError):
-            raise UsageError(
-                f"--resume: {str(args.out)!r} holds no record of an earlier reproduce run ({_RUN_RECORD}); "
-                "drop --resume to run every target."
-            ) from None
-        if old != key:
-            diff = ", ".join(
-                f"{k} {old.get(k)!r} there, {v!r} now" for k, v in key.items() if old.get(k) != v
-            )
-            raise UsageError(
-                f"--resume: {str(args.out)!r} was written with other flags ({diff}); resume with the same "
-                "--quick, --seed, --x64 and --checkpoint, or choose another --out."
-            )
+        _resume_record(args)
         for n in names:
             try:
                 r = json.loads((args.out / f"{n}.json").read_text())
@@ -362,11 +379,11 @@ def _run(args, names, checkpoint, jobs, cache, run_targets) -> dict:
     )
 
 
-def _checkpoint_flag(path, names):
-    """``--checkpoint``: refused unless every target reads it; loaded once here, before any compute,
-    so that a missing or bad file is one error line (UsageError) instead of failed targets."""
+def _checkpoint_targets(path, names) -> None:
+    """``--checkpoint``: refused, before JAX loads, unless every target reads it, and when it names
+    a checkpoint that is not installed or a path that does not exist (the loader's messages)."""
     if path is None:
-        return None
+        return
     from .._errors import UsageError
     from .._reproduce import CHECKPOINT_TARGETS
 
@@ -376,6 +393,21 @@ def _checkpoint_flag(path, names):
             f"--checkpoint is used only by the targets {', '.join(CHECKPOINT_TARGETS)}; the target(s) "
             f"{', '.join(unused)} would ignore it: drop --checkpoint or run those targets separately."
         )
+    from .._trained._installed import resolve_checkpoint
+    from .._trained._read import _FIX
+
+    if not resolve_checkpoint(path).exists():  # a known name not installed: its own message
+        raise UsageError(f"checkpoint {path} does not exist; {_FIX}.")
+
+
+def _checkpoint_flag(path, names):
+    """``--checkpoint``: refused unless every target reads it; loaded once here, before any compute,
+    so that a missing or bad file is one error line (UsageError) instead of failed targets."""
+    if path is None:
+        return None
+    from .._errors import UsageError
+
+    _checkpoint_targets(path, names)
     from ..checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(path)

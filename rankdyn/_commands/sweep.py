@@ -5,6 +5,7 @@ See docs/sweep.md for the config format, the dataset layout and the resume seman
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .._errors import UsageError
@@ -22,6 +23,10 @@ def add_parser(sub) -> None:
         "(mu_curves.png, rate_heatmap.png, final_rank.png). An interrupted sweep continues with --resume.",
         formatter_class=HelpFormatter,
     )
+    # argparse takes "-1/2" for a flag ("--task: expected one argument"); a value shaped like a
+    # negative number or a negative I/N is an argument here, so that --task -1/2 gets parse_task's
+    # message (the task index must be in 0..N-1). No flag of sweep looks like a negative number.
+    p._negative_number_matcher = re.compile(r"^-\d+(/-?\d+)?$|^-\d*\.\d+$")
     p.add_argument(
         "config",
         type=Path,
@@ -140,7 +145,12 @@ def _check_assemble_flags(args) -> None:
 
 def _assemble(args) -> int:
     _check_assemble_flags(args)
-    check_out_dir(args.assemble)
+    if args.assemble.exists() and not args.assemble.is_dir():
+        raise UsageError(
+            f"--assemble {args.assemble} is a file, not a sweep folder; give the --out folder of a sweep "
+            "(it holds manifest.json, config.toml and chunks/)."
+        )
+    check_out_dir(args.assemble, "--assemble")
     from .._sweep._store import assemble_folder, read_sweep_folder
 
     # --plot-axes against the folder's own axes before any chunk is read (and before JAX loads).
@@ -200,6 +210,10 @@ def run(args) -> int:
         raise UsageError(f"--max-cells must be a positive integer, got {args.max_cells}.")
     if args.assemble is not None:
         return _assemble(args)
+    if args.task is not None:  # a bad --task is named first, with or without the other flags
+        from .._sweep._tasks import parse_task
+
+        parse_task(args.task)
     if args.config is None or args.out is None:
         raise UsageError(
             "give the sweep's CONFIG.toml and --out DIR (or --assemble DIR to write a finished folder's "

@@ -7,8 +7,28 @@ $\epsilon \approx 1/(2w+1)$ and $r \ge 4$ the term $\epsilon^r$ is below 1e-12, 
 nothing ("vacuous" here). What does set the rate: with $W_V = I$ and no LN the tokens reach a
 consensus, where every score of a row is equal, so the linearised map is the *uniform* window
 average $P$ (the random walk on the band graph). Its second eigenvalue $\lambda_2$ predicts the
-late per-layer factor, and $1 - \lambda_2 \approx \pi^2 w (w+1) / (6 n^2) = O(1/r^2)$ (a
-diffusion over $n$ sites with steps of variance $w(w+1)/3$).
+late per-layer factor. In the bulk, $P \cos(k i) = \phi(k) \cos(k i)$ with
+$\phi(k) = \sin((2w+1)k/2) / ((2w+1) \sin(k/2))$ (the characteristic function of the uniform
+step on $\{-w, \dots, w\}$, variance $w(w+1)/3$); the slowest mode has $k = \pi / L$ on an
+effective length $L = n - w/2$ (the reflecting ends, where rows hold fewer tokens, shorten it), so
+
+$$1 - \lambda_2 \approx 1 - \phi(\pi / (n - w/2))
+  \approx \frac{\pi^2 w (w+1)}{6 (n - w/2)^2}
+  = \frac{\pi^2}{24 r^2}\Big(1 + \frac{1}{2r} + \frac1w + \dots\Big)$$
+
+with $n = 2 w r$ (`window_gap_approx`; within 2% of the Lanczos $\lambda_2$ at $r = 2$ and 0.3% at
+$r = 4, 8, 16$ for $w = 16 \dots 256$, tests/test_reproduce_longctx.py). The former
+$\pi^2 w(w+1) / (6 n^2)$, without the ends' correction, is 19% low at $r = 2$ and 3% low at
+$r = 16$. The $1/(2r)$ term makes the gap fall a little faster than $r^{-2}$: the exponent
+fitted on $r = 2 \dots 16$ is about 2.08, not 2.
+
+Rule, fixed before the run (this docstring, before the quick run of the change): the fitted exponent
+$p$ of $1 - \rho \sim r^{-p}$ over the windows is compared with the exponent $p_\lambda$ of the
+same least-squares fit to the exact $1 - \lambda_2$ (Lanczos) of the same runs:
+$|p - p_\lambda| \le$ `EXPONENT_TOL` = 0.1 (a drift of the ratio $(1-\rho)/(1-\lambda_2)$ by 10%
+over $r = 2 \dots 8$ moves $p$ by 0.07, over
+$r = 2 \dots 16$ by 0.05). The fit's standard error is reported next to $p$, as a
+standard error; it is not the tolerance.
 
 Setting: one shared layer, $W_Q, W_K \sim \mathcal N(0, 1/d)$ (attention far from uniform at the
 start), $W_V = I$, no skip, no LN, gaussian tokens; windows with $r \in$ ``radii`` at every
@@ -44,14 +64,15 @@ NAME = "long-context-radius"
 CLAIM = (
     "Theorem 1 at long context: a window +-w over n tokens has graph radius r ~ n/(2w) and collapse slows "
     "with r. Its bound (1 - eps^r)^(t/r) is vacuous there (eps^r < 1e-12); the measured rate follows the "
-    "spectral gap of the uniform window, 1 - lambda_2 = O(1/r^2), whatever n."
+    "spectral gap of the uniform window, 1 - lambda_2 ~ (pi^2 / 24 r^2)(1 + 1/(2r)), whatever n."
 )
 #: Theorem 1's term eps^r below this: the bound is reported as vacuous (no rate can fail it).
 VACUOUS = 1e-12
 #: The measured 1 - rho against the uniform window's 1 - lambda_2: ratio within [1/RATIO_TOL, RATIO_TOL].
 RATIO_TOL = 1.25
-#: The fitted exponent p of 1 - rho ~ r^-p: |p - 2| <= EXPONENT_TOL.
-EXPONENT_TOL = 0.3
+#: The fitted exponent p of 1 - rho ~ r^-p against the same fit to the exact 1 - lambda_2:
+#: |p - p_lambda| <= EXPONENT_TOL.
+EXPONENT_TOL = 0.1
 
 
 def sizes(quick: bool) -> dict:
@@ -77,6 +98,8 @@ class LongContextRadiusMeasured(Measured):
     theorem1: list[float]
     exponent: float
     exponent_se: float
+    #: The same fit to the exact 1 - lambda_2 of the same windows: the exponent p is tested against.
+    exponent_lambda2: float
     curves: dict = off_json()
     setting: dict = off_json()
 
@@ -102,6 +125,16 @@ def uniform_window_lambda2(n: int, w: int) -> float:
     op = LinearOperator((n, n), matvec=mv, dtype=float)
     vals = eigsh(op, k=2, which="LA", return_eigenvectors=False, tol=1e-12, v0=np.cos(np.arange(n) + 0.5))
     return float(np.sort(vals)[0])
+
+
+def window_gap_approx(n: int, w: int) -> float:
+    r"""The closed-form approximation of $1 - \lambda_2$ of the uniform $\pm w$ window over $n$ tokens.
+
+    $1 - \phi(k)$ with $\phi(k) = \sin((2w+1)k/2) / ((2w+1)\sin(k/2))$ and $k = \pi / (n - w/2)$
+    (the module docstring derives it; `uniform_window_lambda2` is the exact value it approximates).
+    """
+    k, m = math.pi / (n - w / 2), 2 * w + 1
+    return 1.0 - math.sin(m * k / 2) / (m * math.sin(k / 2))
 
 
 def _layer(mask, d: int, key, dtype):
@@ -174,9 +207,11 @@ def compute(sz: dict, seed: int) -> LongContextRadiusMeasured:
         rec["theorem1"].append(theorem1_rate(eps, int(radius)))
         curves[name] = curve
     win = [i for i, w in enumerate(rec["w"]) if w]
-    p, se = _fit_exponent([rec["radius"][i] for i in win], [1.0 - rec["rho"][i] for i in win])
+    radii = [rec["radius"][i] for i in win]
+    p, se = _fit_exponent(radii, [1.0 - rec["rho"][i] for i in win])
+    p_lam, _ = _fit_exponent(radii, [1.0 - rec["lambda2"][i] for i in win])
     return LongContextRadiusMeasured(
-        **rec, exponent=p, exponent_se=se, curves=curves, setting=_setting(sz, seed)
+        **rec, exponent=p, exponent_se=se, exponent_lambda2=p_lam, curves=curves, setting=_setting(sz, seed)
     )
 
 
@@ -197,7 +232,8 @@ def _setting(sz: dict, seed: int) -> dict:
 def checks(m: LongContextRadiusMeasured) -> list[V.Check]:
     """Per run: (1) Theorem 1's bound (vacuous where eps^r < VACUOUS, else rho <= bound);
     (2) 1 - rho within a factor RATIO_TOL of the uniform prediction 1 - lambda_2; then
-    (3) the fitted exponent of 1 - rho against r is 2 within EXPONENT_TOL."""
+    (3) the fitted exponent p of 1 - rho against r equals, within EXPONENT_TOL, the exponent of the
+    same fit to the exact 1 - lambda_2 of the same windows (about 2.08 over r = 2..16, not 2)."""
     out = []
     for i, name in enumerate(m.runs):
         lg = m.log10_eps_r[i]
@@ -222,9 +258,11 @@ def checks(m: LongContextRadiusMeasured) -> list[V.Check]:
         )
     out.append(
         V.check(
-            f"1 - rho ~ r^-p with p = 2 within {EXPONENT_TOL:g} (windows, every n)",
-            abs(m.exponent - 2.0) <= EXPONENT_TOL,
-            f"p = {m.exponent:.3f} +- {m.exponent_se:.2g}",
+            f"1 - rho ~ r^-p with p = the exponent of 1 - lambda_2 within {EXPONENT_TOL:g} "
+            "(windows, every n)",
+            abs(m.exponent - m.exponent_lambda2) <= EXPONENT_TOL,
+            f"p = {m.exponent:.3f} (standard error of the fit {m.exponent_se:.2g}), "
+            f"exponent of 1 - lambda_2 {m.exponent_lambda2:.3f}",
         )
     )
     return out
@@ -257,7 +295,9 @@ def render(out: Path, m: LongContextRadiusMeasured, cs: list[V.Check], *, quick:
         f"Theorem 1's bound is vacuous (eps^r < {VACUOUS:g}) for {vac} of {len(m.runs)} runs. "
         "The measured 1 - rho over the uniform window's 1 - lambda_2 ranges "
         f"{min(ratios):.3f}..{max(ratios):.3f}; "
-        f"the fitted exponent of 1 - rho against r is {m.exponent:.2f} +- {m.exponent_se:.2g} (diffusive: 2)."
+        f"the fitted exponent of 1 - rho against r is {m.exponent:.3f} (standard error of the fit "
+        f"{m.exponent_se:.2g}); the same fit to 1 - lambda_2 gives {m.exponent_lambda2:.3f} "
+        "(diffusive with the ends' correction: 2 + about 1/(2r + 1))."
     )
     if quick:
         notes += f" QUICK MODE: n in {m.setting['ns']}, {m.setting['depth']} layers."
@@ -269,6 +309,7 @@ def describe(
 ) -> Description:
     key = {f"rho {name}": m.rho[i] for i, name in enumerate(m.runs)}
     key["exponent p (1 - rho ~ r^-p)"] = m.exponent
+    key["exponent of 1 - lambda_2 (same fit)"] = m.exponent_lambda2
     return Description(
         m.setting,
         key_numbers=key,
@@ -276,7 +317,8 @@ def describe(
             f"checks: per run, Theorem 1's bound is 'not testable' (vacuous) where eps^r < {VACUOUS:g} and "
             f"rho <= bound otherwise; 1 - rho within a factor {RATIO_TOL:g} of the uniform mask's "
             "1 - lambda_2; "
-            f"the exponent of 1 - rho against r over the windows is 2 within {EXPONENT_TOL:g}. "
-            + V.VERDICT_RULE
+            f"the exponent of 1 - rho against r over the windows equals the exponent of the same fit to "
+            f"the exact 1 - lambda_2 within {EXPONENT_TOL:g} (the fit's standard error is reported, "
+            "not used as a tolerance). " + V.VERDICT_RULE
         ),
     )

@@ -16,6 +16,18 @@ ordering max(complete, causal) < window < uni window of the average per-layer fa
 $\mu(\mathrm{LN}(X))$ is scored at two depths, the first `EARLY` layers and the final depth,
 one check each; the headline lists both sets of factors and ``masks_collapse_ordering.png``
 shows the factor against the depth with both scored depths marked.
+
+The average factor over the layers above the round-off floor (issue 54, item 7; written before the
+run): at a scored depth $T_s$ the factor of a mask is $(\mu_{t^*} / \mu_0)^{1/t^*}$ with $\mu$ the
+mean $\mu(\mathrm{LN}(X))$ and $t^* \le T_s$ the last layer before $\mu$ first falls to the
+relative floor ($\mu_t \le$ floor $\cdot \mu_0$; $t^* = T_s$ when it never does). Formerly the
+ratio at $T_s$ was clamped to the floor, so a mask that reached the floor at layer 2 (complete) or
+17 (causal) got $(\mathrm{floor})^{1/T_s}$ = 0.9319 at 128 layers in float32: a number set by the
+round-off floor and the depth, not by the mask. Where $\mu$ is at the floor already at layer 1
+($t^* = 0$), the factor is the floor itself, an upper estimate of the true one-layer factor; the
+ordering's first inequality, $\max(\text{complete}, \text{causal}) < \text{window}$, stays
+decidable with an upper estimate on its left side. The layer $t^*$ at the final depth is in the
+JSON (``floor_layer``: the first layer at the floor, null if none).
 """
 
 from __future__ import annotations
@@ -78,6 +90,9 @@ class MaskCollapse(Measured):
     #: Average per-layer factor of mu(LN(X)) over the first `EARLY` layers.
     avg_rate_mu_normalized_early: float
     nonfinite: int
+    #: First layer where the mean mu(LN(X)) is at the relative floor (None: never); the factors
+    #: average over the layers before it (`floor_factor`).
+    floor_layer: int | None = None
 
     def to_dict(self) -> dict:
         d = super().to_dict()
@@ -102,6 +117,26 @@ class MasksCollapseMeasured(Measured):
         """Average per-layer factor of mu(LN(X)) of the paper masks, first `EARLY` layers or all."""
         key = "avg_rate_mu_normalized_early" if early else "avg_rate_mu_normalized"
         return {m: getattr(self.per_mask[m], key) for m in PAPER_MASKS}
+
+
+def floor_factor(layers, mun, t_max: int, floor: float) -> tuple[float, int | None]:
+    r"""The average per-layer factor of ``mun`` over the layers above the round-off floor.
+
+    $(\mu_{t^*} / \mu_0)^{1/t^*}$, $t^*$ the last saved layer $\le$ ``t_max`` before $\mu$ first
+    falls to ``floor`` $\cdot \mu_0$ (module docstring); where the first saved layer $t_1$ is
+    already at the floor, ``floor`` $^{1/t_1}$, an upper estimate.
+
+    Returns:
+        The factor and the first saved layer at the floor (None if there is none).
+    """
+    t, mun = np.asarray(layers), np.asarray(mun, float)
+    below = np.flatnonzero((t > 0) & (mun <= floor * mun[0]))
+    first = int(t[below[0]]) if below.size else None
+    ok = np.flatnonzero((t > 0) & (t <= t_max) & (t < (first if first is not None else t_max + 1)))
+    if not ok.size:
+        return float(floor ** (1.0 / first)), first
+    i = ok[-1]
+    return float((mun[i] / mun[0]) ** (1.0 / t[i])), first
 
 
 def ordered(g: dict[str, float]) -> bool:
@@ -144,7 +179,8 @@ def compute(sz: dict, seed: int) -> MasksCollapseMeasured:
             layers, geo_mean(met["mu"][i], ok), geo_mean(met["mu_rel"][i], ok), floor
         )
         mun = b["mu_normalized"]["mean"]
-        early = min(EARLY, depth)
+        avg, floor_layer = floor_factor(layers, mun, depth, floor)
+        avg_early, _ = floor_factor(layers, mun, min(EARLY, depth), floor)
 
         def ratio(k):
             return float(b[k]["mean"][-1] / b[k]["mean"][0])
@@ -160,10 +196,11 @@ def compute(sz: dict, seed: int) -> MasksCollapseMeasured:
             mu_normalized_ratio=float(mun[-1] / mun[0]),
             mu_rel_ratio=ratio("mu_rel"),
             row_norm_ratio=ratio("row_norm_mean"),
-            # Average per-layer factor (floored): the collapse-speed ordering.
-            avg_rate_mu_normalized=float((max(mun[-1], floor * mun[0]) / mun[0]) ** (1.0 / depth)),
-            avg_rate_mu_normalized_early=float((max(mun[early], floor * mun[0]) / mun[0]) ** (1.0 / early)),
+            # Average per-layer factor over the layers above the floor: the collapse-speed ordering.
+            avg_rate_mu_normalized=avg,
+            avg_rate_mu_normalized_early=avg_early,
             nonfinite=int(np.sum(nonfinite[i])),
+            floor_layer=floor_layer,
         )
     setting = _setting(sz, seed, dtype, floor)
     return MasksCollapseMeasured(per_mask, len(layers), layers, bands, setting)
@@ -201,17 +238,22 @@ def ordering_checks(m: MasksCollapseMeasured) -> list[V.Check]:
     """The paper's locality ordering of the average per-layer factor of mu(LN(X)), scored at both
     depths fixed before the run: the first `EARLY` layers and the final depth (one check each)."""
     out = []
-    for early, where in (
-        (True, f"over the first {EARLY} layers"),
-        (False, f"over all {m.setting['depth']} layers"),
+    for early, where, ts in (
+        (True, f"over the first {EARLY} layers", EARLY),
+        (False, f"over all {m.setting['depth']} layers", m.setting["depth"]),
     ):
         g = m.factors(early=early)
+
+        def at(k):
+            fl = m.per_mask[k].floor_layer
+            return f" (floor at layer {fl})" if fl is not None and fl <= ts else ""
+
         out.append(
             V.check(
                 f"locality ordering {where}",
                 ordered(g),
-                "average factors of mu(LN(X)): "
-                + ", ".join(f"{MASK_LABELS[k]} {x:.4g}" for k, x in g.items()),
+                "average factors of mu(LN(X)) over the layers above the floor: "
+                + ", ".join(f"{MASK_LABELS[k]} {x:.4g}{at(k)}" for k, x in g.items()),
             )
         )
     return out
@@ -297,8 +339,9 @@ def ordering_figure(m: MasksCollapseMeasured):
     curves = {}
     for k in PAPER_MASKS:
         mun = np.asarray(m.bands["mu_normalized"][MASK_LABELS[k]]["mean"], float)
-        t = np.asarray(m.layers, float)[1:]
-        curves[MASK_LABELS[k]] = (t, (np.maximum(mun[1:], floor * mun[0]) / mun[0]) ** (1.0 / t))
+        t = np.asarray(m.layers)[1:]
+        # The factor the checks score at each depth: over the layers above the floor.
+        curves[MASK_LABELS[k]] = (t, np.array([floor_factor(m.layers, mun, int(s), floor)[0] for s in t]))
     marks = {c.name.replace("locality ordering ", ""): c.passed for c in ordering_checks(m)}
     depths = (min(EARLY, m.setting["depth"]), m.setting["depth"])
     return plot_factor_vs_depth(
@@ -387,7 +430,8 @@ def describe(m: MasksCollapseMeasured, cs: list[V.Check], sz: dict, *, seed: int
         "mu(LN(X)) at the last layer below 0.9 x layer 0, fitted per-layer rate < 1); every fitted rate "
         "<= Theorem 1's (1-eps^r)^(1/r) with the measured eps and "
         f"radius; over the first {EARLY} layers (BERT depth, Fig. 2) and over all {m.setting['depth']} "
-        "layers (one check each) the average per-layer factor of mu(LN(X)) satisfies max(complete, causal) "
+        "layers (one check each) the average per-layer factor of mu(LN(X)), over the layers before it first "
+        "reaches the round-off floor, satisfies max(complete, causal) "
         "< window "
         "< uni window. " + V.VERDICT_RULE
     )
