@@ -45,9 +45,9 @@ def check_real(
     value,
     name: str,
     *,
-    above: float | None = None,
-    below: float | None = None,
-    minimum: float | None = None,
+    above: float | int | None = None,
+    below: float | int | None = None,
+    minimum: float | int | None = None,
     what: str = "",
 ) -> float:
     """``value`` as a finite ``float`` with ``above < value < below`` and ``value >= minimum`` (each
