@@ -529,7 +529,14 @@ def bifurcation():
         y = 0.2 + 0.3 * s
         points = np.stack([np.diag([1.0, v]) for v in y])
         bif = NS(
-            kind="fold", param=fold, point=points[20], step=19, located=True, bracket=(params[19], params[20])
+            kind="fold",
+            param=fold,
+            point=points[20],
+            step=19,
+            located=True,
+            bracket=(params[19], params[20]),
+            coefficient=float("nan"),
+            criticality="",
         )
         return NS(params=params, points=points, stable=s < 1, bifurcations=(bif,), param_name="w")
 
@@ -563,7 +570,14 @@ def design_fold():
         params = w0 + (fold - w0) * (1 - (s - 1) ** 2)
         points = np.stack([np.array([[0.0, 1.0], [np.cos(v), np.sin(v)]]) for v in -1.0 - 0.6 * s])
         bif = NS(
-            kind="fold", param=fold, point=points[20], step=19, located=True, bracket=(params[19], params[20])
+            kind="fold",
+            param=fold,
+            point=points[20],
+            step=19,
+            located=True,
+            bracket=(params[19], params[20]),
+            coefficient=float("nan"),
+            criticality="",
         )
         return NS(params=params, points=points, stable=s < 1, bifurcations=(bif,), param_name="w")
 

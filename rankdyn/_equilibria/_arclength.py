@@ -383,9 +383,10 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         )
     if layer.num_layers is not None and not (0 <= fam.t < layer.num_layers or layer.cycle):
         raise UsageError(f"t = {fam.t} is outside the layer stack's {layer.num_layers} layers.")
-    if layer.num_layers is None and fam.t != 0:  # one shared map: a t would be ignored
+    if layer.num_layers is None and fam.t != 0 and layer.placement != "mix":  # one map: t would be ignored
         raise UsageError(
-            f"t = {fam.t} selects a layer of a per-layer stack; this family's layer is one map: t = 0."
+            f"t = {fam.t} selects a layer of a per-layer stack (or a depth of Mix-LN); this family's layer "
+            "is one map: t = 0."
         )
     if layer.has_dropout:
         raise UsageError("dropout must be 0: a stochastic map has no equilibria to continue.")
