@@ -10,9 +10,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_continue_accepts_every_param_it_lists():
-    """``continue --param qk_std | value_std | ln_radius`` (3 of the 5 choices it lists) was an
-    internal error: those parameters have no flag of their own, and the check read one. The
-    flags are checked (no compute) and the model at --from reads the parameter."""
+    """``continue --param qk_std | value_std | ln_radius`` (parameters with no flag of their own,
+    3 of the 5 choices it lists) are accepted: the flags are checked (no compute) and the model at
+    --from reads the parameter."""
     from rankdyn._commands import continuation
     from rankdyn.cli import build_parser
 

@@ -22,6 +22,7 @@ from rankdyn._reproduce.theory._counterexample_2d_runs import _tokens
 from rankdyn._reproduce.theory._intervals import wilson_interval
 from rankdyn._run._io import to_jsonable
 from rankdyn._run._progress import target_progress
+from rankdyn._theory._constructions import example_2d, uniform_causal_layer
 
 
 def _result(module, tmp_path):
@@ -70,8 +71,8 @@ def test_counterexample_2d_result(tmp_path):
 def test_basin_points_on_both_sides_of_a():
     """Starts just either side of A go to B (inside the arc) or to (0, 1) (outside)."""
     with jax.enable_x64(True):
-        ex = rd._theory._constructions.example_2d(3.0)
-        layer = rd._theory._constructions.uniform_causal_layer(2, 2, ex["W_V"])
+        ex = example_2d(3.0)
+        layer = uniform_causal_layer(2, 2, ex["W_V"])
         th = np.array([ex["theta_A"] - 0.01, ex["theta_A"] + 0.01, 269.99, 270.01])
         x2 = _tokens(th)
         x0 = jnp.asarray(np.stack([np.broadcast_to([0.0, 1.0], x2.shape), x2], axis=-2))

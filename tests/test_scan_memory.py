@@ -39,6 +39,6 @@ def test_simulate_memory_is_flat_in_depth():
     peak at 300. The depth scan used to return every trajectory's values at every saved layer,
     folded afterwards (1.55x here at 6000 layers; 12x, 6342 MiB, for the CLI's default metrics
     at 10,000 layers); it now folds them in batch order inside the scan, a bounded group of
-    saved layers at a time. The same bits come out (``tests/test_faults_bitwise.py``)."""
+    saved layers at a time. The same bits come out (``tests/test_chunk_invariance.py``)."""
     short, deep = _peak_mib(300), _peak_mib(3000)
     assert deep <= 1.1 * short, (short, deep)

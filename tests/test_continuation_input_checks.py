@@ -47,8 +47,8 @@ def test_every_continue_refusal_answers_before_jax_and_names_its_own_cause(tmp_p
 
 @pytest.mark.slow  # builds and compiles layers (about 4-11 s under load)
 def test_seed_is_refused_where_nothing_reads_it(tmp_path, capsys):
-    """The default model (bidiagonal W_V, --qk zero, exact census) draws nothing: --seed was recorded
-    in branches.json as if it had been used. A model with random weights reads it."""
+    """The default model (bidiagonal W_V, --qk zero, exact census) draws nothing, so --seed is
+    refused there rather than recorded in branches.json; a model with random weights reads it."""
     from rankdyn._commands import continuation
     from rankdyn.cli import build_parser
 

@@ -48,9 +48,9 @@ def test_solve_flow_refuses_what_it_ignored_clamped_or_crashed_on():
 
 
 def test_energy_does_not_overflow_and_large_beta_names_x64(tmp_path, capsys):
-    """float32 at beta 90: the energy is finite and equals float64's (the old e^beta factor
-    overflowed to inf and nulled every metric); a beta whose energy cannot be represented is
-    refused naming --x64, before compute."""
+    """float32 at beta 90: the energy is finite and equals float64's (no e^beta factor that
+    overflows); a beta whose energy cannot be represented is refused naming --x64, before
+    compute."""
     import numpy as np
 
     from rankdyn.flow import interaction_energy

@@ -1,10 +1,10 @@
 """Ctrl-C at any moment of ``rankdyn simulate``, under CPU load.
 
-The issue's command, sent SIGINT 4 s or 8 s after start, printed ``Exception ignored in:
-<function _xla_gc_callback ...> KeyboardInterrupt`` (the exception was raised inside a garbage
-collection callback, where Python swallows it) and ran to completion with exit 0; sent at 2 s
-(during the imports) it ended with a raw traceback. The handler now only sets a flag, checked
-after each compile and between chunks, and is installed before the command imports JAX.
+A SIGINT during the imports, JAX's start, the compile or the first chunks ends the command with
+exit 130 and one line, with no traceback and no ``Exception ignored in: <function
+_xla_gc_callback ...>`` (a KeyboardInterrupt raised in a garbage-collection callback, which Python
+swallows): the handler only sets a flag, checked after each compile and between chunks, and is
+installed before the command imports JAX.
 """
 
 import os
@@ -19,7 +19,7 @@ from helpers import SIGINT_DEFAULT, own_compiles
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Seconds after ``rankdyn.cli`` is imported, just before ``main()`` runs: 0 s lands in the
 #: command's own imports (argument parsing, the command modules), 1 s in JAX's start, 4 s and
-#: 8 s (the issue's) in the compile or the first chunks. Before ``main()`` a signal meets
+#: 8 s in the compile or the first chunks. Before ``main()`` a signal meets
 #: Python's own start (no program can catch it there) or the import of ``rankdyn.cli``, which
 #: ``python -m rankdyn`` turns into the same one line.
 DELAYS = (0.0, 1.0, 4.0, 8.0)

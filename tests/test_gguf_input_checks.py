@@ -94,9 +94,9 @@ def test_a_tokenizer_that_cannot_be_built_stops_only_text(tmp_path, merges, says
 
 
 def test_refusals_before_jax_name_their_cause(tmp_path):
-    """A text too short for --batch with a GGUF checkpoint (SmolLM2's came after 35 s of loading),
-    ``lyapunov --d 1`` (after the layer was built), and the checkpoint refusal's list of the flags it
-    reads, taken from the parser (it left out --variant, --num-layers, --batch and --text)."""
+    """Before JAX loads: a text too short for --batch with a GGUF checkpoint, ``lyapunov --d 1``,
+    and the checkpoint refusal, whose list of the flags it reads is the parser's (--variant,
+    --num-layers, --batch and --text among them)."""
     path = tiny_gguf(tmp_path / "m.gguf")
     text = tmp_path / "short.txt"
     text.write_text("ab ab ab")

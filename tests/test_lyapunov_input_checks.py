@@ -10,10 +10,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_path, capsys, monkeypatch):
-    """``lyapunov --batch 100000000`` drew its starting tokens before the memory check and was
-    killed by the kernel at 16 GB; the check now comes first and names the starting tokens'
-    bytes. Here the host has 64 MiB and the starts 3.1 GiB (n d = 2048, float64 in the tests, the
-    draw and its copies)."""
+    """The memory check comes before the starting tokens are drawn and names their bytes, so a
+    batch that cannot fit is refused rather than killed by the kernel. Here the host has 64 MiB
+    and the starts 3.1 GiB (n d = 2048, float64 in the tests, the draw and its copies)."""
     from rankdyn._model import _tokens
     from rankdyn._run import _memory
 
@@ -35,8 +34,8 @@ def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_
 
 
 def test_lyapunov_k_and_out_refused_before_jax(tmp_path):
-    """``--k 0``, a ``--k`` above n d and ``--out FILE`` were refused after the layer was built (50
-    XLA compiles); now before JAX is imported. (``--d 1``: in the Lyapunov memory test.)"""
+    """``--k 0``, a ``--k`` above n d and ``--out FILE`` are refused before JAX is imported, so
+    before the layer is built. (``--d 1``: in the Lyapunov memory test.)"""
     afile = tmp_path / "afile"
     afile.write_text("x")
     code = f"""

@@ -1,10 +1,10 @@
-"""The checkpoint config reader and refusals that named the wrong cause.
+"""The checkpoint config reader: every refusal names its own cause.
 
-The old reader read ``int(config[key])``: 8.7 became 8, "8" became 8, a list or a 0 crashed later
-(``ZeroDivisionError``, NumPy's "need at least one array to stack" or "can only specify one
-unknown dimension", naming no file or key), a config claiming fewer layers than the weights hold
-ran the smaller stack silently, and NaN weights or a negative ``layer_norm_eps`` were reported as
-"x0 contains NaN". The checkpoints here are written with NumPy (no torch), so no test compiles.
+Every field is checked as it is read: a fractional ("8.7"), quoted ("8"), list-valued or zero
+size is a `UsageError` naming the checkpoint, config.json and the key; a config whose layer count
+differs from the weights' is refused; NaN weights and a negative ``layer_norm_eps`` are refused
+naming the tensor or the key, not the tokens. The checkpoints here are written with NumPy (no
+torch), so no test compiles.
 """
 
 import json
@@ -60,7 +60,7 @@ def _tiny_bert(folder, *, layers=2, weight_layers=None, nan_at=None, **config):
 def test_config_fields_are_checked_naming_file_and_key(tmp_path):
     """Zero heads or layers, list-valued fields, a fractional or quoted width, negative heads and
     a negative eps: each one UsageError naming the checkpoint, config.json and the key with its
-    value. The old reader crashed on five (no file, no key) and ran three silently."""
+    value, and none of them runs."""
     assert load_checkpoint(_tiny_bert(tmp_path / "ok")).num_layers == 2
     cases = [
         (dict(num_attention_heads=0), "num_attention_heads=0, which must be a positive integer"),
@@ -92,9 +92,9 @@ def test_config_layer_count_must_match_the_weights(tmp_path):
 
 
 def test_nan_weights_and_negative_eps_name_their_own_cause(tmp_path, capsys):
-    """NaN in the word embeddings, and ``layer_norm_eps`` < 0, were refused on the command line as
-    "x0 contains NaN; pass finite initial tokens"; a NaN in a later block ran. Each refusal now
-    names the tensor (and the index) or the config key, in one ``error:`` line, exit 2."""
+    """NaN in the word embeddings or in a later block, and ``layer_norm_eps`` < 0: each refusal
+    names the tensor (and the index) or the config key, not the tokens, in one ``error:`` line,
+    exit 2."""
     ids = tmp_path / "ids.npy"
     np.save(ids, np.array([[1, 2, 3, 4]], np.int32))
     embedded = ("embeddings.word_embeddings.weight", (2, 3))

@@ -40,8 +40,8 @@ def test_continue_branch_refuses_a_parameter_that_is_not_a_number():
 
 @pytest.mark.slow  # builds and compiles layers (about 4-11 s under load)
 def test_find_equilibria_names_non_finite_starts():
-    """All-NaN starts were reported as "did not reach residual_tol (more max_steps or starts may
-    help)"; the message now names the starts. With throw=False they stay per-start statuses."""
+    """All-NaN starts: the `SolveError` names the non-finite starts (not residual_tol, max_steps
+    or the number of starts). With throw=False they stay per-start statuses."""
     layer = rd.make_layer(jr.key(0), n=2, d=2, value="bidiagonal", w=2.0, qk="zero")
     x0 = jnp.stack([jnp.eye(2), jnp.full((2, 2), jnp.nan)])
     with pytest.raises(SolveError) as err:

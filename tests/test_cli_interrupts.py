@@ -20,8 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_sigint_and_sigterm_at_several_delays(tmp_path):
     """SIGINT right after start, SIGINT later, SIGTERM later: exit 130 / 130 / 143, one line
     saying what was saved, no traceback, no swallowed ``KeyboardInterrupt`` in a GC callback, no
-    result. The old handler raised wherever the signal landed: it was swallowed there and the run
-    finished with exit 0. Three processes run at once (one import each, under load)."""
+    result. Three processes run at once (one import each, under load)."""
     start = SIGINT_DEFAULT + (
         "import sys; from rankdyn.cli import main; print('ready', flush=True); sys.exit(main(sys.argv[1:]))"
     )
@@ -55,8 +54,7 @@ def test_sigint_and_sigterm_at_several_delays(tmp_path):
 @pytest.mark.slow
 def test_lyapunov_stops_at_the_next_chunk_after_a_signal(tmp_path, capsys, monkeypatch):
     """A SIGTERM that arrives during the first chunk (set as the handler sets it, so no timing is
-    involved) stops the run before the second chunk: exit 143, one line, nothing written. It
-    used to run every chunk to the end first."""
+    involved) stops the run before the second chunk: exit 143, one line, nothing written."""
     import signal
 
     from rankdyn._lyapunov import _qr

@@ -1,11 +1,10 @@
 """The flow's memory estimate, and x64 switched between building a
 layer and simulating it.
 
-``rankdyn flow --batch 2000000 --n 64 --d 64`` failed with an XLA out-of-memory error after 15 s
-and ``--saves 10000000`` ran for minutes without a word; `solve_flow` had no estimate either.
-Both now refuse before anything is allocated, with the estimate and the fix, as ``simulate``
-does. The available memory is fixed at 16 GiB here, so the verdicts do not depend on the
-machine; reaching the compute (the old code) raises at once instead of allocating.
+``rankdyn flow`` and `solve_flow` refuse a batch or a number of saves that cannot fit before
+anything is allocated, with the estimate and the fix, as ``simulate`` does. The available memory
+is fixed at 16 GiB here, so the verdicts do not depend on the machine; reaching the compute
+raises at once instead of allocating.
 """
 
 import jax
@@ -81,9 +80,8 @@ def test_flow_memory_estimate_follows_its_parts():
 
 @pytest.mark.slow  # compiles the scan in float64 and float32
 def test_x64_switched_off_between_building_and_simulating():
-    """A layer and tokens made with x64 on, simulated after it is switched off: the old scan
-    raised "carry input and carry output must have equal types"; now the run computes in
-    float32, bitwise as if the tokens had been given in float32."""
+    """A layer and tokens made with x64 on, simulated after it is switched off: the run computes
+    in float32, bitwise as if the tokens had been given in float32."""
     import rankdyn as rd
 
     assert jax.config.jax_enable_x64  # tests/conftest.py

@@ -1,9 +1,9 @@
 """Results must not depend on how a batch was split.
 
-The statistics of `rankdyn.simulate` were two-pass sums per chunk, merged chunk by chunk, so the
-means moved in the last bits with the chunk size (a tuned chunk, a device count); now they are
-folded one trajectory at a time in batch order (`rankdyn._run._fold`), and the chunk tuner keeps
-only candidates that compute the rule's numbers. The device-count comparison is in
+The statistics of `rankdyn.simulate` and `solve_flow` are folded one trajectory at a time in
+batch order (`rankdyn._run._fold`), so a chunk size (a tuned chunk, a device count) cannot move
+their last bits, and the chunk tuner keeps only candidates that compute the rule's numbers.
+The device-count comparison is in
 ``tests/test_sharding.py``; the sweep's in ``tests/test_sweep.py`` and ``tests/test_sweep_tasks.py``.
 """
 
@@ -62,8 +62,8 @@ def test_fold_is_the_same_bits_for_any_chunking_and_follows_welford():
 @pytest.mark.slow
 def test_simulate_statistics_do_not_depend_on_the_chunk(getkey):
     """Chunks of 4, 8 and the whole batch: the statistics are the same bits wherever the
-    per-trajectory values are (the old per-chunk sums differed in the last bits of the means;
-    on the Intel development machine widths 4, 8 and 20 compute every trajectory alike, width 3
+    per-trajectory values are (on the Intel development machine widths 4, 8 and 20 compute
+    every trajectory alike, width 3
     does not, which is why the tuner compares candidates before it may choose one)."""
     import pytest
 
@@ -117,7 +117,7 @@ def test_tuner_keeps_only_candidates_with_the_rules_numbers(getkey, tmp_path, mo
 @pytest.mark.slow
 def test_flow_statistics_do_not_depend_on_the_chunk(getkey):
     """`solve_flow` folds each chunk's values into the statistics one trajectory at a time, in
-    batch order (it used to merge per-chunk two-pass statistics): chunks of 3, 4 and the whole
+    batch order: chunks of 3, 4 and the whole
     batch give the same bits wherever the per-trajectory values are the same bits, and the
     statistics are those of the values (NumPy, to rounding)."""
     import pytest
