@@ -394,10 +394,10 @@ def _checkpoint_targets(path, names) -> None:
             f"{', '.join(unused)} would ignore it: drop --checkpoint or run those targets separately."
         )
     from .._trained._installed import resolve_checkpoint
-    from .._trained._read import _FIX
+    from .._trained._read import CHECKPOINT_FIX
 
     if not resolve_checkpoint(path).exists():  # a known name not installed: its own message
-        raise UsageError(f"checkpoint {path} does not exist; {_FIX}.")
+        raise UsageError(f"checkpoint {path} does not exist; {CHECKPOINT_FIX}.")
 
 
 def _checkpoint_flag(path, names):

@@ -43,7 +43,7 @@ _DTYPES = {
 _WEIGHTS = "model.safetensors"
 _CONFIG = "config.json"
 _TOKENIZER = "tokenizer.json"
-_FIX = (
+CHECKPOINT_FIX = (
     "give a folder or .zip holding config.json and model.safetensors (as save_pretrained writes them), "
     "a Llama .gguf file, or a name that `rankdyn checkpoints` lists"
 )
@@ -80,7 +80,7 @@ def _members(path: Path) -> dict[str, bytes | Path]:
             return {name: path / name for name in (_CONFIG, _WEIGHTS, _TOKENIZER) if (path / name).is_file()}
         source = io.BytesIO(data)
     # One checkpoint per zip, size-capped, each failure one clear error (rankdyn._trained._zip_members).
-    return zip_members(path, (_CONFIG, _WEIGHTS, _TOKENIZER), _FIX, source=source)
+    return zip_members(path, (_CONFIG, _WEIGHTS, _TOKENIZER), CHECKPOINT_FIX, source=source)
 
 
 def _read_bytes(v: bytes | Path) -> bytes:
@@ -143,7 +143,7 @@ def read_checkpoint(path) -> RawCheckpoint:
     """
     p = Path(path)
     if not p.exists():
-        raise UsageError(f"checkpoint {p} does not exist; {_FIX}.")
+        raise UsageError(f"checkpoint {p} does not exist; {CHECKPOINT_FIX}.")
     files = _members(p)
     ggufs = sorted(q.name for q in p.glob("*.gguf")) if p.is_dir() else []
     if ggufs and _WEIGHTS in files:  # two checkpoints in one folder: running either silently is a guess
@@ -153,7 +153,7 @@ def read_checkpoint(path) -> RawCheckpoint:
         )
     missing = [n for n in (_CONFIG, _WEIGHTS) if n not in files]
     if missing:
-        raise UsageError(f"checkpoint {p} has no {' or '.join(missing)}; {_FIX}.")
+        raise UsageError(f"checkpoint {p} has no {' or '.join(missing)}; {CHECKPOINT_FIX}.")
     try:
         config = json.loads(_read_bytes(files[_CONFIG]))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
