@@ -65,3 +65,48 @@ def test_metrics_at_65536_tokens_hold_no_n_by_n_array():
     )  # fmt: skip
     assert parts["working set of one chunk"] == budget
     assert metric_entries(n, ("mu", "stable_rank")) == 0
+
+
+def test_random_mask_by_row_blocks_is_the_same_mask(monkeypatch):
+    """The draw by row blocks (no n^2 float64 numbers) gives the mask of one n x n draw, bit for bit."""
+    from rankdyn._model import _masks
+
+    monkeypatch.setattr(_masks, "_DRAW_BLOCK", 1000)  # blocks of 3 and 1 rows, a short last one
+    for n, p, seed in [(301, 0.1, 3), (7, 0.5, 0)]:
+        ref = np.random.default_rng(seed).random((n, n)) < p
+        np.fill_diagonal(ref, True)
+        np.testing.assert_array_equal(_masks.random_mask(n, p, seed), ref)
+
+
+def test_random_mask_estimate_matches_its_peak():
+    """`random_mask_bytes` lies within 0.7x-1.5x of tracemalloc's peak of the mask and its CSR."""
+    import tracemalloc
+
+    from rankdyn._model._mask_structure import make_mask_structure
+    from rankdyn._model._masks import random_mask_bytes
+
+    n, p = 4096, 0.1
+    tracemalloc.start()
+    try:
+        make_mask_structure("random", n, p=p, seed=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0.7 <= random_mask_bytes(n, p) / peak <= 1.5, (random_mask_bytes(n, p), peak)
+
+
+def test_cli_refuses_a_random_mask_that_cannot_fit_before_drawing(monkeypatch, tmp_path, capsys):
+    """At 65536 tokens the edge-probability mask needs ~28 GiB (once a 32 GiB draw with no check):
+    refused with --mask-degree named, before the draw (which would take minutes here)."""
+    from rankdyn._model import _mask_structure, _masks
+    from rankdyn._run import _memory
+    from rankdyn.cli import main
+
+    monkeypatch.setattr(_memory, "_host_available", lambda: 8 * 2**30)
+    for module in (_masks, _mask_structure):
+        monkeypatch.setattr(module, "random_mask", lambda *a, **k: pytest.fail("the mask was drawn"))
+    argv = ["simulate", "--mask", "random", "--n", "65536", "--d", "8", "--num-layers", "1"]
+    assert main([*argv, "--batch", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "--mask-degree" in err and "random mask" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
