@@ -110,3 +110,44 @@ def test_cli_refuses_a_random_mask_that_cannot_fit_before_drawing(monkeypatch, t
     err = capsys.readouterr().err
     assert "error:" in err and "--mask-degree" in err and "random mask" in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()
+
+
+def test_tree_budget_refuses_a_growing_tree_and_passes_a_small_one():
+    """The growth seen in `rankdyn continue --param qk_std --qk gaussian` (n = d = 6: 1, 2, 96
+    partials at tokens 1-3) is refused at token 3; a tree that stays at 2 partials is not."""
+    from rankdyn._equilibria._census_cost import SearchTooLong, tree_budget, tree_seconds
+
+    lines = []
+    check = tree_budget(6, 6, 256, 300.0, lines.append)
+    check(0, 1)
+    check(1, 2)
+    with pytest.raises(SearchTooLong, match=r"96 partial equilibria at token 3 of 6, growing 48x"):
+        check(2, 96)
+    assert len(lines) == 3 and "token 3 of 6" in lines[-1]
+    flat = tree_budget(6, 6, 256, 300.0)
+    for i in range(6):
+        flat(i, 2)
+    # The unit: 24576 starts x 60 steps at token 3 (i = 2) cost 75.2 s, two rounds counted.
+    assert tree_seconds(6, 256, [96], first=2) == pytest.approx(2 * 75.2)
+
+
+@pytest.mark.slow  # 11 s on a loaded 2-core machine: the CLI builds the layer and its symmetries
+def test_continue_refuses_a_census_that_cannot_finish(monkeypatch, tmp_path, capsys):
+    """`continue --start census` says the search's estimate on stderr and refuses it, naming
+    --start FILE and --n/--d; tree_search is replaced by its partial counts (no census run)."""
+    from rankdyn._equilibria import _census
+    from rankdyn.cli import main
+
+    def fake_tree(layer, key, *, before_token, **kw):
+        for i, p in enumerate([1, 2, 96, 4608]):
+            before_token(i, p)
+        pytest.fail("not refused")
+
+    monkeypatch.setattr(_census, "tree_search", fake_tree)
+    argv = ["continue", "--param", "qk_std", "--qk", "gaussian", "--from", "0.5", "--to", "1"]
+    rc = main([*argv, "--max-steps", "2", "--no-progress", "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "start search: tree search, token 1 of 6" in err
+    assert "error: --start census" in err and "--start FILE" in err and "--n/--d" in err
+    assert "Traceback" not in err
