@@ -109,7 +109,25 @@ def model_config(args: argparse.Namespace) -> ModelConfig:
     for p in PARAMS:
         if p.flag and (p.fallback is not None or p.name == "x0") and getattr(args, p.name) is None:
             setattr(args, p.name, resolved[p.name] if reads(p, values) else None)
+    _check_random_mask(config, resolved)
     return config
+
+
+def _check_random_mask(config, resolved) -> None:
+    """An edge-probability random mask is drawn as an (n, n) array on the host: refuse one that
+    cannot fit before it is drawn (32 GiB at n = 65536 before round 5; n^2 bytes and its edges now)."""
+    if config.mask != "random" or config.mask_degree is not None:
+        return
+    from .._model._masks import random_mask_bytes
+    from .._run._memory import MemoryEstimate, _host_available, check_memory
+
+    check_memory(
+        MemoryEstimate({"random mask": random_mask_bytes(config.n, resolved["mask_p"])}),
+        what=f"--mask random at --n {config.n}",
+        fix="give --mask-degree K (K keys per token, a sparse random mask at any n) instead of "
+        "the edge probability --mask-p, or lower --n.",
+        available=(_host_available(), "host RAM"),
+    )
 
 
 def _flag(dest: str) -> str:

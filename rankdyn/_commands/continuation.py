@@ -216,7 +216,21 @@ def run(args) -> int:
                 raise UsageError(f"--start {args.start}[{i}]: {err}") from None
         source = str(args.start)
     if args.start == "census":
-        census = equilibrium_census(family(args.p_from), k_x0, progress=not args.no_progress)
+        from .._equilibria._census_cost import START_SEARCH_BUDGET_S, SearchTooLong
+
+        try:  # the start search is estimated before it runs, and again before each token
+            census = equilibrium_census(
+                family(args.p_from),
+                k_x0,
+                progress=not args.no_progress,
+                max_seconds=START_SEARCH_BUDGET_S,
+                log=lambda line: print(line, file=sys.stderr, flush=True),
+            )
+        except SearchTooLong as err:
+            raise UsageError(
+                f"--start census: {err}. Give the starts with --start FILE.npy (equilibria of shape "
+                "(n, d) or (m, n, d)), or lower --n/--d."
+            ) from None
         if not census.equilibria:  # e.g. a gaussian W_V with no real eigenvalue under a causal mask
             raise UsageError(
                 f"the census found no equilibrium of the layer at --param {name} = {args.p_from:g} "

@@ -189,6 +189,7 @@ def _check_memory(args, config, names) -> int:
         per_trajectory=args.per_trajectory,
         save_states=False,
         score_entries=score_entries(path, args.n, args.d // args.heads),
+        metric_names=names,
     )
     weights = (
         (config.num_layers or 1)

@@ -39,6 +39,7 @@ from .._observe._tolerances import (
     merge_tol,
     scaled_tol,
 )
+from ._census_cost import tree_budget
 from ._dedupe import deduplicate
 from ._exact import bidiagonal_parameter, exact_equilibria
 from ._joint import joint_search
@@ -142,6 +143,8 @@ def equilibrium_census(
     joint_coverage: bool = False,
     progress: bool = False,
     joint: JointOptions | None = None,
+    max_seconds: float | None = None,
+    log=None,
 ) -> CensusResult:
     r"""Find the distinct equilibria $F(X) = X$ of ``layer`` and classify them.
 
@@ -164,13 +167,16 @@ def equilibrium_census(
         joint: the joint search's settings, a `JointOptions` (``starts``, ``chunk``, ``method``,
             ``max_steps``, ``deflation_rounds``, ``dedup_tol``, ...; default `JointOptions()`);
             ``dedup_tol`` is also the distance of the coverage matching.
+        max_seconds: refuse a tree search whose estimated time passes this, before each token
+            (`rankdyn._equilibria._census_cost`: the partials grow with each token); None: no limit.
+        log: called with one line of the search's estimate (e.g. ``print`` to stderr).
 
     Returns:
         A `CensusResult` (``to_dict()`` gives the JSON of ``equilibria.json``).
 
     Raises:
-        UsageError: for per-layer weights, dropout, settings out of range or a ``search``
-            that does not apply.
+        UsageError: for per-layer weights, dropout, settings out of range, a ``search``
+            that does not apply, or a tree search estimated beyond ``max_seconds``.
     """
     if layer.num_layers is not None:
         raise UsageError("per-layer weights are not supported: an equilibrium is a fixed point of one map.")
@@ -204,12 +210,20 @@ def equilibrium_census(
     t0 = time.perf_counter()
     rounds, status, compile_s, coverage = [], {}, 0.0, None
     match_tol = scaled_tol(1e-8, dtype)
+    if log is not None and how != "tree-search":  # the tree search says it per token
+        log(
+            "start search: exact (no search)"
+            if how == "exact"
+            else f"start search: joint search, {opts.starts} starts x up to {opts.max_steps} Newton "
+            f"steps on ({n * d})^2 Jacobians, then {opts.deflation_rounds} deflation rounds"
+        )
     if how == "exact":
         xs, counts, errs, steps, info = _exact_classes(layer, n, d)
         first = ["exact"] * len(xs)
         completeness = info["completeness"]
     elif how == "tree-search":
-        tree = tree_search(layer, key, starts=tree_starts, residual_tol=residual_tol)
+        budget = tree_budget(n, d, tree_starts, max_seconds, log)
+        tree = tree_search(layer, key, starts=tree_starts, residual_tol=residual_tol, before_token=budget)
         xs, _, errs = polish_tokens(layer, tree.x)
         # Each pair at its own accuracy: eps and the polished error estimates (was the scaled 1e-6,
         # 2.3e-2 in float32, which merged distinct equilibria closer than that).

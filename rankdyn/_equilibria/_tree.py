@@ -195,6 +195,7 @@ def tree_search(
     max_members: int = 100_000,
     power: float | None = None,
     t=0,
+    before_token=None,
 ) -> TreeResult:
     r"""All equilibria of a layer with an acyclic mask, token by token (module docstring).
 
@@ -214,6 +215,8 @@ def tree_search(
         chunk: starts per compiled batch.
         max_members: refuse to continue past this many partial equilibria.
         t: layer index.
+        before_token: called as ``before_token(i, partials)`` before token ``i`` is solved
+            (`rankdyn._equilibria._census_cost.tree_budget`: an estimate, and a refusal).
 
     Returns:
         A `TreeResult`: ``x`` ``(m, n, d)``, ``saturation`` (per token: partials, and per round
@@ -234,6 +237,8 @@ def tree_search(
     prefixes = np.zeros((1, n, d), dt)
     stats = []
     for i in range(n):
+        if before_token is not None:
+            before_token(i, prefixes.shape[0])
         if i == 0 and first is not None:
             prefixes = np.repeat(prefixes, len(first), axis=0)
             prefixes[:, 0] = first

@@ -10,6 +10,7 @@ algorithms on the host (`rankdyn.graph_info`), and become a JAX array field of t
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -25,6 +26,7 @@ __all__ = [
     "dilated_mask",
     "global_local_mask",
     "random_mask",
+    "random_mask_bytes",
     "mask_from_adjacency",
     "make_mask",
     "MASK_NAMES",
@@ -102,13 +104,52 @@ def global_local_mask(n: int, num_global: int = 1, window: int = 1) -> Bool[np.n
     return m
 
 
+#: Uniform numbers drawn at once by `random_mask` (a block of rows): 32 MB of float64, where one
+#: draw of all n^2 took 8 bytes per entry on top of the mask's 1 (32 GiB at n = 65536).
+_DRAW_BLOCK = 2**22
+
+
+def random_mask_bytes(n: int, p: float) -> int:
+    """Host bytes of an edge-probability random mask at its peak: the ``(n, n)`` booleans, one
+    block of draws, and the CSR form `rankdyn._model._mask_structure.as_structure` makes of it
+    (``np.nonzero``'s two int64 index arrays, the row of each edge, the rows' bytes and their
+    digest's concatenation: 56 bytes per expected edge; tracemalloc measured peaks of 458 MB
+    at n = 8192, p = 0.1, where this gives 443 MB, and 42 MB at n = 2048, where it gives 38 MB)."""
+    edges = n + p * n * (n - 1)
+    # The draws are freed before the CSR form is made: the larger of the two phases counts.
+    return int(n * n + max(8 * min(n * n, max(n, _DRAW_BLOCK)), 56 * edges))
+
+
 def random_mask(n: int, p: float = 0.1, seed: int = 0) -> Bool[np.ndarray, "n n"]:
-    """Erdos-Renyi directed mask: each off-diagonal edge present with probability p, plus self-loops."""
+    """Erdos-Renyi directed mask: each off-diagonal edge present with probability p, plus self-loops.
+
+    The uniform numbers are drawn a block of rows at a time: the same stream, so the same mask
+    as one ``rng.random((n, n)) < p``, without its n^2 float64 numbers.
+
+    Raises:
+        UsageError: for a bad ``n`` or ``p``, or when the mask (`random_mask_bytes`) exceeds the
+            machine's physical memory: ``mask_degree`` (``--mask-degree``) draws a sparse random
+            mask at any n.
+    """
     n = _check_n(n)
     if not 0.0 <= p <= 1.0:
         raise UsageError(f"edge probability p must be in [0, 1], got {p}.")
+    need = random_mask_bytes(n, p)
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        physical = None
+    if physical is not None and need > physical:
+        raise UsageError(
+            f"a random mask with edge probability {p} at n = {n} needs about {need / 2**30:.1f} GiB "
+            f"(an n x n array and its edges), more than this machine's {physical / 2**30:.1f} GiB: "
+            "draw a fixed number of keys per token with mask_degree (--mask-degree K) instead."
+        )
     rng = np.random.default_rng(seed)
-    m = rng.random((n, n)) < p
+    m = np.empty((n, n), dtype=bool)
+    rows = max(1, _DRAW_BLOCK // n)
+    for start in range(0, n, rows):
+        m[start : start + rows] = rng.random((min(rows, n - start), n)) < p
     np.fill_diagonal(m, True)
     return m
 

@@ -8,9 +8,14 @@ the Gram matrix $X X^\top$, whose eigenvalues would lose every singular value be
 $\sqrt{\epsilon}\,\sigma_{\max}$ (float32: $3\cdot 10^{-4}\,\sigma_{\max}$):
 
 * ``"lapack"`` (default): LAPACK's divide-and-conquer SVD (``jnp.linalg.svd``) of the
-  rescaled matrix; on CPU one LAPACK call per matrix. A Householder QR to the $k \times k$
-  triangle first was measured 1.1x faster at 32 x 64 but 2x slower at 128 x 768
-  (``benchmarks/spectral_speed.py``), so it is not done.
+  rescaled matrix. A tall $m \times k$ matrix ($m > k$) is first reduced by a Householder QR
+  (``jnp.linalg.qr(mode="r")``, LAPACK ``geqrf``) to its $k \times k$ triangle $R$, whose
+  singular values are those of $X$; the SVD is taken of $R$. This is what LAPACK's
+  ``gesdd`` does itself for $m \gtrsim 11k/6$, but JAX's CPU wrapper of ``gesdd`` allocates
+  an $m \times m$ array for $U$ even when no vectors are asked for: 17 GB at 65,536 tokens,
+  which the blocked attention path never otherwise holds. With the QR first, no array larger
+  than $m \times k$ exists. Measured on JAX 0.10.2, 2-core CPU: as fast at 64 x 32, 4x
+  faster at 768 x 128 and 4096 x 64 than the SVD of $X$ itself.
 * ``"bisection"``: plain `jax.numpy` on fixed shapes, so XLA can vectorise it across a batch.
   Golub-Kahan bidiagonalisation $X = U B V^\top$ by Householder reflections ($B$ upper
   bidiagonal, diagonal $q$, superdiagonal $e$), then bisection for every singular value at
@@ -29,7 +34,8 @@ scale the singular values back: tokens of norm $10^{-20}$ in float32, whose squa
 underflow, are handled.
 
 **Accuracy contract** (tested in ``tests/test_spectral.py`` for $k = \min(n, d) \le 12$,
-checked by hand at 32 x 64): for a float32 or float64 input, every returned singular value
+checked by hand at 32 x 64, and in ``tests/test_memory_paths.py`` at 4096 x 8 on the QR route,
+random and nearly rank-deficient): for a float32 or float64 input, every returned singular value
 satisfies
 $$|\hat\sigma_i - \sigma_i| \le 8\, k\, \epsilon\, \sigma_{\max},$$
 $\epsilon$ the machine epsilon of the input dtype and $\sigma_i$ those of float64 LAPACK (in
@@ -168,6 +174,10 @@ def singular_values(x: Float[Array, "n d"], *, method: str = "lapack") -> Float[
     scale = _pow2_scale(a)
     a = a / scale  # exact: a power of two
     if method == "lapack":
+        if a.shape[0] > a.shape[1]:
+            # R of a Householder QR has the singular values of a (backward stable, as
+            # gesdd's own QR step); it keeps JAX's gesdd from allocating an m x m U.
+            a = jnp.linalg.qr(a, mode="r")
         s = jnp.linalg.svd(a, compute_uv=False)
     else:
         q, e = _bidiagonal(a)

@@ -216,6 +216,7 @@ def simulate(
             score_entries=score_entries(
                 layer.attention_path, n, layer.weights.w_v.shape[-1], layer.block_size
             ),
+            metric_names=names,
         )
         check_memory(
             MemoryEstimate(parts),

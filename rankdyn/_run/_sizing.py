@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 
+from .._observe._metrics import _COS_BLOCK, _COS_BLOCKED_MIN
 from ._fold import group_records
 
-__all__ = ["auto_chunk", "depth_piece", "estimate_parts", "layer_flops"]
+__all__ = ["auto_chunk", "depth_piece", "estimate_parts", "layer_flops", "metric_entries"]
+
+#: The metrics that reduce the (n, n) cosine matrix (`rankdyn._observe._metrics._cosine_reductions`).
+_COSINE_METRICS = ("min_cos", "mean_abs_cos")
 
 
 #: On CPU, trajectories per chunk are chosen so that one chunk's token matrices take about this
@@ -31,6 +35,22 @@ def auto_chunk(num: int, n: int, d: int, itemsize: int, backend: str) -> int:
     return max(1, min(num, max(per_cache, -(-_CHUNK_ROWS // n))))
 
 
+def metric_entries(n: int, names=None) -> int:
+    """Numbers per trajectory the metrics of ``names`` (None: all) hold at once, beyond the tokens.
+
+    The cosine metrics reduce the cosine matrix whole below `_COS_BLOCKED_MIN` tokens and by
+    row blocks of `_COS_BLOCK` above; three such arrays (the cosines, their absolute values, the
+    masked select) are counted, as for the scores. At n = 65536, d = 8, float32, XLA's
+    ``memory_analysis`` of `collapse_metrics` reports 140 MB of temporaries, 2.1 blocks
+    (``tests/test_memory_paths.py`` checks the bound). The singular values need a copy of the
+    ``(n, d)`` tokens and their QR (`rankdyn._observe._spectral`, no ``(n, n)`` array), inside
+    the ten token-sized buffers already counted.
+    """
+    if names is not None and not any(m in _COSINE_METRICS for m in names):
+        return 0
+    return 3 * (n * n if n < _COS_BLOCKED_MIN else _COS_BLOCK * n)
+
+
 def estimate_parts(
     *,
     num: int,
@@ -44,6 +64,7 @@ def estimate_parts(
     per_trajectory: bool,
     save_states: bool,
     score_entries: int | None = None,
+    metric_names=None,
 ) -> dict[str, int]:
     """A rough upper estimate of a run's peak memory in bytes, per part (for `rankdyn._run._memory`).
 
@@ -52,10 +73,12 @@ def estimate_parts(
     when per-trajectory values or states are kept (twice: the chunks and their concatenation),
     and five running statistics per layer and metric (twice: a piece's and the result), plus one
     group of a chunk's values, folded inside the scan (`rankdyn._run._fold.group_records`).
+    The metrics' own arrays (`metric_entries` of ``metric_names``, None for all) are not live
+    at the same time as the scores: the larger of the two is counted.
     """
     # score_entries: the attention's numbers per head (n * n dense; `_model._blocked.score_entries`).
     scores = n * n if score_entries is None else score_entries
-    work = chunk * (10 * n * d + 3 * heads * scores) * itemsize
+    work = chunk * (10 * n * d + max(3 * heads * scores, metric_entries(n, metric_names))) * itemsize
     if per_trajectory or save_states:
         per = num_metrics + 1 + (n * d if save_states else 0)
         out = 2 * num * num_saved * per * itemsize
