@@ -315,8 +315,8 @@ def test_cosine_metrics_by_row_blocks_equal_the_cosine_matrix(monkeypatch):
     x = x.at[3].set(-x[5])  # a cosine of -1: the minimum is known
     both = lambda: jax.jit(lambda x: (_metrics.min_cosine(x), _metrics.mean_abs_cosine(x)))(x)  # noqa: E731
     want = both()
-    monkeypatch.setattr(_metrics, "_COS_BLOCKED_MIN", 2)
-    monkeypatch.setattr(_metrics, "_COS_BLOCK", 8)
+    monkeypatch.setattr(_metrics, "COS_BLOCKED_MIN", 2)
+    monkeypatch.setattr(_metrics, "COS_BLOCK", 8)
     got = both()  # a new jit: traced again with the patched sizes
     assert float(want[0]) == pytest.approx(-1.0, abs=1e-14)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)

@@ -80,26 +80,26 @@ def cosine_matrix(x: Float[Array, "n d"]) -> Float[Array, "n n"]:
 
 
 #: From this many tokens the cosine metrics reduce the cosine matrix by row blocks of
-#: `_COS_BLOCK` (long context: an (n, n) matrix is 17 GB at n = 65536), never forming it whole.
-_COS_BLOCKED_MIN = 2048
-_COS_BLOCK = 256
+#: `COS_BLOCK` (long context: an (n, n) matrix is 17 GB at n = 65536), never forming it whole.
+COS_BLOCKED_MIN = 2048
+COS_BLOCK = 256
 
 
 def _cosine_reductions(x):
     """``(min_ij cos, sum_ij |cos|, trace |cos|)`` of the cosine matrix, by row blocks when large."""
     n = x.shape[0]
-    if n < _COS_BLOCKED_MIN:
+    if n < COS_BLOCKED_MIN:
         c = cosine_matrix(x)
         a = jnp.abs(c)
         return jnp.min(c), jnp.sum(a), jnp.trace(a)
     u = _unit_rows(x)
-    nb = -(-n // _COS_BLOCK)
-    rows = jnp.pad(u, ((0, nb * _COS_BLOCK - n), (0, 0))).reshape(nb, _COS_BLOCK, -1)
+    nb = -(-n // COS_BLOCK)
+    rows = jnp.pad(u, ((0, nb * COS_BLOCK - n), (0, 0))).reshape(nb, COS_BLOCK, -1)
 
     def block(args):
         i, r = args
         c = jnp.matmul(r, u.T, precision=_HI)  # (block, n)
-        idx = i * _COS_BLOCK + jnp.arange(_COS_BLOCK)
+        idx = i * COS_BLOCK + jnp.arange(COS_BLOCK)
         valid = (idx < n)[:, None]
         own = jnp.take_along_axis(c, jnp.minimum(idx, n - 1)[:, None], axis=1)  # cos(X_i, X_i)
         diag = jnp.sum(jnp.where(valid, jnp.abs(own), 0.0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .._observe._metrics import _COS_BLOCK, _COS_BLOCKED_MIN
+from .._observe._metrics import COS_BLOCK, COS_BLOCKED_MIN
 from ._fold import group_records
 
 __all__ = ["auto_chunk", "depth_piece", "estimate_parts", "layer_flops", "metric_entries"]
@@ -38,8 +38,8 @@ def auto_chunk(num: int, n: int, d: int, itemsize: int, backend: str) -> int:
 def metric_entries(n: int, names=None) -> int:
     """Numbers per trajectory the metrics of ``names`` (None: all) hold at once, beyond the tokens.
 
-    The cosine metrics reduce the cosine matrix whole below `_COS_BLOCKED_MIN` tokens and by
-    row blocks of `_COS_BLOCK` above; three such arrays (the cosines, their absolute values, the
+    The cosine metrics reduce the cosine matrix whole below `COS_BLOCKED_MIN` tokens and by
+    row blocks of `COS_BLOCK` above; three such arrays (the cosines, their absolute values, the
     masked select) are counted, as for the scores. At n = 65536, d = 8, float32, XLA's
     ``memory_analysis`` of `collapse_metrics` reports 140 MB of temporaries, 2.1 blocks
     (``tests/test_memory_paths.py`` checks the bound). The singular values need a copy of the
@@ -48,7 +48,7 @@ def metric_entries(n: int, names=None) -> int:
     """
     if names is not None and not any(m in _COSINE_METRICS for m in names):
         return 0
-    return 3 * (n * n if n < _COS_BLOCKED_MIN else _COS_BLOCK * n)
+    return 3 * (n * n if n < COS_BLOCKED_MIN else COS_BLOCK * n)
 
 
 def estimate_parts(
