@@ -18,7 +18,7 @@ from pathlib import Path
 from .._errors import UsageError
 from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
-from ._excerpts import DEFAULT_N as _DEFAULT_N, count_excerpts_before_loading
+from ._excerpts import DEFAULT_N as _DEFAULT_N, count_excerpts_before_loading, excerpts_after_loading
 from ._scheme import SCHEME_FLAGS, check_mix_depth, scheme_of, scheme_record
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "architecture"]
@@ -171,7 +171,7 @@ def _check_inputs(args, ckpt, given: dict):
     from .._trained._text_files import utf8_text
 
     text = utf8_text(data, f"--text {args.text}")  # never replacement characters
-    ids = ckpt.tokenize_text(text, n, args.batch, where=f"--text {args.text}")
+    ids = excerpts_after_loading(args, ckpt, given, text, n, where=f"--text {args.text}")
     return ids, {"text": str(args.text), "text_sha256": hashlib.sha256(data).hexdigest()}
 
 
