@@ -73,3 +73,64 @@ def test_the_full_check_after_loading_fits_the_default_too(tmp_path, capsys):
     with pytest.raises(UsageError, match="only 2 excerpts of 14"):
         excerpts_after_loading(Namespace(batch=3), ckpt, {"batch": "--batch"}, text, 16, where="--text t")
     assert capsys.readouterr().err == ""
+
+
+def _stats(ratios, uniform=0.1, heads=2):
+    """A synthetic `SinkStats` whose head-mean sink ratio per layer is ``ratios``."""
+    import numpy as np
+
+    from rankdyn._run._sinks import SinkStats
+
+    r = np.asarray(ratios, float)
+    spread = np.array([0.5, 1.5])[:heads]  # heads differ; their mean is the layer's ratio
+    mass = r[:, None] * uniform * spread[None]
+    cos = np.linspace(0.1, 0.9, len(r) + 1)
+    return SinkStats(mass, mass, uniform, uniform, cos, cos / 2, (0,))
+
+
+def test_sink_summary_names_the_sink_layers_the_median_and_the_control():
+    import numpy as np
+
+    from rankdyn._run._sinks import _ranges, sink_summary
+
+    assert _ranges([1, 2, 3, 5, 7, 8]) == "1-3, 5, 7-8" and _ranges([4]) == "4"
+    ratios = [0.5, 3.0, 4.0, np.nan, 2.0, 1.9]  # a NaN layer is counted, never a sink
+    control = [1.1, 0.9, 1.0, 1.3, 0.8, 1.2]
+    text = sink_summary(_stats(ratios), _stats(control))
+    lines = text.splitlines()
+    assert len(lines) == 3, text
+    assert lines[0].endswith("3 of 6 layers (2-3, 5)"), lines[0]
+    med = np.median([r for r in ratios if np.isfinite(r)])  # 2.0, the oracle
+    assert f"median ratio {med:.3g} (min 0.5, max 4)" in lines[1], lines[1]
+    assert "uniform share of token 0 0.1" in lines[1]
+    assert f"median ratio {np.median(control):.3g}" in lines[2] and "sinks in 0 of 6 layers" in lines[2]
+    # A random model's run has no control, and says so; a threshold of 1 finds more layers.
+    text = sink_summary(_stats(ratios), factor=1.0)
+    assert "control: none" in text.splitlines()[2] and "4 of 6 layers (2-3, 5-6)" in text
+
+
+def test_the_sinks_figure_names_the_model_n_and_text(tmp_path, monkeypatch):
+    """`attention_sinks.png`'s title (rendered from synthetic records, as tests/figure_measured.py
+    does): the model's name, n and the text file, not "llama full"; the control drawn beside."""
+    import matplotlib.pyplot as plt
+
+    import rankdyn._trained._installed as installed
+    from rankdyn._commands._checkpoint import run_title
+    from rankdyn.plotting import plot_attention_sinks
+
+    ckpt = SimpleNamespace(arch="llama", path=tmp_path / "smollm2.gguf", d=576)
+    source = {"text": str(tmp_path / "corpus.txt")}
+    unknown = run_title(ckpt, "full", "causal", source, 8, 64)
+    assert unknown.startswith("llama smollm2.gguf, full, mask=causal n=64 d=576"), unknown
+    monkeypatch.setattr(installed, "known_model_name", lambda p: "SmolLM2-135M" if p == ckpt.path else None)
+    title = run_title(ckpt, "full", "causal", source, 8, 64)
+    ax = plot_attention_sinks(
+        {"this run": _stats([3.0, 5.0]), "scale-matched control": _stats([1.0, 1.1])}, title=title
+    )
+    fig = ax.figure if hasattr(ax, "figure") else ax
+    shown = fig._suptitle.get_text()
+    assert shown.startswith("SmolLM2-135M, full") and "n=64" in shown and "corpus.txt" in shown, shown
+    assert "llama full" not in shown
+    labels = [t.get_text() for a in fig.axes for leg in [a.get_legend()] if leg for t in leg.get_texts()]
+    assert "scale-matched control" in labels, labels
+    plt.close(fig)

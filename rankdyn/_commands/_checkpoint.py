@@ -347,33 +347,43 @@ def run_checkpoint(args) -> int:
         arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate)}
         savez(args.out / "per_trajectory.npz", {**arrays, "layers": np.asarray(traj.layers)})
         result["per_trajectory_file"] = "per_trajectory.npz"
+    title = run_title(ckpt, config["variant"], mask, source, batch, n)
     if args.attention_sinks:
+        from .._reproduce.pretrained._sink_controls import scale_matched_init
         from ._table import save_sinks
 
-        result["attention_sinks"] = save_sinks(
-            layer, x0, layers, args.out, title=f"{ckpt.arch} {config['variant']}"
+        # The control: the same stack with its matrices redrawn at the trained norms (the sink
+        # targets' control), from the same tokens; the same shapes reuse the compiled scan.
+        control = scale_matched_init(ckpt, args.seed).layers(
+            n, args.variant or "full", mask_arg, window=args.window, attention=attention, **scheme
         )
+        result["attention_sinks"] = save_sinks(layer, x0, layers, args.out, title=title, control=control)
     write_json(args.out / "metrics.json", result)
     figures = []
     if summary:
-        from .._trained._installed import known_model_name
-
-        model = known_model_name(ckpt.path) or f"{ckpt.arch} {Path(ckpt.path).name}"
-        title = f"{model}, {config['variant']}, mask={mask} n={n} d={ckpt.d}"
-        what = (
-            f"text {Path(source['text']).name}"
-            if "text" in source
-            else f"ids {Path(source['input_ids']).name}"
-        )
-        title += f"\n{batch} excerpts of {n} tokens of {what}"
         names = plot_names(args.plot, tuple(summary))
         figures = save_figures(traj, summary, names, title, args.out, relative=True)
     print_table(traj, summary, info, result, args.metrics)
+    if args.attention_sinks:
+        print(result["attention_sinks"]["summary"])
     written = ["metrics.json", "input_ids.npy", *result.get("per_trajectory_file", "").split(), *figures]
     if args.attention_sinks:
         written += ["sinks.json", "attention_sinks.png"]
     print_written(args.out, written)
     return 0
+
+
+def run_title(ckpt, variant: str, mask: str, source: dict, batch: int, n: int) -> str:
+    """The figures' title: the model by its name (`known_model_name`, else the architecture and the
+    file), the variant, mask, n and d, then the excerpts and the text (or ids) file they came from."""
+    from .._trained._installed import known_model_name
+
+    model = known_model_name(ckpt.path) or f"{ckpt.arch} {Path(ckpt.path).name}"
+    title = f"{model}, {variant}, mask={mask} n={n} d={ckpt.d}"
+    what = (
+        f"text {Path(source['text']).name}" if "text" in source else f"ids {Path(source['input_ids']).name}"
+    )
+    return title + f"\n{batch} excerpts of {n} tokens of {what}"
 
 
 def _devices(args):

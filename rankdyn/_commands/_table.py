@@ -206,25 +206,36 @@ def print_table(traj, summary, info, result, asked: str = "all") -> None:
     )
 
 
-def save_sinks(layer, x0, num_layers: int, out, *, title: str = "") -> dict:
+def save_sinks(layer, x0, num_layers: int, out, *, title: str = "", control=None) -> dict:
     """``--attention-sinks``: `rankdyn._run._sinks.attention_sinks` of the run's layer from its
-    initial tokens, written to ``out/sinks.json`` and ``out/attention_sinks.png``; returns the
-    summary recorded in ``metrics.json``."""
+    initial tokens, written to ``out/sinks.json`` and ``out/attention_sinks.png``, and summarised
+    (`rankdyn._run._sinks.sink_summary`, under ``"summary"``: the command prints it). ``control``
+    (a checkpoint's scale-matched random layers) is measured from the same tokens, recorded under
+    ``"control"`` and drawn beside the run. Returns the summary recorded in ``metrics.json``."""
     import numpy as np
 
     from .._run._io import write_json
-    from .._run._sinks import attention_sinks
+    from .._run._sinks import SINK_FACTOR, attention_sinks, sink_summary
     from ..plotting import plot_attention_sinks, save_figure
 
     s = attention_sinks(layer, x0, num_layers)
-    write_json(out / "sinks.json", s.to_dict())
-    save_figure(plot_attention_sinks({"this run": s}, title=title), out / "attention_sinks.png")
-    ratio = s.sink_ratio[np.isfinite(s.sink_ratio)]
+    c = None if control is None else attention_sinks(control, x0, num_layers)
+    write_json(out / "sinks.json", s.to_dict() | ({} if c is None else {"control": c.to_dict()}))
+    drawn = {"this run": s} | ({} if c is None else {"scale-matched control": c})
+    save_figure(plot_attention_sinks(drawn, title=title), out / "attention_sinks.png")
+
+    def median(x):
+        r = x.sink_ratio[np.isfinite(x.sink_ratio)]
+        return float(np.median(r)) if r.size else None
+
     return {
         "file": "sinks.json",
         "figure": "attention_sinks.png",
         "centers": list(s.centers),
         "uniform_first": s.uniform_first,
-        "median_sink_ratio": float(np.median(ratio)) if ratio.size else None,
+        "median_sink_ratio": median(s),
+        "sink_layers": [int(i) + 1 for i in np.flatnonzero(s.sink_ratio >= SINK_FACTOR)],
+        "control_median_sink_ratio": None if c is None else median(c),
         "cos_first_last": float(s.cos_first[-1]),
+        "summary": sink_summary(s, c),
     }

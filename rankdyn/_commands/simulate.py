@@ -290,10 +290,13 @@ def run(args) -> int:
         from ._table import save_sinks
 
         x0_array = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
-        result["attention_sinks"] = save_sinks(layer, x0_array, args.num_layers, args.out)
+        title = f"random model, mask={args.mask} placement={args.placement} n={args.n} d={args.d}"
+        result["attention_sinks"] = save_sinks(layer, x0_array, args.num_layers, args.out, title=title)
     write_json(args.out / "metrics.json", result)
     figures = _plot(traj, summary, args) if summary else []
     print_table(traj, summary, info, result, args.metrics)
+    if args.attention_sinks:
+        print(result["attention_sinks"]["summary"])
     sinks = ["sinks.json", "attention_sinks.png"] if args.attention_sinks else []
     written = ["metrics.json", *result.get("per_trajectory_file", "").split(), *figures, *sinks]
     print_written(args.out, written)
