@@ -134,3 +134,22 @@ def test_the_sinks_figure_names_the_model_n_and_text(tmp_path, monkeypatch):
     labels = [t.get_text() for a in fig.axes for leg in [a.get_legend()] if leg for t in leg.get_texts()]
     assert "scale-matched control" in labels, labels
     plt.close(fig)
+
+
+@pytest.mark.slow  # two `rankdyn simulate` runs in process, one of them compiled (about 10 s)
+def test_simulate_says_it_compiles_once_on_stderr_and_nothing_of_it_on_stdout(tmp_path, capsys):
+    """One line before the first compile, on stderr only (stdout stays for what programs read)."""
+    from rankdyn.cli import main
+
+    argv = ["simulate", "--n", "4", "--d", "3", "--num-layers", "2", "--batch", "2", "--metrics", "mu"]
+    assert main(argv + ["--no-progress", "--out", str(tmp_path / "s")]) == 0
+    out, err = capsys.readouterr()
+    said = [line for line in err.splitlines() if "compiling" in line]
+    assert said == [
+        "rankdyn simulate: compiling the layer program (once per run, before the first result) ..."
+    ]
+    assert "compiling" not in out and out.splitlines()[-1].startswith("wrote in"), out
+    # A refused run says nothing of compiling: the refusal comes first.
+    assert main(argv + ["--rank-tol", "2", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "compiling" not in err and err.count("error:") == 1, err

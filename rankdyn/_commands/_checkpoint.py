@@ -212,7 +212,7 @@ def architecture(ckpt, variant: str, scheme: dict | None = None) -> dict:
 def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
     from .._observe._names import parse_metrics
-    from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
+    from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag, say_compiling
     from ._table import plot_names, print_table, print_written, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
@@ -297,6 +297,7 @@ def run_checkpoint(args) -> int:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     check_out_dir(args.out)
 
+    say_compiling("simulate", "the checkpoint's layer program")
     x0 = ckpt.embed(ids)
     with CompileTimer() as timer:
         traj = simulate(

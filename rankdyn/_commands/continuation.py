@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from ._checks import HelpFormatter, check_out_dir, check_positive
+from ._checks import HelpFormatter, check_out_dir, check_positive, say_compiling
 from ._devices import add_devices_flag
 from ._param_range import PARAM_CHOICES, check_param2, check_param_range, parameter_family
 from ._seed_use import refuse_unread_seed
@@ -214,6 +214,7 @@ def run(args) -> int:
             except UsageError as err:
                 raise UsageError(f"--start {args.start}[{i}]: {err}") from None
         source = str(args.start)
+    say_compiling("continue", "the continuation's programs")
     if args.start == "census":
         census = equilibrium_census(family(args.p_from), k_x0, progress=not args.no_progress)
         starts = np.stack([np.asarray(e.tokens, dtype=float) for e in census.equilibria])

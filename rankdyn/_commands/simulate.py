@@ -226,6 +226,7 @@ def run(args) -> int:
     from .._model._tokens import TokenSampler
     from .._run._io import CompileTimer, provenance, savez, write_json
     from .._run._simulate import simulate
+    from ._checks import say_compiling
 
     k_layer, k_x0, k_drop = jr.split(jr.key(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
@@ -233,6 +234,7 @@ def run(args) -> int:
     x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
     info = graph_info(layer.mask)  # a MaskStructure on the blocked path: no n x n array
 
+    say_compiling("simulate")
     with CompileTimer() as timer:
         traj = simulate(
             layer,
