@@ -153,3 +153,51 @@ def test_simulate_says_it_compiles_once_on_stderr_and_nothing_of_it_on_stdout(tm
     assert main(argv + ["--rank-tol", "2", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "compiling" not in err and err.count("error:") == 1, err
+
+
+def test_long_runs_default_to_the_metrics_without_svd_or_pairwise_cosines(capsys):
+    """At n >= 1024 or with --checkpoint an unset --metrics is the cheap list, said on stderr with
+    how to ask for all; short runs keep all; a given --metrics (all included) is kept silently."""
+    from rankdyn._commands._table import LONG_CONTEXT_METRICS, default_metrics
+    from rankdyn._observe._names import SPECTRAL_METRICS, parse_metrics
+
+    args = Namespace(metrics=None)
+    note = default_metrics(args, long=True)
+    names = parse_metrics(args.metrics)
+    assert names == LONG_CONTEXT_METRICS
+    assert not set(names) & (set(SPECTRAL_METRICS) | {"min_cos", "mean_abs_cos"})  # no SVD, no (n, n)
+    assert "give --metrics all for every metric" in note and "\n" not in note
+    for long, given, want in ((False, None, "all"), (True, "all", "all"), (True, "mu", "mu")):
+        args = Namespace(metrics=given)
+        assert default_metrics(args, long=long) is None and args.metrics == want
+    assert capsys.readouterr().err == ""  # the command prints the note, after its refusals
+
+
+def test_simulate_at_n_1024_records_the_cheap_metrics_by_default(tmp_path, capsys, monkeypatch):
+    """`rankdyn simulate --n 1024` (parsed by the real parser) chooses the cheap list before compute."""
+    import rankdyn._run._simulate as run_simulate
+    from rankdyn.cli import main
+
+    seen = {}
+
+    def no_compute(*a, metrics=None, **k):
+        seen["metrics"] = metrics
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run_simulate, "simulate", no_compute)
+    argv = ["simulate", "--n", "1024", "--d", "4", "--num-layers", "1", "--batch", "1", "--no-progress"]
+    with pytest.raises(SystemExit):
+        main(argv + ["--out", str(tmp_path / "a")])
+    assert tuple(seen["metrics"]) == (
+        "mu",
+        "mu_rel",
+        "mu_normalized",
+        "row_norm_mean",
+        "row_norm_min",
+        "eps_min",
+    )
+    assert "--metrics: mu,mu_rel" in capsys.readouterr().err
+    # A refused run says nothing of the default: one error line.
+    assert main(argv + ["--rank-tol", "2", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rankdyn simulate: error:"), err

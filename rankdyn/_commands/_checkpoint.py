@@ -213,12 +213,13 @@ def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
     from .._observe._names import parse_metrics
     from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag, say_compiling
-    from ._table import plot_names, print_table, print_written, save_figures
+    from ._table import default_metrics, plot_names, print_table, print_written, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
     scheme = scheme_of(args, given)
     check_seed_flag(args.seed)  # recorded with the result (a checkpoint run draws nothing)
+    metrics_note = default_metrics(args, long=True)  # said after the refusals
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
     check_nonnegative(args, "num_layers")
@@ -297,7 +298,7 @@ def run_checkpoint(args) -> int:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     check_out_dir(args.out)
 
-    say_compiling("simulate", "the checkpoint's layer program")
+    say_compiling("simulate", "the checkpoint's layer program", note=metrics_note)
     x0 = ckpt.embed(ids)
     with CompileTimer() as timer:
         traj = simulate(

@@ -37,7 +37,38 @@ def metrics_help() -> str:
     """The ``--metrics`` help: how to choose, then one line per name (`LineHelpFormatter` keeps them)."""
     width = max(map(len, METRIC_HELP))
     lines = "\n".join(f"  {k:<{width}}  {v}" for k, v in METRIC_HELP.items())
-    return f"comma-separated metrics to record and show, or all (default: %(default)s):\n{lines}"
+    return (
+        "comma-separated metrics to record and show, or all (default: all; at --n >= "
+        f"{LONG_CONTEXT_N} or with --checkpoint {','.join(LONG_CONTEXT_METRICS)}: no SVD, no (n, n) "
+        f"cosines):\n{lines}"
+    )
+
+
+#: From this many tokens (and for every checkpoint run) the default ``--metrics`` leaves out the
+#: metrics with an SVD or an (n, n) cosine reduction (benchmarks/metric_cost.py measures them).
+LONG_CONTEXT_N = 1024
+#: The default ``--metrics`` of long-context and checkpoint runs (issue 55's list).
+LONG_CONTEXT_METRICS = ("mu", "mu_rel", "mu_normalized", "row_norm_mean", "row_norm_min", "eps_min")
+
+
+def default_metrics(args, long: bool) -> str | None:
+    """Fill in ``--metrics`` when it was not given: ``all``, or for a long run (``long``: n >=
+    `LONG_CONTEXT_N` or a checkpoint) `LONG_CONTEXT_METRICS`. A given ``--metrics`` (``all``
+    included) is the user's choice and is kept.
+
+    Returns:
+        For a long default, the line that says so and how to ask for all (the command prints it on
+        stderr once every refusal has passed, before the compile); else None.
+    """
+    if args.metrics is not None:
+        return None
+    args.metrics = ",".join(LONG_CONTEXT_METRICS) if long else "all"
+    if not long:
+        return None
+    return (
+        f"--metrics: {args.metrics} (no SVD, no (n, n) cosines: the default at --n >= {LONG_CONTEXT_N} "
+        "and with --checkpoint); give --metrics all for every metric"
+    )
 
 
 class LineHelpFormatter(HelpFormatter):

@@ -74,7 +74,7 @@ def add_parser(sub) -> None:
         help=f"relative tolerance of the numerical rank, read by {', '.join(RANK_METRICS)} "
         f"(default: {RANK_TOL})",
     )
-    p.add_argument("--metrics", default="all", help=metrics_help())
+    p.add_argument("--metrics", default=None, help=metrics_help())
     p.add_argument(
         "--plot",
         default=None,
@@ -211,7 +211,10 @@ def run(args) -> int:
         from ._checkpoint import run_checkpoint
 
         return run_checkpoint(args)
+    from ._table import LONG_CONTEXT_N, default_metrics
+
     config = check_model_args(args)
+    metrics_note = default_metrics(args, args.n >= LONG_CONTEXT_N)  # said after the refusals
     names, est = check_run_args(args, config)
     if args.attention_sinks and config.has_dropout:
         raise UsageError(
@@ -234,7 +237,7 @@ def run(args) -> int:
     x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
     info = graph_info(layer.mask)  # a MaskStructure on the blocked path: no n x n array
 
-    say_compiling("simulate")
+    say_compiling("simulate", note=metrics_note)
     with CompileTimer() as timer:
         traj = simulate(
             layer,
