@@ -39,8 +39,8 @@ def metrics_help() -> str:
     lines = "\n".join(f"  {k:<{width}}  {v}" for k, v in METRIC_HELP.items())
     return (
         "comma-separated metrics to record and show, or all (default: all; at --n >= "
-        f"{LONG_CONTEXT_N} or with --checkpoint {','.join(LONG_CONTEXT_METRICS)}: no SVD, no (n, n) "
-        f"cosines):\n{lines}"
+        f"{LONG_CONTEXT_N} or with --checkpoint those without an SVD or (n, n) cosines: "
+        f"{', '.join(LONG_CONTEXT_METRICS)}):\n{lines}"
     )
 
 
