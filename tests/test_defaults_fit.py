@@ -171,6 +171,10 @@ def test_long_runs_default_to_the_metrics_without_svd_or_pairwise_cosines(capsys
         args = Namespace(metrics=given)
         assert default_metrics(args, long=long) is None and args.metrics == want
     assert capsys.readouterr().err == ""  # the command prints the note, after its refusals
+    from rankdyn._commands._table import plot_names
+
+    assert plot_names(None, LONG_CONTEXT_METRICS) == ("mu",)  # as for all: one figure, not six
+    assert plot_names(None, ("mu", "eps_min")) == ("mu", "eps_min")  # a list asked for is drawn
 
 
 def test_simulate_at_n_1024_records_the_cheap_metrics_by_default(tmp_path, capsys, monkeypatch):

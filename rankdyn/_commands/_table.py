@@ -103,11 +103,12 @@ def table_columns(names: tuple[str, ...], asked: str) -> tuple[str, ...]:
 def plot_names(spec: str | None, names: tuple[str, ...]) -> tuple[str, ...]:
     """The metrics that get a figure: ``--plot M,...`` (each must be recorded), else those asked for.
 
-    With ``--metrics all`` and no ``--plot`` only ``mu.png`` is drawn (14 figures nobody asked for
-    would bury it). Raises `UsageError` naming ``--plot`` for a name not recorded.
+    With ``--metrics all`` (or the long runs' default) and no ``--plot`` only ``mu.png`` is drawn
+    (14 figures nobody asked for would bury it). Raises `UsageError` naming ``--plot`` for a name
+    not recorded.
     """
-    if spec is None:
-        return ("mu",) if set(names) == set(ALL_METRICS) else names
+    if spec is None:  # the long runs' default list (`default_metrics`) draws mu only too
+        return ("mu",) if set(names) in (set(ALL_METRICS), set(LONG_CONTEXT_METRICS)) else names
     chosen = tuple(k.strip() for k in spec.split(",") if k.strip())
     if not chosen:
         raise UsageError("--plot: empty list; give metric names, e.g. --plot mu,eff_rank, or drop --plot.")

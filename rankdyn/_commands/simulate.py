@@ -79,7 +79,8 @@ def add_parser(sub) -> None:
         "--plot",
         default=None,
         metavar="M,...",
-        help="metrics to draw, one <metric>.png each (default: those of --metrics; mu only for all)",
+        help="metrics to draw, one <metric>.png each (default: those of --metrics; mu only for all or "
+        "the long-context default)",
     )
     p.add_argument(
         "--per-trajectory",
