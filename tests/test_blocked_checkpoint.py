@@ -144,6 +144,7 @@ def test_checkpoint_memory_estimate_follows_the_attention_path(tmp_path, monkeyp
     argv += ["--num-layers", "1", "--metrics", "mu", "--no-progress", "--out", str(tmp_path / "out")]
     for path, says in (("blocked", "reached simulate on the blocked path"), ("dense", "needs about")):
         assert main(argv + ["--attention", path]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
+        # The stub is reached after the "compiling ..." line (say_compiling), which is not an error.
+        err = [ln for ln in capsys.readouterr().err.strip().splitlines() if ": compiling " not in ln]
         assert len(err) == 1 and says in err[0], (path, err)
     assert "working set of one chunk" in err[0] and "1.0 GiB of host RAM" in err[0], err

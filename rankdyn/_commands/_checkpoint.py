@@ -18,7 +18,12 @@ from pathlib import Path
 from .._errors import UsageError
 from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
-from ._excerpts import DEFAULT_N as _DEFAULT_N, check_inputs_before_loading, count_excerpts_before_loading
+from ._excerpts import (
+    DEFAULT_N as _DEFAULT_N,
+    check_inputs_before_loading,
+    count_excerpts_before_loading,
+    excerpts_after_loading,
+)
 from ._scheme import SCHEME_FLAGS, check_mix_depth, scheme_of, scheme_record
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "architecture"]
@@ -171,7 +176,7 @@ def _check_inputs(args, ckpt, given: dict):
     from .._trained._text_files import utf8_text
 
     text = utf8_text(data, f"--text {args.text}")  # never replacement characters
-    ids = ckpt.tokenize_text(text, n, args.batch, where=f"--text {args.text}")
+    ids = excerpts_after_loading(args, ckpt, given, text, n, where=f"--text {args.text}")
     return ids, {"text": str(args.text), "text_sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -212,13 +217,14 @@ def architecture(ckpt, variant: str, scheme: dict | None = None) -> dict:
 def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
     from .._observe._names import parse_metrics
-    from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag
-    from ._table import plot_names, print_table, print_written, save_figures
+    from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag, say_compiling
+    from ._table import default_metrics, plot_names, print_table, print_written, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
     _refuse_model_flags(args, given)
     scheme = scheme_of(args, given)
     check_seed_flag(args.seed)  # recorded with the result (a checkpoint run draws nothing)
+    metrics_note = default_metrics(args, long=True)  # said after the refusals
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
     check_nonnegative(args, "num_layers")
@@ -298,6 +304,7 @@ def run_checkpoint(args) -> int:
         raise UsageError(f"--mask {mask} --window {args.window}: {err}") from None
     check_out_dir(args.out)
 
+    say_compiling("simulate", "the checkpoint's layer program", note=metrics_note)
     x0 = ckpt.embed(ids)
     with CompileTimer() as timer:
         traj = simulate(
@@ -348,33 +355,43 @@ def run_checkpoint(args) -> int:
         arrays |= {"nonfinite": np.asarray(traj.nonfinite), "degenerate": np.asarray(traj.degenerate)}
         savez(args.out / "per_trajectory.npz", {**arrays, "layers": np.asarray(traj.layers)})
         result["per_trajectory_file"] = "per_trajectory.npz"
+    title = run_title(ckpt, config["variant"], mask, source, batch, n)
     if args.attention_sinks:
+        from .._reproduce.pretrained._sink_controls import scale_matched_init
         from ._table import save_sinks
 
-        result["attention_sinks"] = save_sinks(
-            layer, x0, layers, args.out, title=f"{ckpt.arch} {config['variant']}"
+        # The control: the same stack with its matrices redrawn at the trained norms (the sink
+        # targets' control), from the same tokens; the same shapes reuse the compiled scan.
+        control = scale_matched_init(ckpt, args.seed).layers(
+            n, args.variant or "full", mask_arg, window=args.window, attention=attention, **scheme
         )
+        result["attention_sinks"] = save_sinks(layer, x0, layers, args.out, title=title, control=control)
     write_json(args.out / "metrics.json", result)
     figures = []
     if summary:
-        from .._trained._installed import known_model_name
-
-        model = known_model_name(ckpt.path) or f"{ckpt.arch} {Path(ckpt.path).name}"
-        title = f"{model}, {config['variant']}, mask={mask} n={n} d={ckpt.d}"
-        what = (
-            f"text {Path(source['text']).name}"
-            if "text" in source
-            else f"ids {Path(source['input_ids']).name}"
-        )
-        title += f"\n{batch} excerpts of {n} tokens of {what}"
         names = plot_names(args.plot, tuple(summary))
         figures = save_figures(traj, summary, names, title, args.out, relative=True)
     print_table(traj, summary, info, result, args.metrics)
+    if args.attention_sinks:
+        print(result["attention_sinks"]["summary"])
     written = ["metrics.json", "input_ids.npy", *result.get("per_trajectory_file", "").split(), *figures]
     if args.attention_sinks:
         written += ["sinks.json", "attention_sinks.png"]
     print_written(args.out, written)
     return 0
+
+
+def run_title(ckpt, variant: str, mask: str, source: dict, batch: int, n: int) -> str:
+    """The figures' title: the model by its name (`known_model_name`, else the architecture and the
+    file), the variant, mask, n and d, then the excerpts and the text (or ids) file they came from."""
+    from .._trained._installed import known_model_name
+
+    model = known_model_name(ckpt.path) or f"{ckpt.arch} {Path(ckpt.path).name}"
+    title = f"{model}, {variant}, mask={mask} n={n} d={ckpt.d}"
+    what = (
+        f"text {Path(source['text']).name}" if "text" in source else f"ids {Path(source['input_ids']).name}"
+    )
+    return title + f"\n{batch} excerpts of {n} tokens of {what}"
 
 
 def _devices(args):

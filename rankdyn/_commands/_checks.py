@@ -30,6 +30,7 @@ __all__ = [
     "check_out_dir",
     "MODEL_FLAGS",
     "model_flags",
+    "say_compiling",
 ]
 
 
@@ -208,3 +209,15 @@ def check_rank_tol_read(args, names) -> None:
             f"--rank-tol {args.rank_tol} is ignored: no metric of --metrics {args.metrics} reads it (only "
             f"{', '.join(RANK_METRICS)}); drop it or add a rank metric."
         )
+
+
+def say_compiling(command: str, what: str = "the layer program", note: str | None = None) -> None:
+    """One line on stderr before a command's first compile, after every refusal: JAX traces and XLA
+    compiles the program before the first result (seconds for a small model, minutes for a deep
+    trained stack at long context), and a quiet terminal must not look like a hang. stdout stays
+    for what other programs read. ``note`` (a default the command chose) is printed first."""
+    import sys
+
+    if note:
+        print(note, file=sys.stderr)
+    print(f"rankdyn {command}: compiling {what} (once per run, before the first result) ...", file=sys.stderr)

@@ -1,14 +1,25 @@
 """``--checkpoint ... --text FILE --batch B``: a text too short for ``--batch`` excerpts, refused before
 the weights (and JAX) load, from the tokenizer alone (``tokenizer.json`` or a GGUF file's metadata).
+
+Without an explicit ``--batch``, the default (256 for ``simulate``, 16 for ``lyapunov``) is lowered to
+the number of excerpts the text gives, said in one stderr line (`fit_default_batch`); an explicit
+``--batch`` the text cannot fill stays a refusal.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from .._errors import UsageError
 
-__all__ = ["DEFAULT_N", "check_inputs_before_loading", "count_excerpts_before_loading"]
+__all__ = [
+    "DEFAULT_N",
+    "check_inputs_before_loading",
+    "count_excerpts_before_loading",
+    "excerpts_after_loading",
+    "fit_default_batch",
+]
 
 #: Tokens per excerpt of a checkpoint run without ``--n``.
 DEFAULT_N = 128
@@ -46,8 +57,48 @@ def check_inputs_before_loading(args) -> None:
     utf8_text(data, f"--text {args.text}")
 
 
+def fit_default_batch(args, given: dict, excerpts: int, n: int) -> None:
+    """Lower a default ``--batch`` to the ``excerpts`` the text gives, with one line on stderr.
+
+    Nothing changes when ``--batch`` was given (``"batch" in given``: the refusal follows), when the
+    text fills the default, or when it gives no excerpt at all (refused: there is nothing to run).
+    """
+    if "batch" in given or not 1 <= excerpts < args.batch:
+        return
+    print(
+        f"--batch: the text gives {excerpts} excerpts of {n} tokens; using --batch {excerpts} "
+        "(give --batch to choose)",
+        file=sys.stderr,
+    )
+    args.batch = excerpts
+
+
+def excerpts_after_loading(args, ckpt, given: dict, text: str, n: int, where: str):
+    """``ckpt.tokenize_text`` with a default ``--batch`` fitted to the text (`fit_default_batch`).
+
+    The pre-check (`count_excerpts_before_loading`) fits the default when it can read the tokenizer;
+    this covers the checkpoints it cannot (MPNet's slices, a GGUF's tokenizer): the text is tokenised
+    a second time only when the default does not fit.
+    """
+    try:
+        return ckpt.tokenize_text(text, n, args.batch, where=where)
+    except UsageError:
+        if "batch" in given or ckpt.tokenizer_json is None:
+            raise
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(ckpt.tokenizer_json)
+    tok.no_truncation()
+    tok.no_padding()
+    body = n - (2 if ckpt._specials() else 0)
+    if body >= 1:
+        fit_default_batch(args, given, len(tok.encode(text, add_special_tokens=False).ids) // body, n)
+    return ckpt.tokenize_text(text, n, args.batch, where=where)  # refused as before if still short
+
+
 def count_excerpts_before_loading(args, given: dict) -> None:
-    """Refuse a ``--text`` run whose text has fewer than ``--batch`` excerpts, before the weights load.
+    """Refuse a ``--text`` run whose text has fewer than ``--batch`` excerpts, before the weights load
+    (a default ``--batch`` is lowered to what the text gives instead: `fit_default_batch`).
 
     Reads only ``config.json`` and ``tokenizer.json``, or a GGUF file's metadata (no weights, no JAX),
     so a too-short text is refused in a second instead of after the model loads (35 s for SmolLM2).
@@ -104,6 +155,8 @@ def count_excerpts_before_loading(args, given: dict) -> None:
     tok.no_padding()
     count = len(tok.encode(text, add_special_tokens=False).ids)
     body = n - (2 if arch == "bert" else 0)
+    if body >= 1:
+        fit_default_batch(args, given, count // body, n)
     if body >= 1 and count // body < args.batch:
         what = "not even one excerpt" if count < body else f"only {count // body} excerpts"
         raise UsageError(

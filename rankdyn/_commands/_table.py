@@ -37,7 +37,38 @@ def metrics_help() -> str:
     """The ``--metrics`` help: how to choose, then one line per name (`LineHelpFormatter` keeps them)."""
     width = max(map(len, METRIC_HELP))
     lines = "\n".join(f"  {k:<{width}}  {v}" for k, v in METRIC_HELP.items())
-    return f"comma-separated metrics to record and show, or all (default: %(default)s):\n{lines}"
+    return (
+        "comma-separated metrics to record and show, or all (default: all; at --n >= "
+        f"{LONG_CONTEXT_N} or with --checkpoint those without an SVD or (n, n) cosines: "
+        f"{', '.join(LONG_CONTEXT_METRICS)}):\n{lines}"
+    )
+
+
+#: From this many tokens (and for every checkpoint run) the default ``--metrics`` leaves out the
+#: metrics with an SVD or an (n, n) cosine reduction (benchmarks/metric_cost.py measures them).
+LONG_CONTEXT_N = 1024
+#: The default ``--metrics`` of long-context and checkpoint runs (issue 55's list).
+LONG_CONTEXT_METRICS = ("mu", "mu_rel", "mu_normalized", "row_norm_mean", "row_norm_min", "eps_min")
+
+
+def default_metrics(args, long: bool) -> str | None:
+    """Fill in ``--metrics`` when it was not given: ``all``, or for a long run (``long``: n >=
+    `LONG_CONTEXT_N` or a checkpoint) `LONG_CONTEXT_METRICS`. A given ``--metrics`` (``all``
+    included) is the user's choice and is kept.
+
+    Returns:
+        For a long default, the line that says so and how to ask for all (the command prints it on
+        stderr once every refusal has passed, before the compile); else None.
+    """
+    if args.metrics is not None:
+        return None
+    args.metrics = ",".join(LONG_CONTEXT_METRICS) if long else "all"
+    if not long:
+        return None
+    return (
+        f"--metrics: {args.metrics} (no SVD, no (n, n) cosines: the default at --n >= {LONG_CONTEXT_N} "
+        "and with --checkpoint); give --metrics all for every metric"
+    )
 
 
 class LineHelpFormatter(HelpFormatter):
@@ -72,11 +103,12 @@ def table_columns(names: tuple[str, ...], asked: str) -> tuple[str, ...]:
 def plot_names(spec: str | None, names: tuple[str, ...]) -> tuple[str, ...]:
     """The metrics that get a figure: ``--plot M,...`` (each must be recorded), else those asked for.
 
-    With ``--metrics all`` and no ``--plot`` only ``mu.png`` is drawn (14 figures nobody asked for
-    would bury it). Raises `UsageError` naming ``--plot`` for a name not recorded.
+    With ``--metrics all`` (or the long runs' default) and no ``--plot`` only ``mu.png`` is drawn
+    (14 figures nobody asked for would bury it). Raises `UsageError` naming ``--plot`` for a name
+    not recorded.
     """
-    if spec is None:
-        return ("mu",) if set(names) == set(ALL_METRICS) else names
+    if spec is None:  # the long runs' default list (`default_metrics`) draws mu only too
+        return ("mu",) if set(names) in (set(ALL_METRICS), set(LONG_CONTEXT_METRICS)) else names
     chosen = tuple(k.strip() for k in spec.split(",") if k.strip())
     if not chosen:
         raise UsageError("--plot: empty list; give metric names, e.g. --plot mu,eff_rank, or drop --plot.")
@@ -206,25 +238,36 @@ def print_table(traj, summary, info, result, asked: str = "all") -> None:
     )
 
 
-def save_sinks(layer, x0, num_layers: int, out, *, title: str = "") -> dict:
+def save_sinks(layer, x0, num_layers: int, out, *, title: str = "", control=None) -> dict:
     """``--attention-sinks``: `rankdyn._run._sinks.attention_sinks` of the run's layer from its
-    initial tokens, written to ``out/sinks.json`` and ``out/attention_sinks.png``; returns the
-    summary recorded in ``metrics.json``."""
+    initial tokens, written to ``out/sinks.json`` and ``out/attention_sinks.png``, and summarised
+    (`rankdyn._run._sinks.sink_summary`, under ``"summary"``: the command prints it). ``control``
+    (a checkpoint's scale-matched random layers) is measured from the same tokens, recorded under
+    ``"control"`` and drawn beside the run. Returns the summary recorded in ``metrics.json``."""
     import numpy as np
 
     from .._run._io import write_json
-    from .._run._sinks import attention_sinks
+    from .._run._sinks import SINK_FACTOR, attention_sinks, sink_summary
     from ..plotting import plot_attention_sinks, save_figure
 
     s = attention_sinks(layer, x0, num_layers)
-    write_json(out / "sinks.json", s.to_dict())
-    save_figure(plot_attention_sinks({"this run": s}, title=title), out / "attention_sinks.png")
-    ratio = s.sink_ratio[np.isfinite(s.sink_ratio)]
+    c = None if control is None else attention_sinks(control, x0, num_layers)
+    write_json(out / "sinks.json", s.to_dict() | ({} if c is None else {"control": c.to_dict()}))
+    drawn = {"this run": s} | ({} if c is None else {"scale-matched control": c})
+    save_figure(plot_attention_sinks(drawn, title=title), out / "attention_sinks.png")
+
+    def median(x):
+        r = x.sink_ratio[np.isfinite(x.sink_ratio)]
+        return float(np.median(r)) if r.size else None
+
     return {
         "file": "sinks.json",
         "figure": "attention_sinks.png",
         "centers": list(s.centers),
         "uniform_first": s.uniform_first,
-        "median_sink_ratio": float(np.median(ratio)) if ratio.size else None,
+        "median_sink_ratio": median(s),
+        "sink_layers": [int(i) + 1 for i in np.flatnonzero(s.sink_ratio >= SINK_FACTOR)],
+        "control_median_sink_ratio": None if c is None else median(c),
         "cos_first_last": float(s.cos_first[-1]),
+        "summary": sink_summary(s, c),
     }

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from ._checks import HelpFormatter, check_out_dir
+from ._checks import HelpFormatter, check_out_dir, say_compiling
 from ._devices import add_devices_flag
 from ._param_range import PARAM_CHOICES, check_param_range, parameter_family
 from .simulate import add_model_flags
@@ -146,6 +146,7 @@ def run(args) -> int:
         f"{args.starts} starts at {args.steps} values of {name} in [{min(values):g}, {max(values):g}], "
         f"horizon {args.horizon}, settle tol {settle:.1e} ({np.dtype(dtype).name})"
     )
+    say_compiling("basins", "the layer map's program")
     scan = basins_across(
         family, x0, values, horizon=args.horizon, max_period=args.max_period, settle_tol=settle, label=label
     )

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .._errors import UsageError
-from ._checks import HelpFormatter, check_band, check_out_dir, check_positive
+from ._checks import HelpFormatter, check_band, check_out_dir, check_positive, say_compiling
 from ._devices import add_devices_flag
 from ._param_range import PARAM_CHOICES, check_param2, check_param_range, parameter_family
 from ._seed_use import refuse_unread_seed
@@ -215,6 +215,7 @@ def run(args) -> int:
             except UsageError as err:
                 raise UsageError(f"--start {args.start}[{i}]: {err}") from None
         source = str(args.start)
+    say_compiling("continue", "the continuation's programs")
     if args.start == "census":
         from .._equilibria._census_cost import START_SEARCH_BUDGET_S, SearchTooLong
 

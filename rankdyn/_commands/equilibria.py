@@ -12,7 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._errors import UsageError
-from ._checks import HelpFormatter, check_band, check_nonnegative, check_out_dir, check_positive
+from ._checks import (
+    HelpFormatter,
+    check_band,
+    check_nonnegative,
+    check_out_dir,
+    check_positive,
+    say_compiling,
+)
 from ._devices import add_devices_flag
 from ._seed_use import refuse_unread_seed
 from .simulate import add_model_flags, check_model_args
@@ -307,6 +314,7 @@ def run(args) -> int:
         closed = [(k, np.asarray(x)) for k, x in all_closed_form_equilibria(args.n, args.d, args.w)]
     search = {k: _opt(args, k) for k in _SEARCH_DEFAULTS}
     search["target_ranks"] = _target_ranks(search["target_ranks"], args.n, args.d)
+    say_compiling("equilibria", "the census's programs")
     census = equilibrium_census(
         layer,
         k_x0,

@@ -16,7 +16,7 @@ from pathlib import Path
 from .._errors import UsageError
 from .._flow._scheme_arguments import FLOW_PLACEMENTS
 from .._model._names import MASK_NAMES
-from ._checks import HelpFormatter, check_out_dir, check_seed_flag
+from ._checks import HelpFormatter, check_out_dir, check_seed_flag, say_compiling
 
 #: The flow's schemes (the layer's placements but ``none``), from their JAX-free definition.
 FLOW_PLACEMENT_CHOICES = FLOW_PLACEMENTS
@@ -270,6 +270,7 @@ def run(args) -> int:
     )
     dtype = jnp.float64 if args.x64 else jnp.float32
     x0 = jax.random.normal(jax.random.key(args.seed), (args.batch, args.n, args.d), dtype)
+    say_compiling("flow", "the flow's solver program")
     with CompileTimer() as timer:
         sol = solve_flow(
             field,

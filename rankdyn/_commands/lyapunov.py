@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .._errors import UsageError
 from ._checkpoint import add_checkpoint_flags, checkpoint_requested
-from ._checks import check_nonnegative, check_out_dir
+from ._checks import check_nonnegative, check_out_dir, say_compiling
 from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter
 from .simulate import add_model_flags, check_model_args, layer_from_args
@@ -268,6 +268,7 @@ def run(args) -> int:
     from ..lyapunov import lyapunov_spectrum
     from ..plotting import plot_lyapunov_convergence, plot_lyapunov_spectrum
 
+    say_compiling("lyapunov")
     with CompileTimer() as timer:
         res = lyapunov_spectrum(
             layer,

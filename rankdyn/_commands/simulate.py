@@ -74,12 +74,13 @@ def add_parser(sub) -> None:
         help=f"relative tolerance of the numerical rank, read by {', '.join(RANK_METRICS)} "
         f"(default: {RANK_TOL})",
     )
-    p.add_argument("--metrics", default="all", help=metrics_help())
+    p.add_argument("--metrics", default=None, help=metrics_help())
     p.add_argument(
         "--plot",
         default=None,
         metavar="M,...",
-        help="metrics to draw, one <metric>.png each (default: those of --metrics; mu only for all)",
+        help="metrics to draw, one <metric>.png each (default: those of --metrics; mu only for all or "
+        "the long-context default)",
     )
     p.add_argument(
         "--per-trajectory",
@@ -212,7 +213,10 @@ def run(args) -> int:
         from ._checkpoint import run_checkpoint
 
         return run_checkpoint(args)
+    from ._table import LONG_CONTEXT_N, default_metrics
+
     config = check_model_args(args)
+    metrics_note = default_metrics(args, args.n >= LONG_CONTEXT_N)  # said after the refusals
     names, est = check_run_args(args, config)
     if args.attention_sinks and config.has_dropout:
         raise UsageError(
@@ -227,6 +231,7 @@ def run(args) -> int:
     from .._model._tokens import TokenSampler
     from .._run._io import CompileTimer, provenance, savez, write_json
     from .._run._simulate import simulate
+    from ._checks import say_compiling
 
     k_layer, k_x0, k_drop = jr.split(jr.key(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
@@ -234,6 +239,7 @@ def run(args) -> int:
     x0 = TokenSampler(k_x0, args.x0, args.n, args.d, args.batch)
     info = graph_info(layer.mask)  # a MaskStructure on the blocked path: no n x n array
 
+    say_compiling("simulate", note=metrics_note)
     with CompileTimer() as timer:
         traj = simulate(
             layer,
@@ -291,10 +297,13 @@ def run(args) -> int:
         from ._table import save_sinks
 
         x0_array = initial_tokens(k_x0, args.x0, args.n, args.d, batch=args.batch)
-        result["attention_sinks"] = save_sinks(layer, x0_array, args.num_layers, args.out)
+        title = f"random model, mask={args.mask} placement={args.placement} n={args.n} d={args.d}"
+        result["attention_sinks"] = save_sinks(layer, x0_array, args.num_layers, args.out, title=title)
     write_json(args.out / "metrics.json", result)
     figures = _plot(traj, summary, args) if summary else []
     print_table(traj, summary, info, result, args.metrics)
+    if args.attention_sinks:
+        print(result["attention_sinks"]["summary"])
     sinks = ["sinks.json", "attention_sinks.png"] if args.attention_sinks else []
     written = ["metrics.json", *result.get("per_trajectory_file", "").split(), *figures, *sinks]
     print_written(args.out, written)

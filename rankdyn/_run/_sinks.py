@@ -36,7 +36,11 @@ from .._model._graph import graph_info
 from .._model._layer import PRECISIONS
 from .._model._placements import attention_input
 
-__all__ = ["SinkStats", "attention_sinks", "attention_times"]
+__all__ = ["SINK_FACTOR", "SinkStats", "attention_sinks", "attention_times", "sink_summary"]
+
+#: A sink: head-mean attention on token 0 at least this many times its uniform baseline (the
+#: threshold of the attention-sinks target's checks s1 and s2).
+SINK_FACTOR = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,3 +159,46 @@ def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
 def _uniform(layer, probe):
     prec = PRECISIONS[layer.precision]
     return blocked_attention_times(layer, None, None, probe, prec, uniform=True)[0]
+
+
+def _ranges(layers) -> str:
+    """1-based layer numbers as runs: ``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    runs: list[list[int]] = []
+    for k in layers:
+        if runs and k == runs[-1][1] + 1:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _ratio_words(s: SinkStats, factor: float) -> tuple[str, str]:
+    r = np.asarray(s.sink_ratio, float)
+    finite = np.isfinite(r)
+    sinks = [i + 1 for i in np.flatnonzero(finite & (r >= factor))]
+    layers = f"{len(sinks)} of {r.size} layers" + (f" ({_ranges(sinks)})" if sinks else "")
+    if not finite.any():
+        return layers, "no finite ratio"
+    med = f"median ratio {np.median(r[finite]):.3g}"
+    return layers, med + f" (min {np.min(r[finite]):.3g}, max {np.max(r[finite]):.3g})"
+
+
+def sink_summary(stats: SinkStats, control: SinkStats | None = None, *, factor: float = SINK_FACTOR) -> str:
+    r"""Three lines that say where the sinks are: the layers whose head-mean attention on token 0
+    is at least ``factor`` times uniform ($m_0 / u_0 \ge$ ``factor``, 1-based), the median ratio,
+    and the same for ``control`` (the scale-matched random layers of a checkpoint), or that there
+    is none. Layers whose ratio is not finite are counted but never called a sink.
+    """
+    layers, med = _ratio_words(stats, factor)
+    lines = [
+        f"attention sinks (attention on token 0 >= {factor:g}x uniform, mean over heads): {layers}",
+        f"this run: {med}; uniform share of token 0 {stats.uniform_first:.3g}",
+    ]
+    if control is None:
+        lines.append("control: none (a checkpoint run compares with its scale-matched random layers)")
+    else:
+        c_layers, c_med = _ratio_words(control, factor)
+        lines.append(
+            f"scale-matched control (matrices redrawn at the trained norms): {c_med}; sinks in {c_layers}"
+        )
+    return "\n".join(lines)
