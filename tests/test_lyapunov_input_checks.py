@@ -16,7 +16,7 @@ def test_lyapunov_refuses_a_batch_that_cannot_fit_before_drawing_its_starts(tmp_
     from rankdyn._model import _tokens
     from rankdyn._run import _memory
 
-    monkeypatch.setattr(_memory, "_host_available", lambda: 64 * 2**20)
+    monkeypatch.setattr(_memory, "host_available", lambda: 64 * 2**20)
 
     def drawn(*args, **kwargs):
         raise AssertionError("the starting tokens were drawn before the memory check")

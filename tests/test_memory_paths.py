@@ -102,7 +102,7 @@ def test_cli_refuses_a_random_mask_that_cannot_fit_before_drawing(monkeypatch, t
     from rankdyn._run import _memory
     from rankdyn.cli import main
 
-    monkeypatch.setattr(_memory, "_host_available", lambda: 8 * 2**30)
+    monkeypatch.setattr(_memory, "host_available", lambda: 8 * 2**30)
     for module in (_masks, _mask_structure):
         monkeypatch.setattr(module, "random_mask", lambda *a, **k: pytest.fail("the mask was drawn"))
     argv = ["simulate", "--mask", "random", "--n", "65536", "--d", "8", "--num-layers", "1"]

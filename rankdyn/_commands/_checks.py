@@ -120,14 +120,14 @@ def _check_random_mask(config, resolved) -> None:
     if config.mask != "random" or config.mask_degree is not None:
         return
     from .._model._masks import random_mask_bytes
-    from .._run._memory import MemoryEstimate, _host_available, check_memory
+    from .._run._memory import MemoryEstimate, check_memory, host_available
 
     check_memory(
         MemoryEstimate({"random mask": random_mask_bytes(config.n, resolved["mask_p"])}),
         what=f"--mask random at --n {config.n}",
         fix="give --mask-degree K (K keys per token, a sparse random mask at any n) instead of "
         "the edge probability --mask-p, or lower --n.",
-        available=(_host_available(), "host RAM"),
+        available=(host_available(), "host RAM"),
     )
 
 

@@ -123,7 +123,13 @@ class LayerFamily:
         return on_unit_spheres(self(p))
 
     def __call__(self, p: float) -> SelfAttentionLayer:
-        return self.family(float(p))
+        layer = self.family(float(p))
+        if not isinstance(layer, SelfAttentionLayer):
+            raise UsageError(
+                f"family({p:g}) returned {type(layer).__name__}, not a SelfAttentionLayer: a layer family maps "
+                "the parameter to a layer (for a map f(x, p) pass a 1-D x_start)."
+            )
+        return layer
 
     def at(self, p: float):
         """``(layer, d layer / dp)``: the layer and the derivative of its floating arrays."""
@@ -376,11 +382,6 @@ def check_start(fam: LayerFamily, x, p: float, residual_tol: float | None) -> tu
         UsageError: naming the residual and the tolerance when the start is not an equilibrium.
     """
     layer = fam(p)
-    if not isinstance(layer, SelfAttentionLayer):
-        raise UsageError(
-            f"family({p:g}) returned {type(layer).__name__}, not a SelfAttentionLayer: a layer family maps "
-            "the parameter to a layer (for a map f(x, p) pass a 1-D x_start)."
-        )
     if layer.num_layers is not None and not (0 <= fam.t < layer.num_layers or layer.cycle):
         raise UsageError(f"t = {fam.t} is outside the layer stack's {layer.num_layers} layers.")
     if layer.num_layers is None and fam.t != 0 and layer.placement != "mix":  # one map: t would be ignored

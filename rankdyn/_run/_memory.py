@@ -48,7 +48,7 @@ def format_bytes(b: int | float) -> str:
     raise AssertionError  # unreachable: the loop returns at PiB
 
 
-def _host_available() -> int | None:
+def host_available() -> int | None:
     """MemAvailable of /proc/meminfo, lowered by a cgroup (container) limit if there is one."""
     avail = None
     try:
@@ -87,7 +87,7 @@ def available_memory(backend: str | None = None) -> tuple[int | None, str]:
 
     backend = backend or jax.default_backend()
     if backend == "cpu":
-        return _host_available(), "host RAM"
+        return host_available(), "host RAM"
     dev = jax.devices(backend)[0]
     stats = dev.memory_stats() or {}
     if "bytes_limit" in stats:
