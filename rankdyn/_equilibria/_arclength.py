@@ -126,8 +126,8 @@ class LayerFamily:
         layer = self.family(float(p))
         if not isinstance(layer, SelfAttentionLayer):
             raise UsageError(
-                f"family({p:g}) returned {type(layer).__name__}, not a SelfAttentionLayer: a layer family maps "
-                "the parameter to a layer (for a map f(x, p) pass a 1-D x_start)."
+                f"family({p:g}) returned {type(layer).__name__}, not a SelfAttentionLayer: a layer family "
+                "maps the parameter to a layer (for a map f(x, p) pass a 1-D x_start)."
             )
         return layer
 
