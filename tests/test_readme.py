@@ -1,6 +1,7 @@
 """The README: short, its two set-up commands the ones CI runs, every command line one the CLI
 accepts, and every Python example runs as written."""
 
+import importlib
 import pathlib
 import re
 import shlex
@@ -66,10 +67,9 @@ def test_the_questions_table_commands_parse_and_their_models_validate():
     from rankdyn._commands.simulate import check_model_args
 
     for cmd in commands:
-        if cmd.startswith("rankdyn.equilibria."):
-            import rankdyn.equilibria
-
-            assert callable(getattr(rankdyn.equilibria, cmd.split("(")[0].split(".")[-1]))
+        if cmd.startswith("rankdyn."):  # a Python name: public and callable
+            module, name = cmd.split("(")[0].rsplit(".", 1)
+            assert callable(getattr(importlib.import_module(module), name)), cmd
             continue
         args = parser.parse_args(shlex.split(cmd)[1:])
         if args.command == "simulate" and args.checkpoint is None:
