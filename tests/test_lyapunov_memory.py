@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import own_compiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +30,7 @@ print(res.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 def _peak_rss(argv, tmp_path) -> int:
     """Peak RSS (bytes) of ``python -m rankdyn lyapunov argv``, measured in a fresh parent whose
     only child is that run (RUSAGE_CHILDREN of the test process would include other tests')."""
-    env = dict(os.environ, PYTHONPATH=ROOT, JAX_ENABLE_X64="0")
+    env = own_compiles(dict(os.environ, PYTHONPATH=ROOT, JAX_ENABLE_X64="0"))
     cmd = [sys.executable, "-m", "rankdyn", "lyapunov", *argv, "--out", str(tmp_path / argv[-1])]
     res = subprocess.run(
         [sys.executable, "-c", _PEAK, *cmd], env=env, capture_output=True, text=True, timeout=900
@@ -83,7 +84,7 @@ def test_covariant_vectors_memory_estimate_matches_the_peak_rss():
     that of 250 steps."""
     from rankdyn._lyapunov._budget import clv_memory
 
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = own_compiles(dict(os.environ, PYTHONPATH=ROOT))  # compiles as a user's first run does
 
     def peak(steps):
         res = subprocess.run(
