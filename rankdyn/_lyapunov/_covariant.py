@@ -9,6 +9,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._arguments import check_count
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._norms import SphereNorm
@@ -36,10 +37,7 @@ class _TimedMapStep(eqx.Module):
 
 
 def _chunk_of(chunk, num: int) -> int:
-    chunk = num if chunk is None else chunk
-    if not isinstance(chunk, (int, np.integer)) or isinstance(chunk, bool) or chunk < 1:
-        raise UsageError(f"chunk must be a positive number of trajectories, got {chunk!r}.")
-    return min(int(chunk), num)
+    return num if chunk is None else min(check_count(chunk, "chunk"), num)
 
 
 def covariant_vectors_map(
