@@ -138,3 +138,39 @@ def _flow_metric_names(metrics) -> tuple[str, ...]:
             f"{metrics!r}."
         )
     return tuple(m for m in FLOW_METRICS if m in asked or m == "clustered")
+
+
+def join_chunks(total, counts, nb: int, times, batch: int, betas, values=None, states=None):
+    """The chunks' records of a flow run joined: ``(pick, summary, metrics, states)``.
+
+    ``total`` holds each piece's streamed statistics (temperature x time), ``counts`` the per-
+    temperature ``bad`` / ``zero`` counts, ``values`` and ``states`` each chunk's per-trajectory
+    metrics and states (None when not kept). ``pick`` drops the temperature axis for a scalar
+    ``betas``; a vector of temperatures gives one Summary whose arrays have a leading beta axis.
+    Shared by the deterministic flow and the noisy one (`rankdyn._flow._sde`).
+    """
+    import jax
+    import numpy as np
+
+    from .._observe._stats import summarize
+
+    scalar = np.ndim(betas) == 0
+    pick = (lambda a: a[0]) if scalar else (lambda a: a)
+    # The pieces' records (temperature x time) back to (temperature, time), joined over time.
+    stats = jax.tree.map(lambda *a: jnp.concatenate([v.reshape(nb, -1) for v in a], axis=1), *total)
+    per_beta = [
+        summarize(
+            jax.tree.map(lambda a, i=i: a[i], stats),
+            jnp.arange(times.size),
+            batch,
+            jnp.asarray(counts["bad"][i]),
+            jnp.asarray(counts["zero"][i]),
+        )
+        for i in range(nb)
+    ]
+    summary = per_beta[0] if scalar else jax.tree.map(lambda *a: jnp.stack(a), *per_beta)
+    metrics = None
+    if values is not None:
+        metrics = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}
+    joined = None if states is None else pick(np.concatenate(states, axis=1))  # (nb, batch, S, n, d)
+    return pick, summary, metrics, joined

@@ -25,11 +25,11 @@ import jax.random as jr
 import numpy as np
 
 from .._observe._metric_observer import check_observer
-from .._observe._stats import summarize
 from .._results import RESULTS
 from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
 from ._arguments import piece_length, resolve_chunk
+from ._flow_metrics import join_chunks
 from ._noise import noise_terms
 from ._observables import DensityObserver
 from ._solve import FlowSolution, _by_member, _counted, _first_failure
@@ -239,24 +239,16 @@ def solve_noisy(
             states.append(np.concatenate([np.asarray(s) for s in states_c], axis=2)[:, :n_real])
     if bar is not None:
         bar.close()
-    scalar = np.ndim(betas) == 0
-    pick = (lambda a: a[0]) if scalar else (lambda a: a)
-    stats = jax.tree.map(lambda *a: jnp.concatenate([v.reshape(nb, -1) for v in a], axis=1), *total)
-    per_beta = [
-        summarize(
-            jax.tree.map(lambda a, i=i: a[i], stats),
-            jnp.arange(times.size),
-            batch,
-            jnp.asarray(counts["bad"][i]),
-            jnp.asarray(counts["zero"][i]),
-        )
-        for i in range(nb)
-    ]
-    summary = per_beta[0] if scalar else jax.tree.map(lambda *a: jnp.stack(a), *per_beta)
-    vals_out = None
-    if per_trajectory:
-        vals_out = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}
-    states_out = None if not save_states else jnp.asarray(pick(np.concatenate(states, axis=1)))
+    pick, summary, vals_out, states_out = join_chunks(
+        total,
+        counts,
+        nb,
+        times,
+        batch,
+        betas,
+        values if per_trajectory else None,
+        states if save_states else None,
+    )
     drift_all = np.concatenate(drifts, axis=1)
     return FlowSolution(
         times=jnp.asarray(times),
@@ -268,5 +260,5 @@ def solve_noisy(
         num_steps=jnp.asarray(steps),
         result=jax.tree.map(lambda *a: pick(jnp.concatenate(a, axis=1)), *results),
         metrics=vals_out,
-        states=states_out,
+        states=None if states_out is None else jnp.asarray(states_out),
     )

@@ -32,13 +32,13 @@ from jaxtyping import Array
 
 from .._errors import SolveError, UsageError
 from .._observe._metric_observer import check_observer
-from .._observe._stats import Summary, summarize
+from .._observe._stats import Summary
 from .._results import RESULTS
 from .._run._fold import fold_in_order
 from .._run._interrupt import check_interrupt
 from ._arguments import SOLVE_FLOW_FIXES, check_flow_arguments, check_flow_memory, piece_length, resolve_chunk
 from ._field import FlowField
-from ._flow_metrics import FlowObserver, WithClustered
+from ._flow_metrics import FlowObserver, WithClustered, join_chunks
 from ._schemes import scheme_solver
 from ._solvers import (
     ADAPTIVE_SOLVERS as ADAPTIVE_SOLVERS,
@@ -405,29 +405,16 @@ def solve_flow(
             states.append(np.concatenate([np.asarray(s) for s in states_c], axis=2)[:, :n_real])
     if bar is not None:
         bar.close()
-    scalar = np.ndim(betas) == 0
-    pick = (lambda a: a[0]) if scalar else (lambda a: a)
-    # The pieces' records (temperature x time) back to (temperature, time), joined over time.
-    stats = jax.tree.map(lambda *a: jnp.concatenate([v.reshape(nb, -1) for v in a], axis=1), *total)
-    per_beta = [
-        summarize(
-            jax.tree.map(lambda a, i=i: a[i], stats),
-            jnp.arange(times.size),
-            batch,
-            jnp.asarray(counts["bad"][i]),
-            jnp.asarray(counts["zero"][i]),
-        )
-        for i in range(nb)
-    ]
-    # A vector of temperatures: one Summary whose arrays have a leading beta axis.
-    summary = per_beta[0] if scalar else jax.tree.map(lambda *a: jnp.stack(a), *per_beta)
-    vals_out = None
-    if per_trajectory:
-        vals_out = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}
-    states_out = None
-    if save_states:  # (nb, batch, S, n, d)
-        states_out = np.concatenate(states, axis=1)
-        states_out = pick(states_out)
+    pick, summary, vals_out, states_out = join_chunks(
+        total,
+        counts,
+        nb,
+        times,
+        batch,
+        betas,
+        values if per_trajectory else None,
+        states if save_states else None,
+    )
     result = jax.tree.map(lambda *a: pick(jnp.concatenate(a, axis=1)), *results)
     if throw and not bool(jnp.all(result == RESULTS.successful)):
         failed = int(np.sum(~np.asarray(result == RESULTS.successful)))
