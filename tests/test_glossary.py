@@ -79,6 +79,19 @@ def test_every_report_header_metric_and_check_term_is_in_the_glossary():
     assert not missing, f"docs/glossary.md does not define {missing}"
 
 
+def entries(text: str = GLOSSARY) -> list[str]:
+    """The terms that open a glossary entry (``- **term**: ...``), normalised."""
+    return [_norm(t) for t in re.findall(r"^- \*\*([^*]+)\*\*", text, re.M)]
+
+
+def test_each_term_is_defined_once():
+    """One definition per concept: a term that opens two entries would drift apart."""
+    seen = entries()
+    twice = sorted({t for t in seen if seen.count(t) > 1})
+    assert not twice, f"docs/glossary.md defines {twice} more than once"
+    assert entries("- **a**: x\n- **b**: y\n- **A**: z") == ["a", "b", "a"]  # the check can fail
+
+
 def test_the_stored_check_names_cover_every_target():
     from rankdyn._reproduce._registry import REGISTRY
 
