@@ -119,9 +119,14 @@ def pytest_runtest_makereport(item, call):
 
 
 _CPU: dict[str, tuple[float, bool]] = {}
+_WALL: dict[str, float] = {}  # setup + call + teardown, as --durations counts them
+_ON: dict[str, str] = {}  # the xdist worker that ran the test
 
 
 def pytest_runtest_logreport(report):
+    _WALL[report.nodeid] = _WALL.get(report.nodeid, 0.0) + report.duration
+    if (node := getattr(report, "node", None)) is not None:
+        _ON[report.nodeid] = node.gateway.id
     props = dict(report.user_properties)
     if report.when == "teardown" and "cpu_s" in props:
         _CPU[report.nodeid] = (float(props["cpu_s"]), bool(props["slow"]))
@@ -129,7 +134,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_terminal_summary(terminalreporter):
     """The CPU seconds of the slow tier and of the rest, and the 25 costliest tests in CPU seconds
-    (``--durations`` lists wall seconds). ``RANKDYN_TEST_CPU_JSON=FILE`` also writes every test's.
+    (``--durations`` lists wall seconds). ``RANKDYN_TEST_CPU_JSON=FILE`` also writes every test's
+    CPU and wall seconds into FILE (added to the tests FILE already holds).
 
     ``RANKDYN_TEST_TALLY=FILE``: append this session's counts as one JSON line (.ci/run sums the
     steps of the README's test command into the log's closing line)."""
@@ -157,7 +163,21 @@ def pytest_terminal_summary(terminalreporter):
     n_slow = sum(s for _, s in _CPU.values())
     n_rest = len(_CPU) - n_slow
     tr.write_line(f"slow tier: {slow:.0f} CPU s ({n_slow} tests); others: {rest:.0f} CPU s ({n_rest} tests)")
+    # The balance of --dist loadfile: each worker's wall seconds in tests (the run's wall time is
+    # the larger one plus start-up).
+    if _ON:
+        busy = {w: sum(_WALL[k] for k, on in _ON.items() if on == w) for w in sorted(set(_ON.values()))}
+        tr.write_line(
+            "wall seconds in tests per worker: " + ", ".join(f"{w} {t:.0f} s" for w, t in busy.items())
+        )
     if out := os.environ.get("RANKDYN_TEST_CPU_JSON"):
         import json
 
-        Path(out).write_text(json.dumps({k: {"cpu_s": c, "slow": s} for k, (c, s) in _CPU.items()}, indent=1))
+        # Merged into the file's tests: the steps of the README's test command (.ci/run) add theirs.
+        try:
+            every = json.loads(Path(out).read_text())
+        except (OSError, ValueError):
+            every = {}
+        every |= {k: {"cpu_s": c, "wall_s": _WALL.get(k, 0.0), "slow": s} for k, (c, s) in _CPU.items()}
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(every, indent=1))
