@@ -65,6 +65,25 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+#: Mean CPU seconds of a test on the 2-core reference machine (clean-clone CI: the slow tier 1224 s
+#: over 218 tests, the others 256 s over 742), for the order of the files below.
+_MEAN_CPU_S = {True: 5.6, False: 0.35}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test files in order of their expected CPU seconds, the costliest first (each file's tests
+    keep their order). ``--dist loadfile`` hands the files to the two workers in this order
+    (pyproject passes ``--no-loadscope-reorder``, else xdist orders them by test count, and a
+    file of one long end-to-end test could come last while the other worker sits idle): with the
+    long files first, the two workers finish within a short file of each other."""
+    cost: dict[str, float] = {}
+    for item in items:
+        file = item.nodeid.split("::", 1)[0]
+        cost[file] = cost.get(file, 0.0) + _MEAN_CPU_S[item.get_closest_marker("slow") is not None]
+    rank = {file: i for i, file in enumerate(sorted(cost, key=lambda f: (-cost[f], f)))}
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])  # stable: a file's order stays
+
+
 @pytest.fixture
 def getkey():
     """Call ``getkey()`` for a fresh, deterministic PRNG key."""
@@ -100,9 +119,14 @@ def pytest_runtest_makereport(item, call):
 
 
 _CPU: dict[str, tuple[float, bool]] = {}
+_WALL: dict[str, float] = {}  # setup + call + teardown, as --durations counts them
+_ON: dict[str, str] = {}  # the xdist worker that ran the test
 
 
 def pytest_runtest_logreport(report):
+    _WALL[report.nodeid] = _WALL.get(report.nodeid, 0.0) + report.duration
+    if (node := getattr(report, "node", None)) is not None:
+        _ON[report.nodeid] = node.gateway.id
     props = dict(report.user_properties)
     if report.when == "teardown" and "cpu_s" in props:
         _CPU[report.nodeid] = (float(props["cpu_s"]), bool(props["slow"]))
@@ -110,7 +134,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_terminal_summary(terminalreporter):
     """The CPU seconds of the slow tier and of the rest, and the 25 costliest tests in CPU seconds
-    (``--durations`` lists wall seconds). ``RANKDYN_TEST_CPU_JSON=FILE`` also writes every test's.
+    (``--durations`` lists wall seconds). ``RANKDYN_TEST_CPU_JSON=FILE`` also writes every test's
+    CPU and wall seconds into FILE (added to the tests FILE already holds).
 
     ``RANKDYN_TEST_TALLY=FILE``: append this session's counts as one JSON line (.ci/run sums the
     steps of the README's test command into the log's closing line)."""
@@ -138,7 +163,21 @@ def pytest_terminal_summary(terminalreporter):
     n_slow = sum(s for _, s in _CPU.values())
     n_rest = len(_CPU) - n_slow
     tr.write_line(f"slow tier: {slow:.0f} CPU s ({n_slow} tests); others: {rest:.0f} CPU s ({n_rest} tests)")
+    # The balance of --dist loadfile: each worker's wall seconds in tests (the run's wall time is
+    # the larger one plus start-up).
+    if _ON:
+        busy = {w: sum(_WALL[k] for k, on in _ON.items() if on == w) for w in sorted(set(_ON.values()))}
+        tr.write_line(
+            "wall seconds in tests per worker: " + ", ".join(f"{w} {t:.0f} s" for w, t in busy.items())
+        )
     if out := os.environ.get("RANKDYN_TEST_CPU_JSON"):
         import json
 
-        Path(out).write_text(json.dumps({k: {"cpu_s": c, "slow": s} for k, (c, s) in _CPU.items()}, indent=1))
+        # Merged into the file's tests: the steps of the README's test command (.ci/run) add theirs.
+        try:
+            every = json.loads(Path(out).read_text())
+        except (OSError, ValueError):
+            every = {}
+        every |= {k: {"cpu_s": c, "wall_s": _WALL.get(k, 0.0), "slow": s} for k, (c, s) in _CPU.items()}
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(every, indent=1))

@@ -1,5 +1,6 @@
 """Lyapunov spectra (rankdyn.lyapunov): known exponents of maps, multipliers of a stable fixed
-point of the layer map, the flow's single cluster, bad input and flags."""
+point of the layer map, the flow's single cluster, bad input and flags. (Sharded over several
+devices: tests/test_sharding.py, in its one multi-device process.)"""
 
 import jax
 import jax.numpy as jnp
@@ -235,46 +236,3 @@ def test_underflow_and_nonfinite_are_flagged_not_averaged():
     np.testing.assert_allclose(blow.mean, [np.log(2.0)], rtol=1e-12)
     assert np.asarray(blow.flags).tolist()[1] & FLAG_NONFINITE and flag_names(int(blow.flags[1])) != []
     assert int(blow.count) == 1  # only the clean trajectory enters the statistics
-
-
-SHARDED = """
-import json
-import jax
-jax.config.update("jax_enable_x64", True)
-import jax.numpy as jnp, numpy as np
-import rankdyn as rd
-n, d = 4, 3
-layer = rd.SelfAttentionLayer(np.tril(np.ones((n, n), bool)), 0.5 * jnp.eye(d), jnp.eye(d), jnp.eye(d))
-x0 = jax.random.normal(jax.random.PRNGKey(0), (7, n, d))  # 7 trajectories in chunks of 3: padding
-one = rd.lyapunov_spectrum(layer, x0, 16, k=4, key=jax.random.key(0))
-fields = ("exponents", "mean", "std", "min", "max", "running_mean", "running_std", "running_min",
-          "running_max", "flags", "count")
-runs = {k: rd.lyapunov_spectrum(layer, x0, 16, k=4, chunk=3, devices=k, key=jax.random.key(0))
-        for k in (None, 2, 4)}
-print(json.dumps({"devices": len(jax.devices()),
-                  "diff": float(np.max(np.abs(np.asarray(one.exponents) - np.asarray(runs[2].exponents)))),
-                  "mean_diff": float(np.max(np.abs(np.asarray(one.mean) - np.asarray(runs[2].mean)))),
-                  "unequal": [f"{f} on {k} devices" for k in (2, 4) for f in fields
-                              if not np.array_equal(np.asarray(getattr(runs[None], f)),
-                                                    np.asarray(getattr(runs[k], f)), equal_nan=True)]}))
-"""
-
-
-@pytest.mark.slow
-def test_sharded_equals_single_device():
-    """Whole chunks run one per device, so a chunk's exponents, QR schedule and statistics are
-    those of a one-device run: bit for bit on 2 and 4 devices (the bitwise contract); against
-    another chunking (one device, one chunk) only to rounding."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    proc = subprocess.run(
-        [sys.executable, "-c", SHARDED], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["devices"] == 4 and out["diff"] < 1e-12 and out["mean_diff"] < 1e-12
-    assert out["unequal"] == []

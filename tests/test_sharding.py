@@ -2,7 +2,9 @@
 
 The CPU is split into several XLA devices (``--xla_force_host_platform_device_count`` or
 `rankdyn.use_cpu_devices`), which must happen before JAX initialises: those runs are
-subprocesses.
+subprocesses. The checks on 4 devices (`simulate` and `lyapunov_spectrum`) share one process, so
+the suite starts and imports JAX once for them; `use_cpu_devices(2)`'s own route (its pool size,
+no hang) needs a process of its own.
 """
 
 import json
@@ -64,23 +66,55 @@ SCRIPT = textwrap.dedent(
 )
 
 
+# lyapunov_spectrum in the same process (4 devices): whole chunks run one per device, so a chunk's
+# exponents, QR schedule and statistics are those of a one-device run.
+LYAPUNOV_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp, numpy as np
+    import rankdyn as rd
+    n, d = 4, 3
+    layer = rd.SelfAttentionLayer(np.tril(np.ones((n, n), bool)), 0.5 * jnp.eye(d), jnp.eye(d), jnp.eye(d))
+    x0 = jax.random.normal(jax.random.PRNGKey(0), (7, n, d))  # 7 trajectories in chunks of 3: padding
+    one = rd.lyapunov_spectrum(layer, x0, 16, k=4, key=jax.random.key(0))
+    fields = ("exponents", "mean", "std", "min", "max", "running_mean", "running_std", "running_min",
+              "running_max", "flags", "count")
+    runs = {k: rd.lyapunov_spectrum(layer, x0, 16, k=4, chunk=3, devices=k, key=jax.random.key(0))
+            for k in (None, 2, 4)}
+    gap = lambda f: float(np.max(np.abs(np.asarray(getattr(one, f)) - np.asarray(getattr(runs[2], f)))))
+    print(json.dumps({"devices": len(jax.devices()), "diff": gap("exponents"), "mean_diff": gap("mean"),
+                      "unequal": [f"{f} on {k} devices" for k in (2, 4) for f in fields
+                                  if not np.array_equal(np.asarray(getattr(runs[None], f)),
+                                                        np.asarray(getattr(runs[k], f)), equal_nan=True)]}))
+    """
+)
+
+
 @pytest.mark.slow
-def test_sharded_simulate_equals_single_device():
+def test_sharded_simulate_and_lyapunov_equal_single_device():
+    """One process with 4 CPU devices for both checks (each prints one JSON line)."""
     # NPROC: at least 2 pool threads per device, as rankdyn.use_cpu_devices sets (it refuses 4 on 2 cores).
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu", NPROC="8"
-    )
+    # XLA_FLAGS extended, not replaced: the optimisation level of the suite (conftest) stays; both
+    # checks compare runs of this one process.
+    flags = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu", NPROC="8")
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-c", SCRIPT + LYAPUNOV_SCRIPT], capture_output=True, text=True, env=env, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out, lyap = (json.loads(line) for line in proc.stdout.strip().splitlines()[-2:])
     assert out["num_devices"] == 4
     assert out["shard_devices"] == 4 and out["shard_rows"] == [2]
     assert out["shapes_equal"] and out["same_flags"] and out["odd_raises"]
     # The bitwise contract: every device runs whole chunks of the same width, and the statistics
     # are folded in batch order, so 1, 2 or 4 devices give the same bits (values, states, stats).
     assert out["bitwise_all"] and out["bitwise_two"], out
+    # lyapunov_spectrum: bit for bit on 2 and 4 devices (the bitwise contract); against another
+    # chunking (one device, one chunk) only to rounding.
+    assert lyap["devices"] == 4 and lyap["diff"] < 1e-12 and lyap["mean_diff"] < 1e-12, lyap
+    assert lyap["unequal"] == [], lyap
 
 
 def test_mesh_arguments_are_checked():
