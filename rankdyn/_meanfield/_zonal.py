@@ -22,7 +22,7 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 from scipy import special
 
 from ._sphere_kernel import gauss_legendre, kernel_multipliers, laplacian, padded_band, transport_formula
@@ -46,7 +46,7 @@ def zonal_full(x: Float[Array, "... Lm1"]) -> Float[Array, "... L"]:
     return jnp.concatenate([mass, x], -1)
 
 
-def zonal_values(c: Float[Array, "... L"], cos_theta: Float[Array, " n"]) -> Float[Array, "... n"]:
+def zonal_values(c: Float[ArrayLike, "... L"], cos_theta: Float[ArrayLike, " n"]) -> Float[Array, "... n"]:
     r"""$\rho$ at the points $\cos\theta$ from the zonal coefficients $(f_{00}, \dots, f_{L-1,0})$."""
     c = jnp.asarray(c)
     t = np.asarray(cos_theta, dtype=np.float64)

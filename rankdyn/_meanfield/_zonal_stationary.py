@@ -104,8 +104,8 @@ def stationary_zonal_density(
     dynamics: str = "usa",
     band_limit: int = 32,
     d: int = 3,
-    rtol: float = 1e-12,
-    atol: float = 1e-14,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
     max_steps: int = 100,
     stability_tol: float = 1e-9,
     throw: bool = True,
@@ -116,7 +116,9 @@ def stationary_zonal_density(
         rho_guess: an axisymmetric density at the $N \ge L$ Gauss-Legendre nodes $\cos\theta_j$
             (``numpy.polynomial.legendre.leggauss(N)[0]``, ascending), projected on degrees $< L$.
         beta, sigma, dynamics, band_limit, d: as `solve_sphere_density`.
-        rtol, atol: Newton's tolerances; ``max_steps``: its iterations.
+        rtol, atol: Newton's tolerances on the step (the right-hand side's round-off is about
+            $10^{-13}$: the kernel's $e^{\beta}$ scale through two transforms); ``max_steps``: its
+            iterations.
         stability_tol: ``stable`` means every eigenvalue has real part below ``-stability_tol``.
         throw: raise `rankdyn.SolveError` if Newton failed (else it is the ``result``).
 
