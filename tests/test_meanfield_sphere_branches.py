@@ -46,6 +46,10 @@ def test_threshold_located_by_continuation(dynamics):
     assert [b.kind for b in br.bifurcations] == ["branch-point"], br.bifurcations
     assert abs(br.bifurcations[0].param - sc) < 1e-6, (br.bifurcations[0].param, sc)
     assert not br.stable[0] and br.stable[-1]
+    if dynamics == "usa":
+        # The branch point's normal form agrees with the statement: beta = 2 > beta* = 1.816.
+        assert transition_type(beta, d=3) == "discontinuous"
+        assert br.bifurcations[0].criticality == "subcritical", br.bifurcations[0]
 
 
 def test_step_map_multiplier_and_refusals():
