@@ -7,7 +7,9 @@ with Z = i_0(beta) for SA and 1 for USA (scipy, and `rankdyn.theory.uniform_mode
 pure diffusion at beta = 0 (a start without degree 1 has zero field: degree l decays as
 exp(-l (l + 1) sigma^2 t / 2)); the zonal model (Legendre polynomials from scipy, no s2fft) against
 the full model on axisymmetric densities, at one right-hand side and along a trajectory
-(diffrax Tsit5 on the zonal system); the mass to round-off.
+(diffrax Tsit5 on the zonal system); the mass to round-off; the nonlinear transport of SA and USA
+in weak form, d/dt int p rho = int rho <grad p, X[rho]>, against a direct double sum of the field
+over a Gauss-Legendre grid in NumPy.
 """
 
 import math
@@ -230,3 +232,41 @@ def test_heat_equation_zonal_trajectory_and_flags():
     cap = np.where(z > 0.5, 1.0, 0.0)
     sol = solve_sphere_density(cap, beta=2.0, sigma=0.5, **kw)
     assert sol.result == RESULTS.negative_density and float(sol.min_density[0]) < 0
+
+
+@pytest.mark.slow  # 4.3 CPU s: the transforms' op-by-op compiles at two bands
+def test_weak_form_against_a_direct_double_sum():
+    """d/dt int p rho dS = int rho <grad p, X[rho]> dS for polynomials p (integration by parts; X is
+    tangent, so the ambient gradient serves), with X by a direct double sum over a Gauss-Legendre
+    grid in NumPy: P_x sum_j W_j e^(beta <x, x_j>) x_j rho_j (USA), divided by
+    sum_j W_j e^(beta <x, x_j>) rho_j (SA). The mean-field limit of FlowField (USA divides by n)."""
+    beta, band, fine = 1.5, 16, 28
+    th, ph = sphere_grid(fine)
+    w_theta = np.polynomial.legendre.leggauss(fine)[1][::-1]  # s2fft's colatitudes ascend: cos descends
+    assert np.allclose(np.cos(th), np.polynomial.legendre.leggauss(fine)[0][::-1])
+    x, y, z = (a.reshape(-1) for a in _xyz(fine))
+    pts = np.stack([x, y, z], -1)
+    wts = np.repeat(w_theta, ph.size) * 2 * math.pi / ph.size
+    rho = 1 + 0.3 * x + 0.2 * z * z - 0.25 * x * y + 0.1 * y
+    kern = np.exp(beta * pts @ pts.T) * (wts * rho)[None, :]
+    polys = {  # p and its ambient gradient
+        "z": (z, np.stack([0 * x, 0 * x, 1 + 0 * x], -1)),
+        "x": (x, np.stack([1 + 0 * x, 0 * x, 0 * x], -1)),
+        "xy": (x * y, np.stack([y, x, 0 * x], -1)),
+        "z^2": (z * z, np.stack([0 * x, 0 * x, 2 * z], -1)),
+    }
+    xs, ys, zs = _xyz(band)
+    c = sphere_density_coefficients(1 + 0.3 * xs + 0.2 * zs * zs - 0.25 * xs * ys + 0.1 * ys, band)
+    parseval = np.where(np.arange(band) == 0, 1.0, 2.0)[None, None, :]
+    for dyn in ("usa", "sa"):
+        v = kern @ pts
+        if dyn == "sa":
+            v = v / kern.sum(1)[:, None]
+        field = v - np.sum(v * pts, -1, keepdims=True) * pts
+        rate = np.asarray(sphere_model(beta, 0.0, band, dyn).transport(c))
+        for name, (p, grad) in polys.items():
+            want = np.sum(wts * rho * np.sum(grad * field, -1))
+            pb = {"z": zs, "x": xs, "xy": xs * ys, "z^2": zs * zs}[name]
+            cp = np.asarray(sphere_density_coefficients(pb, band))
+            got = np.sum(cp * rate * parseval)
+            assert abs(got - want) < 1e-11 * (1 + abs(want)), (dyn, name, got, want)
