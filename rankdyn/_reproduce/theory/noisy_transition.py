@@ -36,6 +36,9 @@ at $\beta = 3$), with ``num_modes`` even cosine modes:
    first reaches beyond $\sigma_c$, folds there, and meets the uniform state from the stable
    side). The type must be the statement's.
 
+The $S^2$ part (threshold and type on the sphere, $d = 3$) has its rule in
+`noisy_transition_sphere.py`.
+
 The particle part of issue 53's target (a noisy particle flow from an i.i.d. uniform start at
 $0.8\sigma_c$ and $1.2\sigma_c$) needs the noisy flow, which this target does not have yet.
 """
@@ -50,6 +53,7 @@ import numpy as np
 
 from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check
+from .noisy_transition_sphere import SphereCaseMeasured, sphere_case, sphere_checks, sphere_sizes
 
 NAME = "noisy-transition"
 CLAIM = (
@@ -92,9 +96,11 @@ def bessel_ratio(beta: float) -> float:
 def sizes(quick: bool) -> dict:
     """Quick: USA at beta = 2, 3 and SA at 2, 24 modes; full: also USA at 1.5, 4 and SA at 3, 40 modes."""
     if quick:
-        return dict(cases=(("usa", 2.0), ("usa", 3.0), ("sa", 2.0)), num_modes=24, divisions=20)
+        return dict(
+            cases=(("usa", 2.0), ("usa", 3.0), ("sa", 2.0)), num_modes=24, divisions=20, **sphere_sizes(True)
+        )
     cases = (("usa", 1.5), ("usa", 2.0), ("usa", 3.0), ("usa", 4.0), ("sa", 2.0), ("sa", 3.0))
-    return dict(cases=cases, num_modes=40, divisions=60)
+    return dict(cases=cases, num_modes=40, divisions=60, **sphere_sizes(False))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +155,7 @@ class NoisyTransitionMeasured(Measured):
 
     num_modes: int
     cases: tuple[CaseMeasured, ...]
+    sphere: tuple[SphereCaseMeasured, ...] = ()  # the S^2 part (noisy_transition_sphere.py)
 
 
 def _case(dynamics: str, beta: float, sz: dict) -> CaseMeasured:
@@ -198,7 +205,12 @@ def _case(dynamics: str, beta: float, sz: dict) -> CaseMeasured:
 
 def compute(sz: dict, seed: int) -> NoisyTransitionMeasured:
     del seed  # deterministic: Newton from fixed guesses, continuation
-    return NoisyTransitionMeasured(sz["num_modes"], tuple(_case(dyn, b, sz) for dyn, b in sz["cases"]))
+    sphere = tuple(
+        sphere_case(d, b, sz["sphere_band"], sz["divisions"]) for d, b in sz.get("sphere_cases", ())
+    )
+    return NoisyTransitionMeasured(
+        sz["num_modes"], tuple(_case(dyn, b, sz) for dyn, b in sz["cases"]), sphere
+    )
 
 
 def checks(m: NoisyTransitionMeasured) -> list[Check]:
@@ -243,7 +255,7 @@ def checks(m: NoisyTransitionMeasured) -> list[Check]:
                 f"{c.cluster_status}",
             )
         )
-    return out
+    return out + sphere_checks(m.sphere)
 
 
 def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
