@@ -88,12 +88,14 @@ with warnings.catch_warnings():
             "(a longer cycle, a torus, chaos, or a longer transient): raise horizon or max_period."
         )
         negative_density = (
-            "A mean-field density became negative (below -1e-10 times its maximum on the grid) at a saved "
-            "time: the resolution is too low for it (raise num_modes) or the tolerances too loose."
+            "A mean-field density became negative (below -1e-10 times its maximum on the grid) at a "
+            "saved time: the resolution is too low for it (raise num_modes on the circle, band_limit on "
+            "the sphere) or the tolerances too loose."
         )
         under_resolved = (
-            "A mean-field density's top 10% of Fourier modes carry more than 1e-10 of its L2 norm at a saved "
-            "time: it is narrower than the resolution; raise num_modes."
+            "A mean-field density's top 10% of modes (Fourier on the circle, spherical-harmonic degrees "
+            "on the sphere) carry more than 1e-10 of its L2 norm at a saved time: it is narrower than "
+            "the resolution; raise num_modes (circle) or band_limit (sphere)."
         )
 
 
