@@ -2,6 +2,7 @@
 checks they own refuse with the flag (command line) or the argument (library) named."""
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ from rankdyn._run._plan import SimulatePlan
 
 def test_plan_modules_import_no_jax():
     """The command line builds a plan, and refuses from it, before JAX loads."""
-    mods = ["rankdyn._run._plan"]
+    mods = ["rankdyn._run._plan", "rankdyn._lyapunov._plan"]
     code = "import sys\n" + "".join(f"import {m}\n" for m in mods) + "print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
@@ -119,3 +120,25 @@ def test_simulate_refuses_a_plan_of_another_run(getkey):
     plan = SimulatePlan.for_layer(layer, batch=3, itemsize=4, num_layers=6, save_every=2)
     with pytest.raises(UsageError, match="plan= describes another run \\(num_layers 6 against 4\\)"):
         rd.simulate(layer, x0, 4, save_every=2, plan=plan)
+
+
+def test_lyapunov_plan_checks_once_for_the_library_and_the_command_line():
+    from rankdyn._lyapunov._plan import LyapunovPlan
+
+    cases = [
+        (dict(k=9), "--k 9: expected 1 <= k <= 8", "k=9: expected 1 <= k <= 8"),
+        (dict(discard=8), "--discard 8: expected 0 <= discard < --num-layers 8", "discard=8: expected"),
+        (dict(qr_every="0"), "--qr-every 0: expected an integer >= 1 or auto", "qr_every='0': expected"),
+        (dict(qr_every=3), "multiples of --qr-every 3", "multiples of qr_every=3"),
+        (dict(chunk=0), "--chunk must be a positive number", "chunk must be a positive number"),
+    ]
+    for kw, flag_text, arg_text in cases:
+        base = dict(num_steps=8, dim=8, what="num_layers") | kw
+        with pytest.raises(UsageError, match=re.escape(flag_text)):
+            LyapunovPlan(**base, flags=True)
+        with pytest.raises(UsageError, match=re.escape(arg_text)):
+            LyapunovPlan(**base)
+    plan = LyapunovPlan(8, 40, None, 2, "2", default_k=16, what="num_layers", flags=True)
+    assert (plan.exponents, plan.qr_every) == (16, 2)  # the command line's default k; "2" read as 2
+    assert plan.schedule().records[-1] == 8 and plan.schedule().discard == 2
+    assert LyapunovPlan(8, 40).exponents == 40  # the library's default: every exponent
