@@ -16,7 +16,7 @@ from rankdyn._run._plan import SimulatePlan
 
 def test_plan_modules_import_no_jax():
     """The command line builds a plan, and refuses from it, before JAX loads."""
-    mods = ["rankdyn._run._plan", "rankdyn._lyapunov._plan"]
+    mods = ["rankdyn._run._plan", "rankdyn._lyapunov._plan", "rankdyn._equilibria._steps"]
     code = "import sys\n" + "".join(f"import {m}\n" for m in mods) + "print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
@@ -142,3 +142,23 @@ def test_lyapunov_plan_checks_once_for_the_library_and_the_command_line():
     assert (plan.exponents, plan.qr_every) == (16, 2)  # the command line's default k; "2" read as 2
     assert plan.schedule().records[-1] == 8 and plan.schedule().discard == 2
     assert LyapunovPlan(8, 40).exponents == 40  # the library's default: every exponent
+
+
+def test_continuation_plan_resolves_the_steps_once():
+    from rankdyn._equilibria._steps import ContinuationPlan
+
+    plan = ContinuationPlan(1.0, 3.0)
+    assert (plan.ds, plan.ds_min, plan.ds_max, plan.max_steps) == (2 / 50, 2 / 50 * 1e-6, 8 / 50, 400)
+    narrow = dict(p_start=1.0, p_end=1.0000000000000002, param="w")
+    with pytest.raises(
+        UsageError, match=re.escape("--from 1.0 --to 1.0000000000000002: the interval is too")
+    ):
+        ContinuationPlan(**narrow, flags=True)
+    with pytest.raises(UsageError, match=re.escape("the interval [1.0, 1.0000000000000002] is too narrow")):
+        ContinuationPlan(**narrow)
+    with pytest.raises(UsageError, match=re.escape("--ds nan: expected a finite number > 0")):
+        ContinuationPlan(1.0, 2.0, float("nan"), flags=True)
+    with pytest.raises(UsageError, match=re.escape("--max-steps 0: expected an integer >= 1")):
+        ContinuationPlan(1.0, 2.0, max_steps=0, flags=True)
+    with pytest.raises(UsageError, match="max_steps must be an integer >= 1, got 2.5"):
+        ContinuationPlan(1.0, 2.0, max_steps=2.5)
