@@ -221,7 +221,7 @@ def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
     from .._observe._names import parse_metrics
     from .._run._plan import SimulatePlan, check_chunk, check_count, check_rank_tol
-    from ._checks import check_out_dir, check_seed_flag, say_compiling
+    from ._checks import check_out_dir, check_plan_memory, check_seed_flag, say_compiling
     from ._table import default_metrics, plot_names, print_table, print_written, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
@@ -249,7 +249,6 @@ def run_checkpoint(args) -> int:
     from .._run._io import CompileTimer, atomic_write, provenance, savez, write_json
     from .._run._simulate import simulate
     from .._trained._stack import load_checkpoint
-    from .simulate import check_plan_memory
 
     try:
         ckpt = load_checkpoint(args.checkpoint)

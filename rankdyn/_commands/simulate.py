@@ -13,7 +13,7 @@ from pathlib import Path
 from .._errors import UsageError
 from .._observe._tolerances import RANK_METRICS, RANK_TOL
 from ._checkpoint import add_checkpoint_flags, checkpoint_requested
-from ._checks import check_out_dir, check_rank_tol_read, model_config, model_flags
+from ._checks import check_out_dir, check_plan_memory, check_rank_tol_read, model_config, model_flags
 from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter, metrics_help, print_table, print_written
 
@@ -142,7 +142,9 @@ def check_run_args(args, config):
     check_out_dir(args.out)
     # The estimate asks JAX for its backend: every refusal above answers before JAX loads.
     est = check_plan_memory(
-        plan, what=f"--n {args.n} --d {args.d} --batch {args.batch} --num-layers {args.num_layers}"
+        plan,
+        what=f"--n {args.n} --d {args.d} --batch {args.batch} --num-layers {args.num_layers}",
+        fixes=_MEMORY_FIXES,
     )
     plan.check_indices()
     return names, est, plan
@@ -167,18 +169,6 @@ _MEMORY_FIXES = {
     ),
     "weights": "drop --per-layer-weights, or lower --num-layers or --d.",
 }
-
-
-def check_plan_memory(plan, *, what: str, fixes=None) -> int:
-    """Refuse a run that cannot fit, from its plan's estimate against the backend's free memory
-    (JAX loads here, for the backend); returns the estimated bytes."""
-    import jax
-
-    from .._run._memory import check_memory
-
-    est = plan.memory(jax.default_backend())
-    check_memory(est, fix=(fixes or _MEMORY_FIXES)[est.largest], what=what)
-    return est.total
 
 
 def run(args) -> int:
