@@ -95,24 +95,31 @@ def check_chunk(chunk, flags: bool = False, what: str = "trajectories") -> int |
 
 @dataclasses.dataclass(frozen=True)
 class SimulatePlan:
-    """One depth-scan run, checked (module docstring): build it with `for_layer` (a built layer),
-    `from_config` (a `ModelConfig`, before any layer exists) or the constructor.
+    """One depth-scan run of `rankdyn.simulate`, its options checked and its sizes resolved once,
+    without JAX. Build it with `for_layer` (a built layer), `from_config` (a `rankdyn.ModelConfig`,
+    before any layer exists) or the constructor; a bad value raises `rankdyn.UsageError`.
 
     Attributes:
         n, d, heads: tokens, model width and heads; ``dv`` the value width per head
             (default ``d // heads``).
         batch: trajectories; num_layers: depth T; save_every: k (layers 0, k, ..., T are saved).
         rank_tol: relative tolerance of the numerical rank; chunk: trajectories per compiled
-            program (None: the default of `rankdyn._run._sizing.auto_chunk` or the autotuner).
+            program (None: the default, cache-sized on CPU, or the one the autotuner measures).
         itemsize: bytes per number (4 float32, 8 float64); metrics: the names recorded (None:
             all); per_trajectory, save_states: what is kept beyond the batch statistics.
         attention: the path asked for (``dense``, ``blocked``, ``auto``) or the one a built layer
             takes; attn_dropout, logit_bias: the features the blocked path refuses (for
             ``auto``); mask: a zero-argument callable returning the mask's `MaskStructure`
             (called only when the path is blocked and ``block_size`` is None); block_size: the
-            block of the blocked path if known (a built layer's), else chosen for the mask.
+            block of the blocked path if known (a built layer's), else chosen for the mask as the
+            layer chooses it.
         weights_bytes: the weights' memory, a part of the estimate when > 0.
-        flags: messages name command-line flags (``--save-every``) rather than arguments.
+        flags: messages name command-line flags (``--save-every 2``) rather than arguments
+            (``save_every=2``).
+
+    Example:
+        ``plan = SimulatePlan.for_layer(layer, batch=1024, itemsize=4, num_layers=64)``, then
+        ``plan.memory().total`` (bytes) and ``simulate(layer, x0, 64, plan=plan)``.
     """
 
     # Any: the values are checked in __post_init__ (a UsageError naming them), not by annotation.
