@@ -39,12 +39,22 @@ _RUN_FIELDS = (
 MAX_BATCH = 2**31
 
 
-def show(name: str, value, flags: bool) -> str:
-    """``--num-layers 5`` (a flag, ``flags=True``) or ``num_layers=5`` (an argument)."""
+#: How messages name a value: True a flag (``--num-layers 5``), False an argument (``num_layers=5``),
+#: or a function ``(name, value) -> str``.
+Naming = bool | Callable[[str, Any], str]
+
+
+def show(name: str, value, flags: Naming) -> str:
+    """``--num-layers 5`` (a flag, ``flags=True``) or ``num_layers=5`` (an argument); ``flags`` may
+    also be a function ``(name, value) -> str`` (a sweep's ``[axes] num_layers = 5``)."""
+    if callable(flags):
+        return flags(name, value)
     return f"--{name.replace('_', '-')} {value}" if flags else f"{name}={value!r}"
 
 
-def _arg(name: str, flags: bool) -> str:
+def _arg(name: str, flags: Naming) -> str:
+    if callable(flags):
+        return flags(name, "...")
     return f"--{name.replace('_', '-')}" if flags else name
 
 
@@ -52,14 +62,14 @@ def _integer(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def check_count(name: str, value, minimum: int, flags: bool = False) -> int:
+def check_count(name: str, value, minimum: int, flags: Naming = False) -> int:
     """``value`` as an int >= ``minimum``; a `UsageError` naming the flag or argument otherwise."""
     if not _integer(value) or value < minimum:
         raise UsageError(f"{show(name, value, flags)}: expected an integer >= {minimum}.")
     return int(value)
 
 
-def check_depth(num_layers, save_every, flags: bool = False) -> None:
+def check_depth(num_layers, save_every, flags: Naming = False) -> None:
     """The depth ``T >= 0`` and the save interval ``k >= 1``, with ``k`` dividing ``T`` (layers
     ``0, k, ..., T`` are recorded)."""
     check_count("num_layers", num_layers, 0, flags)
@@ -67,11 +77,11 @@ def check_depth(num_layers, save_every, flags: bool = False) -> None:
     if num_layers % save_every:
         raise UsageError(
             f"{show('num_layers', num_layers, flags)} is not a multiple of "
-            f"{show('save_every', save_every, flags)}; choose a divisor of {_arg('num_layers', flags)}."
+            f"{show('save_every', save_every, flags)}; choose a save interval that is a divisor of the depth."
         )
 
 
-def check_rank_tol(rank_tol, flags: bool = False) -> float:
+def check_rank_tol(rank_tol, flags: Naming = False) -> float:
     """``rank_tol`` in (0, 1): relative to the largest singular value, 1 or more counts none and
     NaN fails every comparison."""
     ok = isinstance(rank_tol, numbers.Real) and not isinstance(rank_tol, bool)
@@ -83,7 +93,7 @@ def check_rank_tol(rank_tol, flags: bool = False) -> float:
     return float(rank_tol)
 
 
-def check_chunk(chunk, flags: bool = False, what: str = "trajectories") -> int | None:
+def check_chunk(chunk, flags: Naming = False, what: str = "trajectories") -> int | None:
     """``chunk`` as None (the default) or a positive int."""
     if chunk is not None and (not _integer(chunk) or chunk < 1):
         raise UsageError(
