@@ -163,3 +163,11 @@ def test_continuation_plan_resolves_the_steps_once():
         ContinuationPlan(1.0, 2.0, max_steps=0, flags=True)
     with pytest.raises(UsageError, match="max_steps must be an integer >= 1, got 2.5"):
         ContinuationPlan(1.0, 2.0, max_steps=2.5)
+
+
+def test_simulate_refuses_a_sampler_batch_beyond_32bit_indices(getkey):
+    """Trajectory i's tokens come from ``fold_in(key, i)`` with a 32-bit i: 2^31 of them would repeat."""
+    layer = rd.make_layer(getkey(), n=4, d=4)
+    x0 = rd.TokenSampler(getkey(), "sphere", 4, 4, 2**31)
+    with pytest.raises(UsageError, match=r"batch=2147483648 is beyond the 2\^31 trajectory indices"):
+        rd.simulate(layer, x0, 2, chunk=4)

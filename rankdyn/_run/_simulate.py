@@ -166,8 +166,8 @@ def simulate(
             non-finite or non-float32/64 x0, bad depths, unknown metric names, ``rank_tol``
             outside (0, 1), bad ``devices``, an ``observe`` that does not return a dict of arrays,
             weights whose attention logits can overflow the dtype, a dropout layer without a
-            key, a run whose estimated memory exceeds the available memory, or a ``plan`` of
-            another run.
+            key, a run whose estimated memory exceeds the available memory, a batch beyond 2^31
+            trajectories drawn by a sampler or with dropout, or a ``plan`` of another run.
     """
     x0 = validate_run(layer, x0, num_layers, save_every)
     check_options(rank_tol, devices)
@@ -231,6 +231,8 @@ def simulate(
             fix="use a smaller chunk, a larger save_every, "
             "or per_trajectory=False and save_states=False (then only statistics are kept).",
         )
+    if sampler or layer.dropout > 0:  # trajectory i's tokens or key come from fold_in(key, i), i 32-bit
+        plan.check_indices()
     flat = x0 if sampler else x0.reshape((num, n, d))
     stats, (nonfinite, degenerate), per = run_batch(
         layer,
