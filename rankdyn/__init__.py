@@ -55,7 +55,6 @@ if _typing.TYPE_CHECKING:
     from ._observe._stats import Summary as Summary
     from ._results import RESULTS as RESULTS
     from ._run._devices import use_cpu_devices as use_cpu_devices
-    from ._run._plan import SimulatePlan as SimulatePlan
     from ._run._simulate import Trajectory as Trajectory, simulate as simulate
     from ._theory._counterexample_search import search_value_matrix as search_value_matrix
     from ._version import __version__ as __version__

@@ -46,7 +46,6 @@ def test_plan_refuses_and_names_the_flag_or_argument(kw, flag_text, arg_text):
 
 
 def test_plan_refuses_a_batch_beyond_32bit_indices():
-    assert rd.SimulatePlan is SimulatePlan  # public: `simulate(..., plan=)` takes one
     plan = SimulatePlan(n=4, d=4, batch=2**31, num_layers=4, flags=True)
     with pytest.raises(UsageError, match=r"--batch 2147483648 is beyond the 2\^31"):
         plan.check_indices()
