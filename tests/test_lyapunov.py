@@ -118,12 +118,12 @@ def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(k=0), "the number of exponents"),
-        (dict(k=9), r"in \[1, 8\]"),
-        (dict(discard=40), "discard=40 leaves nothing"),
-        (dict(qr_every=0), "qr_every must be a positive"),
-        (dict(qr_every=3), "multiples of qr_every"),
-        (dict(qr_every="fast"), "positive integer or 'auto'"),
+        (dict(k=0), "k=0: expected 1 <= k <= 8 \\(the number of exponents"),
+        (dict(k=9), "k=9: expected 1 <= k <= 8"),
+        (dict(discard=40), "discard=40: expected 0 <= discard < num_layers=40, or nothing is left"),
+        (dict(qr_every=0), "qr_every=0: expected an integer >= 1 or auto"),
+        (dict(qr_every=3), "multiples of qr_every=3"),
+        (dict(qr_every="fast"), "qr_every='fast': expected an integer >= 1 or auto"),
     ],
 )
 def test_bad_input_is_a_usage_error(kwargs, message):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+from functools import partial
 from pathlib import Path
 
 from .._errors import UsageError
@@ -28,6 +29,8 @@ from ._scheme import SCHEME_FLAGS, check_mix_depth, scheme_of, scheme_record
 
 __all__ = ["add_checkpoint_flags", "checkpoint_requested", "run_checkpoint", "architecture"]
 
+#: What shrinks a checkpoint run's estimate, whichever part is the largest.
+_MEMORY_FIX = "lower --batch or --n, or use a smaller --chunk."
 #: Flags of `add_model_flags` that a checkpoint run still reads; every other model flag is refused.
 _ALLOWED = ("mask", "window", "seed", "x64", "n")
 #: Flags (dests) whose default depends on whether --checkpoint is given: their use is recorded.
@@ -217,7 +220,8 @@ def architecture(ckpt, variant: str, scheme: dict | None = None) -> dict:
 def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
     from .._observe._names import parse_metrics
-    from ._checks import check_nonnegative, check_out_dir, check_positive, check_seed_flag, say_compiling
+    from .._run._plan import SimulatePlan, check_chunk, check_count, check_rank_tol
+    from ._checks import check_out_dir, check_plan_memory, check_seed_flag, say_compiling
     from ._table import default_metrics, plot_names, print_table, print_written, save_figures
 
     given = args.__dict__.pop("checkpoint_flags_given")
@@ -227,23 +231,23 @@ def run_checkpoint(args) -> int:
     metrics_note = default_metrics(args, long=True)  # said after the refusals
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
-    check_nonnegative(args, "num_layers")
-    check_nonnegative(args, "batch", "save_every", minimum=1)
-    check_positive(args, "rank_tol")
-    if args.chunk is not None and args.chunk < 1:
-        raise UsageError(f"--chunk must be a positive number of excerpts, got {args.chunk}; e.g. --chunk 64.")
+    # The plan's checks (`rankdyn._run._plan`) of what is known before the weights load; the
+    # plan itself, built once the depth and the excerpts are known, checks them all.
+    check_count("num_layers", args.num_layers, 0, flags=True)
+    check_count("batch", args.batch, 1, flags=True)
+    check_count("save_every", args.save_every, 1, flags=True)
+    if args.rank_tol is not None:
+        check_rank_tol(args.rank_tol, flags=True)
+    check_chunk(args.chunk, flags=True, what="excerpts")
     check_inputs_before_loading(args)
     count_excerpts_before_loading(args, given)
     # JAX and the weights load only now: every refusal above answers at once.
     import jax
     import numpy as np
 
-    from .._model._blocked import resolve_attention, score_entries
     from .._model._graph import graph_info
     from .._run._io import CompileTimer, atomic_write, provenance, savez, write_json
-    from .._run._memory import MemoryEstimate, check_memory
     from .._run._simulate import simulate
-    from .._run._sizing import auto_chunk, estimate_parts
     from .._trained._stack import load_checkpoint
 
     try:
@@ -253,13 +257,10 @@ def run_checkpoint(args) -> int:
     mask = _mask_of(args, ckpt, given)
     layers = args.num_layers if "num_layers" in given else ckpt.num_layers
     check_mix_depth(scheme, layers)
-    if layers % args.save_every:
-        raise UsageError(
-            f"--num-layers {layers} is not a multiple of --save-every {args.save_every}; choose a divisor."
-        )
     ids, source = _check_inputs(args, ckpt, given)
     batch, n = ids.shape
     from .._model._config import Names, check_mask_size
+    from .._model._mask_structure import as_structure, make_mask_structure
     from .._model._masks import make_mask
     from ._checks import check_rank_tol_read
 
@@ -269,32 +270,37 @@ def run_checkpoint(args) -> int:
     # --seed reaches --mask random (it was built with seed 0 whatever --seed said).
     mask_arg = make_mask("random", n, window=args.window, seed=args.seed) if mask == "random" else mask
     # The estimate follows the path the layer will take ((n, n) scores dense, O(n) per head
-    # blocked) and answers before the layer (and a dense mask) is built.
+    # blocked, in the blocks the layer chooses) and answers before the layer is built.
     attention = args.attention if "attention" in given else "dense"  # a trained stack stays dense
-    path = resolve_attention(
-        attention, n, attn_dropout=0.0, fixed_attention=False, logit_bias=ckpt.position_bias is not None
-    )
     item = ckpt.dtype.itemsize
-    chunk = min(args.chunk or auto_chunk(batch, n, ckpt.d, item, jax.default_backend()), batch)
-    parts = estimate_parts(
-        num=batch,
-        chunk=chunk,
+    weights = sum(int(np.prod(a.shape)) for a in jax.tree.leaves((ckpt.blocks, ckpt.embeddings))) * item
+    plan = SimulatePlan(
         n=n,
         d=ckpt.d,
         heads=ckpt.heads,
+        dv=int(ckpt.blocks.w_v.shape[-1]),
+        batch=batch,
+        num_layers=layers,
+        save_every=args.save_every,
+        rank_tol=RANK_TOL if args.rank_tol is None else args.rank_tol,  # --rank-tol is unset by default
+        chunk=args.chunk,
         itemsize=item,
-        num_saved=layers // args.save_every + 1,
-        num_metrics=len(names),
+        metrics=names,
         per_trajectory=args.per_trajectory,
-        save_states=False,
-        score_entries=score_entries(path, n, int(ckpt.blocks.w_v.shape[-1])),
+        attention=attention,
+        logit_bias=ckpt.position_bias is not None,
+        mask=(
+            partial(make_mask_structure, mask_arg, n, window=args.window)
+            if isinstance(mask_arg, str)
+            else partial(as_structure, mask_arg)
+        ),
+        weights_bytes=weights,
+        flags=True,
     )
-    weights = sum(int(np.prod(a.shape)) for a in jax.tree.leaves((ckpt.blocks, ckpt.embeddings))) * item
-    est = MemoryEstimate(parts | {"weights": weights})
-    check_memory(
-        est,
-        fix="lower --batch or --n, or use a smaller --chunk.",
+    est = check_plan_memory(
+        plan,
         what=f"--checkpoint --batch {batch} --n {n}",
+        fixes=dict.fromkeys(("working set of one chunk", "per-layer metrics", "weights"), _MEMORY_FIX),
     )
     try:
         layer = ckpt.layers(
@@ -312,12 +318,13 @@ def run_checkpoint(args) -> int:
             x0,
             layers,
             save_every=args.save_every,
-            rank_tol=RANK_TOL if args.rank_tol is None else args.rank_tol,  # --rank-tol is unset by default
+            rank_tol=plan.rank_tol,
             metrics=names,
             per_trajectory=args.per_trajectory,
             chunk=args.chunk,
             progress=not args.no_progress,
             devices=_devices(args),
+            plan=plan,
         )
         jax.block_until_ready(traj.summary)
     info = graph_info(layer.mask)  # a MaskStructure on the blocked path: no n x n array
@@ -344,7 +351,7 @@ def run_checkpoint(args) -> int:
             "degenerate_ln": int(traj.summary.degenerate),
             "batch": batch,
         },
-        "memory_estimate_bytes": est.total,
+        "memory_estimate_bytes": est,
         "timing": {"compile_s": timer.compile_s, "run_s": timer.run_s},
         "provenance": provenance() | {"checkpoint_path": ckpt.path, "weights_sha256": ckpt.sha256},
     }

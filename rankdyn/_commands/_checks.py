@@ -31,6 +31,7 @@ __all__ = [
     "MODEL_FLAGS",
     "model_flags",
     "say_compiling",
+    "check_plan_memory",
 ]
 
 
@@ -221,3 +222,16 @@ def say_compiling(command: str, what: str = "the layer program", note: str | Non
     if note:
         print(note, file=sys.stderr)
     print(f"rankdyn {command}: compiling {what} (once per run, before the first result) ...", file=sys.stderr)
+
+
+def check_plan_memory(plan, *, what: str, fixes: dict[str, str]) -> int:
+    """Refuse a run that cannot fit, from its plan's estimate (`SimulatePlan.memory`) against the
+    backend's free memory (JAX loads here, for the backend); ``fixes``: the advice per part.
+    Returns the estimated bytes."""
+    import jax
+
+    from .._run._memory import check_memory
+
+    est = plan.memory(jax.default_backend())
+    check_memory(est, fix=fixes[est.largest], what=what)
+    return est.total

@@ -14,7 +14,6 @@ redundant. (The module cannot be named ``continue``, a Python keyword.)
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
@@ -115,15 +114,11 @@ def _check(args):
     args.seed = 0 if args.seed is None else args.seed
     check_param2(args)  # first: the branches are continued at --from2
     config = check_param_range(args)
-    _check_resolution(args)
+    _check_steps(args)
     if config.has_dropout:
         raise UsageError(
             "--dropout, --attn-dropout and --hidden-dropout must be 0: a stochastic map has no fixed points."
         )
-    if args.ds is not None and not (math.isfinite(args.ds) and args.ds > 0):
-        raise UsageError(f"--ds {args.ds}: expected a finite number > 0.")
-    if args.max_steps < 1:
-        raise UsageError(f"--max-steps {args.max_steps}: expected an integer >= 1.")
     check_positive(args, "residual_tol")
     check_band(args, "stability_tol")
     from .._equilibria import MAX_STATE
@@ -139,21 +134,13 @@ def _check(args):
     return config
 
 
-def _check_resolution(args) -> None:
-    """``--from`` and ``--to`` far enough apart for float64 steps, `continue_branch`'s rule checked
-    before the census and JAX (``--from 1 --to 1.0000000000000002`` ran the census, then said
-    ``w=nan``)."""
-    from .._equilibria import DS_DIVISOR, DS_MIN_RATIO, step_resolution
+def _check_steps(args) -> None:
+    """``--from``, ``--to``, ``--ds`` and ``--max-steps`` by `continue_branch`'s own rules (its
+    `ContinuationPlan`), before the census and JAX (``--from 1 --to 1.0000000000000002`` ran the
+    census, then said ``w=nan``)."""
+    from .._equilibria._steps import ContinuationPlan
 
-    ds = abs(args.p_to - args.p_from) / DS_DIVISOR if args.ds is None else args.ds
-    resolution = step_resolution(args.p_from, args.p_to)
-    if math.isfinite(ds) and DS_MIN_RATIO * ds < resolution:
-        raise UsageError(
-            f"--from {args.p_from!r} --to {args.p_to!r}: the interval is too narrow for float64 steps "
-            f"(the smallest step, {DS_MIN_RATIO:g} of the first, {DS_MIN_RATIO * ds:.3g}, is below the "
-            f"resolution of {args.param} there, {resolution:.3g}); widen the interval"
-            + (" or raise --ds." if args.ds is not None else ".")
-        )
+    ContinuationPlan(args.p_from, args.p_to, args.ds, max_steps=args.max_steps, param=args.param, flags=True)
 
 
 def _file_starts(path: str, n: int, d: int):

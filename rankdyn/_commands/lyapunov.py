@@ -62,67 +62,45 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def check_spectrum_args(args, dim: int, layers: int) -> int:
-    """The spectrum flags against the state space's dimension; returns k. UsageError names the flag."""
+def lyapunov_plan(args, layers: int | None, dim: int | None):
+    """The run's `LyapunovPlan` from the flags (its checks name them; no JAX): ``layers=None``
+    (a checkpoint's own depth, not read yet) or ``dim=None`` (no model yet) leave the checks
+    against them to the plan built once they are known. An integer ``--qr-every`` is converted
+    in place."""
+    from .._lyapunov._plan import LyapunovPlan
+
     if dim == 0:  # --d 1 on the spheres S^0: the default --k would be 0, a misleading cause
         raise UsageError(
             f"--d {args.d}: the tokens live on the spheres S^0 (post sphere LayerNorm), whose tangent "
             "space has dimension n(d-1) = 0: there is no spectrum to compute; use --d 2 or more."
         )
-    k = min(DEFAULT_K, dim) if args.k is None else args.k
-    if not 1 <= k <= dim:
-        raise UsageError(
-            f"--k {k}: expected 1 <= k <= {dim} (the dimension of the state space); e.g. --k {min(8, dim)}."
-        )
-    check_schedule(args, layers)
-    return k
+    plan = LyapunovPlan(
+        layers,
+        dim,
+        args.k,
+        args.discard,
+        args.qr_every,
+        args.chunk,
+        default_k=DEFAULT_K,
+        what="num_layers",
+        flags=True,
+    )
+    args.qr_every = plan.qr_every
+    return plan
 
 
-def _check_no_tangent_space(args, config) -> None:
-    """``--d 1`` on the spheres S^0, refused before JAX loads (it came after the layer was built).
-    A random model is on the spheres when it ends with a sphere LayerNorm (post or ngpt, --ln sphere),
-    as `rankdyn._lyapunov._layer.uses_tangent_space` decides for the built layer."""
+def check_spectrum_args(args, dim: int, layers: int) -> int:
+    """The spectrum flags against the state space's dimension; returns k. UsageError names the flag."""
+    return lyapunov_plan(args, layers, dim).exponents
+
+
+def _config_dim(args, config) -> int:
+    """An upper bound of the state space's dimension from the flags, before JAX loads: n d, or 0
+    for ``--d 1`` on the spheres S^0 (post or ngpt, --ln sphere: n(d-1)); the built layer's
+    (`rankdyn._lyapunov._layer.spectrum_dim`) decides in the end."""
     resolved = config.resolved()
-    if args.d == 1 and resolved["placement"] in ("post", "ngpt") and resolved["ln"] == "sphere":
-        check_spectrum_args(args, 0, args.num_layers)
-
-
-def _check_k_bounds(args, most: int) -> None:
-    """``--k`` against what no model can change (before JAX loads): at least 1, at most ``most``
-    (n d, the largest state space); the exact dimension is checked once the layer is built."""
-    if args.k is not None and not 1 <= args.k <= most:
-        raise UsageError(
-            f"--k {args.k}: expected 1 <= k <= {most} (n d; n(d-1) on the spheres); e.g. --k {min(8, most)}."
-        )
-
-
-def check_schedule(args, layers: int | None) -> None:
-    """The flags of the QR schedule and the chunk, which need no model (checked before JAX loads);
-    an integer ``--qr-every`` is converted in place. ``layers=None`` (a checkpoint's own depth,
-    not read yet) leaves ``--discard`` against the depth to a later call."""
-    every = args.qr_every
-    if every != "auto":
-        try:
-            every = int(every)
-        except ValueError:
-            every = 0
-        if every < 1:
-            raise UsageError(f"--qr-every {args.qr_every}: expected an integer >= 1 or auto.")
-        args.qr_every = every
-    if args.chunk is not None and args.chunk < 1:
-        raise UsageError(f"--chunk must be a positive number of trajectories, got {args.chunk}.")
-    if layers is None:
-        return
-    if args.discard < 0 or args.discard >= layers:
-        raise UsageError(
-            f"--discard {args.discard}: expected 0 <= discard < --num-layers {layers}; "
-            f"e.g. --discard {layers // 4}."
-        )
-    if every != "auto" and (layers % every or args.discard % every):
-        raise UsageError(
-            f"--num-layers {layers} and --discard {args.discard} must be multiples of --qr-every {every}; "
-            "choose a divisor, or --qr-every auto."
-        )
+    on_spheres = resolved["placement"] in ("post", "ngpt") and resolved["ln"] == "sphere"
+    return 0 if on_spheres and args.d == 1 else args.n * args.d
 
 
 def _model(args):
@@ -135,9 +113,7 @@ def _model(args):
         raise UsageError(
             "--dropout: a layer with dropout is a random map; its spectrum is not computed here."
         )
-    check_schedule(args, args.num_layers)  # before JAX loads: only --k needs the built layer
-    _check_no_tangent_space(args, config)
-    _check_k_bounds(args, args.n * args.d)
+    plan = lyapunov_plan(args, args.num_layers, _config_dim(args, config))  # before JAX loads
     check_out_dir(args.out)
     import jax.random as jr
 
@@ -146,8 +122,9 @@ def _model(args):
 
     k_layer, k_x0, _ = jr.split(jr.key(args.seed), 3)
     layer = layer_from_args(args, k_layer, config)
-    k = check_spectrum_args(args, spectrum_dim(layer), args.num_layers)
-    check_out_dir(args.out)
+    if spectrum_dim(layer) != plan.dim:  # the built layer decides: n(d-1) on the spheres
+        plan = lyapunov_plan(args, args.num_layers, spectrum_dim(layer))
+    k = plan.exponents
     _check_memory_before_drawing(args, k)
     x0 = initial_tokens(k_x0, args.x0, args.n, args.d, args.batch)
     title = f"mask={args.mask} placement={args.placement} value={args.value} n={args.n} d={args.d}"
@@ -156,22 +133,22 @@ def _model(args):
 
 def memory_estimate(args, k: int):
     """The `rankdyn._run._memory.MemoryEstimate` of a random-model run (the starting tokens, the
-    chunk's tangent working set, the exponents); tests/test_lyapunov_memory.py checks it against
-    the peak RSS."""
+    chunk's tangent working set, the exponents): its plan's (`LyapunovPlan.memory`, what
+    ``lyapunov_spectrum`` checks); tests/test_lyapunov_memory.py checks it against the peak RSS."""
     import jax
     import jax.numpy as jnp
 
-    from .._lyapunov._budget import TOKEN_COPIES, default_chunk, tangent_memory
-    from .._lyapunov._plan import make_plan
+    from .._lyapunov._budget import TOKEN_COPIES
+    from .._lyapunov._plan import LyapunovPlan
 
     itemsize = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)).itemsize
-    m, devices = args.n * args.d, sharding_devices(args)
-    chunk = default_chunk(args.batch, m, k, itemsize, devices) if args.chunk is None else args.chunk
-    records = len(make_plan(args.num_layers, args.discard, args.qr_every).records)
+    plan = LyapunovPlan(
+        args.num_layers, None, k, args.discard, args.qr_every, args.chunk, what="num_layers", flags=True
+    )
     # The drawn tokens and their copies, as `lyapunov_spectrum` holds them.
-    starts = {"starting tokens": TOKEN_COPIES * args.batch * m * itemsize}
-    scores = args.heads * args.n * args.n
-    return tangent_memory(args.batch, chunk, m, k, itemsize, records, devices, scores=scores, extra=starts)
+    return plan.memory(
+        args.batch, args.n, args.d, args.heads, itemsize, sharding_devices(args), starts=TOKEN_COPIES
+    )
 
 
 def _check_memory_before_drawing(args, k: int) -> None:
@@ -205,7 +182,7 @@ def _checkpoint_model(args):
     scheme = scheme_of(args, given)  # --placement, --ln, ...: the trained block re-normalised
     check_nonnegative(args, "num_layers", "batch", minimum=1)
     # Every check that needs no weights first (a refusal loads neither JAX nor the model).
-    check_schedule(args, args.num_layers if "num_layers" in given else None)
+    lyapunov_plan(args, args.num_layers if "num_layers" in given else None, None)
     count_excerpts_before_loading(args, given)
     from .._trained._stack import load_checkpoint  # JAX loads only now
     from ..lyapunov import spectrum_dim

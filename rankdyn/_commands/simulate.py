@@ -6,19 +6,14 @@ Flag names are a contract (issue "rankdyn core"): other commands and external ch
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from .._errors import UsageError
 from .._observe._tolerances import RANK_METRICS, RANK_TOL
 from ._checkpoint import add_checkpoint_flags, checkpoint_requested
-from ._checks import (
-    check_nonnegative,
-    check_out_dir,
-    check_positive,
-    check_rank_tol_read,
-    model_config,
-    model_flags,
-)
+from ._checks import check_out_dir, check_plan_memory, check_rank_tol_read, model_config, model_flags
 from ._devices import add_devices_flag, sharding_devices
 from ._table import LineHelpFormatter, metrics_help, print_table, print_written
 
@@ -118,44 +113,55 @@ def check_model_args(args):
 def check_run_args(args, config):
     """Every simulate flag, the memory estimate and the output folder, before any compute.
 
+    The run's checks live in its `SimulatePlan` (`rankdyn._run._plan`), built here before JAX
+    loads; only the command line's own (metric names to plot, ``--rank-tol`` with metrics that
+    ignore it, the output folder) are made here.
+
     Returns:
-        ``(metric names, estimated peak bytes)``.
+        ``(metric names, estimated peak bytes, plan)``.
     """
     from .._observe._names import parse_metrics
+    from .._run._plan import SimulatePlan
     from ._table import plot_names
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
-    if args.chunk is not None and args.chunk < 1:
-        raise UsageError(
-            f"--chunk must be a positive number of trajectories, got {args.chunk}; e.g. --chunk 1024."
-        )
-    check_nonnegative(args, "num_layers")
-    check_nonnegative(args, "batch", "save_every", minimum=1)
-    if args.num_layers % args.save_every:
-        raise UsageError(
-            f"--num-layers {args.num_layers} is not a multiple of --save-every {args.save_every}; "
-            "choose a divisor of --num-layers."
-        )
-    check_positive(args, "rank_tol")
-    if (
-        args.rank_tol is not None and not args.rank_tol < 1
-    ):  # relative to sigma_max: 1 or more counts no singular value
-        raise UsageError(f"--rank-tol {args.rank_tol}: expected a number in (0, 1), e.g. --rank-tol 1e-6.")
+    plan = SimulatePlan.from_config(
+        config,
+        itemsize=run_itemsize(args),
+        batch=args.batch,
+        num_layers=args.num_layers,
+        save_every=args.save_every,
+        rank_tol=RANK_TOL if args.rank_tol is None else args.rank_tol,
+        chunk=args.chunk,
+        metrics=names,
+        per_trajectory=args.per_trajectory,
+    )
     check_rank_tol_read(args, names)
-    args.rank_tol = RANK_TOL if args.rank_tol is None else args.rank_tol  # recorded as used
+    args.rank_tol = plan.rank_tol  # recorded as used
     check_out_dir(args.out)
     # The estimate asks JAX for its backend: every refusal above answers before JAX loads.
-    est = _check_memory(args, config, names)
-    if args.batch >= 2**31:  # trajectory i's key and tokens come from fold_in(key, i) with 32-bit i
-        raise UsageError(
-            f"--batch {args.batch} is beyond the 2^31 trajectory indices of one run; split it into "
-            "runs with different --seed values."
-        )
-    return names, est
+    est = check_plan_memory(
+        plan,
+        what=f"--n {args.n} --d {args.d} --batch {args.batch} --num-layers {args.num_layers}",
+        fixes=_MEMORY_FIXES,
+    )
+    plan.check_indices()
+    return names, est, plan
 
 
-#: The flags that shrink each part of the depth scan's estimate (`rankdyn._run._sizing.estimate_parts`).
+def run_itemsize(args) -> int:
+    """Bytes per number of the run, without loading JAX: 8 when it will compute in float64
+    (``--x64``, ``JAX_ENABLE_X64`` set, or JAX already loaded with x64 by an in-process caller),
+    else 4."""
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        return 8 if args.x64 or jax.config.jax_enable_x64 else 4
+    env = os.environ.get("JAX_ENABLE_X64", "").strip().lower()
+    return 8 if args.x64 or env in ("1", "true", "t", "yes", "y", "on") else 4
+
+
+#: The flags that shrink each part of the depth scan's estimate (`SimulatePlan.memory`).
 _MEMORY_FIXES = {
     "working set of one chunk": "lower --n, --d or --heads, or use a smaller --chunk.",
     "per-layer metrics": (
@@ -163,49 +169,6 @@ _MEMORY_FIXES = {
     ),
     "weights": "drop --per-layer-weights, or lower --num-layers or --d.",
 }
-
-
-def _check_memory(args, config, names) -> int:
-    """Refuse a run that cannot fit, from the depth scan's estimate (streamed or per trajectory)."""
-    import jax
-
-    from .._model._blocked import resolve_attention, score_entries
-    from .._run._memory import MemoryEstimate, check_memory
-    from .._run._sizing import auto_chunk, estimate_parts
-
-    item = 8 if args.x64 else 4
-    path = resolve_attention(
-        config.attention, args.n, attn_dropout=config.attn_dropout, fixed_attention=False, logit_bias=False
-    )
-    chunk = min(args.chunk or auto_chunk(args.batch, args.n, args.d, item, jax.default_backend()), args.batch)
-    parts = estimate_parts(
-        num=args.batch,
-        chunk=chunk,
-        n=args.n,
-        d=args.d,
-        heads=args.heads,
-        itemsize=item,
-        num_saved=args.num_layers // args.save_every + 1,
-        num_metrics=len(names),
-        per_trajectory=args.per_trajectory,
-        save_states=False,
-        score_entries=score_entries(path, args.n, args.d // args.heads),
-        metric_names=names,
-    )
-    weights = (
-        (config.num_layers or 1)
-        * (4 + 2 * (config.resolved()["mlp_ratio"] if args.mlp else 0))
-        * args.d
-        * args.d
-        * item
-    )
-    est = MemoryEstimate(parts | {"weights": int(weights)})
-    check_memory(
-        est,
-        fix=_MEMORY_FIXES[est.largest],
-        what=f"--n {args.n} --d {args.d} --batch {args.batch} --num-layers {args.num_layers}",
-    )
-    return est.total
 
 
 def run(args) -> int:
@@ -217,7 +180,7 @@ def run(args) -> int:
 
     config = check_model_args(args)
     metrics_note = default_metrics(args, args.n >= LONG_CONTEXT_N)  # said after the refusals
-    names, est = check_run_args(args, config)
+    names, est, plan = check_run_args(args, config)
     if args.attention_sinks and config.has_dropout:
         raise UsageError(
             "--attention-sinks measures the eval-mode map: drop --attn-dropout / --hidden-dropout."
@@ -253,6 +216,7 @@ def run(args) -> int:
             key=k_drop if config.has_dropout else None,
             progress=not args.no_progress,
             devices=sharding_devices(args),
+            plan=plan,
         )
         jax.block_until_ready(traj.summary)
 

@@ -22,7 +22,6 @@ from .._model._layer import SelfAttentionLayer
 from .._results import RESULTS
 from .._run._interrupt import check_interrupt
 from .._run._progress import progress_bar
-from . import DS_DIVISOR, DS_MIN_RATIO, step_resolution
 from ._arclength import (
     LayerFamily,
     Newton,
@@ -39,6 +38,7 @@ from ._bifurcations import Step, below_resolution, locate_turn
 from ._branch import Branch, branch_status
 from ._maps import MapFamily, check_map_start, check_period
 from ._quotient import commuting_rotations
+from ._steps import ContinuationPlan
 
 __all__ = ["continue_branch"]
 
@@ -127,30 +127,10 @@ def continue_branch(
             range.
     """
     period = check_period(period)
-    try:
-        p0, p1 = float(p_start), float(p_end)
-    except (TypeError, ValueError):
-        raise UsageError(f"p_start and p_end must be real numbers, got {p_start!r} and {p_end!r}.") from None
-    if not (math.isfinite(p0) and math.isfinite(p1)):
-        raise UsageError(f"p_start and p_end must be finite, got {p0} and {p1}.")
-    if p0 == p1:
-        raise UsageError(f"p_start and p_end are equal ({p0:g}): give an interval to continue over.")
-    span = abs(p1 - p0)
-    ds = span / DS_DIVISOR if ds is None else float(ds)
-    if not (math.isfinite(ds) and ds > 0):
-        raise UsageError(f"ds must be finite and > 0, got {ds}.")
-    ds_min = DS_MIN_RATIO * ds if ds_min is None else float(ds_min)
-    ds_max = 4 * ds if ds_max is None else float(ds_max)
-    if not 0 < ds_min <= ds <= ds_max:
-        raise UsageError(f"need 0 < ds_min <= ds <= ds_max, got {ds_min}, {ds}, {ds_max}.")
-    resolution = step_resolution(p0, p1)
-    if ds_min < resolution:
-        raise UsageError(
-            f"the interval [{min(p0, p1)!r}, {max(p0, p1)!r}] is too narrow to continue over: the smallest "
-            f"step ds_min = {ds_min:.3g} is below float64's resolution of p there ({resolution:.3g}); "
-            "widen the interval (or give a larger ds_min)."
-        )
-    max_steps = check_count(max_steps, "max_steps")
+    steps = ContinuationPlan(p_start, p_end, ds, ds_min, ds_max, max_steps, param=param_name)
+    p0, p1, ds, ds_min, ds_max, max_steps = (
+        steps.p_start, steps.p_end, steps.ds, steps.ds_min, steps.ds_max, steps.max_steps,
+    )  # fmt: skip
     num_multipliers = check_count(num_multipliers, "num_multipliers")
     t = check_count(t, "t", minimum=0)
     stability_tol = check_real(stability_tol, "stability_tol", minimum=0, below=1, what=STABILITY_BAND)

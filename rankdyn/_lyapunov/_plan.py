@@ -22,15 +22,23 @@ Every interval also ends at the discarded transient, at each running record and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import NamedTuple
-
-import jax.numpy as jnp
-import numpy as np
+from typing import Any, NamedTuple
 
 from .._errors import UsageError
+from .._run._plan import check_chunk, check_count, show
 
-__all__ = ["QRPlan", "check_counts", "make_plan", "next_every", "MAX_EVERY", "LOG_COND", "LOG_RANGE"]
+__all__ = [
+    "LyapunovPlan",
+    "QRPlan",
+    "check_counts",
+    "make_plan",
+    "next_every",
+    "MAX_EVERY",
+    "LOG_COND",
+    "LOG_RANGE",
+]
 
 #: Running estimates recorded per run (at most; fewer when there are fewer steps).
 NUM_RECORDS = 16
@@ -61,34 +69,102 @@ class QRPlan(NamedTuple):
     step_size: float = 1.0
 
 
+@dataclasses.dataclass(frozen=True)
+class LyapunovPlan:
+    """A QR run's counts, checked once (no JAX): ``lyapunov_spectrum``, ``lyapunov_spectrum_flow``
+    and ``rankdyn lyapunov`` build one, the command line before JAX loads (``flags=True``: the
+    messages name ``--k``, ``--discard``, ``--qr-every``, ``--chunk``).
+
+    Attributes:
+        num_steps: propagation steps (``what`` names them: ``num_layers``, ``intervals``); None
+            when not known yet (a checkpoint's own depth), which leaves the checks against it
+            to the plan built once it is.
+        dim: the dimension of the state space ($n(d-1)$ on the spheres, else $nd$); None when
+            the model is not known yet (then ``k`` is checked against nothing).
+        k: the exponents computed; None: ``min(default_k, dim)`` (``default_k`` None: all, ``dim``).
+        discard: steps before the accumulation; qr_every: steps between two factorisations, or
+            ``"auto"`` (a string of digits from the command line is read as its integer).
+        chunk: trajectories advanced together (None: `rankdyn._lyapunov._budget.default_chunk`).
+    """
+
+    # Any: the values are checked in __post_init__ (a UsageError naming them), not by annotation.
+    num_steps: Any
+    dim: int | None = None
+    k: Any = None
+    discard: Any = 0
+    qr_every: Any = "auto"
+    chunk: Any = None
+    default_k: int | None = None
+    what: str = "num_steps"
+    flags: bool = False
+
+    def __post_init__(self):
+        f, what = self.flags, self.what
+        every = self.qr_every
+        if f and isinstance(every, str) and every != "auto":
+            every = int(every) if every.strip().lstrip("+").isdigit() else every
+        auto = isinstance(every, str) and every == "auto"
+        if not auto and (not _is_int(every) or every < 1):
+            raise UsageError(f"{show('qr_every', self.qr_every, f)}: expected an integer >= 1 or auto.")
+        object.__setattr__(self, "qr_every", every if auto else int(every))
+        check_chunk(self.chunk, f)
+        if self.dim is not None and (self.k is not None or self.dim < 1):
+            k = self.exponents
+            if not _is_int(k) or not 1 <= k <= self.dim:
+                raise UsageError(
+                    f"{show('k', k, f)}: expected 1 <= k <= {self.dim} (the number of exponents, at most "
+                    f"the dimension of the state space); e.g. {show('k', max(1, min(8, self.dim)), f)}."
+                )
+        if self.num_steps is None:
+            return
+        steps = check_count(what, self.num_steps, 1, f)
+        discard = check_count("discard", self.discard, 0, f)
+        if discard >= steps:
+            raise UsageError(
+                f"{show('discard', discard, f)}: expected 0 <= discard < {show(what, steps, f)}, or "
+                f"nothing is left to average; e.g. {show('discard', steps // 4, f)}."
+            )
+        if not auto and (steps % every or discard % every):
+            raise UsageError(
+                f"{show(what, steps, f)} and {show('discard', discard, f)} must be multiples of "
+                f"{show('qr_every', every, f)}; choose a divisor, or {show('qr_every', 'auto', f)}."
+            )
+
+    @property
+    def exponents(self) -> int:
+        """k, or its default: ``min(default_k, dim)`` (all ``dim`` exponents without a default)."""
+        if self.k is not None:
+            return self.k
+        return self.dim if self.default_k is None else min(self.default_k, self.dim)
+
+    def schedule(self, step_size: float = 1.0) -> "QRPlan":
+        """The `QRPlan` of the run (`make_plan`)."""
+        return make_plan(self.num_steps, self.discard, self.qr_every, step_size)
+
+    def memory(self, num: int, n: int, d: int, heads: int, itemsize: int, devices=None, *, starts: int = 0):
+        """The `MemoryEstimate` of a layer's QR run (`rankdyn._lyapunov._budget.tangent_memory`,
+        what ``lyapunov_spectrum`` checks), for ``num`` trajectories: the chunk's tangent
+        vectors with the attention's ``heads n^2`` score-sized tangents, the exponents and records,
+        and ``starts`` copies of the starting tokens (drawn by a caller that checks first)."""
+        from ._budget import default_chunk, tangent_memory  # JAX loads here
+
+        m, k = n * d, self.exponents
+        chunk = default_chunk(num, m, k, itemsize, devices) if self.chunk is None else self.chunk
+        extra = {"starting tokens": starts * num * m * itemsize} if starts else None
+        records = len(self.schedule().records)
+        return tangent_memory(num, chunk, m, k, itemsize, records, devices, scores=heads * n * n, extra=extra)
+
+
 def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+    import numbers
+
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def check_counts(num_steps, k, dim: int, discard, qr_every, what: str = "num_steps") -> None:
-    """``k``, ``discard``, ``qr_every`` and the depth as the method allows, or a `UsageError`."""
-    if not _is_int(num_steps) or num_steps < 1:
-        raise UsageError(f"{what} must be a positive integer, got {num_steps!r}.")
-    if not _is_int(k) or not 1 <= k <= dim:
-        raise UsageError(
-            f"k (the number of exponents) must be an integer in [1, {dim}] (the dimension of the "
-            f"tangent space), got {k!r}; e.g. k={min(dim, 8)}."
-        )
-    auto = isinstance(qr_every, str) and qr_every == "auto"
-    if not auto and (not _is_int(qr_every) or qr_every < 1):
-        raise UsageError(f"qr_every must be a positive integer or 'auto', got {qr_every!r}; e.g. qr_every=1.")
-    if not _is_int(discard) or discard < 0:
-        raise UsageError(f"discard must be a non-negative integer, got {discard!r}.")
-    if discard >= num_steps:
-        raise UsageError(
-            f"discard={discard} leaves nothing to average: it must be below {what}={num_steps}; "
-            f"e.g. discard={num_steps // 4}."
-        )
-    if not auto and (num_steps % qr_every or discard % qr_every):
-        raise UsageError(
-            f"{what}={num_steps} and discard={discard} must be multiples of qr_every={qr_every}; "
-            "choose a divisor, or qr_every='auto'."
-        )
+def check_counts(num_steps, k, dim: int, discard, qr_every, what: str = "num_steps") -> LyapunovPlan:
+    """``k``, ``discard``, ``qr_every`` and the depth as the method allows (a `LyapunovPlan`), or a
+    `UsageError` naming the argument."""
+    return LyapunovPlan(num_steps, dim, k, discard, qr_every, what=what)
 
 
 def make_plan(num_steps: int, discard: int, qr_every, step_size: float = 1.0) -> QRPlan:
@@ -124,6 +200,8 @@ def next_every(plan: QRPlan, logs, steps, ok, fell_back, every):
         ok: ``(c,)`` the trajectories that count (unflagged).
         fell_back: whether the factorisation fell back to Householder.
     """
+    import jax.numpy as jnp  # traced: the plan's checks above load no JAX
+
     if plan.qr_every:
         return every
     steps = steps.astype(logs.dtype)

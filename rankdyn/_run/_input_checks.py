@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 from .._errors import UsageError
 from .._model._layer import SelfAttentionLayer
 from .._model._tokens import TokenSampler
+from ._plan import check_depth, check_rank_tol
 
 __all__ = ["check_logits", "check_options", "max_norm", "spectral_norm", "strong", "validate_run"]
 
@@ -35,13 +36,7 @@ def strong(v):
 
 def check_options(rank_tol, devices) -> None:
     """``rank_tol`` and ``devices`` as the docstring allows, or a UsageError naming them."""
-    if isinstance(rank_tol, bool) or not isinstance(rank_tol, (int, float, np.integer, np.floating)):
-        raise UsageError(f"rank_tol must be a number in (0, 1), got {rank_tol!r}; e.g. rank_tol=1e-6.")
-    if not (0 < float(rank_tol) < 1):  # NaN fails too: it would count no singular value
-        raise UsageError(
-            f"rank_tol must be in (0, 1) (a tolerance relative to the largest singular value), got "
-            f"{rank_tol!r}; e.g. rank_tol=1e-6."
-        )
+    check_rank_tol(rank_tol)  # the plan's check (`rankdyn._run._plan`), one definition
     ok = (
         devices is None
         or devices == "all"
@@ -149,14 +144,7 @@ def validate_run(layer, x0, num_layers, save_every):
             raise UsageError(f"x0 has an empty batch axis (shape {x0.shape}); pass at least one trajectory.")
         if not isinstance(x0, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x0))):
             raise UsageError("x0 contains NaN or infinite values; pass finite initial tokens.")
-    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 0:
-        raise UsageError(f"num_layers must be a non-negative integer, got {num_layers!r}.")
-    if isinstance(save_every, bool) or not isinstance(save_every, (int, np.integer)) or save_every < 1:
-        raise UsageError(f"save_every must be a positive integer, got {save_every!r}.")
-    if num_layers % save_every:
-        raise UsageError(
-            f"num_layers={num_layers} is not a multiple of save_every={save_every}; choose a divisor."
-        )
+    check_depth(num_layers, save_every)  # the plan's check (`rankdyn._run._plan`), one definition
     if layer.num_layers is not None and not layer.cycle and layer.num_layers < num_layers:
         raise UsageError(
             f"the layer holds per-layer weights for {layer.num_layers} layers but num_layers={num_layers}; "

@@ -19,7 +19,6 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from .._errors import UsageError
-from .._model._blocked import score_entries
 from .._model._layer import SelfAttentionLayer
 from .._model._tokens import TokenSampler
 from .._observe._metric_observer import MetricObserver, check_observer, parse_metrics
@@ -27,10 +26,11 @@ from .._observe._stats import Summary, summarize
 from .._observe._tolerances import RANK_TOL
 from ._autotune import tuned_chunk
 from ._input_checks import check_logits, check_options, strong, validate_run
-from ._memory import MemoryEstimate, check_memory
+from ._memory import check_memory
+from ._plan import SimulatePlan
 from ._scan import run_batch
 from ._sharding import resolve_mesh
-from ._sizing import auto_chunk, estimate_parts
+from ._sizing import auto_chunk
 
 __all__ = ["simulate", "Trajectory"]
 
@@ -113,6 +113,7 @@ def simulate(
     progress: bool = False,
     chunk: int | None = None,
     devices=None,
+    plan: SimulatePlan | None = None,
 ) -> Trajectory:
     r"""Iterate ``layer`` for ``num_layers`` layers from ``x0`` and record metrics.
 
@@ -151,6 +152,11 @@ def simulate(
         devices: spread the chunks over devices (`jax.sharding`, mesh axis ``"batch"``; each
             device runs whole chunks): None (default) runs on the default device; ``"all"``, an
             int k (first k devices), a list of devices or a `rankdyn.sweep.batch_mesh`.
+        plan: the run's `SimulatePlan` (`rankdyn/_run/_plan.py`) when its caller built it beforehand
+            (the command line builds it before JAX loads, and refuses from it); it must describe
+            this run (the same sizes, options, attention path and block as the layer's), and its
+            memory estimate (with the weights, when it counts them) is the one checked. None:
+            built here from the arguments.
 
     Returns:
         A `Trajectory`.
@@ -160,7 +166,8 @@ def simulate(
             non-finite or non-float32/64 x0, bad depths, unknown metric names, ``rank_tol``
             outside (0, 1), bad ``devices``, an ``observe`` that does not return a dict of arrays,
             weights whose attention logits can overflow the dtype, a dropout layer without a
-            key, or a run whose estimated memory exceeds the available memory.
+            key, a run whose estimated memory exceeds the available memory, a batch beyond 2^31
+            trajectories drawn by a sampler or with dropout, or a ``plan`` of another run.
     """
     x0 = validate_run(layer, x0, num_layers, save_every)
     check_options(rank_tol, devices)
@@ -182,9 +189,28 @@ def simulate(
     sampler = isinstance(x0, TokenSampler)
     batch_shape = (x0.batch,) if sampler else x0.shape[:-2]
     num = math.prod(batch_shape)
-    mesh = resolve_mesh(devices)
     n, d = layer.num_tokens, layer.dim
     itemsize = x0.dtype.itemsize
+    own = SimulatePlan.for_layer(
+        layer,
+        batch=max(num, 1),
+        itemsize=itemsize,
+        num_layers=num_layers,
+        save_every=save_every,
+        rank_tol=rank_tol,
+        chunk=chunk,
+        metrics=names,
+        per_trajectory=per_trajectory,
+        save_states=save_states,
+    )
+    if plan is None:
+        plan = own
+    elif (why := plan.differs(own) if isinstance(plan, SimulatePlan) else type(plan).__name__) is not None:
+        raise UsageError(
+            f"plan= describes another run ({why}); "
+            "build it with SimulatePlan.for_layer from this layer and these arguments, or pass none."
+        )
+    mesh = resolve_mesh(devices)
     if chunk is None:
         # Trajectories per compiled program, whatever the device count (each device runs whole
         # chunks): the numbers do not depend on how many devices share the batch.
@@ -197,33 +223,16 @@ def simulate(
             chunk = tuned_chunk(
                 layer, observe, flat0, num, num_layers, save_every=save_every, eps=eps, drop_key=drop
             )
-    elif isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
-        raise UsageError(f"chunk must be a positive integer or None, got {chunk!r}.")
     chunk = min(int(chunk), num)
-    num_saved = num_layers // save_every + 1
     if jax.default_backend() == "cpu":
-        parts = estimate_parts(
-            num=num,
-            chunk=chunk,
-            n=n,
-            d=d,
-            heads=layer.num_heads,
-            itemsize=itemsize,
-            num_saved=num_saved,
-            num_metrics=len(names),
-            per_trajectory=per_trajectory,
-            save_states=save_states,
-            score_entries=score_entries(
-                layer.attention_path, n, layer.weights.w_v.shape[-1], layer.block_size
-            ),
-            metric_names=names,
-        )
         check_memory(
-            MemoryEstimate(parts),
+            plan.memory(chunk=chunk),
             what="simulate",
             fix="use a smaller chunk, a larger save_every, "
             "or per_trajectory=False and save_states=False (then only statistics are kept).",
         )
+    if sampler or layer.dropout > 0:  # trajectory i's tokens or key come from fold_in(key, i), i 32-bit
+        plan.check_indices()
     flat = x0 if sampler else x0.reshape((num, n, d))
     stats, (nonfinite, degenerate), per = run_batch(
         layer,

@@ -17,6 +17,7 @@ from .._model._config import ModelConfig, ignored_fields
 from .._model._masks import make_mask
 from .._model._params import PARAMS, RUN_PARAMS, given, range_error, reads
 from .._observe._names import CHEAP_METRICS
+from .._run._plan import check_depth
 
 __all__ = ["SWEEP_PARAMS", "STRUCTURAL", "CHEAP_METRICS", "KEY_ALIASES"]
 
@@ -140,11 +141,8 @@ def _check_cell(p: dict, axes: Mapping) -> None:
     """Checks that involve several parameters of one grid cell (bad combinations): the model's
     through `cell_config`, the recording schedule here."""
     cell_config(p, axes)
-    if p["num_layers"] % p["save_every"]:
-        raise UsageError(
-            f"{_where('num_layers', axes)} = {p['num_layers']} is not a multiple of [fixed] save_every = "
-            f"{p['save_every']}."
-        )
+    # The plan's rule (`rankdyn._run._plan.check_depth`), the keys named as the TOML writes them.
+    check_depth(p["num_layers"], p["save_every"], lambda k, v: f"{_where(k, axes)} = {v!r}")
 
 
 def cell_mask(p: dict) -> np.ndarray:

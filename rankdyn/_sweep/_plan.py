@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 from .._run._memory import MemoryEstimate
 from ._params import STRUCTURAL
@@ -56,12 +57,12 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     """Peak memory of the sweep's largest chunk and of the assembled dataset, per part.
 
     A chunk runs all its cells' trajectories at once (``vmap`` over cells), so its working set
-    is the depth scan's (`rankdyn._run._sizing.estimate_parts`, the estimate `rankdyn.simulate` uses)
+    is the depth scan's (`rankdyn._run._plan.SimulatePlan.memory`, the estimate `rankdyn.simulate` uses)
     for ``cells x batch`` trajectories in one chunk, plus the cells' initial tokens, weights and
     final metrics; the dataset holds ``(mean, std)`` per cell, saved layer and metric (float64).
     """
-    from .._model._blocked import resolve_attention, score_entries
-    from .._run._sizing import estimate_parts  # loads JAX: the flag checks before it do not
+    from .._model._mask_structure import MaskStructure
+    from .._run._plan import SimulatePlan
 
     if itemsize is None:
         import jax
@@ -70,24 +71,27 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     worst: dict[str, int] = {}
     for gi, (g, _) in enumerate(plan.groups):
         traj = plan.chunk_cells[gi] * g["batch"]
-        saved = g["num_layers"] // g["save_every"] + 1
-        # The attention's memory follows the path the group's layers take (n x n only when dense);
-        # d bounds the value width d_v from above.
-        path = resolve_attention(
-            g["attention"], g["n"], attn_dropout=g["attn_dropout"], fixed_attention=False, logit_bias=False
-        )
-        parts = estimate_parts(
-            num=traj,
-            chunk=traj,
-            n=g["n"],
-            d=g["d"],
-            heads=g["heads"],
-            itemsize=itemsize,
-            num_saved=saved,
-            num_metrics=len(cfg.per_layer),
-            per_trajectory=False,
-            save_states=False,
-            score_entries=score_entries(path, g["n"], g["d"]),
+        # The depth scan's plan of one chunk: its attention path and block are the layer's, which
+        # the sweep builds on the complete mask before it sets each cell's mask
+        # (`rankdyn._sweep._program`).
+        parts = dict(
+            SimulatePlan(
+                n=g["n"],
+                d=g["d"],
+                heads=g["heads"],
+                batch=traj,
+                num_layers=g["num_layers"],
+                save_every=g["save_every"],
+                rank_tol=g["rank_tol"],
+                chunk=traj,
+                itemsize=itemsize,
+                metrics=tuple(cfg.per_layer),
+                attention=g["attention"],
+                attn_dropout=g["attn_dropout"],
+                mask=partial(MaskStructure.complete, g["n"]),
+            )
+            .memory()
+            .parts
         )
         weights = g["num_layers"] if g["per_layer_weights"] else 1
         parts["initial tokens of one chunk"] = 2 * traj * g["n"] * g["d"] * itemsize
