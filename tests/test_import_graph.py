@@ -40,6 +40,7 @@ FLOORS = (
             "rankdyn.lyapunov",
             "rankdyn.sweep",
             "rankdyn.meanfield",
+            "rankdyn.plans",
         ),
         False,
     ),

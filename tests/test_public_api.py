@@ -25,6 +25,7 @@ NAMESPACES = (
     "rankdyn.lyapunov",
     "rankdyn.sweep",
     "rankdyn.meanfield",
+    "rankdyn.plans",
     "rankdyn.plotting",
 )
 STORED = pathlib.Path(__file__).with_name("public_api.json")

@@ -152,7 +152,7 @@ def simulate(
         devices: spread the chunks over devices (`jax.sharding`, mesh axis ``"batch"``; each
             device runs whole chunks): None (default) runs on the default device; ``"all"``, an
             int k (first k devices), a list of devices or a `rankdyn.sweep.batch_mesh`.
-        plan: the run's `SimulatePlan` (`rankdyn/_run/_plan.py`) when its caller built it beforehand
+        plan: the run's `rankdyn.plans.SimulatePlan` when its caller built it beforehand
             (the command line builds it before JAX loads, and refuses from it); it must describe
             this run (the same sizes, options, attention path and block as the layer's), and its
             memory estimate (with the weights, when it counts them) is the one checked. None:
