@@ -15,6 +15,7 @@ import pytest
 matplotlib.use("Agg")
 import figure_measured  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+from figure_rules import check_convention  # noqa: E402
 
 from rankdyn import plotting  # noqa: E402
 from rankdyn._plotting._style import tidy_log_ticks  # noqa: E402
@@ -335,6 +336,7 @@ def check_figure(fig, name: str) -> None:
     check_errorbars_not_clipped(fig, name)
     check_colorbars(fig, name)
     check_legend_matches(fig, name)
+    check_convention(fig, name)  # docs/figures.md: log ticks, model names, dashes, round-off band
     legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
     extra = legends + ([fig._suptitle] if fig._suptitle is not None else [])
     for artist in extra:
