@@ -62,6 +62,17 @@ def test_normalisation_speed_shades_its_floors_names_the_model_and_the_coincidin
     plt.close(fig)
 
 
+def test_normalisation_speed_names_the_checkpoint_by_its_name(monkeypatch):
+    # Old: "bert model.zip", the architecture and the file of the installed all-MiniLM-L6-v2.
+    import rankdyn._trained._installed as I
+    from rankdyn._reproduce.flow.normalisation_speed import checkpoint_title
+
+    ckpt = NS(path="/cache/rankdyn/minilm/model.zip", arch="bert", num_layers=6, sha256="53aa51172d14" * 5)
+    monkeypatch.setattr(I, "known_model_name", lambda path: I.MODEL_NAMES["minilm"])  # installed
+    title = checkpoint_title(ckpt)
+    assert title.startswith("all-MiniLM-L6-v2 (bert, 6 layers") and R.FILE_LIKE.search(title) is None, title
+
+
 @pytest.mark.parametrize("target", ["masks_collapse", "layernorm_orthogonal"])
 def test_rate_plots_draw_not_testable_apart_from_passes(target, tmp_path):
     # Old: a fitted point whose bound is vacuous ("not testable") was the same blue dot as a pass.

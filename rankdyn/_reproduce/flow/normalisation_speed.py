@@ -211,11 +211,16 @@ def _checkpoint(sz: dict):
         traj = simulate(ckpt.layers(n, placement=s, **kw), x0, sz["ckpt_depth"], save_states=True)
         curves[s] = np.median(spread(np.asarray(traj.states)), axis=0)
         final[s] = float(curves[s][-1])
+    return final, curves, checkpoint_title(ckpt)
+
+
+def checkpoint_title(ckpt) -> str:
+    """The checkpoint's panel title: the model by its name when it is a known checkpoint (not its
+    file: "bert model.zip"), its architecture, depth and sha256 prefix (docs/figures.md)."""
     from ..._trained._installed import known_model_name
 
-    # The model by its name (a known checkpoint's), not its file ("bert model.zip").
     name = known_model_name(ckpt.path) or Path(ckpt.path).name
-    return final, curves, f"{name} ({ckpt.arch}, {ckpt.num_layers} layers, sha256 {ckpt.sha256[:12]})"
+    return f"{name} ({ckpt.arch}, {ckpt.num_layers} layers, sha256 {ckpt.sha256[:12]})"
 
 
 def compute(sz: dict, seed: int) -> NormalisationSpeedMeasured:
