@@ -198,6 +198,16 @@ def test_attention_sinks_cli_title_names_model_n_and_text(monkeypatch):
     plt.close(fig)
 
 
+def test_attention_sinks_target_title_names_model_n_and_text(tmp_path):
+    # Old: the model and its sha256 alone; the excerpts' n and their text were not said.
+    module, m = figure_measured.attention_sinks()
+    fig = _render(module, m, tmp_path)[0]["attention_sinks.png"]
+    title = fig.get_suptitle()
+    assert m.run.model["name"] in title and f"n = {m.run.n}" in title and m.run.corpus["name"] in title
+    check_figure_kept(fig, "attention_sinks")
+    plt.close(fig)
+
+
 def test_every_rule_fails_on_the_figure_it_targets():
     # Each rule on a figure drawn the way the issue's figure was.
     fig, ax = plt.subplots()  # one tick on a narrow log axis
