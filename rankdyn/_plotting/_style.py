@@ -14,6 +14,7 @@ r"""The shared figure rules of rankdyn: one place for what every plot must obey.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import numpy as np
@@ -245,7 +246,7 @@ def tidy_log_ticks(fig) -> None:
             if lo > 0 and len(_in_view(axis.get_major_locator().tick_values(lo, hi), lo, hi)) < MIN_LOG_TICKS:
                 # Too few decades or digits in view to read the scale (100..130 shows "100" alone;
                 # 0.015..2 shows 0.1 and 1): plain numbers at a few round values instead.
-                axis.set_major_locator(_FewTicks())
+                axis.set_major_locator(_few_ticks_locator()())
                 axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
             axis.set_minor_formatter(NullFormatter())
 
@@ -260,31 +261,22 @@ def _in_view(ticks, lo: float, hi: float) -> np.ndarray:
     return t[(t >= lo - tol) & (t <= hi + tol)]
 
 
+@functools.cache
 def _few_ticks_locator():
+    """The `Locator` class of `_few_ticks` (made on first use: matplotlib is imported lazily)."""
     from matplotlib.ticker import Locator
 
     class FewTicks(Locator):
         """`_few_ticks` of the axis's view when drawn (limits set later keep at least three)."""
 
         def __call__(self):
-            lo, hi = sorted(self.axis.get_view_interval())
-            return self.tick_values(lo, hi)
+            return self.tick_values(*self.axis.get_view_interval())
 
         def tick_values(self, vmin, vmax):
             lo, hi = sorted((vmin, vmax))
             return _few_ticks(lo, hi) if lo > 0 else []
 
     return FewTicks
-
-
-def _FewTicks():  # noqa: N802 (a class made on first use: matplotlib is imported lazily)
-    global _FEW_TICKS
-    if _FEW_TICKS is None:
-        _FEW_TICKS = _few_ticks_locator()
-    return _FEW_TICKS()
-
-
-_FEW_TICKS = None
 
 
 def _few_ticks(lo: float, hi: float) -> list[float]:
