@@ -128,7 +128,8 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
                 s_: dict(ls="-" if s_ else "--", lw=5.0, alpha=0.35, zorder=1, marker="o", ms=3)
                 for s_ in (True, False)
             }
-            label = f"{label} (on the curve of {under})"
+            same = label == under  # one family's two ends, labelled alike
+            label = f"{label} ({'the same curve from its other end' if same else f'on the curve of {under}'})"
         runs = _runs(p, y, stable, cuts)
         for px, py, solid in runs:
             ax.plot(px, py, color=color, **style[solid])
