@@ -144,6 +144,9 @@ def test_attention_sinks_title_clears_the_y_labels(tmp_path):
     assert set(figs) == {"attention_sinks.png"}
     fig = figs["attention_sinks.png"]
     check_figure_kept(fig, "attention_sinks")  # the title clear of every label (check_figure)
+    # The model by its name, the excerpts' n and their text (docs/figures.md).
+    title = fig.get_suptitle()
+    assert m.run.model["name"] in title and f"n = {m.run.n}" in title and m.run.corpus["name"] in title
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     top = fig._suptitle.get_window_extent(r)

@@ -15,6 +15,7 @@ import pytest
 matplotlib.use("Agg")
 import figure_measured  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+from figure_rules import check_convention, check_not_testable_distinct  # noqa: E402
 
 from rankdyn import plotting  # noqa: E402
 from rankdyn._plotting._style import tidy_log_ticks  # noqa: E402
@@ -335,6 +336,7 @@ def check_figure(fig, name: str) -> None:
     check_errorbars_not_clipped(fig, name)
     check_colorbars(fig, name)
     check_legend_matches(fig, name)
+    check_convention(fig, name)  # docs/figures.md: log ticks, model names, dashes, round-off band
     legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
     extra = legends + ([fig._suptitle] if fig._suptitle is not None else [])
     for artist in extra:
@@ -430,6 +432,8 @@ CHECKED_ROUND4 = (
     "pretrained-ablation",
     "attention-sinks",
 )
+#: ... and those whose every figure a test of tests/test_figure_convention.py renders and checks.
+CHECKED_CONVENTION = ("long-context-radius", "normalisation-speed", "layernorm-orthogonal")
 SLOW_RENDERS = ("masks-collapse", "geometry", "layernorm-orthogonal", "depth-table", "pretrained-temperature")
 
 
@@ -445,7 +449,7 @@ def test_every_target_has_a_synthetic_result():
     [
         pytest.param(t.name, marks=pytest.mark.slow) if t.name in SLOW_RENDERS else t.name
         for t in REGISTRY
-        if t.name not in CHECKED_BELOW + CHECKED_ROUND4
+        if t.name not in CHECKED_BELOW + CHECKED_ROUND4 + CHECKED_CONVENTION
     ],
 )
 def test_every_target_renders_printable_figures(target, tmp_path):
@@ -481,6 +485,8 @@ def test_undirected_draws_the_certified_equilibria_beside_the_searches(tmp_path)
     at_zero = [c for c in search.containers if np.asarray(c.lines[0].get_ydata(), float).tolist() == [0.0]]
     assert len(at_zero) >= 2 * len(zeros), "every share of 0 (held-out and basin) drawn at 0"
     assert search.get_yscale() == "linear" and search.get_ylim()[0] < 0 < search.get_ylim()[1]
+    # Every undirected-mask equilibrium here is a stored certificate: the figure says so.
+    assert "stored certificates" in " ".join(t.get_text() for t in ratio.texts)
     check_figure_kept(fig, "undirected")  # the legend matches what is drawn, among the rest
     plt.close(fig)
 
@@ -543,6 +549,9 @@ def test_rates_figure_draws_bounds_of_one_below_the_axis_with_their_value(tmp_pa
         v = m.per_mask[k]
         want = v.log10_eps_pow_r - np.log10(v.radius)  # 1 - (1 - x)^(1/r) = x / r for x ~ 1e-41
         assert any(f"e{int(np.floor(want))}" in t for t in written), (k, written)
+    # A vacuous bound's fitted point is drawn "not testable", not as a pass (docs/figures.md).
+    untestable = [k for k, v in m.per_mask.items() if not module._bound_check(k, v).testable]
+    check_not_testable_distinct(fig, sum(m.per_mask[k].fitted_rate < 1 for k in untestable), "masks_collapse")
     check_figure_kept(fig, "masks_collapse_rates")
     plt.close(fig)
 

@@ -95,7 +95,8 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    seen, labelled, crits = set(), set(), set()
+    seen, crits, spots = set(), set(), {}
+    drawn = []  # (label, p, y) of the branches drawn so far, to find a branch hidden under another
     for i, b in enumerate(branches):
         p = np.asarray(_get(b, "params"), dtype=float)
         pts = np.asarray(_get(b, "points"))
@@ -105,9 +106,8 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
         stable = np.asarray(_get(b, "stable"), dtype=bool)
         color = colors[i % len(colors)]
         label = labels[i] if labels is not None else f"branch {i}"
-        # One segment per pair of points: solid where both ends are stable, dashed otherwise; a
-        # segment whose stability changes is cut at the located bifurcation in it, so the change
-        # is drawn where it happens, not at the next branch point.
+        under = next((lab for lab, q, z in drawn if _on_curve(p, y, q, z)), None)
+        drawn.append((label, p, y))
         cuts = {}
         for bif in _get(b, "bifurcations"):
             if _get(bif, "located") and 0 <= int(_get(bif, "step")) < len(p) - 1:
@@ -116,18 +116,28 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
                     float(_get(bif, "param")),
                     bp[0] if on_map else equilibrium_measure(bp, measure),
                 )
-        for j in range(len(p) - 1):
-            if stable[j] != stable[j + 1] and j in cuts:
-                pc, yc = cuts[j]
-                pieces = [
-                    ([p[j], pc], [y[j], yc], stable[j]),
-                    ([pc, p[j + 1]], [yc, y[j + 1]], stable[j + 1]),
-                ]
-            else:
-                pieces = [(p[j : j + 2], y[j : j + 2], stable[j] and stable[j + 1])]
-            for px, py, solid in pieces:
-                ax.plot(px, py, color=color, ls="-" if solid else "--", lw=1.8 if solid else 1.2)
-        ax.plot([], [], color=color, label=label)
+        # One line per run of equal stability (solid: stable, dashed: unstable), not one per
+        # segment: a segment of its own restarts the dash pattern, so a dense unstable branch
+        # would read as solid. A run ends at the located bifurcation where stability changes.
+        if under is None:
+            style = {True: dict(ls="-", lw=1.8), False: dict(ls="--", lw=1.2)}
+        else:
+            # The same curve as a branch drawn before (the other end of one fold's two sheets):
+            # drawn wide and pale under it, with its points marked, so it is not hidden.
+            style = {
+                s_: dict(ls="-" if s_ else "--", lw=5.0, alpha=0.35, zorder=1, marker="o", ms=3)
+                for s_ in (True, False)
+            }
+            same = label == under  # one family's two ends, labelled alike
+            label = f"{label} ({'the same curve from its other end' if same else f'on the curve of {under}'})"
+        runs = _runs(p, y, stable, cuts)
+        for px, py, solid in runs:
+            ax.plot(px, py, color=color, **style[solid])
+        # The legend's key in the branch's own style: solid if any of it is stable, else dashed.
+        key = "-" if any(solid for *_, solid in runs) else "--"
+        ax.plot(
+            [], [], color=color, ls=key, label=label, **({} if under is None else dict(lw=5.0, alpha=0.35))
+        )
         for bif in _get(b, "bifurcations"):
             kind = _get(bif, "kind")
             bp = np.asarray(_get(bif, "point"))
@@ -146,22 +156,22 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
             )
             seen.add(kind)
             crits.add(crit)
-            # Two branches through one bifurcation (both sheets of a fold) label it once.
+            # Branches through one bifurcation (both sheets of a fold) share one label naming each.
             spot = (kind, f"{pb:.4g}", round(float(yb), 2), crit)
-            if spot in labelled:
-                continue
-            labelled.add(spot)
-            ax.annotate(
+            text = (
                 f"{_WORDS[kind]} {pb:.4g}"
                 + ("" if _get(bif, "located") else " (bracket)")
-                + (f" ({crit})" if crit else ""),
-                (pb, yb),
-                textcoords="offset points",
-                xytext=(5, 5),
-                fontsize=8,
+                + (f" ({crit})" if crit else "")
             )
-    ax.plot([], [], color="0.3", ls="-", label="stable")
-    ax.plot([], [], color="0.3", ls="--", label="unstable / marginal")
+            spots.setdefault(spot, (text, pb, yb, []))[3].append(labels[i] if labels is not None else f"{i}")
+    for text, pb, yb, owners in spots.values():
+        many = len(owners) > 1
+        who = (" of branches " if labels is None else " of ") + ", ".join(owners) if many else ""
+        ax.annotate(text + who, (pb, yb), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    if any(ln.get_linestyle() == "-" for ln in ax.get_lines() if len(ln.get_xdata())):
+        ax.plot([], [], color="0.3", ls="-", label="stable")
+    if any(ln.get_linestyle() == "--" for ln in ax.get_lines() if len(ln.get_xdata())):
+        ax.plot([], [], color="0.3", ls="--", label="unstable / marginal")
     for crit in ("supercritical", "subcritical", "degenerate"):
         if crit in crits:
             ax.scatter([], [], marker="o", s=45, facecolors=_FACES[crit], edgecolors="k", label=crit)
@@ -180,15 +190,70 @@ def plot_bifurcation(branches, *, ax=None, measure: str = "projection", labels=N
     return ax
 
 
-def plot_basins_across(scan, *, ax=None, names=None, title=None, xlabel="parameter"):
+def _runs(p, y, stable, cuts):
+    """``(p, y, stable)`` polylines, one per run of equal stability; a run ends at the located
+    bifurcation ``cuts[j] = (p, y)`` inside the segment j where stability changes (else at the
+    segment's end: the change is drawn where it happens, not at the next branch point)."""
+    out, xs, ys, cur = [], [p[0]], [y[0]], bool(stable[0])
+    for j in range(len(p) - 1):
+        nxt = bool(stable[j + 1])
+        if nxt == cur:
+            xs.append(p[j + 1])
+            ys.append(y[j + 1])
+            continue
+        pc, yc = cuts.get(j, (p[j + 1], y[j + 1]))
+        if j in cuts:
+            xs.append(pc)
+            ys.append(yc)
+        else:  # no located point: the segment is drawn as the unstable side
+            if cur:  # stable -> unstable: the segment starts the unstable run
+                out.append((xs, ys, True))
+                xs, ys, cur = [p[j], p[j + 1]], [y[j], y[j + 1]], False
+            else:  # unstable -> stable: the segment ends the unstable run
+                xs.append(p[j + 1])
+                ys.append(y[j + 1])
+                out.append((xs, ys, False))
+                xs, ys, cur = [p[j + 1]], [y[j + 1]], True
+            continue
+        out.append((xs, ys, cur))
+        xs, ys, cur = [pc, p[j + 1]], [yc, y[j + 1]], nxt
+    out.append((xs, ys, cur))
+    return [(np.asarray(a, float), np.asarray(b, float), s) for a, b, s in out if len(a) > 1]
+
+
+def _on_curve(p, y, q, z, tol: float = 5e-3) -> bool:
+    """Whether every point ``(p, y)`` lies on the polyline ``(q, z)`` within ``tol`` of the x and y
+    ranges: a branch hidden under one drawn before it (the same curve, from its other end)."""
+    if len(q) < 2 or len(p) < 2:
+        return False
+    sx = max(np.ptp(np.r_[p, q]), 1e-12)
+    sy = max(np.ptp(np.r_[y, z]), 1e-12)
+    a = np.c_[q[:-1] / sx, z[:-1] / sy]
+    d = np.c_[q[1:] / sx, z[1:] / sy] - a
+    pt = np.c_[p / sx, y / sy]
+    # Distance of each point to each segment of the other polyline.
+    t = np.clip(
+        np.einsum("ksd,sd->ks", pt[:, None, :] - a[None], d) / np.maximum((d * d).sum(1), 1e-300), 0, 1
+    )
+    near = a[None] + t[..., None] * d[None]
+    return bool(np.max(np.min(np.linalg.norm(pt[:, None, :] - near, axis=-1), axis=1)) <= tol)
+
+
+def plot_basins_across(scan, *, ax=None, names=None, title=None, xlabel="parameter", folds=()):
     """Stacked basin fractions of each attractor across the parameter (`rankdyn.theory.basins_across`),
     with the not-settled share on top and each attractor's Wilson 95% interval as error bars.
+
+    The fold the scan is about is marked: an attractor reached by no start at the first values and
+    by some at a later one is born between the last value without it and the first with it (an
+    attractor of a smooth family appears in a fold or a branch point: a grey span, labelled), and
+    each ``folds`` value (located by continuation) is a dotted line.
 
     Arguments:
         scan: a `BasinScan`.
         ax: matplotlib Axes (created when None).
         names: one legend name per attractor (default ``period k, label l``).
         title, xlabel: the title and the x label.
+        folds: ``(value, words)`` pairs: folds located by continuation, drawn as dotted lines.
 
     Returns:
         The Axes.
@@ -197,26 +262,56 @@ def plot_basins_across(scan, *, ax=None, names=None, title=None, xlabel="paramet
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4.5))
+    _mark_births(ax, scan, names, folds)
     p = np.asarray(scan.params)
     order = np.argsort(p)
     labels = names or [f"period {k}, label {v}" for k, v in scan.attractors]
     layers = [scan.fractions[order, i] for i in range(len(scan.attractors))] + [scan.not_settled[order]]
     ax.stackplot(p[order], *layers, labels=list(labels) + ["not settled"], alpha=0.8)
-    base = np.zeros(p.size)
+    base, reach = np.zeros(p.size), 1.0
     for i in range(len(scan.attractors)):
         top = base + scan.fractions[order, i]
         err = np.stack(
             [scan.fractions[order, i] - scan.lo[order, i], scan.hi[order, i] - scan.fractions[order, i]]
         )
         ax.errorbar(p[order], top, yerr=err, fmt="none", ecolor="k", elinewidth=0.6, capsize=1.5)
+        reach = max(reach, float(np.max(top + err[1])))
         base = top
     ax.set_xlabel(xlabel)
     ax.set_ylabel("basin fraction")
-    ax.set_ylim(0, 1)
+    ax.set_ylim(0, reach)  # an interval stacked on a share of 1 reaches past 1: not cut off
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return ax
+
+
+def _mark_births(ax, scan, names, folds) -> None:
+    """`plot_basins_across`'s fold marks: where an attractor is first reached, and given folds."""
+    p = np.asarray(scan.params, float)
+    order = np.argsort(p)
+    p = p[order]
+    for i, (k, v) in enumerate(scan.attractors):
+        f = np.asarray(scan.fractions, float)[order, i]
+        hit = np.flatnonzero(f > 0)
+        if hit.size and hit[0] > 0:  # absent at the first values, then reached: born in between
+            lo, hi = p[hit[0] - 1], p[hit[0]]
+            name = names[i] if names else f"period {k}, label {v}"
+            ax.axvspan(lo, hi, color="0.6", alpha=0.25, lw=0, zorder=3)
+            ax.annotate(
+                f"{name}:\nfirst reached in ({lo:.3g}, {hi:.3g}]\n(born there: a fold or branch point)",
+                (hi, 0.5),
+                xycoords=("data", "axes fraction"),
+                xytext=(-4, 0),
+                textcoords="offset points",
+                ha="right",
+                va="center",
+                fontsize=7,
+                zorder=6,
+                bbox=dict(boxstyle="round", fc="white", ec="0.6", alpha=0.9),
+            )
+    for value, words in folds:
+        ax.axvline(value, color="k", lw=0.9, ls=":", zorder=4, label=words)
 
 
 def _edges(v):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._style import legend_outside
+from ._style import floor_band, legend_outside
 
 
 def plot_radius_collapse(curves, runs, radius, rho, lambda2, w, exponent):
@@ -23,6 +23,8 @@ def plot_radius_collapse(curves, runs, radius, rho, lambda2, w, exponent):
         a.semilogy(t, np.maximum(np.asarray(rel, float), 1e-17), lw=1, label=name, color=f"C{i % 10}")
     a.set_xlabel("layer t")
     a.set_ylabel("mu_t / mu_0")
+    # mu_t / mu_0 is scale-free: the plateaus near 1e-15 are float64's round-off, shaded.
+    floor_band(a, np.float64)
     win = [i for i, x in enumerate(w) if x]
     ns = sorted({name.split()[1] for name in (runs[i] for i in win)})
     dashes = ("-", "--", "-.", (0, (1, 1)))

@@ -279,7 +279,7 @@ def plot_rate_vs_dqk(dqks, rates: dict, *, ax=None, marks=None):
     return ax
 
 
-def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None, log10_gaps=None):
+def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None, log10_gaps=None, testable=None):
     r"""Decay per layer, $1 - \rho$, fitted against the theorem's guarantee $1 - \bar\rho$.
 
     The theorems say $\rho \le \bar\rho$, i.e. the fitted point lies on or above the bound's
@@ -298,6 +298,8 @@ def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None, log10_g
         title: the axes' title.
         log10_gaps: optional $\log_{10}(1 - \bar\rho)$ per case, computed without rounding (for
             the bounds that are 1 in double precision).
+        testable: optional bool per case, whether its check "fitted <= bound" can fail; a case
+            that cannot (a vacuous bound) is drawn as an open grey circle, not as a pass.
 
     Returns:
         The ``Axes``.
@@ -311,7 +313,21 @@ def plot_rates_vs_bounds(labels, fitted, bounds, *, ax=None, title=None, log10_g
     bound_gap = 1.0 - np.asarray(bounds, dtype=float)
     resolved = bound_gap > 1e-16
     ok_fit = np.isfinite(fit_gap) & (fit_gap > 0)
-    ax.plot(x[ok_fit], fit_gap[ok_fit], "o", color="tab:blue", ms=6, label="1 - fitted factor")
+    tested = np.ones(len(labels), bool) if testable is None else np.asarray(testable, bool)
+    ax.plot(
+        x[ok_fit & tested], fit_gap[ok_fit & tested], "o", color="tab:blue", ms=6, label="1 - fitted factor"
+    )
+    if (ok_fit & ~tested).any():  # a check that cannot fail is not a pass (docs/figures.md)
+        ax.plot(
+            x[ok_fit & ~tested],
+            fit_gap[ok_fit & ~tested],
+            "o",
+            mfc="none",
+            mew=1.2,
+            color="0.45",
+            ms=7,
+            label="1 - fitted factor, bound vacuous: not testable",
+        )
     ax.plot(
         x[resolved],
         bound_gap[resolved],

@@ -14,6 +14,7 @@ r"""The shared figure rules of rankdyn: one place for what every plot must obey.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import numpy as np
@@ -36,16 +37,22 @@ def floor_band(ax, dtype, scale: float = 1.0, *, label: bool = True):
     stays out of sight instead of stretching the axis). Returns the floor value.
     """
     top = round_off_floor(dtype, scale)
+    shade_below(ax, top, f"{np.dtype(dtype).name} round-off floor" if label else None)
+    return top
+
+
+def shade_below(ax, top: float, text: str | None = None) -> None:
+    """The floor band of `floor_band` at a given ``top`` (a floor that is not a dtype's round-off:
+    a solver's resolution, a squared quantity's), labelled in place with ``text``."""
     lo, hi = ax.get_ylim()
-    name = np.dtype(dtype).name
     if top > lo:
         ax.axhspan(min(lo, top) / 10, top, color=BAND_COLOR, alpha=0.6, lw=0, zorder=0)
         ax.axhline(top, color="0.55", lw=0.6, ls=":", zorder=0.5)
-        if label:  # labelled in place, not in the legend: every panel with a band says what it is
+        if text:  # labelled in place, not in the legend: every panel with a band says what it is
             ax.text(
                 0.98,
                 top,
-                f"{name} round-off floor",
+                text,
                 transform=ax.get_yaxis_transform(),
                 ha="right",
                 va="top",
@@ -54,7 +61,35 @@ def floor_band(ax, dtype, scale: float = 1.0, *, label: bool = True):
                 zorder=0.6,
             )
     ax.set_ylim(lo, hi)
-    return top
+
+
+def coinciding(curves: dict, *, rtol: float = 0.05) -> list[list[str]]:
+    """Groups of labels whose curves ``{label: (x, y)}`` coincide: the same x and every y within a
+    factor ``1 + rtol`` where both are finite and positive (drawn on top of each other on a log
+    axis). A figure names each group in its panel (docs/figures.md)."""
+    groups: list[list[str]] = []
+    items = [(k, np.asarray(x, float), np.asarray(y, float)) for k, (x, y) in curves.items()]
+    for k, x, y in items:
+        for g in groups:
+            _, x0, y0 = next(it for it in items if it[0] == g[0])
+            if x.shape != x0.shape or not np.array_equal(x, x0):
+                continue
+            ok = np.isfinite(y) & np.isfinite(y0) & (y > 0) & (y0 > 0)
+            if ok.sum() >= 2 and np.all(np.abs(np.log(y[ok] / y0[ok])) <= np.log1p(rtol)):
+                g.append(k)
+                break
+        else:
+            groups.append([k])
+    return [g for g in groups if len(g) > 1]
+
+
+def note_coinciding(ax, curves: dict, *, rtol: float = 0.05) -> list[list[str]]:
+    """Write in ``ax`` which of its ``curves`` coincide (`coinciding`); returns the groups."""
+    groups = coinciding(curves, rtol=rtol)
+    if groups:
+        text = "\n".join(" = ".join(g) for g in groups) + f"\n(curves coincide within {100 * rtol:g}%)"
+        ax.text(0.02, 0.03, text, transform=ax.transAxes, fontsize=6, color="0.25", va="bottom", ha="left")
+    return groups
 
 
 def depth_axis(ax, *, loglog: bool = False, log_y: bool = True) -> None:
@@ -193,7 +228,8 @@ def tidy_log_ticks(fig) -> None:
     """No minor tick labels on base-10 log axes (matplotlib labels minor ticks such as
     "6x10^0" when an axis spans under a decade, which clutters small panels). An axis spanning
     under two decades gets plain-number major ticks instead (1-2-5, or every digit under one
-    decade: 0.6, 0.8, 1, 2), so it still carries numbers."""
+    decade: 0.6, 0.8, 1, 2), so it still carries numbers; one that would still show fewer than
+    `MIN_LOG_TICKS` labels (100..130, or 0.015..2) gets a few round values (`_few_ticks`)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     for ax in fig.axes:
@@ -207,7 +243,57 @@ def tidy_log_ticks(fig) -> None:
                 subs = _log_subs(ax, axis, float(np.log10(hi / lo)), dense=bool(hi / lo < 10))
                 axis.set_major_locator(LogLocator(base=10, subs=subs))
                 axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+            if lo > 0 and len(_in_view(axis.get_major_locator().tick_values(lo, hi), lo, hi)) < MIN_LOG_TICKS:
+                # Too few decades or digits in view to read the scale (100..130 shows "100" alone;
+                # 0.015..2 shows 0.1 and 1): plain numbers at a few round values instead.
+                axis.set_major_locator(_few_ticks_locator()())
+                axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
             axis.set_minor_formatter(NullFormatter())
+
+
+#: The fewest labelled ticks a log axis shows (docs/figures.md): two cannot say it is a log scale.
+MIN_LOG_TICKS = 3
+
+
+def _in_view(ticks, lo: float, hi: float) -> np.ndarray:
+    t = np.asarray(ticks, float)
+    tol = 1e-9 * hi
+    return t[(t >= lo - tol) & (t <= hi + tol)]
+
+
+@functools.cache
+def _few_ticks_locator():
+    """The `Locator` class of `_few_ticks` (made on first use: matplotlib is imported lazily)."""
+    from matplotlib.ticker import Locator
+
+    class FewTicks(Locator):
+        """`_few_ticks` of the axis's view when drawn (limits set later keep at least three)."""
+
+        def __call__(self):
+            return self.tick_values(*self.axis.get_view_interval())
+
+        def tick_values(self, vmin, vmax):
+            lo, hi = sorted((vmin, vmax))
+            return _few_ticks(lo, hi) if lo > 0 else []
+
+    return FewTicks
+
+
+def _few_ticks(lo: float, hi: float) -> list[float]:
+    """At least `MIN_LOG_TICKS` round values in ``[lo, hi]``: the 1-2-5 (then every digit) values
+    of each decade, or, for a range under one step of those, evenly spaced round numbers."""
+    for subs in ((1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)):
+        decades = np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
+        vals = _in_view((10.0 ** decades[:, None] * np.asarray(subs)).ravel(), lo, hi)
+        if len(vals) >= MIN_LOG_TICKS:
+            return vals.tolist()
+    from matplotlib.ticker import MaxNLocator
+
+    for nbins in range(4, 10):
+        vals = _in_view(MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi), lo, hi)
+        if len(vals) >= MIN_LOG_TICKS:
+            break
+    return vals.tolist()
 
 
 #: Plain-number ticks per decade, densest first, with the smallest gap between two (in decades).

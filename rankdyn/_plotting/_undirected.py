@@ -164,6 +164,20 @@ def _certified(ax_ratio, ax_radius, certified) -> None:
     _threshold(ax_radius, 1.0, 0.99, "stable below 1", va="top")
     ax_radius.set_ylabel("interval bound on the spectral radius of DF", fontsize=8)
     ax_radius.set_title("their stability: a bound < 1 proves it (filled: proven)", fontsize=9)
+    undirected = [c for c in certified if c["mask"] != "causal"]
+    if undirected and all(str(c["source"]).startswith("stored") for c in undirected):
+        # The counterexample rests on stored certificates, not on this run's searches: say so.
+        ax_ratio.text(  # between the rank line (1e-3) and the equilibria (above 1e-2)
+            0.98,
+            0.4,
+            "undirected masks: stored certificates only\n"
+            "(re-proven by this run; it certified none of its own)",
+            transform=ax_ratio.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="tab:red",
+        )
     if not certified:
         for ax in (ax_ratio, ax_radius):
             ax.text(0.5, 0.5, "no certified equilibrium in this run", transform=ax.transAxes, ha="center")

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..._observe._tolerances import round_off_floor
 from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check, untestable
 from ._flow_runs import step_limit_check
@@ -99,6 +100,8 @@ class NormalisationSpeedMeasured(Measured):
     checkpoint_final: dict | None
     checkpoint: str | None = None
     curves: dict | None = off_json(default=None)
+    #: The flow's Var floor (`floor`): its panel shades the Var the solver does not resolve.
+    var_floor: float | None = off_json(default=None)
 
 
 def spread(theta) -> np.ndarray:
@@ -208,11 +211,16 @@ def _checkpoint(sz: dict):
         traj = simulate(ckpt.layers(n, placement=s, **kw), x0, sz["ckpt_depth"], save_states=True)
         curves[s] = np.median(spread(np.asarray(traj.states)), axis=0)
         final[s] = float(curves[s][-1])
-    return (
-        final,
-        curves,
-        f"{ckpt.arch} {Path(ckpt.path).name} ({ckpt.num_layers} layers, sha256 {ckpt.sha256[:12]})",
-    )
+    return final, curves, checkpoint_title(ckpt)
+
+
+def checkpoint_title(ckpt) -> str:
+    """The checkpoint's panel title: the model by its name when it is a known checkpoint (not its
+    file: "bert model.zip"), its architecture, depth and sha256 prefix (docs/figures.md)."""
+    from ..._trained._installed import known_model_name
+
+    name = known_model_name(ckpt.path) or Path(ckpt.path).name
+    return f"{name} ({ckpt.arch}, {ckpt.num_layers} layers, sha256 {ckpt.sha256[:12]})"
 
 
 def compute(sz: dict, seed: int) -> NormalisationSpeedMeasured:
@@ -222,7 +230,7 @@ def compute(sz: dict, seed: int) -> NormalisationSpeedMeasured:
     curves = {"flow": (times, flow_curves), "layers": (np.arange(sz["depth"] + 1), layer_curves)}
     if ck_curves is not None:
         curves["checkpoint"] = (np.arange(sz["ckpt_depth"] + 1), ck_curves)
-    return NormalisationSpeedMeasured(rows, hit, final, ck_final, ck_name, curves)
+    return NormalisationSpeedMeasured(rows, hit, final, ck_final, ck_name, curves, floor(sz["d"]))
 
 
 def _ordered(values: dict) -> tuple[bool, str]:
@@ -266,8 +274,17 @@ def render(out: Path, m: NormalisationSpeedMeasured, cs: list[Check], *, quick: 
     labels = {"flow": ("time t", True), "layers": ("depth", False), "checkpoint": ("depth", False)}
     titles = {"flow": "flow, Q=K=V=I", "layers": "random layers, W_V=I", "checkpoint": m.checkpoint or ""}
     panels = {titles[k]: (*labels[k], x, c) for k, (x, c) in (m.curves or {}).items()}
+    # The floors (docs/figures.md): the flow's solver resolves Var to 1000 d atol^2; a float64 stack
+    # resolves a direction to its round-off, so Var (a squared distance) to that floor squared.
+    squared = (round_off_floor(np.float64) ** 2, "float64 round-off floor, squared (Var)")
+    floors = {titles["layers"]: squared, titles["checkpoint"]: squared}
+    if m.var_floor is not None:
+        floors[titles["flow"]] = (m.var_floor, f"solver resolution: 1000 d atol^2 = {m.var_floor:.1g}")
     plot_scheme_spread(
-        panels, title="normalisation schemes: spread of the directions", path=out / "normalisation_speed.png"
+        panels,
+        title="normalisation schemes: spread of the directions",
+        floors=floors,
+        path=out / "normalisation_speed.png",
     )
     failed = [c.name for c in cs if c.testable and not c.passed]
     run = [r.scheme for r in m.flow]

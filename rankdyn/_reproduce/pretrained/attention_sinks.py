@@ -172,7 +172,9 @@ def render(out: Path, m: AttentionSinksMeasured, cs: list[V.Check], *, quick: bo
     from ...plotting import plot_attention_sinks, save_figure
 
     r = m.run
-    fig = plot_attention_sinks(m.stats, title=f"{r.title}: attention on token 0 (the causal centre)")
+    # The model by its name, n and the text (docs/figures.md), then what is drawn.
+    title = f"{r.title}, {r.batch} excerpts x n = {r.n} tokens of {r.corpus['name']}"
+    fig = plot_attention_sinks(m.stats, title=title + "\nattention on token 0 (the causal centre)")
     # What s1 and s2 test: the share of layers at or above the sink threshold.
     fig.axes[0].axhline(SINK_FACTOR, color="C3", lw=0.8, ls=":")
     fig.axes[0].annotate(

@@ -291,6 +291,7 @@ def render(out: Path, m: LayerNormMeasured, cs: list[V.Check], *, quick: bool = 
         title="decay per layer, fitted vs guaranteed by Theorem 2 / Corollary 1",
         # 1 - (1 - x)^(1/(2r)) = x / (2r) (1 + O(x)), x = c eps^(2r): the gap where it is 1 in float64.
         log10_gaps=[v.log10_c_eps_pow_2r - np.log10(max(2 * v.radius, 1)) for v in m.scored.values()],
+        testable=[_bound_check(k, v).testable for k, v in m.scored.items()],
     )
     figs.append(save_figure(ax.figure, out / "layernorm_orthogonal_rates.png"))
     return Rendered(figs, notes(m, cs), table(m))

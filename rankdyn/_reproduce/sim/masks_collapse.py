@@ -323,6 +323,7 @@ def render(out: Path, m: MasksCollapseMeasured, cs: list[V.Check], *, quick: boo
         title="Theorem 1: decay per layer, fitted vs guaranteed by (1-eps^r)^(1/r)",
         # 1 - (1 - x)^(1/r) = x / r (1 + O(x)): the bound's gap where it is 1 in float64 (x < 1e-16).
         log10_gaps=[v.log10_eps_pow_r - np.log10(max(v.radius, 1)) for v in m.per_mask.values()],
+        testable=[_bound_check(k, v).testable for k, v in m.per_mask.items()],
     )
     figs.append(save_figure(ax.figure, out / "masks_collapse_rates.png"))
     figs.append(save_figure(ordering_figure(m), out / "masks_collapse_ordering.png"))
