@@ -19,7 +19,7 @@ time is therefore short, $t = 1 < 1/0.446$, before one e-fold of that growth, an
 e^{\kappa\cos\theta}$, $\kappa = 1$, is far from clustered. The control check makes sure that at
 this $t$ the density has moved by more than the particles' sampling error.
 
-**The rule, fixed before any run.** For each $n$ in ``groups`` (quick: 64, 128, 256 with 64
+**The rule, fixed before any run.** For each $n$ in ``groups`` (quick: 64, 128, 256, 512 with 32
 seeds; full: 256 to 16384 by doubling with 6 seeds), ``seeds`` trajectories start i.i.d. from
 $\rho_0$ (NumPy's von Mises sampler, ``default_rng([seed, n, r])`` for trajectory $r$) and follow
 the flow to $t = 1$ (Tsit5, rtol 1e-9, atol 1e-12). The systems of one group run as one array
@@ -63,10 +63,10 @@ EXPONENT_TOL, CONTROL_FACTOR = 0.1, 3.0
 
 
 def sizes(quick: bool) -> dict:
-    """Quick: n = 64, 128, 256 (one group: one compiled program) with 64 seeds; full: 256 to 16384,
-    one group each, with 6 seeds."""
+    """Quick: n = 64, 128, 256, 512 (one group: one compiled program) with 32 seeds; full: 256 to
+    16384, one group each, with 6 seeds."""
     if quick:
-        return dict(groups=((64, 128, 256),), seeds=64)
+        return dict(groups=((64, 128, 256, 512),), seeds=32)
     return dict(groups=tuple((256 * 2**k,) for k in range(7)), seeds=6)
 
 
