@@ -19,17 +19,17 @@ time is therefore short, $t = 1 < 1/0.446$, before one e-fold of that growth, an
 e^{\kappa\cos\theta}$, $\kappa = 1$, is far from clustered. The control check makes sure that at
 this $t$ the density has moved by more than the particles' sampling error.
 
-**The rule, fixed before any run.** For each $n$ in ``groups`` (quick: 64, 128, 256, 512 with 32
-seeds; full: 256 to 16384 by doubling with 6 seeds), ``seeds`` trajectories start i.i.d. from
-$\rho_0$ (NumPy's von Mises sampler, ``default_rng([seed, n, r])`` for trajectory $r$) and follow
-the flow to $t = 1$ (Tsit5, rtol 1e-9, atol 1e-12). The systems of one group run as one array
-whose mask is block diagonal (one complete block per $n$): under SA each block is exactly its own
-$n$-token system, and the group compiles once. The density solves the same equation
-(``num_modes`` = 96, rtol 1e-10),
-sampled at the midpoints of ``CELLS`` = 4096 cells. $W_1$ on the circle is
-`rankdyn.flow.circle_wasserstein1`. Fit $\log W_1 = p\log n + c$ by least squares over every
-(n, seed) value; its interval is the 2.5-97.5% range of ``BOOTSTRAP`` = 2000 refits with the
-seeds resampled with replacement at each $n$ (NumPy ``default_rng(seed)``).
+**The rule, fixed before any run.** For each $n$ in ``groups`` (quick: 64, 128, 256 together and
+512 alone, with 32 seeds; full: 256 to 16384 by doubling with 6 seeds), ``seeds`` trajectories
+start i.i.d. from $\rho_0$ (NumPy's von Mises sampler, ``default_rng([seed, n, r])`` for
+trajectory $r$) and follow the flow to $t = 1$ (Tsit5, rtol 1e-6, atol 1e-9: the final positions
+move by about 1e-9 from rtol 1e-9's, against a smallest $W_1$ near 0.05). The systems of one group
+run as one array whose mask is block diagonal (one complete block per $n$): under SA each block is
+exactly its own $n$-token system, and the group compiles once. The density solves the same
+equation (``num_modes`` = 96, rtol 1e-10), sampled at the midpoints of ``CELLS`` = 4096 cells.
+$W_1$ on the circle is `rankdyn.flow.circle_wasserstein1`. Fit $\log W_1 = p\log n + c$ by least
+squares over every (n, seed) value; its interval is the 2.5-97.5% range of ``BOOTSTRAP`` = 2000
+refits with the seeds resampled with replacement at each $n$ (NumPy ``default_rng(seed)``).
 
 1. *Rate*: the interval contains $-1/2$ and $|p + 1/2| \le$ ``EXPONENT_TOL`` = 0.1.
 2. *Control*: at the largest $n$, the mean $W_1$ of the particles to $\rho_0$ (the density
@@ -58,15 +58,16 @@ CLAIM = (
 )
 BETA, KAPPA, T, DYNAMICS = 1.0, 1.0, 1.0, "sa"
 NUM_MODES, CELLS, BOOTSTRAP = 96, 4096, 2000
-RTOL, ATOL, PDE_RTOL = 1e-9, 1e-12, 1e-10
+RTOL, ATOL, PDE_RTOL = 1e-6, 1e-9, 1e-10
 EXPONENT_TOL, CONTROL_FACTOR = 0.1, 3.0
 
 
 def sizes(quick: bool) -> dict:
-    """Quick: n = 64, 128, 256, 512 (one group: one compiled program) with 32 seeds; full: 256 to
-    16384, one group each, with 6 seeds."""
+    """Quick: n = 64, 128, 256 side by side and 512 alone (two compiled programs; packed together
+    the block-diagonal mask would cost 2.6 times the separate systems' work) with 32 seeds; full:
+    256 to 16384, one group each, with 6 seeds."""
     if quick:
-        return dict(groups=((64, 128, 256, 512),), seeds=32)
+        return dict(groups=((64, 128, 256), (512,)), seeds=32)
     return dict(groups=tuple((256 * 2**k,) for k in range(7)), seeds=6)
 
 
