@@ -930,6 +930,24 @@ def noisy_transition():
     return T, T.NoisyTransitionMeasured(num_modes=24, cases=cases)
 
 
+def mean_field_limit():
+    from rankdyn._reproduce.flow import mean_field_limit as M
+
+    ns = (64, 128, 256, 512)
+    rng = np.random.default_rng(0)
+    w1 = tuple(tuple(float(v) for v in 1.6 / np.sqrt(n) * np.exp(0.3 * rng.standard_normal(8))) for n in ns)
+    w0 = tuple(tuple(0.26 + 0.2 * v for v in row) for row in w1)
+    p, interval = M.fit_exponent(ns, w1, 0)
+    cells = (np.arange(M.CELLS) + 0.5) * 2 * np.pi / M.CELLS
+    rho0 = M.start_density(cells)
+    rho_t = np.exp(1.8 * np.cos(cells))
+    rho_t /= rho_t.mean() * 2 * np.pi
+    angles = np.mod(rng.vonmises(0.0, 1.8, size=512), 2 * np.pi)
+    return M, M.MeanFieldLimitMeasured(
+        ns, w1, w0, p, interval, "successful", 0.0, (0,), tuple(rho_t), tuple(rho0), tuple(angles)
+    )
+
+
 def equiangular():
     from rankdyn._reproduce.flow import equiangular as E
     from rankdyn.theory import equiangular_cosine, one_layer_cosine, one_layer_limit

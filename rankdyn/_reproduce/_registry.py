@@ -131,6 +131,7 @@ REGISTRY: tuple[Target, ...] = (
     Target("normalisation-speed", _FLOW + "normalisation_speed", float64=True, extended=True),
     Target("noisy-transition", _THEORY + "noisy_transition", float64=True, extended=True),
     Target("equiangular", _FLOW + "equiangular", float64=True, extended=True),
+    Target("mean-field-limit", _FLOW + "mean_field_limit", float64=True, extended=True),
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
