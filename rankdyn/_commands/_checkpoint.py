@@ -20,6 +20,7 @@ from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
 from ._excerpts import (
     DEFAULT_N as _DEFAULT_N,
+    check_files_before_loading,
     check_inputs_before_loading,
     count_excerpts_before_loading,
     excerpts_after_loading,
@@ -233,6 +234,7 @@ def run_checkpoint(args) -> int:
     if args.chunk is not None and args.chunk < 1:
         raise UsageError(f"--chunk must be a positive number of excerpts, got {args.chunk}; e.g. --chunk 64.")
     check_inputs_before_loading(args)
+    check_files_before_loading(args.checkpoint)
     count_excerpts_before_loading(args, given)
     # JAX and the weights load only now: every refusal above answers at once.
     import jax
