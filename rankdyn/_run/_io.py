@@ -290,10 +290,28 @@ def write_json(path, obj) -> Path:
     """
 
     def write(f):
-        json.dump(to_jsonable(obj), f, indent=1)
+        # Arrays are converted one at a time, as the encoder reaches them (``default``): their
+        # Python lists (32 bytes a number) are not all held at once. The text is to_jsonable's.
+        json.dump(_arrays_deferred(obj), f, indent=1, default=to_jsonable)
         f.write("\n")
 
     return atomic_write(path, write, binary=False)
+
+
+def _arrays_deferred(obj):
+    """`to_jsonable` of ``obj``, except that arrays of one or more dimensions are left as they are,
+    for the JSON encoder's ``default`` (`to_jsonable`) to convert when it writes them."""
+    if isinstance(obj, Mapping):
+        return {str(k): _arrays_deferred(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_arrays_deferred(v) for v in obj]
+    if (
+        hasattr(obj, "__array__")
+        and not isinstance(obj, (str, bytes, np.generic, type))
+        and np.ndim(obj) >= 1
+    ):
+        return obj
+    return to_jsonable(obj)
 
 
 class CompileTimer:

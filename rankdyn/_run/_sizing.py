@@ -116,11 +116,22 @@ def depth_piece(layer, chunk: int, num_blocks: int, save_every: int, *, progress
     `layer_flops` at `CPU_FLOPS`), so that a signal is seen within seconds whatever the depth.
 
     Pieces do not change the numbers (the same layers in the same order); each distinct piece
-    length is one more compiled program, so a run estimated under `PIECE_SECONDS` stays whole.
+    length is one more compiled program, so a run estimated under `PIECE_SECONDS` stays whole,
+    and a cut depth takes pieces of one length where a divisor of it lies within a factor 2 of
+    the longest piece allowed (`even_piece`): a shorter last piece was a third program, whose
+    compile added tens of MiB to the peak memory of a deep run.
     """
     blocks = max(num_blocks, 1)
     pieces = PROGRESS_PIECES if progress else 1
     if cpu:
         seconds = layer_flops(layer) * chunk * save_every * blocks / CPU_FLOPS
         pieces = max(pieces, min(blocks, math.ceil(seconds / PIECE_SECONDS)))
-    return max(1, math.ceil(blocks / pieces))
+    return even_piece(blocks, max(1, math.ceil(blocks / pieces)))
+
+
+def even_piece(blocks: int, longest: int) -> int:
+    """The longest piece of at most ``longest`` blocks (and at least half of it) that divides
+    ``blocks``; ``longest`` itself if none does (a prime depth: the last piece is shorter)."""
+    if blocks % longest == 0:
+        return longest
+    return next((p for p in range(longest, (longest + 1) // 2 - 1, -1) if blocks % p == 0), longest)
