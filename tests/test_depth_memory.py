@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import jax.random as jr
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_depth_pieces_give_the_same_bits_as_one_piece(monkeypatch):
     """12 layers in one piece, in pieces of 4 (an even cut: `even_piece` of 5), and with a
     progress bar: the statistics are the same bits."""
-    from rankdyn._run import _sizing
+    from rankdyn._run import _fold, _sizing
     from rankdyn._run._simulate import simulate
 
     layer = rd.make_layer(jr.key(0), n=4, d=4, mask="causal", placement="post", value="orthogonal", qk="bert")
@@ -37,9 +38,14 @@ def test_depth_pieces_give_the_same_bits_as_one_piece(monkeypatch):
     )
     cut = simulate(layer, x0, 12, metrics="mu,min_cos,stable_rank", progress=False)
     assert pieces == [4], pieces
-    for a, b in zip(whole.summary.to_dict().values(), cut.summary.to_dict().values()):
-        for stat in a:
-            np.testing.assert_array_equal(a[stat], b[stat])
+    # Fold groups cut too: room for 5 records of the chunk (even_piece: groups of 4, or 3 in pieces of 4).
+    monkeypatch.undo()
+    monkeypatch.setitem(_fold.FOLD_BYTES, jax.default_backend(), 5 * 8 * (4 * 4 + 1))
+    grouped = simulate(layer, x0, 12, metrics="mu,min_cos,stable_rank", progress=False)
+    for other in (cut, grouped):
+        for a, b in zip(whole.summary.to_dict().values(), other.summary.to_dict().values()):
+            for stat in a:
+                np.testing.assert_array_equal(a[stat], b[stat])
 
 
 #: The issue's command (n = d = 16, causal, post-LN, orthogonal W_V, BERT-like W_Q W_K) at a batch

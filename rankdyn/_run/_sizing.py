@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from .._observe._metrics import COS_BLOCK, COS_BLOCKED_MIN
-from ._fold import group_records
+from ._fold import even_piece, group_records
 
 __all__ = ["auto_chunk", "depth_piece", "estimate_parts", "layer_flops", "metric_entries"]
 
@@ -127,11 +127,3 @@ def depth_piece(layer, chunk: int, num_blocks: int, save_every: int, *, progress
         seconds = layer_flops(layer) * chunk * save_every * blocks / CPU_FLOPS
         pieces = max(pieces, min(blocks, math.ceil(seconds / PIECE_SECONDS)))
     return even_piece(blocks, max(1, math.ceil(blocks / pieces)))
-
-
-def even_piece(blocks: int, longest: int) -> int:
-    """The longest piece of at most ``longest`` blocks (and at least half of it) that divides
-    ``blocks``; ``longest`` itself if none does (a prime depth: the last piece is shorter)."""
-    if blocks % longest == 0:
-        return longest
-    return next((p for p in range(longest, (longest + 1) // 2 - 1, -1) if blocks % p == 0), longest)
