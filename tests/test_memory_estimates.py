@@ -1,0 +1,38 @@
+"""Issue 54, item 1, "a test, not a promise": the memory estimate a command records against the
+peak RSS of the same command.
+
+For a configuration whose estimate is 1-4 GB, the estimate must lie within 0.7x to 1.5x of the
+peak RSS above that of the same command at 1/8 of the size (a small run is mostly the import and
+the compile). The estimate is the one the command line computed and recorded with its result
+(``memory_estimate_bytes`` in ``metrics.json``), whatever function computes it. The Lyapunov
+estimates are checked the same way in tests/test_lyapunov_memory.py.
+"""
+
+import json
+import os
+
+import pytest
+from helpers import own_compiles
+from test_depth_memory import ROOT, peak_rss
+
+#: simulate, dense attention, the size being the chunk of trajectories: one configuration whose
+#: working set is mostly the n^2 scores, one whose working set is mostly token-sized buffers.
+SIMULATE = {
+    "scores": "simulate --n 512 --d 64 --num-layers 2 --metrics mu --devices 1 --no-progress".split(),
+    "tokens": "simulate --n 72 --d 1024 --num-layers 2 --metrics mu --devices 1 --no-progress".split(),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SIMULATE)
+def test_simulate_dense_estimate_matches_the_peak_rss(name, tmp_path):
+    env = own_compiles(dict(os.environ, PYTHONPATH=str(ROOT), JAX_ENABLE_X64="0"))
+    peaks, estimates = {}, {}
+    for size in (512, 64):
+        out = tmp_path / str(size)
+        argv = [*SIMULATE[name], "--batch", str(size), "--chunk", str(size), "--out", str(out)]
+        peaks[size] = peak_rss(argv, env)
+        estimates[size] = json.loads((out / "metrics.json").read_text())["memory_estimate_bytes"]
+    est, grown = estimates[512], peaks[512] - peaks[64]
+    assert 1e9 <= est <= 4e9, est
+    assert 0.7 <= est / grown <= 1.5, (est / 2**20, grown / 2**20, {k: v / 2**20 for k, v in peaks.items()})
