@@ -36,3 +36,29 @@ def test_simulate_dense_estimate_matches_the_peak_rss(name, tmp_path):
     est, grown = estimates[512], peaks[512] - peaks[64]
     assert 1e9 <= est <= 4e9, est
     assert 0.7 <= est / grown <= 1.5, (est / 2**20, grown / 2**20, {k: v / 2**20 for k, v in peaks.items()})
+
+
+@pytest.mark.slow
+def test_checkpoint_run_estimate_matches_the_peak_rss(tmp_path):
+    """MiniLM (12 heads, d = 384) on 512-token excerpts: 64 excerpts against 8."""
+    import random
+
+    from rankdyn._trained._text import minilm_path
+
+    if minilm_path() is None:
+        pytest.skip("MiniLM is not fetched (rankdyn checkpoints --get minilm)")
+    rng = random.Random(0)
+    words = ["rank", "token", "attention", "layer", "model", "collapse", "mask", "norm", "value", "depth"]
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(rng.choice(words) for _ in range(60_000)))
+    env = own_compiles(dict(os.environ, PYTHONPATH=str(ROOT), JAX_ENABLE_X64="0"))
+    argv = ["simulate", "--checkpoint", "minilm", "--text", str(text), "--n", "512", "--metrics", "mu"]
+    argv += ["--devices", "1", "--no-progress"]
+    peaks, estimates = {}, {}
+    for size in (64, 8):
+        out = tmp_path / str(size)
+        peaks[size] = peak_rss([*argv, "--batch", str(size), "--chunk", str(size), "--out", str(out)], env)
+        estimates[size] = json.loads((out / "metrics.json").read_text())["memory_estimate_bytes"]
+    est, grown = estimates[64], peaks[64] - peaks[8]
+    assert 1e9 <= est <= 4e9, est
+    assert 0.7 <= est / grown <= 1.5, (est / 2**20, grown / 2**20, {k: v / 2**20 for k, v in peaks.items()})
