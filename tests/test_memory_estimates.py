@@ -62,3 +62,26 @@ def test_checkpoint_run_estimate_matches_the_peak_rss(tmp_path):
     est, grown = estimates[64], peaks[64] - peaks[8]
     assert 1e9 <= est <= 4e9, est
     assert 0.7 <= est / grown <= 1.5, (est / 2**20, grown / 2**20, {k: v / 2**20 for k, v in peaks.items()})
+
+
+@pytest.mark.slow
+def test_basins_estimate_matches_the_peak_rss(tmp_path, monkeypatch):
+    """basins: 4 values x 16,000 starts of n = 9, d = 64 against 2,000 starts. The estimate is the
+    one the command checks (`rankdyn._commands.basins._check_memory`), captured in this process."""
+    from rankdyn._commands import basins
+    from rankdyn._run import _memory
+    from rankdyn.cli import build_parser
+
+    argv = "basins --n 9 --d 64 --param w --from 0.5 --to 1.5 --steps 4 --horizon 8 --max-period 4".split()
+    argv += ["--devices", "1"]
+    seen = []
+    monkeypatch.setattr(_memory, "check_memory", lambda est, **kw: seen.append(est.total))
+    basins._check_memory(build_parser().parse_args([*argv, "--starts", "16000"]))
+    est = seen[0]
+    env = own_compiles(dict(os.environ, PYTHONPATH=str(ROOT), JAX_ENABLE_X64="0"))
+    peaks = {
+        s: peak_rss([*argv, "--starts", str(s), "--out", str(tmp_path / str(s))], env) for s in (16000, 2000)
+    }
+    grown = peaks[16000] - peaks[2000]
+    assert 1e9 <= est <= 4e9, est
+    assert 0.7 <= est / grown <= 1.5, (est / 2**20, grown / 2**20, {k: v / 2**20 for k, v in peaks.items()})
