@@ -43,6 +43,40 @@ def test_reproduce_and_checkpoint_input_refusals_come_before_jax(tmp_path):
     np.testing.assert_equal(len(errors), len(cases))
 
 
+def test_a_checkpoint_folder_without_config_json_is_refused_before_jax(tmp_path):
+    """A folder lacking config.json (or model.safetensors) was refused by the loader, after JAX and
+    the weights loaded: now from its file names, naming --checkpoint and the fix, for every
+    command that reads a checkpoint."""
+    text = tmp_path / "t.txt"
+    text.write_text("a few words " * 50)
+    weights_only, config_only = tmp_path / "weights_only", tmp_path / "config_only"
+    weights_only.mkdir()
+    (weights_only / "model.safetensors").write_bytes(b"\0" * 64)
+    config_only.mkdir()
+    (config_only / "config.json").write_text("{}")
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "model.safetensors").write_bytes(b"\0" * 64)
+    (both / "m.gguf").write_bytes(b"\0" * 64)
+    fix = "give a folder or .zip holding config.json and model.safetensors"
+    cases = {
+        f"--checkpoint {weights_only} has no config.json; {fix}": [
+            "simulate", "--checkpoint", str(weights_only), "--text", str(text),
+        ],
+        f"--checkpoint {config_only} has no model.safetensors; {fix}": [
+            "lyapunov", "--checkpoint", str(config_only), "--text", str(text),
+        ],
+        "holds both model.safetensors and m.gguf": [
+            "simulate", "--checkpoint", str(both), "--text", str(text),
+        ],
+        f"--checkpoint {weights_only} has no config.json": [
+            "reproduce", "geometry", "--checkpoint", str(weights_only), "--out", str(tmp_path / "o"),
+        ],
+    }  # fmt: skip
+    errors, jax = refusals_in_one_process(cases)
+    assert not jax, errors
+
+
 def test_round4_leftover_causes(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")

@@ -110,7 +110,8 @@ def test_streamed_program_holds_no_batch_by_layers_array(getkey, monkeypatch):
     into the program's sub-jaxprs does find that ``chunk x layers`` array."""
     from rankdyn._run import _fold
 
-    n, d, chunk, blocks, batch = 3, 2, 7, 11, 37
+    # 12 blocks: groups of 2 divide them (`even_piece` takes groups of one length where it can).
+    n, d, chunk, blocks, batch = 3, 2, 7, 12, 37
     # Room for two records of the chunk's values (3 metrics with eps_min, float64, and ok).
     monkeypatch.setitem(_fold.FOLD_BYTES, jax.default_backend(), 2 * chunk * (3 * 8 + 1))
     layer = rd.make_layer(getkey(), n=n, d=d, mask="causal")

@@ -21,6 +21,7 @@ from .._model._params import PARAMS
 from .._observe._tolerances import RANK_TOL
 from ._excerpts import (
     DEFAULT_N as _DEFAULT_N,
+    check_files_before_loading,
     check_inputs_before_loading,
     count_excerpts_before_loading,
     excerpts_after_loading,
@@ -240,6 +241,7 @@ def run_checkpoint(args) -> int:
         check_rank_tol(args.rank_tol, flags=True)
     check_chunk(args.chunk, flags=True, what="excerpts")
     check_inputs_before_loading(args)
+    check_files_before_loading(args.checkpoint)
     count_excerpts_before_loading(args, given)
     # JAX and the weights load only now: every refusal above answers at once.
     import jax

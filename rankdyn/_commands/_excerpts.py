@@ -15,6 +15,7 @@ from .._errors import UsageError
 
 __all__ = [
     "DEFAULT_N",
+    "check_files_before_loading",
     "check_inputs_before_loading",
     "count_excerpts_before_loading",
     "excerpts_after_loading",
@@ -23,6 +24,24 @@ __all__ = [
 
 #: Tokens per excerpt of a checkpoint run without ``--n``.
 DEFAULT_N = 128
+
+
+def check_files_before_loading(path) -> None:
+    """``--checkpoint PATH``: a path that does not exist, a known name that is not installed, or a
+    folder without ``config.json`` or ``model.safetensors`` (`rankdyn._trained._read.check_files`),
+    refused from the folder's file names, before JAX and the weights load (the same messages as
+    the loader's, which stay).
+
+    Raises:
+        UsageError: naming ``--checkpoint`` and the fix.
+    """
+    from .._trained._installed import resolve_checkpoint
+    from .._trained._read import check_files
+
+    try:
+        check_files(resolve_checkpoint(path))
+    except UsageError as err:  # "checkpoint PATH: ..." -> "--checkpoint PATH: ..."
+        raise UsageError(f"--{err}") from None
 
 
 def check_inputs_before_loading(args) -> None:

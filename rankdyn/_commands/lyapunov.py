@@ -174,7 +174,7 @@ def _checkpoint_model(args):
         _refuse_model_flags,
         architecture,
     )
-    from ._excerpts import count_excerpts_before_loading
+    from ._excerpts import check_files_before_loading, count_excerpts_before_loading
     from ._scheme import check_mix_depth, scheme_of
 
     given = args.__dict__.pop("checkpoint_flags_given")
@@ -183,6 +183,7 @@ def _checkpoint_model(args):
     check_nonnegative(args, "num_layers", "batch", minimum=1)
     # Every check that needs no weights first (a refusal loads neither JAX nor the model).
     lyapunov_plan(args, args.num_layers if "num_layers" in given else None, None)
+    check_files_before_loading(args.checkpoint)
     count_excerpts_before_loading(args, given)
     from .._trained._stack import load_checkpoint  # JAX loads only now
     from ..lyapunov import spectrum_dim

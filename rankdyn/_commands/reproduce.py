@@ -393,11 +393,11 @@ def _checkpoint_targets(path, names) -> None:
             f"--checkpoint is used only by the targets {', '.join(CHECKPOINT_TARGETS)}; the target(s) "
             f"{', '.join(unused)} would ignore it: drop --checkpoint or run those targets separately."
         )
-    from .._trained._installed import resolve_checkpoint
-    from .._trained._read import CHECKPOINT_FIX
+    from ._excerpts import check_files_before_loading
 
-    if not resolve_checkpoint(path).exists():  # a known name not installed: its own message
-        raise UsageError(f"checkpoint {path} does not exist; {CHECKPOINT_FIX}.")
+    # A known name not installed, a path that does not exist, a folder without config.json: the
+    # loader's messages, from the file names alone.
+    check_files_before_loading(path)
 
 
 def _checkpoint_flag(path, names):

@@ -85,9 +85,20 @@ FOLD_BYTES_ACCELERATOR = 2**28
 
 
 def group_records(members: int, record_bytes: int, num_records: int) -> int:
-    """Records per folded group: as many as fit `FOLD_BYTES` for ``members`` members."""
+    """Records per folded group: as many as fit `FOLD_BYTES` for ``members`` members, in groups
+    of one length where a divisor of ``num_records`` allows (`even_piece`): a shorter last group
+    is a second copy of the depth scan's body in the compiled program, whose compile added tens
+    of MiB to the peak memory of a deep run."""
     budget = FOLD_BYTES.get(jax.default_backend(), FOLD_BYTES_ACCELERATOR)
-    return max(1, min(num_records, budget // max(1, members * record_bytes)))
+    return even_piece(num_records, max(1, min(num_records, budget // max(1, members * record_bytes))))
+
+
+def even_piece(total: int, longest: int) -> int:
+    """The longest piece of at most ``longest`` items (and at least half of it) that divides
+    ``total``; ``longest`` itself if none does (e.g. a prime ``total``: the last piece is shorter)."""
+    if total < 1 or total % longest == 0:
+        return longest
+    return next((p for p in range(longest, (longest + 1) // 2 - 1, -1) if total % p == 0), longest)
 
 
 def scan_folding(one_block, carry, blocks, acc: BatchStats, *, keep: bool, gather_axis=None):
