@@ -43,6 +43,7 @@ from ._names import PLACEMENTS as PLACEMENTS, default_dqk
 from ._norms import AbstractNorm, SphereNorm, check_ngpt_norms
 from ._placements import AbstractPlacement, LayerParts, make_placement
 from ._positions import Rotary, check_positions
+from ._products import _fold_qk as _fold_qk  # benchmarks/ and tests read the fold rule from here
 
 __all__ = [
     "SelfAttentionLayer",
