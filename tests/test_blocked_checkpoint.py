@@ -13,10 +13,12 @@ from rankdyn._model._mask_structure import MaskStructure
 
 
 def _small_blocks(layer, size):
-    # block_size is a static field of the frozen Module: a copy with smaller blocks, so that an
-    # n of the tiny checkpoint's 32 positions spans several blocks, the last one ragged.
+    # The block size is the attention strategy's static field: a copy with smaller blocks, so that
+    # an n of the tiny checkpoint's 32 positions spans several blocks, the last one ragged.
+    from rankdyn._model._attention import BlockedAttention
+
     c = copy.copy(layer)
-    object.__setattr__(c, "block_size", size)
+    object.__setattr__(c, "path", BlockedAttention(size))
     return c
 
 

@@ -243,3 +243,31 @@ def test_equilibria_refuse_peri_and_lns_and_take_mix_at_one_depth():
         rd.equilibrium_census(mix, jr.PRNGKey(0))
     assert [fixed_point_layer(mix, t).placement for t in (0, 1, 2, 5)] == ["post", "post", "pre", "pre"]
     assert fixed_point_layer(mix, 1).mix_layers is None and mix.placement == "mix"  # a copy
+
+
+def test_strategies_read_as_names_and_follow_the_name_tables():
+    """The layer holds a placement and an attention strategy; ``placement``, ``attention_path``,
+    ``block_size``, ``mix_layers`` and ``ngpt_alpha`` read them, one class per name of
+    `PLACEMENTS` (residual ones as `RESIDUAL_PLACEMENTS`), and `eqx.tree_at` reaches nGPT's step."""
+    import equinox as eqx
+
+    from rankdyn._model._attention import BlockedAttention, DenseAttention
+    from rankdyn._model._names import PLACEMENTS, RESIDUAL_PLACEMENTS
+    from rankdyn._model._placements import PLACEMENT_SCHEMES, MixLN, make_placement
+
+    assert tuple(PLACEMENT_SCHEMES) == PLACEMENTS
+    assert tuple(k for k, c in PLACEMENT_SCHEMES.items() if c.residual) == RESIDUAL_PLACEMENTS
+    assert [k for k, c in PLACEMENT_SCHEMES.items() if c.on_spheres] == ["post", "ngpt"]
+    assert make_placement("mix", mix_layers=3) == MixLN(3)
+    with pytest.raises(UsageError, match="placement must be one of"):
+        make_placement("side")
+    w = jnp.eye(3)
+    mask = np.tril(np.ones((4, 4), bool))
+    nl = SelfAttentionLayer(mask, w, w, w, placement="ngpt", ngpt_alpha=0.5, norm=make_norm("sphere", 3))
+    assert (nl.placement, nl.mix_layers, nl.attention_path, nl.skip) == ("ngpt", None, "dense", True)
+    assert isinstance(nl.path, DenseAttention)
+    nl2 = eqx.tree_at(lambda l: l.ngpt_alpha, nl, jnp.asarray(0.25))
+    assert float(nl2.ngpt_alpha) == 0.25 and float(nl.ngpt_alpha) == 0.5
+    bl = SelfAttentionLayer(mask, w, w, w, placement="mix", mix_layers=1, attention="blocked", block_size=2)
+    assert (bl.placement, bl.mix_layers, bl.ngpt_alpha) == ("mix", 1, None)
+    assert (bl.attention_path, bl.block_size, bl.path) == ("blocked", 2, BlockedAttention(2))

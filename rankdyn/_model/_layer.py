@@ -25,25 +25,25 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jax import lax
 from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray
 
 from .._errors import UsageError
-from ._blocked import (
-    BLOCK_SIZE,
-    blocked_attention_block,
-    choose_block_size,
-    layer_mask,
-    masked_softmax as masked_softmax,
+from ._attention import (
+    PRECISIONS as PRECISIONS,
+    AbstractAttention,
+    BlockedAttention,
+    DenseAttention,
+    drop,
 )
+from ._blocked import BLOCK_SIZE, choose_block_size, layer_mask, masked_softmax as masked_softmax
 from ._mask_structure import MaskStructure
 from ._masks import check_fixed_attention
 from ._mlp import GatedMLPWeights, MLPWeights
-from ._names import PLACEMENTS as PLACEMENTS, RESIDUAL_PLACEMENTS, default_dqk
-from ._norms import AbstractNorm, SphereNorm, check_ngpt_norms, qk_normalise
-from ._placements import apply_placement, check_scheme
+from ._names import PLACEMENTS as PLACEMENTS, default_dqk
+from ._norms import AbstractNorm, SphereNorm, check_ngpt_norms
+from ._placements import AbstractPlacement, LayerParts, make_placement
 from ._positions import Rotary, check_positions
-from ._products import _add_bias, _fold_qk, _head_einsum, _merge_heads, _project
+from ._products import _fold_qk as _fold_qk  # benchmarks/ and tests read the fold rule from here
 
 __all__ = [
     "SelfAttentionLayer",
@@ -55,8 +55,6 @@ __all__ = [
     "default_dqk",
     "masked_softmax",
 ]
-
-PRECISIONS = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH, "default": lax.Precision.DEFAULT}
 
 
 class AttentionWeights(eqx.Module):
@@ -156,9 +154,8 @@ class SelfAttentionLayer(eqx.Module):
     fixed_attention: Float[Array, "n n"] | None
     rotary: Rotary | None
     logit_bias: Float[Array, "heads n n"] | None
-    ngpt_alpha: Float[Array, ""] | None
-    placement: str = eqx.field(static=True)
-    mix_layers: int | None = eqx.field(static=True)
+    scheme: AbstractPlacement
+    path: AbstractAttention
     qk_norm: bool = eqx.field(static=True)
     skip: bool = eqx.field(static=True)
     attn_dropout: float = eqx.field(static=True)
@@ -167,8 +164,6 @@ class SelfAttentionLayer(eqx.Module):
     num_layers: int | None = eqx.field(static=True)
     precision: str = eqx.field(static=True)
     cycle: bool = eqx.field(static=True)
-    attention_path: str = eqx.field(static=True)
-    block_size: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -203,22 +198,21 @@ class SelfAttentionLayer(eqx.Module):
         ngpt_alpha: ArrayLike | None = None,
         qk_norm: bool = False,
     ):
-        if placement not in PLACEMENTS:
-            raise UsageError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
-        self.mix_layers, self.ngpt_alpha = check_scheme(placement, mix_layers, ngpt_alpha)
+        self.scheme = make_placement(placement, mix_layers, ngpt_alpha)
         self.qk_norm = bool(qk_norm)
         if precision not in PRECISIONS:
             raise UsageError(f"precision must be one of {tuple(PRECISIONS)}, got {precision!r}.")
         attn_dropout = _check_rate("attn_dropout", attn_dropout)
         hidden_dropout = _check_rate("hidden_dropout", hidden_dropout)
         # The path decides the mask field: (n, n) array (dense) or MaskStructure (blocked).
-        path_mask = layer_mask(mask, attention, attn_dropout, fixed_attention, logit_bias)
-        self.attention_path, self.mask = path_mask
-        if block_size is None:
-            block_size = choose_block_size(self.mask) if self.attention_path == "blocked" else BLOCK_SIZE
-        if int(block_size) < 1:
+        path, self.mask = layer_mask(mask, attention, attn_dropout, fixed_attention, logit_bias)
+        if block_size is not None and int(block_size) < 1:
             raise UsageError(f"block_size must be a positive number of tokens, got {block_size!r}.")
-        self.block_size = int(block_size)
+        if path == "blocked":
+            size = choose_block_size(self.mask) if block_size is None else int(block_size)
+            self.path = BlockedAttention(size)
+        else:
+            self.path = DenseAttention()
         w_q, w_k, w_v = (jnp.asarray(w) for w in (w_q, w_k, w_v))
         # Lift (d, k) -> (1, d, k): one head. A 4-D weight carries a leading layer axis.
         if w_q.ndim == 2:
@@ -271,8 +265,7 @@ class SelfAttentionLayer(eqx.Module):
         if placement == "ngpt":
             check_ngpt_norms(self.norm, norm_attn, norm_mlp)
         self.fixed_attention = fixed_attention
-        self.placement = placement
-        self.skip = bool(skip) or placement in RESIDUAL_PLACEMENTS
+        self.skip = bool(skip) or self.scheme.residual
         self.attn_dropout = attn_dropout
         self.hidden_dropout = hidden_dropout
         self.attention_from_normalized = attention_from_normalized
@@ -308,90 +301,54 @@ class SelfAttentionLayer(eqx.Module):
             return self.weights
         return self.weights.at(t % self.num_layers if self.cycle else t)
 
-    def _norm(self, w: AttentionWeights, block: str) -> AbstractNorm:
+    def norm_of(self, w: AttentionWeights, block: str) -> AbstractNorm:
         """The normalisation of sub-block ``block`` ("attn" or "mlp") at these weights."""
         own = w.norm_attn if block == "attn" else w.norm_mlp
         return self.norm if own is None else own
 
+    # ------------------------------------------------------------------ strategies, read as names
+    @property
+    def placement(self) -> str:
+        """The placement's name (``"post"``, ...): ``scheme.name`` (`rankdyn._model._placements`)."""
+        return self.scheme.name
+
+    @property
+    def mix_layers(self) -> int | None:
+        """``"mix"``: the number of post-LN layers; None for the other placements."""
+        return getattr(self.scheme, "layers", None)
+
+    @property
+    def ngpt_alpha(self):
+        """``"ngpt"``: the step alpha, a scalar array (a leaf of ``scheme``: `eqx.tree_at` reaches it
+        through this property, so it carries no return annotation to check); None for the others."""
+        return getattr(self.scheme, "alpha", None)
+
+    @property
+    def attention_path(self) -> str:
+        """The attention path taken, ``"dense"`` or ``"blocked"``: ``path.name`` (`._attention`)."""
+        return self.path.name
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block of the blocked path (`BLOCK_SIZE` on the dense path, which has none)."""
+        return getattr(self.path, "block_size", BLOCK_SIZE)
+
     # ------------------------------------------------------------------ maths
     def attention(self, x: Float[Array, "n d"], t=0) -> Float[Array, "heads n n"]:
         """Masked attention matrices $A^{(t)}$ for tokens ``x`` (eq. 1), one per head."""
-        return self._attention(x, self.weights_at(t))
-
-    def _attention(self, x, w: AttentionWeights):
-        if self.fixed_attention is not None:
-            return self.fixed_attention[None].astype(x.dtype)
-        mask = jnp.asarray(self.mask.dense()) if self.attention_path == "blocked" else self.mask
-        return masked_softmax(self._scores(x, w), mask)
+        return self.path.matrices(self, x, self.weights_at(t))
 
     def eps_min(self, x: Float[Array, "n d"], t=0) -> Float[Array, ""]:
         """Theorem 1's epsilon of `attention` ``(x, t)``: its smallest weight on the mask."""
-        w = self.weights_at(t)
-        if self.attention_path == "blocked":
-            return blocked_attention_block(self, x, x, w, PRECISIONS[self.precision])[1]
-        return jnp.min(jnp.where(self.mask, self._attention(x, w), jnp.inf))
-
-    def _scores(self, x, w: AttentionWeights, *, with_values: bool = False):
-        r"""Scores $X W_Q (X W_K)^\top / \sqrt{d_{QK}}$ per head (and $X W_V$ if ``with_values``).
-
-        Where it needs fewer FLOPs (`_fold_qk`), $W_Q W_K^\top / \sqrt{d_{QK}}$ is folded into one
-        ``(d, d)`` matrix per head; it does not depend on the tokens, so under ``vmap`` it is
-        computed once per layer for the whole batch. The products with ``x`` are `_project`-ed.
-        """
-        prec = PRECISIONS[self.precision]
-        d, dk = w.w_q.shape[-2], w.w_q.shape[-1]
-        scale = (1.0 / jnp.sqrt(self.dqk)).astype(x.dtype)
-        # A query or key bias, a rotation by position or QK-norm adds terms the fold cannot hold.
-        fold = _fold_qk(x.shape[0], d, dk) and w.b_q is None and w.b_k is None and self.rotary is None
-        fold = fold and not self.qk_norm
-        if fold:
-            right = [(jnp.einsum("hdk,hek->hde", w.w_q, w.w_k, precision=prec) * scale, None)]
-        else:
-            right = [(w.w_q, w.b_q), (w.w_k, w.b_k)]
-        parts = _project(x, right + ([(w.w_v, w.b_v)] if with_values else []), prec)
-        if fold:
-            scores = _head_einsum("hne,me->hnm", parts[0], x, prec)
-        else:
-            q, k = parts[0], parts[1]
-            if self.qk_norm:  # per head and token, right after the projections (and their biases)
-                q, k = qk_normalise(q), qk_normalise(k)
-            if self.rotary is not None:
-                q, k = self.rotary(q), self.rotary(k)
-            scores = _head_einsum("hnk,hmk->hnm", q, k, prec) * scale
-        if self.logit_bias is not None:
-            scores = scores + self.logit_bias.astype(scores.dtype)
-        xv = parts[-1] if with_values else None
-        return (scores, xv) if with_values else scores
+        return self.path.eps_min(self, x, self.weights_at(t), PRECISIONS[self.precision])
 
     def _attention_block(
         self, x_att, x_in, w: AttentionWeights, key
     ) -> tuple[Float[Array, "n d"], Float[Array, ""]]:
         r"""The attention sub-block $F(X) = \big[A_1 X W_V^{(1)}, \dots\big] W_O$ (heads concatenated;
-        $W_O$ and $b_O$ if present), before hidden dropout, the skip and any normalisation.
-
-        ``x_att`` gives the scores, ``x_in`` the values (pre-LN with ``attention_from_normalized=False``
-        tells them apart). Returns ``(F(X), eps_min)``, eps_min the smallest weight on the mask
-        (Theorem 1). The norms' placement is `__call__`'s; how $A$ is computed is this method's.
-        """
-        prec = PRECISIONS[self.precision]
-        if self.attention_path == "blocked":
-            return blocked_attention_block(self, x_att, x_in, w, prec)
-        xv = None
-        if self.fixed_attention is not None:
-            a = self._attention(x_att, w)
-        elif x_att is x_in:
-            # Same tokens on both sides: one wide GEMM gives the query/key side and X W_V.
-            scores, xv = self._scores(x_att, w, with_values=True)
-            a = masked_softmax(scores, self.mask)
-        else:
-            a = masked_softmax(self._scores(x_att, w), self.mask)
-        eps_min = jnp.min(jnp.where(self.mask, a, jnp.inf))
-        a = self._drop(a, key, self.attn_dropout)
-        # A X W_V for every head; heads are concatenated and projected by W_O if present.
-        # A (X W_V) costs 2 n d d_v + 2 n^2 d_v FLOPs, never more than (A X) W_V for d_v <= d.
-        if xv is None:
-            xv = _add_bias(_head_einsum("md,hde->hme", x_in, w.w_v, prec), w.b_v)
-        return _merge_heads(_head_einsum("hnm,hme->hne", a, xv, prec), w, prec), eps_min
+        $W_O$ and $b_O$ if present), before hidden dropout, the skip and any normalisation:
+        ``(F(X), eps_min)`` from the attention strategy ``path`` (`._attention`)."""
+        return self.path.sub_block(self, x_att, x_in, w, key, PRECISIONS[self.precision])
 
     def __call__(
         self, x: Float[Array, "n d"], t=0, *, key: PRNGKeyArray | None = None
@@ -408,19 +365,18 @@ class SelfAttentionLayer(eqx.Module):
                 "pass `key=` (simulate does it given a key)."
             )
         keys = jr.split(key, 3) if key is not None else (None, None, None)
-        # Where N sits around the attention and the MLP sub-blocks: `._placements`.
-        y, eps_min, degenerate = apply_placement(
-            self, x, t, self.weights_at(t), keys, PRECISIONS[self.precision]
-        )
-        return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
+        w, prec, rate = self.weights_at(t), PRECISIONS[self.precision], self.hidden_dropout
 
-    @staticmethod
-    def _drop(v, key, rate: float):
-        """Inverted dropout: keep each entry with probability $1-p$ and scale it by $1/(1-p)$."""
-        if rate == 0.0 or key is None:
-            return v
-        keep = jr.bernoulli(key, 1.0 - rate, v.shape)
-        return jnp.where(keep, v / (1.0 - rate), 0.0)
+        def attention(h_att, h_in):
+            sa, eps_min = self._attention_block(h_att, h_in, w, keys[0])
+            return drop(sa, keys[1], rate), eps_min
+
+        mlp = None if w.mlp is None else (lambda h: drop(w.mlp(h, prec), keys[2], rate))
+        norms = (self.norm_of(w, "attn"), self.norm_of(w, "mlp"))
+        parts = LayerParts(attention, mlp, norms, self.skip, self.attention_from_normalized)
+        # Where N sits around the attention and the MLP sub-blocks: the placement strategy.
+        y, eps_min, degenerate = self.scheme.apply(parts, x, t)
+        return y, LayerAux(eps_min=eps_min, degenerate=degenerate)
 
 
 def _check_rate(name: str, rate) -> float:

@@ -22,16 +22,31 @@ normalised input read the un-normalised $x$ instead (the values still read the n
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from functools import partial
+from typing import ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jaxtyping import Array, Float
 
 from .._errors import UsageError
+from ._names import PLACEMENTS, RESIDUAL_PLACEMENTS
 
 __all__ = [
-    "apply_placement",
+    "AbstractPlacement",
+    "NoNorm",
+    "PostLN",
+    "PreLN",
+    "PeriLN",
+    "MixLN",
+    "NGPT",
+    "LNScaling",
+    "PLACEMENT_SCHEMES",
+    "LayerParts",
+    "make_placement",
     "attention_input",
     "check_scheme",
     "fixed_point_layer",
@@ -40,98 +55,232 @@ __all__ = [
 ]
 
 
-def apply_placement(layer, x, t, w, keys, prec):
-    """The layer of depth ``t`` on ``x``: ``(y, eps_min, degenerate)``.
+class LayerParts(eqx.Module):
+    """What a placement arranges: the layer's sub-blocks and norms at one depth (built by the layer).
 
-    ``layer`` is the `SelfAttentionLayer` (its ``placement``, ``skip``, norms, ``mix_layers``,
-    ``ngpt_alpha``), ``w`` its weights at depth ``t``, ``keys`` three dropout keys (or Nones).
+    Attributes:
+        attention: ``(x_att, x_in) -> (F(X), eps_min)``, hidden dropout included.
+        mlp: ``x_in -> MLP(x_in)``, hidden dropout included; None without an MLP.
+        norms: the normalisations of the attention and the MLP sub-block, each ``v -> (N(v), zero_rows)``.
+        skip: the residual connection of the schemes that have it as an option (none, post, pre).
+        from_normalized: compute the scores from the normalised input (pre-LN's default) or from x.
     """
-    scheme = layer.placement
-    if scheme != "mix":
-        return _layer(scheme, layer, x, t, w, keys, prec)
-    k = layer.mix_layers
-    if isinstance(t, int):
-        return _layer("post" if t < k else "pre", layer, x, t, w, keys, prec)
-    # A traced depth (the depth scan): one branch runs; under vmap over t both run and one is kept.
-    run = lambda s, x_: _layer(s, layer, x_, t, w, keys, prec)  # noqa: E731
-    return lax.cond(jnp.asarray(t) < k, partial(run, "post"), partial(run, "pre"), x)
+
+    attention: Callable
+    mlp: Callable | None
+    norms: tuple[Callable, Callable]
+    skip: bool = eqx.field(static=True)
+    from_normalized: bool = eqx.field(static=True)
+
+    def run(self, scheme: "AbstractPlacement", x, t):
+        """``(y, eps_min, degenerate)``: the attention then the MLP sub-block, each placed by
+        ``scheme.sublayer``; ``degenerate`` if a norm met a zero row."""
+        flags = [jnp.array(False)]
+
+        def norm(i):
+            def apply(v):
+                y, bad = self.norms[i](v)
+                flags.append(jnp.any(bad))
+                return y
+
+            return apply
+
+        eps = []
+
+        def attention(h_att, h_in):
+            sa, eps_min = self.attention(h_att, h_in)
+            eps.append(eps_min)
+            return sa
+
+        y = scheme.sublayer(self, x, t, attention, norm(0))
+        if self.mlp is not None:
+            y = scheme.sublayer(self, y, t, lambda h_att, h_in: self.mlp(h_in), norm(1))
+        degenerate = flags[0]
+        for f in flags[1:]:
+            degenerate = degenerate | f
+        return y, eps[0], degenerate
 
 
-def _layer(scheme, layer, x, t, w, keys, prec):
-    flags = [jnp.array(False)]
+class AbstractPlacement(eqx.Module):
+    """Where the norm $N$ sits around each sub-block $F$ (module table); one subclass per name."""
 
-    def norm(block):
-        def apply(v):
-            y, bad = layer._norm(w, block)(v)
-            flags.append(jnp.any(bad))
-            return y
+    #: The placement's name (``layer.placement``, ``--placement``, the TOML key ``placement``).
+    name: ClassVar[str]
+    #: The map ends with the norm on every row: its outputs lie on spheres (post, ngpt).
+    on_spheres: ClassVar[bool] = False
+    #: The residual stream is part of the scheme (``skip`` implied: `RESIDUAL_PLACEMENTS`).
+    residual: ClassVar[bool] = False
+    #: Why the map has no fixed points to look for, or None (equilibria, continuation).
+    no_fixed_points: ClassVar[str | None] = None
 
-        return apply
+    def apply(self, parts: LayerParts, x, t):
+        """The layer of depth ``t`` on ``x``: ``(y, eps_min, degenerate)``."""
+        return parts.run(self, x, t)
 
-    eps = []
+    def sublayer(self, parts: LayerParts, x, t, f, n):
+        """One sub-block ``f(x_att, x_in)`` with the norm ``n`` placed by this scheme."""
+        raise NotImplementedError
 
-    def attention(h_att, h_in):
-        sa, eps_min = layer._attention_block(h_att, h_in, w, keys[0])
-        eps.append(eps_min)
-        return layer._drop(sa, keys[1], layer.hidden_dropout)
+    def inputs(self, x, t, n, from_normalized: bool):
+        """``(x_att, x_in)`` a sub-block reads: the scores' tokens and the values'."""
+        h = n(x)
+        return (h if from_normalized else x), h
 
-    y = _sublayer(scheme, layer, x, t, attention, norm("attn"))
-    if w.mlp is not None:
-        mlp = lambda h_att, h_in: layer._drop(w.mlp(h_in, prec), keys[2], layer.hidden_dropout)  # noqa: E731
-        y = _sublayer(scheme, layer, y, t, mlp, norm("mlp"))
-    degenerate = flags[0]
-    for f in flags[1:]:
-        degenerate = degenerate | f
-    return y, eps[0], degenerate
+    def attention_input(self, x, t, n, from_normalized: bool):
+        """The tokens the attention sub-block of depth ``t`` computes its scores from."""
+        return self.inputs(x, t, n, from_normalized)[0]
+
+    def at(self, t) -> "AbstractPlacement":
+        """The one scheme of a concrete depth ``t`` (Mix-LN: post or pre; the others: itself)."""
+        return self
 
 
-def _sublayer(scheme, layer, x, t, f, n):
-    """One sub-block ``f(x_att, x_in)`` with the norm ``n`` placed by ``scheme`` (module table)."""
-    if scheme == "none":
+class NoNorm(AbstractPlacement):
+    """``none``: $y = F(x)$ (eq. 2), $x + F(x)$ with ``skip``."""
+
+    name: ClassVar[str] = "none"
+
+    def sublayer(self, parts, x, t, f, n):
         out = f(x, x)
-        return x + out if layer.skip else out
-    if scheme == "post":
+        return x + out if parts.skip else out
+
+    def inputs(self, x, t, n, from_normalized):
+        return x, x
+
+
+class PostLN(AbstractPlacement):
+    """``post``: $y = N(F(x))$ (eq. 3), $N(x + F(x))$ with ``skip``."""
+
+    name: ClassVar[str] = "post"
+    on_spheres: ClassVar[bool] = True
+
+    def sublayer(self, parts, x, t, f, n):
         out = f(x, x)
-        return n(x + out if layer.skip else out)
-    h_att, h = _inputs(scheme, layer, x, t, n)
-    if scheme == "lns":
-        return x + f(h_att, h)
-    if scheme == "pre":
-        out = f(h_att, h)
-        return x + out if layer.skip else out
-    if scheme == "peri":
-        return x + n(f(h_att, h))
-    if scheme == "ngpt":
+        return n(x + out if parts.skip else out)
+
+    def inputs(self, x, t, n, from_normalized):
+        return x, x
+
+
+class PreLN(AbstractPlacement):
+    """``pre``: $y = F(N(x))$ (§4.2), $x + F(N(x))$ with ``skip``."""
+
+    name: ClassVar[str] = "pre"
+
+    def sublayer(self, parts, x, t, f, n):
+        out = f(*self.inputs(x, t, n, parts.from_normalized))
+        return x + out if parts.skip else out
+
+
+class PeriLN(AbstractPlacement):
+    """``peri``: $y = x + N(F(N(x)))$ (always residual)."""
+
+    name: ClassVar[str] = "peri"
+    residual: ClassVar[bool] = True
+    no_fixed_points: ClassVar[str | None] = (
+        "peri's map x + N(F(N(x))) has no fixed points: a fixed point needs N(F(N(x))) = 0, "
+        "and a normalised row never vanishes"
+    )
+
+    def sublayer(self, parts, x, t, f, n):
+        return x + n(f(*self.inputs(x, t, n, parts.from_normalized)))
+
+
+class NGPT(AbstractPlacement):
+    r"""``ngpt``: $y = N\big(x + \alpha\,(N(F(N(x))) - N(x))\big)$, $N$ the sphere norm (always residual).
+
+    Attributes:
+        alpha: the step $\alpha \in (0, 1]$, a scalar array (sweepable: ``layer.ngpt_alpha``).
+    """
+
+    alpha: Float[Array, ""]
+    name: ClassVar[str] = "ngpt"
+    residual: ClassVar[bool] = True
+    on_spheres: ClassVar[bool] = True
+
+    def sublayer(self, parts, x, t, f, n):
+        h_att, h = self.inputs(x, t, n, parts.from_normalized)
         # A step of alpha times N(F(N(x))) - N(x) from x, then back onto the sphere (on the
         # sphere x = N(x): a step from x towards N(F(x)) along their chord).
-        alpha = layer.ngpt_alpha.astype(x.dtype)
+        alpha = self.alpha.astype(x.dtype)
         return n(x + alpha * (n(f(h_att, h)) - h))
-    raise RuntimeError(f"unknown placement {scheme!r}")
 
 
-def _inputs(scheme, layer, x, t, n):
-    """``(x_att, x_in)`` a sub-block reads under ``scheme``: the scores' tokens and the values'."""
-    if scheme in ("none", "post"):
-        return x, x
-    h = n(x)
-    if scheme == "lns":
+class LNScaling(AbstractPlacement):
+    r"""``lns``: $y = x + F\big(N(x) / \sqrt{t + 1}\big)$, LayerNorm Scaling (always residual)."""
+
+    name: ClassVar[str] = "lns"
+    residual: ClassVar[bool] = True
+    no_fixed_points: ClassVar[str | None] = (
+        "lns's map x + F(N(x) / sqrt(t + 1)) changes with every depth t, and a fixed point of "
+        "one of them needs the added term F to vanish"
+    )
+
+    def sublayer(self, parts, x, t, f, n):
+        return x + f(*self.inputs(x, t, n, parts.from_normalized))
+
+    def inputs(self, x, t, n, from_normalized):
         # LayerNorm Scaling: the normalised input shrinks as 1/sqrt(t + 1) with depth.
-        h = h / jnp.sqrt(jnp.asarray(t, x.dtype) + 1)
-    return (h if layer.attention_from_normalized else x), h
+        h = n(x) / jnp.sqrt(jnp.asarray(t, x.dtype) + 1)
+        return (h if from_normalized else x), h
+
+
+class MixLN(AbstractPlacement):
+    """``mix``: post-LN for depths $t <$ ``layers``, pre-LN after (residual with ``skip``).
+
+    Attributes:
+        layers: the number of post-LN layers (static: ``layer.mix_layers``).
+    """
+
+    layers: int = eqx.field(static=True)
+    name: ClassVar[str] = "mix"
+
+    def at(self, t) -> AbstractPlacement:
+        return PostLN() if int(t) < self.layers else PreLN()
+
+    def apply(self, parts, x, t):
+        if isinstance(t, int):
+            return parts.run(self.at(t), x, t)
+        # A traced depth (the depth scan): one branch runs; under vmap over t both run and one is kept.
+        run = lambda s, x_: parts.run(s, x_, t)  # noqa: E731
+        return lax.cond(jnp.asarray(t) < self.layers, partial(run, PostLN()), partial(run, PreLN()), x)
+
+    def attention_input(self, x, t, n, from_normalized):
+        if isinstance(t, int):
+            return self.at(t).attention_input(x, t, n, from_normalized)
+        pre = PreLN().attention_input(x, t, n, from_normalized)
+        return jnp.where(jnp.asarray(t) < self.layers, x, pre)
+
+
+#: The placement strategies by name: the one table from ``placement=`` (`PLACEMENTS`) to a class.
+PLACEMENT_SCHEMES: dict[str, type[AbstractPlacement]] = {
+    c.name: c for c in (NoNorm, PostLN, PreLN, PeriLN, MixLN, NGPT, LNScaling)
+}
+assert tuple(PLACEMENT_SCHEMES) == PLACEMENTS, "the classes follow _names.PLACEMENTS"
+assert tuple(c.name for c in PLACEMENT_SCHEMES.values() if c.residual) == RESIDUAL_PLACEMENTS
+
+
+def make_placement(placement: str, mix_layers=None, ngpt_alpha=None) -> AbstractPlacement:
+    """The strategy of ``placement`` with its parameters, checked by `check_scheme`.
+
+    Raises:
+        UsageError: an unknown name, or a parameter of another placement (or a missing one).
+    """
+    if placement not in PLACEMENT_SCHEMES:
+        raise UsageError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
+    mix_layers, ngpt_alpha = check_scheme(placement, mix_layers, ngpt_alpha)
+    if placement == "mix":
+        return MixLN(mix_layers)
+    if placement == "ngpt":
+        return NGPT(ngpt_alpha)
+    return PLACEMENT_SCHEMES[placement]()
 
 
 def attention_input(layer, x, t, w):
     """The tokens the attention sub-block of depth ``t`` computes its scores from (eval mode): what
-    `_sublayer` hands it, for measurements of $A^{(t)}$ such as attention sinks."""
-    if layer.placement != "mix":
-        return _attention_input(layer.placement, layer, x, t, w)
-    if isinstance(t, int):
-        return _attention_input("post" if t < layer.mix_layers else "pre", layer, x, t, w)
-    return jnp.where(jnp.asarray(t) < layer.mix_layers, x, _attention_input("pre", layer, x, t, w))
-
-
-def _attention_input(scheme, layer, x, t, w):
-    return _inputs(scheme, layer, x, t, lambda v: layer._norm(w, "attn")(v)[0])[0]
+    the placement hands it, for measurements of $A^{(t)}$ such as attention sinks."""
+    n = lambda v: layer.norm_of(w, "attn")(v)[0]  # noqa: E731
+    return layer.scheme.attention_input(x, t, n, layer.attention_from_normalized)
 
 
 def check_scheme(placement: str, mix_layers, ngpt_alpha):
@@ -155,12 +304,7 @@ def check_scheme(placement: str, mix_layers, ngpt_alpha):
 
 
 #: Why a placement's map has no fixed points to look for (equilibria, continuation).
-NO_FIXED_POINTS = {
-    "peri": "peri's map x + N(F(N(x))) has no fixed points: a fixed point needs N(F(N(x))) = 0, "
-    "and a normalised row never vanishes",
-    "lns": "lns's map x + F(N(x) / sqrt(t + 1)) changes with every depth t, and a fixed point of "
-    "one of them needs the added term F to vanish",
-}
+NO_FIXED_POINTS = {c.name: c.no_fixed_points for c in PLACEMENT_SCHEMES.values() if c.no_fixed_points}
 
 
 def fixed_point_layer(layer, t=0):
@@ -170,20 +314,21 @@ def fixed_point_layer(layer, t=0):
     Raises:
         UsageError: for ``placement`` peri or lns.
     """
-    if layer.placement in NO_FIXED_POINTS:
+    reason = layer.scheme.no_fixed_points
+    if reason is not None:
         raise UsageError(
-            f"placement={layer.placement!r}: {NO_FIXED_POINTS[layer.placement]}; equilibria and "
+            f"placement={layer.placement!r}: {reason}; equilibria and "
             "continuation run for none, post, pre, ngpt and mix (at one layer t)."
         )
-    if layer.placement != "mix":
+    scheme = layer.scheme.at(t)
+    if scheme is layer.scheme:
         return layer
     out = copy.copy(layer)
-    # Static fields of a frozen module: set on the copy (the same arrays, another program).
-    object.__setattr__(out, "placement", "post" if int(t) < layer.mix_layers else "pre")
-    object.__setattr__(out, "mix_layers", None)
+    # A field of a frozen module: set on the copy (the same arrays, another program).
+    object.__setattr__(out, "scheme", scheme)
     return out
 
 
 def on_spheres(layer) -> bool:
     """Whether the map ends with the norm on every row (post, ngpt): its outputs lie on spheres."""
-    return layer.placement in ("post", "ngpt")
+    return layer.scheme.on_spheres

@@ -31,7 +31,6 @@ import numpy as np
 from jax import lax
 
 from .._errors import UsageError
-from .._model._blocked import blocked_attention_times
 from .._model._graph import graph_info
 from .._model._layer import PRECISIONS
 from .._model._placements import attention_input
@@ -81,9 +80,7 @@ def attention_times(layer, x, t, probe):
     w = layer.weights_at(t)
     x_att = attention_input(layer, x, t, w)
     prec = PRECISIONS[layer.precision]
-    if layer.attention_path == "blocked":
-        return blocked_attention_times(layer, x_att, w, probe, prec)
-    return jnp.einsum("hnm,mp->hnp", layer._attention(x_att, w), probe.astype(x.dtype), precision=prec)
+    return layer.path.times(layer, x_att, w, probe, prec)
 
 
 def _cosines(x):
@@ -158,7 +155,7 @@ def attention_sinks(layer, x0, num_layers: int) -> SinkStats:
 @eqx.filter_jit
 def _uniform(layer, probe):
     prec = PRECISIONS[layer.precision]
-    return blocked_attention_times(layer, None, None, probe, prec, uniform=True)[0]
+    return layer.path.uniform_times(layer, probe, prec)[0]
 
 
 def _ranges(layers) -> str:
