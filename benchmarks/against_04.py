@@ -13,11 +13,11 @@ inside a checkout, ``python -m rankdyn`` imports that checkout whatever ``PYTHON
 r runs the two sides in turn, old first in even rounds and new first in odd ones, so that a
 change of load hits both alike. Per run: wall seconds, CPU seconds (user + system of the child,
 ``resource.getrusage(RUSAGE_CHILDREN)`` deltas: every thread, and robust to time-slicing by other
-jobs, unlike wall seconds), and the command's own ``timing`` record (``compile_s``, ``run_s``)
-when its JSON has one. Per side: the min and median over rounds; the ratio new / old of the
-medians; and the noise, the larger relative spread ``(max - min) / median`` of the two sides'
-rounds. A configuration is "slower beyond the noise" when its CPU ratio exceeds 1 + noise.
-The 1-minute load average before and after each run is recorded with it.
+jobs, unlike wall seconds), and the command's own ``timing`` record (``compile_s``, ``run_s``:
+wall seconds inside the process) when its JSON has one. Per side: the min and median over rounds;
+the ratio new / old of the medians; and the noise, the larger relative spread
+``(max - min) / median`` of the two sides' rounds. A configuration is "slower beyond the noise"
+when its CPU ratio exceeds 1 + noise. The 1-minute load average before and after each run is recorded with it.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def run_once(tree: Path, args: str, work: Path, old: bool = False) -> dict:
 def summary(runs: dict) -> dict:
     """min / median per side, the new / old ratio of medians, and the noise (larger spread)."""
     s = {}
-    for key in ("cpu_s", "wall_s", "run_s"):
+    for key in ("cpu_s", "wall_s", "compile_s", "run_s"):
         vals = {side: [r[key] for r in runs[side] if key in r and r["rc"] == 0] for side in ("old", "new")}
         if not all(vals.values()):
             continue
@@ -114,8 +114,8 @@ def markdown(report: dict) -> str:
         "noise = the larger (max - min) / median of the two sides.",
         "",
         "| command | CPU s old | CPU s new | CPU ratio | noise | wall s old | wall s new "
-        "| run_s old | run_s new | load 1-min |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| compile_s old | compile_s new | run_s old | run_s new | load 1-min |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, entry in report["configs"].items():
         s = entry["summary"]
@@ -135,6 +135,7 @@ def markdown(report: dict) -> str:
         lines.append(
             f"| `{name}` | {cell('cpu_s', 'old')} | {cell('cpu_s', 'new')} | {cpu.get('ratio', '-')} | "
             f"{cpu.get('noise', '-')} | {cell('wall_s', 'old')} | {cell('wall_s', 'new')} | "
+            f"{cell('compile_s', 'old')} | {cell('compile_s', 'new')} | "
             f"{cell('run_s', 'old')} | {cell('run_s', 'new')} | {min(loads):.1f}-{max(loads):.1f} |"
         )
     return "\n".join(lines) + "\n"
@@ -163,7 +164,14 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="+", choices=sorted(CONFIGS), default=None)
     p.add_argument("--json", type=Path, default=ROOT / "out" / "against_04.json")
     p.add_argument("--md", type=Path, default=ROOT / "out" / "against_04.md")
+    p.add_argument("--summarise", action="store_true", help="only rewrite --md from --json (no runs)")
     a = p.parse_args(argv)
+    if a.summarise:
+        report = json.loads(a.json.read_text())
+        for entry in report["configs"].values():
+            entry["summary"] = summary(entry["runs"])
+        a.md.write_text(markdown(report))
+        return 0
     if a.rounds < 2:
         p.error("--rounds: at least 2 (the noise is the spread over rounds)")
     trees = {"old": a.old.resolve(), "new": a.new.resolve()}
