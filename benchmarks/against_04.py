@@ -80,7 +80,7 @@ def run_once(tree: Path, args: str, work: Path, old: bool = False) -> dict:
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     row = {"wall_s": round(time.perf_counter() - w0, 2), "cpu_s": round(_children_cpu() - c0, 2)}
     row.update(rc=proc.returncode, load_before=round(load0, 2), load_after=round(os.getloadavg()[0], 2))
-    row.update(_timing(out))
+    row.update(_timing(out), out=str(out))
     if proc.returncode:
         row["stderr_tail"] = proc.stderr[-1500:]
     return row
@@ -160,6 +160,9 @@ def main(argv=None) -> int:
     p.add_argument("--old", type=Path, required=True, help="the 0.4 tree (commit df59e61)")
     p.add_argument("--new", type=Path, default=ROOT, help="the tree to compare (default: this one)")
     p.add_argument("--old-label", default="0.4 (df59e61)")
+    p.add_argument(
+        "--same-flags", action="store_true", help="no 0.4 spellings on the old side (two new trees)"
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--only", nargs="+", choices=sorted(CONFIGS), default=None)
     p.add_argument("--json", type=Path, default=ROOT / "out" / "against_04.json")
@@ -191,7 +194,7 @@ def main(argv=None) -> int:
         entry = report["configs"][name] = {"args": CONFIGS[name], "runs": {"old": [], "new": []}}
         for r in range(a.rounds):
             for side in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                row = run_once(trees[side], CONFIGS[name], work, old=side == "old")
+                row = run_once(trees[side], CONFIGS[name], work, old=side == "old" and not a.same_flags)
                 entry["runs"][side].append(row)
                 print(
                     f"{name:18s} round {r} {side}: {row['wall_s']:7.1f} s wall {row['cpu_s']:7.1f} CPU s "
