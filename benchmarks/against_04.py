@@ -94,7 +94,9 @@ def summary(runs: dict) -> dict:
         if not all(vals.values()):
             continue
         med = {side: statistics.median(v) for side, v in vals.items()}
-        spread = max((max(v) - min(v)) / med[side] for side, v in vals.items() if med[side] > 0)
+        spread = max(
+            ((max(v) - min(v)) / med[side] for side, v in vals.items() if med[side] > 0), default=0.0
+        )
         s[key] = {
             "old_min": min(vals["old"]),
             "old_median": med["old"],
@@ -109,13 +111,13 @@ def summary(runs: dict) -> dict:
 
 def markdown(report: dict) -> str:
     lines = [
-        f"CPU: {report['cpu']}; {report['rounds']} rounds, alternated; old = {report['old_label']}, "
+        f"CPU: {report['cpu']}; rounds alternated (per row: old / new runs); old = {report['old_label']}, "
         f"new = {report['new_label']}; medians (min) over rounds; ratio = new / old of the medians; "
         "noise = the larger (max - min) / median of the two sides.",
         "",
-        "| command | CPU s old | CPU s new | CPU ratio | noise | wall s old | wall s new "
+        "| command | runs | CPU s old | CPU s new | CPU ratio | noise | wall s old | wall s new "
         "| compile_s old | compile_s new | run_s old | run_s new | load 1-min |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, entry in report["configs"].items():
         s = entry["summary"]
@@ -133,7 +135,8 @@ def markdown(report: dict) -> str:
         ]
         cpu = s.get("cpu_s", {})
         lines.append(
-            f"| `{name}` | {cell('cpu_s', 'old')} | {cell('cpu_s', 'new')} | {cpu.get('ratio', '-')} | "
+            f"| `{name}` | {len(entry['runs']['old'])}/{len(entry['runs']['new'])} | "
+            f"{cell('cpu_s', 'old')} | {cell('cpu_s', 'new')} | {cpu.get('ratio', '-')} | "
             f"{cpu.get('noise', '-')} | {cell('wall_s', 'old')} | {cell('wall_s', 'new')} | "
             f"{cell('compile_s', 'old')} | {cell('compile_s', 'new')} | "
             f"{cell('run_s', 'old')} | {cell('run_s', 'new')} | {min(loads):.1f}-{max(loads):.1f} |"
