@@ -93,6 +93,8 @@ def summary(runs: dict) -> dict:
         vals = {side: [r[key] for r in runs[side] if key in r and r["rc"] == 0] for side in ("old", "new")}
         if not all(vals.values()):
             continue
+        if not min(statistics.median(v) for v in vals.values()) > 0:  # a zero timing: no ratio
+            continue
         med = {side: statistics.median(v) for side, v in vals.items()}
         spread = max(
             ((max(v) - min(v)) / med[side] for side, v in vals.items() if med[side] > 0), default=0.0
