@@ -100,8 +100,8 @@ def add_parser(sub) -> None:
 
 #: XLA's backend (LLVM) optimisation level of ``--quick`` runs. Compiling is 50-90% of every
 #: quick target, and level 1 compiles ~20% faster than XLA's default while every quick target's
-#: measured numbers stayed bit-identical (all 16 targets, 2026-12-01, 2-core Intel Xeon at load
-#: ~1; the ten random-weight ones 115.5 s against 136.6 s: `benchmarks/README.md`).
+#: measured numbers stayed bit-identical (all 16 targets; the timings: `benchmarks/README.md`,
+#: "`rankdyn reproduce --quick`, per target").
 QUICK_XLA_FLAG = "--xla_backend_optimization_level=1"
 
 

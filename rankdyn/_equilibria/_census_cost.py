@@ -32,8 +32,8 @@ class SearchTooLong(UsageError):
 
 
 #: Seconds per start and Gauss-Newton step of the tree search at n = d = 6, token 3 (attending
-#: to 3 tokens): 24576 starts x 60 steps took 75.2 s on the 2-core AMD EPYC at a load average of
-#: about 15 (a shared machine; quiet, it is a few times faster). It is scaled by d^2 times the
+#: to 3 tokens): the seconds of 24576 starts x 60 steps on a shared 2-core CPU, divided by them
+#: (measured: benchmarks/README.md). It is scaled by d^2 times the
 #: tokens attended to (`tree_seconds`): a token's Jacobian is d x d, each entry a pass over them.
 TREE_SECONDS_PER_STEP = 75.2 / (24576 * 60)
 _REF_D, _REF_TOKENS = 6, 3

@@ -29,8 +29,8 @@ def _lower_inverse(low):
     two): $\begin{pmatrix} A & 0 \\ C & D \end{pmatrix}^{-1} = \begin{pmatrix} A^{-1} & 0 \\
     -D^{-1} C A^{-1} & D^{-1} \end{pmatrix}$, every block pair of a level in one batched product.
     Why not ``lax.linalg.triangular_solve``: on XLA:CPU it calls the LAPACK that scipy bundles
-    (OpenBLAS), whose own thread pool competes with XLA's; on 2 loaded cores one 4 x 64 x 64
-    solve took 75 ms, against 0.3 ms with OpenBLAS on one thread.
+    (OpenBLAS), whose own thread pool competes with XLA's: on 2 loaded cores it is hundreds of
+    times slower than one OpenBLAS thread (measured: benchmarks/README.md).
     """
     hi = lax.Precision.HIGHEST
     c, k, _ = low.shape
@@ -97,9 +97,9 @@ def orthonormalise(y):
     branch ran (the adaptive QR interval restarts from one step after a fallback).
     """
     # Householder needs fewer flops for k > m / 4 (about 4 m k^2 - 4 k^3 / 3 with an explicit Q,
-    # against 8 m k^2: 0.4 s vs 0.8 s at m = 2048, k = 2016 on one core), but XLA:CPU runs it in
-    # the LAPACK scipy bundles, whose threads fight XLA's (1.1 s for 4 x (2048 x 64) on 2 quiet
-    # cores, PyTorch 0.08 s): CholeskyQR2 stays first for every k.
+    # against 8 m k^2, half the time at m = 2048, k = 2016 on one core), but XLA:CPU runs it in
+    # the LAPACK scipy bundles, whose threads fight XLA's (an order of magnitude behind PyTorch at
+    # 4 x (2048 x 64); measured: benchmarks/README.md): CholeskyQR2 stays first for every k.
     q, diag, ok = _cholesky_qr2(y)
     q, diag = lax.cond(ok, lambda: (q, diag), lambda: _householder_qr(y))
     return q, diag, ~ok

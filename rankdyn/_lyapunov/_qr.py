@@ -139,8 +139,8 @@ def _start(init_q, x, key, index, k: int, num_records: int, every: int):
     r"""A chunk's initial `QRState`: tangent vectors drawn from ``fold_in(key, index)``.
 
     A gaussian (m, k) matrix has $\kappa_2 \approx (\sqrt m + \sqrt k)/(\sqrt m - \sqrt k)$, small for
-    k << m, so CholeskyQR2 orthonormalises it (Householder, whose batched XLA:CPU kernel took
-    0.1-2 s per 2048 x 64 matrix on 2 loaded cores, only where it fails, e.g. k = m).
+    k << m, so CholeskyQR2 orthonormalises it (Householder, whose batched XLA:CPU kernel is slow
+    (measured: benchmarks/README.md), only where it fails, e.g. k = m).
     """
     keys = jax.vmap(lambda i: jr.fold_in(key, i))(index)
     with jax.default_matmul_precision("highest"):

@@ -41,8 +41,8 @@ from .._run._interrupt import check_interrupt
 __all__ = ["work_items", "split_cores", "run_parallel", "QUICK_SECONDS"]
 
 
-#: Seconds per quick target in a cold run (`benchmarks/compile_cache.py`, quiet, 2-core Intel
-#: Xeon, two workers, 2026-12-02): only the order in which work items are handed out. The warm
+#: Seconds per quick target in a cold run (`benchmarks/compile_cache.py`, two workers; measured:
+#: benchmarks/HISTORY.md): only the order in which work items are handed out. The warm
 #: run's long targets are the cold run's long ones, so the order suits both (with these times,
 #: ordering by the warm ones instead gains nothing warm and loses 1.4 s of the cold makespan).
 QUICK_SECONDS = {

@@ -76,8 +76,8 @@ _SIM, _THEORY, _PRETRAINED, _FLOW = (f"rankdyn._reproduce.{f}." for f in FAMILIE
 
 #: Every target, in the order of the issue ("rankdyn reproduce"). The main job (``reproduce --quick``)
 #: runs the paper's claims; the targets beyond the paper (other papers' flow results, continuation,
-#: Lyapunov exponents, attention sinks) are the extended tier: with them the main job took 82 s warm
-#: on the 2-core AMD EPYC, over its 60 s budget (benchmarks/README.md).
+#: Lyapunov exponents, attention sinks) are the extended tier: with them the main job ran over its
+#: 60 s warm budget (measured: benchmarks/README.md, "Cold and warm time of each reproduce target").
 REGISTRY: tuple[Target, ...] = (
     Target("masks-collapse", _SIM + "masks_collapse"),
     Target("temperature", _SIM + "temperature"),

@@ -19,8 +19,8 @@ environment variable when the CPU client is created): one per device that may bl
 call, plus one per core to run the chunks. The extra threads also matter on ONE device: XLA's
 default pool (one thread per core) leaves one core idle while the calling worker waits, so a
 batched SVD ran on a single core; measured on 2 cores, `simulate` with the default metrics
-(n 32, d 64, 256 trajectories, 128 layers) took 2.8-3.4 s wall with 2 pool threads and
-2.4-2.6 s with 3 (`benchmarks/README.md`, "One device: the pool's extra thread"). Upstream
+(n 32, d 64, 256 trajectories, 128 layers) is faster with 3 pool threads than with 2
+(measured: benchmarks/README.md). Upstream
 removed the parallel path from open-source builds after 0.11.0 (jax-ml/jax#36927).
 
 Why it also quiets XLA's "may be stuck" lines. Several host devices meet at every collective of

@@ -108,8 +108,8 @@ def sweep_memory(cfg: SweepConfig, plan: SweepPlan, itemsize: int | None = None)
     return MemoryEstimate(worst)
 
 
-#: CPU seconds to check and plan one cell before compute (measured: 0.16 ms per cell for a grid
-#: of 10^5 cells, 2-core AMD EPYC at load 9; a quiet machine is faster): a grid of 10^7 cells
+#: CPU seconds to check and plan one cell before compute (from a grid of 10^5 cells on a loaded
+#: 2-core CPU: benchmarks/README.md; a quiet machine is faster): a grid of 10^7 cells
 #: takes about half an hour before the first chunk starts.
 CHECK_S_PER_CELL = 1.6e-4
 

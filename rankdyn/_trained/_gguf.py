@@ -94,7 +94,8 @@ class _Reader:
     ``gguf.GGUFReader``'s ``contents()``) and ``tensors`` (views of a read-only memory map).
 
     The metadata is read with `struct` from one `memoryview`: ``gguf.GGUFReader`` makes a memory
-    map slice per string, and SmolLM2's 100k tokenizer strings took it 9 s (of 17 s loading).
+    map slice per string, most of SmolLM2's loading time for its 100k tokenizer strings
+    (measured: benchmarks/HISTORY.md).
 
     Raises:
         UsageError, ValueError, struct.error: a file that is not GGUF, truncated or corrupt

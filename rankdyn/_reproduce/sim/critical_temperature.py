@@ -41,10 +41,9 @@ $\rho'(\beta)$ crosses the midpoint $(1+\rho)/2$ between collapse (1) and identi
 (``scipy.optimize.brentq``); the least-squares slope of $\beta_c$ against $\ln n$ must equal the
 theorem's critical $\gamma = 1/(1-\rho)$ within 1%, for each $\rho$.
 
-Cost: quick (n in {256, 512, 1024, 2048}, d in {3, 4, 8, 64}, about 2048 tokens per n) 18.4 s on
-the 2-core AMD EPYC at load 9. Full (n in {256, 1024, 4096, 16384}, 8192 tokens per n): 237.7 s
-of wall time, 178 s of user CPU, 0.58 GB peak RSS there, quiet (load about 1); one n = 16384
-cell (one sample, 28 values of beta over 16384^2 pairs) had taken 208 s at load 10.
+Cost: quick (n in {256, 512, 1024, 2048}, d in {3, 4, 8, 64}, about 2048 tokens per n) and full
+(n in {256, 1024, 4096, 16384}, 8192 tokens per n; minutes on a 2-core CPU, under 1 GB): measured:
+benchmarks/README.md.
 """
 
 from __future__ import annotations

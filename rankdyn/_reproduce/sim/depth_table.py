@@ -79,7 +79,7 @@ MODES = {"eval": (0.0, 0.0), "attn-dropout": (0.1, 0.0), "attn+hidden-dropout": 
 def sizes(quick: bool) -> dict:
     if quick:
         return {"n": 32, "d": 64, "dk": 8, "dqk": 8.0, "batch": 8, "depth": 128}
-    # 8 samples per mask and mode: the three modes x four masks finish in about 10 minutes on 2 busy cores.
+    # 8 samples per mask and mode: the three modes x four masks in minutes (benchmarks/README.md).
     return {"n": 128, "d": 768, "dk": 64, "dqk": 64.0, "batch": 8, "depth": 128}
 
 

@@ -37,12 +37,10 @@ $n \in$ ``ns`` ($w = \lfloor n / (2r) \rfloor$), and the causal mask at the larg
 picks (blocked from 2048 tokens). $\lambda_2$ of the uniform window comes from Lanczos
 (`scipy.sparse.linalg.eigsh`) on $D^{-1/2} A D^{-1/2}$, applied by prefix sums in O(n).
 
-Cost: quick (n in {256, 512}, r in {2, 4, 8}, 400 layers, d = 4, batch 2) 16 s on the
-2-core AMD EPYC at load 7. Full (n in {1024, 4096, 16384}, r in {2, 4, 8, 16}, 1600 layers,
-batch 1) is dominated by n = 16384, where a layer costs about n (2w + 1) score entries: measured
-there with batch 2 in float64 at load 11, 3.1 s per layer for r = 2 (w = 4096) and 0.7 s for
-r = 16 (w = 512). The whole full run took 33 min 10 s of wall time (3054 s of user CPU, 0.61 GB
-peak RSS) on that CPU, quiet, with the block sizes of `choose_block_size`.
+Cost: quick (n in {256, 512}, r in {2, 4, 8}, 400 layers, d = 4, batch 2); full (n in {1024,
+4096, 16384}, r in {2, 4, 8, 16}, 1600 layers, batch 1) is dominated by n = 16384, where a layer
+costs about n (2w + 1) score entries: about half an hour on a 2-core CPU, under 1 GB (measured:
+benchmarks/README.md).
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ $= 10^{-6}$ of $w^*$;
 that fails (1) or (2) ends with `RESULTS.design_unreachable` (a `SolveError` with ``throw=True``),
 never as a design.
 
-Measured (2026-12-06, float64): w* = 0.9 (quick and full), 0.95, 1.0 and 1.1 are reached in 11 to
+Measured (float64): w* = 0.9 (quick and full), 0.95, 1.0 and 1.1 are reached in 11 to
 15 L-BFGS iterations with projected gradients between 7e-13 and 9e-10 and continued folds within
-3e-15 of w*; the quick run took 28.5 s of CPU (199 s wall on a 2-core machine under a load
-average near 18). A trial at w* = 0.8 ended ``design_unreachable``: after 100 iterations the
+3e-15 of w* (the quick run's time: benchmarks/README.md). A trial at w* = 0.8 ended
+``design_unreachable``: after 100 iterations the
 reduced gradient was still 23 (the fold is re-solved from the undesigned fold's point, and a
 change of this size may take Newton to another solution); it is not among the full run's values.
 """

@@ -68,7 +68,7 @@ def sizes(quick: bool) -> dict:
         stored_max_n=None,
     )
     if quick:
-        # CI budget (~30 s quiet; 44 CPU s measured under load): only the settings its checks and
+        # CI budget (its time: benchmarks/README.md): only the settings its checks and
         # its finding need. Each setting keeps the inits, batches and W_Q, W_K it has in the grid,
         # but the search is chaotic: a different batch of settings or input count can end at a
         # different W_V (the full run, 64 inputs per step, did not find this complete-mask state).
@@ -96,11 +96,11 @@ def sizes(quick: bool) -> dict:
     # inputs; 13.2 CPU-min) lost the positive control at every size: with a basin of a few
     # percent, 32 inputs per step see about one that keeps its rank. The quick run's search
     # (T = 200, selection every 20 steps) with 64 inputs per step keeps it at N = 3 and 6
-    # (measured: ~16 CPU s per setting at N = 6). The complete mask's harder pass (both
+    # (its cost: benchmarks/HISTORY.md). The complete mask's harder pass (both
     # objectives, 16 restarts, deeper curriculum, the causal control at the same budget) runs
-    # at N = 3 only, and sigma_min is searched on the complete mask only: the axes cut. Measured
-    # (seed 0, load 4-12 on the 2-core machine): 21 min 44 s wall, 876 CPU s; the causal +
-    # uniform control passed in 2 of its 5 passes (its check fails and says so).
+    # at N = 3 only, and sigma_min is searched on the complete mask only: the axes cut (its time:
+    # benchmarks/README.md). With seed 0 the causal + uniform control passed in 2 of its 5 passes
+    # (its check fails and says so).
     return dict(
         common,
         ns=(3, 4, 5, 6),
