@@ -61,6 +61,18 @@ SCRIPT = textwrap.dedent(
         out["odd_raises"] = False
     except ValueError as e:
         out["odd_raises"] = "multiple of" in str(e)
+    # Compiles do not grow with the number of chunk rounds on a mesh: the running statistics enter
+    # every round with the sharding the rounds return them in (else the second round compiles the
+    # depth programs again). Fresh shapes for each run: n = 5 one round, n = 7 two rounds.
+    from rankdyn._run._io import CompileTimer
+    compiles = []
+    for n, batch in ((5, 4), (7, 8)):
+        lay = rd.make_layer(jr.PRNGKey(5), n=n, d=n, mask="causal", qk="gaussian")
+        xb = rd.initial_tokens(jr.PRNGKey(6), "sphere", n, n, batch=batch)
+        with CompileTimer() as timer:
+            rd.simulate(lay, xb, 4, chunk=2, devices=2, observe=mu_only)
+        compiles.append(timer.compiles)
+    out["compiles_one_and_two_rounds"] = compiles
     print(json.dumps(out))
     """
 )
@@ -111,6 +123,8 @@ def test_sharded_simulate_and_lyapunov_equal_single_device():
     # The bitwise contract: every device runs whole chunks of the same width, and the statistics
     # are folded in batch order, so 1, 2 or 4 devices give the same bits (values, states, stats).
     assert out["bitwise_all"] and out["bitwise_two"], out
+    one_round, two_rounds = out["compiles_one_and_two_rounds"]
+    assert one_round > 0 and two_rounds == one_round, out
     # lyapunov_spectrum: bit for bit on 2 and 4 devices (the bitwise contract); against another
     # chunking (one device, one chunk) only to rounding.
     assert lyap["devices"] == 4 and lyap["diff"] < 1e-12 and lyap["mean_diff"] < 1e-12, lyap
