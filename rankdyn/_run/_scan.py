@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from .._observe._stats import BatchStats
 from ._fold import empty_stats, fold_members, scan_folding
@@ -368,7 +367,7 @@ def run_batch(
     sizes = [min(piece, num_blocks - b) for b in range(0, max(num_blocks, 1), piece)]
     accs = [empty_acc(observe, layer, source, eps, nb + (i == 0)) for i, nb in enumerate(sizes)]
     if mesh is not None:  # replicated, as every round returns them: else round 2 compiles again
-        accs = jax.device_put(accs, NamedSharding(mesh, PartitionSpec()))
+        accs = jax.device_put(accs, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
     for start in range(0, num, step):
         plan = DepthPlan(sizes[0], save_every, True, per_trajectory, save_states, eps)
         state, values, _, states, accs[0] = _first(
