@@ -129,8 +129,10 @@ def tail_fraction(c: Float[Array, "... m"]) -> Float[Array, "..."]:
     return jnp.sqrt(upper / total)
 
 
-@eqx.filter_jit
-def _solve_batch(model, c0, ts, rtol, atol, max_steps: int):
+def imex_solve(model, y0, ts, rtol, atol, max_steps: int) -> diffrax.Solution:
+    """One density's solve saved at ``ts``: KenCarp4 with ``model.transport`` explicit and
+    ``model.diffusion`` (diagonal) implicit, adaptive at ``rtol``/``atol``; the circle's and the
+    sphere's models both provide the two terms."""
     terms = diffrax.MultiTerm(
         diffrax.ODETerm(lambda t, y, args: args.transport(y)),
         diffrax.ODETerm(lambda t, y, args: args.diffusion(y)),
@@ -139,38 +141,45 @@ def _solve_batch(model, c0, ts, rtol, atol, max_steps: int):
     # linear implicit term; 2668 accepted, 3809 rejected to t = 5 at K = 16, against 41 steps
     # of explicit Tsit5), with Chord they are not.
     root = diffrax.with_stepsize_controller_tols(optx.Chord)(linear_solver=DiagonalJacobian())
-    solver = diffrax.KenCarp4(root_finder=root)
-    controller = diffrax.PIDController(rtol=rtol, atol=atol)
+    return diffrax.diffeqsolve(
+        terms,
+        diffrax.KenCarp4(root_finder=root),
+        0.0,
+        ts[-1],
+        None,
+        y0,
+        args=model,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
+        throw=False,
+    )
 
+
+def density_result(sol: diffrax.Solution, mins, maxs, tail):
+    """The solve's `RESULTS` member, then, while successful, the density's flags in order:
+    ``nonfinite`` (a NaN or inf coefficient), ``negative_density`` (a grid value below
+    -`NEGATIVE_TOL` times the maximum), ``under_resolved`` (a tail fraction above `TAIL_TOL`)."""
+    res = RESULTS.promote(sol.result)
+    finite = jnp.all(jnp.isfinite(sol.ys))
+    res = RESULTS.where(res == RESULTS.successful, RESULTS.where(finite, res, RESULTS.nonfinite), res)
+    negative = jnp.any(mins < -NEGATIVE_TOL * maxs)
+    res = RESULTS.where(
+        res == RESULTS.successful, RESULTS.where(negative, RESULTS.negative_density, res), res
+    )
+    coarse = jnp.any(tail > TAIL_TOL)
+    return RESULTS.where(res == RESULTS.successful, RESULTS.where(coarse, RESULTS.under_resolved, res), res)
+
+
+@eqx.filter_jit
+def _solve_batch(model, c0, ts, rtol, atol, max_steps: int):
     def one(y0):
-        sol = diffrax.diffeqsolve(
-            terms,
-            solver,
-            0.0,
-            ts[-1],
-            None,
-            y0,
-            args=model,
-            saveat=diffrax.SaveAt(ts=ts),
-            stepsize_controller=controller,
-            max_steps=max_steps,
-            throw=False,
-        )
+        sol = imex_solve(model, y0, ts, rtol, atol, max_steps)
         ys = sol.ys
         grid = density_values(ys, model.grid)
         mins, maxs = jnp.min(grid, -1), jnp.max(grid, -1)
-        finite = jnp.all(jnp.isfinite(ys))
         tail = tail_fraction(ys)
-        res = RESULTS.promote(sol.result)
-        res = RESULTS.where(res == RESULTS.successful, RESULTS.where(finite, res, RESULTS.nonfinite), res)
-        negative = jnp.any(mins < -NEGATIVE_TOL * maxs)
-        res = RESULTS.where(
-            res == RESULTS.successful, RESULTS.where(negative, RESULTS.negative_density, res), res
-        )
-        coarse = jnp.any(tail > TAIL_TOL)
-        res = RESULTS.where(
-            res == RESULTS.successful, RESULTS.where(coarse, RESULTS.under_resolved, res), res
-        )
+        res = density_result(sol, mins, maxs, tail)
         return ys, 2 * math.pi * ys[:, 0], mins, tail, sol.stats["num_accepted_steps"], res
 
     return jax.vmap(one)(c0)

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import math
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
 from .._errors import SolveError
 from .._results import RESULTS
 from ._checks import check_beta, check_dynamics, check_positive, check_sigma, check_times
-from ._solve import NEGATIVE_TOL, TAIL_TOL, DiagonalJacobian
+from ._solve import density_result, imex_solve
 from ._sphere import require_s2fft, sphere_density_coefficients, sphere_density_values, sphere_model
 from ._sphere_checks import check_band_limit, check_sphere_density, check_sphere_dimension
 
@@ -84,44 +82,13 @@ def sphere_tail_fraction(c: Float[Array, "... 2 L L"]) -> Float[Array, "..."]:
 
 @eqx.filter_jit
 def _solve_batch(model, c0, ts, rtol, atol, max_steps: int):
-    terms = diffrax.MultiTerm(
-        diffrax.ODETerm(lambda t, y, args: args.transport(y)),
-        diffrax.ODETerm(lambda t, y, args: args.diffusion(y)),
-    )
-    # Chord with the diagonal solve, as on the circle (VeryChord rejected most steps there).
-    root = diffrax.with_stepsize_controller_tols(optx.Chord)(linear_solver=DiagonalJacobian())
-    solver = diffrax.KenCarp4(root_finder=root)
-    controller = diffrax.PIDController(rtol=rtol, atol=atol)
-
     def one(y0):
-        sol = diffrax.diffeqsolve(
-            terms,
-            solver,
-            0.0,
-            ts[-1],
-            None,
-            y0,
-            args=model,
-            saveat=diffrax.SaveAt(ts=ts),
-            stepsize_controller=controller,
-            max_steps=max_steps,
-            throw=False,
-        )
+        sol = imex_solve(model, y0, ts, rtol, atol, max_steps)  # as on the circle
         ys = sol.ys
         grid = jax.vmap(model.grid_values)(ys)
         mins, maxs = jnp.min(grid, (-2, -1)), jnp.max(grid, (-2, -1))
         tail = sphere_tail_fraction(ys)
-        res = RESULTS.promote(sol.result)
-        ok = res == RESULTS.successful
-        res = RESULTS.where(ok, RESULTS.where(jnp.all(jnp.isfinite(ys)), res, RESULTS.nonfinite), res)
-        negative = jnp.any(mins < -NEGATIVE_TOL * maxs)
-        res = RESULTS.where(
-            res == RESULTS.successful, RESULTS.where(negative, RESULTS.negative_density, res), res
-        )
-        coarse = jnp.any(tail > TAIL_TOL)
-        res = RESULTS.where(
-            res == RESULTS.successful, RESULTS.where(coarse, RESULTS.under_resolved, res), res
-        )
+        res = density_result(sol, mins, maxs, tail)
         mass = math.sqrt(4 * math.pi) * ys[:, 0, 0, 0]
         return ys, mass, mins, tail, sol.stats["num_accepted_steps"], res
 
