@@ -75,7 +75,7 @@ CASES = {
         "nothing was saved",
     ),
     "continue": (
-        "continue --param w --from 0.5 --to 1000000 --max-steps 1000000".split(),
+        "continue --param w --from 0.5 --to 100 --ds 1e-3 --max-steps 1000000".split(),
         r"branch in w:.*" + _DONE,
         "nothing was saved",
     ),

@@ -136,7 +136,7 @@ def test_bad_input_is_a_usage_error(kwargs, message):
 def test_bad_map_input():
     with pytest.raises(ValueError, match="must map an"):
         rankdyn.lyapunov_spectrum_map(lambda x: x[:1], jnp.zeros(2), 10, key=jax.random.key(0))
-    with pytest.raises(ValueError, match="k \\(the number"):
+    with pytest.raises(ValueError, match="k=3: expected 1 <= k <= 2 \\(the number"):
         rankdyn.lyapunov_spectrum_map(henon, jnp.zeros(2), 10, k=3, key=jax.random.key(0))
     with pytest.raises(ValueError, match="NaN"):
         rankdyn.lyapunov_spectrum_map(henon, jnp.array([jnp.nan, 0.0]), 10, key=jax.random.key(0))

@@ -28,15 +28,15 @@ DEFAULT_N = 128
 
 def check_files_before_loading(path) -> None:
     """``--checkpoint PATH``: a path that does not exist, a known name that is not installed, or a
-    folder without ``config.json`` or ``model.safetensors`` (`rankdyn._trained._read.check_files`),
+    folder without ``config.json`` or ``model.safetensors`` (`_trained._checkpoint_files.check_files`),
     refused from the folder's file names, before JAX and the weights load (the same messages as
     the loader's, which stay).
 
     Raises:
         UsageError: naming ``--checkpoint`` and the fix.
     """
+    from .._trained._checkpoint_files import check_files
     from .._trained._installed import resolve_checkpoint
-    from .._trained._read import check_files
 
     try:
         check_files(resolve_checkpoint(path))
