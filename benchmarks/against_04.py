@@ -147,10 +147,11 @@ def markdown(report: dict) -> str:
 
 
 def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+    """The CPU's name as every speed figure records it (`rankdyn/_run/_io.cpu_model`; no JAX)."""
+    sys.path.insert(0, str(ROOT))
+    from rankdyn._run._io import cpu_model
+
+    return cpu_model()
 
 
 def _label(tree: Path) -> str:

@@ -51,13 +51,11 @@ def _targets(spec: list[str]) -> list[tuple[str, bool]]:
 
 
 def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's name as every speed figure records it (`rankdyn/_run/_io.cpu_model`; no JAX)."""
+    sys.path.insert(0, str(ROOT))
+    from rankdyn._run._io import cpu_model
+
+    return cpu_model()
 
 
 def _children_cpu() -> float:
