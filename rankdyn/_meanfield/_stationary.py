@@ -182,6 +182,20 @@ def stationary_density(
     return StationaryDensity(c, res, eig, stable, tail_fraction(c), result, b, s, dynamics)
 
 
+def imex_step_map(model, param: str, h: float, split):
+    r"""The IMEX step map $c \mapsto (I - hL)^{-1}(c + hN(c))$ of ``model`` with its field
+    ``param`` set to the continuation parameter $p$: ``split(model, c)`` gives $(N(c), L)$, $L$
+    diagonal. Shared by the circle's even densities and the sphere's zonal ones."""
+
+    def f(x, p):
+        x = jnp.asarray(x)
+        m = eqx.tree_at(lambda mm: getattr(mm, param), model, jnp.asarray(p, x.dtype))
+        n, lam = split(m, x)
+        return (x + h * n) / (1 - h * lam)
+
+    return f
+
+
 def density_step_map(
     *,
     param: str,
@@ -214,13 +228,7 @@ def density_step_map(
         raise UsageError(f"h (the step of the IMEX map) must be a finite number > 0, got {h!r}.")
     model, _, _ = _model(beta, sigma, dynamics, num_modes, d)
 
-    def f(x, p):
-        x = jnp.asarray(x)
-        m = eqx.tree_at(lambda mm: getattr(mm, param), model, jnp.asarray(p, x.dtype))
-        n, lam = even_rhs(m, x)
-        return (x + h * n) / (1 - h * lam)
-
-    return f
+    return imex_step_map(model, param, h, even_rhs)
 
 
 def continue_density(

@@ -30,6 +30,7 @@ from .._errors import SolveError, UsageError
 from .._results import RESULTS
 from ._checks import check_beta, check_dynamics, check_positive, check_sigma
 from ._sphere_checks import check_band_limit, check_sphere_dimension, check_zonal_density
+from ._stationary import imex_step_map
 from ._zonal import ZonalDensityModel, _legendre, zonal_full, zonal_values
 
 __all__ = ["ZonalStationaryDensity", "stationary_zonal_density", "zonal_step_map", "continue_zonal_density"]
@@ -181,13 +182,7 @@ def zonal_step_map(
         raise UsageError(f"h (the step of the IMEX map) must be a finite number > 0, got {h!r}.")
     model, _, _ = _model(beta, sigma, dynamics, band_limit, d)
 
-    def f(x, p):
-        x = jnp.asarray(x)
-        m = eqx.tree_at(lambda mm: getattr(mm, param), model, jnp.asarray(p, x.dtype))
-        n, lam = m.split(x)
-        return (x + h * n) / (1 - h * lam)
-
-    return f
+    return imex_step_map(model, param, h, lambda m, x: m.split(x))
 
 
 def continue_zonal_density(
