@@ -1,4 +1,7 @@
-"""The ``rankdyn`` command line: thin wrappers that parse flags and call the public API.
+"""The ``rankdyn`` command line: each command parses its flags, refuses bad input before JAX is
+imported (through the JAX-free plans of `rankdyn.plans` and the package's JAX-free checking and
+file modules, which is why commands import private modules), then runs the library code behind
+the public API and writes its result files.
 
 Each subcommand lives in ``rankdyn/_commands/<name>.py`` and exposes ``add_parser(subparsers)``
 (which sets ``func``, and ``before_jax`` for process-wide XLA flags). This module only

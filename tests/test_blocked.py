@@ -320,3 +320,12 @@ def test_cosine_metrics_by_row_blocks_equal_the_cosine_matrix(monkeypatch):
     got = both()  # a new jit: traced again with the patched sizes
     assert float(want[0]) == pytest.approx(-1.0, abs=1e-14)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+
+
+def test_a_block_size_on_the_dense_path_is_refused():
+    """The dense path has no blocks: a block size it would ignore is refused, naming the fix."""
+    s = MS.causal(8)
+    w = jnp.eye(4)
+    with pytest.raises(UsageError, match="attention=.blocked. or drop block_size"):
+        SelfAttentionLayer(s, w, w, w, attention="dense", block_size=4)
+    assert SelfAttentionLayer(s, w, w, w, attention="blocked", block_size=4).block_size == 4

@@ -140,7 +140,8 @@ class SelfAttentionLayer(eqx.Module):
             blocks the mask touches, `rankdyn._model._blocked`) or ``"auto"`` (blocked from
             ``AUTO_BLOCKED_MIN_TOKENS`` tokens); ``mask`` may then be a `MaskStructure`.
         block_size: tokens per block of the blocked path (``attention_path``: the path taken); by
-            default `choose_block_size` picks 128, 256 or 512 for the mask.
+            default `choose_block_size` picks 128, 256 or 512 for the mask. Refused on the dense
+            path, which would ignore it.
 
     Raises:
         ValueError: on inconsistent shapes, a bad mask, an unknown placement, a dqk <= 0 or a
@@ -211,6 +212,12 @@ class SelfAttentionLayer(eqx.Module):
         if path == "blocked":
             size = choose_block_size(self.mask) if block_size is None else int(block_size)
             self.path = BlockedAttention(size)
+        elif block_size is not None:
+            # The dense path has no blocks: a block size given here would be ignored.
+            raise UsageError(
+                f"block_size={block_size!r} applies to the blocked attention path only, and this layer "
+                f"takes the dense one (attention={attention!r}); pass attention='blocked' or drop block_size."
+            )
         else:
             self.path = DenseAttention()
         w_q, w_k, w_v = (jnp.asarray(w) for w in (w_q, w_k, w_v))
