@@ -138,7 +138,7 @@ def _check_steps(args) -> None:
     """``--from``, ``--to``, ``--ds`` and ``--max-steps`` by `continue_branch`'s own rules (its
     `ContinuationPlan`), before the census and JAX (``--from 1 --to 1.0000000000000002`` ran the
     census, then said ``w=nan``)."""
-    from .._equilibria._steps import ContinuationPlan
+    from ..plans import ContinuationPlan
 
     ContinuationPlan(args.p_from, args.p_to, args.ds, max_steps=args.max_steps, param=args.param, flags=True)
 

@@ -67,7 +67,7 @@ def lyapunov_plan(args, layers: int | None, dim: int | None):
     (a checkpoint's own depth, not read yet) or ``dim=None`` (no model yet) leave the checks
     against them to the plan built once they are known. An integer ``--qr-every`` is converted
     in place."""
-    from .._lyapunov._plan import LyapunovPlan
+    from ..plans import LyapunovPlan
 
     if dim == 0:  # --d 1 on the spheres S^0: the default --k would be 0, a misleading cause
         raise UsageError(
@@ -139,7 +139,7 @@ def memory_estimate(args, k: int):
     import jax.numpy as jnp
 
     from .._lyapunov._budget import TOKEN_COPIES
-    from .._lyapunov._plan import LyapunovPlan
+    from ..plans import LyapunovPlan
 
     itemsize = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)).itemsize
     plan = LyapunovPlan(

@@ -121,7 +121,7 @@ def check_run_args(args, config):
         ``(metric names, estimated peak bytes, plan)``.
     """
     from .._observe._names import parse_metrics
-    from .._run._plan import SimulatePlan
+    from ..plans import SimulatePlan
     from ._table import plot_names
 
     names = parse_metrics(args.metrics, where=f"--metrics {args.metrics}")
