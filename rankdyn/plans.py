@@ -15,8 +15,12 @@ one place and cannot disagree.
   ``discard``, ``qr_every``, the chunk, and its memory estimate.
 - `ContinuationPlan`: a continuation's interval and steps (``ds``, ``ds_min``, ``ds_max`` against
   what float64 resolves over the interval, ``max_steps``).
+- `FlowPlan`: a flow run's sizes (``rankdyn.flow.solve_flow``, ``rankdyn flow``; deterministic or
+  noisy): the chunk, the pieces of saved times, the noisy drift's row blocks, and ``memory()``, with
+  ``check_memory()``, the refusal naming the flags or arguments to lower.
 """
 
 from ._equilibria._steps import ContinuationPlan as ContinuationPlan
+from ._flow._plan import FlowPlan as FlowPlan
 from ._lyapunov._plan import LyapunovPlan as LyapunovPlan
 from ._run._plan import SimulatePlan as SimulatePlan

@@ -220,8 +220,9 @@ def architecture(ckpt, variant: str, scheme: dict | None = None) -> dict:
 
 def run_checkpoint(args) -> int:
     """The checkpoint branch of ``rankdyn simulate`` (see the module docstring)."""
+    from .._arguments import check_count
     from .._observe._names import parse_metrics
-    from .._run._plan import SimulatePlan, check_chunk, check_count, check_rank_tol
+    from .._run._plan import SimulatePlan, check_chunk, check_rank_tol
     from ._checks import check_out_dir, check_plan_memory, check_seed_flag, say_compiling
     from ._table import default_metrics, plot_names, print_table, print_written, save_figures
 
@@ -234,9 +235,9 @@ def run_checkpoint(args) -> int:
     plot_names(args.plot, names)  # a --plot name that is not recorded is refused before compute
     # The plan's checks (`rankdyn._run._plan`) of what is known before the weights load; the
     # plan itself, built once the depth and the excerpts are known, checks them all.
-    check_count("num_layers", args.num_layers, 0, flags=True)
-    check_count("batch", args.batch, 1, flags=True)
-    check_count("save_every", args.save_every, 1, flags=True)
+    check_count(args.num_layers, "num_layers", minimum=0, flags=True)
+    check_count(args.batch, "batch", flags=True)
+    check_count(args.save_every, "save_every", flags=True)
     if args.rank_tol is not None:
         check_rank_tol(args.rank_tol, flags=True)
     check_chunk(args.chunk, flags=True, what="excerpts")

@@ -222,43 +222,29 @@ def _check_scheme_flags(args) -> None:
         )
 
 
-#: What shrinks each part of the flow's memory estimate (`rankdyn._run._memory.FLOW_PARTS`).
-_MEMORY_FIXES = {
-    "tokens": "lower --batch (and run several seeds), --n or --d.",
-    "piece": "lower --saves (a compiled piece keeps about a twentieth of them), --n or --batch.",
-    "stats": "lower --saves.",
-    "per_trajectory": "lower --saves or --batch.",
-    "states": "drop --save-states, or lower --saves or --batch.",
-}
+def flow_plan(args):
+    """The run's `rankdyn.plans.FlowPlan` from the flags (no JAX): its sizes and memory estimate,
+    the deterministic or the noisy flow, in the flags' names."""
+    from .._flow._plan import FlowPlan
+
+    return FlowPlan(
+        n=args.n, d=args.d, batch=args.batch, saves=args.saves, itemsize=8 if args.x64 else 4,
+        noise=args.noise is not None, save_states=args.save_states, flags=True,
+    )  # fmt: skip
 
 
 def run(args) -> int:
     check_args(args)
+    # Before the mask, the field or the starts exist (JAX loads here for the backend's memory).
+    flow_plan(args).check_memory()
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from .._flow._arguments import check_flow_memory
     from .._model._masks import make_mask
     from .._run._io import CompileTimer, atomic_write, provenance, write_json
     from ..flow import FlowField, solve_flow
 
-    # The noisy flow's field is row-blocked and its observer O(n d): the deterministic
-    # flow's estimate (n x n observer matrices at every saved time) does not describe it.
-    if args.noise is None:
-        check_flow_memory(
-            batch=args.batch,
-            n=args.n,
-            d=args.d,
-            saves=args.saves,
-            betas=1,
-            itemsize=8 if args.x64 else 4,
-            chunk=None,
-            per_trajectory=False,
-            save_states=args.save_states,
-            fixes=_MEMORY_FIXES,
-            what=f"--n {args.n} --d {args.d} --batch {args.batch} --saves {args.saves}",
-        )
     mask = make_mask(args.mask, args.n, seed=args.seed)
     field = FlowField(
         mask,

@@ -14,9 +14,8 @@ import dataclasses
 import math
 from typing import Any
 
-from .._arguments import check_count as _check_count
+from .._arguments import check_count
 from .._errors import UsageError
-from .._run._plan import check_count as _check_flag_count
 from . import DS_DIVISOR, DS_MIN_RATIO, step_resolution
 
 __all__ = ["ContinuationPlan"]
@@ -81,11 +80,7 @@ class ContinuationPlan:
                 f"({DS_MIN_RATIO:g} of the first), is below the resolution of {self.param} there "
                 f"({resolution:.3g}); widen the interval{fix}."
             )  # fmt: skip
-        steps = (
-            _check_flag_count("max_steps", self.max_steps, 1, True)
-            if f
-            else _check_count(self.max_steps, "max_steps")
-        )
+        steps = check_count(self.max_steps, "max_steps", flags=True if f else None)
         for name, v in (("p_start", p0), ("p_end", p1), ("ds", ds), ("ds_min", ds_min), ("ds_max", ds_max)):
             object.__setattr__(self, name, v)
         object.__setattr__(self, "max_steps", steps)

@@ -6,19 +6,19 @@ everywhere), float16 or complex ``x0`` (NaN, or a dtype error deep in the solver
 under ``jax.jit`` / ``vmap`` / ``grad`` (a tracer error): `solve_flow` is a Python loop of compiled
 pieces, so it refuses tracers with one clear error.
 
-The flow's memory is estimated here too, from the sizes alone, before anything is allocated
-(`check_flow_memory`, shared by `solve_flow` and ``rankdyn flow``): ``--batch 2000000 --n 64
---d 64`` failed in XLA after 15 s and ``--saves 10000000`` ran for minutes without a word.
+The flow's memory is checked here too, from the sizes alone, before anything is allocated
+(`check_flow_memory`, `solve_flow`'s call of `rankdyn.plans.FlowPlan`, which ``rankdyn flow`` builds
+itself): ``--batch 2000000 --n 64 --d 64`` failed in XLA after 15 s and ``--saves 10000000`` ran for
+minutes without a word; the noisy flow was not estimated at all.
 """
 
 from __future__ import annotations
-
-import math
 
 import jax
 import numpy as np
 
 from .._errors import UsageError
+from ._plan import MAX_CHUNK, SOLVE_FLOW_FIXES, FlowPlan, piece_length, resolve_chunk
 
 __all__ = [
     "check_flow_arguments",
@@ -29,19 +29,6 @@ __all__ = [
     "MAX_CHUNK",
     "SOLVE_FLOW_FIXES",
 ]
-
-#: What shrinks each part of the flow's memory estimate (`rankdyn._run._memory.FLOW_PARTS`), in
-#: `solve_flow`'s arguments (``rankdyn flow`` has its own, in flags).
-SOLVE_FLOW_FIXES = {
-    "tokens": "pass fewer trajectories in x0 and call solve_flow once per part.",
-    "piece": "use fewer saved times (a compiled piece keeps about a twentieth of them), or a smaller chunk.",
-    "stats": "use fewer saved times (saves or times).",
-    "per_trajectory": "pass per_trajectory=False (only statistics are kept), or fewer saved times.",
-    "states": "pass save_states=False, or fewer saved times or trajectories.",
-}
-
-#: Trajectories vmapped together by default (`solve_flow`'s ``chunk=None``): all, up to this many.
-MAX_CHUNK = 1024
 
 
 def _is_int(v) -> bool:
@@ -101,20 +88,6 @@ def check_beta_range(beta: float, dtype, dynamics: str, flag: str = "--beta") ->
         )
 
 
-def resolve_chunk(chunk: int | None, batch: int) -> int:
-    """Trajectories vmapped together: ``chunk`` (checked >= 1) or all, at most `MAX_CHUNK`."""
-    return min(batch, MAX_CHUNK) if chunk is None else min(int(chunk), batch)
-
-
-def piece_length(intervals: int) -> int:
-    """Intervals per compiled piece: the smallest divisor of ``intervals`` >= intervals / 20 (equal
-    pieces share one compilation; about 20 of them give a progress bar something to show)."""
-    for p in range(max(1, math.ceil(intervals / 20)), intervals + 1):
-        if intervals % p == 0:
-            return p
-    return intervals
-
-
 def check_flow_memory(
     *,
     batch: int,
@@ -126,34 +99,21 @@ def check_flow_memory(
     chunk: int | None,
     per_trajectory: bool,
     save_states: bool,
-    fixes: dict[str, str],
+    fixes: dict[str, str] | None = None,
     what: str,
+    noise: bool = False,
 ) -> None:
-    """Refuse a flow that cannot fit in memory (`rankdyn._run._memory.flow_memory`), before compute.
+    """Refuse a flow that cannot fit in memory (`rankdyn.plans.FlowPlan`), before compute: the
+    library's call, naming `solve_flow`'s arguments (``rankdyn flow`` builds its plan with flags).
 
     Arguments:
-        fixes: the fix to print when a part of the estimate is the largest, by the keys of
-            `rankdyn._run._memory.FLOW_PARTS` (flags on the command line, arguments in Python).
+        fixes: the fix per part of the estimate (default `SOLVE_FLOW_FIXES`).
 
     Raises:
         UsageError: with the estimate, the memory available and the fix.
     """
-    from .._run._memory import FLOW_PARTS, check_memory, flow_memory
-    from ._flow_metrics import FLOW_METRICS
-
-    chunk = resolve_chunk(chunk, batch)
-    est = flow_memory(
-        batch=batch,
-        chunk=chunk,
-        piece=piece_length(saves - 1),
-        saves=saves,
-        n=n,
-        d=d,
-        betas=betas,
-        itemsize=itemsize,
-        num_metrics=len(FLOW_METRICS),
-        per_trajectory=per_trajectory,
-        save_states=save_states,
-    )
-    key = next(k for k, name in FLOW_PARTS.items() if name == est.largest)
-    check_memory(est, what=what, fix=fixes[key])
+    plan = FlowPlan(
+        n=n, d=d, batch=batch, saves=saves, betas=betas, itemsize=itemsize, chunk=chunk,
+        noise=noise, per_trajectory=per_trajectory, save_states=save_states,
+    )  # fmt: skip
+    plan.check_memory(what=what, fixes=fixes)

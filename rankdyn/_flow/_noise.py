@@ -34,6 +34,7 @@ from jax import lax
 
 from .._errors import UsageError
 from ._field import FlowField, tangent_project
+from ._plan import BLOCK_ROWS, DENSE_MAX  # defined with the memory estimate that counts them
 from ._schemes import scheme_velocity
 
 __all__ = [
@@ -47,10 +48,6 @@ __all__ = [
 
 #: The noisy flow's solver names: Heun (fixed step ``dt``) and SPaRK (adaptive, ``rtol``/``atol``).
 NOISE_SOLVERS = ("heun", "spark")
-#: Query rows per block of the noisy drift once ``n`` exceeds `DENSE_MAX`: memory O(n * block).
-BLOCK_ROWS = 256
-#: Up to this many tokens the drift is the dense `FlowField` itself (the same bits as the ODE path).
-DENSE_MAX = 1024
 #: ``spark``'s default ``rtol`` and ``atol`` (the deterministic flow's 1e-6, 1e-8 are far too tight
 #: for a method of strong order 1/2).
 NOISE_TOLERANCE = 1e-3

@@ -11,7 +11,7 @@ from jaxtyping import Array
 
 from .._errors import UsageError
 from . import _solve
-from ._arguments import check_flow_arguments
+from ._arguments import check_flow_arguments, check_flow_memory
 from ._field import FlowField
 from ._noise import NOISE_SOLVERS, check_noise, noise_solver
 from ._solve import FlowSolution, _validate
@@ -107,6 +107,11 @@ def solve_flow(
         )
     solver_obj, controller = noise_solver(solver, stepsize_controller, rtol, atol, dt)
     x0, betas, times = _validate(field, x0, t1, beta, times, 101 if saves is None else saves)
+    check_flow_memory(
+        batch=x0.shape[0], n=field.num_tokens, d=field.dim, saves=times.size, betas=betas.size,
+        itemsize=x0.dtype.itemsize, chunk=chunk, per_trajectory=per_trajectory,
+        save_states=save_states, what="solve_flow", noise=True,
+    )  # fmt: skip
     sol = solve_noisy(
         field,
         x0,

@@ -26,8 +26,9 @@ import dataclasses
 import math
 from typing import Any, NamedTuple
 
+from .._arguments import check_count, show
 from .._errors import UsageError
-from .._run._plan import check_chunk, check_count, show
+from .._run._plan import check_chunk
 
 __all__ = [
     "LyapunovPlan",
@@ -117,8 +118,8 @@ class LyapunovPlan:
                 )
         if self.num_steps is None:
             return
-        steps = check_count(what, self.num_steps, 1, f)
-        discard = check_count("discard", self.discard, 0, f)
+        steps = check_count(self.num_steps, what, flags=f)
+        discard = check_count(self.discard, "discard", minimum=0, flags=f)
         if discard >= steps:
             raise UsageError(
                 f"{show('discard', discard, f)}: expected 0 <= discard < {show(what, steps, f)}, or "

@@ -113,6 +113,8 @@ def equilibria_memory(*, n: int, d: int, chunk: int, itemsize: int) -> MemoryEst
 FLOW_PARTS = {
     "tokens": "initial tokens",
     "piece": "working set of one piece (saved states, Gram matrices)",
+    "drift": "the drift's attention weights",
+    "mask": "the mask (n x n booleans) and its row blocks",
     "stats": "per-time statistics",
     "per_trajectory": "per-trajectory metrics",
     "states": "saved states",
@@ -132,14 +134,20 @@ def flow_memory(
     num_metrics: int,
     per_trajectory: bool,
     save_states: bool,
+    drift_entries: int | None = None,
 ) -> MemoryEstimate:
-    r"""Estimate of `rankdyn.flow.solve_flow` from its sizes (``betas`` temperatures vmapped).
+    r"""Estimate of `rankdyn.flow.solve_flow` from its sizes (``betas`` temperatures vmapped); the
+    one function behind `rankdyn.plans.FlowPlan.memory`.
 
     - the initial tokens and their projection to the sphere: $2\,B n d$;
     - one compiled piece of ``piece`` saved intervals, per trajectory of a chunk and per beta:
-      the saved states ($p + 1$ of them, raw and projected, $2 n d$ each), the observer's
-      Gram-type matrices at every saved time (about $4 n^2$: Gram, adjacency and its squarings),
-      and the solver's stages (about $16\,n d$);
+      the saved states ($p + 1$ of them, raw and projected, $2 n d$ each) and the solver's stages
+      (about $16\,n d$), with the observer's work at every saved time: for the deterministic
+      flow (``drift_entries`` None) its Gram-type matrices (about $4 n^2$: Gram, adjacency and
+      its squarings, which also bound the dense drift's $n \times n$ weights); for the noisy flow
+      its $O(nd)$ observer (one more $nd$, plus $n$) and, apart, the drift's attention weights,
+      ``drift_entries`` numbers (`rankdyn.plans.FlowPlan.drift_entries`);
+    - the mask, ``n x n`` booleans, and the copy the drift cuts into row blocks: $2 n^2$ bytes;
     - the per-time statistics (five numbers per metric and saved time) and the cluster flags of
       a chunk;
     - with ``per_trajectory``, every trajectory's metrics; with ``save_states``, every state
@@ -148,10 +156,16 @@ def flow_memory(
     Measured on CPU (n = 32, d = 3, 64 trajectories, tsit5): the peak RSS grew by 0.97 GiB from
     2001 to 20001 saves (pieces of 101 and 1001 saved times); this estimate grows by 1.0 GiB.
     """
-    per_piece = betas * chunk * ((piece + 1) * (2 * n * d + 4 * n * n) + 16 * n * d) * itemsize
+    if drift_entries is None:
+        per_saved, drift = 2 * n * d + 4 * n * n, 0
+    else:
+        per_saved, drift = 3 * n * d + n, betas * chunk * drift_entries * itemsize
+    per_piece = betas * chunk * ((piece + 1) * per_saved + 16 * n * d) * itemsize
     parts = {
         "tokens": 2 * batch * n * d * itemsize,
         "piece": per_piece,
+        "drift": drift,
+        "mask": 2 * n * n,
         "stats": betas * saves * (5 * num_metrics * 8 + chunk),
         "per_trajectory": 2 * betas * batch * saves * num_metrics * itemsize if per_trajectory else 0,
         "states": 2 * betas * batch * saves * n * d * itemsize if save_states else 0,

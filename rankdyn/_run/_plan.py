@@ -24,11 +24,12 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
+from .._arguments import Naming, check_count, show
 from .._errors import UsageError
 from .._observe._tolerances import RANK_TOL
 from ._memory import MemoryEstimate
 
-__all__ = ["SimulatePlan", "check_chunk", "check_count", "check_depth", "check_rank_tol", "show"]
+__all__ = ["SimulatePlan", "check_chunk", "check_depth", "check_rank_tol"]
 
 #: What a plan passed to `rankdyn.simulate` must agree on with the run (`SimulatePlan.differs`).
 _RUN_FIELDS = (
@@ -37,19 +38,6 @@ _RUN_FIELDS = (
 )
 #: Trajectory i's key and tokens come from ``fold_in(key, i)`` with a 32-bit i.
 MAX_BATCH = 2**31
-
-
-#: How messages name a value: True a flag (``--num-layers 5``), False an argument (``num_layers=5``),
-#: or a function ``(name, value) -> str``.
-Naming = bool | Callable[[str, Any], str]
-
-
-def show(name: str, value, flags: Naming) -> str:
-    """``--num-layers 5`` (a flag, ``flags=True``) or ``num_layers=5`` (an argument); ``flags`` may
-    also be a function ``(name, value) -> str`` (a sweep's ``[axes] num_layers = 5``)."""
-    if callable(flags):
-        return flags(name, value)
-    return f"--{name.replace('_', '-')} {value}" if flags else f"{name}={value!r}"
 
 
 def _arg(name: str, flags: Naming) -> str:
@@ -62,18 +50,11 @@ def _integer(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def check_count(name: str, value, minimum: int, flags: Naming = False) -> int:
-    """``value`` as an int >= ``minimum``; a `UsageError` naming the flag or argument otherwise."""
-    if not _integer(value) or value < minimum:
-        raise UsageError(f"{show(name, value, flags)}: expected an integer >= {minimum}.")
-    return int(value)
-
-
 def check_depth(num_layers, save_every, flags: Naming = False) -> None:
     """The depth ``T >= 0`` and the save interval ``k >= 1``, with ``k`` dividing ``T`` (layers
     ``0, k, ..., T`` are recorded)."""
-    check_count("num_layers", num_layers, 0, flags)
-    check_count("save_every", save_every, 1, flags)
+    check_count(num_layers, "num_layers", minimum=0, flags=flags)
+    check_count(save_every, "save_every", flags=flags)
     if num_layers % save_every:
         raise UsageError(
             f"{show('num_layers', num_layers, flags)} is not a multiple of "
@@ -156,12 +137,12 @@ class SimulatePlan:
 
     def __post_init__(self):
         f = self.flags
-        check_count("batch", self.batch, 1, f)
+        check_count(self.batch, "batch", flags=f)
         check_depth(self.num_layers, self.save_every, f)
         check_rank_tol(self.rank_tol, f)
         check_chunk(self.chunk, f)
         if self.block_size is not None:
-            check_count("block_size", self.block_size, 1, f)
+            check_count(self.block_size, "block_size", flags=f)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
