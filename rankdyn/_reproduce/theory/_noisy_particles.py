@@ -4,7 +4,7 @@ r"""The particle part of ``noisy-transition``: noisy tokens on $S^1$ and $S^2$ o
 $\sigma = 0.8\sigma_c$ and $1.2\sigma_c$ with $|\mathrm{mean}\ x_i| > 0.3$ below the threshold and
 $< 4/\sqrt n$ above, at a time fixed before the run"). For each particle case
 (``particle_cases``: quick, USA at $\beta = 2$ on $S^1$ and USA at $\beta = 1.2$ on $S^2$, both
-continuous transitions by the statement of the module above, 256 tokens, 4 trajectories; full,
+continuous transitions by the statement of the module above, 256 tokens, 2 trajectories; full,
 also SA at $\beta = 2$ on $S^1$ and $S^2$, 512 tokens, 8 trajectories; `particle_sizes`),
 ``particle_batch`` trajectories of ``particle_n`` tokens start i.i.d. uniform
 on $S^{d-1}$ (`rankdyn.initial_tokens`, ``"sphere"``, key ``split(PRNGKey(seed))[0]``) and follow
@@ -33,6 +33,12 @@ levels) at $\sigma = 0.8\sigma_c$ and $1.2\sigma_c$, $\sigma_c$ = `rankdyn.theor
      $1.6/\sqrt n$ is expected);
   3. every trajectory is ``successful`` (no step limit, no non-finite state) and the radius drift
      $\max_i ||x_i| - 1|$ (never renormalised) is below ``DRIFT_MAX`` = 1e-10.
+
+*Change of the rule, for time only.* The first run of this rule (quick, 4 trajectories, seed 0)
+passed every check (order parameter at $0.8\sigma_c$: 0.85-0.92 on $S^1$, 0.85-0.87 on $S^2$; batch
+mean at $1.2\sigma_c$: 0.075 and 0.117 against $4/\sqrt{256} = 0.25$; radius drift $5\cdot10^{-15}$)
+but took 15 CPU s warm, over the quick tier's share; the quick batch went from 4 to 2
+trajectories, nothing else changed.
 """
 
 from __future__ import annotations
@@ -62,11 +68,11 @@ PARTICLE_SAVES = 11
 
 
 def particle_sizes(quick: bool) -> dict:
-    """Quick: USA on S^1 (beta 2) and S^2 (beta 1.2), 256 tokens, 4 trajectories, bias 0.15; full:
+    """Quick: USA on S^1 (beta 2) and S^2 (beta 1.2), 256 tokens, 2 trajectories, bias 0.15; full:
     also SA at beta 2 on both, 512 tokens, 8 trajectories, bias 0.1. A case is (dynamics, d, beta)."""
     cases = (("usa", 2, 2.0), ("usa", 3, 1.2))
     if quick:
-        return dict(particle_cases=cases, particle_n=256, particle_batch=4, particle_bias=0.15)
+        return dict(particle_cases=cases, particle_n=256, particle_batch=2, particle_bias=0.15)
     cases += (("sa", 2, 2.0), ("sa", 3, 2.0))
     return dict(particle_cases=cases, particle_n=512, particle_batch=8, particle_bias=0.1)
 
