@@ -293,10 +293,9 @@ def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: boo
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     for p in m.particles:
         tt = np.asarray(p.curve_t) / p.t if p.t else np.asarray(p.curve_t)
-        line = axp.plot(tt, p.curve_below, lw=1.2, label=f"S^{p.d - 1} {p.dynamics.upper()} {p.beta:g}: 0.8")[
-            0
-        ]
-        axp.plot(tt, p.curve_above, lw=1.2, ls="--", color=line.get_color(), label="1.2 sigma_c")
+        tag = f"S^{p.d - 1} {p.dynamics.upper()} beta {p.beta:g}"
+        line = axp.plot(tt, p.curve_below, lw=1.2, label=f"{tag}, 0.8 sigma_c")[0]
+        axp.plot(tt, p.curve_above, lw=1.2, ls="--", color=line.get_color(), label=f"{tag}, 1.2 sigma_c")
     if m.particles:
         axp.axhline(0.3, color="0.6", lw=0.8, ls=":")
         axp.set_xlabel("t / T (T = 5 / lambda_1)")
