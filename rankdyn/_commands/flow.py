@@ -93,7 +93,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--atol", type=float, default=None, help="absolute tolerance, adaptive solvers (default 1e-8)"
     )
-    p.add_argument("--dt", type=float, default=None, help="step of the fixed-step solvers (euler, rk4), > 0")
+    p.add_argument(
+        "--dt",
+        type=float,
+        default=None,
+        help="step of the fixed-step solvers (euler, rk4; with --noise heun, geodesic_heun), > 0",
+    )
     p.add_argument("--saves", type=int, default=101, help="number of saved times, uniform on [0, T] (>= 2)")
     p.add_argument("--x64", action="store_true", help="compute in float64")
     p.add_argument(
