@@ -7,6 +7,7 @@ standard error from the closed-form variance), with fixed seeds.
 """
 
 import diffrax
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -242,3 +243,30 @@ def test_cli_noise_writes_the_order_parameter(tmp_path):
     r = res["metrics"]["order_parameter"]["mean"]
     assert len(r) == 3 and all(0 <= v <= 1 for v in r)
     assert 0 < res["solver"]["drift_from_sphere"] < 1e-2
+
+
+@pytest.mark.slow  # lowers the noisy piece program twice
+def test_noisy_piece_holds_no_host_callback(monkeypatch):
+    """JAX never writes a program with a host callback to the persistent compilation cache: the
+    noisy piece (Heun and geodesic Heun) holds none once Diffrax's re-checks of what `solve_flow`
+    checked on the host (the times, dt, the Brownian tree's range [0, T]) are left out; with them
+    left in (the control) it holds some."""
+    import contextlib
+
+    from rankdyn._flow import _sde
+    from rankdyn.flow import DensityObserver, GeodesicHeun
+
+    n, d = 16, 2
+    field = FlowField(np.ones((n, n), bool), d, "usa")
+
+    def text(solver, chunk):
+        x = jnp.ones((1, chunk, n, d)) / np.sqrt(2)
+        keys = jax.vmap(lambda i: jr.fold_in(jr.PRNGKey(0), i))(jnp.arange(chunk))
+        cfg = (solver, diffrax.ConstantStepSize(), 0.1, 20, False, False, 0.1 / 16, 1.0)
+        args = (jnp.ones(1), jnp.asarray(1.0), keys, jnp.asarray([0.0, 0.5]), jnp.ones(chunk, bool), cfg)
+        return _sde._noisy_piece.lower(field, DensityObserver(degree=1), x, *args).as_text()
+
+    for solver in (diffrax.Heun(), GeodesicHeun()):
+        assert "callback" not in text(solver, 2), solver
+    monkeypatch.setattr(_sde, "host_checked_times", contextlib.nullcontext)
+    assert "callback" in text(diffrax.Heun(), 3)  # another shape: traced again
