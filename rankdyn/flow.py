@@ -2,7 +2,8 @@
 
 Re-exports only: the field (`FlowField`, SA or USA with any mask and $Q, K, V$), its
 integration with Diffrax (`solve_flow`, its per-trajectory `RESULTS`; with ``noise=`` the
-Stratonovich SDE on the sphere), the observables (`cluster_count`, `interaction_energy`,
+Stratonovich SDE on the sphere, and `GeodesicHeun`, its solver that keeps every radius), the
+observables (`cluster_count`, `interaction_energy`,
 `FlowObserver`; in O(n d) `order_parameter`, `harmonics`, `circle_cluster_count`, `circle_wasserstein1`,
 `DensityObserver`), the random-weight depth at diffusive scaling (`random_depth_values`,
 `random_depth_layer`) and the equilibria with their
@@ -28,6 +29,7 @@ from ._flow._flow_metrics import (
     cluster_count as cluster_count,
     diameter as diameter,
 )
+from ._flow._geodesic import GeodesicHeun as GeodesicHeun
 from ._flow._noise import NOISE_SOLVERS as NOISE_SOLVERS
 from ._flow._observables import (
     DensityObserver as DensityObserver,

@@ -7,6 +7,7 @@ standard error from the closed-form variance), with fixed seeds.
 """
 
 import diffrax
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -185,6 +186,9 @@ def test_refusals_before_compute(tmp_path, capsys):
         (dict(noise=0.1, key=key, solver=diffrax.Euler(), dt=0.1), "Stratonovich solver"),
         (dict(noise=0.1, solver="heun", dt=0.1), "needs key="),
         (dict(noise=0.1, key=key, solver="heun"), "needs a step dt"),
+        (dict(noise=0.1, key=key, solver="geodesic_heun"), "needs a step dt"),
+        (dict(noise=0.1, key=key, solver="geodesic_heun", dt=0.1, rtol=1e-3), "spark only"),
+        (dict(solver="geodesic_heun", dt=0.1), "pass noise="),
         (dict(key=key), "go with noise="),
         (dict(solver="heun", dt=0.1), "pass noise="),
         (dict(noise=0.1, key=key, dt=0.1, metrics="mu"), "DensityObserver"),
@@ -203,11 +207,26 @@ def test_refusals_before_compute(tmp_path, capsys):
         (["--noise", "0.5", "--solver", "rk4", "--dt", "0.1"], "not an SDE solver"),
         (["--noise", "0.5", "--solver", "tsit5"], "not an SDE solver"),
         (["--solver", "heun", "--dt", "0.1"], "add --noise"),
+        (["--solver", "geodesic_heun", "--dt", "0.1"], "add --noise"),
+        (["--noise", "0.5", "--solver", "geodesic_heun"], "give its step with --dt"),
         (["--common-noise"], "--common-noise needs --noise"),
     ]:
         assert main(["flow", *argv, "--out", out]) == 2
         err = capsys.readouterr().err
         assert err.count("error:") == 1 and words in err, (argv, err)
+
+
+@pytest.mark.slow  # one compilation of the noisy piece
+def test_geodesic_heun_by_name_keeps_the_radius(small, noisy):
+    """``solver="geodesic_heun"`` through `solve_flow`: the radius drift is round-off (Heun's is
+    reported above 1e-3 on the same run), and on the same Brownian path (same key) the directions
+    agree with Heun's to the strong error of the two fixed-step schemes."""
+    field, x0, kw = small
+    geo = solve_flow(field, x0, T, noise=0.5, key=jr.PRNGKey(7), solver="geodesic_heun", **kw)
+    assert bool(jnp.all(geo.successful))
+    assert float(geo.drift) < 1e-13 < 1e-3 < float(noisy.drift)
+    u = noisy.states / jnp.linalg.norm(noisy.states, axis=-1, keepdims=True)
+    assert np.max(np.abs(np.asarray(geo.states - u))) < 0.05
 
 
 @pytest.mark.slow
@@ -224,3 +243,30 @@ def test_cli_noise_writes_the_order_parameter(tmp_path):
     r = res["metrics"]["order_parameter"]["mean"]
     assert len(r) == 3 and all(0 <= v <= 1 for v in r)
     assert 0 < res["solver"]["drift_from_sphere"] < 1e-2
+
+
+@pytest.mark.slow  # lowers the noisy piece program twice
+def test_noisy_piece_holds_no_host_callback(monkeypatch):
+    """JAX never writes a program with a host callback to the persistent compilation cache: the
+    noisy piece (Heun and geodesic Heun) holds none once Diffrax's re-checks of what `solve_flow`
+    checked on the host (the times, dt, the Brownian tree's range [0, T]) are left out; with them
+    left in (the control) it holds some."""
+    import contextlib
+
+    from rankdyn._flow import _sde
+    from rankdyn.flow import DensityObserver, GeodesicHeun
+
+    n, d = 16, 2
+    field = FlowField(np.ones((n, n), bool), d, "usa")
+
+    def text(solver, chunk):
+        x = jnp.ones((1, chunk, n, d)) / np.sqrt(2)
+        keys = jax.vmap(lambda i: jr.fold_in(jr.PRNGKey(0), i))(jnp.arange(chunk))
+        cfg = (solver, diffrax.ConstantStepSize(), 0.1, 20, False, False, 0.1 / 16, 1.0)
+        args = (jnp.ones(1), jnp.asarray(1.0), keys, jnp.asarray([0.0, 0.5]), jnp.ones(chunk, bool), cfg)
+        return _sde._noisy_piece.lower(field, DensityObserver(degree=1), x, *args).as_text()
+
+    for solver in (diffrax.Heun(), GeodesicHeun()):
+        assert "callback" not in text(solver, 2), solver
+    monkeypatch.setattr(_sde, "host_checked_times", contextlib.nullcontext)
+    assert "callback" in text(diffrax.Heun(), 3)  # another shape: traced again

@@ -62,3 +62,41 @@ def test_quick_run_reproduces(tmp_path):
     res = run_target("noisy-transition", tmp_path, quick=True, seed=0)
     assert res["verdict"] == "reproduced", [c for c in res["checks"] if c["status"] != "pass"]
     assert (tmp_path / "noisy_transition.png").exists()
+
+
+def test_particle_grid_and_checks_fail_on_each_wrong_number():
+    """The particle part: T = 5 / lambda_1 with lambda_1 = (d - 1)(sigma_c^2 - (0.8 sigma_c)^2) / 2
+    (USA), a step within the bias bound that divides every saved interval; and the checks pass on
+    good synthetic values and fail, one at a time, on each wrong one."""
+    import math
+
+    from rankdyn._reproduce.theory import _noisy_particles as P
+    from rankdyn.theory import critical_noise
+
+    for d, beta in ((2, 2.0), (3, 1.2)):
+        sc, rate, t1, steps = P.particle_grid("usa", d, beta, 0.15)
+        assert sc == pytest.approx(float(critical_noise(beta, d=d)), rel=1e-14)
+        assert rate == pytest.approx((d - 1) * 0.36 * sc**2 / 2, rel=1e-12)
+        assert t1 * rate == pytest.approx(5.0)
+        assert steps % (P.PARTICLE_SAVES - 1) == 0 and t1 / steps <= 0.15 / (3 * (1.2 * sc) ** 2)
+    n = 256
+    good = dict(dynamics="usa", d=2, beta=2.0, sigma_c=1.26, rate=0.29, n=n, t=17.5, dt=0.01,
+                order_below=(0.9, 0.85, 0.8, 0.88), order_above=(0.1, 0.05, 0.08, 0.12), drift=1e-15,
+                successful=True)  # fmt: skip
+
+    def failed(**kw):
+        return [c.name for c in P.particle_checks([P.ParticleMeasured(**{**good, **kw})]) if not c.passed]
+
+    assert failed() == []
+    bound = 4 / math.sqrt(n)
+    for wrong in (
+        dict(order_below=(0.9, 0.29, 0.8, 0.88)),  # one trajectory not clustered
+        dict(order_above=(bound + 0.01,) * 4),  # the uniform state not held
+        dict(drift=1e-6),  # the radius moved
+        dict(successful=False),
+    ):
+        assert len(failed(**wrong)) == 1, wrong
+    # The target's checks include the particle part.
+    m = T.NoisyTransitionMeasured(24, (), (), (P.ParticleMeasured(**{**good, "successful": False}),))
+    assert len([c for c in T.checks(m) if not c.passed]) == 1
+    assert "particle_cases" in T.sizes(True) and len(T.sizes(False)["particle_cases"]) == 4

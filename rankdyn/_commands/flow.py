@@ -21,9 +21,9 @@ from ._checks import HelpFormatter, check_out_dir, check_seed_flag, say_compilin
 #: The flow's schemes (the layer's placements but ``none``), from their JAX-free definition.
 FLOW_PLACEMENT_CHOICES = FLOW_PLACEMENTS
 
-SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4", "heun", "spark")
+SOLVER_NAMES = ("tsit5", "dopri5", "euler", "rk4", "heun", "spark", "geodesic_heun")
 #: The Stratonovich SDE solvers of ``--noise`` (`rankdyn._flow._noise.NOISE_SOLVERS`).
-NOISE_SOLVER_NAMES = ("heun", "spark")
+NOISE_SOLVER_NAMES = ("heun", "spark", "geodesic_heun")
 
 
 def add_parser(sub) -> None:
@@ -70,7 +70,8 @@ def add_parser(sub) -> None:
         choices=SOLVER_NAMES,
         default=None,
         help="adaptive (tsit5, the default, dopri5) or fixed-step (euler, rk4); with --noise the "
-        "Stratonovich heun (fixed step, the default with --dt) or spark (adaptive, the default without)",
+        "Stratonovich heun (fixed step, the default with --dt), geodesic_heun (fixed step, keeps every "
+        "|x_i|) or spark (adaptive, the default without)",
     )
     p.add_argument(
         "--noise",
@@ -92,7 +93,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--atol", type=float, default=None, help="absolute tolerance, adaptive solvers (default 1e-8)"
     )
-    p.add_argument("--dt", type=float, default=None, help="step of the fixed-step solvers (euler, rk4), > 0")
+    p.add_argument(
+        "--dt",
+        type=float,
+        default=None,
+        help="step of the fixed-step solvers (euler, rk4; with --noise heun, geodesic_heun), > 0",
+    )
     p.add_argument("--saves", type=int, default=101, help="number of saved times, uniform on [0, T] (>= 2)")
     p.add_argument("--x64", action="store_true", help="compute in float64")
     p.add_argument(
@@ -180,12 +186,13 @@ def _check_noise_flags(args) -> None:
     if args.solver == "euler":
         raise UsageError(
             "--solver euler with --noise: Diffrax's Euler converges to the Ito solution, another SDE here "
-            "(it leaves the sphere); use --solver heun --dt DT or --solver spark (Stratonovich)."
+            "(it leaves the sphere); use --solver geodesic_heun --dt DT, --solver heun --dt DT or --solver "
+            "spark (Stratonovich)."
         )
     if args.solver not in NOISE_SOLVER_NAMES:
         raise UsageError(
-            f"--solver {args.solver} is not an SDE solver; with --noise use --solver heun --dt DT (fixed "
-            "step) or --solver spark (adaptive)."
+            f"--solver {args.solver} is not an SDE solver; with --noise use --solver geodesic_heun --dt DT "
+            "or --solver heun --dt DT (fixed step) or --solver spark (adaptive)."
         )
     if args.placement in ("pre", "mix", "peri"):
         raise UsageError(

@@ -17,8 +17,9 @@ the exact solution keeps every $|x_i|$. Diffrax's ``Euler`` converges to the *It
 the same coefficients is another SDE (Itô's $dx = \sigma P_x\,dW$ has $d|x|^2 = \sigma^2 (d - 1)\,dt$;
 the Stratonovich one has the extra drift $-\sigma^2 \frac{d-1}{2} x$ in Itô form
 that holds it on the sphere), so only Stratonovich solvers are accepted: ``heun`` (Diffrax's Heun,
-fixed step) and ``spark`` (Diffrax's SPaRK, adaptive, with space-time Lévy area from the
-`diffrax.VirtualBrownianTree`).
+fixed step), ``geodesic_heun`` (`rankdyn._flow._geodesic.GeodesicHeun`: Heun along the sphere's
+geodesics, fixed step, the radius kept to round-off) and ``spark`` (Diffrax's SPaRK, adaptive, with
+space-time Lévy area from the `diffrax.VirtualBrownianTree`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ._schemes import scheme_velocity
 
 __all__ = [
     "NOISE_SOLVERS",
+    "FIXED_NOISE_SOLVERS",
     "check_noise",
     "noise_solver",
     "noise_terms",
@@ -46,8 +48,11 @@ __all__ = [
     "BLOCK_ROWS",
 ]
 
-#: The noisy flow's solver names: Heun (fixed step ``dt``) and SPaRK (adaptive, ``rtol``/``atol``).
-NOISE_SOLVERS = ("heun", "spark")
+#: The noisy flow's solver names: Heun and geodesic Heun (fixed step ``dt``), SPaRK (adaptive,
+#: ``rtol``/``atol``).
+NOISE_SOLVERS = ("heun", "spark", "geodesic_heun")
+#: The fixed-step ones (they take ``dt``).
+FIXED_NOISE_SOLVERS = ("heun", "geodesic_heun")
 #: ``spark``'s default ``rtol`` and ``atol`` (the deterministic flow's 1e-6, 1e-8 are far too tight
 #: for a method of strong order 1/2).
 NOISE_TOLERANCE = 1e-3
@@ -85,8 +90,10 @@ def noise_solver(solver, controller, rtol, atol, dt):
     Raises:
         UsageError: ``euler`` (Itô in Diffrax), ``rk4``, ``tsit5``, ``dopri5`` or any solver that is
             not a Diffrax Stratonovich solver; a `ProjectedSolver` (it renormalises silently); a
-            missing ``dt`` for ``heun``; ``rtol``/``atol`` with ``heun`` or ``dt`` with ``spark``.
+            missing ``dt`` for ``heun`` / ``geodesic_heun``; ``rtol``/``atol`` with them or ``dt``
+            with ``spark``.
     """
+    from ._geodesic import GeodesicHeun
     from ._solvers import ProjectedSolver, _solver_and_controller
 
     if solver is None:
@@ -95,28 +102,31 @@ def noise_solver(solver, controller, rtol, atol, dt):
         if solver == "euler":
             raise UsageError(
                 "solver 'euler' is refused with noise: Diffrax's Euler converges to the Itô solution, "
-                "which is another SDE here (it leaves the sphere); use 'heun' (fixed step dt) or "
-                "'spark' (adaptive), which solve the Stratonovich SDE."
+                "which is another SDE here (it leaves the sphere); use 'heun' or 'geodesic_heun' (fixed "
+                "step dt) or 'spark' (adaptive), which solve the Stratonovich SDE."
             )
         if solver not in NOISE_SOLVERS:
             raise UsageError(
-                f"solver {solver!r} is not an SDE solver; with noise use one of {NOISE_SOLVERS}: 'heun' "
-                "(fixed step dt) or 'spark' (adaptive, rtol/atol)."
+                f"solver {solver!r} is not an SDE solver; with noise use one of {NOISE_SOLVERS}: 'heun' or "
+                "'geodesic_heun' (fixed step dt) or 'spark' (adaptive, rtol/atol)."
             )
         if controller is not None:
             raise UsageError(
                 f"stepsize_controller goes with a diffrax solver object, not the name {solver!r}."
             )
-        obj = diffrax.Heun() if solver == "heun" else diffrax.SPaRK()
-        if solver == "heun" and dt is None:
-            raise UsageError("the fixed-step solver heun needs a step dt > 0 (e.g. dt=0.01).")
-        if solver == "spark" and dt is not None:
-            raise UsageError("dt applies to the fixed-step solver heun; spark chooses its own steps.")
-        if solver == "heun" and (rtol is not None or atol is not None):
-            raise UsageError("rtol/atol apply to the adaptive solver spark only, not heun.")
-        if solver == "spark":  # strong order 1/2: a tolerance of 1e-6 would take ~1e12 steps
+        fixed = solver in FIXED_NOISE_SOLVERS
+        if fixed and dt is None:
+            raise UsageError(f"the fixed-step solver {solver} needs a step dt > 0 (e.g. dt=0.01).")
+        if not fixed and dt is not None:
+            raise UsageError(
+                "dt applies to the fixed-step solvers heun, geodesic_heun; spark chooses its own steps."
+            )
+        if fixed and (rtol is not None or atol is not None):
+            raise UsageError(f"rtol/atol apply to the adaptive solver spark only, not {solver}.")
+        if not fixed:  # strong order 1/2: a tolerance of 1e-6 would take ~1e12 steps
             rtol = NOISE_TOLERANCE if rtol is None else rtol
             atol = NOISE_TOLERANCE if atol is None else atol
+        obj = {"heun": diffrax.Heun, "spark": diffrax.SPaRK, "geodesic_heun": GeodesicHeun}[solver]()
         return _solver_and_controller(obj, None, rtol, atol, dt)
     if isinstance(solver, ProjectedSolver) or not isinstance(solver, diffrax.AbstractStratonovichSolver):
         raise UsageError(

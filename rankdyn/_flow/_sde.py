@@ -9,7 +9,8 @@ inverse temperature of a vector of them (common random numbers across the phase 
 The state is **never renormalised** (no `ProjectedSolver`, no projection between pieces): the exact
 Stratonovich solution keeps every $|x_i|$, so $\max_i \big||x_i| - 1\big|$ at the saved times is the
 scheme's own error, reported as `FlowSolution.drift` (it accumulates over $[0, T]$; with ``heun``
-it falls with ``dt``, with ``spark`` the controller bounds it with the rest of the local error).
+it falls with ``dt``, with ``spark`` the controller bounds it with the rest of the local error, and
+``geodesic_heun`` steps along the sphere's geodesics, so only round-off moves it).
 Observers read the directions $x_i / |x_i|$. The default observer is `DensityObserver`, $O(n d)$.
 """
 

@@ -20,11 +20,13 @@ __all__ = ["solve_flow"]
 
 _NOISE_DOC = r"""        noise: the noise level $\sigma \ge 0$: integrate instead the Stratonovich SDE
             $dx_i = F_i(X)\,dt + \sigma P_{x_i}\circ dW^i_t$ (docs/theory.md#the-noisy-flow) with
-            ``solver`` ``"heun"`` (fixed step ``dt``; the default with ``dt``) or ``"spark"``
-            (adaptive, space-time Lévy area; the default without), or a Diffrax Stratonovich
-            solver object; ``euler`` (Itô in Diffrax), ``rk4``, ``tsit5``, ``dopri5`` and
-            `ProjectedSolver` are refused. The state is never renormalised: the metric
-            ``radius_drift`` and ``drift`` report $\max_i ||x_i| - 1|$. The default observer is
+            ``solver`` ``"heun"`` (fixed step ``dt``; the default with ``dt``),
+            ``"geodesic_heun"`` (`GeodesicHeun`: fixed step ``dt``, along the sphere's geodesics,
+            every $|x_i|$ kept to round-off) or ``"spark"`` (adaptive, space-time Lévy area; the
+            default without), or a Diffrax Stratonovich solver object; ``euler`` (Itô in
+            Diffrax), ``rk4``, ``tsit5``, ``dopri5`` and `ProjectedSolver` are refused. The state
+            is never renormalised: the metric ``radius_drift`` and ``drift`` report
+            $\max_i ||x_i| - 1|$. The default observer is
             `rankdyn.flow.DensityObserver` ($O(n d)$), and above 1024 tokens the field is computed
             in blocks of query rows (memory $O(n \cdot 256)$ per trajectory).
         key: with ``noise``, the PRNG key of the Brownian paths; trajectory ``b`` (its index in

@@ -140,9 +140,14 @@ def _solver_and_controller(solver, controller, rtol, atol, dt):
 
 
 #: Diffrax's runtime checks that `solve_flow` has already made on the host (`_validate`: the saved
-#: times increase from 0, so every piece's ``ts`` lies in ``[ts[0], ts[-1]]``; ``dt > 0``). They are
-#: identified by the start of their message.
-_HOST_CHECKED = ("saveat.ts must", "Must have (t1 - t0) * dt0 >= 0")
+#: times increase from 0, so every piece's ``ts`` lies in ``[ts[0], ts[-1]]``; ``dt > 0``; and the
+#: noisy flow's Brownian tree spans ``[0, times[-1]]``, which holds every piece's steps, since
+#: Diffrax clips them to the piece's end). They are identified by the start of their message.
+_HOST_CHECKED = (
+    "saveat.ts must",
+    "Must have (t1 - t0) * dt0 >= 0",
+    "Cannot evaluate VirtualBrownianTree outside of its range",
+)
 
 #: The Equinox lines (major, minor) whose private ``equinox._errors.branched_error_if_impl_jit``
 #: `host_checked_times` was checked against: Equinox has no public per-check switch (its

@@ -39,8 +39,12 @@ at $\beta = 3$), with ``num_modes`` even cosine modes:
 The $S^2$ part (threshold and type on the sphere, $d = 3$) has its rule in
 `noisy_transition_sphere.py`.
 
-The particle part of issue 53's target (a noisy particle flow from an i.i.d. uniform start at
-$0.8\sigma_c$ and $1.2\sigma_c$) needs the noisy flow, which this target does not have yet.
+3. *Particles* (their rule in full in `rankdyn._reproduce.theory._noisy_particles`). Tokens from an
+   i.i.d. uniform start on $S^1$ and $S^2$ follow the noisy flow (geodesic Heun, which keeps every
+   $|x_i|$) at $0.8\sigma_c$ and $1.2\sigma_c$; at $T = 5/\lambda_1$ ($\lambda_1$ mode 1's
+   closed-form growth rate at $0.8\sigma_c$) every trajectory's order parameter
+   $|\frac1n\sum_i x_i|$ is above 0.3 below the threshold, and the batch mean is below $4/\sqrt n$
+   above it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import numpy as np
 
 from .._target import Description, Measured, Rendered, off_json
 from .._verdict import Check, check
+from ._noisy_particles import ParticleMeasured, particle_case, particle_checks, particle_sizes
 from .noisy_transition_sphere import SphereCaseMeasured, sphere_case, sphere_checks, sphere_sizes
 
 NAME = "noisy-transition"
@@ -94,13 +99,15 @@ def bessel_ratio(beta: float) -> float:
 
 
 def sizes(quick: bool) -> dict:
-    """Quick: USA at beta = 2, 3 and SA at 2, 24 modes; full: also USA at 1.5, 4 and SA at 3, 40 modes."""
+    """Quick: USA at beta = 2, 3 and SA at 2, 24 modes; full: also USA at 1.5, 4 and SA at 3, 40 modes;
+    the S^2 cases (`sphere_sizes`) and the particle cases (`particle_sizes`)."""
     if quick:
-        return dict(
-            cases=(("usa", 2.0), ("usa", 3.0), ("sa", 2.0)), num_modes=24, divisions=20, **sphere_sizes(True)
-        )
-    cases = (("usa", 1.5), ("usa", 2.0), ("usa", 3.0), ("usa", 4.0), ("sa", 2.0), ("sa", 3.0))
-    return dict(cases=cases, num_modes=40, divisions=60, **sphere_sizes(False))
+        cases = (("usa", 2.0), ("usa", 3.0), ("sa", 2.0))
+        out = dict(cases=cases, num_modes=24, divisions=20, **sphere_sizes(True))
+    else:
+        cases = (("usa", 1.5), ("usa", 2.0), ("usa", 3.0), ("usa", 4.0), ("sa", 2.0), ("sa", 3.0))
+        out = dict(cases=cases, num_modes=40, divisions=60, **sphere_sizes(False))
+    return out | particle_sizes(quick)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +163,7 @@ class NoisyTransitionMeasured(Measured):
     num_modes: int
     cases: tuple[CaseMeasured, ...]
     sphere: tuple[SphereCaseMeasured, ...] = ()  # the S^2 part (noisy_transition_sphere.py)
+    particles: tuple[ParticleMeasured, ...] = ()  # the particle part (_noisy_particles.py)
 
 
 def _case(dynamics: str, beta: float, sz: dict) -> CaseMeasured:
@@ -204,12 +212,14 @@ def _case(dynamics: str, beta: float, sz: dict) -> CaseMeasured:
 
 
 def compute(sz: dict, seed: int) -> NoisyTransitionMeasured:
-    del seed  # deterministic: Newton from fixed guesses, continuation
+    # The densities are deterministic (Newton from fixed guesses, continuation); ``seed`` keys the
+    # particles' starts and Brownian paths.
     sphere = tuple(
         sphere_case(d, b, sz["sphere_band"], sz["divisions"]) for d, b in sz.get("sphere_cases", ())
     )
+    particles = tuple(particle_case(dyn, d, b, sz, seed) for dyn, d, b in sz.get("particle_cases", ()))
     return NoisyTransitionMeasured(
-        sz["num_modes"], tuple(_case(dyn, b, sz) for dyn, b in sz["cases"]), sphere
+        sz["num_modes"], tuple(_case(dyn, b, sz) for dyn, b in sz["cases"]), sphere, particles
     )
 
 
@@ -255,7 +265,7 @@ def checks(m: NoisyTransitionMeasured) -> list[Check]:
                 f"{c.cluster_status}",
             )
         )
-    return out + sphere_checks(m.sphere)
+    return out + sphere_checks(m.sphere) + particle_checks(m.particles)
 
 
 def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: bool = False) -> Rendered:
@@ -267,7 +277,7 @@ def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: boo
 
     from ..._run._io import savefig
 
-    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    fig, (ax, axp) = plt.subplots(1, 2, figsize=(12.5, 4.5), width_ratios=(1.4, 1))
     for c in m.cases:
         s, r, st = (np.asarray(v, dtype=float) for v in (c.curve_sigma, c.curve_order, c.curve_stable))
         if s.size == 0:
@@ -281,6 +291,19 @@ def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: boo
     ax.set_ylabel("pi a_1 (order parameter, signed)")
     ax.set_title("Clustered stationary densities on the circle (dots: stable)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    for p in m.particles:
+        tt = np.asarray(p.curve_t) / p.t if p.t else np.asarray(p.curve_t)
+        tag = f"S^{p.d - 1} {p.dynamics.upper()} beta {p.beta:g}"
+        line = axp.plot(tt, p.curve_below, lw=1.2, label=f"{tag}, 0.8 sigma_c")[0]
+        axp.plot(tt, p.curve_above, lw=1.2, ls="--", color=line.get_color(), label=f"{tag}, 1.2 sigma_c")
+    if m.particles:
+        axp.axhline(0.3, color="0.6", lw=0.8, ls=":")
+        axp.set_xlabel("t / T (T = 5 / lambda_1)")
+        axp.set_ylabel("batch mean |mean x_i|")
+        axp.set_title("Noisy particles from a uniform start", fontsize=9)
+        axp.legend(fontsize=7)
+    else:
+        axp.set_axis_off()
     fig.tight_layout()
     savefig(fig, out / "noisy_transition.png", dpi=120)
     plt.close(fig)
@@ -295,14 +318,25 @@ def render(out: Path, m: NoisyTransitionMeasured, cs: list[Check], *, quick: boo
         notes += (
             f" (folds at sigma/sigma_c = {', '.join(f'{f / c.sigma_c:.6f}' for f in c.folds) or 'none'})."
         )
-    notes += " The noisy particle check of issue 53 is not part of this target yet."
+    for p in m.particles:
+        notes += (
+            f" Particles on S^{p.d - 1} ({p.dynamics.upper()} beta = {p.beta:g}, n = {p.n}, "
+            f"{len(p.order_below)} trajectories, geodesic Heun dt = {p.dt:.4f}) at t = {p.t:.2f}: order "
+            f"parameter {np.mean(p.order_below):.3f} at 0.8 sigma_c, {np.mean(p.order_above):.4f} at 1.2 "
+            f"sigma_c (4/sqrt(n) = {4 / math.sqrt(p.n):.4f}); radius drift {p.drift:.1e}."
+        )
     return Rendered(["noisy_transition.png"], notes)
 
 
 def describe(m: NoisyTransitionMeasured, cs: list[Check], sz: dict, *, seed: int, quick: bool) -> Description:
     setting = dict(sz, cases=[list(c) for c in sz["cases"]], d=2, mask="complete", seed=seed, quick=quick)
     errs = [c.threshold_error for c in m.cases]
+    key = {"max threshold error": max(errs), "sigma_c USA beta=2": sigma_c(2.0, "usa")}
+    for p in m.particles:
+        tag = f"particles S^{p.d - 1} {p.dynamics.upper()} beta={p.beta:g}"
+        key[f"{tag}: min order at 0.8 sigma_c"] = float(np.min(p.order_below))
+        key[f"{tag}: mean order at 1.2 sigma_c"] = float(np.mean(p.order_above))
     return Description(
         dict(setting, dtype="float64"),
-        key_numbers={"max threshold error": max(errs), "sigma_c USA beta=2": sigma_c(2.0, "usa")},
+        key_numbers=key,
     )
