@@ -185,3 +185,27 @@ def test_cli_metrics_per_trajectory_and_memory_refusal(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "needs about" in err and "--per-trajectory" in err and "Traceback" not in err
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_cut_depth_compiles_as_many_programs_as_a_whole_one(monkeypatch):
+    """Every depth piece runs in one program (`_advance`), the first too: the start record
+    (`_first`) is a program without layers. So a depth cut into 4 pieces of one length compiles
+    no more programs than the whole depth (the first piece was a second copy of the scan)."""
+    import jax.random as jr
+
+    from rankdyn._run import _sizing
+    from rankdyn._run._io import CompileTimer
+
+    def compiles(n: int, cut: bool) -> int:  # fresh shapes (n) for each run: nothing cached
+        layer = rd.make_layer(jr.key(0), n=n, d=4, mask="causal", qk="gaussian")
+        x0 = rd.initial_tokens(jr.key(1), "sphere", n, 4, batch=4)
+        with monkeypatch.context() as m:
+            if cut:  # every layer "takes" hours: pieces of one block (even_piece of 4 blocks)
+                m.setattr(_sizing, "CPU_FLOPS", 1.0)
+                m.setattr(_sizing, "even_piece", lambda blocks, longest: 1)
+            with CompileTimer() as timer:
+                rd.simulate(layer, x0, 4, metrics="mu", progress=False)
+        return timer.compiles
+
+    compiles(6, cut=False)  # the programs that do not depend on the shapes, once
+    assert compiles(3, cut=False) == compiles(5, cut=True) > 0

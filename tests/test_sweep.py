@@ -164,6 +164,32 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
         rd.run_sweep(_cfg(**{"seed = [0, 1]": "d = [4, 6]", "d = 4\n": ""}), tmp_path / "b", progress=False)
 
 
+@pytest.mark.slow  # five compiles: the whole chunk, three piece programs, the final metrics
+def test_a_chunk_in_depth_pieces_is_the_same_bits_with_a_check_between_pieces(monkeypatch):
+    """A sweep chunk's depth runs in pieces of a few seconds of estimated CPU work, with a check
+    for signals between two: the pieces (here 3 + 3 + 1 of 7 saved blocks, with dropout) give
+    the chunk's arrays of one piece bit for bit, and the checks run between pieces only."""
+    from rankdyn._run import _sizing
+
+    cfg = _cfg(**{"num_layers = 6": "num_layers = 14", "d = 4\n": "d = 4\nattn_dropout = 0.1\n"})
+    plan = rd.sweep.sweep_plan(cfg)
+    (g, cells), group = plan.chunks[0], plan.groups[plan.chunks[0][0]][0]
+    whole = _program.compute_chunk(cfg, group, cells, plan.chunk_cells[g])
+    # 880 model FLOPs per layer and trajectory x 8 trajectories x 14 layers at 2e4 FLOP/s: 4.9 s,
+    # 3 pieces of at most PIECE_SECONDS (2 s): ceil(7 / 3) = 3 blocks each, the last 1 block.
+    monkeypatch.setattr(_sizing, "CPU_FLOPS", 2e4)
+    checks = []
+    monkeypatch.setattr(_program, "check_interrupt", lambda: checks.append(1))
+    run = _program.launch_chunk(cfg, group, cells, plan.chunk_cells[g])
+    assert run._sizes == [3, 3, 1]
+    _program.run_pieces([run])
+    pieced = _program.chunk_arrays(run)
+    assert len(checks) == 2
+    assert sorted(pieced) == sorted(whole)
+    for k in whole:
+        assert whole[k].tobytes() == pieced[k].tobytes(), k
+
+
 def _chunks(folder):
     return sorted((folder / "chunks").glob("chunk_*.npz"))
 

@@ -200,6 +200,10 @@ def _scan_folded(one_block, carry, blocks, acc, state, first, *, keep_values, ga
             jax.tree.map(lambda t: t[:1], acc), jax.tree.map(lambda t: t[:, None], vg), og[:, None]
         )
         acc = jax.tree.map(lambda t: t[1:], acc)
+        if blocks.shape[0] == 0:  # the start record alone (`run_batch`'s `_first`): no scan
+            kept = jax.tree.map(lambda f: f[None], first) if keep_values else (None, None)
+            out = (head, kept, x0[None] if save_states else None)
+            return state._replace(x=x0, degenerate=carry[1], nonfinite=carry[2]), out
     (x, bad, nonfinite), acc, (kept, states) = scan_folding(
         one_block, carry, blocks, acc, keep=keep_values, gather_axis=gather_axis
     )
@@ -264,7 +268,8 @@ def _chunk_program(layer, observe, state: ScanState, block0, plan: DepthPlan, me
 
 @eqx.filter_jit
 def _first(layer, observe, source, drop_key, start, num, chunk: int, plan: DepthPlan, mesh, acc):
-    """Draw a chunk's initial tokens and run its first depth piece, recording layer 0 too."""
+    """Draw a chunk's initial tokens and record layer 0, then run ``plan.num_blocks`` blocks
+    (`run_batch`: none, its pieces run in `_advance`; the autotuner: a whole depth piece)."""
     index = start + jnp.arange(chunk)
     keys = None if drop_key is None else jax.vmap(lambda i: jr.fold_in(drop_key, i))(index)
     state = ScanState.start(source.sample(index), keys, valid=index < num)
@@ -273,7 +278,7 @@ def _first(layer, observe, source, drop_key, start, num, chunk: int, plan: Depth
 
 @eqx.filter_jit
 def _advance(layer, observe, state: ScanState, block0, plan: DepthPlan, mesh, acc):
-    """Continue a chunk by one depth piece (progress mode)."""
+    """Continue a chunk by one depth piece (every piece of `run_batch`)."""
     return _chunk_program(layer, observe, state, block0, plan, mesh, acc)
 
 
@@ -363,31 +368,21 @@ def run_batch(
     nonfinite_count, degenerate_count = 0, 0
     per = {"values": [], "nonfinite": [], "degenerate": [], "states": []}
     num_arr = jax.device_put(np.asarray(num))  # a transfer, not an eager program to compile
-    # The running statistics, one part per depth piece (the pieces are the same in every chunk).
-    sizes = [min(piece, num_blocks - b) for b in range(0, max(num_blocks, 1), piece)]
-    accs = [empty_acc(observe, layer, source, eps, nb + (i == 0)) for i, nb in enumerate(sizes)]
+    # The running statistics, one part per program: layer 0's record (`_first`, no layer), then
+    # each depth piece (`_advance`, the same in every chunk): pieces of one length are one compiled
+    # program (a first piece with the start record was another copy of the scan to compile).
+    sizes = [min(piece, num_blocks - b) for b in range(0, num_blocks, piece)]
+    accs = [empty_acc(observe, layer, source, eps, nb) for nb in [1, *sizes]]
     if mesh is not None:  # replicated, as every round returns them: else round 2 compiles again
         accs = jax.device_put(accs, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
     for start in range(0, num, step):
-        plan = DepthPlan(sizes[0], save_every, True, per_trajectory, save_states, eps)
-        state, values, _, states, accs[0] = _first(
-            layer,
-            observe,
-            source,
-            drop_key,
-            jax.device_put(np.asarray(start)),
-            num_arr,
-            step,
-            plan,
-            mesh,
-            accs[0],
-        )
-        check_interrupt()  # after the first piece's compile and between chunks
+        plan = DepthPlan(0, save_every, True, per_trajectory, save_states, eps)
+        args = (jax.device_put(np.asarray(start)), num_arr, step, plan, mesh, accs[0])
+        state, values, _, states, accs[0] = _first(layer, observe, source, drop_key, *args)
+        check_interrupt()  # after the first program's compile and between chunks
         value_parts, state_parts = [values], [states]
-        b = sizes[0]
-        if bar is not None:
-            bar.update(min(step, num - start) * b * save_every)
-        for i, nb in enumerate(sizes[1:], 1):
+        b = 0
+        for i, nb in enumerate(sizes, 1):
             plan = DepthPlan(nb, save_every, False, per_trajectory, save_states, eps)
             state, v, _, st, accs[i] = _advance(
                 layer, observe, state, jax.device_put(np.asarray(b)), plan, mesh, accs[i]

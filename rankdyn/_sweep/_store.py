@@ -237,7 +237,7 @@ def _compute(cfg, out: Path, plan: SweepPlan, mine: list[int], todo: list[int], 
     """Compute chunks ``todo`` (of this process's ``mine``), writing each as soon as it is done."""
     import jax  # JAX loads here, after every check
 
-    from ._program import chunk_arrays, launch_chunk
+    from ._program import chunk_arrays, launch_chunk, run_pieces
 
     batch = [plan.groups[g][0]["batch"] for g, _ in plan.chunks]
     total = sum(len(plan.chunks[i][1]) * batch[i] for i in mine)
@@ -261,6 +261,9 @@ def _compute(cfg, out: Path, plan: SweepPlan, mine: list[int], todo: list[int], 
                 g, cells = plan.chunks[i]
                 dev = device if len(devices) > 1 else None
                 launched.append(launch_chunk(cfg, plan.groups[g][0], cells, plan.chunk_cells[g], dev))
+            # Depth piece by depth piece, a check for signals between two: a signal drops the
+            # chunks in flight (complete chunks only are kept).
+            run_pieces(launched)
             for i, run in zip(wave, launched):
                 arrays = chunk_arrays(run)
                 arrays["config_hash"] = np.asarray(cfg.hash)
