@@ -37,8 +37,8 @@ levels) at $\sigma = 0.8\sigma_c$ and $1.2\sigma_c$, $\sigma_c$ = `rankdyn.theor
 *Change of the rule, for time only.* The first run of this rule (quick, 4 trajectories, seed 0)
 passed every check (order parameter at $0.8\sigma_c$: 0.85-0.92 on $S^1$, 0.85-0.87 on $S^2$; batch
 mean at $1.2\sigma_c$: 0.075 and 0.117 against $4/\sqrt{256} = 0.25$; radius drift $5\cdot10^{-15}$)
-but took 15 CPU s warm, over the quick tier's share; the quick batch went from 4 to 2
-trajectories, nothing else changed.
+but its time was over the quick tier's share (benchmarks/README.md); the quick batch went from
+4 to 2 trajectories, nothing else changed.
 """
 
 from __future__ import annotations
