@@ -10,14 +10,37 @@ use the full sizes. The kernel nbmake starts inherits this process's environment
 
 import os
 
+import pytest
+
 os.environ["RANKDYN_NOTEBOOK_QUICK"] = "1"
 
 
+#: Wall seconds of each notebook's quick run in the clean-clone CI run (two workers), and of the
+#: documentation site's file: the order in which the step hands them out.
+SECONDS = {
+    "05_trained_models.ipynb": 69,
+    "08_lyapunov.ipynb": 48,
+    "07_continuation.ipynb": 44,
+    "06_flow.ipynb": 37,
+    "09_densities_and_noise.ipynb": 31,
+    "03_equilibria_and_stability.ipynb": 27,
+    "02_layernorm_counterexample.ipynb": 21,
+    "01_masks_and_collapse.ipynb": 21,
+    "test_docs_site.py": 20,
+    "04_sweeping_thousands.ipynb": 16,
+}
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """Every notebook run is slow (tens of seconds each): ``-m "not slow"`` leaves them out, the
-    test command's notebook step runs them (the marker only selects)."""
-    import pytest
+    test command's notebook step runs them (the marker only selects).
 
+    The longest file first (after tests/conftest.py's order, which sees every notebook as one slow
+    test and so keeps them in name order): ``--dist loadfile`` gives each free worker the next
+    file, so with 05 (the longest) handed out first rather than fifth the two workers end within
+    about one short notebook of each other (in name order one ran 200 s, the other 132 s)."""
     for item in items:
         if str(item.fspath).endswith(".ipynb"):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: -SECONDS.get(os.path.basename(str(item.fspath)), 0))  # stable

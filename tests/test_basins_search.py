@@ -45,12 +45,11 @@ def test_basin_fractions_sampler_chunks_and_key():
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, 3.0))
     sampler = lambda k, size: rd.initial_tokens(k, "sphere", n, d, batch=size)
     key = jax.random.PRNGKey(0)
-    a = rd.theory.basin_fractions(
-        layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False
-    )
-    b = rd.theory.basin_fractions(
-        layer, sampler, 40, rd.theory.rank_classifier(1e-2), batch=100, chunk=64, key=key, progress=False
-    )
+    # One classifier for both runs: it is a function compiled into the run's programs, and a second
+    # `rank_classifier(1e-2)` is a new function, for which the programs that take it compile again.
+    classify = rd.theory.rank_classifier(1e-2)
+    a = rd.theory.basin_fractions(layer, sampler, 40, classify, batch=100, chunk=64, key=key, progress=False)
+    b = rd.theory.basin_fractions(layer, sampler, 40, classify, batch=100, chunk=64, key=key, progress=False)
     assert a == b
     assert sum(a["counts"].values()) == 100
     from scipy.stats import binomtest
@@ -105,15 +104,19 @@ def test_search_value_matrix_tiny():
         rd.search_value_matrix(key, steps=0, train_depth=0, **kw)
 
 
+def _nothing(t, x, args):
+    """The observer of both held-out runs below: one function, so the second run (another W_V, an
+    array of the layer) reuses the first one's compiled program (a lambda is new at each call)."""
+    return {}
+
+
 def _held_out_rank2_fraction(w_v, key, num_layers=20, size=2000):
     """Fraction of fresh sphere inputs whose final tokens keep sigma_2 > 1e-3 sigma_1, and the
     mean sigma_2, with plain `rankdyn.simulate` (causal mask, uniform attention) and NumPy SVDs."""
     n = d = 3
     layer = rd.theory.uniform_causal_layer(n, d, jnp.asarray(w_v))
     x0 = rd.initial_tokens(key, "sphere", n, d, batch=size)
-    traj = rd.simulate(
-        layer, x0, num_layers, save_every=num_layers, save_states=True, observe=lambda t, x, args: {}
-    )
+    traj = rd.simulate(layer, x0, num_layers, save_every=num_layers, save_states=True, observe=_nothing)
     assert not np.any(np.asarray(traj.nonfinite))
     s = np.linalg.svd(np.asarray(traj.states[:, -1]), compute_uv=False)
     return float(np.mean(s[:, 1] > 1e-3 * s[:, 0])), float(np.mean(s[:, 1]))
