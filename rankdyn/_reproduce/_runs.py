@@ -208,7 +208,8 @@ def rebuild(layer, **changes):
         "rotary": layer.rotary,
         "logit_bias": layer.logit_bias,
         "attention": layer.attention_path,
-        "block_size": layer.block_size,
+        # The blocked path's own block; the dense path has none (and refuses one).
+        "block_size": getattr(layer.path, "block_size", None),
         "mix_layers": layer.mix_layers,
         "ngpt_alpha": layer.ngpt_alpha,
         "qk_norm": layer.qk_norm,
