@@ -19,13 +19,6 @@ from pathlib import Path
 #: compiles stay uncached: the variables are removed while JAX is imported here and set again after.
 #: A test whose fresh process must compile every program itself (it measures the peak RSS of a
 #: first run, or times a signal against a compile) runs it without them (`helpers.own_compiles`).
-#:
-#: ``RANKDYN_TEST_CACHE_IN_PROCESS=1`` caches the pytest processes' compiles in the same folder
-#: too (both workers, and the fresh processes). Counting compiles would be unchanged: JAX records
-#: its ``backend_compile`` event around a cache read as around a compile
-#: (`jax._src.interpreters.pxla._cached_compilation`). It is off by default: alternated runs with
-#: and without it differed by less than the spread between two runs without it (the commit that
-#: added the switch gives the figures); measure again on a quiet machine before turning it on.
 SHARED_CACHE_DIR = "RANKDYN_TEST_COMPILE_CACHE"
 _JAX_CACHE_VARS = {
     "JAX_COMPILATION_CACHE_DIR": None,  # the folder
@@ -49,11 +42,6 @@ _MADE_CACHE = not os.environ.get(SHARED_CACHE_DIR)
 if _MADE_CACHE:
     os.environ[SHARED_CACHE_DIR] = tempfile.mkdtemp(prefix="rankdyn-test-compile-")
 os.environ.update({k: v or os.environ[SHARED_CACHE_DIR] for k, v in _JAX_CACHE_VARS.items()})
-if os.environ.get("RANKDYN_TEST_CACHE_IN_PROCESS", "0") not in ("", "0"):
-    jax.config.update("jax_compilation_cache_dir", os.environ[SHARED_CACHE_DIR])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    jax.config.update("jax_compilation_cache_max_size", 8 * 2**30)
 
 
 def pytest_unconfigure(config):
