@@ -126,7 +126,8 @@ def test_causal_jacobian_is_block_lower_triangular(getkey):
     n, d = 5, 3
     layer = small_layer(getkey(), n=n, d=d, mask="causal", value="gaussian", qk="gaussian")
     x = sphere_tokens(getkey(), n, d)
-    jac = np.asarray(jax.jacfwd(lambda z: layer(z)[0])(x))  # (n, d, n, d): d out_i / d x_j
+    # (n, d, n, d): d out_i / d x_j, one compiled program (eager, each operation compiled its own)
+    jac = np.asarray(jax.jit(jax.jacfwd(lambda z: layer(z)[0]))(x))
     blocks = np.abs(jac).max(axis=(1, 3))
     assert np.all(blocks[np.triu_indices(n, 1)] == 0.0)
     assert np.all(blocks[np.tril_indices(n)] > 0.0)

@@ -76,16 +76,18 @@ def test_chan_merge_is_exact_where_naive_sums_of_squares_fail():
     v = 1e9 + 1e-3 * rng.standard_normal(1000)  # std 1e-3 on a mean of 1e9: sum(v^2) - n m^2 cancels
     ok = np.ones(1000, bool)
     parts = [(0, 7), (7, 400), (400, 401), (401, 1000)]
+    # Jitted, as the scan runs them: eager, each operation compiled a program per part's length.
+    chunk, merge = jax.jit(chunk_stats), jax.jit(merge_stats)
     acc = None
     for a, b in parts:
-        s = chunk_stats({"v": jnp.asarray(v[a:b])}, jnp.asarray(ok[a:b]))
-        acc = s if acc is None else merge_stats(acc, s)
+        s = chunk({"v": jnp.asarray(v[a:b])}, jnp.asarray(ok[a:b]))
+        acc = s if acc is None else merge(acc, s)
     np.testing.assert_allclose(float(acc.mean["v"]), v.mean(), rtol=1e-15)
     np.testing.assert_allclose(np.sqrt(float(acc.m2["v"]) / 1000), v.std(), rtol=1e-6)
     naive = np.sqrt(max(np.mean(v**2) - v.mean() ** 2, 0.0))
     assert abs(naive - v.std()) > 0.1 * v.std()  # the oracle can tell a naive merge from Chan's
-    empty = chunk_stats({"v": jnp.asarray(v[:3])}, jnp.zeros(3, bool))
-    same = merge_stats(empty, acc)
+    empty = chunk({"v": jnp.asarray(v[:3])}, np.zeros(3, bool))
+    same = merge(empty, acc)
     assert float(same.mean["v"]) == float(acc.mean["v"]) and float(same.count) == 1000
 
 

@@ -30,6 +30,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jax import lax
 
 from .._arguments import check_count
@@ -205,6 +206,11 @@ def run_qr(
         from .._run._progress import progress_bar
 
         bar = progress_bar(total=num * plan.num_steps, desc=desc, unit="traj-step", unit_scale=True)
+    # Slicing, padding and indices on the host when x0 is concrete: as eager JAX, each new shape
+    # of each of these data moves compiled a small program of its own (same values either way).
+    xp = jnp if isinstance(x0, jax.core.Tracer) else np
+    x0 = x0 if xp is jnp else np.asarray(x0)
+    index_dtype = jax.dtypes.canonicalize_dtype(int)
     exps, flags, acc = [], [], None
     for first in range(0, num, chunk * group):
         # The group's chunks, each started on its own (the one-device program and shapes).
@@ -214,14 +220,14 @@ def run_qr(
         for start, real in zip(starts, reals):
             xs = x0[start : start + real] if real else x0[first : first + 1]
             if xs.shape[0] < chunk:
-                xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - xs.shape[0],) + xs.shape[1:])])
-            index = jnp.arange(start, start + chunk)
+                xs = xp.concatenate([xs, xp.broadcast_to(xs[:1], (chunk - xs.shape[0],) + xs.shape[1:])])
+            index = np.arange(start, start + chunk, dtype=index_dtype)
             states.append(_start(init_q, xs, key, index, k, len(plan.records), plan.qr_every or 1))
         state = states[0] if group == 1 else jax.tree.map(lambda *v: jnp.concatenate(v), *states)
         for t0 in range(0, plan.num_steps, piece):
             t1 = min(t0 + piece, plan.num_steps)
             # t0, t1 are traced: every piece shares one compilation.
-            state = _advance(propagate, state, jnp.int32(t0), jnp.int32(t1), plan, mesh)
+            state = _advance(propagate, state, np.int32(t0), np.int32(t1), plan, mesh)
             check_interrupt()  # after the compile and between pieces and chunks (CLI signals only)
             if bar is not None:
                 bar.update(sum(reals) * (t1 - t0))
@@ -229,33 +235,45 @@ def run_qr(
             if not real:
                 continue
             own = state if group == 1 else jax.tree.map(lambda v, j=j: v[j * chunk : (j + 1) * chunk], state)
-            e, stats = _finish(own, jnp.arange(chunk) < real, plan)
+            e, stats = _finish(own, np.arange(chunk) < real, plan)
             acc = stats if acc is None else merge_stats(acc, stats)
-            exps.append(e[:real])
-            flags.append(own.flags[:real])
+            exps.append((e if xp is jnp else np.asarray(e))[:real])
+            flags.append((own.flags if xp is jnp else np.asarray(own.flags))[:real])
     if bar is not None:
         bar.close()
-    return jnp.concatenate(exps), jnp.concatenate(flags), acc
+    return xp.concatenate(exps), xp.concatenate(flags), acc
 
 
 def assemble(
     exps, flags, acc, batch_shape, plan: QRPlan, *, space: str, dim: int, unit: str, num_steps, discard
 ) -> LyapunovResult:
-    """A `LyapunovResult` from `run_qr`'s outputs (std from M2; NaN where no trajectory counted)."""
+    """A `LyapunovResult` from `run_qr`'s outputs (std from M2; NaN where no trajectory counted).
+
+    On the host (NumPy) when the outputs are concrete: each eager JAX operation here compiled a
+    small program per new shape. The values are the same to the bit (where, slices, one
+    reciprocal, one product and one square root per entry, each correctly rounded either way)."""
+    xp = jnp if isinstance(exps, jax.core.Tracer) else np
+    if xp is np:
+        acc = jax.tree.map(np.asarray, acc)
     count = acc.count[0]
     empty = count == 0
-    safe = jnp.where(empty, 1, count)
+    safe = xp.where(empty, 1, count)
     k = exps.shape[-1]
 
     def split(v):
-        v = jnp.where(empty, jnp.nan, v)
+        v = xp.where(empty, xp.nan, v)
         return {"exponents": v[:k], "running": v[k:].reshape(-1, k)}
 
     stat = {s: split(getattr(acc, s)["v"]) for s in ("mean", "min", "max")}
-    std = split(jnp.sqrt(acc.m2["v"] / safe))
-    depths = jnp.asarray(plan.records, exps.dtype) * plan.step_size
+    # m2 times the reciprocal of the count: XLA compiles a division by a scalar so (its algebraic
+    # simplifier), and the host path must give the numbers JAX gave (up to an ulp apart otherwise).
+    std = split(xp.sqrt(acc.m2["v"] * (1 / safe)))
+    depths = xp.asarray(plan.records, exps.dtype) * xp.asarray(plan.step_size, exps.dtype)
+    exps, count = exps.reshape(batch_shape + (k,)), count.astype(jnp.int32)
+    if xp is np:  # JAX arrays, as before: put on the device (no program compiles)
+        exps, depths, count, stat, std = jax.tree.map(jnp.asarray, (exps, depths, count, stat, std))
     return LyapunovResult(
-        exponents=exps.reshape(batch_shape + (k,)),
+        exponents=exps,
         depths=depths,
         running_mean=stat["mean"]["running"],
         running_std=std["running"],
@@ -265,7 +283,7 @@ def assemble(
         std=std["exponents"],
         min=stat["min"]["exponents"],
         max=stat["max"]["exponents"],
-        count=count.astype(jnp.int32),
+        count=count,
         result=flags_result(flags.reshape(batch_shape)),
         space=space,
         dim=int(dim),
@@ -317,7 +335,7 @@ def check_map(step: Callable, x0, time_dependent: bool = False) -> jax.Array:
         raise UsageError(f"x0 must be (m,) or (batch, m), got shape {x0.shape}.")
     if not jnp.issubdtype(x0.dtype, jnp.floating):
         raise UsageError(f"x0 must be a float array, got dtype {x0.dtype}; e.g. jnp.asarray(x0, float).")
-    if not bool(jnp.all(jnp.isfinite(x0))):
+    if not np.all(np.isfinite(np.asarray(x0))):  # on the host: no program per new shape
         raise UsageError("x0 contains NaN or infinite values; pass finite initial states.")
     m = x0.shape[-1]
     args = (jax.ShapeDtypeStruct((m,), x0.dtype),) + (

@@ -116,6 +116,15 @@ def check_logits(layer, x0, dtype) -> None:
         )
 
 
+def _all_finite(x) -> bool:
+    """Whether every entry of the concrete array ``x`` is finite: in NumPy when ``x`` lives on the
+    CPU (a view, no copy; eager ``jnp.isfinite`` compiled two small programs per new shape),
+    else on its device (no transfer of a large batch to the host)."""
+    if all(dev.platform == "cpu" for dev in getattr(x, "devices", lambda: ())()):
+        return bool(np.isfinite(np.asarray(x)).all())
+    return bool(jnp.all(jnp.isfinite(x)))
+
+
 def validate_run(layer, x0, num_layers, save_every):
     """``x0`` as an array (a `TokenSampler` unchanged) after checking the layer, the inputs' shape,
     dtype and values, and the depths; a `rankdyn.UsageError` naming the argument otherwise."""
@@ -142,7 +151,7 @@ def validate_run(layer, x0, num_layers, save_every):
             )
         if 0 in x0.shape:
             raise UsageError(f"x0 has an empty batch axis (shape {x0.shape}); pass at least one trajectory.")
-        if not isinstance(x0, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x0))):
+        if not isinstance(x0, jax.core.Tracer) and not _all_finite(x0):
             raise UsageError("x0 contains NaN or infinite values; pass finite initial tokens.")
     check_depth(num_layers, save_every)  # the plan's check (`rankdyn._run._plan`), one definition
     if layer.num_layers is not None and not layer.cycle and layer.num_layers < num_layers:
