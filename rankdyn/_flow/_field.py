@@ -115,10 +115,13 @@ class FlowField(eqx.Module):
             raise UsageError(
                 f"the token dimension d must be an integer >= 2 (the sphere S^(d-1)), got {d!r}."
             )
-        self.mask = jnp.asarray(mask_from_adjacency(mask))
+        # An explicit dtype (the one asarray would choose): JAX then converts on the host, where
+        # without one it compiles a small program per shape to bring a NumPy array in.
+        self.mask = jnp.asarray(mask_from_adjacency(mask), bool)
         mats = {name: _matrix(name, val, int(d)) for name, val in (("q", q), ("k", k), ("v", v))}
         self.identity = all(val is None or np.array_equal(np.asarray(val), np.eye(d)) for val in (q, k, v))
-        self.q, self.k, self.v = (jnp.asarray(mats[name]) for name in ("q", "k", "v"))
+        real = jax.dtypes.canonicalize_dtype(np.float64)
+        self.q, self.k, self.v = (jnp.asarray(mats[name], real) for name in ("q", "k", "v"))
         self.dynamics = dynamics
         self.placement, alpha, tau = check_scheme_arguments(placement, ngpt_alpha, mix_time)
         self.ngpt_alpha, self.mix_time = jnp.asarray(alpha), jnp.asarray(tau)

@@ -33,7 +33,7 @@ from ._arguments import piece_length, resolve_chunk
 from ._flow_metrics import join_chunks
 from ._noise import noise_terms
 from ._observables import DensityObserver
-from ._solve import FlowSolution, _by_member, _counted, _first_failure
+from ._solve import FlowSolution, _by_member, _counted, _first_failure, host_piece
 from ._solvers import host_checked_times
 
 __all__ = ["solve_noisy", "VBT_LEVELS"]
@@ -181,7 +181,8 @@ def solve_noisy(
         tol = horizon / 2**16
     cfg = (solver, controller, dt0, steps_cap, save_states, bool(common), tol, horizon)
     bj = jnp.asarray(np.reshape(betas, -1), dtype)
-    ts = jnp.asarray(times, dtype)
+    # Host slicing and padding between pieces, as in `rankdyn._flow._solve.solve_flow`.
+    ts, x0_host = np.asarray(times, dtype), np.asarray(x0)
     sj = jnp.asarray(sigma, dtype)
     nb = bj.size
     # One key per trajectory, by its index in the batch: the same path whatever the chunk.
@@ -196,19 +197,21 @@ def solve_noisy(
     counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
     ttc, drifts, steps, values, states, results = [], [], 0, [], [], []
     for c in range(num_chunks):
-        xs, keys = x0[c * chunk : (c + 1) * chunk], all_keys[c * chunk : (c + 1) * chunk]
+        xs, keys = x0_host[c * chunk : (c + 1) * chunk], all_keys[c * chunk : (c + 1) * chunk]
         n_real = xs.shape[0]
-        real = jnp.arange(chunk) < n_real
+        real = jax.device_put(np.arange(chunk) < n_real)
         if n_real < chunk:  # pad with copies: one shape, one compilation
             fill = chunk - n_real
-            xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (fill,) + xs.shape[1:])])
+            xs = np.concatenate([xs, np.broadcast_to(xs[:1], (fill,) + xs.shape[1:])])
             keys = jnp.concatenate([keys, jnp.broadcast_to(keys[:1], (fill,) + keys.shape[1:])])
-        x = jnp.broadcast_to(xs, (nb,) + xs.shape)
+        x = jax.device_put(np.ascontiguousarray(np.broadcast_to(xs, (nb,) + xs.shape)))
         clustered, vals_c, states_c, drift_c = [], [], [], np.zeros((nb, n_real))
         result_c = None
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}
         for k in range(intervals // p):
-            x, r = _noisy_piece(field, observer, x, bj, sj, keys, ts[k * p : (k + 1) * p + 1], real, cfg)
+            piece_ts = jax.device_put(ts[k * p : (k + 1) * p + 1])
+            x, r = _noisy_piece(field, observer, x, bj, sj, keys, piece_ts, real, cfg)
+            r = host_piece(r)
             check_interrupt()
             cut = slice(0 if k == 0 else 1, None)
             piece_vals, piece_ok = {m: v[..., cut] for m, v in r["values"].items()}, r["ok"][..., cut]

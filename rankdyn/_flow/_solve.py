@@ -221,6 +221,11 @@ def _first_failure(earlier, later):
     return RESULTS.where(earlier == RESULTS.successful, later, earlier)
 
 
+def host_piece(r: dict) -> dict:
+    """A piece's outputs as NumPy arrays, but ``result`` (a `RESULTS` item, joined on the device)."""
+    return {k: v if k == "result" else jax.tree.map(np.asarray, v) for k, v in r.items()}
+
+
 def _by_member(a, n_real: int) -> np.ndarray:
     """``(nb, c, p)`` -> ``(n_real, nb * p)``: the real members first, temperature x time as records."""
     return np.swapaxes(np.asarray(a)[:, :n_real], 0, 1).reshape(n_real, -1)
@@ -348,7 +353,9 @@ def solve_flow(
         steps_cap = int(max_steps)
     cfg = (solver_obj, controller, dt0, steps_cap, save_states)
     bj = jnp.asarray(betas.reshape(-1), dtype)
-    ts = jnp.asarray(times, dtype)
+    # The slicing and padding between pieces is NumPy's (`host_piece`): the same numbers, and not
+    # one small compiled program per shape for each slice, pad and broadcast.
+    ts, x0_host = np.asarray(times, dtype), np.asarray(x0)
     num_chunks = math.ceil(batch / chunk)
     bar = None
     if progress:
@@ -362,17 +369,18 @@ def solve_flow(
     counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
     ttc, drift, steps, values, states, results = [], np.zeros(nb), 0, [], [], []
     for c in range(num_chunks):
-        xs = x0[c * chunk : (c + 1) * chunk]
+        xs = x0_host[c * chunk : (c + 1) * chunk]
         n_real = xs.shape[0]
-        real = jnp.arange(chunk) < n_real
+        real = jax.device_put(np.arange(chunk) < n_real)
         if n_real < chunk:  # pad with copies so every chunk has one shape (one compilation)
-            xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - n_real,) + xs.shape[1:])])
-        x = jnp.broadcast_to(xs, (nb,) + xs.shape)
+            xs = np.concatenate([xs, np.broadcast_to(xs[:1], (chunk - n_real,) + xs.shape[1:])])
+        x = jax.device_put(np.ascontiguousarray(np.broadcast_to(xs, (nb,) + xs.shape)))
         clustered, vals_c, states_c = [], [], []
         result_c = None
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}
         for k in range(intervals // p):
-            x, r = _piece(field, observer, x, bj, ts[k * p : (k + 1) * p + 1], real, cfg)
+            x, r = _piece(field, observer, x, bj, jax.device_put(ts[k * p : (k + 1) * p + 1]), real, cfg)
+            r = host_piece(r)
             check_interrupt()  # after the compile and between pieces (CLI signals only)
             # Every piece saves at its start too (one program for all); only the first keeps it.
             cut = slice(0 if k == 0 else 1, None)
