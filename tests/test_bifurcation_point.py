@@ -147,8 +147,10 @@ def test_layer_fold_gradients_weights_and_temperature():
     fold, _ = _layer_fold(zero, x_a)
     a, b = 0.02, -0.03
     th = dict(zero, dv=jnp.array([[a, b], [0.0, 0.0]]))
+    # One value-and-gradient program: `fn(th)` beside `jax.grad(fn)(th)` would compile the solver a
+    # third time (its primal), with no other statement checked.
     fn = lambda t: bifurcation_point(counterexample, fold, t)  # noqa: E731
-    w_a, grad = fn(th), jax.grad(fn)(th)
+    w_a, grad = jax.value_and_grad(fn)(th)
     pa = P + a
     assert abs(float(w_a) - (np.sqrt(2 * pa - pa * pa) - b)) <= 1e-12
     assert abs(float(grad["dv"][0, 0]) - (1 - pa) / np.sqrt(2 * pa - pa * pa)) <= 1e-10
