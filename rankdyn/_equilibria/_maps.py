@@ -164,6 +164,14 @@ class PlainMap2:
     def __init__(self, f2: Callable):
         self.f2 = f2
 
+    # Equal for one ``f2``: the curve's programs (compiled for this map, or taking it as a static
+    # argument) then serve every curve of that map.
+    def __eq__(self, other):
+        return isinstance(other, PlainMap2) and other.f2 == self.f2
+
+    def __hash__(self):
+        return hash((PlainMap2, self.f2))
+
     def __call__(self, x, p, q, aux):
         return self.f2(x, p, q)
 
