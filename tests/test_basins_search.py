@@ -45,11 +45,13 @@ def test_basin_fractions_sampler_chunks_and_key():
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, 3.0))
     sampler = lambda k, size: rd.initial_tokens(k, "sphere", n, d, batch=size)
     key = jax.random.PRNGKey(0)
-    # One classifier for both runs: it is a function compiled into the run's programs, and a second
-    # `rank_classifier(1e-2)` is a new function, for which the programs that take it compile again.
+    # Classifiers of one tolerance are equal (and hash equal): the programs compiled for the first
+    # run's classifier serve the second's (a closure made anew per call would compile them again).
     classify = rd.theory.rank_classifier(1e-2)
+    again = rd.theory.rank_classifier(1e-2)
+    assert again == classify and hash(again) == hash(classify) and again != rd.theory.rank_classifier()
     a = rd.theory.basin_fractions(layer, sampler, 40, classify, batch=100, chunk=64, key=key, progress=False)
-    b = rd.theory.basin_fractions(layer, sampler, 40, classify, batch=100, chunk=64, key=key, progress=False)
+    b = rd.theory.basin_fractions(layer, sampler, 40, again, batch=100, chunk=64, key=key, progress=False)
     assert a == b
     assert sum(a["counts"].values()) == 100
     from scipy.stats import binomtest

@@ -28,6 +28,7 @@ codimension-2 points (generalised period doubling, Chenciner, strong resonances)
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -93,6 +94,9 @@ def _system(map2, period: int, kind: str, m: int):
         return w @ d2
 
     return jax.jit(both), jax.jit(matrix), jax.jit(cusp)
+
+
+_cached_system = functools.lru_cache(maxsize=16)(_system)
 
 
 def _borders(mat: np.ndarray, k: int, prev=None):
@@ -208,7 +212,10 @@ def continue_curve(
     k = 2 if ns else 1
     y = np.concatenate([x0, [p0, q0]] + ([[math.cos(bifurcation.theta)]] if ns else []))
     pair = np.array([0, 3])
-    both, matrix, cusp_fn = _system(map2, period, bifurcation.kind, m)
+    if isinstance(map2, PlainMap2):  # equal for one map: its curves share the programs
+        both, matrix, cusp_fn = _cached_system(map2, period, bifurcation.kind, m)
+    else:
+        both, matrix, cusp_fn = _system(map2, period, bifurcation.kind, m)
     res = float(np.linalg.norm(np.asarray(both(y, np.eye(m, k), np.eye(m, k), pair, A(y))[0][:m])))
     if not res <= 1e3 * tol:
         raise UsageError(

@@ -12,6 +12,7 @@ eigenvalues of $Dg_p(x) = \prod_j Df_p(x_j)$. Unlike a layer family, $\partial_p
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -41,6 +42,26 @@ def check_period(period) -> int:
     return check_count(period, "period", maximum=MAX_PERIOD, why=why)
 
 
+def _programs(f: Callable, k: int):
+    """The jitted $g = f^k$ and ``(g(x) - x, Dg, d_p g)`` of `MapFamily`."""
+
+    def g(x, p):
+        for _ in range(k):  # k is static: one program per period
+            x = f(x, p)
+        return x
+
+    def pieces(x, p):
+        with jax.default_matmul_precision("highest"):
+            y, fp = jax.jvp(lambda q: g(x, q), (p,), (jnp.ones_like(p),))
+            jac = jax.jacfwd(lambda z: g(z, p))(x)
+        return y - x, jac, fp
+
+    return jax.jit(g), jax.jit(pieces)
+
+
+_cached_programs = functools.lru_cache(maxsize=16)(_programs)
+
+
 class MapFamily:
     r"""``(x, p) -> f^k(x, p)`` with its linearisation, for the corrector of `_arclength`.
 
@@ -54,21 +75,10 @@ class MapFamily:
     def __init__(self, f: Callable, period: int = 1):
         self.f = f
         self.period = check_period(period)
-        k = self.period
-
-        def g(x, p):
-            for _ in range(k):  # k is static: one program per period
-                x = f(x, p)
-            return x
-
-        def pieces(x, p):
-            with jax.default_matmul_precision("highest"):
-                y, fp = jax.jvp(lambda q: g(x, q), (p,), (jnp.ones_like(p),))
-                jac = jax.jacfwd(lambda z: g(z, p))(x)
-            return y - x, jac, fp
-
-        self.g = jax.jit(g)
-        self._pieces = jax.jit(pieces)
+        try:  # one pair of programs per (map, period): a branch, its switch and its cycles share them
+            self.g, self._pieces = _cached_programs(f, self.period)
+        except TypeError:  # a map that cannot be hashed gets its own
+            self.g, self._pieces = _programs(f, self.period)
 
     def _dtype(self):
         return jnp.asarray(0.0).dtype
@@ -153,6 +163,14 @@ class PlainMap2:
 
     def __init__(self, f2: Callable):
         self.f2 = f2
+
+    # Equal for one ``f2``: the curve's programs (compiled for this map, or taking it as a static
+    # argument) then serve every curve of that map.
+    def __eq__(self, other):
+        return isinstance(other, PlainMap2) and other.f2 == self.f2
+
+    def __hash__(self):
+        return hash((PlainMap2, self.f2))
 
     def __call__(self, x, p, q, aux):
         return self.f2(x, p, q)

@@ -56,6 +56,16 @@ def wilson_interval(
     return lo, hi
 
 
+class _RankClassifier(eqx.Module):
+    """`rank_classifier`'s classifier: a module, so that equal tolerances compare (and hash) equal and
+    the programs taking it (`basin_fractions`' ``_classify_batch``) compile once per tolerance."""
+
+    tol: float = eqx.field(static=True)
+
+    def __call__(self, x):
+        return numerical_rank(singular_values(x), self.tol).astype(jnp.int32)
+
+
 def rank_classifier(tol: float = KEEPS_RANK_TOL) -> Callable[[Float[Array, "n d"]], Int[Array, ""]]:
     """A classifier returning the numerical rank of the final tokens: #{sigma_i > tol * sigma_1}.
 
@@ -63,12 +73,26 @@ def rank_classifier(tol: float = KEEPS_RANK_TOL) -> Callable[[Float[Array, "n d"
 
     The tolerance is explicit because convergence is slow: at finite depth a collapsing
     trajectory still has small nonzero singular values (e.g. ~1/(wT) in the 2-D example).
+    Two classifiers of one tolerance are equal, so a program compiled for one serves the other.
     """
+    return _RankClassifier(float(tol))
 
-    def classify(x):
-        return numerical_rank(singular_values(x), tol).astype(jnp.int32)
 
-    return classify
+class _NearestClassifier(eqx.Module):
+    """`nearest_classifier`'s classifier: the references are an array field (an argument of the
+    programs, not a constant baked into them), so classifiers of one shape and settings share them."""
+
+    refs: Array
+    tol: float = eqx.field(static=True)
+    sign_invariant: bool = eqx.field(static=True)
+
+    def __call__(self, x):
+        refs = self.refs
+        dist = jnp.linalg.norm((x[None] - refs).reshape(refs.shape[0], -1), axis=-1)
+        if self.sign_invariant:
+            dist = jnp.minimum(dist, jnp.linalg.norm((x[None] + refs).reshape(refs.shape[0], -1), axis=-1))
+        best = jnp.argmin(dist)
+        return jnp.where(dist[best] <= self.tol, best, -1).astype(jnp.int32)
 
 
 def nearest_classifier(
@@ -80,16 +104,7 @@ def nearest_classifier(
     ``sign_invariant``, since $F(-X) = -F(X)$ for these layers); a state farther than ``tol``
     from every reference is class ``-1`` ("other").
     """
-    refs = jnp.asarray(references)
-
-    def classify(x):
-        dist = jnp.linalg.norm((x[None] - refs).reshape(refs.shape[0], -1), axis=-1)
-        if sign_invariant:
-            dist = jnp.minimum(dist, jnp.linalg.norm((x[None] + refs).reshape(refs.shape[0], -1), axis=-1))
-        best = jnp.argmin(dist)
-        return jnp.where(dist[best] <= tol, best, -1).astype(jnp.int32)
-
-    return classify
+    return _NearestClassifier(jnp.asarray(references), float(tol), bool(sign_invariant))
 
 
 @eqx.filter_jit

@@ -207,7 +207,9 @@ def design_fold(
     # Optax's L-BFGS adds int32 and int64 indices: allowed under the standard promotion rules,
     # refused under the strict ones a caller (the test suite) may have switched on.
     with jax.numpy_dtype_promotion("standard"):
-        state = opt.init(u)
+        # Strong dtypes: `opt.init` leaves some of the line search's info weakly typed, the states
+        # `step` returns are not, and `step` would compile a second time for its second call.
+        state = jax.tree.map(lambda a: jnp.asarray(a, a.dtype), opt.init(u))
         for it in range(1, max_iter + 1):
             u_next, state, g = step(u, state)
             gnorm = float(g)  # the gradient at u, before the step
