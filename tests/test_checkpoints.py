@@ -119,6 +119,11 @@ def _hf_layer_parts(arch, hf, i):
     return (*qkv, o, (sd[ln + ".weight"], sd[ln + ".bias"]), eps)
 
 
+#: Layer 1 of a stack applied to one state, as one program per variant (op by op, each variant's
+#: layer was some 50 small programs).
+_layer_one = eqx.filter_jit(lambda layer, x: layer(x, 1))
+
+
 @pytest.mark.parametrize("arch", ["bert", "gpt2"])
 def test_san_variants_and_mask_swap_against_numpy(tiny, arch):
     """The SAN variants keep W_O and every bias; LN is the attention LN in its own position
@@ -139,7 +144,7 @@ def test_san_variants_and_mask_swap_against_numpy(tiny, arch):
     for variant, y in want.items():
         layer = ckpt.layers(n, variant, "window")
         assert np.array_equal(np.asarray(layer.mask), mask)
-        got, _ = layer(jnp.asarray(x), 1)
+        got, _ = _layer_one(layer, jnp.asarray(x))
         np.testing.assert_allclose(got, y, rtol=1e-11, atol=1e-11 * np.abs(y).max(), err_msg=variant)
 
 

@@ -188,9 +188,21 @@ def test_smollm2_gguf_equals_hf(monkeypatch):
     pass at 256 tokens is the oracle of the dense path on its first 24 tokens (causal: a prefix's
     states do not see the tokens after it; measured 2.0e-6) and of the blocked path on all 256
     (two key blocks of 128; measured 2.4e-6)."""
+    import gguf
     import transformers
 
     from rankdyn._model import _blocked
+
+    # HF parses the file's metadata with gguf's reader anew for the tokenizer, the config and the
+    # weights (~2.5 s each, its 100k tokenizer strings): one parse, read-only, serves all three.
+    readers, parse = {}, gguf.GGUFReader
+
+    def shared_reader(path, mode="r"):
+        if (str(path), mode) not in readers:
+            readers[str(path), mode] = parse(path, mode)
+        return readers[str(path), mode]
+
+    monkeypatch.setattr(gguf, "GGUFReader", shared_reader)
 
     # The default rule would take one block of 256 here (as cheap as dense at this size); blocks
     # of 128 make the online softmax combine two key blocks, which is what HF checks.

@@ -150,6 +150,19 @@ class _Reader:
         self._o += n
         return self._mv[self._o - n : self._o].tobytes().decode("utf-8")
 
+    def _strings(self, count: int) -> list:
+        """``count`` strings as `_string` reads them, one after the other."""
+        mv, o, end, out = self._mv, self._o, len(self._mv), []
+        for _ in range(count):
+            (n,) = struct.unpack_from("<Q", mv, o)
+            o += 8
+            if o + n > end:
+                raise UsageError("string past the end of the file")
+            out.append(mv[o : o + n].tobytes().decode("utf-8"))
+            o += n
+        self._o = o
+        return out
+
     def _value(self, kind: int):
         if kind == 8:
             return self._string()
@@ -159,6 +172,8 @@ class _Reader:
                 arr = np.frombuffer(self._mv, _SCALARS[item], count, self._o)
                 self._o += arr.nbytes
                 return arr.tolist()
+            if item == 8:  # strings (a tokenizer's 100k): one loop, not three method calls each
+                return self._strings(count)
             return [self._value(item) for _ in range(count)]
         if kind not in _SCALARS:
             raise UsageError(f"unknown GGUF metadata type {kind}")
