@@ -38,6 +38,9 @@ def test_solve_flow_takes_any_function_with_the_same_signature():
     # (beta, batch, time) per trajectory: the temperatures are the leading axis.
     np.testing.assert_allclose(sol.metrics["t"], [[[0, 0.5, 1]] * 2] * 2)
     np.testing.assert_allclose(sol.metrics["beta"], [[[0.5] * 3] * 2, [[2.0] * 3] * 2])
-    np.testing.assert_array_equal(sol.metrics["mu"], ref.metrics["mu"])
+    # Two observers are two compiled programs, and XLA promises no equal bits across programs: with
+    # the suite's code generator (tests/conftest.py) one of the 12 values differs in its last bit.
+    # A wrong state or time would be off by far more than a few ulp.
+    np.testing.assert_allclose(sol.metrics["mu"], ref.metrics["mu"], rtol=1e-15, atol=0)
     # `clustered` is added for time_to_cluster, as the default observer records it.
     np.testing.assert_array_equal(sol.metrics["clustered"], ref.metrics["clustered"])
