@@ -33,7 +33,7 @@ from ._arguments import piece_length, resolve_chunk
 from ._flow_metrics import join_chunks
 from ._noise import noise_terms
 from ._observables import DensityObserver
-from ._solve import FlowSolution, _by_member, _counted, _first_failure, host_piece
+from ._solve import FlowSolution, _by_member, _counted, _first_failure, host_chunk, host_piece
 from ._solvers import host_checked_times
 
 __all__ = ["solve_noisy", "VBT_LEVELS"]
@@ -197,14 +197,11 @@ def solve_noisy(
     counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
     ttc, drifts, steps, values, states, results = [], [], 0, [], [], []
     for c in range(num_chunks):
-        xs, keys = x0_host[c * chunk : (c + 1) * chunk], all_keys[c * chunk : (c + 1) * chunk]
-        n_real = xs.shape[0]
-        real = jax.device_put(np.arange(chunk) < n_real)
-        if n_real < chunk:  # pad with copies: one shape, one compilation
+        x, real, n_real = host_chunk(x0_host, c, chunk, nb)
+        keys = all_keys[c * chunk : (c + 1) * chunk]
+        if n_real < chunk:  # padded as the tokens are (`host_chunk`): copies of the first member
             fill = chunk - n_real
-            xs = np.concatenate([xs, np.broadcast_to(xs[:1], (fill,) + xs.shape[1:])])
             keys = jnp.concatenate([keys, jnp.broadcast_to(keys[:1], (fill,) + keys.shape[1:])])
-        x = jax.device_put(np.ascontiguousarray(np.broadcast_to(xs, (nb,) + xs.shape)))
         clustered, vals_c, states_c, drift_c = [], [], [], np.zeros((nb, n_real))
         result_c = None
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}

@@ -226,6 +226,16 @@ def host_piece(r: dict) -> dict:
     return {k: v if k == "result" else jax.tree.map(np.asarray, v) for k, v in r.items()}
 
 
+def host_chunk(x0_host: np.ndarray, c: int, chunk: int, nb: int):
+    """Chunk ``c`` of ``x0_host`` padded with copies of its first member (one shape, one compile),
+    repeated for the ``nb`` temperatures, on the device; the mask of its real members; their count."""
+    xs = x0_host[c * chunk : (c + 1) * chunk]
+    n_real = xs.shape[0]
+    xs = np.concatenate([xs, np.broadcast_to(xs[:1], (chunk - n_real,) + xs.shape[1:])])
+    x = jax.device_put(np.ascontiguousarray(np.broadcast_to(xs, (nb,) + xs.shape)))
+    return x, jax.device_put(np.arange(chunk) < n_real), n_real
+
+
 def _by_member(a, n_real: int) -> np.ndarray:
     """``(nb, c, p)`` -> ``(n_real, nb * p)``: the real members first, temperature x time as records."""
     return np.swapaxes(np.asarray(a)[:, :n_real], 0, 1).reshape(n_real, -1)
@@ -369,12 +379,7 @@ def solve_flow(
     counts = {k: np.zeros(nb, int) for k in ("hit", "bad", "zero")}
     ttc, drift, steps, values, states, results = [], np.zeros(nb), 0, [], [], []
     for c in range(num_chunks):
-        xs = x0_host[c * chunk : (c + 1) * chunk]
-        n_real = xs.shape[0]
-        real = jax.device_put(np.arange(chunk) < n_real)
-        if n_real < chunk:  # pad with copies so every chunk has one shape (one compilation)
-            xs = np.concatenate([xs, np.broadcast_to(xs[:1], (chunk - n_real,) + xs.shape[1:])])
-        x = jax.device_put(np.ascontiguousarray(np.broadcast_to(xs, (nb,) + xs.shape)))
+        x, real, n_real = host_chunk(x0_host, c, chunk, nb)
         clustered, vals_c, states_c = [], [], []
         result_c = None
         flags = {k: np.zeros((nb, chunk), bool) for k in counts}
