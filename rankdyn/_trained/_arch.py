@@ -20,11 +20,20 @@ from .._errors import UsageError
 from .._model._layer import AttentionWeights
 from .._model._mlp import MLPWeights
 from .._model._norms import LayerNorm
-from ._parts import Embeddings, Tensors, check_layer_count, config_eps, config_int, config_value, find_prefix
+from ._parts import (
+    Embeddings,
+    Tensors,
+    check_layer_count,
+    config_eps,
+    config_int,
+    config_value,
+    find_prefix,
+    on_device,
+)
 
 __all__ = ["read_bert", "read_gpt2", "HF_ACTIVATIONS"]
 
-J = jnp.asarray
+J = on_device
 
 #: HF activation names -> rankdyn's (`rankdyn._model._mlp.ACTIVATIONS`): "gelu" is the exact erf form.
 HF_ACTIVATIONS = {
@@ -63,8 +72,8 @@ def _heads(w: np.ndarray, heads: int) -> jnp.ndarray:
     """
     # Reshaped on the host: NumPy avoids compiling a JAX program per transpose.
     if w.ndim == 2:
-        return jnp.asarray(w.reshape(w.shape[0], heads, -1))
-    return jnp.asarray(np.moveaxis(w.reshape(w.shape[0], w.shape[1], heads, -1), 2, 1))
+        return J(w.reshape(w.shape[0], heads, -1))
+    return J(np.moveaxis(w.reshape(w.shape[0], w.shape[1], heads, -1), 2, 1))
 
 
 def _layer_norms(t: Tensors, names: list[str], d: int, eps: float) -> LayerNorm:
@@ -129,12 +138,12 @@ def read_bert(raw, dtype) -> dict:
     implied = f"hidden_size={d}, num_attention_heads={heads}, intermediate_size={f}, vocab_size={vocab}"
     t = Tensors(raw, find_prefix(raw, "embeddings.word_embeddings.weight"), dtype, implied)
     emb = Embeddings(
-        word=jnp.asarray(t("embeddings.word_embeddings.weight", (vocab, d))),
-        position=jnp.asarray(t("embeddings.position_embeddings.weight", (positions, d))),
-        token_type=jnp.asarray(t("embeddings.token_type_embeddings.weight", (types, d))[0]),
+        word=J(t("embeddings.word_embeddings.weight", (vocab, d))),
+        position=J(t("embeddings.position_embeddings.weight", (positions, d))),
+        token_type=J(t("embeddings.token_type_embeddings.weight", (types, d))[0]),
         norm=LayerNorm(
-            jnp.asarray(t("embeddings.LayerNorm.weight", (d,))),
-            jnp.asarray(t("embeddings.LayerNorm.bias", (d,))),
+            J(t("embeddings.LayerNorm.weight", (d,))),
+            J(t("embeddings.LayerNorm.bias", (d,))),
             eps,
         ),
     )
@@ -172,8 +181,8 @@ def read_gpt2(raw, dtype) -> dict:
     implied = f"n_embd={d}, n_head={heads}, n_inner={f}, n_positions={positions}, vocab_size={vocab}"
     t = Tensors(raw, find_prefix(raw, "wte.weight"), dtype, implied)
     emb = Embeddings(
-        word=jnp.asarray(t("wte.weight", (vocab, d))),
-        position=jnp.asarray(t("wpe.weight", (positions, d))),
+        word=J(t("wte.weight", (vocab, d))),
+        position=J(t("wpe.weight", (positions, d))),
         token_type=None,
         norm=None,
     )
@@ -208,6 +217,6 @@ def read_gpt2(raw, dtype) -> dict:
         norm_attn=_layer_norms(t, [p + "ln_1" for p in block], d, eps),
         norm_mlp=_layer_norms(t, [p + "ln_2" for p in block], d, eps),
     )
-    final = LayerNorm(jnp.asarray(t("ln_f.weight", (d,))), jnp.asarray(t("ln_f.bias", (d,))), eps)
+    final = LayerNorm(J(t("ln_f.weight", (d,))), J(t("ln_f.bias", (d,))), eps)
     sizes = dict(num_layers=num_layers, d=d, heads=heads, max_positions=positions, vocab_size=vocab)
     return dict(sizes=sizes, activation=act, eps=eps, embeddings=emb, blocks=blocks, final_norm=final)

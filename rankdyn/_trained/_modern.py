@@ -15,7 +15,6 @@ r"""Llama-family and MPNet weights -> rankdyn's per-layer `AttentionWeights` (do
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 
 from .._errors import UsageError
@@ -23,11 +22,11 @@ from .._model._layer import AttentionWeights
 from .._model._mlp import GatedMLPWeights
 from .._model._norms import LayerNorm, RMSNorm
 from ._arch import _activation, _heads, _refuse, encoder_blocks
-from ._parts import Embeddings, Tensors, check_layer_count, config_eps, config_int, find_prefix
+from ._parts import Embeddings, Tensors, check_layer_count, config_eps, config_int, find_prefix, on_device
 
 __all__ = ["read_llama", "read_mpnet", "rope_theta"]
 
-J = jnp.asarray
+J = on_device
 #: MPNet (as RoBERTa) numbers positions from padding_idx + 1.
 MPNET_POSITION_OFFSET = 2
 

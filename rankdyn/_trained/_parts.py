@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 import equinox as eqx
+import jax
 import numpy as np
 from jaxtyping import Array, Float, Int
 
@@ -23,7 +24,17 @@ __all__ = [
     "config_eps",
     "check_layer_count",
     "SUPPORTED",
+    "on_device",
 ]
+
+
+def on_device(a: np.ndarray) -> Array:
+    """A host weight as a JAX array, with `jnp.asarray`'s dtype (float64 kept only under x64).
+
+    A transfer: `jnp.asarray` of a NumPy array compiles an identity program per shape and dtype
+    (about 25 per checkpoint), `jax.device_put` compiles none; the values are the same bits."""
+    return jax.device_put(a)
+
 
 #: Architectures (``config.json``'s ``model_type``) that `rankdyn.checkpoints.load_checkpoint` reads.
 SUPPORTED = ("bert", "gpt2", "llama", "mpnet")
