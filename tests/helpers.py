@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
 import rankdyn as rd
@@ -77,11 +79,17 @@ def small_layer(key, *, n=6, d=6, mask="causal", placement="post", value="orthog
     return rd.make_layer(key, n=n, d=d, mask=mask, placement=placement, value=value, qk=qk, **kw)
 
 
+#: python_loop's step: one module-level function, so its program is reused across calls.
+_STEP = eqx.filter_jit(lambda lay, x, t: lay(x, t)[0])
+
+
 def python_loop(layer, x0, num_layers):
-    """Reference: iterate the layer in a plain Python loop (what peers write)."""
+    """Reference: iterate the layer in a plain Python loop (what peers write), each step one
+    compiled call with ``t`` traced (called eagerly, every operation of the layer compiled a
+    program of its own)."""
     xs = [x0]
     for t in range(num_layers):
-        xs.append(layer(xs[-1], t)[0])
+        xs.append(_STEP(layer, xs[-1], jnp.asarray(t)))
     return np.stack([np.asarray(x) for x in xs])
 
 

@@ -7,6 +7,7 @@ from the un-normalised tokens (a plausible bug for pre-norm blocks) must not mat
 
 import dataclasses
 
+import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -34,6 +35,14 @@ def _layer(key, n=6, d=4, heads=2, layers=3):
     )
 
 
+# The loop's two calls of the layer, each one compiled program (t traced): called eagerly, every
+# operation of the layer compiled a program of its own.
+_attention = eqx.filter_jit(
+    lambda layer, x, t, normalised: layer.attention(layer.norm(x)[0] if normalised else x, t)
+)
+_step = eqx.filter_jit(lambda layer, x, t: layer(x, t)[0])
+
+
 def _loop(layer, x0, num_layers, normalised=True):
     first, cos = [], []
     xs = np.asarray(x0)
@@ -44,13 +53,12 @@ def _loop(layer, x0, num_layers, normalised=True):
 
     cos.append(cos0(xs))
     for t in range(num_layers):
-        a = []
-        for x in map(jnp.asarray, xs):
-            xin = layer.norm(x)[0] if normalised else x
-            a.append(np.asarray(layer.attention(xin, t)))
-        a = np.stack(a)  # (batch, heads, n, n)
+        tj = jnp.asarray(t)
+        a = np.stack(
+            [np.asarray(_attention(layer, jnp.asarray(x), tj, normalised)) for x in xs]
+        )  # (batch, heads, n, n)
         first.append(a[:, :, 1:, 0].mean(axis=(0, 2)))
-        xs = np.stack([np.asarray(layer(jnp.asarray(x), t)[0]) for x in xs])
+        xs = np.stack([np.asarray(_step(layer, jnp.asarray(x), tj)) for x in xs])
         cos.append(cos0(xs))
     return np.stack(first), np.asarray(cos)
 

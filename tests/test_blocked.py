@@ -105,7 +105,10 @@ def test_blocked_equals_dense_every_mask_odd_n_depth_8():
 
 
 def _f32(tree):
-    return jax.tree_util.tree_map(lambda a: a.astype(jnp.float32) if eqx.is_inexact_array(a) else a, tree)
+    # Cast on the host (the same rounding; eagerly each shape compiled a conversion program).
+    return jax.tree_util.tree_map(
+        lambda a: jnp.asarray(np.asarray(a).astype(np.float32)) if eqx.is_inexact_array(a) else a, tree
+    )
 
 
 @pytest.mark.slow  # one compile of all 16 layers (about 10 s of CPU)
@@ -311,8 +314,9 @@ def test_cosine_metrics_by_row_blocks_equal_the_cosine_matrix(monkeypatch):
     # (n, n) form at n = 37; a wrong diagonal or a padded row let through changes both values.
     from rankdyn._observe import _metrics
 
-    x = jnp.asarray(np.random.default_rng(4).standard_normal((N, D)))
-    x = x.at[3].set(-x[5])  # a cosine of -1: the minimum is known
+    x = np.random.default_rng(4).standard_normal((N, D))
+    x[3] = -x[5]  # a cosine of -1: the minimum is known
+    x = jnp.asarray(x)
     both = lambda: jax.jit(lambda x: (_metrics.min_cosine(x), _metrics.mean_abs_cosine(x)))(x)  # noqa: E731
     want = both()
     monkeypatch.setattr(_metrics, "COS_BLOCKED_MIN", 2)

@@ -9,6 +9,7 @@ sqrt(d) drops both).
 
 import math
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -144,8 +145,13 @@ def test_renormalised_layer_against_numpy_from_hf_weights(tiny, arch, placement,
             y = y + f(norm(y, j) / np.sqrt(t + 1))
     layer = ckpt.layers(n, placement=placement, ln=ln)
     assert isinstance(layer.norm, {"rms": RMSNorm, "sphere": SphereNorm, "layernorm": LayerNorm}[ln])
-    got, _ = layer(jnp.asarray(x), t)
+    got, _ = _forward(layer, jnp.asarray(x), t)
     np.testing.assert_allclose(got, y, rtol=1e-11, atol=1e-11 * np.abs(y).max())
+
+
+#: The layer at depth t (static) as one compiled program (called eagerly, each of its operations
+#: compiled a program of its own: about 50 per case).
+_forward = eqx.filter_jit(lambda layer, x, t: layer(x, t))
 
 
 def test_renormalisation_is_refused_where_it_cannot_apply(tiny):

@@ -5,6 +5,7 @@ output, MLP output), so the reference applies exactly the same dropout; everythi
 softmax, W_O, skip, MLP, LayerNorm) is recomputed in NumPy from the layer's weights.
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -14,6 +15,12 @@ import pytest
 import rankdyn as rd
 from rankdyn._model._layer import SelfAttentionLayer
 from rankdyn._reproduce._layer_observers import observe_zero_rows
+
+#: The forward pass with a dropout key, one compiled program per layer structure (called eagerly,
+#: each of the layer's operations compiled a program of its own).
+_forward = eqx.filter_jit(lambda layer, x, key: layer(x, key=key))
+#: The zero-row observer, compiled once per shape (eagerly: about 25 programs per call).
+_zero_rows = jax.jit(observe_zero_rows)
 
 
 def _keep(key, p, shape):
@@ -95,14 +102,14 @@ def test_dropout_matches_numpy_reference_san(getkey):
     x = np.asarray(rd.initial_tokens(getkey(), "sphere", n, d))
     for _ in range(3):
         key = getkey()
-        y, _ = layer(jnp.asarray(x), key=key)
+        y, _ = _forward(layer, jnp.asarray(x), key)
         np.testing.assert_allclose(np.asarray(y), _reference(layer, x, key, _sphere), atol=1e-13)
     # Hidden dropout alone zeroes single entries of A X W_V before the norm.
     layer_h = SelfAttentionLayer(
         layer.mask, layer.weights.w_q, layer.weights.w_k, layer.weights.w_v, dqk=layer.dqk, hidden_dropout=p
     )
     key = getkey()
-    y, _ = layer_h(jnp.asarray(x), key=key)
+    y, _ = _forward(layer_h, jnp.asarray(x), key)
     np.testing.assert_allclose(np.asarray(y), _reference(layer_h, x, key, _sphere), atol=1e-13)
 
 
@@ -135,7 +142,7 @@ def test_zero_row_is_absorbing_under_causal_attention_dropout(getkey):
     x = rd.initial_tokens(getkey(), "bert", n, d)
     key = getkey()
     step = jax.jit(lambda x, t, k: layer(x, t, key=k)[0])
-    first_zero = jax.jit(lambda x: observe_zero_rows(0, x, None)["first_zero"])
+
     zero_at = None
     for t in range(12):
         k = jr.fold_in(key, t)
@@ -145,7 +152,7 @@ def test_zero_row_is_absorbing_under_causal_attention_dropout(getkey):
         if zero_at is None and not keep00:
             zero_at = t
         assert (np.all(row0 == 0.0)) == (zero_at is not None), (t, zero_at)
-        assert int(first_zero(x)) == int(zero_at is not None)
+        assert int(_zero_rows(0, x, None)["first_zero"]) == int(zero_at is not None)
     assert zero_at is not None  # P(never dropped in 12 layers) = 2^-12: this seed drops it
 
 
@@ -154,11 +161,11 @@ def test_zero_row_observer_closed_forms():
     n, d, k = 9, 3, 4
     v = np.array([3.0, 0.0, 4.0])
     x = np.vstack([np.zeros((k, d)), np.tile(v, (n - k, 1))])
-    obs = observe_zero_rows(0, jnp.asarray(x), None)
+    obs = _zero_rows(0, jnp.asarray(x), None)
     assert float(obs["zero_rows"]) == k and float(obs["first_zero"]) == 1.0
     np.testing.assert_allclose(float(obs["mu"]), 5.0 * np.sqrt(k * (n - k) / n), rtol=1e-14)
     assert float(obs["mu_rel_nonzero"]) < 1e-15
     x[-1] = [0.0, 5.0, 0.0]  # one live token orthogonal to the others
-    obs = observe_zero_rows(0, jnp.asarray(x), None)
+    obs = _zero_rows(0, jnp.asarray(x), None)
     assert float(obs["min_cos_nonzero"]) == pytest.approx(0.0, abs=1e-15)
     assert float(obs["mu_rel_nonzero"]) > 0.1

@@ -10,6 +10,10 @@ from helpers import PAPER_MASKS, python_loop, small_layer, sphere_tokens
 import rankdyn as rd
 from rankdyn._run._io import CompileTimer
 
+# One compiled program per shape for the metrics the tests read outside `simulate` (called
+# eagerly, each of their operations compiled a program of its own: about 40 for collapse_metrics).
+_mu, _mu_normalized, _collapse_metrics = (jax.jit(f) for f in (rd.mu, rd.mu_normalized, rd.collapse_metrics))
+
 
 @pytest.mark.slow
 def test_scan_equals_python_loop_and_vmap_equals_per_sample(getkey):
@@ -17,14 +21,16 @@ def test_scan_equals_python_loop_and_vmap_equals_per_sample(getkey):
     x0 = sphere_tokens(getkey(), 5, 4, batch=3)
     # mu only: the oracle compares states and mu, and the spectral metrics triple the compiles.
     traj = rd.simulate(layer, x0, 7, save_states=True, metrics="mu")
+    refs = []
     for b in range(3):
-        ref = python_loop(layer, x0[b], 7)
-        np.testing.assert_allclose(np.asarray(traj.states[b]), ref, atol=1e-13)
-        single = rd.simulate(layer, x0[b], 7, per_trajectory=True, metrics="mu")
+        xb = jnp.asarray(np.asarray(x0)[b])  # sliced on the host: exact, no slicing program
+        refs.append(python_loop(layer, xb, 7))
+        np.testing.assert_allclose(np.asarray(traj.states[b]), refs[b], atol=1e-13)
+        single = rd.simulate(layer, xb, 7, per_trajectory=True, metrics="mu")
         np.testing.assert_allclose(
             np.asarray(traj.metrics["mu"][b]), np.asarray(single.metrics["mu"]), atol=1e-13
         )
-    mu_ref = [float(rd.mu(jnp.asarray(x))) for x in python_loop(layer, x0[1], 7)]
+    mu_ref = [float(_mu(jnp.asarray(x))) for x in refs[1]]
     np.testing.assert_allclose(np.asarray(traj.metrics["mu"][1]), mu_ref, rtol=1e-12)
 
 
@@ -38,7 +44,7 @@ def test_save_every_and_eps_min_schedule(getkey):
     assert sparse.metrics["mu"].shape == (2, 3, 4) and sparse.states.shape == (2, 3, 4, 4, 4)
     np.testing.assert_allclose(np.asarray(sparse.states), np.asarray(full.states)[:, :, ::4], atol=1e-13)
     # eps_min at a saved layer t > 0 is the minimum over the layers since the previous save.
-    a = jax.vmap(jax.vmap(jax.vmap(lambda x: layer.attention(x))))(full.states[:, :, :-1])
+    a = jax.jit(jax.vmap(jax.vmap(jax.vmap(lambda x: layer.attention(x)))))(full.states[:, :, :-1])
     eps = np.where(np.asarray(layer.mask), np.asarray(a)[..., 0, :, :], np.inf).min(axis=(-1, -2))
     np.testing.assert_allclose(np.asarray(full.metrics["eps_min"])[..., 1:], eps, rtol=1e-12)
     np.testing.assert_allclose(
@@ -51,9 +57,9 @@ def test_metrics_pairwise_identity_and_spectra(getkey):
     x = rd.initial_tokens(getkey(), "gaussian", 7, 5)
     xn = np.asarray(x)
     pair = sum(np.sum((xn[i] - xn[j]) ** 2) for i in range(7) for j in range(7))
-    np.testing.assert_allclose(float(rd.mu(x)) ** 2, pair / (2 * 7), rtol=1e-12)  # docs/theory.md#metrics
+    np.testing.assert_allclose(float(_mu(x)) ** 2, pair / (2 * 7), rtol=1e-12)  # docs/theory.md#metrics
     s = np.linalg.svd(xn, compute_uv=False)
-    m = rd.collapse_metrics(x)
+    m = _collapse_metrics(x)
     np.testing.assert_allclose(float(m["sigma_min"]), s[-1], rtol=1e-12)
     np.testing.assert_allclose(float(m["stable_rank"]), np.sum(s**2) / s[0] ** 2, rtol=1e-12)
     p = s / s.sum()
@@ -63,9 +69,9 @@ def test_metrics_pairwise_identity_and_spectra(getkey):
     np.testing.assert_allclose(float(m["mean_abs_cos"]), (np.abs(cos).sum() - 7) / 42, rtol=1e-12)
     # Rank-2 matrix: numerical rank 2, two equal tokens give mu of the rest only.
     low = jnp.asarray(np.outer(np.arange(1.0, 8.0), [1, 0, 0, 0, 0]) + np.outer(np.ones(7), [0, 1, 0, 0, 0]))
-    assert float(rd.collapse_metrics(low)["num_rank"]) == 2.0
-    same = jnp.ones((4, 3))
-    assert float(rd.mu(same)) == 0.0 and float(rd.mu_normalized(same)) == 0.0
+    assert float(_collapse_metrics(low)["num_rank"]) == 2.0
+    same = jnp.asarray(np.ones((4, 3)))
+    assert float(_mu(same)) == 0.0 and float(_mu_normalized(same)) == 0.0
 
 
 def _mu_directions_and_norms(t, x, args):
@@ -108,12 +114,13 @@ def test_theorem1_collapse_at_least_as_fast_as_bound(getkey):
             m = s[name]["mean"]
             keep = _above_floor(m)
             assert keep.sum() >= 2 and m[-1] < 0.1 * m[0], (mask, name)
-            fitted = rd.theory.fit_rate(traj.layers[keep], m[keep])
+            fitted = rd.theory.fit_rate(np.asarray(traj.layers)[keep], m[keep])  # host masks: no program
             assert fitted <= bound, (mask, name, fitted, bound)
         # Norms shrink by averaging but settle at O(1): the collapse is not norm shrinkage.
         assert s["row_norm_mean"]["mean"][-1] > 1e-3
         rates[mask] = rd.theory.fit_rate(
-            traj.layers[_above_floor(s["mu"]["mean"])], s["mu"]["mean"][_above_floor(s["mu"]["mean"])]
+            np.asarray(traj.layers)[_above_floor(s["mu"]["mean"])],
+            s["mu"]["mean"][_above_floor(s["mu"]["mean"])],
         )
     # Radius-1 masks collapse faster than the windows (radius 4 and 7 at n = 8).
     assert max(rates["complete"], rates["causal"]) < min(rates["window"], rates["window-uni"])
@@ -132,7 +139,7 @@ def test_theorem2_ln_orthogonal_complete_collapses_exponentially(getkey):
     )
     x0 = sphere_tokens(getkey(), n, d, batch=8)
     assert np.all(
-        np.asarray(jax.vmap(lambda x: rd.collapse_metrics(x)["num_rank"])(x0)) == n
+        np.asarray(jax.jit(jax.vmap(lambda x: rd.collapse_metrics(x)["num_rank"]))(x0)) == n
     )  # condition (*)
     traj = rd.simulate(
         layer,

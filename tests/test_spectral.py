@@ -5,6 +5,8 @@ chosen graded spectrum s, so the true singular values are known by construction.
 a vmapped batch (one compile per shape and method).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import jaxtyping
@@ -31,8 +33,13 @@ def graded(n, d, s):
     return np.stack([(_orthogonal(n)[:, :k] * s) @ _orthogonal(d)[:, :k].T for _ in range(6)])
 
 
+#: One jitted function per method, made once: a jit of a new lambda per call compiled again for
+#: every call, even at a shape and dtype an earlier call had compiled.
+_SVALS = {m: jax.jit(jax.vmap(functools.partial(singular_values, method=m))) for m in ("lapack", "bisection")}
+
+
 def _svals(x, method):
-    return np.asarray(jax.jit(jax.vmap(lambda a: singular_values(a, method=method)))(jnp.asarray(x)))
+    return np.asarray(_SVALS[method](jnp.asarray(x)))
 
 
 def _contract_error(got, ref, dtype):
