@@ -20,6 +20,12 @@ from rankdyn.flow import (
 )
 from rankdyn.masks import causal_mask, complete_mask
 
+# The tests' eager library calls, each under one compiled program per shape (eager, every op of
+# every new shape compiles its own program).
+_velocity = eqx.filter_jit(lambda field, x, beta: field(x, beta))
+_energy = jax.jit(interaction_energy)
+_count = jax.jit(cluster_count)
+
 
 def _np_field(x, beta, mask, q, k, v, dynamics):
     """The issue's formula, written again in NumPy: P_x y = y - <x, y> x."""
@@ -79,7 +85,7 @@ def test_field_is_tangent_and_causal_first_token_fixed(getkey):
     x = _starts(getkey(), (n, d))
     for dyn in ("sa", "usa"):
         f = FlowField(causal_mask(n), d, dyn, q=rng.normal(size=(d, d)), k=rng.normal(size=(d, d)))
-        vel = np.asarray(f(jnp.asarray(x), 1.5))
+        vel = np.asarray(_velocity(f, jnp.asarray(x), 1.5))
         np.testing.assert_allclose(np.sum(vel * x, axis=1), 0.0, atol=1e-13)
         assert np.max(np.abs(vel[0])) < 1e-14  # token 1 attends only to itself (V = I): it does not move
         assert np.max(np.abs(vel[1:])) > 1e-3
@@ -109,13 +115,13 @@ def test_energy_formula_and_clusters():
     x[:2, 0], x[2:, 1] = 1.0, 1.0
     beta = 2.0
     want = (8 * np.exp(beta) + 8 * 1.0) / (2 * beta * 16)  # 8 pairs inside the two groups, 8 across
-    np.testing.assert_allclose(float(interaction_energy(jnp.asarray(x), beta)), want, rtol=1e-13)
-    assert float(cluster_count(jnp.asarray(x), 0.99)) == 2.0
+    np.testing.assert_allclose(float(_energy(jnp.asarray(x), beta)), want, rtol=1e-13)
+    assert float(_count(jnp.asarray(x), 0.99)) == 2.0
     # A chain of near neighbours is one component even when its ends are far apart.
     ang = np.linspace(0, 1.0, 12)
     chain = np.stack([np.cos(ang), np.sin(ang), 0 * ang], axis=1)
-    assert float(cluster_count(jnp.asarray(chain), 0.99)) == 1.0
-    assert float(cluster_count(jnp.asarray(chain), 0.999999)) == 12.0
+    assert float(_count(jnp.asarray(chain), 0.99)) == 1.0
+    assert float(_count(jnp.asarray(chain), 0.999999)) == 12.0
 
 
 @pytest.mark.slow

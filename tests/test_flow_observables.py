@@ -1,6 +1,7 @@
 """The O(n d) observables of the noisy flow against NumPy's n x n formulas, and the random-weight
 depth's diffusive scaling."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -19,6 +20,14 @@ from rankdyn.flow import (
     random_depth_values,
 )
 
+# The tests' library calls, each under one compiled program per shape (eager, every op of every
+# new shape compiles its own program); module-level, so the tests that share a shape share it.
+_harmonics_and_r = eqx.filter_jit(lambda x: (harmonics(x, 3), order_parameter(x)))
+_both_counts = jax.jit(lambda x, c: (circle_cluster_count(x, c), cluster_count(x, c)))
+_default_count = jax.jit(lambda x: circle_cluster_count(x))
+_observe_batch = eqx.filter_jit(lambda obs, xs: jax.vmap(obs, in_axes=(None, 0, None))(0.0, xs, 1.0))
+_layer_steps = eqx.filter_jit(lambda layer, x, ts: jax.vmap(lambda t: layer(x, t)[0])(ts))
+
 
 def _sphere(rng, n, d):
     x = rng.normal(size=(n, d))
@@ -35,9 +44,10 @@ def test_harmonics_and_order_parameter_against_the_pair_sums():
             x = x / np.linalg.norm(x, axis=1, keepdims=True)
             g = np.clip(x @ x.T, -1, 1)
             want = [np.sqrt(max(np.mean(poly.basis(ell)(g)), 0)) for ell in (1, 2, 3)]
-            got = np.asarray(harmonics(jnp.asarray(x), 3))
+            got, r = _harmonics_and_r(jnp.asarray(x))
+            got = np.asarray(got)
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
-            assert abs(float(order_parameter(jnp.asarray(x))) - np.linalg.norm(x.mean(0))) < 1e-14
+            assert abs(float(r) - np.linalg.norm(x.mean(0))) < 1e-14
             if d == 2:
                 th = np.arctan2(x[:, 1], x[:, 0])
                 four = [abs(np.mean(np.exp(1j * ell * th))) for ell in (1, 2, 3)]
@@ -58,8 +68,9 @@ def test_circle_cluster_count_is_cluster_count_on_the_circle():
     for t in cases:
         x = jnp.asarray(np.stack([np.cos(t), np.sin(t)], axis=1))
         for c in (0.99, 0.9):
-            assert float(circle_cluster_count(x, c)) == float(cluster_count(x, c)), (len(t), c)
-    assert float(circle_cluster_count(jnp.asarray(np.stack([np.cos(th), np.sin(th)], 1)))) == 4
+            circle, graph = _both_counts(x, jnp.asarray(c))
+            assert float(circle) == float(graph), (len(t), c)
+    assert float(_default_count(jnp.asarray(np.stack([np.cos(th), np.sin(th)], 1)))) == 4
 
 
 def _w1_grid(theta, p, grid=400_000):
@@ -106,7 +117,7 @@ def test_density_observer_records_o_nd_metrics():
     t = np.linspace(0.3, 0.3 + 1e-3, 16)
     tight = jnp.asarray(np.stack([np.cos(t), np.sin(t)], 1))
     spread = jnp.asarray(_sphere(np.random.default_rng(2), 16, 2))
-    out = jax.vmap(obs, in_axes=(None, 0, None))(0.0, jnp.stack([tight, spread]), 1.0)
+    out = _observe_batch(obs, jnp.stack([tight, spread]))
     assert set(out) == {"order_parameter", "harmonic_1", "harmonic_2", "harmonic_3", "clusters", "clustered"}
     assert list(np.asarray(out["clustered"])) == [1.0, 0.0]
     assert float(out["clusters"][0]) == 1.0
@@ -125,7 +136,7 @@ def test_random_depth_increment_variance_scales_as_h():
         layer = random_depth_layer(
             mask, d, draws, key=jr.PRNGKey(0), sigma=sigma, beta=beta, horizon=h * draws
         )
-        steps = jax.vmap(lambda t: layer(x, t)[0])(jnp.arange(draws))
+        steps = _layer_steps(layer, x, jnp.arange(draws))
         inc = np.asarray(steps - x[None])
         var = np.mean(np.sum((inc - inc.mean(0)) ** 2, axis=-1), axis=0)  # per token
         # Leading order: a_i = sum_j softmax_j(beta <x_i, x_j>) x_j; G a has covariance |a|^2 / d I

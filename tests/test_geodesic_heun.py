@@ -9,6 +9,7 @@ independent tokens in one state (one Brownian tree of shape (N, d)), one compila
 """
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -19,23 +20,33 @@ import pytest
 from rankdyn._flow._geodesic import SphereInterpolation, sphere_exp
 from rankdyn.flow import RK4, FlowField, GeodesicHeun, ProjectedSolver, tangent_project
 
+# The library calls of the exponential map's test, each under one compiled program per shape
+# (eager, every op compiles its own program); the interpolation's time is traced.
+_exp = jax.jit(sphere_exp)
+_project = jax.jit(tangent_project)
+_evaluate = eqx.filter_jit(lambda interpolation, t: interpolation.evaluate(t))
+
 
 def test_sphere_exp_is_the_rotation_and_keeps_the_radius():
     """On the circle Exp_x(u) turns x by |u| / |x| radians; on S^2 it keeps |x| for any radius."""
-    a = jnp.array([0.0, 0.3, 2.0, -1.0])
-    x = jnp.tile(jnp.array([[1.0, 0.0]]), (4, 1))
-    u = jnp.stack([jnp.zeros(4), a], axis=-1)
-    want = jnp.stack([jnp.cos(a), jnp.sin(a)], axis=-1)
-    assert np.max(np.abs(np.asarray(sphere_exp(x, u) - want))) < 1e-15
-    x3 = jr.normal(jr.PRNGKey(0), (5, 3)) * 1.7
-    u3 = tangent_project(x3, jr.normal(jr.PRNGKey(1), (5, 3)))
-    r = np.linalg.norm(np.asarray(sphere_exp(x3, u3)), axis=-1)
+    a = np.array([0.0, 0.3, 2.0, -1.0])
+    x = np.tile(np.array([[1.0, 0.0]]), (4, 1))
+    u = np.stack([np.zeros(4), a], axis=-1)
+    want = np.stack([np.cos(a), np.sin(a)], axis=-1)
+    assert np.max(np.abs(np.asarray(_exp(x, u)) - want)) < 1e-15
+    # Any tokens and tangent vectors: NumPy draws (the statement holds for every draw).
+    draws = np.random.default_rng(0).normal(size=(2, 5, 3))
+    x3 = jnp.asarray(draws[0] * 1.7)
+    u3 = _project(x3, jnp.asarray(draws[1]))
+    r = np.linalg.norm(np.asarray(_exp(x3, u3)), axis=-1)
     assert np.max(np.abs(r - np.linalg.norm(np.asarray(x3), axis=-1))) < 1e-14
     # The dense output interpolates the radius linearly and ends at the steps.
-    y0, y1 = x3, sphere_exp(x3, u3) * 1.1
+    y0, y1 = x3, jnp.asarray(np.asarray(_exp(x3, u3)) * 1.1)
     it = SphereInterpolation(t0=0.0, t1=2.0, y0=y0, y1=y1)
-    assert np.allclose(it.evaluate(0.0), y0, atol=1e-15) and np.allclose(it.evaluate(2.0), y1, atol=1e-15)
-    mid = np.linalg.norm(np.asarray(it.evaluate(1.0)), axis=-1)
+    assert np.allclose(_evaluate(it, jnp.asarray(0.0)), y0, atol=1e-15) and np.allclose(
+        _evaluate(it, jnp.asarray(2.0)), y1, atol=1e-15
+    )
+    mid = np.linalg.norm(np.asarray(_evaluate(it, jnp.asarray(1.0))), axis=-1)
     assert np.allclose(mid, 1.05 * np.linalg.norm(np.asarray(x3), axis=-1), rtol=1e-14)
 
 
@@ -59,7 +70,7 @@ def test_zero_noise_converges_at_order_two_to_rk4():
     geo = jax.jit(jax.vmap(jax.vmap(lambda dt, x: end(GeodesicHeun(), dt, x, 84), (None, 0)), (0, None)))
     ys = geo(dts, x0)
     ref = jax.jit(jax.vmap(lambda x: end(ProjectedSolver(RK4()), 1 / 200, x, 404)))(x0)
-    err = np.asarray(jnp.max(jnp.abs(ys - ref[None]), axis=(1, 2, 3)))
+    err = np.max(np.abs(np.asarray(ys) - np.asarray(ref)[None]), axis=(1, 2, 3))
     ratios = err[:-1] / err[1:]
     assert np.all((ratios > 3.4) & (ratios < 4.6)), (err, ratios)
     assert np.max(np.abs(np.linalg.norm(np.asarray(ys), axis=-1) - 1)) < 1e-13

@@ -10,6 +10,7 @@ has the same shapes (K = 16, four starts, three saved times), so each dynamics c
 
 import math
 
+import equinox as eqx
 import numpy as np
 import pytest
 from scipy.special import iv
@@ -20,6 +21,11 @@ from rankdyn.meanfield import density_coefficients, density_values, solve_densit
 K, N = 16, 64
 TH = 2 * np.pi * np.arange(N) / N
 TIMES = np.array([0.0, 0.5, 1.0])
+
+# The tests' library calls, each under one compiled program per shape (eager, every op of every
+# new shape compiles its own program); ``num_modes`` / ``num_points`` are static.
+_coefficients = eqx.filter_jit(density_coefficients)
+_values = eqx.filter_jit(density_values)
 
 
 def _solve(rho, beta, sigma, dynamics, rtol=1e-11, throw=False):
@@ -97,7 +103,7 @@ def test_linear_rates_mass_and_uniform(dynamics):
     # Same program for the RK4 oracle: finite amplitudes, every mode coupled.
     big = np.stack([1 + 0.5 * np.cos(TH) + 0.3 * np.sin(2 * TH) + 0.1 * np.cos(5 * TH - 1)] * 4)
     sol = _solve(big, 2.0, 0.6, dynamics)
-    c0 = np.asarray(density_coefficients(big[0] / (big[0].mean() * 2 * np.pi), K))
+    c0 = np.asarray(_coefficients(big[0] / (big[0].mean() * 2 * np.pi), K))
     want = _rk4(c0, 2.0, 0.6, dynamics, 1.0)
     assert np.max(np.abs(np.asarray(sol.coefficients)[0, -1] - want)) < 1e-10
 
@@ -127,10 +133,8 @@ def test_flags_negative_and_under_resolved():
     with pytest.raises(SolveError, match="2 of 4 trajectories"):
         _solve(np.stack([box, fine, np.ones(N), smooth]), 1.5, 2.0, "usa", throw=True)
     # The grid values and the coefficients are inverse maps on band-limited densities.
-    c = density_coefficients(smooth / (2 * math.pi * smooth.mean()), K)
-    np.testing.assert_allclose(
-        np.asarray(density_values(c, N)), smooth / (2 * math.pi * smooth.mean()), rtol=1e-12
-    )
+    c = _coefficients(smooth / (2 * math.pi * smooth.mean()), K)
+    np.testing.assert_allclose(np.asarray(_values(c, N)), smooth / (2 * math.pi * smooth.mean()), rtol=1e-12)
 
 
 def test_refusals_before_compute():
@@ -157,6 +161,10 @@ def test_refusals_before_compute():
             solve_density(bad, **ok)
 
 
+_field_velocity = eqx.filter_jit(lambda field, x, beta: field(x, beta))
+_density_velocity = eqx.filter_jit(lambda model, c, theta: model.velocity(c, theta))
+
+
 @pytest.mark.slow
 def test_velocity_is_the_particle_flows_limit():
     """The density's velocity is rankdyn's flow field (complete mask, d = 2, USA divided by n) for
@@ -172,10 +180,10 @@ def test_velocity_is_the_particle_flows_limit():
     cdf = (np.cumsum(rho) - rho / 2) / rho.sum()  # at the grid points, to O(h^2)
     theta = np.interp((np.arange(n) + 0.5) / n, cdf, fine)
     x = np.stack([np.cos(theta), np.sin(theta)], 1)
-    c = density_coefficients(rho / (rho.mean() * 2 * np.pi), 40)
+    c = _coefficients(rho / (rho.mean() * 2 * np.pi), 40)
     for dynamics in ("usa", "sa"):
-        v = np.asarray(FlowField(np.ones((n, n), bool), 2, dynamics)(jnp.asarray(x), beta))
+        v = np.asarray(_field_velocity(FlowField(np.ones((n, n), bool), 2, dynamics), jnp.asarray(x), beta))
         angular = -x[:, 1] * v[:, 0] + x[:, 0] * v[:, 1]  # <v, e_theta>
         model = CircleDensityModel(jnp.asarray(beta), jnp.asarray(0.0), 40, dynamics)
-        u = np.asarray(model.velocity(c, theta))
+        u = np.asarray(_density_velocity(model, c, theta))
         assert np.max(np.abs(angular - u)) < 1e-5 * np.max(np.abs(u)), dynamics

@@ -22,6 +22,7 @@ from scipy.special import spherical_in
 
 pytest.importorskip("s2fft")  # the test extra installs it (rankdyn[meanfield])
 
+import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
@@ -43,6 +44,16 @@ from rankdyn.theory import uniform_mode_rate  # noqa: E402
 
 L = 16
 
+# The tests' library calls, each under one compiled program per shape and band (eager, every op of
+# every new shape compiles its own program); module-level, so tests that share a shape share it.
+# ``band_limit`` and the models' band and dynamics are static, their beta and sigma traced.
+_coefficients = eqx.filter_jit(sphere_density_coefficients)
+_values = eqx.filter_jit(sphere_density_values)
+_to_s2fft = jax.jit(to_s2fft)
+_transport_and_rhs = eqx.filter_jit(lambda model, c: (model.transport(c), model.rhs(c)))
+_zonal_rhs = eqx.filter_jit(lambda model, x: model.rhs(x))
+_multipliers = jax.jit(kernel_multipliers, static_argnums=(1, 2, 3))
+
 
 def _xyz(band):
     th, ph = sphere_grid(band)
@@ -51,7 +62,9 @@ def _xyz(band):
 
 
 def _uniform(band):
-    return jnp.zeros((2, band, band)).at[0, 0, 0].set(1 / math.sqrt(4 * math.pi))
+    c = np.zeros((2, band, band))
+    c[0, 0, 0] = 1 / math.sqrt(4 * math.pi)
+    return jnp.asarray(c)
 
 
 def test_transforms_match_s2fft():
@@ -59,25 +72,26 @@ def test_transforms_match_s2fft():
 
     x, y, z = _xyz(12)
     f = np.exp(1.3 * x - 0.4 * y + 0.7 * z)
-    c = sphere_density_coefficients(f, 12)
+    c = _coefficients(f, 12)
+    lm = np.asarray(_to_s2fft(c))
     # s2fft's NumPy recursions divide by zero at the poles' unused entries (harmless warnings).
     with np.errstate(all="ignore"):
         want = s2fft.forward(f, 12, sampling="gl", reality=True, method="numpy")
-        back = s2fft.inverse(np.asarray(to_s2fft(c)), 12, sampling="gl", reality=True, method="numpy")
-    assert np.max(np.abs(np.asarray(to_s2fft(c)) - want)) < 1e-13
-    assert np.max(np.abs(np.asarray(sphere_density_values(c)) - back)) < 1e-13
+        back = s2fft.inverse(lm, 12, sampling="gl", reality=True, method="numpy")
+    assert np.max(np.abs(lm - want)) < 1e-13
+    assert np.max(np.abs(np.asarray(_values(c)) - back)) < 1e-13
     # A density of band 3 is reproduced on a finer grid.
     g = 1 + x * y - 0.5 * z
-    c3 = sphere_density_coefficients(g, 3)
+    c3 = _coefficients(g, 3)
     x2, y2, z2 = _xyz(7)
-    np.testing.assert_allclose(sphere_density_values(c3, 7), 1 + x2 * y2 - 0.5 * z2, atol=1e-13)
+    np.testing.assert_allclose(_values(c3, 7), 1 + x2 * y2 - 0.5 * z2, atol=1e-13)
 
 
 def test_funk_hecke_multipliers_and_band_limit():
     l = np.arange(24)
     for beta in (0.5, 3.0, 10.0):
         for dyn, scale in (("usa", 1.0), ("sa", math.exp(-beta))):
-            lam, mu = kernel_multipliers(jnp.asarray(beta), 24, dyn, jnp.float64)
+            lam, mu = _multipliers(jnp.asarray(beta), 24, dyn, jnp.float64)
             want = 4 * math.pi * spherical_in(l, beta) * scale
             # The quadrature sums terms of size e^|beta| that cancel: round-off of 1e-14 of the mass mode.
             np.testing.assert_allclose(lam, want, rtol=1e-12, atol=1e-13 * want[0])
@@ -111,21 +125,22 @@ def test_linear_rates_at_the_uniform_density(dynamics):
 def test_zero_field_and_the_mass_mode():
     """beta = 0 and no degree 1: the field is zero, the transport vanishes; the mass never moves."""
     x, y, z = _xyz(L)
-    c = sphere_density_coefficients(1 + 0.3 * x * y + 0.2 * (3 * z * z - 1) + 0.1 * x * y * z, L)
-    c = c.at[:, 1].set(0.0)  # the quadrature leaves 1e-17 there
+    c = np.array(_coefficients(1 + 0.3 * x * y + 0.2 * (3 * z * z - 1) + 0.1 * x * y * z, L))
+    c[:, 1] = 0.0  # the quadrature leaves 1e-17 there
     for dyn in ("usa", "sa"):
         # Round-off only: the kernel's multipliers of degrees >= 2 at beta = 0 are quadrature sums of 0.
-        assert float(jnp.max(jnp.abs(sphere_model(0.0, 0.5, L, dyn).transport(c)))) < 1e-14
-        assert float(sphere_model(2.0, 0.5, L, dyn).transport(c)[0, 0, 0]) == 0.0
+        assert np.max(np.abs(np.asarray(_transport_and_rhs(sphere_model(0.0, 0.5, L, dyn), c)[0]))) < 1e-14
+        assert float(_transport_and_rhs(sphere_model(2.0, 0.5, L, dyn), c)[0][0, 0, 0]) == 0.0
 
 
 def test_zonal_model_is_the_full_model_on_axisymmetric_densities():
     rng = np.random.default_rng(0)
     xs = jnp.asarray(rng.normal(size=L - 1) * 0.05 / np.arange(1, L) ** 2)
-    c = jnp.zeros((2, L, L)).at[0, :, 0].set(zonal_full(xs))
+    c = np.zeros((2, L, L))
+    c[0, :, 0] = np.asarray(jax.jit(zonal_full)(xs))
     for dyn in ("usa", "sa"):
-        full = np.array(sphere_model(2.5, 0.3, L, dyn).rhs(c))
-        zonal = np.asarray(zonal_model(2.5, 0.3, L, dyn).rhs(xs))
+        full = np.array(_transport_and_rhs(sphere_model(2.5, 0.3, L, dyn), c)[1])
+        zonal = np.asarray(_zonal_rhs(zonal_model(2.5, 0.3, L, dyn), xs))
         # Round-off of products of size |rho Psi| ~ 2 (Psi ~ 4 pi i_0(2.5) / 2.5) through two transforms.
         assert np.max(np.abs(full[0, 1:, 0] - zonal)) < 1e-12, np.max(np.abs(full[0, 1:, 0] - zonal))
         full[0, :, 0] = 0.0
@@ -256,17 +271,17 @@ def test_weak_form_against_a_direct_double_sum():
         "z^2": (z * z, np.stack([0 * x, 0 * x, 2 * z], -1)),
     }
     xs, ys, zs = _xyz(band)
-    c = sphere_density_coefficients(1 + 0.3 * xs + 0.2 * zs * zs - 0.25 * xs * ys + 0.1 * ys, band)
+    c = _coefficients(1 + 0.3 * xs + 0.2 * zs * zs - 0.25 * xs * ys + 0.1 * ys, band)
     parseval = np.where(np.arange(band) == 0, 1.0, 2.0)[None, None, :]
     for dyn in ("usa", "sa"):
         v = kern @ pts
         if dyn == "sa":
             v = v / kern.sum(1)[:, None]
         field = v - np.sum(v * pts, -1, keepdims=True) * pts
-        rate = np.asarray(sphere_model(beta, 0.0, band, dyn).transport(c))
+        rate = np.asarray(_transport_and_rhs(sphere_model(beta, 0.0, band, dyn), c)[0])
         for name, (p, grad) in polys.items():
             want = np.sum(wts * rho * np.sum(grad * field, -1))
             pb = {"z": zs, "x": xs, "xy": xs * ys, "z^2": zs * zs}[name]
-            cp = np.asarray(sphere_density_coefficients(pb, band))
+            cp = np.asarray(_coefficients(pb, band))
             got = np.sum(cp * rate * parseval)
             assert abs(got - want) < 1e-11 * (1 + abs(want)), (dyn, name, got, want)

@@ -7,6 +7,7 @@ standard error from the closed-form variance), with fixed seeds.
 """
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -38,8 +39,9 @@ def test_zero_noise_is_the_deterministic_flow_with_heun(small):
     field, x0, kw = small
     ode = solve_flow(field, x0, T, solver=diffrax.Heun(), **kw)
     sde = solve_flow(field, x0, T, noise=0.0, key=jr.PRNGKey(0), **kw)
-    u = sde.states / jnp.linalg.norm(sde.states, axis=-1, keepdims=True)
-    err = np.max(np.abs(np.asarray(u - ode.states)), axis=(0, 2, 3))
+    states = np.asarray(sde.states)
+    u = states / np.linalg.norm(states, axis=-1, keepdims=True)
+    err = np.max(np.abs(u - np.asarray(ode.states)), axis=(0, 2, 3))
     assert err[1] < 1e-12, err  # t = T / 2, the end of the first piece
     assert bool(jnp.all(sde.successful))
     assert 0 < float(sde.drift) < 1e-4
@@ -88,7 +90,7 @@ def test_brownian_motion_on_the_circle_has_angle_variance_sigma2_t():
     """d = 2, zero field, 3000 tokens from angle 0: the angle is sigma B_t, variance sigma^2 t.
     n = 3000 > 1024 also runs the row-blocked drift."""
     n, sigma, t = 3000, 0.5, 1.0
-    x0 = jnp.tile(jnp.array([[1.0, 0.0]]), (n, 1))
+    x0 = np.tile(np.array([[1.0, 0.0]]), (n, 1))
     sol = solve_flow(_free_field(n, 2), x0, t, beta=0.0, saves=2, noise=sigma, key=jr.PRNGKey(1), dt=0.02,
                      save_states=True)  # fmt: skip
     x = np.asarray(sol.states[0, -1])
@@ -108,7 +110,7 @@ def test_brownian_motion_on_s2_mean_cosine_is_exp_minus_sigma2_t():
     $E\langle x_0, x_t\rangle$ stays 1 and its radius grows ($E|x_t|^2 = 1 + 2\sigma^2 t$): this
     oracle separates the two by far more than the tolerance."""
     n, sigma, t = 3000, 1.0, 0.5
-    x0 = jnp.tile(jnp.array([[0.0, 0.0, 1.0]]), (n, 1))
+    x0 = np.tile(np.array([[0.0, 0.0, 1.0]]), (n, 1))
     sol = solve_flow(_free_field(n, 3), x0, t, beta=0.0, saves=2, noise=sigma, key=jr.PRNGKey(2), dt=0.01,
                      save_states=True)  # fmt: skip
     cos = np.asarray(sol.states[0, -1, :, 2])
@@ -131,7 +133,7 @@ def test_common_noise_is_shared_and_has_rate_sigma2_over_d():
     motion of rate sigma^2 / d, so E<x_0, x_t> = exp(-sigma^2 t (d - 1) / (2 d))."""
     batch, sigma, t, d = 1000, 1.0, 0.5, 3
     field = FlowField(np.ones((2, 2), bool), d, "sa")
-    x0 = jnp.tile(jnp.array([[[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]]), (batch, 1, 1))
+    x0 = np.tile(np.array([[[0.0, 0.0, 1.0], [0.0, 0.0, 1.0]]]), (batch, 1, 1))
     sol = solve_flow(field, x0, t, beta=1.0, saves=2, noise=sigma, key=jr.PRNGKey(4), dt=0.01,
                      common_noise=True, save_states=True)  # fmt: skip
     xs = np.asarray(sol.states[:, -1])
@@ -151,11 +153,18 @@ def test_spark_adaptive_succeeds_with_a_small_drift(small):
     assert bool(jnp.all(sol.successful)) and 0 < float(sol.drift) < 1e-2
 
 
+# The dense and the blocked attention of one field, under one compiled program per dynamics (eager,
+# every op compiles its own program, and the blocked one's scan one more).
+@eqx.filter_jit
+def _dense_and_blocked(field, x):
+    from rankdyn._flow._noise import _block_rows
+
+    return field.attention(x, 0.7), _block_rows(field, x, 0.7, 3)
+
+
 def test_blocked_drift_matches_the_dense_field():
     """The row-blocked attention (blocks of 3 over 10 tokens: padding) equals the dense one for SA
     and USA under a causal mask with general Q, K, V."""
-    from rankdyn._flow._noise import _block_rows
-
     rng = np.random.default_rng(0)
     n, d = 10, 4
     mask = np.tril(np.ones((n, n), bool))
@@ -163,8 +172,7 @@ def test_blocked_drift_matches_the_dense_field():
     x = jnp.asarray(rng.normal(size=(n, d)))
     for dyn in ("sa", "usa"):
         field = FlowField(mask, d, dyn, q=q, k=k, v=v)
-        dense = field.attention(x, 0.7)
-        blocked = _block_rows(field, x, 0.7, 3)
+        dense, blocked = _dense_and_blocked(field, x)
         assert np.max(np.abs(np.asarray(blocked - dense))) < 1e-14 * np.max(np.abs(np.asarray(dense))), dyn
 
 
@@ -225,8 +233,9 @@ def test_geodesic_heun_by_name_keeps_the_radius(small, noisy):
     geo = solve_flow(field, x0, T, noise=0.5, key=jr.PRNGKey(7), solver="geodesic_heun", **kw)
     assert bool(jnp.all(geo.successful))
     assert float(geo.drift) < 1e-13 < 1e-3 < float(noisy.drift)
-    u = noisy.states / jnp.linalg.norm(noisy.states, axis=-1, keepdims=True)
-    assert np.max(np.abs(np.asarray(geo.states - u))) < 0.05
+    states = np.asarray(noisy.states)
+    u = states / np.linalg.norm(states, axis=-1, keepdims=True)
+    assert np.max(np.abs(np.asarray(geo.states) - u)) < 0.05
 
 
 @pytest.mark.slow

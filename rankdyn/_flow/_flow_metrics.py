@@ -156,11 +156,14 @@ def join_chunks(total, counts, nb: int, times, batch: int, betas, values=None, s
 
     scalar = np.ndim(betas) == 0
     pick = (lambda a: a[0]) if scalar else (lambda a: a)
-    # The pieces' records (temperature x time) back to (temperature, time), joined over time.
-    stats = jax.tree.map(lambda *a: jnp.concatenate([v.reshape(nb, -1) for v in a], axis=1), *total)
+    # The pieces' records (temperature x time) back to (temperature, time), joined over time. On
+    # the host (copies, the same bits): eager JAX compiled a program per op for each new shape.
+    stats = jax.tree.map(
+        lambda *a: np.concatenate([np.asarray(v).reshape(nb, -1) for v in a], axis=1), *total
+    )
     per_beta = [
         summarize(
-            jax.tree.map(lambda a, i=i: a[i], stats),
+            jax.tree.map(lambda a, i=i: jax.device_put(a[i]), stats),
             jnp.arange(times.size),
             batch,
             jnp.asarray(counts["bad"][i]),
@@ -168,7 +171,11 @@ def join_chunks(total, counts, nb: int, times, batch: int, betas, values=None, s
         )
         for i in range(nb)
     ]
-    summary = per_beta[0] if scalar else jax.tree.map(lambda *a: jnp.stack(a), *per_beta)
+    summary = (
+        per_beta[0]
+        if scalar
+        else jax.tree.map(lambda *a: jax.device_put(np.stack([np.asarray(v) for v in a])), *per_beta)
+    )
     metrics = None
     if values is not None:
         metrics = {m: pick(np.concatenate([v[m] for v in values], axis=1)) for m in values[0]}

@@ -132,10 +132,11 @@ def _validate(field, x0, t1, beta, times, saves):
     n, d = field.num_tokens, field.dim
     if x0.ndim != 3 or x0.shape[1:] != (n, d) or x0.shape[0] < 1:
         raise UsageError(f"x0 must be ({n}, {d}) or (batch, {n}, {d}) for this field, got shape {x0.shape}.")
-    if not bool(jnp.all(jnp.isfinite(x0))):
+    # The checks read host copies (NumPy): eager JAX compiled a program per op for each new shape.
+    if not np.all(np.isfinite(np.asarray(x0))):
         raise UsageError("x0 has non-finite entries; pass finite tokens.")
     nrm = jnp.linalg.norm(x0, axis=-1, keepdims=True)
-    if bool(jnp.any(nrm == 0)):
+    if np.any(np.asarray(nrm) == 0):
         raise UsageError("x0 has a zero token, which has no direction on the sphere; pass non-zero tokens.")
     # A scheme that moves the radius starts from x0's own radii; the others from the sphere.
     return (x0 if field.radial else x0 / nrm), b, times

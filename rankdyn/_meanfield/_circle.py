@@ -28,6 +28,7 @@ without overflow).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import equinox as eqx
@@ -84,7 +85,12 @@ def _real(z: Array, num_modes: int) -> Array:
 def density_values(c: Float[ArrayLike, "... m"], num_points: int) -> Float[Array, "... n"]:
     r"""$\rho(\theta_j)$ at $\theta_j = 2\pi j / N$, $j < N$ ($N$ = ``num_points`` $> 2K$) from the real
     Fourier vector ``c`` of length $2K + 1$."""
-    c = jnp.asarray(c)
+    return _density_values(jnp.asarray(c), num_points)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _density_values(c: Array, num_points: int) -> Array:
+    """`density_values`, one compiled program per shape (called eagerly: each op was one)."""
     num_modes = (c.shape[-1] - 1) // 2
     z = _complex(c, num_modes)
     pad = jnp.zeros((*z.shape[:-1], num_points // 2 + 1 - (num_modes + 1)), z.dtype)
@@ -94,6 +100,7 @@ def density_values(c: Float[ArrayLike, "... m"], num_points: int) -> Float[Array
 def density_coefficients(values: Float[ArrayLike, "... n"], num_modes: int) -> Float[Array, "... m"]:
     r"""The real Fourier vector ($2K + 1$ entries) of grid values at $\theta_j = 2\pi j/n$, truncated
     to $K$ modes ($n > 2K$: no mode is aliased)."""
+    # Eager on purpose: compiled as one program its last bits differ (checked by hashing).
     values = jnp.asarray(values)
     z = jnp.fft.rfft(values, axis=-1)[..., : num_modes + 1] / values.shape[-1]
     return _real(z, num_modes)

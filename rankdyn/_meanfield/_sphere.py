@@ -99,6 +99,12 @@ def _from_grid(kfw: Array, values: Array) -> Array:
     return jnp.transpose(flm, (2, 3, 1, 0))
 
 
+# The transforms called eagerly (`sphere_density_values`, `sphere_density_coefficients`), one
+# compiled program per shape: eager, each of their ops compiled its own.
+_to_grid_compiled = jax.jit(_to_grid, static_argnums=2)
+_from_grid_compiled = jax.jit(_from_grid)
+
+
 def valid_mask(band: int, dtype=np.float64) -> np.ndarray:
     r"""``(2, L, L)``: 1 where a coefficient can be non-zero ($m \le l$; no imaginary part at $m = 0$)."""
     l, m = np.arange(band)[:, None], np.arange(band)[None, :]
@@ -120,7 +126,7 @@ def sphere_density_values(
     kin, _ = _kernels(grid, band)
     lead = c.shape[:-3]
     flat = c.reshape(-1, 2, band, band)
-    out = _to_grid(jnp.asarray(kin), flat, 2 * grid - 1)
+    out = _to_grid_compiled(jnp.asarray(kin), flat, 2 * grid - 1)
     return out.reshape(*lead, grid, 2 * grid - 1)
 
 
@@ -139,7 +145,7 @@ def sphere_density_coefficients(
         )
     _, kfw = _kernels(grid, band_limit)
     lead = values.shape[:-2]
-    out = _from_grid(jnp.asarray(kfw), values.reshape(-1, grid, 2 * grid - 1))
+    out = _from_grid_compiled(jnp.asarray(kfw), values.reshape(-1, grid, 2 * grid - 1))
     mask = jnp.asarray(valid_mask(band_limit), values.dtype).reshape(
         (1,) * len(lead) + (2, band_limit, band_limit)
     )
