@@ -26,8 +26,17 @@ def _layer(w=W, n=N, d=D, placement="post"):
     return rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(d, w), placement=placement)
 
 
+@eqx.filter_jit
 def _starts(key, batch, n=N, d=D):
+    """Random starts on the spheres, one compiled program per shape (drawn op by op, the
+    normalisation compiled a program per operation; jitted, the tokens differ by an ulp)."""
     return rd.initial_tokens(key, "sphere", n, d, batch=batch)
+
+
+#: The residual and the rank as one compiled program each (op by op, every operation of the
+#: layer compiled a program of its own).
+_residual = eqx.filter_jit(rd.equilibria.equilibrium_residual)
+_rank = eqx.filter_jit(rd.equilibria.equilibrium_rank)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +58,7 @@ def test_residuals_and_statuses(found):
     assert res.max() < 1e-10
     # The reported residual is the true one, recomputed independently.
     for x, r in zip(np.asarray(sol.x)[ok][:5], res[:5]):
-        assert abs(float(rd.equilibria.equilibrium_residual(layer, jnp.asarray(x))) - r) < 1e-13
+        assert abs(float(_residual(layer, x)) - r) < 1e-13
     # Post-LN equilibria lie on the spheres.
     assert np.allclose(np.linalg.norm(np.asarray(sol.x)[ok], axis=-1), 1.0, atol=1e-12)
     counts = sol.status_counts()
@@ -66,7 +75,7 @@ def test_found_equilibria_match_closed_forms(found):
     matched_ranks = set()
     for c in classes:
         dist = min(_distance(cx, c.x, group) for _, cx in closed)
-        rank = int(rd.equilibria.equilibrium_rank(jnp.asarray(c.x)))
+        rank = int(_rank(c.x))
         if dist < 2e-2:
             k = [k for k, cx in closed if _distance(cx, c.x, group) < 2e-2][0]
             assert rank == k  # the numerical rank agrees with the closed form's rank
