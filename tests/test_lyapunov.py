@@ -72,10 +72,8 @@ def _stable_layer():
     n, d = 4, 3
     wq = 0.3 * jax.random.normal(jax.random.PRNGKey(1), (d, d))
     wk = 0.3 * jax.random.normal(jax.random.PRNGKey(2), (d, d))
-    layer = rankdyn.SelfAttentionLayer(
-        np.ones((n, n), bool), wq, wk, jnp.diag(jnp.array([1.5, 1.0, 0.6])), skip=True
-    )
-    return layer, jnp.tile(jnp.array([1.0, 0.0, 0.0]), (n, 1))
+    layer = rankdyn.SelfAttentionLayer(np.ones((n, n), bool), wq, wk, np.diag([1.5, 1.0, 0.6]), skip=True)
+    return layer, np.tile([1.0, 0.0, 0.0], (n, 1))  # NumPy: the same numbers, no eager programs
 
 
 @pytest.mark.slow
@@ -113,7 +111,7 @@ def test_batched_equals_single_and_full_space(getkey):
 def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
     n, d = 4, 3
     field = FlowField(np.ones((n, n), bool), d)
-    x = jnp.tile(jnp.array([0.6, 0.8, 0.0]), (n, 1))
+    x = np.tile([0.6, 0.8, 0.0], (n, 1))
     r = lyapunov_spectrum_flow(
         field, x, 30.0, beta=1.0, intervals=60, discard=20, rtol=1e-10, atol=1e-12, key=jax.random.key(0)
     )
