@@ -150,13 +150,14 @@ def test_search_step_length_equals_depth_is_the_same_step():
 
     n = d = 3
     layer = rd.theory.uniform_causal_layer(n, d, rd.weights.bidiagonal(3, 4.0))
-    stacked = jax.tree.map(lambda a: a[None], layer)
-    w0 = jnp.asarray(rd.weights.bidiagonal(3, 4.0), layer.weights.w_v.dtype)
-    w_v = jnp.broadcast_to(w0, (1, 2, d, d))  # 1 setting, 2 restarts
+    # The inputs prepared in NumPy (exact copies; eager JAX compiled a program per operation).
+    stacked = jax.tree.map(lambda a: np.asarray(a)[None], layer)
+    w0 = np.asarray(rd.weights.bidiagonal(3, 4.0), layer.weights.w_v.dtype)
+    w_v = np.broadcast_to(w0, (1, 2, d, d))  # 1 setting, 2 restarts
     opt = _optimizer(3e-2)
     state = _init_state(opt, w_v)
-    x0 = sphere_batch(jax.random.PRNGKey(0), 2 * 8, n, d, w_v.dtype).reshape(2, 8, n, d)
-    depth = jnp.asarray(4, jnp.int32)
+    x0 = np.asarray(sphere_batch(jax.random.PRNGKey(0), 2 * 8, n, d, w_v.dtype)).reshape(2, 8, n, d)
+    depth = np.asarray(4, np.int32)
     args = ("sigma_2", "log_mean", False)
     exact = _step(stacked, opt, w_v, state, x0, depth, 4, *args)
     longer = _step(stacked, opt, w_v, state, x0, depth, 16, *args)

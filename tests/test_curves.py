@@ -25,11 +25,15 @@ def henon2(z, a, b):
     return jnp.stack([1 - a * z[0] ** 2 + z[1], b * z[0]])
 
 
+def _henon_b0(z, a):
+    """Hénon at b = B0: one function for every branch below, so they share compiled programs
+    (a lambda made anew at each call compiled them again)."""
+    return henon2(z, a, B0)
+
+
 def _henon_branch(a_end, **kw):
     x = (-(1 - B0) + np.sqrt((1 - B0) ** 2 + 4 * 0.1)) / (2 * 0.1)
-    return continue_branch(
-        lambda z, a: henon2(z, a, B0), np.array([x, B0 * x]), 0.1, a_end, ds=0.1, throw=False, **kw
-    )
+    return continue_branch(_henon_b0, np.array([x, B0 * x]), 0.1, a_end, ds=0.1, throw=False, **kw)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import sys
 import time
 import zipfile
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -28,6 +29,10 @@ import rankdyn as rd
 from rankdyn._run import _io
 from rankdyn.cli import main
 from rankdyn.sweep import NETCDF_ENGINE
+
+#: `collapse_metrics` as one compiled program, as simulate runs it (op by op, each of its
+#: operations compiled a program of its own).
+_collapse_metrics = eqx.filter_jit(rd.metrics.collapse_metrics)
 
 UNDERFLOW = dict(n=8, d=8, mask="complete", placement="none", value="scaled", mlp=True)
 
@@ -51,7 +56,7 @@ def test_zero_tokens_have_nan_directions_and_are_flagged(getkey):
     (checked with NumPy) decide: a zero row means NaN cosines, counted as degenerate, never a
     min_cos of 0; layers before it agree with NumPy's cosines."""
     layer = rd.make_layer(getkey(), **UNDERFLOW)
-    x0 = jr.normal(getkey(), (2, 8, 8)) * 1e-250  # tiny tokens: underflow within ~60 layers
+    x0 = np.asarray(jr.normal(getkey(), (2, 8, 8))) * 1e-250  # tiny tokens: underflow within ~60 layers
     traj = rd.simulate(layer, x0, 120, save_every=20, metrics="mu,min_cos", save_states=True)
     states = np.asarray(traj.states)
     zero = np.all(states == 0, axis=-1).any(axis=-1)  # (batch, saved): a token is exactly 0
@@ -87,10 +92,10 @@ def test_cli_counts_underflow_writes_readable_files_and_no_temp(tmp_path, capsys
 
 
 def test_nan_matrices_have_nan_ranks():
-    m = rd.metrics.collapse_metrics(jnp.full((4, 3), jnp.nan), 1e-6)
+    m = _collapse_metrics(np.full((4, 3), np.nan), 1e-6)
     for name in ("num_rank", "eff_rank", "stable_rank", "sigma_ratio"):
         assert np.isnan(float(m[name])), name
-    z = rd.metrics.collapse_metrics(jnp.zeros((4, 3)), 1e-6)  # a zero matrix: rank 0, no direction
+    z = _collapse_metrics(np.zeros((4, 3)), 1e-6)  # a zero matrix: rank 0, no direction
     assert float(z["num_rank"]) == 0.0 and np.isnan(float(z["min_cos"]))
 
 

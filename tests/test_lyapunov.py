@@ -2,6 +2,7 @@
 point of the layer map, the flow's single cluster, bad input and flags. (Sharded over several
 devices: tests/test_sharding.py, in its one multi-device process.)"""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +26,11 @@ from rankdyn.lyapunov import (
 HENON_L1 = 0.41922
 
 
+#: `next_every` as the QR loop runs it, traced (one program per plan and shape; called op by op,
+#: each of its operations compiled a program of its own).
+_next_every = eqx.filter_jit(next_every)
+
+
 def henon(x):
     return jnp.stack([1 - 1.4 * x[0] ** 2 + x[1], 0.3 * x[0]])
 
@@ -39,24 +45,25 @@ def test_henon_and_logistic_oracles(getkey):
     r = rankdyn.lyapunov_spectrum_map(henon, x0, 20000, discard=500, key=jax.random.key(0))
     assert isinstance(r, LyapunovResult) and r.exponents.shape == (32, 2) and r.space == "map"
     assert int(r.count) == 32 and r.num_flagged == 0
-    assert abs(float(r.mean[0]) - HENON_L1) < 1e-3
-    assert abs(float(r.mean[1]) - (np.log(0.3) - HENON_L1)) < 1e-3
+    mean = np.asarray(r.mean)
+    assert abs(mean[0] - HENON_L1) < 1e-3
+    assert abs(mean[1] - (np.log(0.3) - HENON_L1)) < 1e-3
     # The sum is the log-determinant per step, exact to rounding for every trajectory.
     np.testing.assert_allclose(np.sum(r.exponents, axis=-1), np.log(0.3), atol=1e-10)
     # Descending order, and running estimates that end at the final value.
     assert np.all(np.diff(np.asarray(r.exponents), axis=-1) <= 0)
-    np.testing.assert_allclose(r.running_mean[-1], r.mean, atol=1e-12)
-    assert float(r.depths[-1]) == 20000.0
+    np.testing.assert_allclose(np.asarray(r.running_mean)[-1], mean, atol=1e-12)
+    assert np.asarray(r.depths)[-1] == 20000.0
     lg = rankdyn.lyapunov_spectrum_map(
         logistic, jax.random.uniform(getkey(), (16, 1), minval=0.1, maxval=0.9), 20000, key=jax.random.key(0)
     )
-    assert abs(float(lg.mean[0]) - np.log(2.0)) < 1e-3
+    assert abs(np.asarray(lg.mean)[0] - np.log(2.0)) < 1e-3
     # The oracle fails on a plausible bug: forgetting the log (summing |R_ii|) or not
     # re-orthonormalising (qr_every too large makes both columns collapse onto the top one).
     lazy = rankdyn.lyapunov_spectrum_map(
         henon, x0[:4], 20000, discard=500, qr_every=50, key=jax.random.key(0)
     )
-    assert abs(float(lazy.mean[1]) - (np.log(0.3) - HENON_L1)) > 0.1 or lazy.num_flagged > 0
+    assert abs(np.asarray(lazy.mean)[1] - (np.log(0.3) - HENON_L1)) > 0.1 or lazy.num_flagged > 0
 
 
 def _stable_layer():
@@ -65,10 +72,8 @@ def _stable_layer():
     n, d = 4, 3
     wq = 0.3 * jax.random.normal(jax.random.PRNGKey(1), (d, d))
     wk = 0.3 * jax.random.normal(jax.random.PRNGKey(2), (d, d))
-    layer = rankdyn.SelfAttentionLayer(
-        np.ones((n, n), bool), wq, wk, jnp.diag(jnp.array([1.5, 1.0, 0.6])), skip=True
-    )
-    return layer, jnp.tile(jnp.array([1.0, 0.0, 0.0]), (n, 1))
+    layer = rankdyn.SelfAttentionLayer(np.ones((n, n), bool), wq, wk, np.diag([1.5, 1.0, 0.6]), skip=True)
+    return layer, np.tile([1.0, 0.0, 0.0], (n, 1))  # NumPy: the same numbers, no eager programs
 
 
 @pytest.mark.slow
@@ -106,7 +111,7 @@ def test_batched_equals_single_and_full_space(getkey):
 def test_flow_single_cluster_gives_the_jacobian_eigenvalues():
     n, d = 4, 3
     field = FlowField(np.ones((n, n), bool), d)
-    x = jnp.tile(jnp.array([0.6, 0.8, 0.0]), (n, 1))
+    x = np.tile([0.6, 0.8, 0.0], (n, 1))
     r = lyapunov_spectrum_flow(
         field, x, 30.0, beta=1.0, intervals=60, discard=20, rtol=1e-10, atol=1e-12, key=jax.random.key(0)
     )
@@ -160,24 +165,28 @@ def test_bad_map_input():
 
 
 @pytest.mark.slow
-def test_orthonormalise_against_householder_and_numpy(getkey):
+def test_orthonormalise_against_householder_and_numpy():
     inverse, orthonormal = jax.jit(_lower_inverse), jax.jit(orthonormalise)
+    # NumPy draws (the statements hold for any Gaussian matrices; jax.random compiled a program
+    # per shape), passed to the jitted functions as they are.
+    rng = np.random.default_rng(0)
     for k in (3, 64):  # 3: padded to a power of two
-        a = jax.random.normal(getkey(), (2, 4 * k + 5, k))
+        a = rng.normal(size=(2, 4 * k + 5, k))
         low = np.linalg.cholesky(np.einsum("cmi,cmj->cij", a, a))
         np.testing.assert_allclose(inverse(low), np.linalg.inv(low), rtol=1e-10, atol=1e-13)
         q, diag, fell_back = orthonormal(a)
-        r = np.linalg.qr(np.asarray(a))[1]
+        r = np.linalg.qr(a)[1]
         assert not bool(fell_back)
         np.testing.assert_allclose(diag, np.abs(np.diagonal(r, axis1=1, axis2=2)), rtol=1e-12)
         np.testing.assert_allclose(
             np.einsum("cmi,cmj->cij", q, q), np.broadcast_to(np.eye(k), (2, k, k)), atol=1e-14
         )
     # kappa = 1e12 > u^(-1/2): CholeskyQR2 fails, the chunk falls back to Householder.
-    u, v = (np.linalg.qr(np.asarray(jax.random.normal(getkey(), (s, 6))))[0] for s in (40, 6))
-    bad = jnp.asarray((u * np.logspace(0, -12, 6)) @ v.T)[None]
+    u, v = (np.linalg.qr(rng.normal(size=(s, 6)))[0] for s in (40, 6))
+    bad = ((u * np.logspace(0, -12, 6)) @ v.T)[None]
     q, diag, fell_back = orthonormal(bad)
     assert bool(fell_back)
+    q = np.asarray(q)
     np.testing.assert_allclose(q[0].T @ q[0], np.eye(6), atol=1e-14)
     # |det R| = the product of the singular values (to ~u kappa = 1e-4; CholeskyQR2's failed
     # factors would be NaN or off by orders of magnitude).
@@ -189,21 +198,21 @@ def test_adaptive_interval():
     assert (
         plan.qr_every == 0 and plan.records[-1] == 64 and all((r - 8) % MAX_EVERY == 0 for r in plan.records)
     )
-    ok, no = jnp.ones(2, bool), jnp.asarray(False)
+    ok, no = np.ones(2, bool), np.asarray(False)
 
     def every(logs, steps=1, fell_back=no, valid=ok):
-        return int(next_every(plan, jnp.asarray(logs, float), jnp.int32(steps), valid, fell_back, 1))
+        return int(_next_every(plan, np.asarray(logs, float), np.int32(steps), valid, fell_back, 1))
 
     assert every([[0.0, -0.7], [0.0, -0.6]]) == 4  # 4 * 0.7 <= LOG_COND = 4 < 8 * 0.7
     assert every([[0.0, -2.8], [0.0, -2.4]], steps=4) == 4  # the same spread per step
     assert every([[0.3, 0.3], [0.3, 0.3]]) == MAX_EVERY  # no spread, small growth
     assert every([[0.0, -5.0], [0.0, 0.0]]) == 1
     assert every([[-30.0], [-30.0]]) == 1  # one column decays by e^-30 per step: LOG_RANGE = 20
-    assert every([[0.0, -0.7], [0.0, -0.7]], fell_back=jnp.asarray(True)) == 1
+    assert every([[0.0, -0.7], [0.0, -0.7]], fell_back=np.asarray(True)) == 1
     # A flagged trajectory (ok False) does not shorten the interval of the others.
-    assert every([[0.0, -0.7], [0.0, -80.0]], valid=jnp.asarray([True, False])) == 4
+    assert every([[0.0, -0.7], [0.0, -80.0]], valid=np.asarray([True, False])) == 4
     fixed = make_plan(64, 8, 4)
-    assert int(next_every(fixed, jnp.zeros((1, 2)), jnp.int32(4), ok[:1], no, 4)) == 4
+    assert int(_next_every(fixed, np.zeros((1, 2)), np.int32(4), ok[:1], no, 4)) == 4
 
 
 @pytest.mark.slow  # two whole spectra, auto and every layer

@@ -12,6 +12,9 @@ import pytest
 
 import rankdyn as rd
 
+#: `tangent_basis` as one compiled program (called op by op, each operation compiled its own).
+_tangent_basis = jax.jit(rd.equilibria.tangent_basis)
+
 
 def _sphere(key, n, d):
     return rd.initial_tokens(key, "sphere", n, d)
@@ -62,10 +65,10 @@ def _check_2d(w):
 
 
 def test_tangent_basis_orthonormal(getkey):
-    x = _sphere(getkey(), 5, 4)
-    x = x.at[0].set(jnp.array([0.0, 0.0, 0.0, 1.0])).at[1].set(jnp.array([0.0, -0.6, 0.0, 0.8]))
-    x = x.at[2].multiply(3.0)  # a non-unit token: basis of its direction
-    b = np.asarray(rd.equilibria.tangent_basis(x))
+    x = np.array(_sphere(getkey(), 5, 4))
+    x[0], x[1] = [0.0, 0.0, 0.0, 1.0], [0.0, -0.6, 0.0, 0.8]
+    x[2] *= 3.0  # a non-unit token: basis of its direction
+    b = np.asarray(_tangent_basis(x))
     assert b.shape == (20, 15)
     np.testing.assert_allclose(b.T @ b, np.eye(15), atol=1e-14)
     radial = np.zeros((5, 20))
@@ -85,12 +88,12 @@ def test_tangent_jacobian_matches_finite_differences(getkey):
     layer = _bert_layer(getkey(), n, d, "complete")
     x = _sphere(getkey(), n, d)
     jt = np.asarray(rd.equilibria.tangent_jacobian(layer, x))
-    b = np.asarray(rd.equilibria.tangent_basis(x))
-    f = jax.jit(lambda y: layer(y.reshape(n, d))[0].reshape(-1))
+    b = np.asarray(_tangent_basis(x))
+    f = jax.jit(jax.vmap(lambda y: layer(y.reshape(n, d))[0].reshape(-1)))
     h = 1e-5
     x0 = np.asarray(x).reshape(-1)
     steps = h * b.T  # one tangent direction per row, all evaluated in one vmapped call
-    fd = np.asarray((jax.vmap(f)(x0[None] + steps) - jax.vmap(f)(x0[None] - steps)) / (2 * h)).T
+    fd = ((np.asarray(f(x0[None] + steps)) - np.asarray(f(x0[None] - steps))) / (2 * h)).T
     np.testing.assert_allclose(jt, b.T @ fd, atol=1e-8)
     assert np.abs(jt).max() > 0.1  # not trivially zero
 
@@ -205,8 +208,9 @@ def test_stability_plots():
     drawn = sum(len(c.get_offsets()) for c in ax.collections)
     assert drawn == sum(len(r.moduli) for reps in reports.values() for r in reps)
     ex = rd.theory.example_2d(2.0)
+    # Only the states are drawn: one cheap metric (every metric's SVDs made a large program).
     states = rd.simulate(
-        rd.theory.uniform_causal_layer(2, 2, ex["W_V"]), ex["X_B"] + 0.1, 10, save_states=True
+        rd.theory.uniform_causal_layer(2, 2, ex["W_V"]), ex["X_B"] + 0.1, 10, save_states=True, metrics="mu"
     ).states
     ax2 = rp.plot_circle_trajectories(states, points={"B": tuple(np.asarray(ex["B"]))})
     assert len(ax2.lines) == 1 + 2 * 3 + 1  # circle, (path, start, end) per token, one point

@@ -117,6 +117,12 @@ def test_cli_rejects_bad_config_before_compute(tmp_path, capsys):
     assert not out.exists()
 
 
+def _mu_and_min_cos(t, x, args):
+    """The reference runs' observer: one function, so the second run (another temperature, an
+    array of the layer) reuses the first one's compiled program (a lambda is new at each call)."""
+    return {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)}
+
+
 @pytest.mark.slow
 def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypatch):
     cfg = _cfg()
@@ -142,7 +148,7 @@ def test_temperature_axis_compiles_once_and_matches_simulate(tmp_path, monkeypat
             x0,
             6,
             save_every=2,
-            observe=lambda t, x, args: {"mu": rd.mu(x), "min_cos": rd.metrics.min_cosine(x)},
+            observe=_mu_and_min_cos,
             per_trajectory=True,
         )
         ref = traj.summary.to_dict()

@@ -175,14 +175,17 @@ def ginelli(
     num = x0.shape[0]
     chunk = max(1, min(chunk, num))
     parts = []
+    # The bookkeeping between the compiled programs is host-side NumPy, put on the device as is:
+    # in eager JAX every op of each new shape (an index range, a slice, a cast) compiled a program.
+    index_dtype = jax.dtypes.canonicalize_dtype(np.int64)  # jnp.arange's: int32 without x64
     for start in range(0, num, chunk):
-        xs = x0[start : start + chunk]
+        xs = x0[start : start + chunk] if (start, chunk) != (0, num) else x0
         real = xs.shape[0]
         if real < chunk:
             xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - real,) + xs.shape[1:])])
-        index = jnp.arange(start, start + chunk)
+        index = jax.device_put(np.arange(start, start + chunk, dtype=index_dtype))
         states, vectors, exps, flags = (
-            v[:real]
+            v if real == chunk else v[:real]
             for v in _chunk(propagate, init_q, xs, key, index, k, num_steps, discard, discard_backward)
         )
         if num_unstable is None:
@@ -190,7 +193,14 @@ def ginelli(
         else:
             counts = np.full(real, int(num_unstable))
         parts.append(
-            (states, vectors, exps, flags, subspace_angles(vectors, counts), jnp.asarray(counts, jnp.int32))
+            (
+                states,
+                vectors,
+                exps,
+                flags,
+                subspace_angles(vectors, counts),
+                jax.device_put(np.asarray(counts, np.int32)),
+            )
         )
         check_interrupt()
     if len(parts) == 1:
@@ -227,11 +237,12 @@ def subspace_angles(vectors, num_unstable) -> jax.Array:
     """
     num, steps, m, k = vectors.shape
     counts = np.asarray(num_unstable)
-    out = jnp.full((num, steps), jnp.nan, vectors.dtype)
+    # Filled on the host and put on the device once (eager JAX compiled a fill and a scatter).
+    out = np.full((num, steps), np.nan, vectors.dtype)
     for u in sorted(set(counts.tolist()) - {0, k}):
         sel = np.flatnonzero(counts == u)
-        out = out.at[sel].set(_angles(vectors if len(sel) == num else vectors[sel], int(u)))
-    return out
+        out[sel] = np.asarray(_angles(vectors if len(sel) == num else vectors[sel], int(u)))
+    return jax.device_put(out)
 
 
 def assemble_clv(
@@ -258,7 +269,7 @@ def assemble_clv(
         angles=angles.reshape(batch_shape + angles.shape[1:]),
         num_unstable=counts.reshape(batch_shape),
         flags=flags.reshape(batch_shape),
-        steps=jnp.arange(discard, discard + num_steps, dtype=jnp.int32),
+        steps=jax.device_put(np.arange(discard, discard + num_steps, dtype=np.int32)),
         space=space,
         dim=int(dim),
         unit=unit,

@@ -270,8 +270,8 @@ def assemble(
     std = split(xp.sqrt(acc.m2["v"] * (1 / safe)))
     depths = xp.asarray(plan.records, exps.dtype) * xp.asarray(plan.step_size, exps.dtype)
     exps, count = exps.reshape(batch_shape + (k,)), count.astype(jnp.int32)
-    if xp is np:  # JAX arrays, as before: put on the device (no program compiles)
-        exps, depths, count, stat, std = jax.tree.map(jnp.asarray, (exps, depths, count, stat, std))
+    if xp is np:  # JAX arrays, as before: put on the device (jnp.asarray compiled a copy per shape)
+        exps, depths, count, stat, std = jax.device_put((exps, depths, count, stat, std))
     return LyapunovResult(
         exponents=exps,
         depths=depths,
