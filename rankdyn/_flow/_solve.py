@@ -132,8 +132,7 @@ def _validate(field, x0, t1, beta, times, saves):
     n, d = field.num_tokens, field.dim
     if x0.ndim != 3 or x0.shape[1:] != (n, d) or x0.shape[0] < 1:
         raise UsageError(f"x0 must be ({n}, {d}) or (batch, {n}, {d}) for this field, got shape {x0.shape}.")
-    # The checks read host copies (NumPy): eager JAX compiled a program per op for each new shape.
-    if not np.all(np.isfinite(np.asarray(x0))):
+    if not np.all(np.isfinite(np.asarray(x0))):  # host copies: eager JAX compiles a program per op
         raise UsageError("x0 has non-finite entries; pass finite tokens.")
     nrm = jnp.linalg.norm(x0, axis=-1, keepdims=True)
     if np.any(np.asarray(nrm) == 0):
