@@ -79,8 +79,13 @@ def small_layer(key, *, n=6, d=6, mask="causal", placement="post", value="orthog
     return rd.make_layer(key, n=n, d=d, mask=mask, placement=placement, value=value, qk=qk, **kw)
 
 
-#: python_loop's step: one module-level function, so its program is reused across calls.
-_STEP = eqx.filter_jit(lambda lay, x, t: lay(x, t)[0])
+#: ``f(*args)`` as one compiled call, shared by the test files that call library functions (a
+#: layer, a field, a metric) outside `jit`: eagerly, every operation compiled a program of its own.
+#: One module-level function, so calls with equal shapes reuse one program.
+jit_call = eqx.filter_jit(lambda f, *args: f(*args))
+
+#: One layer step ``layer(x, t)``'s tokens, ``t`` traced (`python_loop`'s step).
+layer_step = eqx.filter_jit(lambda lay, x, t: lay(x, t)[0])
 
 
 def python_loop(layer, x0, num_layers):
@@ -89,7 +94,7 @@ def python_loop(layer, x0, num_layers):
     program of its own)."""
     xs = [x0]
     for t in range(num_layers):
-        xs.append(_STEP(layer, xs[-1], jnp.asarray(t)))
+        xs.append(layer_step(layer, xs[-1], jnp.asarray(t)))
     return np.stack([np.asarray(x) for x in xs])
 
 

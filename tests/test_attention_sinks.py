@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from helpers import layer_step
 
 import rankdyn as rd
 from rankdyn._reproduce.pretrained import attention_sinks as AS
@@ -40,7 +41,6 @@ def _layer(key, n=6, d=4, heads=2, layers=3):
 _attention = eqx.filter_jit(
     lambda layer, x, t, normalised: layer.attention(layer.norm(x)[0] if normalised else x, t)
 )
-_step = eqx.filter_jit(lambda layer, x, t: layer(x, t)[0])
 
 
 def _loop(layer, x0, num_layers, normalised=True):
@@ -58,7 +58,7 @@ def _loop(layer, x0, num_layers, normalised=True):
             [np.asarray(_attention(layer, jnp.asarray(x), tj, normalised)) for x in xs]
         )  # (batch, heads, n, n)
         first.append(a[:, :, 1:, 0].mean(axis=(0, 2)))
-        xs = np.stack([np.asarray(_step(layer, jnp.asarray(x), tj)) for x in xs])
+        xs = np.stack([np.asarray(layer_step(layer, jnp.asarray(x), tj)) for x in xs])
         cos.append(cos0(xs))
     return np.stack(first), np.asarray(cos)
 

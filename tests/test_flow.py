@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import jit_call
 
 from rankdyn.flow import (
     RK4,
@@ -22,7 +23,6 @@ from rankdyn.masks import causal_mask, complete_mask
 
 # The tests' eager library calls, each under one compiled program per shape (eager, every op of
 # every new shape compiles its own program).
-_velocity = eqx.filter_jit(lambda field, x, beta: field(x, beta))
 _energy = jax.jit(interaction_energy)
 _count = jax.jit(cluster_count)
 
@@ -85,7 +85,7 @@ def test_field_is_tangent_and_causal_first_token_fixed(getkey):
     x = _starts(getkey(), (n, d))
     for dyn in ("sa", "usa"):
         f = FlowField(causal_mask(n), d, dyn, q=rng.normal(size=(d, d)), k=rng.normal(size=(d, d)))
-        vel = np.asarray(_velocity(f, jnp.asarray(x), 1.5))
+        vel = np.asarray(jit_call(f, jnp.asarray(x), 1.5))
         np.testing.assert_allclose(np.sum(vel * x, axis=1), 0.0, atol=1e-13)
         assert np.max(np.abs(vel[0])) < 1e-14  # token 1 attends only to itself (V = I): it does not move
         assert np.max(np.abs(vel[1:])) > 1e-3

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from helpers import small_layer, sphere_tokens
+from helpers import jit_call, small_layer, sphere_tokens
 
 import rankdyn as rd
 from rankdyn._errors import UsageError
@@ -18,13 +18,12 @@ from rankdyn._model._params import default_dqk
 #: One compiled program per module structure (a layer, a norm, a bound method such as
 #: ``layer.attention``): called eagerly, every operation of every new shape compiled its own
 #: small program (20-30 per layer call). Python ints among ``args`` (a depth t) are static.
-_jcall = eqx.filter_jit(lambda f, *args: f(*args))
 
 
 @pytest.mark.parametrize("mask", ["causal", "window", "random"])
 def test_attention_rows_sum_to_one_and_vanish_off_mask(getkey, mask):
     layer = small_layer(getkey(), n=7, d=5, mask=mask, qk="gaussian", qk_std=3.0)
-    a = _jcall(layer.attention, sphere_tokens(getkey(), 7, 5))
+    a = jit_call(layer.attention, sphere_tokens(getkey(), 7, 5))
     m = np.asarray(layer.mask)
     np.testing.assert_allclose(np.asarray(a).sum(-1), 1.0, atol=1e-14)
     assert np.all(np.asarray(a)[:, ~m] == 0.0)
@@ -34,7 +33,7 @@ def test_attention_rows_sum_to_one_and_vanish_off_mask(getkey, mask):
 def test_masked_softmax_extreme_scores_no_nan():
     mask = rd.masks.causal_mask(3)
     scores = jnp.asarray(np.array([[1e308, -1e308, 0.0], [-1e308, 1e308, 5.0], [0.0, 0.0, 0.0]]))
-    a = np.asarray(_jcall(rd.layer.masked_softmax, scores, jnp.asarray(mask)))
+    a = np.asarray(jit_call(rd.layer.masked_softmax, scores, jnp.asarray(mask)))
     assert np.all(np.isfinite(a))
     np.testing.assert_allclose(a.sum(-1), 1.0)
 
@@ -52,7 +51,7 @@ def test_layer_matches_paper_equation_3(getkey):
     a /= a.sum(1, keepdims=True)
     y = a @ x @ wv
     y /= np.linalg.norm(y, axis=1, keepdims=True)
-    np.testing.assert_allclose(np.asarray(_jcall(layer, jnp.asarray(x))[0]), y, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(jit_call(layer, jnp.asarray(x))[0]), y, atol=1e-13)
 
 
 def test_pre_ln_matches_definition(getkey):
@@ -61,25 +60,25 @@ def test_pre_ln_matches_definition(getkey):
     layer = small_layer(getkey(), n=n, d=d, mask="complete", placement="pre", value="gaussian")
     x = 3.0 * np.asarray(rd.initial_tokens(getkey(), "gaussian", n, d))
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
-    want = np.asarray(_jcall(layer.attention, jnp.asarray(xn)))[0] @ xn @ np.asarray(layer.weights.w_v[0])
-    np.testing.assert_allclose(np.asarray(_jcall(layer, jnp.asarray(x))[0]), want, atol=1e-13)
+    want = np.asarray(jit_call(layer.attention, jnp.asarray(xn)))[0] @ xn @ np.asarray(layer.weights.w_v[0])
+    np.testing.assert_allclose(np.asarray(jit_call(layer, jnp.asarray(x))[0]), want, atol=1e-13)
 
 
 def test_post_ln_rows_have_unit_norm_and_radius(getkey):
     layer = small_layer(getkey(), n=6, d=6, value="gaussian")
-    y, aux = _jcall(layer, rd.initial_tokens(getkey(), "gaussian", 6, 6))
+    y, aux = jit_call(layer, rd.initial_tokens(getkey(), "gaussian", 6, 6))
     np.testing.assert_allclose(np.linalg.norm(np.asarray(y), axis=1), 1.0, atol=1e-14)
     assert not bool(aux.degenerate)
     layer8 = rd.make_layer(getkey(), n=6, d=6, ln=rd.SphereNorm(np.sqrt(8.0)))
-    y8, _ = _jcall(layer8, rd.initial_tokens(getkey(), "gaussian", 6, 6))
+    y8, _ = jit_call(layer8, rd.initial_tokens(getkey(), "gaussian", 6, 6))
     np.testing.assert_allclose(np.linalg.norm(np.asarray(y8), axis=1), np.sqrt(8.0), atol=1e-13)
 
 
 def test_rms_and_layernorm_variants(getkey):
     x = jnp.asarray(np.asarray(rd.initial_tokens(getkey(), "gaussian", 5, 7)) * 4.0 + 1.0)
-    y, bad = _jcall(rd.RMSNorm(), x)
+    y, bad = jit_call(rd.RMSNorm(), x)
     np.testing.assert_allclose(np.sqrt(np.mean(np.asarray(y) ** 2, axis=1)), 1.0, atol=1e-13)
-    y, bad = _jcall(rd.LayerNorm(eps=0.0), x)
+    y, bad = jit_call(rd.LayerNorm(eps=0.0), x)
     np.testing.assert_allclose(np.asarray(y).mean(1), 0.0, atol=1e-13)
     np.testing.assert_allclose(np.linalg.norm(np.asarray(y), axis=1), np.sqrt(7.0), atol=1e-12)
     assert not np.any(np.asarray(bad))
@@ -89,11 +88,11 @@ def test_zero_row_is_reported_not_nan():
     """2-D example with x2 = -x1 and uniform causal attention: token 2's average is exactly 0."""
     layer = rd.SelfAttentionLayer(rd.masks.causal_mask(2), np.zeros((2, 2)), np.zeros((2, 2)), np.eye(2))
     x = jnp.asarray(np.array([[0.6, 0.8], [-0.6, -0.8]]))
-    y, aux = _jcall(layer, x)
+    y, aux = jit_call(layer, x)
     assert bool(aux.degenerate)
     assert np.all(np.isfinite(np.asarray(y)))
     # The flags simulate records for this case: test_cli_simulate.py::test_degenerate_ln_is_counted_not_nan.
-    lnx, bad = _jcall(rd.LayerNorm(), jnp.asarray(np.ones((2, 3))))
+    lnx, bad = jit_call(rd.LayerNorm(), jnp.asarray(np.ones((2, 3))))
     assert np.all(np.asarray(bad)) and np.all(np.isfinite(np.asarray(lnx)))
 
 
@@ -122,11 +121,11 @@ def test_complete_mask_is_permutation_equivariant(getkey):
     perm = np.asarray(jr.permutation(getkey(), 6))
     xp, x = jnp.asarray(x[perm]), jnp.asarray(x)  # permuted on the host: exact
     np.testing.assert_allclose(
-        np.asarray(_jcall(layer, xp)[0]), np.asarray(_jcall(layer, x)[0])[perm], atol=1e-13
+        np.asarray(jit_call(layer, xp)[0]), np.asarray(jit_call(layer, x)[0])[perm], atol=1e-13
     )
     # The causal mask is not: token 0 sees only itself.
     causal = eqx.tree_at(lambda l: l.mask, layer, jnp.asarray(rd.masks.causal_mask(6)))
-    assert not np.allclose(np.asarray(_jcall(causal, xp)[0]), np.asarray(_jcall(causal, x)[0])[perm])
+    assert not np.allclose(np.asarray(jit_call(causal, xp)[0]), np.asarray(jit_call(causal, x)[0])[perm])
 
 
 @pytest.mark.slow
@@ -172,12 +171,12 @@ def test_full_block_is_equivariant_and_random_only_through_its_key(getkey):
 def test_per_layer_weights_are_used_per_layer(getkey):
     layer = rd.make_layer(getkey(), n=4, d=4, value="gaussian", num_layers=3)
     x = sphere_tokens(getkey(), 4, 4)
-    outs = [np.asarray(_jcall(layer, x, jnp.asarray(t))[0]) for t in range(3)]  # t traced: one program
+    outs = [np.asarray(jit_call(layer, x, jnp.asarray(t))[0]) for t in range(3)]  # t traced: one program
     assert not np.allclose(outs[0], outs[1]) and not np.allclose(outs[1], outs[2])
     single = rd.SelfAttentionLayer(
         layer.mask, layer.weights.w_q[1][0], layer.weights.w_k[1][0], layer.weights.w_v[1][0], dqk=layer.dqk
     )
-    np.testing.assert_allclose(np.asarray(_jcall(single, x)[0]), outs[1], atol=1e-14)
+    np.testing.assert_allclose(np.asarray(jit_call(single, x)[0]), outs[1], atol=1e-14)
 
 
 def test_bad_layer_inputs_raise(getkey):
@@ -207,7 +206,7 @@ def test_fixed_attention_outside_the_mask_is_refused_at_construction():
         rd.SelfAttentionLayer(mask, w, w, w, fixed_attention=np.full((n, n), 1 / n))
     ok = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]  # on the mask: accepted
     layer = rd.SelfAttentionLayer(mask, w, w, w, fixed_attention=ok)
-    np.testing.assert_array_equal(np.asarray(_jcall(layer.attention, jnp.asarray(np.eye(n, d))))[0], ok)
+    np.testing.assert_array_equal(np.asarray(jit_call(layer.attention, jnp.asarray(np.eye(n, d))))[0], ok)
     # The key width is the default temperature, from the one definition in rankdyn._model._params.
     narrow = rd.SelfAttentionLayer(mask, np.zeros((d, 2)), np.zeros((d, 2)), w)
     assert (float(layer.dqk), float(narrow.dqk)) == (default_dqk(d), default_dqk(2)) == (3.0, 2.0)

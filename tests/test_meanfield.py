@@ -13,6 +13,7 @@ import math
 import equinox as eqx
 import numpy as np
 import pytest
+from helpers import jit_call
 from scipy.special import iv
 
 from rankdyn import RESULTS, SolveError, UsageError
@@ -161,7 +162,6 @@ def test_refusals_before_compute():
             solve_density(bad, **ok)
 
 
-_field_velocity = eqx.filter_jit(lambda field, x, beta: field(x, beta))
 _density_velocity = eqx.filter_jit(lambda model, c, theta: model.velocity(c, theta))
 
 
@@ -182,7 +182,7 @@ def test_velocity_is_the_particle_flows_limit():
     x = np.stack([np.cos(theta), np.sin(theta)], 1)
     c = _coefficients(rho / (rho.mean() * 2 * np.pi), 40)
     for dynamics in ("usa", "sa"):
-        v = np.asarray(_field_velocity(FlowField(np.ones((n, n), bool), 2, dynamics), jnp.asarray(x), beta))
+        v = np.asarray(jit_call(FlowField(np.ones((n, n), bool), 2, dynamics), jnp.asarray(x), beta))
         angular = -x[:, 1] * v[:, 0] + x[:, 0] * v[:, 1]  # <v, e_theta>
         model = CircleDensityModel(jnp.asarray(beta), jnp.asarray(0.0), 40, dynamics)
         u = np.asarray(_density_velocity(model, c, theta))

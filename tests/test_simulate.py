@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import PAPER_MASKS, python_loop, small_layer, sphere_tokens
+from helpers import PAPER_MASKS, jit_call, python_loop, small_layer, sphere_tokens
 
 import rankdyn as rd
 from rankdyn._run._io import CompileTimer
@@ -14,7 +14,6 @@ from rankdyn._run._io import CompileTimer
 # eagerly, each of their operations compiled a program of its own: about 40 for collapse_metrics).
 _mu, _mu_normalized, _collapse_metrics = (jax.jit(f) for f in (rd.mu, rd.mu_normalized, rd.collapse_metrics))
 #: A library function as one compiled program (Python ints, strings and tuples among ``args`` static).
-_jcall = eqx.filter_jit(lambda f, *args: f(*args))
 
 
 @pytest.mark.slow
@@ -208,10 +207,12 @@ def test_simulate_bad_input_errors(getkey):
 
 
 def test_weight_families_and_inputs(getkey):
-    q = np.asarray(_jcall(rd.weights.orthogonal, getkey(), 6))
+    q = np.asarray(jit_call(rd.weights.orthogonal, getkey(), 6))
     np.testing.assert_allclose(q @ q.T, np.eye(6), atol=1e-13)
     np.testing.assert_allclose(
-        np.linalg.norm(np.asarray(_jcall(rd.weights.value_matrix, getkey(), "scaled", 6)), 2), 1.0, rtol=1e-12
+        np.linalg.norm(np.asarray(jit_call(rd.weights.value_matrix, getkey(), "scaled", 6)), 2),
+        1.0,
+        rtol=1e-12,
     )
     j = np.asarray(rd.weights.jordan_block(5, 3, 2.5))
     want = np.eye(5)
@@ -220,11 +221,11 @@ def test_weight_families_and_inputs(getkey):
     np.testing.assert_array_equal(
         np.asarray(rd.weights.bidiagonal(3, 4.0)), [[1, 4, 0], [0, 1, 4], [0, 0, 1]]
     )
-    b = np.asarray(_jcall(rd.weights.bert_uniform, getkey(), (64, 8)))
+    b = np.asarray(jit_call(rd.weights.bert_uniform, getkey(), (64, 8)))
     assert np.abs(b).max() <= 1 / 8 and np.abs(b).max() > 0.9 / 8
-    nn = np.asarray(_jcall(rd.initial_tokens, getkey(), "nonneg", 10, 5, 4))  # batch=4
+    nn = np.asarray(jit_call(rd.initial_tokens, getkey(), "nonneg", 10, 5, 4))  # batch=4
     assert np.all(np.einsum("bnd,bmd->bnm", nn, nn) >= 0)
-    bert = np.asarray(_jcall(rd.initial_tokens, getkey(), "bert", 10, 16))
+    bert = np.asarray(jit_call(rd.initial_tokens, getkey(), "bert", 10, 16))
     np.testing.assert_allclose(np.linalg.norm(bert, axis=1), 4.0, rtol=1e-12)
     np.testing.assert_allclose(bert.mean(1), 0.0, atol=1e-12)
     with pytest.raises(ValueError, match="unknown initial condition"):

@@ -179,7 +179,7 @@ def ginelli(
     # in eager JAX every op of each new shape (an index range, a slice, a cast) compiled a program.
     index_dtype = jax.dtypes.canonicalize_dtype(np.int64)  # jnp.arange's: int32 without x64
     for start in range(0, num, chunk):
-        xs = x0[start : start + chunk] if (start, chunk) != (0, num) else x0
+        xs = x0 if chunk == num else x0[start : start + chunk]  # a whole slice is an eager program
         real = xs.shape[0]
         if real < chunk:
             xs = jnp.concatenate([xs, jnp.broadcast_to(xs[:1], (chunk - real,) + xs.shape[1:])])
