@@ -249,7 +249,7 @@ def test_heat_equation_zonal_trajectory_and_flags():
     assert sol.result == RESULTS.negative_density and float(sol.min_density[0]) < 0
 
 
-@pytest.mark.slow  # the transforms at two bands and both transports (1.2 CPU s alone, was 4.3 eager)
+@pytest.mark.slow  # the transforms at two bands and both transports
 def test_weak_form_against_a_direct_double_sum():
     """d/dt int p rho dS = int rho <grad p, X[rho]> dS for polynomials p (integration by parts; X is
     tangent, so the ambient gradient serves), with X by a direct double sum over a Gauss-Legendre

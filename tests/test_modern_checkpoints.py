@@ -194,7 +194,7 @@ def test_smollm2_gguf_equals_hf(monkeypatch):
     from rankdyn._model import _blocked
 
     # HF parses the file's metadata with gguf's reader anew for the tokenizer, the config and the
-    # weights (~2.5 s each, its 100k tokenizer strings): one parse, read-only, serves all three.
+    # weights, reading its 100k tokenizer strings each time: one parse, read-only, serves all three.
     readers, parse = {}, gguf.GGUFReader
 
     def shared_reader(path, mode="r"):
