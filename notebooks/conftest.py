@@ -13,6 +13,9 @@ import os
 import pytest
 
 os.environ["RANKDYN_NOTEBOOK_QUICK"] = "1"
+# One OpenBLAS thread per kernel, as tests/conftest.py sets for the suite's processes (two kernels
+# run at once on two cores; OpenBLAS's extra threads would spin).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 #: Wall seconds of each notebook's quick run in the clean-clone CI run (two workers), and of the

@@ -71,6 +71,14 @@ _TEST_XLA_FLAGS = {
 for _name, _flag in _TEST_XLA_FLAGS.items():
     if _name not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# OpenBLAS (NumPy's, and SciPy's, through which jaxlib's CPU linear algebra calls LAPACK) on one
+# thread in every process the run starts: the two workers already keep both cores busy, and
+# OpenBLAS's extra threads spin while they wait, burning CPU seconds the other worker needs
+# (benchmarks/DEVNOTES.md, "OpenBLAS threads in the suite"). OpenBLAS reads the variable when it
+# loads, so this reaches the workers, the fresh processes and the notebook kernels, not this
+# process (NumPy is loaded before this file). The thread count changes the last bits of LAPACK
+# results on larger matrices, so every process of the run computes with the same count.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
