@@ -22,42 +22,54 @@ def np_map(x, w):
     return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
 
-def scan_children(s, w, grid=4001):
-    """Independent solutions x of lam x = (s + x) W, lam = ||(s + x)W|| > 0 (unit x), given s != 0.
+def scan_children(ss, w, grid=4001):
+    """Independent solutions x of lam x = (s + x) W, lam = ||(s + x)W|| > 0 (unit x), given s != 0,
+    for each row s of ``ss``: a list of solutions per row.
 
     lam != 1: x(lam) = s W (lam I - W)^{-1} must have unit norm; sign changes of ||x|| - 1 on a
-    dense lambda grid, refined by bisection. lam = 1 (needs s_1 = 0): -w x S = s W.
+    dense lambda grid, refined by bisection (every row's brackets halved together). lam = 1 (needs
+    s_1 = 0): -w x S = s W.
     """
-    d = s.shape[0]
+    d = ss.shape[1]
     wv = np.eye(d) + w * np.eye(d, k=1)
-    sw = s @ wv
-    out = []
-    lam_max = (np.linalg.norm(s) + 1) * np.linalg.norm(wv, 2) * 1.01
+    sws = ss @ wv
 
-    def g(lam):
-        return np.linalg.norm(np.linalg.solve((lam * np.eye(d) - wv).T, sw)) - 1
+    def g(lams, sw):
+        mats = np.transpose(lams[:, None, None] * np.eye(d) - wv, (0, 2, 1))
+        return np.linalg.norm(np.linalg.solve(mats, sw[..., None])[..., 0], axis=-1) - 1
 
-    for lo, hi in ((1e-9, 1 - 1e-9), (1 + 1e-9, lam_max)):
-        lams = np.concatenate([np.geomspace(lo, hi, grid), np.linspace(lo, hi, grid)])
-        lams = np.unique(lams)
-        mats = lams[:, None, None] * np.eye(d) - wv
-        rhs = np.broadcast_to(sw, (len(lams), d))[..., None]
-        vals = np.linalg.norm(np.linalg.solve(np.transpose(mats, (0, 2, 1)), rhs)[..., 0], axis=-1) - 1
-        for k in np.nonzero(np.sign(vals[:-1]) != np.sign(vals[1:]))[0]:
-            a, b = lams[k], lams[k + 1]
-            for _ in range(80):
-                m = 0.5 * (a + b)
-                a, b = (m, b) if np.sign(g(m)) == np.sign(g(a)) else (a, m)
-            lam = 0.5 * (a + b)
-            out.append(np.linalg.solve((lam * np.eye(d) - wv).T, sw))
-    if s[0] == 0:
-        x = np.zeros(d)
-        x[:-1] = -sw[1:] / w
-        r2 = 1 - x @ x
-        if r2 > 1e-14:
-            for sign in (1, -1):
-                x[-1] = sign * np.sqrt(r2)
-                out.append(x.copy())
+    def brackets_of(lams, vals, j):
+        k = np.nonzero(np.sign(vals[:-1]) != np.sign(vals[1:]))[0]
+        return lams[k], lams[k + 1], np.sign(vals[k]), np.full(len(k), j)
+
+    def grid_of(lo, hi):
+        return np.unique(np.concatenate([np.geomspace(lo, hi, grid), np.linspace(lo, hi, grid)]))
+
+    # lam < 1: one grid for every row (one factorisation per lam, every row's s W a right-hand side).
+    lams = grid_of(1e-9, 1 - 1e-9)
+    mats = np.transpose(lams[:, None, None] * np.eye(d) - wv, (0, 2, 1))
+    vals = np.linalg.norm(np.linalg.solve(mats, np.broadcast_to(sws.T, (len(lams), d, len(ss)))), axis=1) - 1
+    brackets = [brackets_of(lams, vals[:, j], j) for j in range(len(ss))]
+    for j, sw in enumerate(sws):  # lam > 1: up to a bound on lam that depends on s
+        lams = grid_of(1 + 1e-9, (np.linalg.norm(ss[j]) + 1) * np.linalg.norm(wv, 2) * 1.01)
+        brackets.append(brackets_of(lams, g(lams, np.broadcast_to(sw, (len(lams), d))), j))
+    a, b, sa, row = (np.concatenate(c) for c in zip(*brackets))
+    for _ in range(80):
+        m = 0.5 * (a + b)
+        left = np.sign(g(m, sws[row])) == sa
+        a, b = np.where(left, m, a), np.where(left, b, m)
+    out = [[] for _ in sws]
+    for lam, j in zip(0.5 * (a + b), row):
+        out[j].append(np.linalg.solve((lam * np.eye(d) - wv).T, sws[j]))
+    for j, (s, sw) in enumerate(zip(ss, sws)):
+        if s[0] == 0:
+            x = np.zeros(d)
+            x[:-1] = -sw[1:] / w
+            r2 = 1 - x @ x
+            if r2 > 1e-14:
+                for sign in (1, -1):
+                    x[-1] = sign * np.sqrt(r2)
+                    out[j].append(x.copy())
     return out
 
 
@@ -96,10 +108,10 @@ def test_exact_census_n6_is_complete_node_by_node(exact6):
         prefixes, inverse = np.unique(
             np.round(xs[:, :i], 12).reshape(len(xs), -1), axis=0, return_inverse=True
         )
-        for p in range(len(prefixes)):
-            members = xs[inverse.ravel() == p]
-            children = np.unique(np.round(members[:, i], 12), axis=0)
-            scanned = scan_children(members[0, :i].sum(axis=0), w)
+        members = [xs[inverse.ravel() == p] for p in range(len(prefixes))]
+        all_scanned = scan_children(np.stack([m[0, :i].sum(axis=0) for m in members]), w)
+        for p, scanned in enumerate(all_scanned):
+            children = np.unique(np.round(members[p][:, i], 12), axis=0)
             assert len(scanned) == len(children), (i, p, len(scanned), len(children))
             for y in scanned:
                 assert np.abs(children - y).max(-1).min() < 1e-9
