@@ -101,12 +101,15 @@ def _has_marker(ln) -> bool:
     return ln.get_marker() not in (None, "None", "", " ")
 
 
-def check_series_visible(fig, name: str) -> None:
+def check_series_visible(fig, name: str, *, drawn: bool = False) -> None:
     """Every plotted series shows: enough points inside the view (two for a line without markers),
     not drawn over another series (same line style and marker, within 1.5 px everywhere), and a
     labelled line that spans almost no x range (a curve that is 0 from t = 1) has markers and is
-    named in its panel (an annotation), else it hides behind the others at the left edge."""
-    fig.canvas.draw()
+    named in its panel (an annotation), else it hides behind the others at the left edge.
+    ``drawn``: the caller has just drawn the figure (`check_figure`): these rules then read the
+    layout its other rules read (constrained layout moves panels by a few px on each new draw)."""
+    if not drawn:
+        fig.canvas.draw()
     for ax in fig.axes:
         lines = _data_lines(ax)
         named = " ".join(t.get_text() for t in ax.texts)
@@ -330,7 +333,7 @@ def check_figure(fig, name: str) -> None:
                 if other is not ax:
                     assert not _boxes_overlap(tb, ob), f"{name}: {t.get_text()!r} lies on another panel"
     check_aspect(fig, name)
-    check_series_visible(fig, name)
+    check_series_visible(fig, name, drawn=True)  # drawn above
     check_no_spikes(fig, name)
     check_ticklabels_apart(fig, name)
     check_errorbars_not_clipped(fig, name)
