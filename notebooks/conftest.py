@@ -21,16 +21,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 #: Wall seconds of each notebook's quick run in the clean-clone CI run (two workers), and of the
 #: documentation site's file: the order in which the step hands them out.
 SECONDS = {
-    "05_trained_models.ipynb": 69,
-    "08_lyapunov.ipynb": 48,
-    "07_continuation.ipynb": 44,
-    "06_flow.ipynb": 37,
-    "09_densities_and_noise.ipynb": 31,
-    "03_equilibria_and_stability.ipynb": 27,
-    "02_layernorm_counterexample.ipynb": 21,
-    "01_masks_and_collapse.ipynb": 21,
-    "test_docs_site.py": 20,
-    "04_sweeping_thousands.ipynb": 16,
+    "05_trained_models.ipynb": 36,
+    "07_continuation.ipynb": 26,
+    "08_lyapunov.ipynb": 23,
+    "06_flow.ipynb": 20,
+    "09_densities_and_noise.ipynb": 18,
+    "03_equilibria_and_stability.ipynb": 17,
+    "test_docs_site.py": 16,
+    "04_sweeping_thousands.ipynb": 14,
+    "02_layernorm_counterexample.ipynb": 14,
+    "01_masks_and_collapse.ipynb": 11,
 }
 
 
