@@ -78,7 +78,9 @@ for _name, _flag in _TEST_XLA_FLAGS.items():
 # loads, so this reaches the workers, the fresh processes and the notebook kernels, not this
 # process (NumPy is loaded before this file). The thread count changes the last bits of LAPACK
 # results on larger matrices, so every process of the run computes with the same count.
+# torch (the HF oracles) likewise: its intra-op threads read OMP_NUM_THREADS when it loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

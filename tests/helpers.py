@@ -163,20 +163,3 @@ def refusals_in_one_process(cases: dict) -> tuple[list[str], bool]:
     for says, err in zip(cases, errors):
         assert says in err, (says, err)
     return errors, jax == "True"
-
-
-class one_torch_thread:  # noqa: N801 (used as a context manager, like contextlib's)
-    """``with one_torch_thread():`` torch (an HF oracle) on one intra-op thread, then as before.
-    The suite keeps every core busy (one xdist worker per core): torch's second thread only waits
-    for a core, and its spinning cost several times the CPU of one thread's forward pass."""
-
-    def __enter__(self):
-        import torch
-
-        self.before = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        import torch
-
-        torch.set_num_threads(self.before)

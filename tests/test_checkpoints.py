@@ -20,19 +20,12 @@ pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
 from checkpoint_models import VOCAB, WORDS, bert, gpt2_zip, hf_hidden_states, rel_err  # noqa: E402
-from helpers import one_torch_thread  # noqa: E402
 
 import rankdyn as rd  # noqa: E402
 from rankdyn._errors import UsageError  # noqa: E402
 from rankdyn.checkpoints import VARIANTS, default_corpus, load_checkpoint, minilm_path  # noqa: E402
 
 TOL = {"float64": 1e-12, "float32": 1e-5}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    with one_torch_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

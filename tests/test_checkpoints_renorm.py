@@ -9,7 +9,6 @@ sqrt(d) drops both).
 
 import math
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
 from checkpoint_models import bert, gpt2_zip  # noqa: E402
+from helpers import jit_call  # noqa: E402
 
 from rankdyn._errors import UsageError  # noqa: E402
 from rankdyn._model._norms import LayerNorm, RMSNorm, SphereNorm  # noqa: E402
@@ -145,13 +145,8 @@ def test_renormalised_layer_against_numpy_from_hf_weights(tiny, arch, placement,
             y = y + f(norm(y, j) / np.sqrt(t + 1))
     layer = ckpt.layers(n, placement=placement, ln=ln)
     assert isinstance(layer.norm, {"rms": RMSNorm, "sphere": SphereNorm, "layernorm": LayerNorm}[ln])
-    got, _ = _forward(layer, jnp.asarray(x), t)
+    got, _ = jit_call(layer, jnp.asarray(x), t)  # one program (eager: about 50 per case)
     np.testing.assert_allclose(got, y, rtol=1e-11, atol=1e-11 * np.abs(y).max())
-
-
-#: The layer at depth t (static) as one compiled program (called eagerly, each of its operations
-#: compiled a program of its own: about 50 per case).
-_forward = eqx.filter_jit(lambda layer, x, t: layer(x, t))
 
 
 def test_renormalisation_is_refused_where_it_cannot_apply(tiny):

@@ -15,16 +15,9 @@ import pytest
 pytest.importorskip("transformers")
 
 from checkpoint_models import VOCAB, WORDS, bert, edit_config, gpt2_zip, hf_hidden_states  # noqa: E402
-from helpers import one_torch_thread  # noqa: E402
 
 import rankdyn._run._simulate  # noqa: E402
 from rankdyn.cli import main  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    with one_torch_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

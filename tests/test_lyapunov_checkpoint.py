@@ -17,18 +17,11 @@ import pytest
 pytest.importorskip("transformers")
 
 from checkpoint_models import VOCAB, gpt2_zip, hf_hidden_states  # noqa: E402
-from helpers import one_torch_thread  # noqa: E402
 
 import rankdyn.lyapunov  # noqa: E402
 from rankdyn.cli import main  # noqa: E402
 
 N, BATCH = 5, 2
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    with one_torch_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ float64 oracle switches those two upcasts off (`_hf_float64_llama`), the float32
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 
@@ -23,7 +24,6 @@ pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from checkpoint_models import VOCAB, hf_hidden_states, llama, llama_gguf, mpnet, rel_err  # noqa: E402
-from helpers import one_torch_thread  # noqa: E402
 
 from rankdyn._errors import UsageError  # noqa: E402
 from rankdyn.checkpoints import load_checkpoint  # noqa: E402
@@ -55,12 +55,6 @@ def _hf_float64_llama():
         yield
     finally:
         ml.LlamaRMSNorm.forward, ml.LlamaRotaryEmbedding.forward = old
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    with one_torch_thread():
-        yield
 
 
 @pytest.fixture(scope="module")
@@ -212,14 +206,7 @@ def test_smollm2_gguf_equals_hf(monkeypatch):
     monkeypatch.setattr(gguf, "GGUFReader", shared_reader)
     # HF builds gguf's (read-only) tensor-name table once per submodule of the model it maps
     # (about 400 times, each the same table): one build per architecture and depth serves all.
-    tables, table = {}, gguf.get_tensor_name_map
-
-    def shared_table(arch, n_blocks):
-        if (arch, n_blocks) not in tables:
-            tables[arch, n_blocks] = table(arch, n_blocks)
-        return tables[arch, n_blocks]
-
-    monkeypatch.setattr(gguf, "get_tensor_name_map", shared_table)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map))
 
     # The default rule would take one block of 256 here (as cheap as dense at this size); blocks
     # of 128 make the online softmax combine two key blocks, which is what HF checks.
