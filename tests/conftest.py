@@ -5,6 +5,7 @@ Library code never touches JAX's global config; tests choose float64 here
 (docs/theory.md#experiments: mu falls below 1e-300 without LN, which float32 cannot represent).
 """
 
+import gc
 import itertools
 import os
 import resource
@@ -52,7 +53,7 @@ def pytest_unconfigure(config):
 # `rankdyn reproduce` caches compiled programs in ~/.cache by default; tests must not depend on what
 # an earlier run left there (subprocesses inherit this too; they share this run's cache, above).
 os.environ.setdefault("RANKDYN_NO_COMPILE_CACHE", "1")
-# The suite is compile-bound: two XLA:CPU code-generation flags for every process of the run (the
+# The suite is compile-bound: three XLA:CPU code-generation flags for every process of the run (the
 # workers, and the fresh processes they start, which inherit XLA_FLAGS), each unless XLA_FLAGS
 # already sets it. XLA reads the variable when JAX creates its backend, after this file.
 # - Backend optimisation level 1, as `rankdyn reproduce --quick` compiles (every quick target's
@@ -64,9 +65,13 @@ os.environ.setdefault("RANKDYN_NO_COMPILE_CACHE", "1")
 #   measured equal. Last bits can differ from the default emitters (two quick targets' numbers do),
 #   so the README's main job, `rankdyn reproduce --quick`, runs with XLA's default emitters, and
 #   the target tests read its results (helpers.quick_result).
+# - The LLVM module of a program compiled as one part, not split into parts compiled on several
+#   threads: splitting costs CPU seconds (the parts repeat work), and with two workers on two
+#   cores no thread is free to run the parts at once (benchmarks/DEVNOTES.md).
 _TEST_XLA_FLAGS = {
     "xla_backend_optimization_level": "--xla_backend_optimization_level=1",
     "xla_cpu_use_fusion_emitters": "--xla_cpu_use_fusion_emitters=false",
+    "xla_cpu_parallel_codegen_split_count": "--xla_cpu_parallel_codegen_split_count=1",
 }
 for _name, _flag in _TEST_XLA_FLAGS.items():
     if _name not in os.environ.get("XLA_FLAGS", ""):
@@ -81,6 +86,12 @@ for _name, _flag in _TEST_XLA_FLAGS.items():
 # torch (the HF oracles) likewise: its intra-op threads read OMP_NUM_THREADS when it loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The cyclic garbage collector's first threshold, 10x Python's 700, in the pytest processes: a
+# worker holds millions of long-lived objects (JAX's caches, traced programs, compiled
+# executables), and each full collection walks them all; with the default, a few percent of a
+# worker's CPU seconds went to the collector (benchmarks/DEVNOTES.md, "The garbage collector").
+# Garbage is still collected, in larger steps; fresh processes keep Python's default.
+gc.set_threshold(7000, 10, 10)
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -153,3 +153,18 @@ def test_notebooks_and_examples_name_public_modules_only():
     for ex in sorted((root / "examples").glob("*.py")):
         found += [f"{ex.name}: {m}" for m in private.findall(ex.read_text())]
     assert not found, found
+
+
+def test_notebook_step_order_names_every_file_of_the_step():
+    """The notebook step hands out its files in notebooks/conftest.py's ``ORDER``: every notebook
+    and the site's test file, once each (a file left out would go last, unplanned)."""
+    root = PKG.parent
+    tree = ast.parse((root / "notebooks" / "conftest.py").read_text())  # read, not run: it sets env vars
+    (order,) = [
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "ORDER"
+    ]
+    files = [p.name for p in (root / "notebooks").glob("*.ipynb")]
+    files += [p.name for p in (root / "tests" / "site").glob("test_*.py")]
+    assert sorted(order) == sorted(files)

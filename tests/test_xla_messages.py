@@ -45,16 +45,24 @@ print("SUM", float(g(jnp.ones(2))[0]), flush=True)
 """
 
 
-def _run(*args, xla_flags=""):
+def _start(*args, xla_flags=""):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "NPROC", "JAX_NUM_CPU_DEVICES")}
     env |= {"XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu"}
-    return subprocess.run(
-        [sys.executable, "-c", _LATE_DEVICE, *map(str, args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    cmd = [sys.executable, "-c", _LATE_DEVICE, *map(str, args)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # as subprocess.run does
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _run(*args, xla_flags=""):
+    return _finish(_start(*args, xla_flags=xla_flags))
 
 
 @pytest.mark.slow
@@ -67,13 +75,14 @@ def test_several_devices_get_rankdyns_threshold_and_a_users_own_wins():
     assert f"FLAGS {FLAG}=45\n" in proc.stdout, proc.stdout  # kept as the user wrote it, not added twice
 
 
-@pytest.mark.slow  # two processes, one of them waits 3 s at a rendezvous
+@pytest.mark.slow  # two processes, each waits 3 s at a rendezvous
 def test_xla_reads_the_threshold_rankdyn_sets():
     # A 1-second threshold set by rankdyn makes XLA log the line for a 3-second wait, so the value
     # rankdyn passes governs it; with rankdyn's default the same wait is silent.
-    loud = _run(3, 1)
+    # Both at once: each mostly sleeps through its wait.
+    started = _start(3, 1), _start(3)
+    loud, quiet = (_finish(p) for p in started)
     assert loud.returncode == 0, loud.stderr
     assert "may be stuck" in loud.stderr and "false-positive" in loud.stderr, loud.stderr
-    quiet = _run(3)
     assert quiet.returncode == 0 and "SUM 2.0" in quiet.stdout, quiet.stderr
     assert "may be stuck" not in quiet.stderr, quiet.stderr
