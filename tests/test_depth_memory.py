@@ -49,10 +49,11 @@ def test_depth_pieces_give_the_same_bits_as_one_piece(monkeypatch):
 
 
 #: The issue's command (n = d = 16, causal, post-LN, orthogonal W_V, BERT-like W_Q W_K) at a batch
-#: of 64: what grows with the depth weighs more against a smaller run (1024 trajectories add tens
-#: of MiB to both depths).
+#: of 16: what grows with the depth (the records per saved layer) does not depend on the batch, and
+#: weighs more against a smaller run (1024 trajectories add tens of MiB to both depths); a growth
+#: per trajectory and layer (float32 states kept on the host) would be 156 MiB at 10,000 layers.
 SIMULATE = (
-    "simulate --mask causal --n 16 --d 16 --batch 64 --placement post --value orthogonal --qk bert "
+    "simulate --mask causal --n 16 --d 16 --batch 16 --placement post --value orthogonal --qk bert "
     "--no-progress --devices 1"
 ).split()
 #: Peak RSS of the child, read in a fresh parent: ru_maxrss keeps, across exec, the peak of the
