@@ -9,6 +9,9 @@ use the full sizes. The kernel nbmake starts inherits this process's environment
 """
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,18 @@ os.environ["RANKDYN_NOTEBOOK_QUICK"] = "1"
 # One OpenBLAS thread per kernel, as tests/conftest.py sets for the suite's processes (two kernels
 # run at once on two cores; OpenBLAS's extra threads would spin).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# The kernels' cyclic garbage collector at tests/conftest.py's threshold for the pytest processes,
+# through an IPython startup file in a folder of this process's own (IPYTHONDIR, which the kernels
+# inherit): a kernel holds JAX's and matplotlib's objects, and each full collection walks them.
+_IPYTHONDIR = tempfile.mkdtemp(prefix="rankdyn-notebook-ipython-")
+_startup = Path(_IPYTHONDIR, "profile_default", "startup")
+_startup.mkdir(parents=True)
+(_startup / "00-gc-threshold.py").write_text("import gc\n\ngc.set_threshold(7000, 10, 10)\n")
+os.environ["IPYTHONDIR"] = _IPYTHONDIR
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_IPYTHONDIR, ignore_errors=True)
 
 
 #: The order in which the step hands out its files (and the site's file). ``--dist loadfile``

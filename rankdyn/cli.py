@@ -126,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     # First thing, before any command module (and JAX) is imported: Ctrl-C and SIGTERM only set
     # a flag, checked between chunks and after compiles (rankdyn._run._interrupt explains why).
     installed = False
+    if argv is None:
+        # Called as the program: the cyclic collector's first threshold 10x Python's 700. Tracing
+        # makes many short-lived objects, and each full collection walks every object of JAX's
+        # and matplotlib's modules (benchmarks/DEVNOTES.md, "The garbage collector"). The process
+        # is the program's own; a caller's process (``main(argv)``) keeps its settings.
+        gc.set_threshold(7000, 10, 10)
     try:
         installed = install_interrupt_handlers()
         return _main(argv)
