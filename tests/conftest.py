@@ -90,7 +90,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # worker holds millions of long-lived objects (JAX's caches, traced programs, compiled
 # executables), and each full collection walks them all; with the default, a few percent of a
 # worker's CPU seconds went to the collector (benchmarks/DEVNOTES.md, "The garbage collector").
-# Garbage is still collected, in larger steps; fresh processes keep Python's default.
+# Garbage is still collected, in larger steps. `rankdyn` run as the program sets the same
+# threshold itself (rankdyn/cli.py), the notebook kernels get it from notebooks/conftest.py.
 gc.set_threshold(7000, 10, 10)
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
