@@ -19,18 +19,21 @@ os.environ["RANKDYN_NOTEBOOK_QUICK"] = "1"
 # One OpenBLAS thread per kernel, as tests/conftest.py sets for the suite's processes (two kernels
 # run at once on two cores; OpenBLAS's extra threads would spin).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-# The kernels' cyclic garbage collector at tests/conftest.py's threshold for the pytest processes,
-# through an IPython startup file in a folder of this process's own (IPYTHONDIR, which the kernels
-# inherit): a kernel holds JAX's and matplotlib's objects, and each full collection walks them.
-_IPYTHONDIR = tempfile.mkdtemp(prefix="rankdyn-notebook-ipython-")
-_startup = Path(_IPYTHONDIR, "profile_default", "startup")
-_startup.mkdir(parents=True)
-(_startup / "00-gc-threshold.py").write_text("import gc\n\ngc.set_threshold(7000, 10, 10)\n")
-os.environ["IPYTHONDIR"] = _IPYTHONDIR
 
 
-def pytest_unconfigure(config):
-    shutil.rmtree(_IPYTHONDIR, ignore_errors=True)
+def pytest_configure(config):
+    """The kernels' garbage collector at `rankdyn.cli.GC_THRESHOLD`, as the suite's processes have
+    it, through an IPython startup file in a folder of this process's own (``IPYTHONDIR``, which
+    the kernels inherit): a kernel holds JAX's and matplotlib's objects, and each full collection
+    walks them. The folder goes with the session."""
+    from rankdyn.cli import GC_THRESHOLD
+
+    folder = tempfile.mkdtemp(prefix="rankdyn-notebook-ipython-")
+    startup = Path(folder, "profile_default", "startup")
+    startup.mkdir(parents=True)
+    (startup / "00-gc-threshold.py").write_text(f"import gc\n\ngc.set_threshold(*{GC_THRESHOLD!r})\n")
+    os.environ["IPYTHONDIR"] = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 #: The order in which the step hands out its files (and the site's file). ``--dist loadfile``

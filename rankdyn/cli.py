@@ -122,16 +122,19 @@ def _error(args, err) -> int:
     return 2
 
 
+#: The cyclic garbage collector's thresholds when rankdyn runs as the program: the first 10x
+#: Python's 700. Tracing makes many short-lived objects, and each full collection walks every
+#: object of JAX's and matplotlib's modules (benchmarks/DEVNOTES.md, "The garbage collector"). The
+#: test run's processes and notebook kernels use the same (tests/conftest.py, notebooks/conftest.py).
+GC_THRESHOLD = (7000, 10, 10)
+
+
 def main(argv: list[str] | None = None) -> int:
     # First thing, before any command module (and JAX) is imported: Ctrl-C and SIGTERM only set
     # a flag, checked between chunks and after compiles (rankdyn._run._interrupt explains why).
     installed = False
-    if argv is None:
-        # Called as the program: the cyclic collector's first threshold 10x Python's 700. Tracing
-        # makes many short-lived objects, and each full collection walks every object of JAX's
-        # and matplotlib's modules (benchmarks/DEVNOTES.md, "The garbage collector"). The process
-        # is the program's own; a caller's process (``main(argv)``) keeps its settings.
-        gc.set_threshold(7000, 10, 10)
+    if argv is None:  # the program's own process; a caller's (``main(argv)``) keeps its settings
+        gc.set_threshold(*GC_THRESHOLD)
     try:
         installed = install_interrupt_handlers()
         return _main(argv)

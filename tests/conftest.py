@@ -37,6 +37,8 @@ import jax  # noqa: E402
 import jax.random as jr  # noqa: E402
 import pytest  # noqa: E402
 
+from rankdyn.cli import GC_THRESHOLD  # noqa: E402
+
 if jax.config.jax_compilation_cache_dir:  # JAX was imported before this file, with the variables
     jax.config.update("jax_compilation_cache_dir", None)
 _MADE_CACHE = not os.environ.get(SHARED_CACHE_DIR)
@@ -86,13 +88,12 @@ for _name, _flag in _TEST_XLA_FLAGS.items():
 # torch (the HF oracles) likewise: its intra-op threads read OMP_NUM_THREADS when it loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# The cyclic garbage collector's first threshold, 10x Python's 700, in the pytest processes: a
-# worker holds millions of long-lived objects (JAX's caches, traced programs, compiled
-# executables), and each full collection walks them all; with the default, a few percent of a
-# worker's CPU seconds went to the collector (benchmarks/DEVNOTES.md, "The garbage collector").
-# Garbage is still collected, in larger steps. `rankdyn` run as the program sets the same
-# threshold itself (rankdyn/cli.py), the notebook kernels get it from notebooks/conftest.py.
-gc.set_threshold(7000, 10, 10)
+# The cyclic garbage collector's thresholds of `rankdyn` run as the program (rankdyn/cli.py), in
+# the pytest processes too: a worker holds millions of long-lived objects (JAX's caches, traced
+# programs, compiled executables), and each full collection walks them all; with Python's
+# defaults a few percent of a worker's CPU seconds went to the collector (benchmarks/DEVNOTES.md,
+# "The garbage collector"). Garbage is still collected, in larger steps.
+gc.set_threshold(*GC_THRESHOLD)
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
